@@ -1,0 +1,6 @@
+//! lllm: run LLM agents from YAML tactic configs.
+//!
+//! The data flows one way: cli → config → prompt registry → tactic (flow) →
+//! agent loop → provider → HTTP, and every invoke lands in the session record.
+
+pub mod suggest;

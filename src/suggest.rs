@@ -1,0 +1,48 @@
+//! "Did you mean …" suggestions for names a user typed (prompt keys, agents,
+//! YAML keys, tools). Every layer that rejects a name asks here, so the hint
+//! reads the same everywhere.
+
+/// The candidate closest to `name`, if it is close enough to be a plausible typo.
+///
+/// Closeness is Jaro-Winkler similarity; 0.8 keeps `writer/drfat` → `writer/draft`
+/// and rejects unrelated names.
+pub fn closest<'a, I>(name: &str, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    candidates
+        .into_iter()
+        .map(|candidate| (strsim::jaro_winkler(name, candidate), candidate))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| candidate)
+}
+
+/// `"; did you mean `x`?"` or an empty string, for appending to an error line.
+pub fn hint<'a, I>(name: &str, candidates: I) -> String
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    match closest(name, candidates) {
+        Some(candidate) => format!("; did you mean `{candidate}`?"),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn case(name: &str, candidates: &[&str], expected: Option<&str>) {
+        assert_eq!(closest(name, candidates.iter().copied()), expected);
+    }
+
+    #[test]
+    fn suggests_close_names_only() {
+        case("writer/drfat", &["writer/draft", "critic/system"], Some("writer/draft"));
+        case("agent_config", &["agent_configs", "global"], Some("agent_configs"));
+        case("zzz", &["writer/draft"], None);
+        case("x", &[], None);
+    }
+}
