@@ -4,3 +4,6 @@
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
 
 pub mod suggest;
+pub mod dialog;
+pub mod prompt;
+pub mod provider;

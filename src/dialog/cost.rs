@@ -1,0 +1,234 @@
+//! `InvokeCost`: tokens and dollars of one invoke or of many added together.
+//!
+//! A cost is built from a message's normalized usage (see [`InvokeCost::from_usage`]);
+//! prices are written into that usage by `provider::pricing`, not here.
+
+use std::ops::{Add, AddAssign};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Token counts and dollar costs, as the seeds define them.
+///
+/// `cost` is `None` when no price is known for the model; adding costs keeps the
+/// sum of the known parts and clears `cost_known`, so a total is marked partial and
+/// never shows a silent $0 (DESIGN §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InvokeCost {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    pub cached_prompt_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub audio_prompt_tokens: u64,
+    pub audio_completion_tokens: u64,
+    pub input_cost_per_token: f64,
+    pub output_cost_per_token: f64,
+    pub cache_read_input_token_cost: f64,
+    pub prompt_cost: f64,
+    pub completion_cost: f64,
+    pub cost: Option<f64>,
+    pub cost_known: bool,
+}
+
+impl Default for InvokeCost {
+    fn default() -> Self {
+        InvokeCost {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            cached_prompt_tokens: 0,
+            reasoning_tokens: 0,
+            audio_prompt_tokens: 0,
+            audio_completion_tokens: 0,
+            input_cost_per_token: 0.0,
+            output_cost_per_token: 0.0,
+            cache_read_input_token_cost: 0.0,
+            prompt_cost: 0.0,
+            completion_cost: 0.0,
+            cost: Some(0.0),
+            cost_known: true,
+        }
+    }
+}
+
+fn count(usage: &Map<String, Value>, key: &str) -> u64 {
+    usage.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn detail(usage: &Map<String, Value>, section: &str, key: &str) -> u64 {
+    usage
+        .get(section)
+        .and_then(|details| details.get(key))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+fn dollars(usage: &Map<String, Value>, key: &str) -> f64 {
+    usage.get(key).and_then(Value::as_f64).unwrap_or(0.0)
+}
+
+impl InvokeCost {
+    /// Reads the OpenAI-shaped usage every provider normalizes to:
+    /// `prompt_tokens`, `completion_tokens`, `total_tokens`,
+    /// `prompt_tokens_details.{cached_tokens,audio_tokens}`,
+    /// `completion_tokens_details.{reasoning_tokens,audio_tokens}`, the per-token
+    /// rates and `prompt_cost` / `completion_cost` / `response_cost`.
+    ///
+    /// An empty usage (a message no model produced) costs nothing. A usage without
+    /// `response_cost`, or with `response_cost: null`, has an unknown price.
+    pub fn from_usage(usage: &Map<String, Value>) -> InvokeCost {
+        if usage.is_empty() {
+            return InvokeCost::default();
+        }
+        let prompt_tokens = count(usage, "prompt_tokens");
+        let completion_tokens = count(usage, "completion_tokens");
+        let cost = usage.get("response_cost").and_then(Value::as_f64);
+        InvokeCost {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(prompt_tokens + completion_tokens),
+            cached_prompt_tokens: detail(usage, "prompt_tokens_details", "cached_tokens"),
+            reasoning_tokens: detail(usage, "completion_tokens_details", "reasoning_tokens"),
+            audio_prompt_tokens: detail(usage, "prompt_tokens_details", "audio_tokens"),
+            audio_completion_tokens: detail(usage, "completion_tokens_details", "audio_tokens"),
+            input_cost_per_token: dollars(usage, "input_cost_per_token"),
+            output_cost_per_token: dollars(usage, "output_cost_per_token"),
+            cache_read_input_token_cost: dollars(usage, "cache_read_input_token_cost"),
+            prompt_cost: dollars(usage, "prompt_cost"),
+            completion_cost: dollars(usage, "completion_cost"),
+            cost,
+            cost_known: cost.is_some(),
+        }
+    }
+
+    /// Whether no tokens were spent.
+    pub fn is_zero(&self) -> bool {
+        self.total_tokens == 0 && self.prompt_tokens == 0 && self.completion_tokens == 0
+    }
+}
+
+/// Sums counts and dollars; rates are per invoke and make no sense in a sum, so
+/// they become zero (as the seeds' `Dialog.cost` does).
+impl Add for InvokeCost {
+    type Output = InvokeCost;
+
+    fn add(self, other: InvokeCost) -> InvokeCost {
+        let cost = match (self.cost, other.cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            (Some(a), None) | (None, Some(a)) => Some(a),
+            (None, None) => None,
+        };
+        InvokeCost {
+            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
+            completion_tokens: self.completion_tokens + other.completion_tokens,
+            total_tokens: self.total_tokens + other.total_tokens,
+            cached_prompt_tokens: self.cached_prompt_tokens + other.cached_prompt_tokens,
+            reasoning_tokens: self.reasoning_tokens + other.reasoning_tokens,
+            audio_prompt_tokens: self.audio_prompt_tokens + other.audio_prompt_tokens,
+            audio_completion_tokens: self.audio_completion_tokens + other.audio_completion_tokens,
+            input_cost_per_token: 0.0,
+            output_cost_per_token: 0.0,
+            cache_read_input_token_cost: 0.0,
+            prompt_cost: self.prompt_cost + other.prompt_cost,
+            completion_cost: self.completion_cost + other.completion_cost,
+            cost,
+            cost_known: self.cost_known && other.cost_known,
+        }
+    }
+}
+
+impl AddAssign for InvokeCost {
+    fn add_assign(&mut self, other: InvokeCost) {
+        *self = std::mem::take(self) + other;
+    }
+}
+
+impl std::iter::Sum for InvokeCost {
+    fn sum<I: Iterator<Item = InvokeCost>>(iter: I) -> InvokeCost {
+        iter.fold(InvokeCost::default(), Add::add)
+    }
+}
+
+impl std::fmt::Display for InvokeCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} tokens ({} in, {} out), ",
+            self.total_tokens, self.prompt_tokens, self.completion_tokens
+        )?;
+        match (self.cost, self.cost_known) {
+            (Some(cost), true) => write!(f, "${cost:.6}"),
+            (Some(cost), false) => write!(f, "${cost:.6} (partial: some prices unknown)"),
+            (None, _) => write!(f, "cost unknown"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn usage(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn reads_openai_shaped_usage() {
+        let cost = InvokeCost::from_usage(&usage(json!({
+            "prompt_tokens": 100, "completion_tokens": 20,
+            "prompt_tokens_details": {"cached_tokens": 40},
+            "completion_tokens_details": {"reasoning_tokens": 5},
+            "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+            "prompt_cost": 1e-4, "completion_cost": 4e-5, "response_cost": 1.4e-4
+        })));
+        assert_eq!(cost.total_tokens, 120);
+        assert_eq!(cost.cached_prompt_tokens, 40);
+        assert_eq!(cost.reasoning_tokens, 5);
+        assert_eq!(cost.cost, Some(1.4e-4));
+        assert!(cost.cost_known);
+    }
+
+    #[test]
+    fn unknown_price_is_null_not_zero() {
+        let cost = InvokeCost::from_usage(&usage(json!({"prompt_tokens": 3, "response_cost": null})));
+        assert_eq!(cost.cost, None);
+        assert!(!cost.cost_known);
+        assert_eq!(InvokeCost::from_usage(&Map::new()), InvokeCost::default());
+    }
+
+    #[test]
+    fn adding_zeroes_rates_and_marks_partial_totals() {
+        let known = InvokeCost {
+            prompt_tokens: 10,
+            total_tokens: 10,
+            input_cost_per_token: 1e-6,
+            cost: Some(0.5),
+            ..InvokeCost::default()
+        };
+        let unknown = InvokeCost {
+            completion_tokens: 4,
+            total_tokens: 4,
+            cost: None,
+            cost_known: false,
+            ..InvokeCost::default()
+        };
+        let sum = known.clone() + unknown.clone();
+        assert_eq!(sum.total_tokens, 14);
+        assert_eq!(sum.input_cost_per_token, 0.0);
+        assert_eq!(sum.cost, Some(0.5));
+        assert!(!sum.cost_known);
+        assert_eq!((unknown.clone() + unknown).cost, None);
+        let total: InvokeCost = vec![known.clone(), known].into_iter().sum();
+        assert_eq!(total.cost, Some(1.0));
+        assert!(total.cost_known);
+    }
+}

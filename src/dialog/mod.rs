@@ -1,0 +1,324 @@
+//! Dialogs: append-only message sequences owned by one agent, forked into a tree.
+//!
+//! `message` holds what one turn says, `cost` what it cost, `tree` where a dialog
+//! sits among its forks; this file holds the `Dialog` itself and its puts.
+
+mod cost;
+mod message;
+mod tree;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::prompt::{Prompt, Registry};
+
+pub use cost::InvokeCost;
+pub use message::{
+    ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob, sanitize_name,
+};
+pub use tree::{DialogTreeNode, new_dialog_id};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Prompt(#[from] crate::prompt::Error),
+    #[error("cannot read image `{path}`: {source}")]
+    ImageRead { path: String, source: std::io::Error },
+    #[error("image {origin} is not PNG, JPEG, WebP or GIF (starts with {header:02x?})")]
+    ImageFormat { origin: String, header: Vec<u8> },
+    #[error("image {origin} is not valid base64: {message}")]
+    ImageBase64 { origin: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where an image comes from.
+pub enum ImageSource<'a> {
+    Path(&'a Path),
+    Base64(&'a str),
+    Bytes(&'a [u8]),
+}
+
+/// An append-only message sequence owned by a single agent (seed `Dialog`).
+///
+/// `top_prompt` is the calling convention of the next turn: `put_prompt` sets it
+/// to the prompt it rendered, `put_text` to a bare prompt (no parser, no tools),
+/// `put_image` leaves it alone.
+#[derive(Debug, Clone)]
+pub struct Dialog {
+    pub session_name: String,
+    pub owner: String,
+    pub top_prompt: Option<Arc<Prompt>>,
+    pub tree_node: DialogTreeNode,
+    messages: Vec<Message>,
+}
+
+/// The JSON form of a dialog: messages, tree node and the key of the top prompt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DialogRecord {
+    pub messages: Vec<Message>,
+    pub session_name: String,
+    pub owner: String,
+    pub tree_node: DialogTreeNode,
+    pub top_prompt_path: Option<String>,
+}
+
+impl Dialog {
+    pub fn new(owner: impl Into<String>, session_name: impl Into<String>) -> Dialog {
+        let owner = owner.into();
+        Dialog {
+            session_name: session_name.into(),
+            tree_node: DialogTreeNode::root(owner.clone()),
+            owner,
+            top_prompt: None,
+            messages: Vec::new(),
+        }
+    }
+
+    pub fn dialog_id(&self) -> &str {
+        &self.tree_node.dialog_id
+    }
+
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The first message, usually the system prompt.
+    pub fn head(&self) -> Option<&Message> {
+        self.messages.first()
+    }
+
+    /// The last message, usually the newest reply.
+    pub fn tail(&self) -> Option<&Message> {
+        self.messages.last()
+    }
+
+    /// Appends, stamping `dialog_id` into the message's metadata.
+    pub fn append(&mut self, mut message: Message) -> &Message {
+        message
+            .metadata
+            .insert("dialog_id".into(), Value::String(self.dialog_id().to_string()));
+        self.messages.push(message);
+        self.messages.last().expect("just pushed")
+    }
+
+    /// Renders `prompt` with `args`, appends it and makes it the top prompt.
+    pub fn put_prompt(
+        &mut self,
+        prompt: Arc<Prompt>,
+        args: &Map<String, Value>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> Result<&Message> {
+        let content = prompt.render(args)?;
+        let mut message = Message::new(role, name, content);
+        message.metadata = metadata;
+        self.top_prompt = Some(prompt);
+        Ok(self.append(message))
+    }
+
+    /// Appends raw text; the next turn is governed by a bare prompt (no parser,
+    /// no format, no prompt tools).
+    pub fn put_text(&mut self, text: &str, role: Role, name: &str, metadata: Map<String, Value>) -> &Message {
+        let mut message = Message::new(role, name, text);
+        message.metadata = metadata;
+        self.top_prompt = Some(Arc::new(Prompt::bare("__text")));
+        self.append(message)
+    }
+
+    /// Appends an image; its media type comes from its magic bytes (D10).
+    pub fn put_image(
+        &mut self,
+        image: ImageSource<'_>,
+        caption: Option<&str>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> Result<&Message> {
+        let engine = base64::engine::general_purpose::STANDARD;
+        let (origin, bytes) = match image {
+            ImageSource::Path(path) => {
+                let bytes = std::fs::read(path).map_err(|source| Error::ImageRead {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                (format!("`{}`", path.display()), bytes)
+            }
+            ImageSource::Base64(text) => {
+                let bytes = engine.decode(text.trim()).map_err(|error| Error::ImageBase64 {
+                    origin: "string".into(),
+                    message: error.to_string(),
+                })?;
+                ("string".to_string(), bytes)
+            }
+            ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
+        };
+        let mime = image_mime_type(&bytes).ok_or_else(|| Error::ImageFormat {
+            origin,
+            header: bytes.iter().take(8).copied().collect(),
+        })?;
+        let mut message = Message::new(role, name, engine.encode(&bytes));
+        message.modality = Modality::Image;
+        message.metadata = metadata;
+        message.metadata.insert("mime_type".into(), Value::String(mime.into()));
+        if let Some(caption) = caption {
+            message.metadata.insert("caption".into(), Value::String(caption.into()));
+        }
+        Ok(self.append(message))
+    }
+
+    /// A child dialog, as the seeds define `fork(last_n, first_k)`: with
+    /// `last_n == 0` (or `last_n >= len`) a full copy, otherwise the first
+    /// `first_k` messages (clamped so they do not overlap the tail) plus the last
+    /// `last_n`. The child inherits session name, owner and top prompt; this
+    /// dialog records the child's id.
+    pub fn fork(&mut self, last_n: usize, first_k: usize) -> Dialog {
+        let len = self.messages.len();
+        let last_n = if last_n >= len { 0 } else { last_n };
+        let (messages, first_k) = if last_n > 0 {
+            let tail_start = len - last_n;
+            let first_k = first_k.min(tail_start);
+            let mut kept = self.messages[..first_k].to_vec();
+            kept.extend_from_slice(&self.messages[tail_start..]);
+            (kept, first_k)
+        } else {
+            (self.messages.clone(), first_k)
+        };
+        let tree_node = self.tree_node.add_child(messages.len(), last_n, first_k);
+        Dialog {
+            session_name: self.session_name.clone(),
+            owner: self.owner.clone(),
+            top_prompt: self.top_prompt.clone(),
+            tree_node,
+            messages,
+        }
+    }
+
+    /// The summed cost of every message (rates zeroed).
+    pub fn cost(&self) -> InvokeCost {
+        self.messages.iter().map(Message::cost).sum()
+    }
+
+    /// One line per message: `[i. name (role)]: preview`, cut at `max_length` characters.
+    pub fn overview(&self, max_length: usize) -> String {
+        let mut lines = Vec::with_capacity(self.messages.len());
+        for (index, message) in self.messages.iter().enumerate() {
+            let preview = match message.modality {
+                Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+                Modality::Text => preview(&message.content, max_length),
+            };
+            let calls = if message.function_calls.is_empty() {
+                String::new()
+            } else {
+                let names: Vec<&str> = message.function_calls.iter().map(|c| c.name.as_str()).collect();
+                format!(" [calls: {}]", names.join(", "))
+            };
+            lines.push(format!("[{index}. {} ({})]: {preview}{calls}", message.name, message.role));
+        }
+        lines.join("\n\n")
+    }
+
+    /// The fork tree under this dialog, one line per dialog; children are looked
+    /// up by id among `dialogs` (ids not found there are skipped).
+    pub fn tree_overview(&self, dialogs: &[&Dialog]) -> String {
+        let mut lines = Vec::new();
+        self.tree_lines(dialogs, 0, &mut lines);
+        lines.join("\n")
+    }
+
+    fn tree_lines(&self, dialogs: &[&Dialog], indent: usize, lines: &mut Vec<String>) {
+        let node = &self.tree_node;
+        let branch = if indent > 0 { "└─ " } else { "" };
+        let split = node.split_point.map_or("None".to_string(), |split| split.to_string());
+        let id_prefix: String = node.dialog_id.chars().take(8).collect();
+        let mut line = format!(
+            "{}{branch}[{id_prefix}] owner={} msgs={} split@{split}",
+            "  ".repeat(indent),
+            self.owner,
+            self.messages.len(),
+        );
+        if let (Some(last_n), Some(first_k)) = (node.last_n, node.first_k) {
+            if last_n > 0 {
+                line.push_str(&format!(" (last_n={last_n}, first_k={first_k})"));
+            }
+        }
+        lines.push(line);
+        for child_id in &node.children_ids {
+            if let Some(child) = dialogs.iter().find(|dialog| dialog.dialog_id() == child_id) {
+                child.tree_lines(dialogs, indent + 1, lines);
+            }
+        }
+    }
+
+    pub fn to_record(&self) -> DialogRecord {
+        DialogRecord {
+            messages: self.messages.clone(),
+            session_name: self.session_name.clone(),
+            owner: self.owner.clone(),
+            tree_node: self.tree_node.clone(),
+            top_prompt_path: self.top_prompt.as_ref().map(|prompt| prompt.path.clone()),
+        }
+    }
+
+    /// Rebuilds a dialog; the top prompt is looked up in `registry` and left unset
+    /// when it is not there (a bare `__text` prompt is recreated).
+    pub fn from_record(record: DialogRecord, registry: Option<&Registry>) -> Dialog {
+        let top_prompt = record.top_prompt_path.as_deref().and_then(|path| {
+            if path == "__text" {
+                return Some(Arc::new(Prompt::bare("__text")));
+            }
+            registry.and_then(|registry| registry.get(path).ok()).map(|prompt| Arc::new(prompt.clone()))
+        });
+        Dialog {
+            session_name: record.session_name,
+            owner: record.owner,
+            top_prompt,
+            tree_node: record.tree_node,
+            messages: record.messages,
+        }
+    }
+}
+
+impl Serialize for Dialog {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        self.to_record().serialize(serializer)
+    }
+}
+
+fn preview(text: &str, max_length: usize) -> String {
+    match text.char_indices().nth(max_length) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// The media type of image bytes by their magic number.
+pub fn image_mime_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG") {
+        Some("image/png")
+    } else if bytes.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF8") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

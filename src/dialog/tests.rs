@@ -1,0 +1,149 @@
+use super::*;
+use serde_json::json;
+
+fn args(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn dialog_with(count: usize) -> Dialog {
+    let mut dialog = Dialog::new("coder", "test");
+    dialog.put_text("system", Role::System, "system", Map::new());
+    for index in 1..count {
+        dialog.put_text(&format!("m{index}"), Role::User, "user", Map::new());
+    }
+    dialog
+}
+
+fn contents(dialog: &Dialog) -> Vec<&str> {
+    dialog.messages().iter().map(|m| m.content.as_str()).collect()
+}
+
+#[track_caller]
+fn fork_case(len: usize, last_n: usize, first_k: usize, expected: &[&str], node: (usize, usize, usize)) {
+    let mut parent = dialog_with(len);
+    let child = parent.fork(last_n, first_k);
+    assert_eq!(contents(&child), expected);
+    let tree = &child.tree_node;
+    assert_eq!((tree.split_point.unwrap(), tree.last_n.unwrap(), tree.first_k.unwrap()), node);
+    assert_eq!(tree.parent_id.as_deref(), Some(parent.dialog_id()));
+    assert_eq!(parent.tree_node.children_ids, vec![child.dialog_id().to_string()]);
+    assert_eq!(contents(&parent).len(), len, "the parent is untouched");
+}
+
+#[test]
+fn fork_keeps_first_k_and_last_n_as_the_seeds_define() {
+    // Full copy.
+    fork_case(5, 0, 1, &["system", "m1", "m2", "m3", "m4"], (5, 0, 1));
+    // System prompt plus the last 2.
+    fork_case(5, 2, 1, &["system", "m3", "m4"], (3, 2, 1));
+    // First 2 plus the last 2.
+    fork_case(5, 2, 2, &["system", "m1", "m3", "m4"], (4, 2, 2));
+    // first_k clamped so it does not overlap the tail.
+    fork_case(5, 3, 4, &["system", "m1", "m2", "m3", "m4"], (5, 3, 2));
+    // last_n >= len means a full copy.
+    fork_case(3, 3, 1, &["system", "m1", "m2"], (3, 0, 1));
+    // first_k 0 keeps only the tail.
+    fork_case(4, 1, 0, &["m3"], (1, 1, 0));
+}
+
+#[test]
+fn fork_inherits_owner_session_and_top_prompt_and_appends_independently() {
+    let mut parent = dialog_with(2);
+    let mut child = parent.fork(0, 1);
+    assert_eq!(child.owner, "coder");
+    assert_eq!(child.session_name, "test");
+    assert_eq!(child.top_prompt.as_ref().map(|p| p.path.as_str()), Some("__text"));
+    child.put_text("only in child", Role::User, "user", Map::new());
+    assert_eq!(parent.len(), 2);
+    assert_eq!(child.len(), 3);
+    assert_eq!(child.tail().unwrap().metadata["dialog_id"], json!(child.dialog_id()));
+    assert_eq!(child.head().unwrap().metadata["dialog_id"], json!(parent.dialog_id()));
+    assert_eq!(child.tree_node.depth, 1);
+}
+
+#[test]
+fn tree_overview_shows_every_fork() {
+    let mut root = dialog_with(5);
+    let mut a = root.fork(0, 1);
+    let b = root.fork(2, 1);
+    let a1 = a.fork(0, 1);
+    let all = [&root, &a, &b, &a1];
+    let overview = root.tree_overview(&all);
+    let lines: Vec<&str> = overview.lines().collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[0].starts_with(&format!("[{}] owner=coder msgs=5 split@None", &root.dialog_id()[..8])));
+    assert!(lines[1].starts_with("  └─ ") && lines[1].ends_with("msgs=5 split@5"));
+    assert!(lines[2].starts_with("    └─ "), "a's child is listed under a: {overview}");
+    assert!(lines[3].ends_with("msgs=3 split@3 (last_n=2, first_k=1)"));
+}
+
+#[test]
+fn put_prompt_renders_and_sets_top_prompt() {
+    let prompt = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
+    let mut dialog = Dialog::new("writer", "s");
+    let message = dialog
+        .put_prompt(prompt, &args(json!({"topic": "owls"})), Role::User, "user", Map::new())
+        .unwrap();
+    assert_eq!(message.content, "Write about owls.");
+    assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
+    let missing = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
+    assert!(dialog.put_prompt(missing, &Map::new(), Role::User, "user", Map::new()).is_err());
+    assert_eq!(dialog.len(), 1, "a failed render appends nothing");
+}
+
+#[test]
+fn put_image_detects_the_type_from_magic_bytes() {
+    let png = b"\x89PNG\r\n\x1a\nrest";
+    let mut dialog = Dialog::new("a", "s");
+    let message = dialog
+        .put_image(ImageSource::Bytes(png), Some("a chart"), Role::User, "user", Map::new())
+        .unwrap();
+    assert_eq!(message.modality, Modality::Image);
+    assert_eq!(message.mime_type(), Some("image/png"));
+    assert_eq!(message.metadata["caption"], json!("a chart"));
+    let jpeg = base64::engine::general_purpose::STANDARD.encode(b"\xff\xd8\xff\xe0data");
+    let message = dialog
+        .put_image(ImageSource::Base64(&jpeg), None, Role::User, "user", Map::new())
+        .unwrap();
+    assert_eq!(message.mime_type(), Some("image/jpeg"));
+    let error = dialog
+        .put_image(ImageSource::Bytes(b"hello"), None, Role::User, "user", Map::new())
+        .unwrap_err();
+    assert!(error.to_string().contains("not PNG, JPEG, WebP or GIF"), "{error}");
+    assert!(dialog
+        .put_image(ImageSource::Base64("%%%"), None, Role::User, "user", Map::new())
+        .is_err());
+}
+
+#[test]
+fn records_round_trip_every_field() {
+    let mut dialog = dialog_with(3);
+    let _child = dialog.fork(1, 1);
+    let record = dialog.to_record();
+    let text = serde_json::to_string(&dialog).unwrap();
+    let back: DialogRecord = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.messages, record.messages);
+    assert_eq!(back.tree_node, record.tree_node);
+    assert_eq!(back.top_prompt_path.as_deref(), Some("__text"));
+    let rebuilt = Dialog::from_record(back, None);
+    assert_eq!(rebuilt.dialog_id(), dialog.dialog_id());
+    assert_eq!(rebuilt.messages(), dialog.messages());
+    assert_eq!(rebuilt.top_prompt.unwrap().path, "__text");
+}
+
+#[test]
+fn cost_sums_messages_and_overview_previews() {
+    let mut dialog = dialog_with(1);
+    let mut reply = Message::assistant("coder", "x".repeat(200));
+    reply.usage = args(json!({"prompt_tokens": 10, "completion_tokens": 5, "response_cost": 0.25}));
+    dialog.append(reply.clone());
+    dialog.append(reply);
+    let cost = dialog.cost();
+    assert_eq!(cost.total_tokens, 30);
+    assert_eq!(cost.cost, Some(0.5));
+    let overview = dialog.overview(10);
+    assert!(overview.contains("[1. coder (assistant)]: xxxxxxxxxx..."), "{overview}");
+}

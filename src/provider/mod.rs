@@ -1,0 +1,125 @@
+//! Providers: the trait every model backend implements, the request it is given
+//! and the classified error it returns.
+//!
+//! Provider modules only translate (request → wire JSON, wire JSON → `Message`);
+//! `http` is the one place that talks HTTP and `retry` the one retry loop
+//! (DESIGN §4). Prices and model limits live in `models` and `pricing`.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::dialog::{ApiType, Message};
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// Called with each piece of text as a streamed reply arrives.
+pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+/// One request to a model: everything a provider needs to build its wire request.
+#[derive(Clone, Copy)]
+pub struct ChatRequest<'a> {
+    /// The provider's own model id (`gpt-4o-mini`, not `openai/gpt-4o-mini`).
+    pub model: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+    /// JSON schema the reply must follow (structured output, D9).
+    pub format: Option<&'a Value>,
+    /// `temperature`, `max_tokens`, `logprobs`, … passed through to the wire request.
+    pub model_args: &'a Map<String, Value>,
+    pub api_type: ApiType,
+    /// Stream the reply and hand its text to this sink as it arrives.
+    pub stream: Option<TextSink<'a>>,
+}
+
+/// How the retry loop treats an error (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 429: retried after `retry_after` or with backoff.
+    RateLimit,
+    /// 5xx, 529, timeouts, connection errors, malformed replies: retried with backoff.
+    Transient,
+    /// 400, 401, 403, 404, `insufficient_quota`, context length: never retried.
+    Permanent,
+}
+
+/// A failed attempt, classified. Its text never contains a key or an auth header.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("{}", self.describe())]
+pub struct ProviderError {
+    pub kind: ErrorKind,
+    pub status: Option<u16>,
+    pub code: Option<String>,
+    pub message: String,
+    /// What the server asked us to wait (`retry-after-ms` / `Retry-After`).
+    #[serde(with = "optional_millis", default)]
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            kind,
+            status: None,
+            code: None,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn permanent(message: impl Into<String>) -> ProviderError {
+        ProviderError::new(ErrorKind::Permanent, message)
+    }
+
+    pub fn transient(message: impl Into<String>) -> ProviderError {
+        ProviderError::new(ErrorKind::Transient, message)
+    }
+
+    pub fn is_retryable(&self) -> bool {
+        self.kind != ErrorKind::Permanent
+    }
+
+    fn describe(&self) -> String {
+        let mut text = String::new();
+        if let Some(status) = self.status {
+            text.push_str(&format!("HTTP {status}: "));
+        }
+        text.push_str(&self.message);
+        if let Some(code) = &self.code {
+            text.push_str(&format!(" ({code})"));
+        }
+        text
+    }
+}
+
+/// A model backend. One call is one attempt: retries belong to `retry`.
+pub trait Provider: Send + Sync {
+    fn invoke<'a>(&'a self, request: ChatRequest<'a>) -> BoxFuture<'a, Result<Message, ProviderError>>;
+}
+
+mod optional_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => serializer.serialize_some(&(duration.as_millis() as u64)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_millis))
+    }
+}
