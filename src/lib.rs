@@ -3,7 +3,15 @@
 //! The data flows one way: cli → config → prompt registry → tactic (flow) →
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
 
-pub mod suggest;
+pub mod agent;
+pub mod cli;
+pub mod config;
 pub mod dialog;
+pub mod error;
+pub mod mock;
 pub mod prompt;
 pub mod provider;
+pub mod report;
+pub mod suggest;
+pub mod tactic;
+pub mod tool;

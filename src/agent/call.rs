@@ -1,0 +1,337 @@
+//! The agent loop (seed 003): per tool round a working fork, the context
+//! manager, the provider call through the one retry loop, parser repairs, tool
+//! execution with repeat detection, and the interrupt-final prompt.
+//!
+//! Where the Python loop is wrong we follow DESIGN D1–D8 (each marked below).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use super::session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
+use super::{AgentSpec, Runtime};
+use crate::dialog::{Dialog, FunctionCall, Message, Role};
+use crate::prompt::Prompt;
+use crate::provider::retry::{self, FailedAttempt};
+use crate::provider::{ChatRequest, ToolSpec, pricing};
+use crate::tool;
+
+/// D3: `max_interrupt_steps: 0` means unlimited, up to this many tool rounds.
+const UNLIMITED_TOOL_ROUNDS: u32 = 100;
+
+pub(super) struct Call<'a> {
+    pub spec: &'a AgentSpec,
+    pub runtime: &'a Runtime,
+    pub text_sink: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    pub alias: &'a str,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn one_arg(name: &str, value: String) -> Map<String, Value> {
+    let mut args = Map::new();
+    args.insert(name.into(), Value::String(value));
+    args
+}
+
+impl Call<'_> {
+    pub async fn run(&self, dialog: &mut Dialog, archive: &mut Vec<Dialog>) -> AgentCallSession {
+        let started = Instant::now();
+        let limits = self.spec.limits;
+        let mut session = AgentCallSession {
+            agent: self.spec.name.clone(),
+            model: self.spec.model_name.clone(),
+            dialog_alias: self.alias.to_string(),
+            dialog_id: dialog.dialog_id().to_string(),
+            state: CallState::Initial,
+            max_exception_retry: limits.max_exception_retry,
+            max_interrupt_steps: limits.max_interrupt_steps,
+            max_llm_recall: limits.max_llm_recall,
+            exception_retries: Vec::new(),
+            interrupts: Vec::new(),
+            llm_recalls: Vec::new(),
+            invokes: Vec::new(),
+            delivery: None,
+            error: None,
+            cost: Default::default(),
+            started_at: now(),
+            ended_at: None,
+            latency_ms: 0,
+        };
+        self.run_loop(dialog, archive, &mut session).await;
+        session.ended_at = Some(now());
+        session.latency_ms = started.elapsed().as_millis() as u64;
+        session
+    }
+
+    async fn run_loop(&self, dialog: &mut Dialog, archive: &mut Vec<Dialog>, session: &mut AgentCallSession) {
+        // D2: the top prompt at entry governs the whole call (parser, format,
+        // handlers), whatever the tool results put on the dialog later.
+        let top = dialog.top_prompt.clone().unwrap_or_else(|| self.spec.system_prompt.clone());
+        let tools = self.offered_tools(&top);
+        let tool_names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+        let max_rounds = match self.spec.limits.max_interrupt_steps {
+            0 => UNLIMITED_TOOL_ROUNDS,
+            steps => steps,
+        };
+        // D5: only calls that succeeded count as "already called".
+        let mut succeeded: Vec<FunctionCall> = Vec::new();
+        let mut final_round = false;
+        for step in 0..=max_rounds {
+            let offered: &[ToolSpec] = if final_round { &[] } else { &tools };
+            let reply = match self.invoke_until_parsed(dialog, archive, session, &top, offered, step).await {
+                Ok(reply) => reply,
+                Err(error) => {
+                    session.failure(error);
+                    return;
+                }
+            };
+            dialog.append(reply.clone());
+            if !reply.is_function_call() {
+                session.success(reply);
+                return;
+            }
+            let mut executed = Vec::with_capacity(reply.function_calls.len());
+            for call in &reply.function_calls {
+                let (call, result_text) = self.execute(call, &succeeded, &tool_names, offered.is_empty()).await;
+                if call.success() {
+                    succeeded.push(call.clone());
+                }
+                let mut metadata = Map::new();
+                metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
+                let interrupt = Arc::new(top.on_interrupt());
+                let put = dialog.put_prompt(
+                    interrupt,
+                    &one_arg("call_results", result_text.clone()),
+                    Role::Tool,
+                    &call.name,
+                    metadata.clone(),
+                );
+                if let Err(error) = put {
+                    // A handler text that does not render must not leave the tool
+                    // call unanswered (providers reject that): answer it plainly.
+                    dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
+                    crate::report::warn(&format!("interrupt handler of prompt `{}`: {error}", top.path));
+                }
+                executed.push(call);
+            }
+            session.interrupt(step, executed);
+            if final_round {
+                break;
+            }
+            if session.interrupts_count() >= max_rounds {
+                let name = reply.function_calls.last().map_or("user", |call| call.name.as_str()).to_string();
+                let final_prompt = Arc::new(top.on_interrupt_final());
+                if let Err(error) = dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new()) {
+                    session.failure(format!("interrupt-final handler of prompt `{}`: {error}", top.path));
+                    return;
+                }
+                final_round = true;
+            }
+        }
+        session.failure(format!(
+            "agent `{}` still calling tools after {} rounds (max_interrupt_steps)",
+            self.spec.name,
+            session.interrupts_count()
+        ));
+    }
+
+    /// D1: the agent's tools (its config and its system prompt) and the tools of
+    /// the governing prompt, in that order, without duplicates.
+    fn offered_tools(&self, top: &Prompt) -> Vec<ToolSpec> {
+        let mut seen = BTreeSet::new();
+        self.spec
+            .tools
+            .iter()
+            .chain(&self.spec.system_prompt.tools)
+            .chain(&top.tools)
+            .filter(|name| seen.insert(name.as_str()))
+            .filter_map(|name| self.runtime.toolbox.get(name))
+            .map(|tool| tool.spec().clone())
+            .collect()
+    }
+
+    /// One request to the model on a fresh working fork, repaired until the reply
+    /// parses or the repair budget is spent. The working fork (with its repair
+    /// exchange) goes to the archive; only the accepted reply is returned.
+    async fn invoke_until_parsed(
+        &self,
+        dialog: &mut Dialog,
+        archive: &mut Vec<Dialog>,
+        session: &mut AgentCallSession,
+        top: &Arc<Prompt>,
+        tools: &[ToolSpec],
+        step: u32,
+    ) -> Result<Message, String> {
+        let mut working = dialog.fork(0, 1);
+        if let Some(manager) = &self.spec.context_manager {
+            if let Some(pruned) = manager.apply(&mut working) {
+                archive.push(std::mem::replace(&mut working, pruned));
+            }
+        }
+        let result = self.repair_loop(&mut working, session, top, tools, step).await;
+        archive.push(working);
+        result
+    }
+
+    async fn repair_loop(
+        &self,
+        working: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Arc<Prompt>,
+        tools: &[ToolSpec],
+        step: u32,
+    ) -> Result<Message, String> {
+        let model = &self.spec.model;
+        loop {
+            let request = ChatRequest {
+                model: &model.model,
+                messages: working.messages(),
+                tools,
+                format: top.format.as_ref(),
+                model_args: &self.spec.model_args,
+                api_type: self.spec.api_type,
+                stream: self.text_sink,
+            };
+            let digest = RequestDigest::of(&request, working.dialog_id());
+            let mut failed_attempts = Vec::new();
+            let outcome = retry::invoke_with_retry(
+                model.provider.as_ref(),
+                request,
+                &model.retry,
+                self.spec.limits.max_llm_recall,
+                |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
+            )
+            .await;
+            for failed in failed_attempts {
+                session.record(InvokeTrace {
+                    step,
+                    attempt: failed.attempt,
+                    request: digest.clone(),
+                    response: None,
+                    error: Some(failed.error),
+                    parse_error: None,
+                    latency_ms: failed.latency.as_millis() as u64,
+                    waited_ms: failed.waited.as_millis() as u64,
+                });
+            }
+            let attempted = match outcome {
+                Ok(attempted) => attempted,
+                Err(failed) => {
+                    return Err(format!(
+                        "model `{}` failed after {} attempt(s): {}",
+                        self.spec.model_name, failed.attempts, failed.error
+                    ));
+                }
+            };
+            let mut reply = attempted.message;
+            reply.name = self.spec.name.clone();
+            reply.role = Role::Assistant;
+            if !pricing::apply(&self.runtime.prices, &model.provider_name, &model.model, &mut reply.usage) {
+                if let Some(warning) = self.runtime.price_warnings.warn_once(&model.provider_name, &model.model) {
+                    crate::report::warn(&warning);
+                }
+            }
+            let parse_error = if reply.is_function_call() {
+                None
+            } else {
+                match top.parse(&reply.content) {
+                    Ok(Value::Object(parsed)) => {
+                        reply.parsed = parsed;
+                        None
+                    }
+                    Ok(other) => {
+                        reply.parsed = one_arg("raw", reply.content.clone());
+                        reply.parsed.insert("value".into(), other);
+                        None
+                    }
+                    Err(failure) => Some(failure.to_string()),
+                }
+            };
+            session.record(InvokeTrace {
+                step,
+                attempt: attempted.attempts,
+                request: digest,
+                response: Some(reply.clone()),
+                error: None,
+                parse_error: parse_error.clone(),
+                latency_ms: attempted.latency.as_millis() as u64,
+                waited_ms: 0,
+            });
+            working.append(reply.clone());
+            let Some(error) = parse_error else {
+                return Ok(reply);
+            };
+            if session.reach_max_exception_retry() {
+                return Err(format!(
+                    "reply of agent `{}` still does not parse after {} repair(s): {error}",
+                    self.spec.name,
+                    session.exception_retries_count()
+                ));
+            }
+            session.exception(step, error.clone());
+            let handler = Arc::new(top.on_exception());
+            if let Err(render_error) =
+                working.put_prompt(handler, &one_arg("error_message", error), Role::User, "exception", Map::new())
+            {
+                return Err(format!("exception handler of prompt `{}`: {render_error}", top.path));
+            }
+        }
+    }
+
+    /// Runs one requested call; returns it with its result and the text the
+    /// model will read.
+    async fn execute(
+        &self,
+        call: &FunctionCall,
+        succeeded: &[FunctionCall],
+        offered: &[&str],
+        final_round: bool,
+    ) -> (FunctionCall, String) {
+        let mut call = call.clone();
+        let error = if let Some(raw) = &call.raw_arguments {
+            // D8: answer malformed arguments as a tool result so every tool call
+            // has its answer and the message sequence stays valid.
+            Some(format!("the arguments of `{}` are not a JSON object: {raw}", call.name))
+        } else if call.is_repeated(succeeded) {
+            let text = format!(
+                "The function {} with identical arguments {} has been called earlier, please check the previous \
+                 results and do not call it again. If you do not need to call more functions, just stop calling \
+                 and provide the final response.",
+                call.name,
+                Value::Object(call.arguments.clone())
+            );
+            return (call, text);
+        } else if final_round || !offered.contains(&call.name.as_str()) {
+            // D4: an unknown tool is the model's mistake to fix, not an abort.
+            let available = if final_round || offered.is_empty() {
+                "no tools are available now".to_string()
+            } else {
+                format!("available tools: {}", offered.join(", "))
+            };
+            Some(format!("there is no tool `{}`; {available}", call.name))
+        } else {
+            match self.runtime.toolbox.get(&call.name) {
+                Some(tool) => match tool.call(&call.arguments).await {
+                    Ok(result) => {
+                        let text = tool::result_text(&call.name, &call.arguments, &result);
+                        call.result = Some(Value::String(result));
+                        call.result_str = Some(text.clone());
+                        return (call, text);
+                    }
+                    Err(error) => Some(error),
+                },
+                None => Some(format!("there is no tool `{}`", call.name)),
+            }
+        };
+        let message = error.unwrap_or_default();
+        let text = format!("Error: {message}");
+        call.error_message = Some(message);
+        call.result_str = Some(text.clone());
+        (call, text)
+    }
+}

@@ -1,0 +1,202 @@
+//! `AgentCallSession`: the full trace of one agent call — every invoke with its
+//! request digest, response, usage, latency and error; the repairs, tool rounds
+//! and provider recalls; the delivery or the failure; the cost.
+//!
+//! Failed calls are recorded as completely as successful ones (D7).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::dialog::{FunctionCall, InvokeCost, Message};
+use crate::provider::{ChatRequest, ProviderError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallState {
+    Initial,
+    Exception,
+    Interrupt,
+    LlmRecall,
+    Success,
+    Failure,
+}
+
+/// What was sent, compactly: enough to tell whether a later request is the same
+/// (`sha256` over the canonical request) and to find its messages again (the
+/// first `messages` messages of dialog `dialog_id` in the record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestDigest {
+    pub sha256: String,
+    pub dialog_id: String,
+    pub messages: usize,
+    pub model: String,
+    pub tools: Vec<String>,
+    pub format: bool,
+    pub model_args: Map<String, Value>,
+}
+
+impl RequestDigest {
+    pub fn of(request: &ChatRequest<'_>, dialog_id: &str) -> RequestDigest {
+        RequestDigest {
+            sha256: request_sha256(request),
+            dialog_id: dialog_id.to_string(),
+            messages: request.messages.len(),
+            model: request.model.to_string(),
+            tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
+            format: request.format.is_some(),
+            model_args: request.model_args.clone(),
+        }
+    }
+}
+
+/// SHA-256 over what decides the model's answer: model, messages (role, name,
+/// content, tool calls, tool-call id), tools, format and model arguments.
+/// Metadata such as dialog ids is left out so a re-run of the same tactic
+/// produces the same digests.
+pub fn request_sha256(request: &ChatRequest<'_>) -> String {
+    let mut hasher = Sha256::new();
+    let mut feed = |part: &str| {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    };
+    feed(request.model);
+    for message in request.messages {
+        feed(message.role.as_str());
+        feed(&message.name);
+        feed(&message.content);
+        feed(message.tool_call_id().unwrap_or(""));
+        for call in &message.function_calls {
+            feed(&call.id);
+            feed(&call.name);
+            feed(&call.arguments_text());
+        }
+    }
+    for tool in request.tools {
+        feed(&tool.name);
+        feed(&tool.description);
+        feed(&tool.parameters.to_string());
+    }
+    feed(&request.format.map(Value::to_string).unwrap_or_default());
+    feed(&Value::Object(request.model_args.clone()).to_string());
+    let digest = hasher.finalize();
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// One attempt at the provider: a reply (which may still fail to parse) or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvokeTrace {
+    /// Tool round (0-based) this invoke belongs to.
+    pub step: u32,
+    /// 1-based attempt within one request (provider retries).
+    pub attempt: u32,
+    pub request: RequestDigest,
+    pub response: Option<Message>,
+    pub error: Option<ProviderError>,
+    /// Why the reply was rejected by the prompt's parser, if it was.
+    pub parse_error: Option<String>,
+    pub latency_ms: u64,
+    /// How long the retry loop waited before the next attempt.
+    pub waited_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repair {
+    pub step: u32,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRound {
+    pub step: u32,
+    /// The calls of this round with their results or errors.
+    pub calls: Vec<FunctionCall>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recall {
+    pub step: u32,
+    pub attempt: u32,
+    pub error: ProviderError,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCallSession {
+    pub agent: String,
+    /// Model as configured (`provider/model`).
+    pub model: String,
+    pub dialog_alias: String,
+    pub dialog_id: String,
+    pub state: CallState,
+    pub max_exception_retry: u32,
+    pub max_interrupt_steps: u32,
+    pub max_llm_recall: u32,
+    pub exception_retries: Vec<Repair>,
+    pub interrupts: Vec<ToolRound>,
+    pub llm_recalls: Vec<Recall>,
+    pub invokes: Vec<InvokeTrace>,
+    pub delivery: Option<Message>,
+    pub error: Option<String>,
+    pub cost: InvokeCost,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub latency_ms: u64,
+}
+
+impl AgentCallSession {
+    pub fn exception_retries_count(&self) -> u32 {
+        self.exception_retries.len() as u32
+    }
+
+    pub fn llm_recalls_count(&self) -> u32 {
+        self.llm_recalls.len() as u32
+    }
+
+    pub fn interrupts_count(&self) -> u32 {
+        self.interrupts.len() as u32
+    }
+
+    pub fn reach_max_exception_retry(&self) -> bool {
+        self.exception_retries_count() >= self.max_exception_retry
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.state == CallState::Success
+    }
+
+    /// Records an invoke and adds its reply's cost.
+    pub fn record(&mut self, trace: InvokeTrace) {
+        if let Some(message) = &trace.response {
+            self.cost += message.cost();
+        }
+        if let Some(error) = &trace.error {
+            self.llm_recalls.push(Recall {
+                step: trace.step,
+                attempt: trace.attempt,
+                error: error.clone(),
+            });
+            self.state = CallState::LlmRecall;
+        }
+        self.invokes.push(trace);
+    }
+
+    pub fn exception(&mut self, step: u32, error: String) {
+        self.exception_retries.push(Repair { step, error });
+        self.state = CallState::Exception;
+    }
+
+    pub fn interrupt(&mut self, step: u32, calls: Vec<FunctionCall>) {
+        self.interrupts.push(ToolRound { step, calls });
+        self.state = CallState::Interrupt;
+    }
+
+    pub fn success(&mut self, delivery: Message) {
+        self.delivery = Some(delivery);
+        self.state = CallState::Success;
+    }
+
+    pub fn failure(&mut self, error: String) {
+        self.error = Some(error);
+        self.state = CallState::Failure;
+    }
+}

@@ -1,0 +1,65 @@
+//! Command-line arguments (clap) and the dispatch to each command.
+//!
+//! Each command lives in its own file and returns an `Outcome`; `main` maps it
+//! to the exit code.
+
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{Outcome, Result};
+
+#[derive(Debug, Parser)]
+#[command(name = "lllm", version, about = "Run LLM agents from YAML tactic configs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one task through a tactic; the delivery goes to stdout.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The tactic YAML file.
+    pub tactic: PathBuf,
+    /// The task text (`-` reads it from stdin).
+    #[arg(long, conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// Read the task text from this file.
+    #[arg(long)]
+    pub task_file: Option<PathBuf>,
+    /// A template argument, `key=value` (repeatable); templates see it as `key` and `args.key`.
+    #[arg(long = "var", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    /// Use this model (`provider/model`) for every agent.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Where to write the session record (default: `sessions/<session id>.json`).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Do not write a session record.
+    #[arg(long, conflicts_with = "record")]
+    pub no_record: bool,
+    /// Print the resolved tactic as JSON and exit.
+    #[arg(long)]
+    pub show_config: bool,
+    /// Print only the delivery (no summary line on stderr).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub fn execute(cli: Cli) -> Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| crate::error::Error::Usage(format!("cannot start the async runtime: {error}")))?;
+    match cli.command {
+        Command::Run(args) => runtime.block_on(run::run(args)),
+    }
+}

@@ -1,0 +1,143 @@
+//! `lllm run`: one task through a tactic. The delivery goes to stdout, a
+//! one-line summary to stderr, the session record to disk.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::RunArgs;
+use crate::error::{Error, Outcome, Result};
+use crate::tactic::{RunState, SessionRecord, Tactic, TaskInput};
+
+pub async fn run(args: RunArgs) -> Result<Outcome> {
+    let mut config = crate::config::load(&args.tactic)?;
+    if let Some(model) = &args.model {
+        config.override_model(model);
+    }
+    for warning in &config.warnings {
+        crate::report::warn(warning);
+    }
+    if args.show_config {
+        let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
+        println!("{text}");
+        return Ok(Outcome::Success);
+    }
+    let task = TaskInput {
+        id: None,
+        task: Value::String(read_task(&args)?),
+        args: parse_vars(&args.vars)?,
+        tags: Map::new(),
+    };
+    let tactic = Tactic::build(config, &|name| std::env::var(name).ok())?;
+    let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
+    tactic.check(&arg_names)?;
+
+    let record = tokio::select! {
+        record = tactic.run(task) => record,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("lllm: interrupted");
+            return Ok(Outcome::Interrupted);
+        }
+    };
+    let record_path = if args.no_record {
+        None
+    } else {
+        let path = args
+            .record
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("sessions").join(format!("{}.json", record.session_id)));
+        record.write(&path).map_err(|source| Error::Write { path: path.display().to_string(), source })?;
+        Some(path)
+    };
+    if let Some(delivery) = &record.delivery {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{delivery}");
+        let _ = stdout.flush();
+    }
+    if !args.quiet || record.state == RunState::Failure {
+        eprintln!("{}", summary(&record, record_path.as_deref()));
+    }
+    Ok(match record.state {
+        RunState::Success => Outcome::Success,
+        RunState::Failure => Outcome::Failed,
+    })
+}
+
+fn read_task(args: &RunArgs) -> Result<String> {
+    match (&args.task, &args.task_file) {
+        (Some(text), _) if text == "-" => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|error| Error::Usage(format!("cannot read the task from stdin: {error}")))?;
+            Ok(text)
+        }
+        (Some(text), _) => Ok(text.clone()),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|error| Error::Usage(format!("cannot read task file `{}`: {error}", path.display()))),
+        (None, None) => Err(Error::Usage(
+            "no task given; pass `--task TEXT`, `--task-file PATH` or `--task -` for stdin".into(),
+        )),
+    }
+}
+
+/// `key=value` pairs into template arguments (values stay strings).
+fn parse_vars(vars: &[String]) -> Result<Map<String, Value>> {
+    let mut args = Map::new();
+    for var in vars {
+        let Some((key, value)) = var.split_once('=') else {
+            return Err(Error::Usage(format!("`--var {var}` is not `key=value`")));
+        };
+        let key = key.trim();
+        if key.is_empty() || matches!(key, "task" | "args") {
+            return Err(Error::Usage(format!(
+                "`--var {var}`: the key must be a name other than `task` and `args`"
+            )));
+        }
+        args.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    Ok(args)
+}
+
+/// `lllm: success in 1.2 s · 2 calls · 120 tokens (100 in, 20 out) · $0.000030 · record sessions/….json`
+fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
+    let state = match (&record.state, &record.error) {
+        (RunState::Success, _) => "success".to_string(),
+        (RunState::Failure, Some(error)) => format!("failure: {error}"),
+        (RunState::Failure, None) => "failure".to_string(),
+    };
+    let cost = &record.cost;
+    let dollars = match (cost.cost, cost.cost_known) {
+        (Some(dollars), true) => format!("${dollars:.6}"),
+        (Some(dollars), false) => format!("${dollars:.6} + unknown"),
+        (None, _) => "cost unknown".to_string(),
+    };
+    let mut line = format!(
+        "lllm: {state} in {:.1} s · {} call(s) · {} tokens ({} in, {} out) · {dollars}",
+        record.latency_ms as f64 / 1000.0,
+        record.invoke_count(),
+        cost.total_tokens,
+        cost.prompt_tokens,
+        cost.completion_tokens,
+    );
+    if let Some(path) = path {
+        line.push_str(&format!(" · record {}", path.display()));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vars_parse_and_reject_bad_pairs() {
+        let args = parse_vars(&["topic=owls".into(), "n=3=4".into()]).unwrap();
+        assert_eq!(args["topic"], "owls");
+        assert_eq!(args["n"], "3=4");
+        assert!(parse_vars(&["novalue".into()]).is_err());
+        assert!(parse_vars(&["task=x".into()]).is_err());
+    }
+}

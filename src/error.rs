@@ -1,0 +1,50 @@
+//! The top-level error of a command and the exit code it maps to (DESIGN §7).
+//!
+//! Every layer has its own error type; here they meet, and each is sorted into
+//! "bad input, nothing was sent" (exit 2) or something that happened while
+//! running (exit 1).
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error(transparent)]
+    Tactic(#[from] crate::tactic::Error),
+    /// Bad command-line usage or input files.
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot write `{path}`: {source}")]
+    Write { path: String, source: std::io::Error },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a command ended with, mapped to the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every task succeeded.
+    Success,
+    /// At least one task failed.
+    Failed,
+    /// Stopped by Ctrl-C; what finished is on disk.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Success => 0,
+            Outcome::Failed => 1,
+            Outcome::Interrupted => 130,
+        }
+    }
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::Tactic(_) | Error::Usage(_) => 2,
+            Error::Write { .. } => 1,
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Warnings for the person at the terminal: one line on stderr, `warning: …`.
+//!
+//! The library warns rarely (unknown prices, config keys passed through) and
+//! each such warning is deduplicated by its caller.
+
+pub fn warn(text: &str) {
+    let text = text.strip_prefix("warning: ").unwrap_or(text);
+    eprintln!("warning: {text}");
+}

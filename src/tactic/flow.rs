@@ -1,0 +1,246 @@
+//! The flow engine: sequential steps over agents and their dialogs, each
+//! finished step visible to later templates as `{content, parsed, model, cost}`.
+//!
+//! The template context of a run is, from lowest to highest precedence: each
+//! task argument at top level, every finished step by name, `task` and `args`,
+//! and (for a step's own prompt) the step's rendered `args`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
+use super::{ArgValue, Tactic, TaskInput};
+use crate::agent::{Agent, AgentCallSession};
+use crate::dialog::InvokeCost;
+use crate::prompt::Prompt;
+
+/// The dialog the first agent answers in when a tactic has no flow.
+const DEFAULT_DIALOG: &str = "main";
+
+struct Run<'a> {
+    tactic: &'a Tactic,
+    agents: HashMap<String, Agent>,
+    calls: Vec<AgentCallSession>,
+    steps: Vec<StepRecord>,
+    context: Map<String, Value>,
+    sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+}
+
+pub(super) async fn run(
+    tactic: &Tactic,
+    task: TaskInput,
+    sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+) -> SessionRecord {
+    let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut context = task.args.clone();
+    context.insert("task".into(), task.task.clone());
+    context.insert("args".into(), Value::Object(task.args.clone()));
+    let mut run = Run {
+        tactic,
+        agents: HashMap::new(),
+        calls: Vec::new(),
+        steps: Vec::new(),
+        context,
+        sink,
+    };
+    let outcome = if tactic.steps.is_empty() {
+        run.answer_directly(&task).await
+    } else {
+        run.steps().await
+    };
+    let (state, delivery, error) = match outcome {
+        Ok(delivery) => (RunState::Success, Some(delivery), None),
+        Err(error) => (RunState::Failure, None, Some(error)),
+    };
+    let cost: InvokeCost = run.calls.iter().map(|call| call.cost.clone()).sum();
+    let mut dialogs = Vec::new();
+    let mut agent_names: Vec<&String> = run.agents.keys().collect();
+    agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
+    for name in agent_names {
+        dialogs.extend(run.agents[name].all_dialogs().map(|dialog| dialog.to_record()));
+    }
+    SessionRecord {
+        format: record::FORMAT.to_string(),
+        session_id: record::new_session_id(),
+        tactic: TacticInfo {
+            name: tactic.config.name.clone(),
+            path: tactic.config.path.display().to_string(),
+            config: tactic.config.resolved.clone(),
+        },
+        task_id: task.id,
+        task: task.task,
+        args: task.args,
+        tags: task.tags,
+        started_at,
+        ended_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        latency_ms: started.elapsed().as_millis() as u64,
+        state,
+        delivery,
+        error,
+        prompts: tactic
+            .prompts
+            .iter()
+            .map(|(key, prompt)| {
+                let info = PromptInfo { sha256: prompt.sha256(), template: prompt.template.clone() };
+                (key.clone(), info)
+            })
+            .collect(),
+        steps: run.steps,
+        dialogs,
+        cost_known: cost.cost_known,
+        cost,
+        agent_calls: run.calls,
+    }
+}
+
+impl Run<'_> {
+    fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
+        if !self.agents.contains_key(name) {
+            let spec = self.tactic.agents.get(name).ok_or_else(|| format!("no agent `{name}`"))?;
+            let mut agent = Agent::new(spec.clone(), self.tactic.runtime.clone());
+            agent.set_text_sink(self.sink.clone());
+            self.agents.insert(name.to_string(), agent);
+        }
+        Ok(self.agents.get_mut(name).expect("inserted above"))
+    }
+
+    /// No flow: the first agent answers the task in dialog `main`.
+    async fn answer_directly(&mut self, task: &TaskInput) -> Result<String, String> {
+        let name = self
+            .tactic
+            .agents
+            .keys()
+            .next()
+            .cloned()
+            .ok_or_else(|| "the tactic has no agents".to_string())?;
+        let context = self.context.clone();
+        let agent = self.agent(&name)?;
+        agent.open(DEFAULT_DIALOG, &context, true).map_err(|error| error.to_string())?;
+        agent.receive(&task.text(), None).map_err(|error| error.to_string())?;
+        let session = agent.respond(None).await.map_err(|error| error.to_string())?;
+        self.finish_call("answer", &name, DEFAULT_DIALOG, session)
+    }
+
+    async fn steps(&mut self) -> Result<String, String> {
+        let mut last = String::new();
+        for step in &self.tactic.steps {
+            let mut prompt_args = self.context.clone();
+            for (name, value) in &step.args {
+                let value = match value {
+                    ArgValue::Template(template) => {
+                        Value::String(template.render(&self.context).map_err(|error| error.to_string())?)
+                    }
+                    ArgValue::Literal(value) => value.clone(),
+                };
+                prompt_args.insert(name.clone(), value);
+            }
+            let context = self.context.clone();
+            let agent = self.agent(&step.agent)?;
+            if agent.dialog(&step.dialog).is_none() {
+                agent.open(&step.dialog, &context, true).map_err(|error| error.to_string())?;
+            }
+            agent
+                .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
+                .map_err(|error| error.to_string())?;
+            let session = agent.respond(Some(&step.dialog)).await.map_err(|error| error.to_string())?;
+            last = self.finish_call(&step.name, &step.agent, &step.dialog, session)?;
+        }
+        match &self.tactic.result {
+            Some(result) => result.render(&self.context).map_err(|error| error.to_string()),
+            None => Ok(last),
+        }
+    }
+
+    /// Records a finished agent call; a failed call fails the run.
+    fn finish_call(
+        &mut self,
+        step: &str,
+        agent: &str,
+        dialog: &str,
+        session: AgentCallSession,
+    ) -> Result<String, String> {
+        let outcome = match (&session.delivery, &session.error) {
+            (Some(delivery), _) if session.is_success() => {
+                self.context.insert(
+                    step.to_string(),
+                    json!({
+                        "content": delivery.content,
+                        "parsed": delivery.parsed,
+                        "model": delivery.model,
+                        "cost": session.cost.cost,
+                    }),
+                );
+                Ok(delivery.content.clone())
+            }
+            (_, Some(error)) => Err(format!("step `{step}`: {error}")),
+            _ => Err(format!("step `{step}`: agent `{agent}` gave no reply")),
+        };
+        self.steps.push(StepRecord {
+            step: step.to_string(),
+            agent: agent.to_string(),
+            dialog: dialog.to_string(),
+            agent_call: self.calls.len(),
+        });
+        self.calls.push(session);
+        outcome
+    }
+}
+
+/// Every variable every template of the flow needs, against what the flow will
+/// have at that point: `task`, `args`, the task's argument names, earlier steps
+/// and the step's own arguments.
+pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut known: BTreeSet<String> = arg_names.clone();
+    known.insert("task".into());
+    known.insert("args".into());
+    let mut missing = |prompt: &Prompt, available: &BTreeSet<String>, place: &str| {
+        let absent: Vec<String> = prompt
+            .template_vars()
+            .iter()
+            .filter(|name| !available.contains(name.as_str()))
+            .map(|name| format!("`{name}`"))
+            .collect();
+        if !absent.is_empty() {
+            let mut have: Vec<String> = available.iter().map(|name| format!("`{name}`")).collect();
+            have.truncate(12);
+            problems.push(format!(
+                "{place}: prompt `{}` needs {} (available: {})",
+                prompt.path,
+                absent.join(", "),
+                have.join(", ")
+            ));
+        }
+    };
+    let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
+    if tactic.steps.is_empty() {
+        if let Some(agent) = tactic.agents.values().next() {
+            missing(&agent.system_prompt, &known, &format!("agent `{}`", agent.name));
+        }
+    }
+    for step in &tactic.steps {
+        if opened.insert((step.agent.clone(), step.dialog.clone())) {
+            if let Some(agent) = tactic.agents.get(&step.agent) {
+                let place = format!("step `{}` (system prompt of agent `{}`)", step.name, agent.name);
+                missing(&agent.system_prompt, &known, &place);
+            }
+        }
+        let mut step_known = known.clone();
+        for (name, value) in &step.args {
+            if let ArgValue::Template(template) = value {
+                missing(template, &known, &format!("step `{}` argument `{name}`", step.name));
+            }
+            step_known.insert(name.clone());
+        }
+        missing(&step.prompt, &step_known, &format!("step `{}`", step.name));
+        known.insert(step.name.clone());
+    }
+    if let Some(result) = &tactic.result {
+        missing(result, &known, "`result`");
+    }
+    problems
+}

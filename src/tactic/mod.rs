@@ -1,0 +1,297 @@
+//! Tactics: a resolved config turned into agents, tools and a flow, run once
+//! per task into a session record.
+//!
+//! `Tactic::build` does everything that can fail on bad input — prompt lookup,
+//! provider resolution, tools, context managers, template variables — so a run
+//! never sends a request for a tactic that cannot finish. `Tactic::run` never
+//! fails: a failed run is a record in state `failure` (STYLE 8).
+
+mod flow;
+pub mod record;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+use crate::agent::context::{ContextManagers, ContextSettings};
+use crate::agent::{AgentSpec, Limits, Runtime};
+use crate::config::{StepInput, SystemPrompt, TacticConfig};
+use crate::prompt::{Prompt, Registry};
+use crate::provider::models::ModelTable;
+use crate::provider::pricing::UnknownPriceWarnings;
+use crate::provider::registry::Providers;
+use crate::provider::ToolSpec;
+use crate::tool::{CommandTool, Toolbox};
+
+pub use record::{RunState, SessionRecord};
+
+/// Everything wrong with a tactic, one problem per line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", problems.join("\n"))]
+pub struct Error {
+    pub problems: Vec<String>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One task: what the user asks, with its id, template arguments and tags.
+#[derive(Debug, Clone, Default)]
+pub struct TaskInput {
+    pub id: Option<String>,
+    /// A string, or any JSON value (templates see it as `task`).
+    pub task: Value,
+    pub args: Map<String, Value>,
+    pub tags: Map<String, Value>,
+}
+
+impl TaskInput {
+    /// The task as text for a model: a string as is, anything else as JSON.
+    pub fn text(&self) -> String {
+        match &self.task {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A flow step with its prompt looked up.
+pub(crate) struct Step {
+    pub name: String,
+    pub agent: String,
+    pub dialog: String,
+    pub prompt: Arc<Prompt>,
+    /// Argument values; strings are templates rendered against the run context.
+    pub args: Vec<(String, ArgValue)>,
+}
+
+pub(crate) enum ArgValue {
+    Template(Arc<Prompt>),
+    Literal(Value),
+}
+
+pub struct Tactic {
+    pub config: TacticConfig,
+    pub registry: Arc<Registry>,
+    pub(crate) agents: IndexMap<String, Arc<AgentSpec>>,
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) result: Option<Arc<Prompt>>,
+    /// Prompts used by the run, for the record (`key → prompt`).
+    pub(crate) prompts: BTreeMap<String, Arc<Prompt>>,
+}
+
+/// Problems are collected, not returned at the first one: the user sees them all.
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn push(&mut self, problem: impl std::fmt::Display) {
+        self.0.push(problem.to_string());
+    }
+
+    fn take<T, E: std::fmt::Display>(&mut self, result: std::result::Result<T, E>) -> Option<T> {
+        result.map_err(|error| self.push(error)).ok()
+    }
+}
+
+impl Tactic {
+    /// Builds and validates everything a run needs. `env` reads environment
+    /// variables (keys, base URLs); tests pass their own.
+    pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
+        let mut problems = Problems(Vec::new());
+        let source = config.path.display().to_string();
+        let mut registry = if config.prompts_dir.is_dir() {
+            problems.take(Registry::load(&config.prompts_dir)).unwrap_or_else(Registry::empty)
+        } else {
+            Registry::empty()
+        };
+
+        let toolbox = build_toolbox(&config, &mut problems);
+        let providers = problems.take(Providers::new(&config.providers, env));
+        let context_managers = ContextManagers::with_builtins();
+        let mut prompts = BTreeMap::new();
+
+        let mut agents = IndexMap::new();
+        for agent in &config.agents {
+            let system_prompt = match &agent.system_prompt {
+                SystemPrompt::Key(key) => problems
+                    .take(registry.get(key).map_err(|error| format!("agent `{}`: {error}", agent.name)))
+                    .map(|prompt| Arc::new(prompt.clone())),
+                SystemPrompt::Inline(text) => {
+                    let key = format!("{}/system (inline)", agent.name);
+                    problems.take(Prompt::new(key, text.clone())).map(Arc::new)
+                }
+            };
+            let model = providers
+                .as_ref()
+                .and_then(|providers| problems.take(providers.resolve(&agent.model_name)));
+            for tool in &agent.tools {
+                if !toolbox.contains(tool) {
+                    problems.push(format!(
+                        "agent `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                        agent.name,
+                        crate::suggest::hint(tool, toolbox.names())
+                    ));
+                }
+            }
+            let context_manager = agent.context_manager.as_ref().and_then(|settings| {
+                let (provider, model) = split_model(&agent.model_name);
+                problems.take(context_managers.build(&ContextSettings {
+                    kind: settings.kind.clone(),
+                    model_provider: provider.to_string(),
+                    model: model.to_string(),
+                    max_tokens: settings.max_tokens,
+                    options: settings.options.clone(),
+                }))
+            });
+            let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
+                continue;
+            };
+            for tool in &system_prompt.tools {
+                if !toolbox.contains(tool) {
+                    problems.push(format!(
+                        "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
+                        system_prompt.path
+                    ));
+                }
+            }
+            prompts.insert(system_prompt.path.clone(), system_prompt.clone());
+            let spec = AgentSpec {
+                name: agent.name.clone(),
+                system_prompt,
+                model_name: agent.model_name.clone(),
+                model,
+                model_args: agent.model_args.clone(),
+                tools: agent.tools.clone(),
+                limits: Limits {
+                    max_exception_retry: agent.max_exception_retry,
+                    max_interrupt_steps: agent.max_interrupt_steps,
+                    max_llm_recall: agent.max_llm_recall,
+                },
+                context_manager,
+                api_type: agent.api_type,
+            };
+            agents.insert(agent.name.clone(), Arc::new(spec));
+        }
+
+        let mut steps = Vec::new();
+        for step in &config.flow {
+            let prompt = match &step.input {
+                StepInput::Prompt(key) => problems
+                    .take(registry.get(key).map_err(|error| format!("step `{}`: {error}", step.name)))
+                    .map(|prompt| Arc::new(prompt.clone())),
+                StepInput::Text(text) => problems
+                    .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
+                    .map(Arc::new),
+            };
+            let mut args = Vec::new();
+            for (name, value) in &step.args {
+                let value = match value {
+                    Value::String(text) => problems
+                        .take(Prompt::new(format!("{}.args.{name}", step.name), text.clone()))
+                        .map(|prompt| ArgValue::Template(Arc::new(prompt))),
+                    other => Some(ArgValue::Literal(other.clone())),
+                };
+                if let Some(value) = value {
+                    args.push((name.clone(), value));
+                }
+            }
+            if let Some(prompt) = prompt {
+                for tool in &prompt.tools {
+                    if !toolbox.contains(tool) {
+                        problems.push(format!(
+                            "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
+                            prompt.path
+                        ));
+                    }
+                }
+                prompts.insert(prompt.path.clone(), prompt.clone());
+                steps.push(Step {
+                    name: step.name.clone(),
+                    agent: step.agent.clone(),
+                    dialog: step.dialog.clone(),
+                    prompt,
+                    args,
+                });
+            }
+        }
+        let result = config
+            .result
+            .as_ref()
+            .and_then(|text| problems.take(Prompt::new("result", text.clone())).map(Arc::new));
+
+        if !problems.0.is_empty() {
+            return Err(Error { problems: problems.0 });
+        }
+        let prices = match &config.pricing {
+            Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
+                Ok(table) => Arc::new(table),
+                Err(error) => return Err(Error { problems: vec![format!("`pricing`: {error}")] }),
+            },
+            None => Arc::new(ModelTable::bundled().clone()),
+        };
+        let _ = &mut registry;
+        let runtime = Arc::new(Runtime {
+            toolbox,
+            prices,
+            price_warnings: UnknownPriceWarnings::default(),
+        });
+        let tactic = Tactic {
+            config,
+            registry: Arc::new(registry),
+            agents,
+            runtime,
+            steps,
+            result,
+            prompts,
+        };
+        tactic.check(&BTreeSet::new()).map(|()| tactic)
+    }
+
+    /// Checks that every template the flow reaches has its variables, given the
+    /// task argument names. All problems at once.
+    pub fn check(&self, arg_names: &BTreeSet<String>) -> Result<()> {
+        let problems = flow::check_variables(self, arg_names);
+        if problems.is_empty() { Ok(()) } else { Err(Error { problems }) }
+    }
+
+    /// Runs one task to its session record.
+    pub async fn run(&self, task: TaskInput) -> SessionRecord {
+        flow::run(self, task, None).await
+    }
+
+    /// Runs one task, streaming the final step's reply text to `sink`.
+    pub async fn run_streaming(&self, task: TaskInput, sink: Arc<dyn Fn(&str) + Send + Sync>) -> SessionRecord {
+        flow::run(self, task, Some(sink)).await
+    }
+}
+
+/// `provider/model` → (`provider`, `model`); a bare name is an OpenAI model.
+pub fn split_model(model_name: &str) -> (&str, &str) {
+    model_name.split_once('/').unwrap_or(("openai", model_name))
+}
+
+fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
+    let mut toolbox = Toolbox::default();
+    for tool in &config.tools {
+        if toolbox.contains(&tool.name) {
+            problems.push(format!("tool `{}` is defined twice under `tools:`", tool.name));
+            continue;
+        }
+        let spec = ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+        };
+        toolbox.insert(Arc::new(CommandTool::new(
+            spec,
+            tool.command.clone(),
+            Duration::from_secs_f64(tool.timeout_s.max(0.001)),
+            tool.cwd.clone(),
+            tool.env.clone(),
+        )));
+    }
+    toolbox
+}

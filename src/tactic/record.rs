@@ -1,0 +1,103 @@
+//! The session record (DESIGN §5, `format: lllm.session/1`): one self-contained
+//! JSON document per tactic run, holding the resolved config, every prompt
+//! used, every dialog of the fork tree and every agent call with all invokes.
+//!
+//! Bump `FORMAT` when a field changes meaning or goes away; adding a field
+//! keeps the version (readers ignore what they do not know).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::agent::AgentCallSession;
+use crate::dialog::{DialogRecord, InvokeCost};
+
+pub const FORMAT: &str = "lllm.session/1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Success,
+    Failure,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TacticInfo {
+    pub name: String,
+    pub path: String,
+    /// The resolved tactic (after `base`, merges and defaults); holds no secrets.
+    pub config: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptInfo {
+    pub sha256: String,
+    pub template: String,
+}
+
+/// One finished flow step: which agent call produced it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: String,
+    pub agent: String,
+    pub dialog: String,
+    /// Index into `agent_calls`.
+    pub agent_call: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub format: String,
+    pub session_id: String,
+    pub tactic: TacticInfo,
+    pub task_id: Option<String>,
+    pub task: Value,
+    #[serde(default)]
+    pub args: Map<String, Value>,
+    #[serde(default)]
+    pub tags: Map<String, Value>,
+    pub started_at: String,
+    pub ended_at: String,
+    pub latency_ms: u64,
+    pub state: RunState,
+    pub delivery: Option<String>,
+    pub error: Option<String>,
+    pub prompts: BTreeMap<String, PromptInfo>,
+    pub steps: Vec<StepRecord>,
+    pub dialogs: Vec<DialogRecord>,
+    pub agent_calls: Vec<AgentCallSession>,
+    pub cost: InvokeCost,
+    pub cost_known: bool,
+}
+
+impl SessionRecord {
+    /// Invokes sent to providers (attempts included).
+    pub fn invoke_count(&self) -> usize {
+        self.agent_calls.iter().map(|call| call.invokes.len()).sum()
+    }
+
+    /// Writes the record as pretty JSON, atomically: a crash leaves either the
+    /// old file or the new one, never half of one.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let temporary = path.with_file_name(format!(".{file_name}.tmp"));
+        let mut file = std::fs::File::create(&temporary)?;
+        serde_json::to_writer_pretty(&mut file, self)?;
+        file.write_all(b"\n")?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    }
+}
+
+/// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
+pub fn new_session_id() -> String {
+    let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S");
+    let suffix: String = uuid::Uuid::new_v4().simple().to_string().chars().take(8).collect();
+    format!("{stamp}_{suffix}")
+}

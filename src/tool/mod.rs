@@ -1,0 +1,70 @@
+//! Tools the model can call: the `Tool` trait, the `Toolbox` of a run, and the
+//! text a result becomes in the dialog (D12).
+//!
+//! `command` runs external programs; MCP servers and built-ins come later and
+//! plug in through the same trait. Which tools a turn offers is the agent
+//! loop's business (D1), not the toolbox's.
+
+mod command;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+use crate::provider::ToolSpec;
+
+pub use command::CommandTool;
+
+/// A callable tool. `Ok` is the result text the model sees; `Err` is an error
+/// message the model sees (a failed tool is an outcome, not an abort).
+pub trait Tool: Send + Sync {
+    fn spec(&self) -> &ToolSpec;
+    fn call<'a>(&'a self, arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>>;
+}
+
+/// Every tool a run can offer, by name, in declaration order.
+#[derive(Default, Clone)]
+pub struct Toolbox {
+    tools: IndexMap<String, Arc<dyn Tool>>,
+}
+
+impl Toolbox {
+    pub fn insert(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.spec().name.clone(), tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+}
+
+/// The tool-result text the model reads (D12: JSON arguments, not a Python repr).
+pub fn result_text(name: &str, arguments: &Map<String, Value>, result: &str) -> String {
+    let arguments = Value::Object(arguments.clone());
+    format!("Return of calling function {name} with arguments {arguments}:\n---\n{result}\n---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn result_text_shows_json_arguments() {
+        let arguments = json!({"text": "a b"}).as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            result_text("word_count", &arguments, "2"),
+            "Return of calling function word_count with arguments {\"text\":\"a b\"}:\n---\n2\n---\n"
+        );
+    }
+}
