@@ -14,7 +14,10 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
     #[error("cannot write `{path}`: {source}")]
-    Write { path: String, source: std::io::Error },
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -40,8 +40,16 @@ mod tests {
 
     #[test]
     fn suggests_close_names_only() {
-        case("writer/drfat", &["writer/draft", "critic/system"], Some("writer/draft"));
-        case("agent_config", &["agent_configs", "global"], Some("agent_configs"));
+        case(
+            "writer/drfat",
+            &["writer/draft", "critic/system"],
+            Some("writer/draft"),
+        );
+        case(
+            "agent_config",
+            &["agent_configs", "global"],
+            Some("agent_configs"),
+        );
         case("zzz", &["writer/draft"], None);
         case("x", &[], None);
     }

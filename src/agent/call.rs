@@ -68,10 +68,18 @@ impl Call<'_> {
         session
     }
 
-    async fn run_loop(&self, dialog: &mut Dialog, archive: &mut Vec<Dialog>, session: &mut AgentCallSession) {
+    async fn run_loop(
+        &self,
+        dialog: &mut Dialog,
+        archive: &mut Vec<Dialog>,
+        session: &mut AgentCallSession,
+    ) {
         // D2: the top prompt at entry governs the whole call (parser, format,
         // handlers), whatever the tool results put on the dialog later.
-        let top = dialog.top_prompt.clone().unwrap_or_else(|| self.spec.system_prompt.clone());
+        let top = dialog
+            .top_prompt
+            .clone()
+            .unwrap_or_else(|| self.spec.system_prompt.clone());
         let tools = self.offered_tools(&top);
         let tool_names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
         let max_rounds = match self.spec.limits.max_interrupt_steps {
@@ -83,7 +91,10 @@ impl Call<'_> {
         let mut final_round = false;
         for step in 0..=max_rounds {
             let offered: &[ToolSpec] = if final_round { &[] } else { &tools };
-            let reply = match self.invoke_until_parsed(dialog, archive, session, &top, offered, step).await {
+            let reply = match self
+                .invoke_until_parsed(dialog, archive, session, &top, offered, step)
+                .await
+            {
                 Ok(reply) => reply,
                 Err(error) => {
                     session.failure(error);
@@ -97,7 +108,9 @@ impl Call<'_> {
             }
             let mut executed = Vec::with_capacity(reply.function_calls.len());
             for call in &reply.function_calls {
-                let (call, result_text) = self.execute(call, &succeeded, &tool_names, offered.is_empty()).await;
+                let (call, result_text) = self
+                    .execute(call, &succeeded, &tool_names, offered.is_empty())
+                    .await;
                 if call.success() {
                     succeeded.push(call.clone());
                 }
@@ -115,7 +128,10 @@ impl Call<'_> {
                     // A handler text that does not render must not leave the tool
                     // call unanswered (providers reject that): answer it plainly.
                     dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
-                    crate::report::warn(&format!("interrupt handler of prompt `{}`: {error}", top.path));
+                    crate::report::warn(&format!(
+                        "interrupt handler of prompt `{}`: {error}",
+                        top.path
+                    ));
                 }
                 executed.push(call);
             }
@@ -124,10 +140,19 @@ impl Call<'_> {
                 break;
             }
             if session.interrupts_count() >= max_rounds {
-                let name = reply.function_calls.last().map_or("user", |call| call.name.as_str()).to_string();
+                let name = reply
+                    .function_calls
+                    .last()
+                    .map_or("user", |call| call.name.as_str())
+                    .to_string();
                 let final_prompt = Arc::new(top.on_interrupt_final());
-                if let Err(error) = dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new()) {
-                    session.failure(format!("interrupt-final handler of prompt `{}`: {error}", top.path));
+                if let Err(error) =
+                    dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
+                {
+                    session.failure(format!(
+                        "interrupt-final handler of prompt `{}`: {error}",
+                        top.path
+                    ));
                     return;
                 }
                 final_round = true;
@@ -173,7 +198,9 @@ impl Call<'_> {
                 archive.push(std::mem::replace(&mut working, pruned));
             }
         }
-        let result = self.repair_loop(&mut working, session, top, tools, step).await;
+        let result = self
+            .repair_loop(&mut working, session, top, tools, step)
+            .await;
         archive.push(working);
         result
     }
@@ -231,8 +258,17 @@ impl Call<'_> {
             let mut reply = attempted.message;
             reply.name = self.spec.name.clone();
             reply.role = Role::Assistant;
-            if !pricing::apply(&self.runtime.prices, &model.provider_name, &model.model, &mut reply.usage) {
-                if let Some(warning) = self.runtime.price_warnings.warn_once(&model.provider_name, &model.model) {
+            if !pricing::apply(
+                &self.runtime.prices,
+                &model.provider_name,
+                &model.model,
+                &mut reply.usage,
+            ) {
+                if let Some(warning) = self
+                    .runtime
+                    .price_warnings
+                    .warn_once(&model.provider_name, &model.model)
+                {
                     crate::report::warn(&warning);
                 }
             }
@@ -275,10 +311,17 @@ impl Call<'_> {
             }
             session.exception(step, error.clone());
             let handler = Arc::new(top.on_exception());
-            if let Err(render_error) =
-                working.put_prompt(handler, &one_arg("error_message", error), Role::User, "exception", Map::new())
-            {
-                return Err(format!("exception handler of prompt `{}`: {render_error}", top.path));
+            if let Err(render_error) = working.put_prompt(
+                handler,
+                &one_arg("error_message", error),
+                Role::User,
+                "exception",
+                Map::new(),
+            ) {
+                return Err(format!(
+                    "exception handler of prompt `{}`: {render_error}",
+                    top.path
+                ));
             }
         }
     }
@@ -296,7 +339,10 @@ impl Call<'_> {
         let error = if let Some(raw) = &call.raw_arguments {
             // D8: answer malformed arguments as a tool result so every tool call
             // has its answer and the message sequence stays valid.
-            Some(format!("the arguments of `{}` are not a JSON object: {raw}", call.name))
+            Some(format!(
+                "the arguments of `{}` are not a JSON object: {raw}",
+                call.name
+            ))
         } else if call.is_repeated(succeeded) {
             let text = format!(
                 "The function {} with identical arguments {} has been called earlier, please check the previous \

@@ -24,16 +24,26 @@ use crate::tool::Toolbox;
 pub use context::ContextManager;
 pub use session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 
+/// Receives the text of streamed replies as it arrives.
+pub type SharedTextSink = Arc<dyn Fn(&str) + Send + Sync>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("agent `{agent}` has no dialog `{alias}` (open: {available})")]
-    NoDialog { agent: String, alias: String, available: String },
+    NoDialog {
+        agent: String,
+        alias: String,
+        available: String,
+    },
     #[error("agent `{agent}` already has a dialog `{alias}`; fork or close it first")]
     DialogExists { agent: String, alias: String },
     #[error("agent `{agent}` has no active dialog; open one first")]
     NoActiveDialog { agent: String },
     #[error("agent `{agent}`: {source}")]
-    Dialog { agent: String, source: crate::dialog::Error },
+    Dialog {
+        agent: String,
+        source: crate::dialog::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -76,7 +86,7 @@ pub struct Agent {
     /// Dialogs no longer reachable by alias (working forks, pruned copies,
     /// closed dialogs), kept so the session record holds the whole tree.
     archive: Vec<Dialog>,
-    text_sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    text_sink: Option<SharedTextSink>,
 }
 
 impl Agent {
@@ -100,18 +110,35 @@ impl Agent {
     }
 
     /// Streams the text of every reply to `sink` as it arrives.
-    pub fn set_text_sink(&mut self, sink: Option<Arc<dyn Fn(&str) + Send + Sync>>) {
+    pub fn set_text_sink(&mut self, sink: Option<SharedTextSink>) {
         self.text_sink = sink;
     }
 
     /// Creates dialog `alias`, seeded with the system prompt rendered with `args`.
-    pub fn open(&mut self, alias: &str, args: &Map<String, Value>, switch: bool) -> Result<&mut Agent> {
+    pub fn open(
+        &mut self,
+        alias: &str,
+        args: &Map<String, Value>,
+        switch: bool,
+    ) -> Result<&mut Agent> {
         if self.dialogs.contains_key(alias) {
-            return Err(Error::DialogExists { agent: self.spec.name.clone(), alias: alias.into() });
+            return Err(Error::DialogExists {
+                agent: self.spec.name.clone(),
+                alias: alias.into(),
+            });
         }
-        let mut dialog = Dialog::new(self.spec.name.clone(), format!("{}_{alias}", self.spec.name));
+        let mut dialog = Dialog::new(
+            self.spec.name.clone(),
+            format!("{}_{alias}", self.spec.name),
+        );
         dialog
-            .put_prompt(self.spec.system_prompt.clone(), args, Role::System, "system", Map::new())
+            .put_prompt(
+                self.spec.system_prompt.clone(),
+                args,
+                Role::System,
+                "system",
+                Map::new(),
+            )
             .map_err(|source| self.dialog_error(source))?;
         self.dialogs.insert(alias.to_string(), dialog);
         if switch {
@@ -130,7 +157,10 @@ impl Agent {
         switch: bool,
     ) -> Result<&mut Agent> {
         if self.dialogs.contains_key(child_alias) {
-            return Err(Error::DialogExists { agent: self.spec.name.clone(), alias: child_alias.into() });
+            return Err(Error::DialogExists {
+                agent: self.spec.name.clone(),
+                alias: child_alias.into(),
+            });
         }
         let child = self.dialog_mut(Some(alias))?.fork(last_n, first_k);
         self.dialogs.insert(child_alias.to_string(), child);
@@ -142,7 +172,10 @@ impl Agent {
 
     /// Removes dialog `alias` and returns it; if it was active, none is.
     pub fn close(&mut self, alias: &str) -> Result<Dialog> {
-        let dialog = self.dialogs.shift_remove(alias).ok_or_else(|| self.no_dialog(alias))?;
+        let dialog = self
+            .dialogs
+            .shift_remove(alias)
+            .ok_or_else(|| self.no_dialog(alias))?;
         if self.active_alias.as_deref() == Some(alias) {
             self.active_alias = None;
         }
@@ -160,7 +193,9 @@ impl Agent {
 
     /// Appends text to the active (or named) dialog.
     pub fn receive(&mut self, text: &str, alias: Option<&str>) -> Result<&Message> {
-        Ok(self.dialog_mut(alias)?.put_text(text, Role::User, "user", Map::new()))
+        Ok(self
+            .dialog_mut(alias)?
+            .put_text(text, Role::User, "user", Map::new()))
     }
 
     /// Renders `prompt` into the active (or named) dialog and makes it govern the next turn.
@@ -196,7 +231,9 @@ impl Agent {
             None => self
                 .active_alias
                 .clone()
-                .ok_or_else(|| Error::NoActiveDialog { agent: self.spec.name.clone() })?,
+                .ok_or_else(|| Error::NoActiveDialog {
+                    agent: self.spec.name.clone(),
+                })?,
         };
         let Some(dialog) = self.dialogs.get_mut(&alias) else {
             return Err(self.no_dialog(&alias));
@@ -214,7 +251,9 @@ impl Agent {
         let alias = self
             .active_alias
             .as_deref()
-            .ok_or_else(|| Error::NoActiveDialog { agent: self.spec.name.clone() })?;
+            .ok_or_else(|| Error::NoActiveDialog {
+                agent: self.spec.name.clone(),
+            })?;
         self.dialogs.get(alias).ok_or_else(|| self.no_dialog(alias))
     }
 
@@ -242,7 +281,9 @@ impl Agent {
             None => self
                 .active_alias
                 .clone()
-                .ok_or_else(|| Error::NoActiveDialog { agent: self.spec.name.clone() })?,
+                .ok_or_else(|| Error::NoActiveDialog {
+                    agent: self.spec.name.clone(),
+                })?,
         };
         if !self.dialogs.contains_key(&alias) {
             return Err(self.no_dialog(&alias));
@@ -251,15 +292,26 @@ impl Agent {
     }
 
     fn no_dialog(&self, alias: &str) -> Error {
-        let available: Vec<String> = self.dialogs.keys().map(|alias| format!("`{alias}`")).collect();
+        let available: Vec<String> = self
+            .dialogs
+            .keys()
+            .map(|alias| format!("`{alias}`"))
+            .collect();
         Error::NoDialog {
             agent: self.spec.name.clone(),
             alias: alias.to_string(),
-            available: if available.is_empty() { "none".into() } else { available.join(", ") },
+            available: if available.is_empty() {
+                "none".into()
+            } else {
+                available.join(", ")
+            },
         }
     }
 
     fn dialog_error(&self, source: crate::dialog::Error) -> Error {
-        Error::Dialog { agent: self.spec.name.clone(), source }
+        Error::Dialog {
+            agent: self.spec.name.clone(),
+            source,
+        }
     }
 }

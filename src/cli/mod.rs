@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand};
 use crate::error::{Outcome, Result};
 
 #[derive(Debug, Parser)]
-#[command(name = "lllm", version, about = "Run LLM agents from YAML tactic configs")]
+#[command(
+    name = "lllm",
+    version,
+    about = "Run LLM agents from YAML tactic configs"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -58,7 +62,9 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|error| crate::error::Error::Usage(format!("cannot start the async runtime: {error}")))?;
+        .map_err(|error| {
+            crate::error::Error::Usage(format!("cannot start the async runtime: {error}"))
+        })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
     }

@@ -44,11 +44,13 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     let record_path = if args.no_record {
         None
     } else {
-        let path = args
-            .record
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("sessions").join(format!("{}.json", record.session_id)));
-        record.write(&path).map_err(|source| Error::Write { path: path.display().to_string(), source })?;
+        let path = args.record.clone().unwrap_or_else(|| {
+            PathBuf::from("sessions").join(format!("{}.json", record.session_id))
+        });
+        record.write(&path).map_err(|source| Error::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
         Some(path)
     };
     if let Some(delivery) = &record.delivery {
@@ -71,12 +73,18 @@ fn read_task(args: &RunArgs) -> Result<String> {
             let mut text = String::new();
             std::io::stdin()
                 .read_to_string(&mut text)
-                .map_err(|error| Error::Usage(format!("cannot read the task from stdin: {error}")))?;
+                .map_err(|error| {
+                    Error::Usage(format!("cannot read the task from stdin: {error}"))
+                })?;
             Ok(text)
         }
         (Some(text), _) => Ok(text.clone()),
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .map_err(|error| Error::Usage(format!("cannot read task file `{}`: {error}", path.display()))),
+        (None, Some(path)) => std::fs::read_to_string(path).map_err(|error| {
+            Error::Usage(format!(
+                "cannot read task file `{}`: {error}",
+                path.display()
+            ))
+        }),
         (None, None) => Err(Error::Usage(
             "no task given; pass `--task TEXT`, `--task-file PATH` or `--task -` for stdin".into(),
         )),

@@ -199,7 +199,8 @@ mod tests {
 
     #[test]
     fn unknown_price_is_null_not_zero() {
-        let cost = InvokeCost::from_usage(&usage(json!({"prompt_tokens": 3, "response_cost": null})));
+        let cost =
+            InvokeCost::from_usage(&usage(json!({"prompt_tokens": 3, "response_cost": null})));
         assert_eq!(cost.cost, None);
         assert!(!cost.cost_known);
         assert_eq!(InvokeCost::from_usage(&Map::new()), InvokeCost::default());

@@ -196,7 +196,11 @@ impl Message {
     }
 
     /// A tool result answering the call `tool_call_id`.
-    pub fn tool(name: impl Into<String>, tool_call_id: &str, content: impl Into<String>) -> Message {
+    pub fn tool(
+        name: impl Into<String>,
+        tool_call_id: &str,
+        content: impl Into<String>,
+    ) -> Message {
         let mut message = Message::new(Role::Tool, name, content);
         message
             .metadata
@@ -258,7 +262,10 @@ mod tests {
             token: Some("done".into()),
             logprob: Some(-0.1),
             bytes: Some(vec![100]),
-            top_logprobs: vec![TopLogprob { token: "ok".into(), logprob: -2.0 }],
+            top_logprobs: vec![TopLogprob {
+                token: "ok".into(),
+                logprob: -2.0,
+            }],
         }];
         message.metadata.insert("dialog_id".into(), json!("abc"));
         message.api_type = ApiType::Response;

@@ -27,7 +27,10 @@ pub enum Error {
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
     #[error("cannot read image `{path}`: {source}")]
-    ImageRead { path: String, source: std::io::Error },
+    ImageRead {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("image {origin} is not PNG, JPEG, WebP or GIF (starts with {header:02x?})")]
     ImageFormat { origin: String, header: Vec<u8> },
     #[error("image {origin} is not valid base64: {message}")]
@@ -58,7 +61,7 @@ pub struct Dialog {
 }
 
 /// The JSON form of a dialog: messages, tree node and the key of the top prompt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DialogRecord {
     pub messages: Vec<Message>,
     pub session_name: String,
@@ -107,9 +110,10 @@ impl Dialog {
 
     /// Appends, stamping `dialog_id` into the message's metadata.
     pub fn append(&mut self, mut message: Message) -> &Message {
-        message
-            .metadata
-            .insert("dialog_id".into(), Value::String(self.dialog_id().to_string()));
+        message.metadata.insert(
+            "dialog_id".into(),
+            Value::String(self.dialog_id().to_string()),
+        );
         self.messages.push(message);
         self.messages.last().expect("just pushed")
     }
@@ -132,7 +136,13 @@ impl Dialog {
 
     /// Appends raw text; the next turn is governed by a bare prompt (no parser,
     /// no format, no prompt tools).
-    pub fn put_text(&mut self, text: &str, role: Role, name: &str, metadata: Map<String, Value>) -> &Message {
+    pub fn put_text(
+        &mut self,
+        text: &str,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> &Message {
         let mut message = Message::new(role, name, text);
         message.metadata = metadata;
         self.top_prompt = Some(Arc::new(Prompt::bare("__text")));
@@ -158,10 +168,12 @@ impl Dialog {
                 (format!("`{}`", path.display()), bytes)
             }
             ImageSource::Base64(text) => {
-                let bytes = engine.decode(text.trim()).map_err(|error| Error::ImageBase64 {
-                    origin: "string".into(),
-                    message: error.to_string(),
-                })?;
+                let bytes = engine
+                    .decode(text.trim())
+                    .map_err(|error| Error::ImageBase64 {
+                        origin: "string".into(),
+                        message: error.to_string(),
+                    })?;
                 ("string".to_string(), bytes)
             }
             ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
@@ -173,9 +185,13 @@ impl Dialog {
         let mut message = Message::new(role, name, engine.encode(&bytes));
         message.modality = Modality::Image;
         message.metadata = metadata;
-        message.metadata.insert("mime_type".into(), Value::String(mime.into()));
+        message
+            .metadata
+            .insert("mime_type".into(), Value::String(mime.into()));
         if let Some(caption) = caption {
-            message.metadata.insert("caption".into(), Value::String(caption.into()));
+            message
+                .metadata
+                .insert("caption".into(), Value::String(caption.into()));
         }
         Ok(self.append(message))
     }
@@ -223,10 +239,17 @@ impl Dialog {
             let calls = if message.function_calls.is_empty() {
                 String::new()
             } else {
-                let names: Vec<&str> = message.function_calls.iter().map(|c| c.name.as_str()).collect();
+                let names: Vec<&str> = message
+                    .function_calls
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
                 format!(" [calls: {}]", names.join(", "))
             };
-            lines.push(format!("[{index}. {} ({})]: {preview}{calls}", message.name, message.role));
+            lines.push(format!(
+                "[{index}. {} ({})]: {preview}{calls}",
+                message.name, message.role
+            ));
         }
         lines.join("\n\n")
     }
@@ -242,7 +265,9 @@ impl Dialog {
     fn tree_lines(&self, dialogs: &[&Dialog], indent: usize, lines: &mut Vec<String>) {
         let node = &self.tree_node;
         let branch = if indent > 0 { "└─ " } else { "" };
-        let split = node.split_point.map_or("None".to_string(), |split| split.to_string());
+        let split = node
+            .split_point
+            .map_or("None".to_string(), |split| split.to_string());
         let id_prefix: String = node.dialog_id.chars().take(8).collect();
         let mut line = format!(
             "{}{branch}[{id_prefix}] owner={} msgs={} split@{split}",
@@ -280,7 +305,9 @@ impl Dialog {
             if path == "__text" {
                 return Some(Arc::new(Prompt::bare("__text")));
             }
-            registry.and_then(|registry| registry.get(path).ok()).map(|prompt| Arc::new(prompt.clone()))
+            registry
+                .and_then(|registry| registry.get(path).ok())
+                .map(|prompt| Arc::new(prompt.clone()))
         });
         Dialog {
             session_name: record.session_name,
@@ -293,7 +320,10 @@ impl Dialog {
 }
 
 impl Serialize for Dialog {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
         self.to_record().serialize(serializer)
     }
 }

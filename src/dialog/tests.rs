@@ -18,18 +18,38 @@ fn dialog_with(count: usize) -> Dialog {
 }
 
 fn contents(dialog: &Dialog) -> Vec<&str> {
-    dialog.messages().iter().map(|m| m.content.as_str()).collect()
+    dialog
+        .messages()
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect()
 }
 
 #[track_caller]
-fn fork_case(len: usize, last_n: usize, first_k: usize, expected: &[&str], node: (usize, usize, usize)) {
+fn fork_case(
+    len: usize,
+    last_n: usize,
+    first_k: usize,
+    expected: &[&str],
+    node: (usize, usize, usize),
+) {
     let mut parent = dialog_with(len);
     let child = parent.fork(last_n, first_k);
     assert_eq!(contents(&child), expected);
     let tree = &child.tree_node;
-    assert_eq!((tree.split_point.unwrap(), tree.last_n.unwrap(), tree.first_k.unwrap()), node);
+    assert_eq!(
+        (
+            tree.split_point.unwrap(),
+            tree.last_n.unwrap(),
+            tree.first_k.unwrap()
+        ),
+        node
+    );
     assert_eq!(tree.parent_id.as_deref(), Some(parent.dialog_id()));
-    assert_eq!(parent.tree_node.children_ids, vec![child.dialog_id().to_string()]);
+    assert_eq!(
+        parent.tree_node.children_ids,
+        vec![child.dialog_id().to_string()]
+    );
     assert_eq!(contents(&parent).len(), len, "the parent is untouched");
 }
 
@@ -55,12 +75,21 @@ fn fork_inherits_owner_session_and_top_prompt_and_appends_independently() {
     let mut child = parent.fork(0, 1);
     assert_eq!(child.owner, "coder");
     assert_eq!(child.session_name, "test");
-    assert_eq!(child.top_prompt.as_ref().map(|p| p.path.as_str()), Some("__text"));
+    assert_eq!(
+        child.top_prompt.as_ref().map(|p| p.path.as_str()),
+        Some("__text")
+    );
     child.put_text("only in child", Role::User, "user", Map::new());
     assert_eq!(parent.len(), 2);
     assert_eq!(child.len(), 3);
-    assert_eq!(child.tail().unwrap().metadata["dialog_id"], json!(child.dialog_id()));
-    assert_eq!(child.head().unwrap().metadata["dialog_id"], json!(parent.dialog_id()));
+    assert_eq!(
+        child.tail().unwrap().metadata["dialog_id"],
+        json!(child.dialog_id())
+    );
+    assert_eq!(
+        child.head().unwrap().metadata["dialog_id"],
+        json!(parent.dialog_id())
+    );
     assert_eq!(child.tree_node.depth, 1);
 }
 
@@ -74,9 +103,15 @@ fn tree_overview_shows_every_fork() {
     let overview = root.tree_overview(&all);
     let lines: Vec<&str> = overview.lines().collect();
     assert_eq!(lines.len(), 4);
-    assert!(lines[0].starts_with(&format!("[{}] owner=coder msgs=5 split@None", &root.dialog_id()[..8])));
+    assert!(lines[0].starts_with(&format!(
+        "[{}] owner=coder msgs=5 split@None",
+        &root.dialog_id()[..8]
+    )));
     assert!(lines[1].starts_with("  └─ ") && lines[1].ends_with("msgs=5 split@5"));
-    assert!(lines[2].starts_with("    └─ "), "a's child is listed under a: {overview}");
+    assert!(
+        lines[2].starts_with("    └─ "),
+        "a's child is listed under a: {overview}"
+    );
     assert!(lines[3].ends_with("msgs=3 split@3 (last_n=2, first_k=1)"));
 }
 
@@ -85,12 +120,22 @@ fn put_prompt_renders_and_sets_top_prompt() {
     let prompt = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
     let mut dialog = Dialog::new("writer", "s");
     let message = dialog
-        .put_prompt(prompt, &args(json!({"topic": "owls"})), Role::User, "user", Map::new())
+        .put_prompt(
+            prompt,
+            &args(json!({"topic": "owls"})),
+            Role::User,
+            "user",
+            Map::new(),
+        )
         .unwrap();
     assert_eq!(message.content, "Write about owls.");
     assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
     let missing = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
-    assert!(dialog.put_prompt(missing, &Map::new(), Role::User, "user", Map::new()).is_err());
+    assert!(
+        dialog
+            .put_prompt(missing, &Map::new(), Role::User, "user", Map::new())
+            .is_err()
+    );
     assert_eq!(dialog.len(), 1, "a failed render appends nothing");
 }
 
@@ -99,23 +144,52 @@ fn put_image_detects_the_type_from_magic_bytes() {
     let png = b"\x89PNG\r\n\x1a\nrest";
     let mut dialog = Dialog::new("a", "s");
     let message = dialog
-        .put_image(ImageSource::Bytes(png), Some("a chart"), Role::User, "user", Map::new())
+        .put_image(
+            ImageSource::Bytes(png),
+            Some("a chart"),
+            Role::User,
+            "user",
+            Map::new(),
+        )
         .unwrap();
     assert_eq!(message.modality, Modality::Image);
     assert_eq!(message.mime_type(), Some("image/png"));
     assert_eq!(message.metadata["caption"], json!("a chart"));
     let jpeg = base64::engine::general_purpose::STANDARD.encode(b"\xff\xd8\xff\xe0data");
     let message = dialog
-        .put_image(ImageSource::Base64(&jpeg), None, Role::User, "user", Map::new())
+        .put_image(
+            ImageSource::Base64(&jpeg),
+            None,
+            Role::User,
+            "user",
+            Map::new(),
+        )
         .unwrap();
     assert_eq!(message.mime_type(), Some("image/jpeg"));
     let error = dialog
-        .put_image(ImageSource::Bytes(b"hello"), None, Role::User, "user", Map::new())
+        .put_image(
+            ImageSource::Bytes(b"hello"),
+            None,
+            Role::User,
+            "user",
+            Map::new(),
+        )
         .unwrap_err();
-    assert!(error.to_string().contains("not PNG, JPEG, WebP or GIF"), "{error}");
-    assert!(dialog
-        .put_image(ImageSource::Base64("%%%"), None, Role::User, "user", Map::new())
-        .is_err());
+    assert!(
+        error.to_string().contains("not PNG, JPEG, WebP or GIF"),
+        "{error}"
+    );
+    assert!(
+        dialog
+            .put_image(
+                ImageSource::Base64("%%%"),
+                None,
+                Role::User,
+                "user",
+                Map::new()
+            )
+            .is_err()
+    );
 }
 
 #[test]
@@ -145,5 +219,8 @@ fn cost_sums_messages_and_overview_previews() {
     assert_eq!(cost.total_tokens, 30);
     assert_eq!(cost.cost, Some(0.5));
     let overview = dialog.overview(10);
-    assert!(overview.contains("[1. coder (assistant)]: xxxxxxxxxx..."), "{overview}");
+    assert!(
+        overview.contains("[1. coder (assistant)]: xxxxxxxxxx..."),
+        "{overview}"
+    );
 }

@@ -42,7 +42,12 @@ impl DialogTreeNode {
     }
 
     /// A new node under this one; records the child's id here.
-    pub fn add_child(&mut self, split_point: usize, last_n: usize, first_k: usize) -> DialogTreeNode {
+    pub fn add_child(
+        &mut self,
+        split_point: usize,
+        last_n: usize,
+        first_k: usize,
+    ) -> DialogTreeNode {
         let child = DialogTreeNode {
             dialog_id: new_dialog_id(),
             owner: self.owner.clone(),
@@ -92,7 +97,10 @@ mod tests {
         let b = root.add_child(3, 2, 1);
         let a1 = a.add_child(5, 0, 1);
         assert_eq!(a.parent_id.as_deref(), Some(root.dialog_id.as_str()));
-        assert_eq!(root.children_ids, vec![a.dialog_id.clone(), b.dialog_id.clone()]);
+        assert_eq!(
+            root.children_ids,
+            vec![a.dialog_id.clone(), b.dialog_id.clone()]
+        );
         assert_eq!(a1.depth, 2);
         assert!(root.is_root() && !a1.is_root());
         let nodes: HashMap<String, DialogTreeNode> = [a.clone(), b.clone(), a1.clone()]
@@ -101,7 +109,10 @@ mod tests {
             .collect();
         let ids = root.subtree_ids(|id| nodes.get(id));
         assert_eq!(root_round_trip(&a1), a1);
-        assert_eq!(ids, vec![root.dialog_id, a.dialog_id, b.dialog_id, a1.dialog_id]);
+        assert_eq!(
+            ids,
+            vec![root.dialog_id, a.dialog_id, b.dialog_id, a1.dialog_id]
+        );
     }
 
     fn root_round_trip(node: &DialogTreeNode) -> DialogTreeNode {

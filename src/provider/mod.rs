@@ -104,7 +104,10 @@ impl ProviderError {
 
 /// A model backend. One call is one attempt: retries belong to `retry`.
 pub trait Provider: Send + Sync {
-    fn invoke<'a>(&'a self, request: ChatRequest<'a>) -> BoxFuture<'a, Result<Message, ProviderError>>;
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>>;
 }
 
 mod optional_millis {
@@ -112,14 +115,24 @@ mod optional_millis {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
         match value {
             Some(duration) => serializer.serialize_some(&(duration.as_millis() as u64)),
             None => serializer.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(deserializer)?.map(Duration::from_millis))
     }
 }
+
+pub mod models;
+pub mod pricing;
+pub mod registry;
+pub mod retry;

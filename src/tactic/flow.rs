@@ -6,14 +6,13 @@
 //! and (for a step's own prompt) the step's rendered `args`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
 use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Tactic, TaskInput};
-use crate::agent::{Agent, AgentCallSession};
+use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::InvokeCost;
 use crate::prompt::Prompt;
 
@@ -26,13 +25,13 @@ struct Run<'a> {
     calls: Vec<AgentCallSession>,
     steps: Vec<StepRecord>,
     context: Map<String, Value>,
-    sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    sink: Option<SharedTextSink>,
 }
 
 pub(super) async fn run(
     tactic: &Tactic,
     task: TaskInput,
-    sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    sink: Option<SharedTextSink>,
 ) -> SessionRecord {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -61,7 +60,11 @@ pub(super) async fn run(
     let mut agent_names: Vec<&String> = run.agents.keys().collect();
     agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
     for name in agent_names {
-        dialogs.extend(run.agents[name].all_dialogs().map(|dialog| dialog.to_record()));
+        dialogs.extend(
+            run.agents[name]
+                .all_dialogs()
+                .map(|dialog| dialog.to_record()),
+        );
     }
     SessionRecord {
         format: record::FORMAT.to_string(),
@@ -85,7 +88,10 @@ pub(super) async fn run(
             .prompts
             .iter()
             .map(|(key, prompt)| {
-                let info = PromptInfo { sha256: prompt.sha256(), template: prompt.template.clone() };
+                let info = PromptInfo {
+                    sha256: prompt.sha256(),
+                    template: prompt.template.clone(),
+                };
                 (key.clone(), info)
             })
             .collect(),
@@ -100,7 +106,11 @@ pub(super) async fn run(
 impl Run<'_> {
     fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
         if !self.agents.contains_key(name) {
-            let spec = self.tactic.agents.get(name).ok_or_else(|| format!("no agent `{name}`"))?;
+            let spec = self
+                .tactic
+                .agents
+                .get(name)
+                .ok_or_else(|| format!("no agent `{name}`"))?;
             let mut agent = Agent::new(spec.clone(), self.tactic.runtime.clone());
             agent.set_text_sink(self.sink.clone());
             self.agents.insert(name.to_string(), agent);
@@ -119,9 +129,16 @@ impl Run<'_> {
             .ok_or_else(|| "the tactic has no agents".to_string())?;
         let context = self.context.clone();
         let agent = self.agent(&name)?;
-        agent.open(DEFAULT_DIALOG, &context, true).map_err(|error| error.to_string())?;
-        agent.receive(&task.text(), None).map_err(|error| error.to_string())?;
-        let session = agent.respond(None).await.map_err(|error| error.to_string())?;
+        agent
+            .open(DEFAULT_DIALOG, &context, true)
+            .map_err(|error| error.to_string())?;
+        agent
+            .receive(&task.text(), None)
+            .map_err(|error| error.to_string())?;
+        let session = agent
+            .respond(None)
+            .await
+            .map_err(|error| error.to_string())?;
         self.finish_call("answer", &name, DEFAULT_DIALOG, session)
     }
 
@@ -131,9 +148,11 @@ impl Run<'_> {
             let mut prompt_args = self.context.clone();
             for (name, value) in &step.args {
                 let value = match value {
-                    ArgValue::Template(template) => {
-                        Value::String(template.render(&self.context).map_err(|error| error.to_string())?)
-                    }
+                    ArgValue::Template(template) => Value::String(
+                        template
+                            .render(&self.context)
+                            .map_err(|error| error.to_string())?,
+                    ),
                     ArgValue::Literal(value) => value.clone(),
                 };
                 prompt_args.insert(name.clone(), value);
@@ -141,16 +160,23 @@ impl Run<'_> {
             let context = self.context.clone();
             let agent = self.agent(&step.agent)?;
             if agent.dialog(&step.dialog).is_none() {
-                agent.open(&step.dialog, &context, true).map_err(|error| error.to_string())?;
+                agent
+                    .open(&step.dialog, &context, true)
+                    .map_err(|error| error.to_string())?;
             }
             agent
                 .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
                 .map_err(|error| error.to_string())?;
-            let session = agent.respond(Some(&step.dialog)).await.map_err(|error| error.to_string())?;
+            let session = agent
+                .respond(Some(&step.dialog))
+                .await
+                .map_err(|error| error.to_string())?;
             last = self.finish_call(&step.name, &step.agent, &step.dialog, session)?;
         }
         match &self.tactic.result {
-            Some(result) => result.render(&self.context).map_err(|error| error.to_string()),
+            Some(result) => result
+                .render(&self.context)
+                .map_err(|error| error.to_string()),
             None => Ok(last),
         }
     }
@@ -219,20 +245,31 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
     let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
     if tactic.steps.is_empty() {
         if let Some(agent) = tactic.agents.values().next() {
-            missing(&agent.system_prompt, &known, &format!("agent `{}`", agent.name));
+            missing(
+                &agent.system_prompt,
+                &known,
+                &format!("agent `{}`", agent.name),
+            );
         }
     }
     for step in &tactic.steps {
         if opened.insert((step.agent.clone(), step.dialog.clone())) {
             if let Some(agent) = tactic.agents.get(&step.agent) {
-                let place = format!("step `{}` (system prompt of agent `{}`)", step.name, agent.name);
+                let place = format!(
+                    "step `{}` (system prompt of agent `{}`)",
+                    step.name, agent.name
+                );
                 missing(&agent.system_prompt, &known, &place);
             }
         }
         let mut step_known = known.clone();
         for (name, value) in &step.args {
             if let ArgValue::Template(template) = value {
-                missing(template, &known, &format!("step `{}` argument `{name}`", step.name));
+                missing(
+                    template,
+                    &known,
+                    &format!("step `{}` argument `{name}`", step.name),
+                );
             }
             step_known.insert(name.clone());
         }

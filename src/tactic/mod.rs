@@ -20,10 +20,10 @@ use crate::agent::context::{ContextManagers, ContextSettings};
 use crate::agent::{AgentSpec, Limits, Runtime};
 use crate::config::{StepInput, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
+use crate::provider::ToolSpec;
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
-use crate::provider::ToolSpec;
 use crate::tool::{CommandTool, Toolbox};
 
 pub use record::{RunState, SessionRecord};
@@ -101,9 +101,10 @@ impl Tactic {
     /// variables (keys, base URLs); tests pass their own.
     pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
         let mut problems = Problems(Vec::new());
-        let source = config.path.display().to_string();
-        let mut registry = if config.prompts_dir.is_dir() {
-            problems.take(Registry::load(&config.prompts_dir)).unwrap_or_else(Registry::empty)
+        let registry = if config.prompts_dir.is_dir() {
+            problems
+                .take(Registry::load(&config.prompts_dir))
+                .unwrap_or_else(Registry::empty)
         } else {
             Registry::empty()
         };
@@ -117,7 +118,11 @@ impl Tactic {
         for agent in &config.agents {
             let system_prompt = match &agent.system_prompt {
                 SystemPrompt::Key(key) => problems
-                    .take(registry.get(key).map_err(|error| format!("agent `{}`: {error}", agent.name)))
+                    .take(
+                        registry
+                            .get(key)
+                            .map_err(|error| format!("agent `{}`: {error}", agent.name)),
+                    )
                     .map(|prompt| Arc::new(prompt.clone())),
                 SystemPrompt::Inline(text) => {
                     let key = format!("{}/system (inline)", agent.name);
@@ -180,7 +185,11 @@ impl Tactic {
         for step in &config.flow {
             let prompt = match &step.input {
                 StepInput::Prompt(key) => problems
-                    .take(registry.get(key).map_err(|error| format!("step `{}`: {error}", step.name)))
+                    .take(
+                        registry
+                            .get(key)
+                            .map_err(|error| format!("step `{}`: {error}", step.name)),
+                    )
                     .map(|prompt| Arc::new(prompt.clone())),
                 StepInput::Text(text) => problems
                     .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
@@ -190,7 +199,10 @@ impl Tactic {
             for (name, value) in &step.args {
                 let value = match value {
                     Value::String(text) => problems
-                        .take(Prompt::new(format!("{}.args.{name}", step.name), text.clone()))
+                        .take(Prompt::new(
+                            format!("{}.args.{name}", step.name),
+                            text.clone(),
+                        ))
                         .map(|prompt| ArgValue::Template(Arc::new(prompt))),
                     other => Some(ArgValue::Literal(other.clone())),
                 };
@@ -217,22 +229,28 @@ impl Tactic {
                 });
             }
         }
-        let result = config
-            .result
-            .as_ref()
-            .and_then(|text| problems.take(Prompt::new("result", text.clone())).map(Arc::new));
+        let result = config.result.as_ref().and_then(|text| {
+            problems
+                .take(Prompt::new("result", text.clone()))
+                .map(Arc::new)
+        });
 
         if !problems.0.is_empty() {
-            return Err(Error { problems: problems.0 });
+            return Err(Error {
+                problems: problems.0,
+            });
         }
         let prices = match &config.pricing {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
                 Ok(table) => Arc::new(table),
-                Err(error) => return Err(Error { problems: vec![format!("`pricing`: {error}")] }),
+                Err(error) => {
+                    return Err(Error {
+                        problems: vec![format!("`pricing`: {error}")],
+                    });
+                }
             },
             None => Arc::new(ModelTable::bundled().clone()),
         };
-        let _ = &mut registry;
         let runtime = Arc::new(Runtime {
             toolbox,
             prices,
@@ -254,7 +272,11 @@ impl Tactic {
     /// task argument names. All problems at once.
     pub fn check(&self, arg_names: &BTreeSet<String>) -> Result<()> {
         let problems = flow::check_variables(self, arg_names);
-        if problems.is_empty() { Ok(()) } else { Err(Error { problems }) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error { problems })
+        }
     }
 
     /// Runs one task to its session record.
@@ -263,7 +285,11 @@ impl Tactic {
     }
 
     /// Runs one task, streaming the final step's reply text to `sink`.
-    pub async fn run_streaming(&self, task: TaskInput, sink: Arc<dyn Fn(&str) + Send + Sync>) -> SessionRecord {
+    pub async fn run_streaming(
+        &self,
+        task: TaskInput,
+        sink: crate::agent::SharedTextSink,
+    ) -> SessionRecord {
         flow::run(self, task, Some(sink)).await
     }
 }
@@ -277,7 +303,10 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
-            problems.push(format!("tool `{}` is defined twice under `tools:`", tool.name));
+            problems.push(format!(
+                "tool `{}` is defined twice under `tools:`",
+                tool.name
+            ));
             continue;
         }
         let spec = ToolSpec {

@@ -82,10 +82,16 @@ impl SessionRecord {
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
     /// old file or the new one, never half of one.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(parent)?;
         }
-        let file_name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let file_name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let temporary = path.with_file_name(format!(".{file_name}.tmp"));
         let mut file = std::fs::File::create(&temporary)?;
         serde_json::to_writer_pretty(&mut file, self)?;
@@ -98,6 +104,11 @@ impl SessionRecord {
 /// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
 pub fn new_session_id() -> String {
     let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S");
-    let suffix: String = uuid::Uuid::new_v4().simple().to_string().chars().take(8).collect();
+    let suffix: String = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .take(8)
+        .collect();
     format!("{stamp}_{suffix}")
 }

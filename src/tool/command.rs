@@ -35,7 +35,13 @@ impl CommandTool {
         cwd: PathBuf,
         env: BTreeMap<String, String>,
     ) -> CommandTool {
-        CommandTool { spec, command, timeout, cwd, env }
+        CommandTool {
+            spec,
+            command,
+            timeout,
+            cwd,
+            env,
+        }
     }
 
     async fn run(&self, arguments: &Map<String, Value>) -> Result<String, String> {
@@ -65,21 +71,30 @@ impl CommandTool {
                     let _ = stdin.write_all(input.as_bytes()).await;
                 }
             };
-            let (_, out, err) = tokio::join!(feed, read_capped(stdout.take()), read_capped(stderr.take()));
-            let status = child.wait().await.map_err(|error| format!("waiting for `{program}`: {error}"))?;
+            let (_, out, err) =
+                tokio::join!(feed, read_capped(stdout.take()), read_capped(stderr.take()));
+            let status = child
+                .wait()
+                .await
+                .map_err(|error| format!("waiting for `{program}`: {error}"))?;
             Ok::<_, String>((status, out, err))
         };
         let (status, out, err) = match tokio::time::timeout(self.timeout, work).await {
             Ok(result) => result?,
             Err(_) => {
-                return Err(format!("`{program}` timed out after {:.1} s", self.timeout.as_secs_f64()));
+                return Err(format!(
+                    "`{program}` timed out after {:.1} s",
+                    self.timeout.as_secs_f64()
+                ));
             }
         };
         if status.success() {
             Ok(out.trim_end().to_string())
         } else {
             let detail = err.trim();
-            let code = status.code().map_or("a signal".to_string(), |code| code.to_string());
+            let code = status
+                .code()
+                .map_or("a signal".to_string(), |code| code.to_string());
             if detail.is_empty() {
                 Err(format!("`{program}` exited with status {code}"))
             } else {
@@ -118,7 +133,10 @@ impl Tool for CommandTool {
         &self.spec
     }
 
-    fn call<'a>(&'a self, arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>> {
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(self.run(arguments))
     }
 }
@@ -144,30 +162,44 @@ mod tests {
     }
 
     fn arguments() -> Map<String, Value> {
-        json!({"text": "a b c"}).as_object().cloned().unwrap_or_default()
+        json!({"text": "a b c"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
     }
 
     #[tokio::test]
     async fn arguments_arrive_on_stdin_and_stdout_is_the_result() {
-        let result = tool("cat; echo; echo $GREETING", 5000).call(&arguments()).await;
+        let result = tool("cat; echo; echo $GREETING", 5000)
+            .call(&arguments())
+            .await;
         assert_eq!(result, Ok("{\"text\":\"a b c\"}\nhi".to_string()));
     }
 
     #[tokio::test]
     async fn failures_are_errors_the_model_sees() {
-        let error = tool("echo broken >&2; exit 3", 5000).call(&arguments()).await.unwrap_err();
+        let error = tool("echo broken >&2; exit 3", 5000)
+            .call(&arguments())
+            .await
+            .unwrap_err();
         assert_eq!(error, "`sh` exited with status 3: broken");
         let error = tool("sleep 5", 100).call(&arguments()).await.unwrap_err();
         assert!(error.contains("timed out after 0.1 s"), "{error}");
         let mut missing = tool("", 100);
         missing.command = vec!["/nonexistent/program".into()];
         let error = missing.call(&arguments()).await.unwrap_err();
-        assert!(error.starts_with("cannot start `/nonexistent/program`"), "{error}");
+        assert!(
+            error.starts_with("cannot start `/nonexistent/program`"),
+            "{error}"
+        );
     }
 
     #[tokio::test]
     async fn huge_output_is_cut() {
-        let result = tool("head -c 400000 /dev/zero | tr '\\0' x", 5000).call(&arguments()).await.unwrap();
+        let result = tool("head -c 400000 /dev/zero | tr '\\0' x", 5000)
+            .call(&arguments())
+            .await
+            .unwrap();
         assert!(result.len() < 300_000 && result.ends_with("[output cut at 256 KiB]"));
     }
 }

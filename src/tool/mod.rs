@@ -21,7 +21,10 @@ pub use command::CommandTool;
 /// message the model sees (a failed tool is an outcome, not an abort).
 pub trait Tool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
-    fn call<'a>(&'a self, arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>>;
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<String, String>>;
 }
 
 /// Every tool a run can offer, by name, in declaration order.
@@ -61,7 +64,10 @@ mod tests {
 
     #[test]
     fn result_text_shows_json_arguments() {
-        let arguments = json!({"text": "a b"}).as_object().cloned().unwrap_or_default();
+        let arguments = json!({"text": "a b"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         assert_eq!(
             result_text("word_count", &arguments, "2"),
             "Return of calling function word_count with arguments {\"text\":\"a b\"}:\n---\n2\n---\n"

@@ -1,0 +1,1 @@
+//! TEMPORARY stand-in (replaced at merge).

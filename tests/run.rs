@@ -1,0 +1,484 @@
+//! `lllm run` end to end: the real binary against an `lllm-mock` server on
+//! 127.0.0.1 (or the in-process `mock/` provider), checking stdout, stderr,
+//! exit codes, the session record and what reached the server.
+
+mod common;
+
+use common::{MockServer, Test};
+use serde_json::Value;
+
+/// A one-agent tactic on a local OpenAI-compatible server; `extra` is appended.
+fn tactic(base_url: &str, extra: &str) -> String {
+    format!(
+        r#"tactic_type: test
+global:
+  model_name: local/test-model
+  max_llm_recall: 3
+agent_configs:
+  - name: assistant
+    system_prompt: "You are terse."
+providers:
+  local: {{api: openai, base_url: "{base_url}", api_key_env: TEST_KEY, retry_base_ms: 10, retry_cap_ms: 50}}
+{extra}"#
+    )
+}
+
+fn record(test: &Test) -> Value {
+    test.read_json("record.json")
+}
+
+#[test]
+fn answers_on_stdout_and_writes_a_complete_record() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - {text: \"Paris.\", usage: {prompt_tokens: 12, completion_tokens: 2}}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url(), ""))
+        .env("TEST_KEY", "sk-test-secret-123");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "Capital of France?",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "Paris.\n");
+    assert!(output.stderr.contains("lllm: success"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("14 tokens (12 in, 2 out)"),
+        "{}",
+        output.stderr
+    );
+
+    let record = record(&test);
+    assert_eq!(record["format"], "lllm.session/1");
+    assert_eq!(record["state"], "success");
+    assert_eq!(record["delivery"], "Paris.");
+    assert_eq!(record["task"], "Capital of France?");
+    assert_eq!(record["tactic"]["name"], "test");
+    let call = &record["agent_calls"][0];
+    assert_eq!(call["agent"], "assistant");
+    assert_eq!(call["state"], "success");
+    assert_eq!(call["invokes"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        call["invokes"][0]["request"]["sha256"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
+    // The canonical dialog holds system, user and the reply.
+    let dialogs = record["dialogs"].as_array().unwrap();
+    let canonical = dialogs
+        .iter()
+        .find(|d| d["tree_node"]["parent_id"].is_null())
+        .unwrap();
+    let roles: Vec<&str> = canonical["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant"]);
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0]["body"];
+    assert_eq!(body["model"], "test-model");
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(body["messages"][1]["content"], "Capital of France?");
+    assert!(
+        requests[0]["auth"].as_str().unwrap().starts_with("sha256:"),
+        "the key was sent"
+    );
+
+    // The key never appears in any output or file.
+    let record_text = std::fs::read_to_string(test.path("record.json")).unwrap();
+    for text in [&output.stdout, &output.stderr, &record_text] {
+        assert!(!text.contains("sk-test-secret-123"));
+    }
+}
+
+#[test]
+fn runs_a_tool_loop_with_a_command_tool() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        r#"replies:
+  - tool_calls: [{id: call_1, name: word_count, arguments: {text: "one two three"}}]
+  - text: "There are 3 words."
+"#,
+    );
+    let tools = r#"tools:
+  - name: word_count
+    description: Count words
+    parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+    command: [sh, count.sh]
+"#;
+    let yaml = tactic(&server.base_url(), tools).replace(
+        "system_prompt: \"You are terse.\"",
+        "system_prompt: \"You are terse.\"\n    tools: [word_count]",
+    );
+    let test = test
+        .file("t.yaml", &yaml)
+        .file(
+            "count.sh",
+            "python3 -c 'import json,sys; print(len(json.load(sys.stdin)[\"text\"].split()))'\n",
+        )
+        .env("TEST_KEY", "k");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "Count: one two three",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "There are 3 words.\n");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0]["body"]["tools"][0]["function"]["name"],
+        "word_count"
+    );
+    let messages = requests[1]["body"]["messages"].as_array().unwrap();
+    let tool_message = messages.last().unwrap();
+    assert_eq!(tool_message["role"], "tool");
+    assert_eq!(tool_message["tool_call_id"], "call_1");
+    assert_eq!(
+        tool_message["content"],
+        "Return of calling function word_count with arguments {\"text\":\"one two three\"}:\n---\n3\n---\n"
+    );
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_1");
+
+    let record = record(&test);
+    let call = &record["agent_calls"][0];
+    assert_eq!(call["interrupts"][0]["calls"][0]["result"], "3");
+    assert_eq!(call["invokes"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn repairs_a_reply_that_does_not_parse() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - text: \"no tags here\"\n  - text: \"<answer>42</answer>\"\n",
+    );
+    // The task goes through a flow step whose prompt carries the parser.
+    let yaml = format!(
+        "{}flow:\n  - step: ask\n    agent: assistant\n    prompt: ask\n",
+        tactic(&server.base_url(), "")
+    );
+    let test = test
+        .file("t.yaml", &yaml)
+        .file(
+            "prompts/ask.md",
+            "---\nparser: {type: tags, required_xml_tags: [answer]}\n---\n{{ task }}",
+        )
+        .env("TEST_KEY", "k");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "6 times 7?",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "<answer>42</answer>\n");
+    let record = record(&test);
+    let call = &record["agent_calls"][0];
+    assert_eq!(call["exception_retries"].as_array().unwrap().len(), 1);
+    assert_eq!(call["delivery"]["parsed"]["xml_tags"]["answer"][0], "42");
+    assert!(
+        call["invokes"][0]["parse_error"]
+            .as_str()
+            .unwrap()
+            .contains("answer")
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let repair = requests[1]["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(repair["role"], "user");
+    assert!(
+        repair["content"].as_str().unwrap().starts_with("Error: "),
+        "{repair}"
+    );
+    // The canonical dialog keeps only the accepted reply; the repair lives in a fork.
+    let dialogs = record["dialogs"].as_array().unwrap();
+    let canonical = dialogs
+        .iter()
+        .find(|d| d["tree_node"]["parent_id"].is_null())
+        .unwrap();
+    assert_eq!(canonical["messages"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        dialogs.len(),
+        2,
+        "the canonical dialog and its working fork"
+    );
+}
+
+#[test]
+fn exhausted_repairs_fail_with_the_whole_trace_recorded() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: \"still no tags\"}\n");
+    let yaml = format!(
+        "{}flow:\n  - step: ask\n    agent: assistant\n    prompt: ask\n",
+        tactic(&server.base_url(), "").replace(
+            "max_llm_recall: 3",
+            "max_llm_recall: 3\n  max_exception_retry: 2"
+        )
+    );
+    let test = test
+        .file("t.yaml", &yaml)
+        .file(
+            "prompts/ask.md",
+            "---\nparser: {type: tags, required_xml_tags: [answer]}\n---\n{{ task }}",
+        )
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "?", "--record", "record.json"]);
+    output.expect_code(1);
+    assert_eq!(output.stdout, "");
+    assert!(output.stderr.contains("lllm: failure"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("does not parse after 2 repair(s)"),
+        "{}",
+        output.stderr
+    );
+    let record = record(&test);
+    assert_eq!(record["state"], "failure");
+    let call = &record["agent_calls"][0];
+    assert_eq!(call["state"], "failure");
+    assert_eq!(
+        call["invokes"].as_array().unwrap().len(),
+        3,
+        "first try and two repairs (D7)"
+    );
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[test]
+fn retries_500_then_429_with_retry_after_then_succeeds() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 500}\n  - fault: {status: 429, retry_after_ms: 30}\n  - text: \"ok\"\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url(), ""))
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--record", "record.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "ok\n");
+    assert_eq!(server.requests().len(), 3);
+    let record = record(&test);
+    let call = &record["agent_calls"][0];
+    let recalls = call["llm_recalls"].as_array().unwrap();
+    assert_eq!(recalls.len(), 2);
+    assert_eq!(recalls[0]["error"]["kind"], "transient");
+    assert_eq!(recalls[1]["error"]["kind"], "rate_limit");
+    assert_eq!(recalls[1]["error"]["retry_after"], 30);
+    let invokes = call["invokes"].as_array().unwrap();
+    assert_eq!(invokes.len(), 3);
+    assert!(
+        invokes[1]["waited_ms"].as_u64().unwrap() >= 30,
+        "Retry-After was honoured"
+    );
+}
+
+#[test]
+fn permanent_errors_are_not_retried() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 401, message: \"bad key\"}\n  - text: \"never\"\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url(), ""))
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--record", "record.json"]);
+    output.expect_code(1);
+    assert!(output.stderr.contains("HTTP 401"), "{}", output.stderr);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn runs_offline_on_the_mock_provider() {
+    let test = Test::new().file(
+        "t.yaml",
+        "global: {model_name: mock/echo}\nagent_configs:\n  - name: echo\n",
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "hello there", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "hello there\n");
+    assert!(
+        !test.path("sessions").exists(),
+        "--no-record writes nothing"
+    );
+
+    let output = test.run(&["run", "t.yaml", "--task", "again"]);
+    output.expect_code(0);
+    let records: Vec<_> = std::fs::read_dir(test.path("sessions")).unwrap().collect();
+    assert_eq!(
+        records.len(),
+        1,
+        "a record is written under sessions/ by default"
+    );
+}
+
+#[test]
+fn model_flag_overrides_every_agent() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: \"from server\"}\n");
+    let yaml = format!(
+        "global: {{model_name: mock/echo}}\nagent_configs:\n  - name: a\nproviders:\n  local: {{api: openai, base_url: \"{}\"}}\n",
+        server.base_url()
+    );
+    let test = test.file("t.yaml", &yaml);
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "x",
+        "--model",
+        "local/other",
+        "--no-record",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "from server\n");
+    assert_eq!(server.requests()[0]["body"]["model"], "other");
+}
+
+#[test]
+fn reads_the_task_from_stdin_and_files_and_vars_reach_templates() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - step: s\n    agent: a\n    text: \"{{ task }} / {{ topic }} / {{ args.topic }}\"\n",
+        )
+        .file("task.txt", "from a file")
+        .stdin("from stdin");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "-",
+        "--var",
+        "topic=owls",
+        "--no-record",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "from stdin / owls / owls\n");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task-file",
+        "task.txt",
+        "--var",
+        "topic=x",
+        "--no-record",
+    ]);
+    assert_eq!(output.stdout, "from a file / x / x\n");
+}
+
+#[test]
+fn two_step_flow_passes_outputs_to_later_templates() {
+    let test = Test::new().file(
+        "t.yaml",
+        r#"global: {model_name: mock/echo}
+agent_configs:
+  - name: writer
+  - name: critic
+flow:
+  - step: draft
+    agent: writer
+    text: "draft of {{ task }}"
+  - step: review
+    agent: critic
+    text: "review of {{ draft.content }}"
+result: "{{ draft.content }} | {{ review.content }}"
+"#,
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "owls", "--record", "record.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "draft of owls | review of draft of owls\n");
+    let record = test.read_json("record.json");
+    assert_eq!(record["steps"][1]["agent"], "critic");
+    assert_eq!(record["agent_calls"].as_array().unwrap().len(), 2);
+}
+
+/// Each bad input: one clear line naming where and what, exit 2, no request sent.
+#[test]
+fn bad_inputs_fail_before_anything_is_sent() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: \"x\"}\n");
+    let base = tactic(&server.base_url(), "");
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "malformed yaml",
+            "global: {model_name: [unclosed\n".to_string(),
+            vec!["t.yaml:"],
+        ),
+        (
+            "unknown prompt key",
+            base.replace(
+                "system_prompt: \"You are terse.\"",
+                "system_prompt_path: helpr",
+            ),
+            vec!["unknown prompt `helpr`", "did you mean `helper`"],
+        ),
+        (
+            "unknown agent in a step",
+            format!("{base}flow:\n  - step: s\n    agent: asistant\n    text: hi\n"),
+            vec!["asistant", "did you mean `assistant`"],
+        ),
+        (
+            "missing template variable",
+            format!(
+                "{base}flow:\n  - step: s\n    agent: assistant\n    text: \"{{{{ topic }}}}\"\n"
+            ),
+            vec!["step `s`", "`topic`"],
+        ),
+        (
+            "missing model_name",
+            base.replace("  model_name: local/test-model\n", ""),
+            vec!["agent `assistant` has no `model_name`"],
+        ),
+    ];
+    let test = test.file("prompts/helper.md", "Help.").env("TEST_KEY", "k");
+    for (name, yaml, expected) in cases {
+        std::fs::write(test.path("t.yaml"), &yaml).unwrap();
+        let output = test.run(&["run", "t.yaml", "--task", "x", "--no-record"]);
+        assert_eq!(output.code, 2, "{name}: {}", output.stderr);
+        assert!(
+            output.stderr.starts_with("error: "),
+            "{name}: {}",
+            output.stderr
+        );
+        for text in expected {
+            assert!(
+                output.stderr.contains(text),
+                "{name}: expected {text:?} in {}",
+                output.stderr
+            );
+        }
+        assert!(!output.stderr.contains("panicked"), "{name}");
+        assert_eq!(output.stdout, "", "{name}");
+    }
+    let output = test.run(&["run", "missing.yaml", "--task", "x"]);
+    assert_eq!(output.code, 2);
+    assert!(output.stderr.contains("missing.yaml"), "{}", output.stderr);
+    assert_eq!(server.requests().len(), 0, "nothing was sent");
+}
