@@ -315,3 +315,6 @@ impl Agent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
