@@ -29,7 +29,10 @@ struct FakeProvider {
 }
 
 impl Provider for FakeProvider {
-    fn invoke<'a>(&'a self, request: ChatRequest<'a>) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         self.seen.lock().unwrap().push(Seen {
             messages: request.messages.to_vec(),
             tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
@@ -55,7 +58,10 @@ impl Tool for FakeTool {
         &self.spec
     }
 
-    fn call<'a>(&'a self, arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>> {
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<String, String>> {
         let count = self.calls.fetch_add(1, Ordering::SeqCst);
         let result = if self.fail_first && count == 0 {
             Err("temporary failure".to_string())
@@ -72,7 +78,11 @@ fn text(content: &str) -> Result<Message, ProviderError> {
 
 fn tool_call(name: &str, arguments: &str) -> Result<Message, ProviderError> {
     let mut message = Message::assistant("model", "");
-    message.function_calls = vec![FunctionCall::from_model(format!("call_{name}"), name, arguments)];
+    message.function_calls = vec![FunctionCall::from_model(
+        format!("call_{name}"),
+        name,
+        arguments,
+    )];
     Ok(message)
 }
 
@@ -86,8 +96,15 @@ struct Fixture {
     agent: Agent,
 }
 
-fn fixture(replies: Vec<Result<Message, ProviderError>>, limits: Limits, fail_first: bool) -> Fixture {
-    let provider = Arc::new(FakeProvider { replies: Mutex::new(replies.into()), seen: Mutex::new(Vec::new()) });
+fn fixture(
+    replies: Vec<Result<Message, ProviderError>>,
+    limits: Limits,
+    fail_first: bool,
+) -> Fixture {
+    let provider = Arc::new(FakeProvider {
+        replies: Mutex::new(replies.into()),
+        seen: Mutex::new(Vec::new()),
+    });
     let tool = Arc::new(FakeTool {
         spec: ToolSpec {
             name: "lookup".into(),
@@ -112,7 +129,11 @@ fn fixture(replies: Vec<Result<Message, ProviderError>>, limits: Limits, fail_fi
             provider: provider.clone(),
             provider_name: "mock".into(),
             model: "fake".into(),
-            retry: RetryPolicy { base: Duration::from_millis(1), cap: Duration::from_millis(2), jitter: 0.0 },
+            retry: RetryPolicy {
+                base: Duration::from_millis(1),
+                cap: Duration::from_millis(2),
+                jitter: 0.0,
+            },
         },
         model_args: Map::new(),
         tools: vec!["lookup".into()],
@@ -122,11 +143,19 @@ fn fixture(replies: Vec<Result<Message, ProviderError>>, limits: Limits, fail_fi
     };
     let mut agent = Agent::new(Arc::new(spec), runtime);
     agent.open("main", &Map::new(), true).unwrap();
-    Fixture { provider, tool, agent }
+    Fixture {
+        provider,
+        tool,
+        agent,
+    }
 }
 
 fn limits(max_exception_retry: u32, max_interrupt_steps: u32, max_llm_recall: u32) -> Limits {
-    Limits { max_exception_retry, max_interrupt_steps, max_llm_recall }
+    Limits {
+        max_exception_retry,
+        max_interrupt_steps,
+        max_llm_recall,
+    }
 }
 
 /// A prompt whose replies must be JSON objects with an integer `answer`.
@@ -145,7 +174,11 @@ fn question() -> Map<String, Value> {
 }
 
 fn roles(dialog: &crate::dialog::Dialog) -> Vec<Role> {
-    dialog.messages().iter().map(|message| message.role).collect()
+    dialog
+        .messages()
+        .iter()
+        .map(|message| message.role)
+        .collect()
 }
 
 #[tokio::test]
@@ -163,49 +196,100 @@ async fn a_plain_answer_is_appended_to_the_dialog() {
 
 #[tokio::test]
 async fn a_bad_reply_is_repaired_on_a_working_fork() {
-    let mut fixture = fixture(vec![text("forty-two"), text(r#"{"answer": 42}"#)], limits(3, 5, 3), false);
-    fixture.agent.receive_prompt(json_prompt(), &question(), None).unwrap();
+    let mut fixture = fixture(
+        vec![text("forty-two"), text(r#"{"answer": 42}"#)],
+        limits(3, 5, 3),
+        false,
+    );
+    fixture
+        .agent
+        .receive_prompt(json_prompt(), &question(), None)
+        .unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.exception_retries.len(), 1);
-    assert_eq!(session.delivery.as_ref().unwrap().parsed["answer"], json!(42));
+    assert_eq!(
+        session.delivery.as_ref().unwrap().parsed["answer"],
+        json!(42)
+    );
     assert!(session.invokes[0].parse_error.is_some());
     // The second request carried the bad reply and the repair prompt.
     let seen = fixture.provider.seen.lock().unwrap().clone();
     let repair = seen[1].messages.last().unwrap();
     assert_eq!(repair.role, Role::User);
     assert!(repair.content.starts_with("Error: "), "{}", repair.content);
-    assert_eq!(seen[1].messages[seen[1].messages.len() - 2].content, "forty-two");
+    assert_eq!(
+        seen[1].messages[seen[1].messages.len() - 2].content,
+        "forty-two"
+    );
     // The canonical dialog holds only the accepted reply.
     let dialog = fixture.agent.current_dialog().unwrap();
     assert_eq!(roles(dialog), [Role::System, Role::User, Role::Assistant]);
-    assert_eq!(fixture.agent.all_dialogs().count(), 2, "the working fork is kept for the record");
+    assert_eq!(
+        fixture.agent.all_dialogs().count(),
+        2,
+        "the working fork is kept for the record"
+    );
 }
 
 #[tokio::test]
 async fn exhausted_repairs_fail_with_every_invoke_recorded() {
     let replies = vec![text("a"), text("b"), text("c"), text(r#"{"answer": 1}"#)];
     let mut fixture = fixture(replies, limits(2, 5, 3), false);
-    fixture.agent.receive_prompt(json_prompt(), &question(), None).unwrap();
+    fixture
+        .agent
+        .receive_prompt(json_prompt(), &question(), None)
+        .unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Failure);
-    assert_eq!(session.invokes.len(), 3, "the first reply and two repairs (D7)");
-    assert!(session.error.as_ref().unwrap().contains("after 2 repair(s)"), "{:?}", session.error);
+    assert_eq!(
+        session.invokes.len(),
+        3,
+        "the first reply and two repairs (D7)"
+    );
+    assert!(
+        session
+            .error
+            .as_ref()
+            .unwrap()
+            .contains("after 2 repair(s)"),
+        "{:?}",
+        session.error
+    );
     let dialog = fixture.agent.current_dialog().unwrap();
-    assert_eq!(roles(dialog), [Role::System, Role::User], "nothing bad reaches the canonical dialog");
+    assert_eq!(
+        roles(dialog),
+        [Role::System, Role::User],
+        "nothing bad reaches the canonical dialog"
+    );
 }
 
 #[tokio::test]
 async fn tool_calls_are_executed_and_answered_in_order() {
-    let replies = vec![tool_call("lookup", r#"{"q": "owls"}"#), text("Owls are birds.")];
+    let replies = vec![
+        tool_call("lookup", r#"{"q": "owls"}"#),
+        text("Owls are birds."),
+    ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
     fixture.agent.receive("Tell me about owls", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 1);
-    assert_eq!(session.interrupts[0].calls[0].result, Some(json!("looked up {\"q\":\"owls\"}")));
+    assert_eq!(
+        session.interrupts[0].calls[0].result,
+        Some(json!("looked up {\"q\":\"owls\"}"))
+    );
     let dialog = fixture.agent.current_dialog().unwrap();
-    assert_eq!(roles(dialog), [Role::System, Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(
+        roles(dialog),
+        [
+            Role::System,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant
+        ]
+    );
     let tool_message = &dialog.messages()[3];
     assert_eq!(tool_message.tool_call_id(), Some("call_lookup"));
     assert_eq!(tool_message.name, "lookup");
@@ -220,7 +304,11 @@ async fn tool_calls_are_executed_and_answered_in_order() {
 
 #[tokio::test]
 async fn unknown_tools_and_malformed_arguments_are_answered_not_aborted() {
-    let replies = vec![tool_call("search", r#"{"q": 1}"#), tool_call("lookup", r#"{"q": "#), text("done")];
+    let replies = vec![
+        tool_call("search", r#"{"q": 1}"#),
+        tool_call("lookup", r#"{"q": "#),
+        text("done"),
+    ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
     fixture.agent.receive("go", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
@@ -233,16 +321,28 @@ async fn unknown_tools_and_malformed_arguments_are_answered_not_aborted() {
         .map(|message| message.content.as_str())
         .collect();
     // D4
-    assert_eq!(tool_results[0], "Error: there is no tool `search`; available tools: lookup");
+    assert_eq!(
+        tool_results[0],
+        "Error: there is no tool `search`; available tools: lookup"
+    );
     // D8
-    assert!(tool_results[1].starts_with("Error: the arguments of `lookup` are not a JSON object"), "{}", tool_results[1]);
+    assert!(
+        tool_results[1].starts_with("Error: the arguments of `lookup` are not a JSON object"),
+        "{}",
+        tool_results[1]
+    );
     assert_eq!(fixture.tool.calls.load(Ordering::SeqCst), 0, "no tool ran");
 }
 
 #[tokio::test]
 async fn only_successful_calls_count_as_repeated() {
     let same = r#"{"q": "x"}"#;
-    let replies = vec![tool_call("lookup", same), tool_call("lookup", same), tool_call("lookup", same), text("ok")];
+    let replies = vec![
+        tool_call("lookup", same),
+        tool_call("lookup", same),
+        tool_call("lookup", same),
+        text("ok"),
+    ];
     let mut fixture = fixture(replies, limits(3, 5, 3), true);
     fixture.agent.receive("go", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
@@ -250,12 +350,22 @@ async fn only_successful_calls_count_as_repeated() {
     // First call failed (D5: may be retried), second succeeded, third is a repeat.
     assert_eq!(fixture.tool.calls.load(Ordering::SeqCst), 2);
     let last_round = &session.interrupts[2].calls[0];
-    assert!(last_round.result_str.as_ref().unwrap().contains("has been called earlier"));
+    assert!(
+        last_round
+            .result_str
+            .as_ref()
+            .unwrap()
+            .contains("has been called earlier")
+    );
 }
 
 #[tokio::test]
 async fn the_interrupt_final_prompt_ends_the_tool_loop() {
-    let replies = vec![tool_call("lookup", r#"{"q": 1}"#), tool_call("lookup", r#"{"q": 2}"#), text("final")];
+    let replies = vec![
+        tool_call("lookup", r#"{"q": 1}"#),
+        tool_call("lookup", r#"{"q": 2}"#),
+        text("final"),
+    ];
     let mut fixture = fixture(replies, limits(3, 1, 3), false);
     fixture.agent.receive("go", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
@@ -267,7 +377,11 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
     assert!(seen[1].tools.is_empty(), "no tools on the final round");
     let final_prompt = seen[1].messages.last().unwrap();
     assert_eq!(final_prompt.role, Role::User);
-    assert!(final_prompt.content.contains("limit of tool calls"), "{}", final_prompt.content);
+    assert!(
+        final_prompt.content.contains("limit of tool calls"),
+        "{}",
+        final_prompt.content
+    );
 
     let replies = vec![tool_call("lookup", r#"{"q": 1}"#), text("final")];
     let mut fixture = super::tests::fixture(replies, limits(3, 1, 3), false);
@@ -279,7 +393,9 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
 
 #[tokio::test]
 async fn zero_interrupt_steps_means_unlimited_rounds() {
-    let mut replies: Vec<_> = (0..7).map(|n| tool_call("lookup", &format!(r#"{{"q": {n}}}"#))).collect();
+    let mut replies: Vec<_> = (0..7)
+        .map(|n| tool_call("lookup", &format!(r#"{{"q": {n}}}"#)))
+        .collect();
     replies.push(text("done"));
     let mut fixture = fixture(replies, limits(3, 0, 3), false);
     fixture.agent.receive("go", None).unwrap();
@@ -287,12 +403,19 @@ async fn zero_interrupt_steps_means_unlimited_rounds() {
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 7);
     let seen = fixture.provider.seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|request| request.tools == ["lookup"]), "D3: no final prompt after one round");
+    assert!(
+        seen.iter().all(|request| request.tools == ["lookup"]),
+        "D3: no final prompt after one round"
+    );
 }
 
 #[tokio::test]
 async fn provider_errors_are_retried_within_the_recall_budget() {
-    let mut fixture = fixture(vec![transient(), transient(), text("ok")], limits(3, 5, 3), false);
+    let mut fixture = fixture(
+        vec![transient(), transient(), text("ok")],
+        limits(3, 5, 3),
+        false,
+    );
     fixture.agent.receive("hi", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
@@ -300,29 +423,51 @@ async fn provider_errors_are_retried_within_the_recall_budget() {
     assert_eq!(session.invokes.len(), 3);
     assert_eq!(session.invokes[2].attempt, 3);
 
-    let mut fixture = super::tests::fixture(vec![transient(), transient(), text("ok")], limits(3, 5, 1), false);
+    let mut fixture = super::tests::fixture(
+        vec![transient(), transient(), text("ok")],
+        limits(3, 5, 1),
+        false,
+    );
     fixture.agent.receive("hi", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Failure);
     assert_eq!(session.invokes.len(), 2, "one try and one recall");
-    assert!(session.invokes.iter().all(|invoke| invoke.error.as_ref().map(|e| e.kind) == Some(ErrorKind::Transient)));
+    assert!(
+        session
+            .invokes
+            .iter()
+            .all(|invoke| invoke.error.as_ref().map(|e| e.kind) == Some(ErrorKind::Transient))
+    );
 }
 
 #[tokio::test]
 async fn dialogs_are_managed_by_alias() {
     let mut fixture = fixture(vec![], limits(3, 5, 3), false);
     let agent = &mut fixture.agent;
-    assert!(agent.open("main", &Map::new(), true).is_err(), "aliases are unique");
+    assert!(
+        agent.open("main", &Map::new(), true).is_err(),
+        "aliases are unique"
+    );
     agent.receive("one", None).unwrap();
     agent.fork("main", "alt", 1, 1, true).unwrap();
     assert_eq!(agent.active_alias(), Some("alt"));
     assert_eq!(agent.current_dialog().unwrap().len(), 2);
     agent.switch("main").unwrap();
-    let error = agent.switch("nope").err().map(|error| error.to_string()).unwrap_or_default();
-    assert!(error.contains("no dialog `nope`") && error.contains("`main`"), "{error}");
+    let error = agent
+        .switch("nope")
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("no dialog `nope`") && error.contains("`main`"),
+        "{error}"
+    );
     let closed = agent.close("main").unwrap();
     assert_eq!(closed.len(), 2);
     assert_eq!(agent.active_alias(), None);
-    assert!(agent.receive("x", None).is_err(), "no active dialog after closing it");
+    assert!(
+        agent.receive("x", None).is_err(),
+        "no active dialog after closing it"
+    );
     assert_eq!(agent.dialogs().keys().collect::<Vec<_>>(), ["alt"]);
 }

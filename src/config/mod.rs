@@ -1,81 +1,189 @@
-//! TEMPORARY stand-in (replaced at merge).
-use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+//! Tactic YAML: read as written (`raw`), merged (`merge`, one rule), resolved
+//! and validated (`resolve`). `load` is the whole pipeline.
+//!
+//! Paths a file declares (`prompts`, a tool's `cwd`, a mock provider's
+//! `script`) are made absolute against that file before any `base` is merged,
+//! so they keep pointing where their author meant.
+
+mod merge;
+mod raw;
+mod resolve;
+
 use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+pub use merge::merge;
+pub use resolve::{
+    AgentConfig, ContextManagerConfig, McpServerConfig, ProviderApi, ProviderConfig, StepConfig,
+    StepInput, SystemPrompt, TacticConfig, ToolConfig,
+};
+
+/// A tactic that cannot be used; always bad input (exit 2). One problem per line.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(pub String);
+pub enum Error {
+    #[error("tactic file `{path}` not found")]
+    NotFound { path: String },
+    #[error("cannot read `{path}`: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {problem}")).collect::<Vec<_>>().join("\n"))]
+    Invalid { path: String, problems: Vec<String> },
+    #[error("`base` files form a cycle: {chain}")]
+    Cycle { chain: String },
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-pub fn load(_path: &Path) -> Result<TacticConfig> {
-    Err(Error("stub".into()))
+
+/// Reads, merges and resolves the tactic at `path`.
+pub fn load(path: &Path) -> Result<TacticConfig> {
+    let mut chain = Vec::new();
+    let mut document = load_document(path, &mut chain)?;
+    let directory = parent_dir(path);
+    if let Value::Object(map) = &mut document {
+        map.entry("prompts")
+            .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
+    }
+    resolve::resolve(path, document).map_err(|problems| Error::Invalid {
+        path: path.display().to_string(),
+        problems,
+    })
 }
-#[derive(Debug, Clone)]
-pub struct TacticConfig {
-    pub name: String,
-    pub description: Option<String>,
-    pub path: PathBuf,
-    pub prompts_dir: PathBuf,
-    pub agents: Vec<AgentConfig>,
-    pub providers: BTreeMap<String, ProviderConfig>,
-    pub tools: Vec<ToolConfig>,
-    pub flow: Vec<StepConfig>,
-    pub result: Option<String>,
-    pub pricing: Option<Value>,
-    pub warnings: Vec<String>,
-    pub resolved: Value,
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
-impl TacticConfig {
-    pub fn override_model(&mut self, _m: &str) {}
+
+/// One file with its `base` chain merged under it.
+fn load_document(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Value> {
+    let canonical = std::fs::canonicalize(path).map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => Error::NotFound {
+            path: path.display().to_string(),
+        },
+        _ => Error::Read {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        },
+    })?;
+    if chain.contains(&canonical) {
+        let mut names: Vec<String> = chain
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        names.push(canonical.display().to_string());
+        return Err(Error::Cycle {
+            chain: names.join(" → "),
+        });
+    }
+    chain.push(canonical);
+    let label = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
+        path: label.clone(),
+        message: error.to_string(),
+    })?;
+    let mut document = parse_yaml(&text, &label)?;
+    let Value::Object(map) = &mut document else {
+        return Err(Error::Invalid {
+            path: label,
+            problems: vec!["a tactic must be a YAML mapping".into()],
+        });
+    };
+    check_top_level_keys(map, &label)?;
+    let directory = parent_dir(path);
+    resolve_paths(map, &directory);
+    let base = match map.remove("base") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(base)) => Some(directory.join(base)),
+        Some(other) => {
+            return Err(Error::Invalid {
+                path: label,
+                problems: vec![format!("`base` must be a file name, not {other}")],
+            });
+        }
+    };
+    let document = match base {
+        Some(base) => merge(load_document(&base, chain)?, document),
+        None => document,
+    };
+    chain.pop();
+    Ok(document)
 }
-#[derive(Debug, Clone)]
-pub struct AgentConfig {
-    pub name: String,
-    pub model_name: String,
-    pub system_prompt: SystemPrompt,
-    pub model_args: Map<String, Value>,
-    pub tools: Vec<String>,
-    pub max_exception_retry: u32,
-    pub max_interrupt_steps: u32,
-    pub max_llm_recall: u32,
-    pub context_manager: Option<ContextManagerConfig>,
-    pub api_type: crate::dialog::ApiType,
-    pub stream: bool,
+
+fn parse_yaml(text: &str, path: &str) -> Result<Value> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    serde_yaml_ng::from_str::<Value>(text).map_err(|error| {
+        let (line, column) = error
+            .location()
+            .map_or((1, 1), |location| (location.line(), location.column()));
+        let message = error.to_string();
+        let message = match message.find(" at line ") {
+            Some(cut) => message[..cut].to_string(),
+            None => message,
+        };
+        Error::Syntax {
+            path: path.to_string(),
+            line,
+            column,
+            message,
+        }
+    })
 }
-#[derive(Debug, Clone)]
-pub enum SystemPrompt {
-    Inline(String),
-    Key(String),
+
+fn check_top_level_keys(map: &Map<String, Value>, path: &str) -> Result<()> {
+    let problems: Vec<String> = map
+        .keys()
+        .filter(|key| !raw::TOP_LEVEL_KEYS.contains(&key.as_str()))
+        .map(|key| {
+            format!(
+                "unknown key `{key}`{}",
+                crate::suggest::hint(key, raw::TOP_LEVEL_KEYS.iter().copied())
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid {
+            path: path.to_string(),
+            problems,
+        })
+    }
 }
-#[derive(Debug, Clone)]
-pub struct ContextManagerConfig {
-    pub kind: String,
-    pub max_tokens: Option<u64>,
-    pub options: Map<String, Value>,
+
+/// Makes the paths this file declares absolute against its directory.
+fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
+    let absolute = |value: &str| directory.join(value).display().to_string();
+    if let Some(Value::String(prompts)) = map.get_mut("prompts") {
+        *prompts = absolute(prompts);
+    }
+    if let Some(Value::Array(tools)) = map.get_mut("tools") {
+        for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+            let cwd = match tool.get("cwd").and_then(Value::as_str) {
+                Some(cwd) => absolute(cwd),
+                None => directory.display().to_string(),
+            };
+            tool.insert("cwd".into(), Value::String(cwd));
+        }
+    }
+    if let Some(Value::Object(providers)) = map.get_mut("providers") {
+        for provider in providers.values_mut().filter_map(Value::as_object_mut) {
+            if let Some(Value::String(script)) = provider.get_mut("script") {
+                *script = absolute(script);
+            }
+        }
+    }
 }
-#[derive(Debug, Clone)]
-pub struct ProviderConfig {
-    pub base_url: Option<String>,
-}
-#[derive(Debug, Clone)]
-pub struct ToolConfig {
-    pub name: String,
-    pub description: String,
-    pub parameters: Value,
-    pub command: Vec<String>,
-    pub timeout_s: f64,
-    pub cwd: PathBuf,
-    pub env: BTreeMap<String, String>,
-}
-#[derive(Debug, Clone)]
-pub struct StepConfig {
-    pub name: String,
-    pub agent: String,
-    pub dialog: String,
-    pub input: StepInput,
-    pub args: Map<String, Value>,
-}
-#[derive(Debug, Clone)]
-pub enum StepInput {
-    Prompt(String),
-    Text(String),
-}
+
+#[cfg(test)]
+mod tests;

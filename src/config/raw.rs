@@ -1,0 +1,130 @@
+//! The tactic as written: every field optional, mirroring the YAML keys, so the
+//! file deserializes whatever it leaves out. `resolve` turns it into the
+//! validated `TacticConfig`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Top-level keys a tactic may have (checked by hand for "did you mean").
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "tactic_type",
+    "description",
+    "base",
+    "prompts",
+    "global",
+    "agent_configs",
+    "providers",
+    "tools",
+    "mcp_servers",
+    "flow",
+    "result",
+    "pricing",
+    "max_workers",
+];
+
+/// Keys an agent entry (or `global`) may have; any other key is a model argument (D14).
+pub const AGENT_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "model_name",
+    "system_prompt",
+    "system_prompt_path",
+    "model_args",
+    "tools",
+    "max_exception_retry",
+    "max_interrupt_steps",
+    "max_llm_recall",
+    "context_manager",
+    "api_type",
+    "stream",
+];
+
+pub const STEP_KEYS: &[&str] = &["step", "agent", "dialog", "prompt", "text", "args"];
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RawTactic {
+    pub tactic_type: Option<String>,
+    pub description: Option<String>,
+    pub prompts: Option<String>,
+    pub global: Option<Map<String, Value>>,
+    pub agent_configs: Option<Vec<Map<String, Value>>>,
+    pub providers: Option<BTreeMap<String, RawProvider>>,
+    pub tools: Option<Vec<RawTool>>,
+    pub mcp_servers: Option<Vec<RawMcpServer>>,
+    pub flow: Option<Vec<Map<String, Value>>>,
+    pub result: Option<String>,
+    pub pricing: Option<Value>,
+    pub max_workers: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAgent {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub model_name: Option<String>,
+    pub system_prompt: Option<String>,
+    pub system_prompt_path: Option<String>,
+    pub model_args: Option<Map<String, Value>>,
+    pub tools: Option<Vec<String>>,
+    pub max_exception_retry: Option<u32>,
+    pub max_interrupt_steps: Option<u32>,
+    pub max_llm_recall: Option<u32>,
+    /// A mapping with `type`, or null.
+    pub context_manager: Option<Value>,
+    pub api_type: Option<String>,
+    pub stream: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawProvider {
+    pub api: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub max_concurrency: Option<usize>,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub timeout_s: Option<f64>,
+    pub connect_timeout_s: Option<f64>,
+    pub system_role: Option<String>,
+    pub retry_base_ms: Option<u64>,
+    pub retry_cap_ms: Option<u64>,
+    pub script: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawTool {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub parameters: Option<Value>,
+    pub command: Option<Vec<String>>,
+    pub timeout_s: Option<f64>,
+    pub cwd: Option<String>,
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMcpServer {
+    pub name: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawStep {
+    pub step: Option<String>,
+    pub agent: Option<String>,
+    pub dialog: Option<String>,
+    pub prompt: Option<String>,
+    pub text: Option<String>,
+    pub args: Option<Map<String, Value>>,
+}

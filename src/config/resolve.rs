@@ -1,0 +1,511 @@
+//! From the merged document to the validated `TacticConfig`: defaults applied,
+//! `global` merged under each agent (D14), names checked, every problem
+//! collected so the user sees them all at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::merge::merge;
+use super::raw::{AGENT_KEYS, RawAgent, RawStep, RawTactic, STEP_KEYS};
+use crate::dialog::ApiType;
+use crate::suggest;
+
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
+
+/// A tactic ready to build: defaults applied, names unique, references valid.
+#[derive(Debug, Clone, Serialize)]
+pub struct TacticConfig {
+    pub name: String,
+    pub description: Option<String>,
+    pub path: PathBuf,
+    pub prompts_dir: PathBuf,
+    pub agents: Vec<AgentConfig>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub tools: Vec<ToolConfig>,
+    pub mcp_servers: Vec<McpServerConfig>,
+    pub flow: Vec<StepConfig>,
+    pub result: Option<String>,
+    pub pricing: Option<Value>,
+    pub warnings: Vec<String>,
+    /// The merged document after `base` and defaults, for records and `--show-config`.
+    pub resolved: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentConfig {
+    pub name: String,
+    pub model_name: String,
+    pub system_prompt: SystemPrompt,
+    pub model_args: Map<String, Value>,
+    pub tools: Vec<String>,
+    pub max_exception_retry: u32,
+    pub max_interrupt_steps: u32,
+    pub max_llm_recall: u32,
+    pub context_manager: Option<ContextManagerConfig>,
+    pub api_type: ApiType,
+    pub stream: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub enum SystemPrompt {
+    Inline(String),
+    Key(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextManagerConfig {
+    pub kind: String,
+    pub max_tokens: Option<u64>,
+    pub options: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderApi {
+    OpenAi,
+    Anthropic,
+    Mock,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderConfig {
+    pub api: ProviderApi,
+    pub base_url: Option<String>,
+    pub api_key_env: Option<String>,
+    pub max_concurrency: Option<usize>,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u64>,
+    pub timeout_s: Option<f64>,
+    pub connect_timeout_s: Option<f64>,
+    pub system_role: Option<String>,
+    pub retry_base_ms: Option<u64>,
+    pub retry_cap_ms: Option<u64>,
+    pub script: Option<PathBuf>,
+    pub headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolConfig {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub command: Vec<String>,
+    pub timeout_s: f64,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct McpServerConfig {
+    pub name: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepConfig {
+    pub name: String,
+    pub agent: String,
+    pub dialog: String,
+    pub input: StepInput,
+    pub args: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub enum StepInput {
+    Prompt(String),
+    Text(String),
+}
+
+impl TacticConfig {
+    /// `--model`: every agent uses `model`; the resolved document says so too.
+    pub fn override_model(&mut self, model: &str) {
+        for agent in &mut self.agents {
+            agent.model_name = model.to_string();
+        }
+        if let Some(agents) = self
+            .resolved
+            .get_mut("agent_configs")
+            .and_then(Value::as_array_mut)
+        {
+            for agent in agents.iter_mut().filter_map(Value::as_object_mut) {
+                agent.insert("model_name".into(), Value::String(model.into()));
+            }
+        }
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
+        self.agents.iter().find(|agent| agent.name == name)
+    }
+}
+
+/// Deserializes `value` as `T`, naming the key path of a type error.
+pub(super) fn typed<T: serde::de::DeserializeOwned>(value: Value, at: &str) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let place = match (at.is_empty(), path == ".") {
+            (true, _) => format!("`{path}`"),
+            (false, true) => format!("`{at}`"),
+            (false, false) => format!("`{at}.{path}`"),
+        };
+        format!("{place}: {}", error.into_inner())
+    })
+}
+
+/// Resolves the merged document of `path`; problems are returned all together.
+pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    let raw: RawTactic = typed(document.clone(), "").map_err(|error| vec![error])?;
+    let global = raw.global.clone().unwrap_or_default();
+
+    let mut agents = Vec::new();
+    let mut resolved_agents = Vec::new();
+    for (index, entry) in raw
+        .agent_configs
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let merged = merge(Value::Object(global.clone()), Value::Object(entry));
+        let Value::Object(merged) = merged else {
+            continue;
+        };
+        let label = merged.get("name").and_then(Value::as_str).map_or_else(
+            || format!("agent_configs[{index}]"),
+            |name| format!("agent `{name}`"),
+        );
+        let merged = move_unknown_keys(merged, &label, &mut warnings);
+        resolved_agents.push(Value::Object(merged.clone()));
+        match typed::<RawAgent>(Value::Object(merged), &format!("agent_configs[{index}]")) {
+            Ok(agent) => match agent_config(agent, index) {
+                Ok(agent) => agents.push(agent),
+                Err(problem) => problems.push(problem),
+            },
+            Err(problem) => problems.push(problem),
+        }
+    }
+    if raw.agent_configs.as_ref().is_none_or(Vec::is_empty) {
+        problems.push("the tactic has no agents; add at least one under `agent_configs`".into());
+    }
+    let mut seen = BTreeSet::new();
+    for agent in &agents {
+        if !seen.insert(agent.name.clone()) {
+            problems.push(format!(
+                "agent `{}` is defined twice in `agent_configs`",
+                agent.name
+            ));
+        }
+    }
+
+    let mut providers = BTreeMap::new();
+    for (name, provider) in raw.providers.clone().unwrap_or_default() {
+        let api = match provider.api.as_deref() {
+            None if name == "anthropic" => ProviderApi::Anthropic,
+            None if name == "mock" => ProviderApi::Mock,
+            None | Some("openai") => ProviderApi::OpenAi,
+            Some("anthropic") => ProviderApi::Anthropic,
+            Some("mock") => ProviderApi::Mock,
+            Some(other) => {
+                problems.push(format!(
+                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
+                    suggest::hint(other, ["openai", "anthropic", "mock"])
+                ));
+                continue;
+            }
+        };
+        if let Some(role) = provider
+            .system_role
+            .as_deref()
+            .filter(|role| !matches!(*role, "system" | "developer"))
+        {
+            problems.push(format!(
+                "provider `{name}`: `system_role: {role}` must be `system` or `developer`"
+            ));
+        }
+        providers.insert(
+            name,
+            ProviderConfig {
+                api,
+                base_url: provider.base_url,
+                api_key_env: provider.api_key_env,
+                max_concurrency: provider.max_concurrency,
+                rpm: provider.rpm,
+                tpm: provider.tpm,
+                timeout_s: provider.timeout_s,
+                connect_timeout_s: provider.connect_timeout_s,
+                system_role: provider.system_role,
+                retry_base_ms: provider.retry_base_ms,
+                retry_cap_ms: provider.retry_cap_ms,
+                script: provider.script.map(PathBuf::from),
+                headers: provider.headers.unwrap_or_default(),
+            },
+        );
+    }
+
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut tools = Vec::new();
+    for (index, tool) in raw
+        .tools
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let Some(name) = tool.name.filter(|name| !name.trim().is_empty()) else {
+            problems.push(format!("`tools[{index}]` has no `name`"));
+            continue;
+        };
+        let command = tool.command.unwrap_or_default();
+        if command.is_empty() {
+            problems.push(format!(
+                "tool `{name}` has no `command` (a list: program and arguments)"
+            ));
+            continue;
+        }
+        tools.push(ToolConfig {
+            description: tool.description.unwrap_or_else(|| name.clone()),
+            parameters: tool
+                .parameters
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            command,
+            timeout_s: tool.timeout_s.unwrap_or(30.0),
+            cwd: tool
+                .cwd
+                .map(PathBuf::from)
+                .unwrap_or_else(|| base_dir.clone()),
+            env: tool.env.unwrap_or_default(),
+            name,
+        });
+    }
+
+    let mut mcp_servers = Vec::new();
+    for (index, server) in raw
+        .mcp_servers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        match (server.name, server.command) {
+            (Some(name), Some(command)) if !command.is_empty() => {
+                mcp_servers.push(McpServerConfig {
+                    name,
+                    command,
+                    args: server.args.unwrap_or_default(),
+                    env: server.env.unwrap_or_default(),
+                })
+            }
+            _ => problems.push(format!(
+                "`mcp_servers[{index}]` needs a `name` and a non-empty `command`"
+            )),
+        }
+    }
+
+    let agent_names: Vec<&str> = agents.iter().map(|agent| agent.name.as_str()).collect();
+    let mut flow = Vec::new();
+    let mut step_names = BTreeSet::new();
+    for (index, entry) in raw.flow.clone().unwrap_or_default().into_iter().enumerate() {
+        let label = format!("flow[{index}]");
+        for key in entry.keys() {
+            if !STEP_KEYS.contains(&key.as_str()) {
+                problems.push(format!(
+                    "`{label}`: unknown key `{key}`{}",
+                    suggest::hint(key, STEP_KEYS.iter().copied())
+                ));
+            }
+        }
+        let known: Map<String, Value> = entry
+            .into_iter()
+            .filter(|(key, _)| STEP_KEYS.contains(&key.as_str()))
+            .collect();
+        let step: RawStep = match typed(Value::Object(known), &label) {
+            Ok(step) => step,
+            Err(problem) => {
+                problems.push(problem);
+                continue;
+            }
+        };
+        let name = step.step.unwrap_or_else(|| format!("step{}", index + 1));
+        if matches!(name.as_str(), "task" | "args") {
+            problems.push(format!(
+                "`{label}`: a step cannot be named `{name}` (templates use that name)"
+            ));
+        }
+        if !step_names.insert(name.clone()) {
+            problems.push(format!("step `{name}` is defined twice in `flow`"));
+        }
+        let Some(agent) = step.agent else {
+            problems.push(format!("step `{name}` has no `agent`"));
+            continue;
+        };
+        if !agent_names.contains(&agent.as_str()) {
+            problems.push(format!(
+                "step `{name}` uses agent `{agent}`, which is not in `agent_configs`{}",
+                suggest::hint(&agent, agent_names.iter().copied())
+            ));
+        }
+        let input = match (step.prompt, step.text) {
+            (Some(key), None) => StepInput::Prompt(key),
+            (None, Some(text)) => StepInput::Text(text),
+            (Some(_), Some(_)) => {
+                problems.push(format!(
+                    "step `{name}` has both `prompt` and `text`; keep one"
+                ));
+                continue;
+            }
+            (None, None) => {
+                problems.push(format!(
+                    "step `{name}` needs a `prompt` (registry key) or a `text` (inline template)"
+                ));
+                continue;
+            }
+        };
+        flow.push(StepConfig {
+            name,
+            agent,
+            dialog: step.dialog.unwrap_or_else(|| "main".into()),
+            input,
+            args: step.args.unwrap_or_default(),
+        });
+    }
+
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut resolved = document;
+    if let Value::Object(map) = &mut resolved {
+        map.insert("agent_configs".into(), Value::Array(resolved_agents));
+    }
+    Ok(TacticConfig {
+        name: raw.tactic_type.unwrap_or_else(|| {
+            path.file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        }),
+        description: raw.description,
+        path: path.to_path_buf(),
+        prompts_dir: PathBuf::from(raw.prompts.unwrap_or_default()),
+        agents,
+        providers,
+        tools,
+        mcp_servers,
+        flow,
+        result: raw.result,
+        pricing: raw.pricing,
+        warnings,
+        resolved,
+    })
+}
+
+/// D14: keys that are not agent settings become model arguments, with a
+/// warning, and never replace a key `model_args` already has.
+fn move_unknown_keys(
+    mut agent: Map<String, Value>,
+    label: &str,
+    warnings: &mut Vec<String>,
+) -> Map<String, Value> {
+    let unknown: Vec<String> = agent
+        .keys()
+        .filter(|key| !AGENT_KEYS.contains(&key.as_str()))
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        return agent;
+    }
+    let mut model_args = match agent.remove("model_args") {
+        Some(Value::Object(args)) => args,
+        _ => Map::new(),
+    };
+    for key in &unknown {
+        let value = agent.remove(key).unwrap_or(Value::Null);
+        if model_args.contains_key(key) {
+            warnings.push(format!(
+                "{label}: unknown key `{key}` ignored: `model_args.{key}` is set explicitly{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied())
+            ));
+        } else {
+            warnings.push(format!(
+                "{label}: unknown key `{key}` passed to the model as `model_args.{key}`{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied())
+            ));
+            model_args.insert(key.clone(), value);
+        }
+    }
+    agent.insert("model_args".into(), Value::Object(model_args));
+    agent
+}
+
+fn agent_config(agent: RawAgent, index: usize) -> Result<AgentConfig, String> {
+    let name = agent
+        .name
+        .filter(|name| !name.trim().is_empty())
+        .ok_or_else(|| format!("`agent_configs[{index}]` has no `name`"))?;
+    let model_name = agent
+        .model_name
+        .filter(|model| !model.trim().is_empty())
+        .ok_or_else(|| {
+            format!("agent `{name}` has no `model_name`; set it under `global` or on the agent")
+        })?;
+    let system_prompt = match (agent.system_prompt, agent.system_prompt_path) {
+        (Some(text), _) => SystemPrompt::Inline(text),
+        (None, Some(key)) => SystemPrompt::Key(key),
+        (None, None) => SystemPrompt::Inline(DEFAULT_SYSTEM_PROMPT.into()),
+    };
+    let context_manager = match agent.context_manager {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(mut settings)) => match settings.remove("type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(kind)) => {
+                let max_tokens = match settings.remove("max_tokens") {
+                    None | Some(Value::Null) => None,
+                    Some(value) => Some(value.as_u64().ok_or_else(|| {
+                        format!("agent `{name}`: `context_manager.max_tokens` must be a positive integer")
+                    })?),
+                };
+                Some(ContextManagerConfig {
+                    kind,
+                    max_tokens,
+                    options: settings,
+                })
+            }
+            Some(other) => {
+                return Err(format!(
+                    "agent `{name}`: `context_manager.type` must be a name, not {other}"
+                ));
+            }
+        },
+        Some(other) => {
+            return Err(format!(
+                "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
+            ));
+        }
+    };
+    let api_type = match agent.api_type.as_deref() {
+        None | Some("completion") => ApiType::Completion,
+        Some("response") => ApiType::Response,
+        Some(other) => {
+            return Err(format!(
+                "agent `{name}`: `api_type: {other}` must be `completion` or `response`"
+            ));
+        }
+    };
+    Ok(AgentConfig {
+        model_name,
+        system_prompt,
+        model_args: agent.model_args.unwrap_or_default(),
+        tools: agent.tools.unwrap_or_default(),
+        max_exception_retry: agent.max_exception_retry.unwrap_or(3),
+        max_interrupt_steps: agent.max_interrupt_steps.unwrap_or(5),
+        max_llm_recall: agent.max_llm_recall.unwrap_or(3),
+        context_manager,
+        api_type,
+        stream: agent.stream.unwrap_or(false),
+        name,
+    })
+}

@@ -1,0 +1,258 @@
+use super::*;
+use serde_json::json;
+
+struct Files(tempfile::TempDir);
+
+impl Files {
+    fn new(files: &[(&str, &str)]) -> Files {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        Files(dir)
+    }
+
+    fn load(&self, name: &str) -> Result<TacticConfig> {
+        load(&self.0.path().join(name))
+    }
+
+    #[track_caller]
+    fn error(&self, name: &str) -> String {
+        match self.load(name) {
+            Ok(_) => panic!("expected an error"),
+            Err(error) => error.to_string(),
+        }
+    }
+}
+
+const MINIMAL: &str = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n";
+
+#[test]
+fn a_minimal_tactic_gets_the_defaults() {
+    let files = Files::new(&[("t.yaml", MINIMAL)]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(config.name, "t");
+    let agent = &config.agents[0];
+    assert_eq!(agent.model_name, "mock/echo");
+    assert_eq!(
+        (
+            agent.max_exception_retry,
+            agent.max_interrupt_steps,
+            agent.max_llm_recall
+        ),
+        (3, 5, 3)
+    );
+    assert!(
+        matches!(&agent.system_prompt, SystemPrompt::Inline(text) if text == "You are a helpful assistant.")
+    );
+    assert!(agent.context_manager.is_none());
+    assert_eq!(config.prompts_dir, files.0.path().join("prompts"));
+    assert!(config.flow.is_empty());
+}
+
+#[test]
+fn base_chains_merge_with_the_one_rule() {
+    let files = Files::new(&[
+        (
+            "shared/root.yaml",
+            "prompts: root_prompts\nglobal:\n  model_name: openai/gpt-4o\n  model_args: {temperature: 0.1, seed: 7}\n  context_manager: {type: default, max_tokens: 1000}\nagent_configs:\n  - name: a\n    tools: [x, y]\n",
+        ),
+        (
+            "mid.yaml",
+            "base: shared/root.yaml\nglobal:\n  model_args: {temperature: 0.5}\n",
+        ),
+        (
+            "t.yaml",
+            "base: mid.yaml\ntactic_type: child\nglobal:\n  context_manager: null\nagent_configs:\n  - name: a\n    tools: [z]\n",
+        ),
+    ]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(config.name, "child");
+    let agent = &config.agents[0];
+    assert_eq!(agent.model_name, "openai/gpt-4o");
+    assert_eq!(
+        Value::Object(agent.model_args.clone()),
+        json!({"temperature": 0.5, "seed": 7})
+    );
+    assert_eq!(agent.tools, ["z"], "lists replace");
+    assert!(
+        agent.context_manager.is_none(),
+        "null disables an inherited manager"
+    );
+    assert_eq!(
+        config.prompts_dir,
+        files.0.path().join("shared").join("root_prompts"),
+        "relative to the base file"
+    );
+}
+
+#[test]
+fn a_base_cycle_is_an_error_listing_the_chain() {
+    let files = Files::new(&[("a.yaml", "base: b.yaml\n"), ("b.yaml", "base: a.yaml\n")]);
+    let error = files.error("a.yaml");
+    assert!(error.starts_with("`base` files form a cycle: "), "{error}");
+    assert_eq!(error.matches(" → ").count(), 2, "{error}");
+}
+
+#[test]
+fn syntax_errors_name_file_line_and_column() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global:\n  model_name: [oops\nagent_configs: []\n",
+    )]);
+    let error = files.error("t.yaml");
+    assert!(error.contains("t.yaml:"), "{error}");
+    let location: Vec<&str> = error.split(':').collect();
+    assert!(
+        location.len() >= 4 && location[1].trim().parse::<usize>().is_ok(),
+        "{error}"
+    );
+    assert!(!error.contains('\n'), "one line: {error}");
+}
+
+#[test]
+fn unknown_keys_and_type_errors_are_named() {
+    let files = Files::new(&[
+        ("a.yaml", "agent_config: []\n"),
+        (
+            "b.yaml",
+            "global: {model_name: x}\nagent_configs:\n  - name: a\n    max_exception_retry: lots\n",
+        ),
+        (
+            "c.yaml",
+            "global: {model_name: x}\nagent_configs:\n  - name: a\nflow:\n  - step: s\n    agent: a\n    promt: p\n",
+        ),
+    ]);
+    let error = files.error("a.yaml");
+    assert!(
+        error.contains("unknown key `agent_config`; did you mean `agent_configs`?"),
+        "{error}"
+    );
+    let error = files.error("b.yaml");
+    assert!(
+        error.contains("`agent_configs[0].max_exception_retry`"),
+        "{error}"
+    );
+    let error = files.error("c.yaml");
+    assert!(
+        error.contains("unknown key `promt`; did you mean `prompt`?"),
+        "{error}"
+    );
+}
+
+#[test]
+fn agent_entries_win_over_global_and_stray_keys_become_model_args() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global:\n  model_name: g\n  temperature: 0.9\n  model_args: {top_p: 0.5}\nagent_configs:\n  - name: a\n    model_name: own\n    model_args: {temperature: 0.1}\n  - name: b\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    let a = config.agent("a").unwrap();
+    let b = config.agent("b").unwrap();
+    assert_eq!(a.model_name, "own");
+    assert_eq!(
+        b.model_name, "g",
+        "global is untouched by the first agent's merge"
+    );
+    assert_eq!(
+        Value::Object(a.model_args.clone()),
+        json!({"top_p": 0.5, "temperature": 0.1}),
+        "explicit model_args win"
+    );
+    assert_eq!(
+        Value::Object(b.model_args.clone()),
+        json!({"top_p": 0.5, "temperature": 0.9})
+    );
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.contains("`temperature` ignored")),
+        "{:?}",
+        config.warnings
+    );
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.contains("passed to the model as `model_args.temperature`"))
+    );
+}
+
+#[test]
+fn agents_and_steps_are_validated_together() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "agent_configs:\n  - name: writer\n  - name: writer\n    model_name: m\nflow:\n  - step: s\n    agent: writr\n    text: hi\n  - step: s\n    agent: writer\n  - agent: writer\n    prompt: p\n    text: t\n  - step: task\n    agent: writer\n    text: x\n",
+    )]);
+    let error = files.error("t.yaml");
+    for expected in [
+        "agent `writer` has no `model_name`",
+        "uses agent `writr`, which is not in `agent_configs`; did you mean `writer`?",
+        "step `s` is defined twice",
+        "step `s` needs a `prompt` (registry key) or a `text`",
+        "step `step3` has both `prompt` and `text`",
+        "cannot be named `task`",
+    ] {
+        assert!(
+            error.contains(expected),
+            "expected {expected:?} in:\n{error}"
+        );
+    }
+}
+
+#[test]
+fn steps_default_their_names_and_dialog() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - agent: a\n    text: one\n  - agent: a\n    prompt: k\n    dialog: side\n    args: {x: 1}\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(config.flow[0].name, "step1");
+    assert_eq!(config.flow[0].dialog, "main");
+    assert_eq!(config.flow[1].name, "step2");
+    assert_eq!(config.flow[1].dialog, "side");
+    assert!(matches!(&config.flow[1].input, StepInput::Prompt(key) if key == "k"));
+}
+
+#[test]
+fn model_override_reaches_agents_and_the_resolved_document() {
+    let files = Files::new(&[("t.yaml", MINIMAL)]);
+    let mut config = files.load("t.yaml").unwrap();
+    config.override_model("openai/gpt-4o-mini");
+    assert_eq!(config.agents[0].model_name, "openai/gpt-4o-mini");
+    assert_eq!(
+        config.resolved["agent_configs"][0]["model_name"],
+        "openai/gpt-4o-mini"
+    );
+}
+
+#[test]
+fn tool_and_script_paths_resolve_against_their_file() {
+    let files = Files::new(&[(
+        "sub/t.yaml",
+        "global: {model_name: mock/script}\nagent_configs:\n  - name: a\nproviders:\n  mock: {script: replies.yaml}\ntools:\n  - name: wc\n    command: [python3, wc.py]\n",
+    )]);
+    let config = files.load("sub/t.yaml").unwrap();
+    let sub = files.0.path().join("sub");
+    assert_eq!(config.tools[0].cwd, sub);
+    assert_eq!(
+        config.providers["mock"].script.as_deref(),
+        Some(sub.join("replies.yaml").as_path())
+    );
+    assert_eq!(config.providers["mock"].api, ProviderApi::Mock);
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let files = Files::new(&[]);
+    assert_eq!(
+        files.error("nope.yaml"),
+        format!(
+            "tactic file `{}` not found",
+            files.0.path().join("nope.yaml").display()
+        )
+    );
+}
