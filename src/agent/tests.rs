@@ -161,11 +161,13 @@ fn limits(max_exception_retry: u32, max_interrupt_steps: u32, max_llm_recall: u3
 /// A prompt whose replies must be JSON objects with an integer `answer`.
 fn json_prompt() -> Arc<Prompt> {
     let mut prompt = Prompt::new("ask", "{{ question }}").unwrap();
-    prompt.format = Some(json!({
-        "type": "object",
-        "properties": {"answer": {"type": "integer"}},
-        "required": ["answer"]
-    }));
+    prompt
+        .set_format(Some(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "integer"}},
+            "required": ["answer"]
+        })))
+        .unwrap();
     Arc::new(prompt)
 }
 

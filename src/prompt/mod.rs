@@ -1,98 +1,395 @@
-//! TEMPORARY stand-in for the prompt module (being written in parallel); same
-//! public names, minimal behaviour. Replaced wholesale at merge.
+//! Prompts: the behaviour contract of one turn — template, parser, structured
+//! output format, tools, handler texts and renderer (seed 001).
+//!
+//! `render` compiles and renders templates, `parser` checks replies,
+//! `registry` loads prompt files; handler texts live here with the prompt.
 
-use serde_json::{Map, Value};
+mod parser;
+mod registry;
+mod render;
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+pub use parser::{JsonParser, ParseFailure, Parser, TagParser};
+pub use registry::Registry;
+pub use render::Renderer;
+
+use render::Compiled;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("prompt `{prompt}`{}: {message}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
+    Syntax {
+        prompt: String,
+        line: Option<usize>,
+        message: String,
+    },
+    #[error(
+        "prompt `{prompt}` needs {}; missing: {} (pass it as a step argument, `--var`, or a task argument)",
+        list(needed),
+        list(missing)
+    )]
+    MissingVariables {
+        prompt: String,
+        missing: Vec<String>,
+        needed: Vec<String>,
+    },
     #[error("prompt `{prompt}`: {message}")]
     Render { prompt: String, message: String },
-    #[error("unknown prompt `{key}`")]
-    UnknownPrompt { key: String },
+    #[error("unknown prompt `{key}`{hint}")]
+    UnknownPrompt { key: String, hint: String },
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("prompt `{path}`: {message}")]
+    Invalid { path: String, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+fn list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Repair and tool-result texts (seed `DefaultSimpleHandler`), in the prompt's
+/// own template syntax. `exception` sees `error_message`, `interrupt` sees
+/// `call_results`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handler {
+    pub exception: String,
+    pub interrupt: String,
+    pub interrupt_final: String,
+}
+
+impl Handler {
+    pub fn defaults(renderer: Renderer) -> Handler {
+        let (error, results) = match renderer {
+            Renderer::Jinja => ("{{ error_message }}", "{{ call_results }}"),
+            Renderer::Format => ("{error_message}", "{call_results}"),
+        };
+        Handler {
+            exception: format!("Error: {error}. Please fix."),
+            interrupt: results.to_string(),
+            interrupt_final:
+                "You are reaching the limit of tool calls. Provide the final response.".to_string(),
+        }
+    }
+}
+
+/// One turn's behaviour contract. Cloning is cheap: the compiled template is shared.
 #[derive(Debug, Clone)]
 pub struct Prompt {
+    /// Registry key, e.g. `writer/draft`.
     pub path: String,
     pub template: String,
+    pub metadata: Map<String, Value>,
+    pub parser: Option<Parser>,
+    /// JSON schema of a structured reply (D9): sent to the provider, and the
+    /// reply is validated against it when no parser is set.
     pub format: Option<Value>,
     pub tools: Vec<String>,
+    pub mcp_servers: Vec<String>,
+    pub addon_args: Map<String, Value>,
+    pub handler: Handler,
+    pub renderer: Renderer,
+    compiled: Compiled,
+    template_vars: BTreeSet<String>,
+    format_parser: Option<JsonParser>,
 }
 
 impl Prompt {
+    /// A minijinja prompt; a syntax error names the prompt and the line.
     pub fn new(path: impl Into<String>, template: impl Into<String>) -> Result<Prompt> {
+        Prompt::with_renderer(path, template, Renderer::Jinja)
+    }
+
+    pub fn with_renderer(
+        path: impl Into<String>,
+        template: impl Into<String>,
+        renderer: Renderer,
+    ) -> Result<Prompt> {
+        let path = path.into();
+        let template = template.into();
+        let (compiled, template_vars) =
+            render::compile(&template, renderer).map_err(|(message, line)| Error::Syntax {
+                prompt: path.clone(),
+                line,
+                message,
+            })?;
         Ok(Prompt {
-            path: path.into(),
-            template: template.into(),
+            path,
+            template,
+            metadata: Map::new(),
+            parser: None,
             format: None,
             tools: Vec::new(),
+            mcp_servers: Vec::new(),
+            addon_args: Map::new(),
+            handler: Handler::defaults(renderer),
+            renderer,
+            compiled,
+            template_vars,
+            format_parser: None,
         })
     }
 
+    /// An empty prompt with no parser, format or tools: what governs a turn
+    /// started with plain text.
     pub fn bare(path: impl Into<String>) -> Prompt {
-        Prompt {
-            path: path.into(),
-            template: String::new(),
-            format: None,
-            tools: Vec::new(),
+        let path = path.into();
+        match Prompt::new(path.clone(), "") {
+            Ok(prompt) => prompt,
+            // An empty template always compiles; keep a usable value regardless.
+            Err(_) => unreachable!("an empty template compiles"),
         }
     }
 
+    /// Sets the structured-output schema, compiling its validator once.
+    pub fn set_format(&mut self, schema: Option<Value>) -> Result<()> {
+        self.format_parser =
+            match &schema {
+                Some(schema) => Some(JsonParser::new(Some(schema.clone())).map_err(|message| {
+                    Error::Invalid {
+                        path: self.path.clone(),
+                        message: format!("`format`: {message}"),
+                    }
+                })?),
+                None => None,
+            };
+        self.format = schema;
+        Ok(())
+    }
+
+    /// Top-level names the template needs.
+    pub fn template_vars(&self) -> &BTreeSet<String> {
+        &self.template_vars
+    }
+
+    /// The needed names `args` does not have, sorted.
+    pub fn validate_args(&self, args: &Map<String, Value>) -> Vec<String> {
+        self.template_vars
+            .iter()
+            .filter(|name| !args.contains_key(*name))
+            .cloned()
+            .collect()
+    }
+
     pub fn render(&self, args: &Map<String, Value>) -> Result<String> {
-        let mut env = minijinja::Environment::new();
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-        env.render_str(
-            &self.template,
-            minijinja::Value::from(minijinja::value::Serde(args)),
-        )
-        .map_err(|error| Error::Render {
+        let missing = self.validate_args(args);
+        if !missing.is_empty() {
+            return Err(Error::MissingVariables {
+                prompt: self.path.clone(),
+                missing,
+                needed: self.template_vars.iter().cloned().collect(),
+            });
+        }
+        render::render(&self.compiled, args).map_err(|message| Error::Render {
             prompt: self.path.clone(),
-            message: error.to_string(),
+            message,
         })
     }
-}
 
-#[derive(Debug, Default)]
-pub struct Registry {
-    prompts: std::collections::BTreeMap<String, Prompt>,
-}
+    /// Parses a reply: with the parser, else against `format`, else `{raw}`.
+    /// The result always has `raw`.
+    pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
+        let parsed = match (&self.parser, &self.format_parser) {
+            (Some(parser), _) => parser.parse(content)?,
+            (None, Some(format)) => format.parse(content)?,
+            (None, None) => return Ok(json!({"raw": content})),
+        };
+        Ok(match parsed {
+            Value::Object(mut map) => {
+                map.entry("raw")
+                    .or_insert_with(|| Value::String(content.to_string()));
+                Value::Object(map)
+            }
+            other => json!({"raw": content, "value": other}),
+        })
+    }
 
-impl Registry {
-    pub fn get(&self, key: &str) -> Result<&Prompt> {
-        self.prompts
-            .get(key)
-            .ok_or_else(|| Error::UnknownPrompt { key: key.into() })
+    /// A copy under a new path (required and different), to be changed further.
+    pub fn extend(&self, path: impl Into<String>) -> Result<Prompt> {
+        let path = path.into();
+        if path.trim().is_empty() || path == self.path {
+            return Err(Error::Invalid {
+                path: self.path.clone(),
+                message: "extend() needs a new, different path".into(),
+            });
+        }
+        let mut prompt = self.clone();
+        prompt.path = path;
+        Ok(prompt)
     }
-}
-impl Prompt {
-    pub fn template_vars(&self) -> &std::collections::BTreeSet<String> {
-        static E: std::sync::OnceLock<std::collections::BTreeSet<String>> =
-            std::sync::OnceLock::new();
-        E.get_or_init(Default::default)
+
+    /// This prompt with another template (same renderer), recompiled.
+    pub fn with_template(&self, template: impl Into<String>) -> Result<Prompt> {
+        let template = template.into();
+        let (compiled, template_vars) =
+            render::compile(&template, self.renderer).map_err(|(message, line)| Error::Syntax {
+                prompt: self.path.clone(),
+                line,
+                message,
+            })?;
+        Ok(Prompt {
+            template,
+            compiled,
+            template_vars,
+            ..self.clone()
+        })
     }
+
+    /// A JSON snapshot for experiment tracking.
+    pub fn info(&self) -> Value {
+        json!({
+            "path": self.path,
+            "prompt_hash": &self.sha256()[..12],
+            "metadata": self.metadata,
+            "tools": self.tools,
+            "mcp_servers": self.mcp_servers,
+            "addon_args": self.addon_args,
+            "has_parser": self.parser.is_some(),
+            "has_format": self.format.is_some(),
+        })
+    }
+
+    /// Hex SHA-256 of the template.
     pub fn sha256(&self) -> String {
-        String::new()
+        Sha256::digest(self.template.as_bytes())
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
     }
-    pub fn parse(&self, content: &str) -> std::result::Result<Value, Error> {
-        Ok(serde_json::json!({"raw": content}))
-    }
+
+    /// The repair prompt (`error_message`); keeps tools, parser and format (D2:
+    /// the snapshotted prompt still governs the call).
     pub fn on_exception(&self) -> Prompt {
-        self.clone()
+        self.handler_prompt("exception", &self.handler.exception, true)
     }
+
+    /// The tool-result prompt (`call_results`); keeps tools.
     pub fn on_interrupt(&self) -> Prompt {
-        self.clone()
+        self.handler_prompt("interrupt", &self.handler.interrupt, true)
     }
+
+    /// The "stop calling tools" prompt; offers no tools.
     pub fn on_interrupt_final(&self) -> Prompt {
-        self.clone()
+        self.handler_prompt("interrupt_final", &self.handler.interrupt_final, false)
+    }
+
+    fn handler_prompt(&self, suffix: &str, text: &str, keep_tools: bool) -> Prompt {
+        // D2: names never grow (`a#exception`, never `a#exception#exception`).
+        let base = self.path.split('#').next().unwrap_or(&self.path);
+        let path = format!("{base}#{suffix}");
+        let mut prompt = match self.with_template(text) {
+            Ok(prompt) => prompt,
+            // Handler texts are checked when the prompt file loads; a text that
+            // still fails to compile is shown to the model as is.
+            Err(_) => {
+                let mut plain = Prompt::bare(path.clone());
+                plain.template = text.to_string();
+                plain
+            }
+        };
+        prompt.path = path;
+        if !keep_tools {
+            prompt.tools.clear();
+            prompt.mcp_servers.clear();
+            prompt.addon_args.clear();
+        }
+        prompt
     }
 }
-impl Registry {
-    pub fn load(_d: &std::path::Path) -> Result<Registry> {
-        Ok(Registry::default())
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
     }
-    pub fn empty() -> Registry {
-        Registry::default()
+
+    #[test]
+    fn missing_variables_name_the_prompt_and_what_it_needs() {
+        let prompt = Prompt::new("writer/draft", "{{ task }}: {{ text }}").unwrap();
+        assert_eq!(prompt.validate_args(&args(json!({"task": 1}))), ["text"]);
+        let error = prompt
+            .render(&args(json!({"task": "t"})))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "prompt `writer/draft` needs `task`, `text`; missing: `text` (pass it as a step argument, `--var`, or a task argument)"
+        );
+        assert_eq!(
+            prompt
+                .render(&args(json!({"task": "t", "text": "x"})))
+                .unwrap(),
+            "t: x"
+        );
+    }
+
+    #[test]
+    fn handler_prompts_keep_their_names_short() {
+        let mut prompt = Prompt::new("ask", "{{ q }}").unwrap();
+        prompt.tools = vec!["lookup".into()];
+        let repair = prompt.on_exception();
+        assert_eq!(repair.path, "ask#exception");
+        assert_eq!(repair.on_exception().path, "ask#exception");
+        assert_eq!(repair.tools, ["lookup"]);
+        assert_eq!(
+            repair
+                .render(&args(json!({"error_message": "bad"})))
+                .unwrap(),
+            "Error: bad. Please fix."
+        );
+        let last = prompt.on_interrupt().on_interrupt_final();
+        assert_eq!(last.path, "ask#interrupt_final");
+        assert!(last.tools.is_empty());
+        let ported = Prompt::with_renderer("p", "{x}", Renderer::Format).unwrap();
+        assert_eq!(
+            ported
+                .on_interrupt()
+                .render(&args(json!({"call_results": "r"})))
+                .unwrap(),
+            "r"
+        );
+    }
+
+    #[test]
+    fn parse_uses_the_parser_then_the_format() {
+        let plain = Prompt::new("p", "").unwrap();
+        assert_eq!(plain.parse("hi").unwrap(), json!({"raw": "hi"}));
+        let mut structured = Prompt::new("p", "").unwrap();
+        structured
+            .set_format(Some(json!({"type": "object", "required": ["a"]})))
+            .unwrap();
+        assert_eq!(structured.parse("{\"a\": 1}").unwrap()["a"], json!(1));
+        assert!(structured.parse("{}").is_err());
+        assert!(structured.set_format(Some(json!({"type": 5}))).is_err());
+    }
+
+    #[test]
+    fn extend_needs_a_new_path_and_info_summarizes() {
+        let prompt = Prompt::new("a", "text").unwrap();
+        assert!(prompt.extend("a").is_err());
+        assert!(prompt.extend(" ").is_err());
+        let child = prompt
+            .extend("b")
+            .unwrap()
+            .with_template("{{ more }}")
+            .unwrap();
+        assert_eq!(child.path, "b");
+        assert!(child.template_vars().contains("more"));
+        let info = prompt.info();
+        assert_eq!(info["path"], "a");
+        assert_eq!(info["prompt_hash"].as_str().unwrap().len(), 12);
+        assert_eq!(prompt.sha256().len(), 64);
     }
 }

@@ -1,0 +1,312 @@
+//! Template renderers: minijinja with strict undefined (the default), and
+//! Python `str.format` syntax for prompts ported from LLLM. A template is
+//! compiled once, when its prompt is made; rendering only walks it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Renderer {
+    #[default]
+    Jinja,
+    Format,
+}
+
+/// A compiled template. Cloning shares the compiled form.
+#[derive(Clone)]
+pub(crate) enum Compiled {
+    Jinja(Arc<Environment<'static>>),
+    Format(Arc<Vec<Segment>>),
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compiled::Jinja(_) => f.write_str("Compiled::Jinja"),
+            Compiled::Format(segments) => {
+                write!(f, "Compiled::Format({} segments)", segments.len())
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Segment {
+    Literal(String),
+    Field { name: String, path: Vec<Accessor> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Accessor {
+    Key(String),
+    Index(usize),
+}
+
+const TEMPLATE_NAME: &str = "prompt";
+
+/// Compiles `template`; `Err` carries the message and, when known, the line.
+pub(crate) fn compile(
+    template: &str,
+    renderer: Renderer,
+) -> Result<(Compiled, BTreeSet<String>), (String, Option<usize>)> {
+    match renderer {
+        Renderer::Jinja => {
+            let mut environment = Environment::new();
+            environment.set_undefined_behavior(UndefinedBehavior::Strict);
+            environment
+                .add_template_owned(TEMPLATE_NAME, template.to_string())
+                .map_err(|error| {
+                    (
+                        error.detail().unwrap_or("syntax error").to_string(),
+                        error.line(),
+                    )
+                })?;
+            let variables = environment
+                .get_template(TEMPLATE_NAME)
+                .map(|compiled| compiled.undeclared_variables(false).into_iter().collect())
+                .unwrap_or_default();
+            Ok((Compiled::Jinja(Arc::new(environment)), variables))
+        }
+        Renderer::Format => {
+            let segments = parse_format(template).map_err(|message| (message, None))?;
+            let variables = segments
+                .iter()
+                .filter_map(|segment| match segment {
+                    Segment::Field { name, .. } => Some(name.clone()),
+                    Segment::Literal(_) => None,
+                })
+                .collect();
+            Ok((Compiled::Format(Arc::new(segments)), variables))
+        }
+    }
+}
+
+/// Renders a compiled template; `Err` is minijinja's message.
+pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<String, String> {
+    match compiled {
+        Compiled::Jinja(environment) => {
+            let template = environment
+                .get_template(TEMPLATE_NAME)
+                .map_err(|error| error.to_string())?;
+            template
+                .render(minijinja::Value::from(minijinja::value::Serde(args)))
+                .map_err(|error| {
+                    error
+                        .detail()
+                        .map_or_else(|| error.to_string(), str::to_string)
+                })
+        }
+        Compiled::Format(segments) => {
+            let mut out = String::new();
+            for segment in segments.iter() {
+                match segment {
+                    Segment::Literal(text) => out.push_str(text),
+                    Segment::Field { name, path } => {
+                        let mut value = args
+                            .get(name)
+                            .ok_or_else(|| format!("undefined value `{name}`"))?;
+                        for accessor in path {
+                            value = match (accessor, value) {
+                                (Accessor::Key(key), Value::Object(map)) => map.get(key),
+                                (Accessor::Index(index), Value::Array(items)) => items.get(*index),
+                                (Accessor::Key(key), Value::Array(items)) => {
+                                    key.parse::<usize>().ok().and_then(|index| items.get(index))
+                                }
+                                _ => None,
+                            }
+                            .ok_or_else(|| format!("`{name}` has no `{}`", describe(path)))?;
+                        }
+                        match value {
+                            Value::String(text) => out.push_str(text),
+                            other => out.push_str(&other.to_string()),
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+fn describe(path: &[Accessor]) -> String {
+    path.iter()
+        .map(|accessor| match accessor {
+            Accessor::Key(key) => format!(".{key}"),
+            Accessor::Index(index) => format!("[{index}]"),
+        })
+        .collect()
+}
+
+/// Python `str.format` fields: `{name}`, `{name.attr}`, `{name[key]}`,
+/// `{name[0]}`, an ignored `!conversion` / `:spec`, and `{{` / `}}` escapes.
+fn parse_format(template: &str) -> Result<Vec<Segment>, String> {
+    let mut segments = Vec::new();
+    let mut literal = String::new();
+    let mut chars = template.char_indices().peekable();
+    while let Some((position, c)) = chars.next() {
+        match c {
+            '{' if chars.peek().map(|(_, next)| *next) == Some('{') => {
+                chars.next();
+                literal.push('{');
+            }
+            '}' if chars.peek().map(|(_, next)| *next) == Some('}') => {
+                chars.next();
+                literal.push('}');
+            }
+            '}' => {
+                return Err(format!(
+                    "single `}}` at byte {position}; write `}}}}` for a literal brace"
+                ));
+            }
+            '{' => {
+                let mut field = String::new();
+                let mut closed = false;
+                for (_, c) in chars.by_ref() {
+                    if c == '}' {
+                        closed = true;
+                        break;
+                    }
+                    field.push(c);
+                }
+                if !closed {
+                    return Err(format!(
+                        "unclosed `{{` at byte {position}; write `{{{{` for a literal brace"
+                    ));
+                }
+                if !literal.is_empty() {
+                    segments.push(Segment::Literal(std::mem::take(&mut literal)));
+                }
+                segments.push(parse_field(&field, position)?);
+            }
+            other => literal.push(other),
+        }
+    }
+    if !literal.is_empty() {
+        segments.push(Segment::Literal(literal));
+    }
+    Ok(segments)
+}
+
+fn parse_field(field: &str, position: usize) -> Result<Segment, String> {
+    let field = field.split(['!', ':']).next().unwrap_or_default().trim();
+    let name_end = field.find(['.', '[']).unwrap_or(field.len());
+    let name = &field[..name_end];
+    if name.is_empty() {
+        return Err(format!(
+            "empty or positional field `{{{field}}}` at byte {position}; name it"
+        ));
+    }
+    let mut path = Vec::new();
+    let mut rest = &field[name_end..];
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            path.push(Accessor::Key(after[..end].to_string()));
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after
+                .find(']')
+                .ok_or_else(|| format!("unclosed `[` in field `{{{field}}}`"))?;
+            let key = &after[..end];
+            path.push(match key.parse::<usize>() {
+                Ok(index) => Accessor::Index(index),
+                Err(_) => Accessor::Key(key.to_string()),
+            });
+            rest = &after[end + 1..];
+        } else {
+            return Err(format!(
+                "cannot read field `{{{field}}}` at byte {position}"
+            ));
+        }
+    }
+    Ok(Segment::Field {
+        name: name.to_string(),
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[track_caller]
+    fn vars_case(template: &str, renderer: Renderer, expected: &[&str]) {
+        let (_, variables) = compile(template, renderer).unwrap();
+        let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
+        assert_eq!(variables, expected, "{template}");
+    }
+
+    #[test]
+    fn template_variables_are_the_top_level_names_a_template_needs() {
+        vars_case("Hello {{ name }}", Renderer::Jinja, &["name"]);
+        vars_case(
+            "{{ draft.content }} {{ items[0] | upper }}",
+            Renderer::Jinja,
+            &["draft", "items"],
+        );
+        vars_case(
+            "{% for x in xs %}{{ x }}{{ loop.index }}{% endfor %}",
+            Renderer::Jinja,
+            &["xs"],
+        );
+        vars_case("{% set y = 1 %}{{ y }}{{ z }}", Renderer::Jinja, &["z"]);
+        vars_case("no variables", Renderer::Jinja, &[]);
+        vars_case(
+            "{topic} for {audience.name} {items[0]} {{literal}}",
+            Renderer::Format,
+            &["topic", "audience", "items"],
+        );
+        vars_case("{x:>10} {y!r}", Renderer::Format, &["x", "y"]);
+    }
+
+    #[track_caller]
+    fn render_case(template: &str, renderer: Renderer, values: Value, expected: &str) {
+        let (compiled, _) = compile(template, renderer).unwrap();
+        assert_eq!(render(&compiled, &args(values)).unwrap(), expected);
+    }
+
+    #[test]
+    fn renders_nested_values_in_both_syntaxes() {
+        let values =
+            json!({"draft": {"content": "text", "parsed": {"n": 2}}, "xs": ["a", "b"], "n": 3});
+        render_case(
+            "{{ draft.content }} {{ draft.parsed.n }} {{ xs[1] }}",
+            Renderer::Jinja,
+            values.clone(),
+            "text 2 b",
+        );
+        render_case(
+            "{draft.content} {draft[parsed][n]} {xs[1]} {n} {{x}}",
+            Renderer::Format,
+            values.clone(),
+            "text 2 b 3 {x}",
+        );
+        render_case("{draft.parsed}", Renderer::Format, values, "{\"n\":2}");
+    }
+
+    #[test]
+    fn missing_values_and_bad_templates_are_errors() {
+        let (compiled, _) = compile("{{ missing }}", Renderer::Jinja).unwrap();
+        assert!(render(&compiled, &Map::new()).is_err(), "strict undefined");
+        let (compiled, _) = compile("{{ a.b }}", Renderer::Jinja).unwrap();
+        assert!(render(&compiled, &args(json!({"a": {}}))).is_err());
+        let (compiled, _) = compile("{a.b}", Renderer::Format).unwrap();
+        assert!(render(&compiled, &args(json!({"a": {}}))).is_err());
+        assert!(compile("{{ unclosed", Renderer::Jinja).is_err());
+        assert!(compile("{unclosed", Renderer::Format).is_err());
+        assert!(compile("single } brace", Renderer::Format).is_err());
+        assert!(compile("{}", Renderer::Format).is_err());
+        let (_, line) = compile("ok\nok\n{% if %}", Renderer::Jinja).unwrap_err();
+        assert_eq!(line, Some(3));
+    }
+}
