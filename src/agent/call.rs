@@ -351,6 +351,7 @@ impl Call<'_> {
                 call.name,
                 Value::Object(call.arguments.clone())
             );
+            call.result_str = Some(text.clone());
             return (call, text);
         } else if final_round || !offered.contains(&call.name.as_str()) {
             // D4: an unknown tool is the model's mistake to fix, not an abort.

@@ -1,42 +1,179 @@
-//! TEMPORARY stand-in (replaced at merge).
-use super::{ChatRequest, Provider, ProviderError};
+//! The one retry loop (DESIGN §4, D6): transient and rate-limit errors are
+//! retried with exponential backoff and jitter, honouring what the server asks
+//! (`retry-after-ms` / `Retry-After`); permanent errors return at once.
+//! Every failed attempt is reported so the session records it.
+
+use std::time::{Duration, Instant};
+
+use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::Message;
-use std::time::Duration;
-#[derive(Debug, Clone)]
+
+/// A server may ask for a long pause; we honour it up to this much.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
+    /// Backoff before the first retry; doubles each time.
     pub base: Duration,
     pub cap: Duration,
+    /// ± fraction applied to each backoff.
     pub jitter: f64,
 }
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(60), jitter: 0.2 }
+    }
+}
+
+impl RetryPolicy {
+    /// How long to wait after failed attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: u32, error: &ProviderError) -> Duration {
+        if let Some(asked) = error.retry_after {
+            return asked.min(MAX_RETRY_AFTER);
+        }
+        let exponent = attempt.saturating_sub(1).min(30);
+        let backoff = self.base.saturating_mul(1u32 << exponent).min(self.cap);
+        let spread = if self.jitter > 0.0 { (fastrand::f64() * 2.0 - 1.0) * self.jitter } else { 0.0 };
+        backoff.mul_f64((1.0 + spread).max(0.0))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct FailedAttempt {
+    /// 1-based.
     pub attempt: u32,
     pub error: ProviderError,
     pub latency: Duration,
+    /// Time waited before the next attempt (zero when there is none).
     pub waited: Duration,
 }
+
 pub struct Attempted {
     pub message: Message,
+    /// The number of the attempt that succeeded (1-based).
     pub attempts: u32,
     pub latency: Duration,
 }
+
 pub struct Failed {
     pub error: ProviderError,
     pub attempts: u32,
 }
-pub async fn invoke_with_retry<F: FnMut(&FailedAttempt)>(
+
+/// Calls `provider` until it answers, a permanent error comes, or `max_recall`
+/// retries are spent (so at most `max_recall + 1` attempts).
+pub async fn invoke_with_retry<F>(
     provider: &dyn Provider,
     request: ChatRequest<'_>,
-    _p: &RetryPolicy,
-    _m: u32,
-    _f: F,
-) -> Result<Attempted, Failed> {
-    match provider.invoke(request).await {
-        Ok(message) => Ok(Attempted {
-            message,
-            attempts: 1,
-            latency: Duration::ZERO,
-        }),
-        Err(error) => Err(Failed { error, attempts: 1 }),
+    policy: &RetryPolicy,
+    max_recall: u32,
+    mut on_failed_attempt: F,
+) -> Result<Attempted, Failed>
+where
+    F: FnMut(&FailedAttempt),
+{
+    let mut attempt = 1;
+    loop {
+        let started = Instant::now();
+        let error = match provider.invoke(request).await {
+            Ok(message) => return Ok(Attempted { message, attempts: attempt, latency: started.elapsed() }),
+            Err(error) => error,
+        };
+        let latency = started.elapsed();
+        let retry = error.kind != ErrorKind::Permanent && attempt <= max_recall;
+        let waited = if retry { policy.delay(attempt, &error) } else { Duration::ZERO };
+        on_failed_attempt(&FailedAttempt { attempt, error: error.clone(), latency, waited });
+        if !retry {
+            return Err(Failed { error, attempts: attempt });
+        }
+        tokio::time::sleep(waited).await;
+        attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use futures_util::future::BoxFuture;
+    use serde_json::Map;
+
+    use super::*;
+
+    struct Sequence(Mutex<VecDeque<Result<Message, ProviderError>>>);
+
+    impl Provider for Sequence {
+        fn invoke<'a>(&'a self, _request: ChatRequest<'a>) -> BoxFuture<'a, Result<Message, ProviderError>> {
+            let next = self.0.lock().unwrap().pop_front().unwrap_or_else(|| Err(ProviderError::permanent("empty")));
+            Box::pin(async move { next })
+        }
+    }
+
+    fn request<'a>(args: &'a Map<String, serde_json::Value>) -> ChatRequest<'a> {
+        ChatRequest {
+            model: "m",
+            messages: &[],
+            tools: &[],
+            format: None,
+            model_args: args,
+            api_type: Default::default(),
+            stream: None,
+        }
+    }
+
+    fn error(kind: ErrorKind, retry_after: Option<u64>) -> Result<Message, ProviderError> {
+        let mut error = ProviderError::new(kind, "x");
+        error.retry_after = retry_after.map(Duration::from_secs);
+        Err(error)
+    }
+
+    const POLICY: RetryPolicy = RetryPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(60), jitter: 0.0 };
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_transient_then_rate_limited_then_succeeds() {
+        let provider = Sequence(Mutex::new(VecDeque::from([
+            error(ErrorKind::Transient, None),
+            error(ErrorKind::RateLimit, Some(2)),
+            Ok(Message::assistant("m", "ok")),
+        ])));
+        let args = Map::new();
+        let started = tokio::time::Instant::now();
+        let mut failed = Vec::new();
+        let result = invoke_with_retry(&provider, request(&args), &POLICY, 3, |attempt| failed.push(attempt.clone())).await;
+        let attempted = result.ok().unwrap();
+        assert_eq!(attempted.attempts, 3);
+        assert_eq!(failed.len(), 2);
+        assert_eq!(failed[0].waited, Duration::from_secs(1), "base backoff");
+        assert_eq!(failed[1].waited, Duration::from_secs(2), "Retry-After honoured");
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_stop_and_the_budget_is_kept() {
+        let provider = Sequence(Mutex::new(VecDeque::from([error(ErrorKind::Permanent, None), Ok(Message::user("x"))])));
+        let args = Map::new();
+        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 3, |_| {}).await.err().unwrap();
+        assert_eq!(failed.attempts, 1);
+
+        let provider = Sequence(Mutex::new((0..5).map(|_| error(ErrorKind::Transient, None)).collect()));
+        let started = tokio::time::Instant::now();
+        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 2, |_| {}).await.err().unwrap();
+        assert_eq!(failed.attempts, 3, "max_recall retries after the first attempt");
+        assert_eq!(started.elapsed(), Duration::from_secs(1 + 2), "1 s then 2 s");
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_bounded_jitter() {
+        let transient = ProviderError::transient("x");
+        assert_eq!(POLICY.delay(1, &transient), Duration::from_secs(1));
+        assert_eq!(POLICY.delay(4, &transient), Duration::from_secs(8));
+        assert_eq!(POLICY.delay(20, &transient), Duration::from_secs(60));
+        let jittered = RetryPolicy { jitter: 0.2, ..POLICY };
+        for _ in 0..100 {
+            let delay = jittered.delay(3, &transient).as_secs_f64();
+            assert!((3.2..=4.8).contains(&delay), "{delay}");
+        }
     }
 }
