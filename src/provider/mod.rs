@@ -132,7 +132,10 @@ mod optional_millis {
     }
 }
 
+pub mod http;
+pub mod mock;
 pub mod models;
+pub mod openai;
 pub mod pricing;
 pub mod registry;
 pub mod retry;

@@ -1,26 +1,350 @@
-//! TEMPORARY stand-in (replaced at merge).
-use super::Provider;
-use super::retry::RetryPolicy;
+//! Model names to providers: `provider/model` (a bare name means `openai/`),
+//! built once per run from the tactic's `providers:` and the environment.
+//! Keys are read here, held as `Secret`s, and never printed.
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use super::mock::MockProvider;
+use super::openai::{OpenAiProvider, WireOptions};
+use super::retry::RetryPolicy;
+use super::{Provider, http};
+use crate::config::{ProviderApi, ProviderConfig};
+use crate::suggest;
+
+const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
-pub struct Providers;
+pub enum Error {
+    #[error("unknown provider `{provider}` in model `{model}`{hint}; define it under `providers:`")]
+    UnknownProvider {
+        provider: String,
+        model: String,
+        hint: String,
+    },
+    #[error(
+        "{variable} is not set (needed by model `{model}`); export it or set `api_key_env` under `providers.{provider}`"
+    )]
+    MissingKey {
+        variable: String,
+        model: String,
+        provider: String,
+    },
+    #[error("model `{model}`: {message}")]
+    Unavailable { model: String, message: String },
+    #[error("provider `{provider}`: {message}")]
+    Invalid { provider: String, message: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A key: Debug and Display print `***`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The key itself, for the one header that carries it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// A model name resolved to the provider that serves it.
+#[derive(Clone)]
 pub struct Resolved {
     pub provider: Arc<dyn Provider>,
     pub provider_name: String,
+    /// The provider's own model id.
     pub model: String,
     pub retry: RetryPolicy,
 }
+
+/// Every provider of a run. Providers are made once per name, so limits
+/// (`max_concurrency`) are shared by all agents and tasks using them.
+pub struct Providers {
+    configs: BTreeMap<String, ProviderConfig>,
+    built: std::sync::Mutex<BTreeMap<String, Arc<dyn Provider>>>,
+    client: reqwest::Client,
+    env: BTreeMap<String, Option<String>>,
+}
+
 impl Providers {
     pub fn new(
-        _c: &BTreeMap<String, crate::config::ProviderConfig>,
-        _env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Providers, Error> {
-        Ok(Providers)
+        configs: &BTreeMap<String, ProviderConfig>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Providers> {
+        let connect = configs
+            .values()
+            .filter_map(|config| config.connect_timeout_s)
+            .fold(10.0, f64::max);
+        let client =
+            http::client(Duration::from_secs_f64(connect)).map_err(|message| Error::Invalid {
+                provider: "http".into(),
+                message,
+            })?;
+        // Read the variables a provider may need now, so later lookups are pure.
+        let mut names = vec!["OPENAI_API_KEY".to_string(), "OPENAI_BASE_URL".to_string()];
+        names.extend(
+            configs
+                .values()
+                .filter_map(|config| config.api_key_env.clone()),
+        );
+        let env = names
+            .into_iter()
+            .map(|name| (name.clone(), env(&name).filter(|v| !v.is_empty())))
+            .collect();
+        Ok(Providers {
+            configs: configs.clone(),
+            built: Default::default(),
+            client,
+            env,
+        })
     }
-    pub fn resolve(&self, m: &str) -> Result<Resolved, Error> {
-        Err(Error(m.into()))
+
+    /// Resolves `model_name`, checking that its provider can be used (keys
+    /// present) before anything is sent.
+    pub fn resolve(&self, model_name: &str) -> Result<Resolved> {
+        let (provider_name, model) = crate::tactic::split_model(model_name);
+        if model.is_empty() {
+            return Err(Error::Unavailable {
+                model: model_name.into(),
+                message: "the model id is empty".into(),
+            });
+        }
+        let config = self.configs.get(provider_name);
+        let retry = RetryPolicy {
+            base: config
+                .and_then(|c| c.retry_base_ms)
+                .map_or(RetryPolicy::default().base, Duration::from_millis),
+            cap: config
+                .and_then(|c| c.retry_cap_ms)
+                .map_or(RetryPolicy::default().cap, Duration::from_millis),
+            ..RetryPolicy::default()
+        };
+        let provider = self.provider(provider_name, model_name, model)?;
+        Ok(Resolved {
+            provider,
+            provider_name: provider_name.to_string(),
+            model: model.to_string(),
+            retry,
+        })
+    }
+
+    fn provider(&self, name: &str, model_name: &str, model: &str) -> Result<Arc<dyn Provider>> {
+        let api = match (self.configs.get(name), name) {
+            (Some(config), _) => config.api,
+            (None, "openai") => ProviderApi::OpenAi,
+            (None, "mock") => ProviderApi::Mock,
+            (None, "anthropic") => ProviderApi::Anthropic,
+            (None, _) => {
+                let known: Vec<&str> = ["openai", "mock"]
+                    .into_iter()
+                    .chain(self.configs.keys().map(String::as_str))
+                    .collect();
+                return Err(Error::UnknownProvider {
+                    provider: name.into(),
+                    model: model_name.into(),
+                    hint: suggest::hint(name, known),
+                });
+            }
+        };
+        if api == ProviderApi::Mock {
+            // Mock providers are cheap and keep per-model state (a script's
+            // position), so each model gets its own.
+            let script = self
+                .configs
+                .get(name)
+                .and_then(|config| config.script.as_deref());
+            return MockProvider::new(model, script)
+                .map(|provider| Arc::new(provider) as Arc<dyn Provider>)
+                .map_err(|message| Error::Unavailable {
+                    model: model_name.into(),
+                    message,
+                });
+        }
+        let mut built = self
+            .built
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(provider) = built.get(name) {
+            return Ok(provider.clone());
+        }
+        let provider: Arc<dyn Provider> = match api {
+            ProviderApi::OpenAi => Arc::new(self.openai(name, model_name)?),
+            ProviderApi::Anthropic => {
+                return Err(Error::Unavailable {
+                    model: model_name.into(),
+                    message: "the native Anthropic provider is not available yet; use an OpenAI-compatible proxy \
+                              under `providers:`"
+                        .into(),
+                });
+            }
+            ProviderApi::Mock => unreachable!("handled above"),
+        };
+        built.insert(name.to_string(), provider.clone());
+        Ok(provider)
+    }
+
+    fn openai(&self, name: &str, model_name: &str) -> Result<OpenAiProvider> {
+        let config = self.configs.get(name);
+        let variable = |key: &str| self.env.get(key).cloned().flatten();
+        let base_url = config
+            .and_then(|config| config.base_url.clone())
+            .or_else(|| {
+                if name == "openai" {
+                    variable("OPENAI_BASE_URL")
+                } else {
+                    None
+                }
+            });
+        let key_variable = config
+            .and_then(|config| config.api_key_env.clone())
+            .unwrap_or_else(|| {
+                if name == "openai" {
+                    "OPENAI_API_KEY".into()
+                } else {
+                    String::new()
+                }
+            });
+        let api_key = if key_variable.is_empty() {
+            None
+        } else {
+            variable(&key_variable).map(Secret::new)
+        };
+        if api_key.is_none() && base_url.is_none() {
+            // Only the public endpoint certainly needs a key; local servers often don't.
+            let variable = if key_variable.is_empty() {
+                "OPENAI_API_KEY".to_string()
+            } else {
+                key_variable
+            };
+            return Err(Error::MissingKey {
+                variable,
+                model: model_name.into(),
+                provider: name.into(),
+            });
+        }
+        let options = WireOptions {
+            developer_role: config.and_then(|c| c.system_role.as_deref()) == Some("developer"),
+        };
+        Ok(OpenAiProvider {
+            client: self.client.clone(),
+            base_url: base_url.unwrap_or_else(|| OPENAI_BASE_URL.into()),
+            api_key,
+            extra_headers: config
+                .map(|c| c.headers.clone().into_iter().collect())
+                .unwrap_or_default(),
+            options,
+            timeout: Duration::from_secs_f64(
+                config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
+            ),
+            limiter: config
+                .and_then(|c| c.max_concurrency)
+                .map(|limit| Arc::new(Semaphore::new(limit.max(1)))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn providers(configs: &[(&str, ProviderConfig)], env: &[(&str, &str)]) -> Providers {
+        let configs = configs
+            .iter()
+            .map(|(name, config)| (name.to_string(), config.clone()))
+            .collect();
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Providers::new(&configs, &|name| env.get(name).cloned()).unwrap()
+    }
+
+    fn local(base_url: Option<&str>) -> ProviderConfig {
+        ProviderConfig {
+            api: ProviderApi::OpenAi,
+            base_url: base_url.map(str::to_string),
+            api_key_env: None,
+            max_concurrency: Some(2),
+            rpm: None,
+            tpm: None,
+            timeout_s: None,
+            connect_timeout_s: None,
+            system_role: None,
+            retry_base_ms: Some(5),
+            retry_cap_ms: None,
+            script: None,
+            headers: BTreeMap::new(),
+        }
+    }
+
+    fn error(providers: &Providers, model: &str) -> String {
+        providers
+            .resolve(model)
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn model_names_split_at_the_first_slash() {
+        let providers = providers(
+            &[("local", local(Some("http://127.0.0.1:1/v1")))],
+            &[("OPENAI_API_KEY", "sk-x")],
+        );
+        let resolved = providers.resolve("local/org/model").ok().unwrap();
+        assert_eq!(
+            (resolved.provider_name.as_str(), resolved.model.as_str()),
+            ("local", "org/model")
+        );
+        assert_eq!(resolved.retry.base, Duration::from_millis(5));
+        let bare = providers.resolve("gpt-4o").ok().unwrap();
+        assert_eq!(
+            (bare.provider_name.as_str(), bare.model.as_str()),
+            ("openai", "gpt-4o")
+        );
+        assert!(providers.resolve("mock/echo").is_ok());
+    }
+
+    #[test]
+    fn problems_are_found_before_sending() {
+        let providers = providers(&[("local", local(Some("http://127.0.0.1:1/v1")))], &[]);
+        assert_eq!(
+            error(&providers, "openai/gpt-4o-mini"),
+            "OPENAI_API_KEY is not set (needed by model `openai/gpt-4o-mini`); export it or set `api_key_env` under `providers.openai`"
+        );
+        assert!(error(&providers, "locl/x").contains("unknown provider `locl`"));
+        assert!(error(&providers, "locl/x").contains("did you mean `local`?"));
+        assert!(error(&providers, "mock/nope").contains("mock/echo"));
+        assert!(
+            providers.resolve("local/x").is_ok(),
+            "a local server needs no key"
+        );
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let secret = Secret::new("sk-very-secret".into());
+        assert_eq!(format!("{secret} {secret:?}"), "*** ***");
     }
 }

@@ -22,7 +22,11 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(60), jitter: 0.2 }
+        RetryPolicy {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(60),
+            jitter: 0.2,
+        }
     }
 }
 
@@ -34,7 +38,11 @@ impl RetryPolicy {
         }
         let exponent = attempt.saturating_sub(1).min(30);
         let backoff = self.base.saturating_mul(1u32 << exponent).min(self.cap);
-        let spread = if self.jitter > 0.0 { (fastrand::f64() * 2.0 - 1.0) * self.jitter } else { 0.0 };
+        let spread = if self.jitter > 0.0 {
+            (fastrand::f64() * 2.0 - 1.0) * self.jitter
+        } else {
+            0.0
+        };
         backoff.mul_f64((1.0 + spread).max(0.0))
     }
 }
@@ -77,15 +85,33 @@ where
     loop {
         let started = Instant::now();
         let error = match provider.invoke(request).await {
-            Ok(message) => return Ok(Attempted { message, attempts: attempt, latency: started.elapsed() }),
+            Ok(message) => {
+                return Ok(Attempted {
+                    message,
+                    attempts: attempt,
+                    latency: started.elapsed(),
+                });
+            }
             Err(error) => error,
         };
         let latency = started.elapsed();
         let retry = error.kind != ErrorKind::Permanent && attempt <= max_recall;
-        let waited = if retry { policy.delay(attempt, &error) } else { Duration::ZERO };
-        on_failed_attempt(&FailedAttempt { attempt, error: error.clone(), latency, waited });
+        let waited = if retry {
+            policy.delay(attempt, &error)
+        } else {
+            Duration::ZERO
+        };
+        on_failed_attempt(&FailedAttempt {
+            attempt,
+            error: error.clone(),
+            latency,
+            waited,
+        });
         if !retry {
-            return Err(Failed { error, attempts: attempt });
+            return Err(Failed {
+                error,
+                attempts: attempt,
+            });
         }
         tokio::time::sleep(waited).await;
         attempt += 1;
@@ -105,8 +131,16 @@ mod tests {
     struct Sequence(Mutex<VecDeque<Result<Message, ProviderError>>>);
 
     impl Provider for Sequence {
-        fn invoke<'a>(&'a self, _request: ChatRequest<'a>) -> BoxFuture<'a, Result<Message, ProviderError>> {
-            let next = self.0.lock().unwrap().pop_front().unwrap_or_else(|| Err(ProviderError::permanent("empty")));
+        fn invoke<'a>(
+            &'a self,
+            _request: ChatRequest<'a>,
+        ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+            let next = self
+                .0
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(ProviderError::permanent("empty")));
             Box::pin(async move { next })
         }
     }
@@ -129,7 +163,11 @@ mod tests {
         Err(error)
     }
 
-    const POLICY: RetryPolicy = RetryPolicy { base: Duration::from_secs(1), cap: Duration::from_secs(60), jitter: 0.0 };
+    const POLICY: RetryPolicy = RetryPolicy {
+        base: Duration::from_secs(1),
+        cap: Duration::from_secs(60),
+        jitter: 0.0,
+    };
 
     #[tokio::test(start_paused = true)]
     async fn retries_transient_then_rate_limited_then_succeeds() {
@@ -141,27 +179,52 @@ mod tests {
         let args = Map::new();
         let started = tokio::time::Instant::now();
         let mut failed = Vec::new();
-        let result = invoke_with_retry(&provider, request(&args), &POLICY, 3, |attempt| failed.push(attempt.clone())).await;
+        let result = invoke_with_retry(&provider, request(&args), &POLICY, 3, |attempt| {
+            failed.push(attempt.clone())
+        })
+        .await;
         let attempted = result.ok().unwrap();
         assert_eq!(attempted.attempts, 3);
         assert_eq!(failed.len(), 2);
         assert_eq!(failed[0].waited, Duration::from_secs(1), "base backoff");
-        assert_eq!(failed[1].waited, Duration::from_secs(2), "Retry-After honoured");
+        assert_eq!(
+            failed[1].waited,
+            Duration::from_secs(2),
+            "Retry-After honoured"
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(3));
     }
 
     #[tokio::test(start_paused = true)]
     async fn permanent_errors_stop_and_the_budget_is_kept() {
-        let provider = Sequence(Mutex::new(VecDeque::from([error(ErrorKind::Permanent, None), Ok(Message::user("x"))])));
+        let provider = Sequence(Mutex::new(VecDeque::from([
+            error(ErrorKind::Permanent, None),
+            Ok(Message::user("x")),
+        ])));
         let args = Map::new();
-        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 3, |_| {}).await.err().unwrap();
+        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 3, |_| {})
+            .await
+            .err()
+            .unwrap();
         assert_eq!(failed.attempts, 1);
 
-        let provider = Sequence(Mutex::new((0..5).map(|_| error(ErrorKind::Transient, None)).collect()));
+        let provider = Sequence(Mutex::new(
+            (0..5).map(|_| error(ErrorKind::Transient, None)).collect(),
+        ));
         let started = tokio::time::Instant::now();
-        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 2, |_| {}).await.err().unwrap();
-        assert_eq!(failed.attempts, 3, "max_recall retries after the first attempt");
-        assert_eq!(started.elapsed(), Duration::from_secs(1 + 2), "1 s then 2 s");
+        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 2, |_| {})
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(
+            failed.attempts, 3,
+            "max_recall retries after the first attempt"
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1 + 2),
+            "1 s then 2 s"
+        );
     }
 
     #[test]
@@ -170,7 +233,10 @@ mod tests {
         assert_eq!(POLICY.delay(1, &transient), Duration::from_secs(1));
         assert_eq!(POLICY.delay(4, &transient), Duration::from_secs(8));
         assert_eq!(POLICY.delay(20, &transient), Duration::from_secs(60));
-        let jittered = RetryPolicy { jitter: 0.2, ..POLICY };
+        let jittered = RetryPolicy {
+            jitter: 0.2,
+            ..POLICY
+        };
         for _ in 0..100 {
             let delay = jittered.delay(3, &transient).as_secs_f64();
             assert!((3.2..=4.8).contains(&delay), "{delay}");

@@ -97,8 +97,9 @@ impl Problems {
 }
 
 impl Tactic {
-    /// Builds and validates everything a run needs. `env` reads environment
-    /// variables (keys, base URLs); tests pass their own.
+    /// Builds and validates everything a run needs but the task: call `check`
+    /// with the task's argument names before running it. `env` reads
+    /// environment variables (keys, base URLs); tests pass their own.
     pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
         let mut problems = Problems(Vec::new());
         let registry = if config.prompts_dir.is_dir() {
@@ -265,7 +266,7 @@ impl Tactic {
             result,
             prompts,
         };
-        tactic.check(&BTreeSet::new()).map(|()| tactic)
+        Ok(tactic)
     }
 
     /// Checks that every template the flow reaches has its variables, given the

@@ -1,0 +1,203 @@
+//! The one module that talks HTTP: a pooled client, a JSON POST with timeouts,
+//! network errors classified for the retry loop, and `Retry-After` parsing.
+//! Provider modules build bodies and read replies; they never see a socket.
+//!
+//! Error texts carry no URL query and no header, so no key can leak into them.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+
+use super::{ErrorKind, ProviderError};
+
+/// A reply as received: status, headers and body text.
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+/// One client per run: connections are pooled across every agent and task.
+pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_max_idle_per_host(1024)
+        .build()
+        .map_err(|error| format!("cannot build the HTTP client: {error}"))
+}
+
+/// Builds a header map; a header that is not valid HTTP is an error naming it
+/// (never its value, which may be a key).
+pub fn headers<'a, I>(pairs: I) -> Result<HeaderMap, String>
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("invalid header name `{name}`"))?;
+        let mut value = HeaderValue::from_str(value)
+            .map_err(|_| format!("invalid value for header `{name}`"))?;
+        if matches!(
+            name.to_ascii_lowercase().as_str(),
+            "authorization" | "x-api-key" | "api-key"
+        ) {
+            value.set_sensitive(true);
+        }
+        map.insert(header, value);
+    }
+    Ok(map)
+}
+
+/// POSTs `body` as JSON and reads the whole reply. Network failures are
+/// transient errors; HTTP statuses are the caller's to classify.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    timeout: Duration,
+) -> Result<HttpReply, ProviderError> {
+    let response = client
+        .post(url)
+        .headers(headers)
+        .json(body)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|error| network_error(error, url, timeout))?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .text()
+        .await
+        .map_err(|error| network_error(error, url, timeout))?;
+    Ok(HttpReply {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn network_error(error: reqwest::Error, url: &str, timeout: Duration) -> ProviderError {
+    let place = strip_query(url);
+    let message = if error.is_timeout() {
+        format!(
+            "no reply from `{place}` within {:.1} s",
+            timeout.as_secs_f64()
+        )
+    } else if error.is_connect() {
+        format!("cannot connect to `{place}`")
+    } else {
+        let error = error.without_url();
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        format!("connection to `{place}` failed: {text}")
+    };
+    ProviderError::new(ErrorKind::Transient, message)
+}
+
+fn strip_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+/// What the server asked us to wait: `retry-after-ms`, else `Retry-After` in
+/// seconds (fractions allowed) or as an HTTP date.
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(millis) = text("retry-after-ms").and_then(|value| value.parse::<f64>().ok()) {
+        return (millis >= 0.0).then(|| Duration::from_secs_f64(millis / 1000.0));
+    }
+    let value = text("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// The retry class of an HTTP status (DESIGN §4), before looking at the body.
+pub fn classify_status(status: u16) -> ErrorKind {
+    match status {
+        429 => ErrorKind::RateLimit,
+        408 | 409 | 500..=599 => ErrorKind::Transient,
+        _ => ErrorKind::Permanent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        headers(pairs.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn retry_after_reads_every_form() {
+        assert_eq!(
+            retry_after(&map(&[("retry-after-ms", "250")])),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(&map(&[("retry-after", "1.5")])),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            retry_after(&map(&[("retry-after-ms", "20"), ("retry-after", "9")])),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(
+            retry_after(&map(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&map(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(&map(&[])), None);
+    }
+
+    #[test]
+    fn statuses_are_classified() {
+        for (status, kind) in [
+            (429, ErrorKind::RateLimit),
+            (500, ErrorKind::Transient),
+            (503, ErrorKind::Transient),
+            (529, ErrorKind::Transient),
+            (408, ErrorKind::Transient),
+            (400, ErrorKind::Permanent),
+            (401, ErrorKind::Permanent),
+            (403, ErrorKind::Permanent),
+            (404, ErrorKind::Permanent),
+            (422, ErrorKind::Permanent),
+        ] {
+            assert_eq!(classify_status(status), kind, "{status}");
+        }
+    }
+
+    #[test]
+    fn auth_headers_are_marked_sensitive_and_bad_ones_do_not_echo_values() {
+        let headers = map(&[("Authorization", "Bearer sk-1")]);
+        assert!(headers["authorization"].is_sensitive());
+        assert!(!format!("{headers:?}").contains("sk-1"));
+        let error = super::headers([("x-key", "bad\nvalue")]).unwrap_err();
+        assert_eq!(error, "invalid value for header `x-key`");
+    }
+
+    #[test]
+    fn urls_lose_their_query_in_messages() {
+        assert_eq!(
+            strip_query("https://h/v1/chat?key=secret"),
+            "https://h/v1/chat"
+        );
+    }
+}

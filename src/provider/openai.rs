@@ -1,0 +1,328 @@
+//! OpenAI chat completions: request building and reply parsing (pure, tested
+//! against fixtures), and the provider that sends them through `http`.
+//! Any OpenAI-compatible server (vLLM, llama.cpp, Ollama, LiteLLM, …) speaks this.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+
+use super::http::{self, HttpReply};
+use super::{ChatRequest, ErrorKind, Provider, ProviderError};
+use crate::dialog::{FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
+
+/// Wire choices that vary between servers.
+#[derive(Debug, Clone, Default)]
+pub struct WireOptions {
+    /// Send the system prompt as `developer` (newer OpenAI models) instead of `system` (D10).
+    pub developer_role: bool,
+}
+
+/// The chat-completions body for `request`.
+pub fn build_request(request: &ChatRequest<'_>, options: &WireOptions) -> Value {
+    let messages: Vec<Value> = request
+        .messages
+        .iter()
+        .map(|message| wire_message(message, options))
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({"type": "function", "function": {
+                    "name": tool.name, "description": tool.description, "parameters": tool.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(schema) = request.format {
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "response", "schema": schema, "strict": true}}),
+        );
+    }
+    for (key, value) in request.model_args {
+        if key != "model" && key != "messages" {
+            body.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+fn wire_message(message: &Message, options: &WireOptions) -> Value {
+    match message.role {
+        Role::System => {
+            let role = if options.developer_role {
+                "developer"
+            } else {
+                "system"
+            };
+            json!({"role": role, "content": message.content})
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": message.tool_call_id().unwrap_or_default(),
+            "content": message.content,
+        }),
+        Role::Assistant | Role::ToolCall => {
+            let mut wire = Map::new();
+            wire.insert("role".into(), json!("assistant"));
+            let content = if message.content.is_empty() && message.is_function_call() {
+                Value::Null
+            } else {
+                json!(message.content)
+            };
+            wire.insert("content".into(), content);
+            if message.is_function_call() {
+                let calls: Vec<Value> = message
+                    .function_calls
+                    .iter()
+                    .map(|call| {
+                        json!({"id": call.id, "type": "function",
+                               "function": {"name": call.name, "arguments": call.arguments_text()}})
+                    })
+                    .collect();
+                wire.insert("tool_calls".into(), Value::Array(calls));
+            }
+            wire.insert("name".into(), json!(message.sanitized_name()));
+            Value::Object(wire)
+        }
+        Role::User => {
+            let content = match message.modality {
+                Modality::Text => json!(message.content),
+                Modality::Image => {
+                    let mime = message.mime_type().unwrap_or("image/png");
+                    let mut parts = Vec::new();
+                    if let Some(caption) = message.metadata.get("caption").and_then(Value::as_str) {
+                        parts.push(json!({"type": "text", "text": caption}));
+                    }
+                    parts.push(json!({"type": "image_url",
+                                      "image_url": {"url": format!("data:{mime};base64,{}", message.content)}}));
+                    Value::Array(parts)
+                }
+            };
+            json!({"role": "user", "content": content, "name": message.sanitized_name()})
+        }
+    }
+}
+
+/// An assistant message from a chat-completions reply body.
+pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
+    let malformed = |what: &str| ProviderError::transient(format!("malformed reply: {what}"));
+    let choice = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|choices| choices.first())
+        .ok_or_else(|| malformed("no `choices`"))?;
+    let wire = choice
+        .get("message")
+        .ok_or_else(|| malformed("no `choices[0].message`"))?;
+    let content = wire
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut message = Message::new(Role::Assistant, "assistant", content);
+    if let Some(calls) = wire.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            let function = call
+                .get("function")
+                .ok_or_else(|| malformed("a tool call without `function`"))?;
+            message.function_calls.push(FunctionCall::from_model(
+                call.get("id").and_then(Value::as_str).unwrap_or_default(),
+                function
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                function
+                    .get("arguments")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ));
+        }
+    }
+    if let Some(tokens) = choice
+        .pointer("/logprobs/content")
+        .and_then(Value::as_array)
+    {
+        message.logprobs = tokens.iter().map(token_logprob).collect();
+    }
+    message.model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if let Some(finish) = choice.get("finish_reason").and_then(Value::as_str) {
+        message
+            .metadata
+            .insert("finish_reason".into(), json!(finish));
+    }
+    if let Some(Value::Object(usage)) = body.get("usage") {
+        message.usage = normalize_usage(usage);
+    }
+    Ok(message)
+}
+
+fn token_logprob(entry: &Value) -> TokenLogprob {
+    TokenLogprob {
+        token: entry
+            .get("token")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        logprob: entry.get("logprob").and_then(Value::as_f64),
+        bytes: entry.get("bytes").and_then(Value::as_array).map(|bytes| {
+            bytes
+                .iter()
+                .filter_map(Value::as_u64)
+                .map(|byte| byte as u8)
+                .collect()
+        }),
+        top_logprobs: entry
+            .get("top_logprobs")
+            .and_then(Value::as_array)
+            .map(|alternatives| {
+                alternatives
+                    .iter()
+                    .map(|alternative| TopLogprob {
+                        token: alternative
+                            .get("token")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
+                        logprob: alternative
+                            .get("logprob")
+                            .and_then(Value::as_f64)
+                            .unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Keeps the counters `InvokeCost` reads, in OpenAI's shape.
+fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let prompt = count("prompt_tokens");
+    let completion = count("completion_tokens");
+    let mut normalized = Map::new();
+    normalized.insert("prompt_tokens".into(), json!(prompt));
+    normalized.insert("completion_tokens".into(), json!(completion));
+    normalized.insert(
+        "total_tokens".into(),
+        json!(
+            usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(prompt + completion)
+        ),
+    );
+    for section in ["prompt_tokens_details", "completion_tokens_details"] {
+        if let Some(Value::Object(details)) = usage.get(section) {
+            normalized.insert(section.into(), Value::Object(details.clone()));
+        }
+    }
+    normalized
+}
+
+/// A classified error from a non-2xx reply.
+pub fn parse_error(reply: &HttpReply) -> ProviderError {
+    let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+    let error = body.get("error").unwrap_or(&body);
+    let text = |key: &str| error.get(key).and_then(Value::as_str).map(str::to_string);
+    let code = text("code").or_else(|| text("type"));
+    let mut message = text("message").unwrap_or_else(|| {
+        let snippet: String = reply.body.chars().take(200).collect();
+        if snippet.trim().is_empty() {
+            "no error message".into()
+        } else {
+            snippet
+        }
+    });
+    if message.chars().count() > 500 {
+        message = message.chars().take(500).collect::<String>() + "…";
+    }
+    let mut kind = http::classify_status(reply.status);
+    let quota = code.as_deref() == Some("insufficient_quota");
+    let context = code.as_deref() == Some("context_length_exceeded")
+        || message.contains("maximum context length");
+    if quota || context {
+        kind = ErrorKind::Permanent;
+    }
+    ProviderError {
+        kind,
+        status: Some(reply.status),
+        code,
+        message,
+        retry_after: if kind == ErrorKind::Permanent {
+            None
+        } else {
+            http::retry_after(&reply.headers)
+        },
+    }
+}
+
+/// An OpenAI-compatible endpoint.
+pub struct OpenAiProvider {
+    pub client: reqwest::Client,
+    /// `…/v1`; requests go to `{base_url}/chat/completions`.
+    pub base_url: String,
+    pub api_key: Option<super::registry::Secret>,
+    pub extra_headers: Vec<(String, String)>,
+    pub options: WireOptions,
+    pub timeout: Duration,
+    pub limiter: Option<Arc<Semaphore>>,
+}
+
+impl OpenAiProvider {
+    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
+        let _permit = match &self.limiter {
+            Some(limiter) => Some(
+                limiter
+                    .acquire()
+                    .await
+                    .map_err(|_| ProviderError::permanent("provider closed"))?,
+            ),
+            None => None,
+        };
+        let body = build_request(&request, &self.options);
+        let bearer = self
+            .api_key
+            .as_ref()
+            .map(|key| format!("Bearer {}", key.expose()));
+        let mut pairs: Vec<(&str, &str)> = self
+            .extra_headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        if let Some(bearer) = &bearer {
+            pairs.push(("authorization", bearer));
+        }
+        let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
+        let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
+        if !(200..300).contains(&reply.status) {
+            return Err(parse_error(&reply));
+        }
+        let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
+            ProviderError::transient(format!("malformed reply: not JSON ({error})"))
+        })?;
+        parse_response(&value)
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(self.send(request))
+    }
+}
+
+#[cfg(test)]
+mod tests;
