@@ -1,23 +1,423 @@
-//! TEMPORARY stand-in (replaced at merge).
-use crate::dialog::Dialog;
+//! Context managers: applied to the working copy of a dialog before each
+//! model call, so a request fits the model's window. The canonical dialog is
+//! never rewritten; a pruned copy is a new fork in the tree (seed 000, D13).
+//!
+//! Managers are registered by name (`default`, `last_n`, or your own) and
+//! picked in YAML with `context_manager: {type: NAME, …}`.
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::tokens::{self, TokenCounter};
+use crate::dialog::{Dialog, Message, Role};
+use crate::provider::models::ModelTable;
+
+/// Kept clear of the window's edge on every call.
+pub const SAFETY_BUFFER: u64 = 5_000;
+pub const TRUNCATION_PREFIX: &str = "[...earlier content truncated...]";
+
 pub trait ContextManager: Send + Sync {
     fn name(&self) -> &str;
+    /// `None`: send `dialog` as it is. `Some(child)`: send this fork instead.
     fn apply(&self, dialog: &mut Dialog) -> Option<Dialog>;
 }
+
+/// What a factory gets from the agent's config.
 pub struct ContextSettings {
     pub kind: String,
     pub model_provider: String,
     pub model: String,
     pub max_tokens: Option<u64>,
-    pub options: serde_json::Map<String, serde_json::Value>,
+    pub options: Map<String, Value>,
 }
-pub struct ContextManagers;
+
+pub type Factory =
+    Box<dyn Fn(&ContextSettings) -> Result<Arc<dyn ContextManager>, String> + Send + Sync>;
+
+/// Context managers by name.
+pub struct ContextManagers {
+    factories: BTreeMap<String, Factory>,
+}
+
 impl ContextManagers {
-    pub fn with_builtins() -> Self {
-        ContextManagers
+    pub fn with_builtins() -> ContextManagers {
+        let mut managers = ContextManagers {
+            factories: BTreeMap::new(),
+        };
+        managers.register(
+            "default",
+            Box::new(|settings| Ok(Arc::new(DefaultContextManager::new(settings)))),
+        );
+        managers.register(
+            "last_n",
+            Box::new(|settings| {
+                let n = settings
+                    .options
+                    .get("n")
+                    .and_then(Value::as_u64)
+                    .ok_or("`last_n` needs `n: NUMBER`")?;
+                Ok(Arc::new(LastN { n: n as usize }))
+            }),
+        );
+        managers
     }
-    pub fn build(&self, _s: &ContextSettings) -> Result<Arc<dyn ContextManager>, String> {
-        Err("stub".into())
+
+    pub fn register(&mut self, name: &str, factory: Factory) {
+        self.factories.insert(name.to_string(), factory);
+    }
+
+    pub fn build(&self, settings: &ContextSettings) -> Result<Arc<dyn ContextManager>, String> {
+        let factory = self.factories.get(&settings.kind).ok_or_else(|| {
+            let names: Vec<&str> = self.factories.keys().map(String::as_str).collect();
+            format!(
+                "unknown context manager `{}`{} (known: {})",
+                settings.kind,
+                crate::suggest::hint(&settings.kind, names.iter().copied()),
+                names.join(", ")
+            )
+        })?;
+        factory(settings)
+            .map_err(|message| format!("context manager `{}`: {message}", settings.kind))
+    }
+}
+
+/// Groups of message indices that must stay together: a tool call with its results.
+fn groups(messages: &[Message]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        let joins_previous = message.role == Role::Tool
+            && groups.last().is_some_and(|group| {
+                let first = &messages[group[0]];
+                first.is_function_call() || first.role == Role::Tool
+            });
+        match groups.last_mut() {
+            Some(group) if joins_previous => group.push(index),
+            _ => groups.push(vec![index]),
+        }
+    }
+    groups
+}
+
+/// Truncates to the model's window: keeps the system message and the newest
+/// user message, then the newest messages that fit; the border message keeps
+/// its newest text behind a marker; a tool call and its results go together.
+pub struct DefaultContextManager {
+    budget: Option<u64>,
+    counter: Arc<dyn TokenCounter>,
+}
+
+impl DefaultContextManager {
+    pub fn new(settings: &ContextSettings) -> DefaultContextManager {
+        let window = settings.max_tokens.or_else(|| {
+            ModelTable::bundled()
+                .lookup(&settings.model_provider, &settings.model)
+                .and_then(|info| info.context_window)
+        });
+        if window.is_none() {
+            crate::report::warn(&format!(
+                "no context window known for `{}/{}`; its dialogs are not truncated (set `context_manager.max_tokens`)",
+                settings.model_provider, settings.model
+            ));
+        }
+        DefaultContextManager {
+            // Small windows keep at least three quarters of themselves.
+            budget: window.map(|window| window.saturating_sub(SAFETY_BUFFER).max(window * 3 / 4)),
+            counter: tokens::counter_for(&settings.model_provider, &settings.model),
+        }
+    }
+
+    fn truncate(&self, message: &Message, budget: usize) -> Option<Message> {
+        let room = budget
+            .checked_sub(tokens::MESSAGE_OVERHEAD + self.counter.count(TRUNCATION_PREFIX) + 8)?;
+        let chars: Vec<char> = message.content.chars().collect();
+        let mut keep = (room * 3).min(chars.len());
+        while keep > 0 {
+            let tail: String = chars[chars.len() - keep..].iter().collect();
+            if self.counter.count(&tail) <= room {
+                let mut cut = message.clone();
+                cut.content = format!("{TRUNCATION_PREFIX}{tail}");
+                return Some(cut);
+            }
+            keep = keep * 9 / 10;
+        }
+        None
+    }
+}
+
+impl ContextManager for DefaultContextManager {
+    fn name(&self) -> &str {
+        "default"
+    }
+
+    fn apply(&self, dialog: &mut Dialog) -> Option<Dialog> {
+        let budget = self.budget? as usize;
+        let messages = dialog.messages();
+        // Fast path: a BPE token is at least one byte, so bytes bound tokens.
+        let bytes: usize = messages
+            .iter()
+            .map(|message| {
+                message.content.len() + message.name.len() + 16 + message.function_calls.len() * 64
+            })
+            .sum();
+        if bytes <= budget
+            && messages.iter().all(|message| {
+                message
+                    .function_calls
+                    .iter()
+                    .all(|c| c.arguments_text().len() < 64)
+            })
+        {
+            return None;
+        }
+        let sizes: Vec<usize> = messages
+            .iter()
+            .map(|message| tokens::message_tokens(self.counter.as_ref(), message))
+            .collect();
+        if sizes.iter().sum::<usize>() <= budget {
+            return None;
+        }
+        let system = (messages.first().map(|m| m.role) == Some(Role::System)).then_some(0);
+        let newest_user = messages
+            .iter()
+            .rposition(|message| message.role == Role::User);
+        let mut keep: Vec<Option<Message>> = vec![None; messages.len()];
+        let mut used = 0;
+        if let Some(index) = system {
+            keep[index] = Some(messages[index].clone());
+            used += sizes[index];
+        }
+        if let Some(index) = newest_user.filter(|index| Some(*index) != system) {
+            let room = budget.saturating_sub(used);
+            keep[index] = if sizes[index] <= room {
+                used += sizes[index];
+                Some(messages[index].clone())
+            } else {
+                let cut = self
+                    .truncate(&messages[index], room)
+                    .unwrap_or_else(|| messages[index].clone());
+                used = budget;
+                Some(cut)
+            };
+        }
+        for group in groups(messages).into_iter().rev() {
+            if group.iter().any(|index| keep[*index].is_some()) {
+                continue;
+            }
+            let size: usize = group.iter().map(|index| sizes[*index]).sum();
+            if used + size <= budget {
+                used += size;
+                for index in group {
+                    keep[index] = Some(messages[index].clone());
+                }
+                continue;
+            }
+            // The border: a plain message keeps its newest text; a tool group goes whole.
+            if let [index] = group[..] {
+                if messages[index].function_calls.is_empty() && messages[index].role != Role::Tool {
+                    keep[index] = self.truncate(&messages[index], budget - used);
+                }
+            }
+            break;
+        }
+        let mut child = dialog.fork(0, 1);
+        child.replace_messages(keep.into_iter().flatten().collect());
+        Some(child)
+    }
+}
+
+/// Keeps the system message and the last `n` messages (never splitting a tool group).
+pub struct LastN {
+    pub n: usize,
+}
+
+impl ContextManager for LastN {
+    fn name(&self) -> &str {
+        "last_n"
+    }
+
+    fn apply(&self, dialog: &mut Dialog) -> Option<Dialog> {
+        let messages = dialog.messages();
+        if messages.len() <= self.n + 1 {
+            return None;
+        }
+        let mut start = messages.len() - self.n;
+        // Do not begin with tool results whose call was cut off.
+        while start < messages.len() && messages[start].role == Role::Tool {
+            start += 1;
+        }
+        let mut kept: Vec<Message> = Vec::new();
+        if messages[0].role == Role::System {
+            kept.push(messages[0].clone());
+        }
+        kept.extend(messages[start.max(1)..].iter().cloned());
+        let mut child = dialog.fork(0, 1);
+        child.replace_messages(kept);
+        Some(child)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialog::FunctionCall;
+
+    fn settings(kind: &str, max_tokens: Option<u64>, options: Value) -> ContextSettings {
+        ContextSettings {
+            kind: kind.into(),
+            model_provider: "openai".into(),
+            model: "gpt-4o".into(),
+            max_tokens,
+            options: options.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    /// A manager whose budget is `budget` tokens exactly.
+    fn manager(budget: u64) -> DefaultContextManager {
+        let mut manager =
+            DefaultContextManager::new(&settings("default", Some(100_000), Value::Null));
+        manager.budget = Some(budget);
+        manager
+    }
+
+    fn dialog(messages: Vec<Message>) -> Dialog {
+        let mut dialog = Dialog::new("a", "s");
+        for message in messages {
+            dialog.append(message);
+        }
+        dialog
+    }
+
+    fn words(n: usize) -> String {
+        vec!["word"; n].join(" ")
+    }
+
+    fn contents(dialog: &Dialog) -> Vec<String> {
+        dialog
+            .messages()
+            .iter()
+            .map(|m| m.content.chars().take(12).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_dialog_that_fits_is_sent_as_is() {
+        let mut small = dialog(vec![Message::system("sys"), Message::user("hi")]);
+        assert!(manager(1000).apply(&mut small).is_none());
+    }
+
+    #[test]
+    fn the_middle_goes_first_and_the_border_keeps_its_newest_text() {
+        let mut long = dialog(vec![
+            Message::system("sys"),
+            Message::user(format!("old {}", words(300))),
+            Message::assistant("a", format!("middle {}", words(300))),
+            Message::user(format!("{} newest", words(20))),
+        ]);
+        let child = manager(200).apply(&mut long).unwrap();
+        let kept = contents(&child);
+        assert_eq!(kept[0], "sys");
+        assert!(kept[1].starts_with("[...earlier"), "{kept:?}");
+        assert!(
+            child.messages()[1].content.ends_with("word"),
+            "the newest text of the border survives"
+        );
+        assert!(child.messages().last().unwrap().content.ends_with("newest"));
+        assert_eq!(child.len(), 3, "the oldest message is dropped");
+        assert_eq!(
+            long.tree_node.children_ids,
+            [child.dialog_id().to_string()],
+            "the pruned copy is a fork"
+        );
+    }
+
+    #[test]
+    fn system_and_newest_user_stay_even_when_alone_too_big() {
+        let mut huge = dialog(vec![
+            Message::system(format!("system {}", words(50))),
+            Message::assistant("a", "earlier reply"),
+            Message::user(format!("start {} end", words(500))),
+        ]);
+        let child = manager(150).apply(&mut huge).unwrap();
+        assert_eq!(child.len(), 2);
+        assert_eq!(
+            child.messages()[0].content,
+            format!("system {}", words(50)),
+            "the system message is whole"
+        );
+        let user = &child.messages()[1].content;
+        assert!(
+            user.starts_with(TRUNCATION_PREFIX) && user.ends_with("end"),
+            "{user}"
+        );
+    }
+
+    #[test]
+    fn tool_calls_and_their_results_stay_together() {
+        let mut call = Message::assistant("a", "");
+        call.function_calls = vec![FunctionCall::from_model("c1", "lookup", r#"{"q": "x"}"#)];
+        let mut tool = Message::tool("lookup", "c1", words(400));
+        tool.name = "lookup".into();
+        let mut with_tools = dialog(vec![
+            Message::system("sys"),
+            Message::user("question"),
+            call,
+            tool,
+            Message::user(format!("follow-up {}", words(10))),
+        ]);
+        let child = manager(120).apply(&mut with_tools).unwrap();
+        let roles: Vec<Role> = child.messages().iter().map(|m| m.role).collect();
+        // The tool group does not fit: call and result go together, and so does
+        // everything older (the kept messages are always a newest suffix).
+        assert_eq!(roles, [Role::System, Role::User]);
+        assert!(child.messages()[1].content.starts_with("follow-up"));
+        assert!(
+            child
+                .messages()
+                .iter()
+                .all(|m| m.role != Role::Tool && !m.is_function_call())
+        );
+    }
+
+    #[test]
+    fn unknown_models_are_not_truncated() {
+        let mut local = settings("default", None, Value::Null);
+        local.model_provider = "local".into();
+        local.model = "my-model".into();
+        let manager = DefaultContextManager::new(&local);
+        let mut long = dialog(vec![Message::system("s"), Message::user(words(100_000))]);
+        assert!(manager.apply(&mut long).is_none());
+    }
+
+    #[test]
+    fn last_n_and_the_registry() {
+        let managers = ContextManagers::with_builtins();
+        let manager = managers
+            .build(&settings("last_n", None, serde_json::json!({"n": 2})))
+            .unwrap();
+        let mut long = dialog(
+            (0..6)
+                .map(|n| {
+                    if n == 0 {
+                        Message::system("s")
+                    } else {
+                        Message::user(n.to_string())
+                    }
+                })
+                .collect(),
+        );
+        let child = manager.apply(&mut long).unwrap();
+        assert_eq!(contents(&child), ["s", "4", "5"]);
+        let error = managers
+            .build(&settings("defualt", None, Value::Null))
+            .err()
+            .unwrap();
+        assert!(error.contains("did you mean `default`?"), "{error}");
+        assert!(
+            managers
+                .build(&settings("last_n", None, Value::Null))
+                .is_err()
+        );
     }
 }

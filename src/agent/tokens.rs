@@ -1,1 +1,84 @@
-//! TEMPORARY
+//! Token counting for context management: OpenAI's BPE (o200k / cl100k) for
+//! OpenAI-family models, an estimate elsewhere (D13). Encoders are built once
+//! per process and shared.
+
+use std::sync::Arc;
+
+use crate::dialog::{Message, Modality};
+use crate::provider::models::ModelTable;
+
+pub trait TokenCounter: Send + Sync {
+    fn count(&self, text: &str) -> usize;
+}
+
+/// A real BPE encoder.
+struct Bpe(&'static tiktoken_rs::CoreBPE);
+
+impl TokenCounter for Bpe {
+    fn count(&self, text: &str) -> usize {
+        self.0.encode_ordinary(text).len()
+    }
+}
+
+/// Models we have no tokenizer for: a byte is rarely less than a quarter token
+/// in BPE vocabularies, so `ceil(bytes / 3)` errs on the side of a smaller
+/// context (dropping a little more than needed beats a rejected request).
+struct Estimate;
+
+impl TokenCounter for Estimate {
+    fn count(&self, text: &str) -> usize {
+        text.len().div_ceil(3)
+    }
+}
+
+/// The counter for a model: its tokenizer from the model table, or the estimate.
+pub fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> {
+    let tokenizer = ModelTable::bundled()
+        .lookup(provider, model)
+        .and_then(|info| info.tokenizer.clone());
+    match tokenizer.as_deref() {
+        Some("o200k") => Arc::new(Bpe(tiktoken_rs::o200k_base_singleton())),
+        Some("cl100k") => Arc::new(Bpe(tiktoken_rs::cl100k_base_singleton())),
+        _ => Arc::new(Estimate),
+    }
+}
+
+/// Per-message framing tokens (role, separators), as OpenAI counts them.
+pub const MESSAGE_OVERHEAD: usize = 4;
+/// What an image costs, roughly (a high-detail 512×512 tile set).
+pub const IMAGE_TOKENS: usize = 765;
+
+pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
+    let content = match message.modality {
+        Modality::Image => IMAGE_TOKENS,
+        Modality::Text => counter.count(&message.content),
+    };
+    let calls: usize = message
+        .function_calls
+        .iter()
+        .map(|call| {
+            counter.count(&call.name) + counter.count(&call.arguments_text()) + MESSAGE_OVERHEAD
+        })
+        .sum();
+    content + calls + MESSAGE_OVERHEAD + counter.count(&message.name).min(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_models_use_their_bpe_and_others_an_estimate() {
+        assert_eq!(counter_for("openai", "gpt-4o").count("hello world"), 2);
+        assert_eq!(
+            counter_for("openai", "gpt-3.5-turbo").count("hello world"),
+            2
+        );
+        assert_eq!(counter_for("local", "llama").count("hello world"), 4);
+        let message = Message::user("hello world");
+        assert_eq!(
+            message_tokens(counter_for("openai", "gpt-4o").as_ref(), &message),
+            2 + 4 + 1
+        );
+    }
+}

@@ -223,6 +223,12 @@ impl Dialog {
         }
     }
 
+    /// Replaces the messages of a dialog just forked for pruning (context
+    /// managers). The canonical dialogs of a run are never rewritten.
+    pub fn replace_messages(&mut self, messages: Vec<Message>) {
+        self.messages = messages;
+    }
+
     /// The summed cost of every message (rates zeroed).
     pub fn cost(&self) -> InvokeCost {
         self.messages.iter().map(Message::cost).sum()

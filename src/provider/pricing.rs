@@ -1,17 +1,132 @@
-//! TEMPORARY stand-in (replaced at merge).
+//! Prices usage: writes per-token rates and dollar costs into a message's
+//! normalized usage, from the model table. An unknown model gets
+//! `response_cost: null` (never a silent $0) and one warning per run.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use serde_json::{Map, Value, json};
+
 use super::models::ModelTable;
+
+/// Prices `usage` in place; returns whether the price was known.
 pub fn apply(
-    _t: &ModelTable,
-    _p: &str,
-    _m: &str,
-    _u: &mut serde_json::Map<String, serde_json::Value>,
+    table: &ModelTable,
+    provider: &str,
+    model: &str,
+    usage: &mut Map<String, Value>,
 ) -> bool {
+    let tokens = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let prompt = tokens("prompt_tokens");
+    let completion = tokens("completion_tokens");
+    let cached = usage
+        .pointer_get("/prompt_tokens_details/cached_tokens")
+        .min(prompt);
+    let (input, output, cached_rate) = if provider == "mock" {
+        (0.0, 0.0, 0.0)
+    } else {
+        match table.lookup(provider, model) {
+            Some(info) => {
+                let input = info.input_per_million / 1e6;
+                (
+                    input,
+                    info.output_per_million / 1e6,
+                    info.cached_input_per_million
+                        .map_or(input, |rate| rate / 1e6),
+                )
+            }
+            None => {
+                usage.insert("response_cost".into(), Value::Null);
+                return false;
+            }
+        }
+    };
+    let prompt_cost = (prompt - cached) as f64 * input + cached as f64 * cached_rate;
+    let completion_cost = completion as f64 * output;
+    usage.insert("input_cost_per_token".into(), json!(input));
+    usage.insert("output_cost_per_token".into(), json!(output));
+    usage.insert("cache_read_input_token_cost".into(), json!(cached_rate));
+    usage.insert("prompt_cost".into(), json!(prompt_cost));
+    usage.insert("completion_cost".into(), json!(completion_cost));
+    usage.insert("response_cost".into(), json!(prompt_cost + completion_cost));
     true
 }
+
+trait PointerGet {
+    fn pointer_get(&self, pointer: &str) -> u64;
+}
+
+impl PointerGet for Map<String, Value> {
+    fn pointer_get(&self, pointer: &str) -> u64 {
+        let mut parts = pointer.trim_start_matches('/').split('/');
+        let first = parts.next().and_then(|key| self.get(key));
+        parts
+            .fold(first, |value, key| value.and_then(|value| value.get(key)))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    }
+}
+
+/// One warning per unknown model, however many calls or tasks hit it.
 #[derive(Default)]
-pub struct UnknownPriceWarnings;
+pub struct UnknownPriceWarnings {
+    warned: Mutex<BTreeSet<String>>,
+}
+
 impl UnknownPriceWarnings {
-    pub fn warn_once(&self, _p: &str, _m: &str) -> Option<String> {
-        None
+    pub fn warn_once(&self, provider: &str, model: &str) -> Option<String> {
+        let name = format!("{provider}/{model}");
+        let mut warned = self
+            .warned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        warned.insert(name.clone()).then(|| {
+            format!("no price known for `{name}`; its cost is reported as unknown (add it under `pricing:`)")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn prices_cached_and_uncached_input() {
+        let mut usage = usage(
+            json!({"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}}),
+        );
+        assert!(apply(
+            ModelTable::bundled(),
+            "openai",
+            "gpt-4o-mini",
+            &mut usage
+        ));
+        let cost = crate::dialog::InvokeCost::from_usage(&usage);
+        let expected_prompt = 600.0 * 0.15e-6 + 400.0 * 0.075e-6;
+        assert!((cost.prompt_cost - expected_prompt).abs() < 1e-12);
+        assert!((cost.completion_cost - 100.0 * 0.6e-6).abs() < 1e-12);
+        assert!(cost.cost_known);
+    }
+
+    #[test]
+    fn unknown_models_are_null_and_warned_once_and_mock_is_free() {
+        let mut unknown = usage(json!({"prompt_tokens": 5}));
+        assert!(!apply(
+            ModelTable::bundled(),
+            "local",
+            "my-model",
+            &mut unknown
+        ));
+        assert_eq!(unknown["response_cost"], Value::Null);
+        let warnings = UnknownPriceWarnings::default();
+        assert!(warnings.warn_once("local", "my-model").is_some());
+        assert!(warnings.warn_once("local", "my-model").is_none());
+        let mut free = usage(json!({"prompt_tokens": 5}));
+        assert!(apply(ModelTable::bundled(), "mock", "echo", &mut free));
+        assert_eq!(free["response_cost"], json!(0.0));
     }
 }
