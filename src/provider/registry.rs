@@ -167,28 +167,33 @@ impl Providers {
                 });
             }
         };
-        if api == ProviderApi::Mock {
-            // Mock providers are cheap and keep per-model state (a script's
-            // position), so each model gets its own.
-            let script = self
-                .configs
-                .get(name)
-                .and_then(|config| config.script.as_deref());
-            return MockProvider::new(model, script)
-                .map(|provider| Arc::new(provider) as Arc<dyn Provider>)
-                .map_err(|message| Error::Unavailable {
-                    model: model_name.into(),
-                    message,
-                });
-        }
+        // A mock provider keeps state per model (a script's position, shared
+        // by every agent of the run); an HTTP provider is one per name (its limits).
+        let key = if api == ProviderApi::Mock {
+            format!("{name}/{model}")
+        } else {
+            name.to_string()
+        };
         let mut built = self
             .built
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(provider) = built.get(name) {
+        if let Some(provider) = built.get(&key) {
             return Ok(provider.clone());
         }
         let provider: Arc<dyn Provider> = match api {
+            ProviderApi::Mock => {
+                let script = self
+                    .configs
+                    .get(name)
+                    .and_then(|config| config.script.as_deref());
+                let mock =
+                    MockProvider::new(model, script).map_err(|message| Error::Unavailable {
+                        model: model_name.into(),
+                        message,
+                    })?;
+                Arc::new(mock)
+            }
             ProviderApi::OpenAi => Arc::new(self.openai(name, model_name)?),
             ProviderApi::Anthropic => {
                 return Err(Error::Unavailable {
@@ -198,9 +203,8 @@ impl Providers {
                         .into(),
                 });
             }
-            ProviderApi::Mock => unreachable!("handled above"),
         };
-        built.insert(name.to_string(), provider.clone());
+        built.insert(key, provider.clone());
         Ok(provider)
     }
 

@@ -87,8 +87,12 @@ pub struct Tactic {
 struct Problems(Vec<String>);
 
 impl Problems {
+    /// Adds a problem once (two agents on one unusable model make one line).
     fn push(&mut self, problem: impl std::fmt::Display) {
-        self.0.push(problem.to_string());
+        let problem = problem.to_string();
+        if !self.0.contains(&problem) {
+            self.0.push(problem);
+        }
     }
 
     fn take<T, E: std::fmt::Display>(&mut self, result: std::result::Result<T, E>) -> Option<T> {
