@@ -482,3 +482,99 @@ fn bad_inputs_fail_before_anything_is_sent() {
     assert!(output.stderr.contains("missing.yaml"), "{}", output.stderr);
     assert_eq!(server.requests().len(), 0, "nothing was sent");
 }
+
+#[test]
+fn a_hung_server_times_out_and_the_request_is_retried() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: timeout\n  - text: \"recovered\"\n",
+    );
+    let yaml = tactic(&server.base_url(), "")
+        .replace("retry_cap_ms: 50}", "retry_cap_ms: 50, timeout_s: 0.3}");
+    let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--record", "record.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "recovered\n");
+    let record = record(&test);
+    let recall = &record["agent_calls"][0]["llm_recalls"][0]["error"];
+    assert_eq!(recall["kind"], "transient");
+    assert!(
+        recall["message"].as_str().unwrap().contains("no reply"),
+        "{recall}"
+    );
+}
+
+#[test]
+fn a_failing_tool_is_an_error_the_model_sees() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - tool_calls: [{id: c1, name: broken, arguments: {}}]\n  - text: \"I could not count.\"\n",
+    );
+    let tools = "tools:\n  - name: broken\n    description: Always fails\n    command: [sh, -c, \"echo 'disk on fire' >&2; exit 4\"]\n";
+    let yaml = tactic(&server.base_url(), tools).replace(
+        "system_prompt: \"You are terse.\"",
+        "system_prompt: \"You are terse.\"\n    tools: [broken]",
+    );
+    let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "go", "--no-record"]);
+    output.expect_code(0);
+    let requests = server.requests();
+    let tool_message = requests[1]["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tool_message["content"],
+        "Error: `sh` exited with status 4: disk on fire"
+    );
+}
+
+#[test]
+fn the_context_manager_truncates_what_is_sent() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let yaml = tactic(&server.base_url(), "").replace(
+        "  max_llm_recall: 3\n",
+        "  max_llm_recall: 3\n  context_manager: {type: default, max_tokens: 400}\n",
+    );
+    let long_task = format!("{} THE END", "filler ".repeat(2000));
+    let test = test
+        .file("t.yaml", &yaml)
+        .env("TEST_KEY", "k")
+        .file("task.txt", &long_task);
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task-file",
+        "task.txt",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    let sent = server.requests()[0]["body"]["messages"].clone();
+    let user = sent[1]["content"].as_str().unwrap();
+    assert!(
+        user.starts_with("[...earlier content truncated...]"),
+        "{}",
+        &user[..60]
+    );
+    assert!(user.ends_with("THE END"));
+    assert!(user.len() < long_task.len() / 4);
+    let record = record(&test);
+    let canonical = record["dialogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["tree_node"]["parent_id"].is_null())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        canonical["messages"][1]["content"],
+        long_task.trim_end(),
+        "the canonical dialog keeps everything"
+    );
+}

@@ -6,7 +6,6 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -185,6 +184,10 @@ async fn chat_completions(
         .filter_map(|m| m.get("content"))
         .map(|c| text_of(c).len())
         .sum();
+    let served_fault = match &served.reply {
+        Reply::Fault(fault) => Some(fault.clone()),
+        _ => None,
+    };
     let (status, response) = match served.reply {
         Reply::Message(message) => {
             if !served.delay.is_zero() {
@@ -214,6 +217,7 @@ async fn chat_completions(
             ),
         ),
     };
+    let hold = matches!(&served_fault, Some(Fault::Timeout));
     if let Some(log) = &shared.log {
         let line = json!({
             "n": served.index,
@@ -229,6 +233,10 @@ async fn chat_completions(
         let mut log = log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let _ = writeln!(log, "{line}");
         let _ = log.flush();
+    }
+    if hold {
+        // A timeout fault holds the request until the client gives up.
+        std::future::pending::<()>().await;
     }
     response
 }
@@ -370,17 +378,8 @@ fn fault_response(fault: Fault, model: &str, index: usize) -> (u16, Response) {
             }
             (status, response)
         }
-        Fault::Timeout => {
-            // Hold the request until the client gives up (or a day passes).
-            let response = Response::builder()
-                .status(200)
-                .body(Body::from_stream(futures_util::stream::once(async {
-                    tokio::time::sleep(Duration::from_secs(86_400)).await;
-                    Ok::<_, std::io::Error>(Bytes::new())
-                })))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
-            (200, response)
-        }
+        // Answered by `chat_completions`, which never replies.
+        Fault::Timeout => (0, StatusCode::GATEWAY_TIMEOUT.into_response()),
         Fault::Malformed => (
             200,
             Response::builder()

@@ -1,1 +1,232 @@
+//! Wire-format fixtures for OpenAI chat completions, both directions.
 
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use super::*;
+use crate::dialog::{Dialog, ImageSource};
+use crate::provider::ToolSpec;
+
+fn args(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+#[test]
+fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
+    let mut dialog = Dialog::new("writer", "s");
+    dialog.append(Message::system("Be brief."));
+    dialog.append(Message::user("Count words"));
+    let mut call = Message::assistant("writer", "");
+    call.function_calls = vec![FunctionCall::from_model(
+        "call_1",
+        "word_count",
+        r#"{"text": "a b"}"#,
+    )];
+    dialog.append(call);
+    dialog.append(Message::tool("word_count", "call_1", "2"));
+    dialog
+        .put_image(
+            ImageSource::Bytes(b"\x89PNG\r\n\x1a\n"),
+            Some("a chart"),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap();
+    let tools = [ToolSpec {
+        name: "word_count".into(),
+        description: "Count words".into(),
+        parameters: json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+    }];
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let model_args = args(json!({"temperature": 0.2, "logprobs": true, "model": "ignored"}));
+    let request = ChatRequest {
+        model: "gpt-4o-mini",
+        messages: dialog.messages(),
+        tools: &tools,
+        format: Some(&schema),
+        model_args: &model_args,
+        api_type: Default::default(),
+        stream: None,
+    };
+    let body = build_request(
+        &request,
+        &WireOptions {
+            developer_role: true,
+        },
+    );
+    assert_eq!(
+        body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": "Count words", "name": "user"},
+                {"role": "assistant", "content": null, "name": "writer", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "word_count", "arguments": "{\"text\":\"a b\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "2"},
+                {"role": "user", "name": "user", "content": [
+                    {"type": "text", "text": "a chart"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+                ]}
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "word_count", "description": "Count words",
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "response", "schema": schema, "strict": true}},
+            "temperature": 0.2,
+            "logprobs": true
+        })
+    );
+    let plain = build_request(
+        &ChatRequest {
+            tools: &[],
+            format: None,
+            ..request
+        },
+        &WireOptions::default(),
+    );
+    assert_eq!(plain["messages"][0]["role"], "system");
+    assert!(plain.get("tools").is_none() && plain.get("response_format").is_none());
+}
+
+#[test]
+fn malformed_tool_arguments_go_back_verbatim() {
+    let mut call = Message::assistant("a", "");
+    call.function_calls = vec![FunctionCall::from_model("c", "f", "{\"x\": ")];
+    let messages = [call];
+    let model_args = Map::new();
+    let request = ChatRequest {
+        model: "m",
+        messages: &messages,
+        tools: &[],
+        format: None,
+        model_args: &model_args,
+        api_type: Default::default(),
+        stream: None,
+    };
+    let body = build_request(&request, &WireOptions::default());
+    assert_eq!(
+        body["messages"][0]["tool_calls"][0]["function"]["arguments"],
+        "{\"x\": "
+    );
+}
+
+#[test]
+fn parses_text_tool_calls_logprobs_and_usage() {
+    let body = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"owls\"}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": "}}
+            ]},
+            "logprobs": {"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+                                      "top_logprobs": [{"token": "Hello", "logprob": -1.5}]}]}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
+                  "prompt_tokens_details": {"cached_tokens": 64}, "completion_tokens_details": {"reasoning_tokens": 8}}
+    });
+    let message = parse_response(&body).unwrap();
+    assert_eq!(message.role, Role::Assistant);
+    assert_eq!(message.content, "");
+    assert_eq!(message.model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
+    assert_eq!(message.function_calls.len(), 2);
+    assert_eq!(message.function_calls[0].arguments["q"], "owls");
+    assert_eq!(
+        message.function_calls[1].raw_arguments.as_deref(),
+        Some("{\"q\": "),
+        "D8: kept raw"
+    );
+    assert_eq!(message.logprobs[0].token.as_deref(), Some("Hi"));
+    assert_eq!(message.logprobs[0].bytes.as_deref(), Some(&b"Hi"[..]));
+    assert_eq!(message.logprobs[0].top_logprobs[0].logprob, -1.5);
+    let cost = message.cost();
+    assert_eq!(
+        (
+            cost.prompt_tokens,
+            cost.cached_prompt_tokens,
+            cost.reasoning_tokens
+        ),
+        (100, 64, 8)
+    );
+    assert_eq!(message.metadata["finish_reason"], "tool_calls");
+
+    assert_eq!(
+        parse_response(&json!({"error": "x"})).unwrap_err().kind,
+        ErrorKind::Transient
+    );
+}
+
+fn reply(status: u16, body: Value, headers: &[(&str, &str)]) -> HttpReply {
+    HttpReply {
+        status,
+        headers: crate::provider::http::headers(headers.iter().copied())
+            .unwrap_or_else(|_| HeaderMap::new()),
+        body: body.to_string(),
+    }
+}
+
+#[test]
+fn errors_are_classified_from_status_and_body() {
+    let cases = [
+        (
+            reply(
+                429,
+                json!({"error": {"message": "slow down", "type": "rate_limit_error"}}),
+                &[("retry-after", "2")],
+            ),
+            ErrorKind::RateLimit,
+        ),
+        (
+            reply(
+                429,
+                json!({"error": {"message": "pay", "code": "insufficient_quota"}}),
+                &[],
+            ),
+            ErrorKind::Permanent,
+        ),
+        (
+            reply(500, json!({"error": {"message": "boom"}}), &[]),
+            ErrorKind::Transient,
+        ),
+        (
+            reply(529, json!({"error": {"message": "overloaded"}}), &[]),
+            ErrorKind::Transient,
+        ),
+        (
+            reply(
+                400,
+                json!({"error": {"message": "too long", "code": "context_length_exceeded"}}),
+                &[],
+            ),
+            ErrorKind::Permanent,
+        ),
+        (
+            reply(401, json!({"error": {"message": "bad key"}}), &[]),
+            ErrorKind::Permanent,
+        ),
+        (
+            reply(404, json!({"error": {"message": "no model"}}), &[]),
+            ErrorKind::Permanent,
+        ),
+    ];
+    for (reply, kind) in cases {
+        let error = parse_error(&reply);
+        assert_eq!(error.kind, kind, "{error}");
+        assert_eq!(error.status, Some(reply.status));
+    }
+    let limited = parse_error(&reply(
+        429,
+        json!({"error": {"message": "slow down"}}),
+        &[("retry-after", "2")],
+    ));
+    assert_eq!(limited.retry_after, Some(std::time::Duration::from_secs(2)));
+    assert_eq!(limited.to_string(), "HTTP 429: slow down");
+    let html = parse_error(&HttpReply {
+        status: 502,
+        headers: HeaderMap::new(),
+        body: "<html>bad gateway</html>".into(),
+    });
+    assert_eq!(html.message, "<html>bad gateway</html>");
+}
