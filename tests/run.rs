@@ -578,3 +578,37 @@ fn the_context_manager_truncates_what_is_sent() {
         "the canonical dialog keeps everything"
     );
 }
+
+#[test]
+fn stream_prints_the_final_turn_as_it_arrives() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "default: {text: \"streamed words here\"}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url(), ""))
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--stream", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout, "streamed words here\n",
+        "streamed once, not printed again"
+    );
+    assert_eq!(server.requests()[0]["stream"], true);
+
+    let with_result = format!(
+        "{}flow:\n  - step: one\n    agent: assistant\n    text: \"{{{{ task }}}}\"\n  - step: two\n    agent: assistant\n    text: again\nresult: \"[{{{{ two.content }}}}]\"\n",
+        tactic(&server.base_url(), "")
+    );
+    std::fs::write(test.path("t.yaml"), with_result).unwrap();
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--stream", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout,
+        "streamed words here\n\n[streamed words here]\n"
+    );
+    let requests = server.requests();
+    assert_eq!(requests[1]["stream"], false, "only the final step streams");
+    assert_eq!(requests[2]["stream"], true);
+}

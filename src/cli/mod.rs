@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// Print the resolved tactic as JSON and exit.
     #[arg(long)]
     pub show_config: bool,
+    /// Print the final turn's text as it arrives (the delivery follows if a
+    /// `result` template makes it different).
+    #[arg(long)]
+    pub stream: bool,
     /// Print only the delivery (no summary line on stderr).
     #[arg(long, short)]
     pub quiet: bool,

@@ -34,8 +34,25 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
     tactic.check(&arg_names)?;
 
+    let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let run = async {
+        if args.stream {
+            let seen = streamed.clone();
+            let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+                seen.lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push_str(text);
+            });
+            tactic.run_streaming(task, sink).await
+        } else {
+            tactic.run(task).await
+        }
+    };
     let record = tokio::select! {
-        record = tactic.run(task) => record,
+        record = run => record,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("lllm: interrupted");
             return Ok(Outcome::Interrupted);
@@ -53,11 +70,27 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         })?;
         Some(path)
     };
-    if let Some(delivery) = &record.delivery {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{delivery}");
-        let _ = stdout.flush();
+    let streamed = streamed
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    let mut stdout = std::io::stdout().lock();
+    if !streamed.is_empty() {
+        let _ = writeln!(stdout);
     }
+    // The delivery, unless it is exactly what was streamed already.
+    if let Some(delivery) = record
+        .delivery
+        .as_ref()
+        .filter(|delivery| **delivery != streamed)
+    {
+        if !streamed.is_empty() {
+            let _ = writeln!(stdout);
+        }
+        let _ = writeln!(stdout, "{delivery}");
+    }
+    let _ = stdout.flush();
+    drop(stdout);
     if !args.quiet || record.state == RunState::Failure {
         eprintln!("{}", summary(&record, record_path.as_deref()));
     }

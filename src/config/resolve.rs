@@ -381,6 +381,19 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
     let mut resolved = document;
     if let Value::Object(map) = &mut resolved {
         map.insert("agent_configs".into(), Value::Array(resolved_agents));
+        // Header values may hold credentials; records and --show-config never show them.
+        if let Some(Value::Object(providers)) = map.get_mut("providers") {
+            for headers in providers
+                .values_mut()
+                .filter_map(|provider| provider.get_mut("headers"))
+            {
+                if let Value::Object(headers) = headers {
+                    for value in headers.values_mut() {
+                        *value = Value::String("***".into());
+                    }
+                }
+            }
+        }
     }
     Ok(TacticConfig {
         name: raw.tactic_type.unwrap_or_else(|| {

@@ -256,3 +256,17 @@ fn a_missing_file_is_named() {
         )
     );
 }
+
+#[test]
+fn header_values_never_reach_the_resolved_document() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\nproviders:\n  p: {base_url: \"http://127.0.0.1:1\", headers: {Authorization: Bearer sk-secret}}\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(
+        config.providers["p"].headers["Authorization"], "Bearer sk-secret",
+        "still sent"
+    );
+    assert!(!config.resolved.to_string().contains("sk-secret"));
+}

@@ -80,6 +80,73 @@ pub async fn post_json(
     })
 }
 
+/// POSTs `body` and hands each server-sent-event `data:` payload to `on_data`
+/// as it arrives. A non-2xx status is returned as a whole reply instead.
+/// `on_data` returns `false` to stop reading (the stream's end marker).
+pub async fn post_sse<F>(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    timeout: Duration,
+    mut on_data: F,
+) -> Result<Option<HttpReply>, ProviderError>
+where
+    F: FnMut(&str) -> Result<bool, ProviderError>,
+{
+    let mut response = client
+        .post(url)
+        .headers(headers)
+        .json(body)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|error| network_error(error, url, timeout))?;
+    let status = response.status().as_u16();
+    if !(200..300).contains(&status) {
+        let headers = response.headers().clone();
+        let body = response
+            .text()
+            .await
+            .map_err(|error| network_error(error, url, timeout))?;
+        return Ok(Some(HttpReply {
+            status,
+            headers,
+            body,
+        }));
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    let mut data = String::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|error| network_error(error, url, timeout))?
+    {
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                // A blank line ends an event.
+                if !data.is_empty() && !on_data(&std::mem::take(&mut data))? {
+                    return Ok(None);
+                }
+            } else if let Some(payload) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(payload.strip_prefix(' ').unwrap_or(payload));
+            }
+            // `event:`, `id:`, `retry:` and `:` comments carry nothing we use.
+        }
+    }
+    if !data.is_empty() {
+        on_data(&data)?;
+    }
+    Ok(None)
+}
+
 fn network_error(error: reqwest::Error, url: &str, timeout: Duration) -> ProviderError {
     let place = strip_query(url);
     let message = if error.is_timeout() {

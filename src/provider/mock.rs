@@ -51,6 +51,9 @@ impl MockProvider {
             .map(|message| message.content.len())
             .sum();
         let Some(script) = &self.script else {
+            if let Some(sink) = request.stream {
+                sink(last_user);
+            }
             return Ok(reply(
                 last_user.to_string(),
                 Vec::new(),
@@ -77,6 +80,10 @@ impl MockProvider {
                 let usage = message
                     .usage
                     .map(|usage| (usage.prompt_tokens, usage.completion_tokens));
+                // Offline replies arrive whole: one piece for a streaming caller.
+                if let (Some(sink), Some(text)) = (request.stream, message.text.as_deref()) {
+                    sink(text);
+                }
                 Ok(reply(
                     message.text.unwrap_or_default(),
                     calls,

@@ -41,6 +41,10 @@ pub fn build_request(request: &ChatRequest<'_>, options: &WireOptions) -> Value 
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if request.stream.is_some() {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
     if let Some(schema) = request.format {
         body.insert(
             "response_format".into(),
@@ -229,6 +233,103 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
     normalized
 }
 
+/// Builds the reply of a streamed chat completion from its chunks: text
+/// deltas (also handed to the sink), tool-call deltas joined by index, the
+/// usage chunk. The result equals the non-streamed reply.
+#[derive(Default)]
+pub struct StreamAssembler {
+    chunks: Map<String, Value>,
+    content: String,
+    calls: Vec<(String, String, String)>,
+    finish_reason: Option<String>,
+    done: bool,
+}
+
+impl StreamAssembler {
+    /// Feeds one `data:` payload; returns `false` after `[DONE]`.
+    pub fn feed(
+        &mut self,
+        data: &str,
+        sink: Option<super::TextSink<'_>>,
+    ) -> Result<bool, ProviderError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(false);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|error| {
+            ProviderError::transient(format!("malformed stream chunk: {error}"))
+        })?;
+        if let Some(model) = chunk.get("model") {
+            self.chunks.insert("model".into(), model.clone());
+        }
+        if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
+            self.chunks.insert("usage".into(), usage.clone());
+        }
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|choices| choices.first())
+        else {
+            return Ok(true);
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_string());
+        }
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.content.push_str(text);
+            if let (Some(sink), false) = (sink, text.is_empty()) {
+                sink(text);
+            }
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            if self.calls.len() <= index {
+                self.calls.resize(index + 1, Default::default());
+            }
+            let slot = &mut self.calls[index];
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                slot.0 = id.to_string();
+            }
+            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                slot.1.push_str(name);
+            }
+            if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                slot.2.push_str(arguments);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The assembled message; a stream that ended without `[DONE]` or a finish
+    /// reason was cut off (transient).
+    pub fn finish(self) -> Result<Message, ProviderError> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(ProviderError::transient("stream cut off before its end"));
+        }
+        let tool_calls: Vec<Value> = self
+            .calls
+            .into_iter()
+            .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
+            .collect();
+        let mut message = json!({"role": "assistant", "content": self.content});
+        if !tool_calls.is_empty() {
+            message["tool_calls"] = Value::Array(tool_calls);
+        }
+        let mut body = self.chunks;
+        body.insert(
+            "choices".into(),
+            json!([{"index": 0, "message": message, "finish_reason": self.finish_reason}]),
+        );
+        parse_response(&Value::Object(body))
+    }
+}
+
 /// A classified error from a non-2xx reply.
 pub fn parse_error(reply: &HttpReply) -> ProviderError {
     let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
@@ -304,6 +405,16 @@ impl OpenAiProvider {
         }
         let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
         let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        if request.stream.is_some() {
+            let mut assembler = StreamAssembler::default();
+            let feed = |data: &str| assembler.feed(data, request.stream);
+            if let Some(reply) =
+                http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
+            {
+                return Err(parse_error(&reply));
+            }
+            return assembler.finish();
+        }
         let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
         if !(200..300).contains(&reply.status) {
             return Err(parse_error(&reply));

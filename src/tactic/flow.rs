@@ -25,6 +25,7 @@ struct Run<'a> {
     calls: Vec<AgentCallSession>,
     steps: Vec<StepRecord>,
     context: Map<String, Value>,
+    /// Receives the final turn's text as it arrives (`lllm run --stream`).
     sink: Option<SharedTextSink>,
 }
 
@@ -111,8 +112,7 @@ impl Run<'_> {
                 .agents
                 .get(name)
                 .ok_or_else(|| format!("no agent `{name}`"))?;
-            let mut agent = Agent::new(spec.clone(), self.tactic.runtime.clone());
-            agent.set_text_sink(self.sink.clone());
+            let agent = Agent::new(spec.clone(), self.tactic.runtime.clone());
             self.agents.insert(name.to_string(), agent);
         }
         Ok(self.agents.get_mut(name).expect("inserted above"))
@@ -128,6 +128,7 @@ impl Run<'_> {
             .cloned()
             .ok_or_else(|| "the tactic has no agents".to_string())?;
         let context = self.context.clone();
+        let sink = self.sink.clone();
         let agent = self.agent(&name)?;
         agent
             .open(DEFAULT_DIALOG, &context, true)
@@ -135,6 +136,7 @@ impl Run<'_> {
         agent
             .receive(&task.text(), None)
             .map_err(|error| error.to_string())?;
+        agent.set_text_sink(sink);
         let session = agent
             .respond(None)
             .await
@@ -144,7 +146,8 @@ impl Run<'_> {
 
     async fn steps(&mut self) -> Result<String, String> {
         let mut last = String::new();
-        for step in &self.tactic.steps {
+        let final_step = self.tactic.steps.len().saturating_sub(1);
+        for (index, step) in self.tactic.steps.iter().enumerate() {
             let mut prompt_args = self.context.clone();
             for (name, value) in &step.args {
                 let value = match value {
@@ -158,6 +161,11 @@ impl Run<'_> {
                 prompt_args.insert(name.clone(), value);
             }
             let context = self.context.clone();
+            let sink = if index == final_step {
+                self.sink.clone()
+            } else {
+                None
+            };
             let agent = self.agent(&step.agent)?;
             if agent.dialog(&step.dialog).is_none() {
                 agent
@@ -167,6 +175,7 @@ impl Run<'_> {
             agent
                 .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
                 .map_err(|error| error.to_string())?;
+            agent.set_text_sink(sink);
             let session = agent
                 .respond(Some(&step.dialog))
                 .await

@@ -289,7 +289,7 @@ impl Tactic {
         flow::run(self, task, None).await
     }
 
-    /// Runs one task, streaming the final step's reply text to `sink`.
+    /// Runs one task, handing the final turn's text to `sink` as it arrives.
     pub async fn run_streaming(
         &self,
         task: TaskInput,

@@ -230,3 +230,42 @@ fn errors_are_classified_from_status_and_body() {
     });
     assert_eq!(html.message, "<html>bad gateway</html>");
 }
+
+#[test]
+fn streamed_chunks_assemble_to_the_same_message() {
+    let chunks = [
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Let me "},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"check."},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":""}}]},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\": "}}]},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"owls\"}"}}]},"finish_reason":null}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"id":"c","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#,
+        "[DONE]",
+    ];
+    let seen = std::sync::Mutex::new(String::new());
+    let sink = |text: &str| seen.lock().unwrap().push_str(text);
+    let mut assembler = StreamAssembler::default();
+    for chunk in chunks {
+        assembler.feed(chunk, Some(&sink)).unwrap();
+    }
+    let streamed = assembler.finish().unwrap();
+    let whole = parse_response(&json!({
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me check.",
+            "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"owls\"}"}}]}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
+    }))
+    .unwrap();
+    assert_eq!(streamed, whole);
+    assert_eq!(*seen.lock().unwrap(), "Let me check.");
+
+    let mut cut = StreamAssembler::default();
+    cut.feed(chunks[1], None).unwrap();
+    assert_eq!(
+        cut.finish().unwrap_err().kind,
+        ErrorKind::Transient,
+        "a stream without its end is cut off"
+    );
+}
