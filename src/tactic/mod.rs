@@ -105,6 +105,16 @@ impl Tactic {
     /// with the task's argument names before running it. `env` reads
     /// environment variables (keys, base URLs); tests pass their own.
     pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
+        Tactic::build_with(config, env, &ContextManagers::with_builtins())
+    }
+
+    /// `build` with your own context managers registered by name, so a tactic
+    /// can pick them with `context_manager: {type: NAME}`.
+    pub fn build_with(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        context_managers: &ContextManagers,
+    ) -> Result<Tactic> {
         let mut problems = Problems(Vec::new());
         let registry = if config.prompts_dir.is_dir() {
             problems
@@ -116,7 +126,6 @@ impl Tactic {
 
         let toolbox = build_toolbox(&config, &mut problems);
         let providers = problems.take(Providers::new(&config.providers, env));
-        let context_managers = ContextManagers::with_builtins();
         let mut prompts = BTreeMap::new();
 
         let mut agents = IndexMap::new();
