@@ -612,3 +612,21 @@ fn stream_prints_the_final_turn_as_it_arrives() {
     assert_eq!(requests[1]["stream"], false, "only the final step streams");
     assert_eq!(requests[2]["stream"], true);
 }
+
+#[test]
+fn show_config_prints_the_resolved_tactic() {
+    let test = Test::new()
+        .file(
+            "base.yaml",
+            "global: {model_name: mock/echo, model_args: {temperature: 0.1, seed: 1}}\nagent_configs:\n  - name: a\n",
+        )
+        .file("t.yaml", "base: base.yaml\nglobal: {model_args: {temperature: 0.7}, top_k: 5}\n");
+    let output = test.run(&["run", "t.yaml", "--show-config", "--model", "mock/script"]);
+    output.expect_code(0);
+    let resolved: Value = serde_json::from_str(&output.stdout).unwrap();
+    let agent = &resolved["agent_configs"][0];
+    assert_eq!(agent["model_name"], "mock/script");
+    assert_eq!(agent["model_args"], serde_json::json!({"temperature": 0.7, "seed": 1, "top_k": 5}));
+    assert!(resolved.get("base").is_none());
+    assert!(output.stderr.contains("warning: agent `a`: unknown key `top_k` passed to the model"), "{}", output.stderr);
+}
