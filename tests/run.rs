@@ -626,7 +626,33 @@ fn show_config_prints_the_resolved_tactic() {
     let resolved: Value = serde_json::from_str(&output.stdout).unwrap();
     let agent = &resolved["agent_configs"][0];
     assert_eq!(agent["model_name"], "mock/script");
-    assert_eq!(agent["model_args"], serde_json::json!({"temperature": 0.7, "seed": 1, "top_k": 5}));
+    assert_eq!(
+        agent["model_args"],
+        serde_json::json!({"temperature": 0.7, "seed": 1, "top_k": 5})
+    );
     assert!(resolved.get("base").is_none());
-    assert!(output.stderr.contains("warning: agent `a`: unknown key `top_k` passed to the model"), "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains("warning: agent `a`: unknown key `top_k` passed to the model"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn presets_take_their_endpoint_from_the_environment() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: \"from ollama\"}\n");
+    let test = test
+        .file(
+            "t.yaml",
+            "global: {model_name: ollama/llama3.2}\nagent_configs:\n  - name: a\n",
+        )
+        .env("OLLAMA_BASE_URL", &server.base_url());
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "from ollama\n");
+    assert_eq!(server.requests()[0]["body"]["model"], "llama3.2");
+    assert!(server.requests()[0]["auth"].is_null(), "no key, no header");
 }

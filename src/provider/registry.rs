@@ -15,7 +15,87 @@ use super::{Provider, http};
 use crate::config::{ProviderApi, ProviderConfig};
 use crate::suggest;
 
-const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// An OpenAI-compatible service users name directly (`groq/llama-3.3-70b`).
+pub struct Preset {
+    pub name: &'static str,
+    pub base_url: &'static str,
+    pub key_variable: &'static str,
+    /// Local servers run without a key; hosted services need one.
+    pub key_required: bool,
+}
+
+/// Built-in OpenAI-compatible providers; each default is overridable under
+/// `providers:`, and `<NAME>_BASE_URL` in the environment moves the endpoint.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "openai",
+        base_url: "https://api.openai.com/v1",
+        key_variable: "OPENAI_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "ollama",
+        base_url: "http://localhost:11434/v1",
+        key_variable: "OLLAMA_API_KEY",
+        key_required: false,
+    },
+    Preset {
+        name: "vllm",
+        base_url: "http://localhost:8000/v1",
+        key_variable: "VLLM_API_KEY",
+        key_required: false,
+    },
+    Preset {
+        name: "llamacpp",
+        base_url: "http://localhost:8080/v1",
+        key_variable: "LLAMACPP_API_KEY",
+        key_required: false,
+    },
+    Preset {
+        name: "openrouter",
+        base_url: "https://openrouter.ai/api/v1",
+        key_variable: "OPENROUTER_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "groq",
+        base_url: "https://api.groq.com/openai/v1",
+        key_variable: "GROQ_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "deepseek",
+        base_url: "https://api.deepseek.com/v1",
+        key_variable: "DEEPSEEK_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "together",
+        base_url: "https://api.together.xyz/v1",
+        key_variable: "TOGETHER_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "mistral",
+        base_url: "https://api.mistral.ai/v1",
+        key_variable: "MISTRAL_API_KEY",
+        key_required: true,
+    },
+    Preset {
+        name: "gemini",
+        base_url: "https://generativelanguage.googleapis.com/v1beta/openai",
+        key_variable: "GEMINI_API_KEY",
+        key_required: true,
+    },
+];
+
+fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|preset| preset.name == name)
+}
+
+fn base_url_variable(name: &str) -> String {
+    format!("{}_BASE_URL", name.to_ascii_uppercase())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -102,7 +182,15 @@ impl Providers {
                 message,
             })?;
         // Read the variables a provider may need now, so later lookups are pure.
-        let mut names = vec!["OPENAI_API_KEY".to_string(), "OPENAI_BASE_URL".to_string()];
+        let mut names: Vec<String> = PRESETS
+            .iter()
+            .flat_map(|preset| {
+                [
+                    preset.key_variable.to_string(),
+                    base_url_variable(preset.name),
+                ]
+            })
+            .collect();
         names.extend(
             configs
                 .values()
@@ -152,12 +240,13 @@ impl Providers {
     fn provider(&self, name: &str, model_name: &str, model: &str) -> Result<Arc<dyn Provider>> {
         let api = match (self.configs.get(name), name) {
             (Some(config), _) => config.api,
-            (None, "openai") => ProviderApi::OpenAi,
             (None, "mock") => ProviderApi::Mock,
             (None, "anthropic") => ProviderApi::Anthropic,
+            (None, name) if preset(name).is_some() => ProviderApi::OpenAi,
             (None, _) => {
-                let known: Vec<&str> = ["openai", "mock"]
+                let known: Vec<&str> = ["mock", "anthropic"]
                     .into_iter()
+                    .chain(PRESETS.iter().map(|preset| preset.name))
                     .chain(self.configs.keys().map(String::as_str))
                     .collect();
                 return Err(Error::UnknownProvider {
@@ -211,48 +300,40 @@ impl Providers {
     fn openai(&self, name: &str, model_name: &str) -> Result<OpenAiProvider> {
         let config = self.configs.get(name);
         let variable = |key: &str| self.env.get(key).cloned().flatten();
+        let preset = preset(name);
         let base_url = config
             .and_then(|config| config.base_url.clone())
-            .or_else(|| {
-                if name == "openai" {
-                    variable("OPENAI_BASE_URL")
-                } else {
-                    None
-                }
-            });
+            .or_else(|| variable(&base_url_variable(name)))
+            .or_else(|| preset.map(|preset| preset.base_url.to_string()));
         let key_variable = config
             .and_then(|config| config.api_key_env.clone())
-            .unwrap_or_else(|| {
-                if name == "openai" {
-                    "OPENAI_API_KEY".into()
-                } else {
-                    String::new()
-                }
-            });
-        let api_key = if key_variable.is_empty() {
-            None
-        } else {
-            variable(&key_variable).map(Secret::new)
-        };
-        if api_key.is_none() && base_url.is_none() {
-            // Only the public endpoint certainly needs a key; local servers often don't.
-            let variable = if key_variable.is_empty() {
-                "OPENAI_API_KEY".to_string()
-            } else {
-                key_variable
-            };
-            return Err(Error::MissingKey {
-                variable,
-                model: model_name.into(),
+            .or_else(|| preset.map(|preset| preset.key_variable.to_string()));
+        let api_key = key_variable.as_deref().and_then(variable).map(Secret::new);
+        let Some(base_url) = base_url else {
+            return Err(Error::Invalid {
                 provider: name.into(),
+                message: "an OpenAI-compatible provider needs a `base_url`".into(),
             });
+        };
+        if api_key.is_none() && preset.is_some_and(|preset| preset.key_required) {
+            // Hosted services need a key; catch its absence before sending anything.
+            // A `base_url` set explicitly may point at a local stand-in that needs none.
+            let explicit = config.and_then(|config| config.base_url.as_ref()).is_some()
+                || variable(&base_url_variable(name)).is_some();
+            if !explicit {
+                return Err(Error::MissingKey {
+                    variable: key_variable.unwrap_or_default(),
+                    model: model_name.into(),
+                    provider: name.into(),
+                });
+            }
         }
         let options = WireOptions {
             developer_role: config.and_then(|c| c.system_role.as_deref()) == Some("developer"),
         };
         Ok(OpenAiProvider {
             client: self.client.clone(),
-            base_url: base_url.unwrap_or_else(|| OPENAI_BASE_URL.into()),
+            base_url,
             api_key,
             extra_headers: config
                 .map(|c| c.headers.clone().into_iter().collect())
@@ -344,6 +425,26 @@ mod tests {
             providers.resolve("local/x").is_ok(),
             "a local server needs no key"
         );
+    }
+
+    #[test]
+    fn presets_know_their_endpoints_and_keys() {
+        let none = providers(&[], &[]);
+        assert!(
+            none.resolve("ollama/llama3.2").is_ok(),
+            "local servers need no key"
+        );
+        assert!(none.resolve("vllm/Qwen/Qwen2.5-7B").is_ok());
+        assert!(error(&none, "groq/llama-3.3-70b").starts_with("GROQ_API_KEY is not set"));
+        assert!(error(&none, "gemini/gemini-2.5-flash").starts_with("GEMINI_API_KEY is not set"));
+        let keyed = providers(&[], &[("OPENROUTER_API_KEY", "k")]);
+        assert!(keyed.resolve("openrouter/openai/gpt-4o").is_ok());
+        let moved = providers(&[], &[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")]);
+        assert!(
+            moved.resolve("openai/gpt-4o").is_ok(),
+            "an explicit endpoint may need no key"
+        );
+        assert!(error(&none, "olama/x").contains("did you mean `ollama`?"));
     }
 
     #[test]
