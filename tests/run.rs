@@ -656,3 +656,35 @@ fn presets_take_their_endpoint_from_the_environment() {
     assert_eq!(server.requests()[0]["body"]["model"], "llama3.2");
     assert!(server.requests()[0]["auth"].is_null(), "no key, no header");
 }
+
+#[test]
+fn an_rpm_limit_is_kept_across_agents() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let mut yaml = format!(
+        "global: {{model_name: local/m}}\nagent_configs:\n  - name: one\n  - name: two\nproviders:\n  local: {{base_url: \"{}\", rpm: 120}}\nflow:\n",
+        server.base_url()
+    );
+    for step in 0..5 {
+        let agent = if step % 2 == 0 { "one" } else { "two" };
+        yaml.push_str(&format!(
+            "  - step: s{step}\n    agent: {agent}\n    text: \"step {step}\"\n"
+        ));
+    }
+    let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--no-record"]);
+    output.expect_code(0);
+    let times: Vec<chrono::DateTime<chrono::FixedOffset>> = server
+        .requests()
+        .iter()
+        .map(|request| {
+            chrono::DateTime::parse_from_rfc3339(request["ts"].as_str().unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(times.len(), 5);
+    // 120 rpm is two a second with a burst of two: any three requests span half a second.
+    for window in times.windows(3) {
+        let span = (window[2] - window[0]).num_milliseconds();
+        assert!(span >= 450, "three requests within {span} ms: {times:?}");
+    }
+}

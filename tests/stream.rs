@@ -20,7 +20,7 @@ fn provider(server: &MockServer) -> OpenAiProvider {
         extra_headers: Vec::new(),
         options: WireOptions::default(),
         timeout: Duration::from_secs(5),
-        limiter: None,
+        limiter: Arc::new(lllm::provider::limit::Limiter::new(Default::default())),
     }
 }
 

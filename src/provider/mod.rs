@@ -133,6 +133,7 @@ mod optional_millis {
 }
 
 pub mod http;
+pub mod limit;
 pub mod mock;
 pub mod models;
 pub mod openai;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
-use tokio::sync::Semaphore;
 
 use super::http::{self, HttpReply};
+use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::{FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
 
@@ -330,6 +330,22 @@ impl StreamAssembler {
     }
 }
 
+/// Tokens a request will use, roughly: its text at four bytes a token, plus
+/// the reply budget it asks for. Only the `tpm` limiter uses it, and settles it
+/// against the real usage afterwards.
+fn estimate_tokens(request: &ChatRequest<'_>) -> u64 {
+    let text: usize = request
+        .messages
+        .iter()
+        .map(|message| message.content.len())
+        .sum();
+    let reply = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|key| request.model_args.get(*key).and_then(Value::as_u64))
+        .unwrap_or(256);
+    text.div_ceil(4) as u64 + reply
+}
+
 /// A classified error from a non-2xx reply.
 pub fn parse_error(reply: &HttpReply) -> ProviderError {
     let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
@@ -376,20 +392,14 @@ pub struct OpenAiProvider {
     pub extra_headers: Vec<(String, String)>,
     pub options: WireOptions,
     pub timeout: Duration,
-    pub limiter: Option<Arc<Semaphore>>,
+    /// Concurrency, rpm and tpm limits shared by every user of this provider.
+    pub limiter: Arc<Limiter>,
 }
 
 impl OpenAiProvider {
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let _permit = match &self.limiter {
-            Some(limiter) => Some(
-                limiter
-                    .acquire()
-                    .await
-                    .map_err(|_| ProviderError::permanent("provider closed"))?,
-            ),
-            None => None,
-        };
+        let estimate = estimate_tokens(&request);
+        let _permit = self.limiter.acquire(estimate).await;
         let body = build_request(&request, &self.options);
         let bearer = self
             .api_key
@@ -405,24 +415,36 @@ impl OpenAiProvider {
         }
         let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
         let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
-        if request.stream.is_some() {
+        let (message, reply_headers) = if request.stream.is_some() {
             let mut assembler = StreamAssembler::default();
             let feed = |data: &str| assembler.feed(data, request.stream);
             if let Some(reply) =
                 http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
             {
-                return Err(parse_error(&reply));
+                return Err(self.failed(parse_error(&reply)));
             }
-            return assembler.finish();
+            (assembler.finish()?, Default::default())
+        } else {
+            let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
+            if !(200..300).contains(&reply.status) {
+                return Err(self.failed(parse_error(&reply)));
+            }
+            let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
+                ProviderError::transient(format!("malformed reply: not JSON ({error})"))
+            })?;
+            (parse_response(&value)?, reply.headers)
+        };
+        self.limiter
+            .on_success(&reply_headers, message.cost().total_tokens, estimate);
+        Ok(message)
+    }
+
+    /// Tells the limiter about a rate limit before handing the error on.
+    fn failed(&self, error: ProviderError) -> ProviderError {
+        if error.kind == ErrorKind::RateLimit {
+            self.limiter.on_rate_limited(error.retry_after);
         }
-        let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
-        if !(200..300).contains(&reply.status) {
-            return Err(parse_error(&reply));
-        }
-        let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
-            ProviderError::transient(format!("malformed reply: not JSON ({error})"))
-        })?;
-        parse_response(&value)
+        error
     }
 }
 

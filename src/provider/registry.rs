@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
+use super::limit::{Limiter, Limits};
 use super::mock::MockProvider;
 use super::openai::{OpenAiProvider, WireOptions};
 use super::retry::RetryPolicy;
@@ -342,9 +341,11 @@ impl Providers {
             timeout: Duration::from_secs_f64(
                 config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
             ),
-            limiter: config
-                .and_then(|c| c.max_concurrency)
-                .map(|limit| Arc::new(Semaphore::new(limit.max(1)))),
+            limiter: Arc::new(Limiter::new(Limits {
+                max_concurrency: config.and_then(|c| c.max_concurrency),
+                rpm: config.and_then(|c| c.rpm),
+                tpm: config.and_then(|c| c.tpm),
+            })),
         })
     }
 }
