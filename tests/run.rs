@@ -688,3 +688,51 @@ fn an_rpm_limit_is_kept_across_agents() {
         assert!(span >= 450, "three requests within {span} ms: {times:?}");
     }
 }
+
+#[test]
+fn unknown_prices_are_unknown_until_a_price_file_gives_them() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "default: {text: ok, usage: {prompt_tokens: 1000000, completion_tokens: 1000000}}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url(), ""))
+        .file(
+            "prices.json",
+            r#"{"test-model": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}"#,
+        )
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--record", "record.json"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stderr
+            .contains("warning: no price known for `local/test-model`"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("cost unknown"), "{}", output.stderr);
+    let record = test.read_json("record.json");
+    assert_eq!(record["cost_known"], false);
+    assert!(record["cost"]["cost"].is_null(), "never a silent $0");
+
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "x",
+        "--prices",
+        "prices.json",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    assert!(
+        !output.stderr.contains("no price known"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("$3.000000"), "{}", output.stderr);
+    assert_eq!(test.read_json("record.json")["cost_known"], true);
+}

@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// Use this model (`provider/model`) for every agent.
     #[arg(long)]
     pub model: Option<String>,
+    /// Prices to use over the bundled table: our format or LiteLLM's
+    /// `model_prices_and_context_window.json`.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Where to write the session record (default: `sessions/<session id>.json`).
     #[arg(long)]
     pub record: Option<PathBuf>,

@@ -16,6 +16,11 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     if let Some(model) = &args.model {
         config.override_model(model);
     }
+    if let Some(path) = &args.prices {
+        let prices = crate::provider::models::read_price_file(path).map_err(Error::Usage)?;
+        let tactic_prices = config.pricing.take().unwrap_or(Value::Null);
+        config.pricing = Some(crate::config::merge(tactic_prices, prices));
+    }
     for warning in &config.warnings {
         crate::report::warn(warning);
     }

@@ -110,6 +110,11 @@ impl InvokeCost {
     pub fn is_zero(&self) -> bool {
         self.total_tokens == 0 && self.prompt_tokens == 0 && self.completion_tokens == 0
     }
+
+    /// No tokens and a known $0: what a sum starts from.
+    fn is_empty(&self) -> bool {
+        self.is_zero() && self.cost_known && self.cost == Some(0.0)
+    }
 }
 
 /// Sums counts and dollars; rates are per invoke and make no sense in a sum, so
@@ -118,6 +123,15 @@ impl Add for InvokeCost {
     type Output = InvokeCost;
 
     fn add(self, other: InvokeCost) -> InvokeCost {
+        // Nothing spent is the identity: a sum of unknown prices stays unknown
+        // (`null`), it does not become a known $0.
+        if self.is_empty() || other.is_empty() {
+            let mut sum = if self.is_empty() { other } else { self };
+            sum.input_cost_per_token = 0.0;
+            sum.output_cost_per_token = 0.0;
+            sum.cache_read_input_token_cost = 0.0;
+            return sum;
+        }
         let cost = match (self.cost, other.cost) {
             (Some(a), Some(b)) => Some(a + b),
             (Some(a), None) | (None, Some(a)) => Some(a),
@@ -227,7 +241,10 @@ mod tests {
         assert_eq!(sum.input_cost_per_token, 0.0);
         assert_eq!(sum.cost, Some(0.5));
         assert!(!sum.cost_known);
-        assert_eq!((unknown.clone() + unknown).cost, None);
+        assert_eq!((unknown.clone() + unknown.clone()).cost, None);
+        let total: InvokeCost = vec![unknown.clone(), unknown].into_iter().sum();
+        assert_eq!(total.cost, None, "a sum of unknown prices stays unknown");
+        assert_eq!(total.completion_tokens, 8);
         let total: InvokeCost = vec![known.clone(), known].into_iter().sum();
         assert_eq!(total.cost, Some(1.0));
         assert!(total.cost_known);

@@ -67,9 +67,66 @@ impl ModelTable {
                 format!("expected `model: {{input_per_million, output_per_million}}`: {error}")
             })?;
         let mut table = self.clone();
-        table.models.extend(overrides);
+        for (name, info) in overrides {
+            // `openai/my-model` is also found as `my-model`, unless that name has its own entry.
+            if let Some((_, base)) = name.rsplit_once('/') {
+                table
+                    .models
+                    .entry(base.to_string())
+                    .or_insert_with(|| info.clone());
+            }
+            table.models.insert(name, info);
+        }
         Ok(table)
     }
+}
+
+/// Reads a price file: our format (`{model: {input_per_million, …}}`) or
+/// LiteLLM's `model_prices_and_context_window.json` (`{model:
+/// {input_cost_per_token, output_cost_per_token, cache_read_input_token_cost,
+/// max_input_tokens, max_output_tokens}}`), returned in our format, ready for
+/// `with_overrides`. Entries without prices (LiteLLM's `sample_spec`, image
+/// models) are skipped.
+pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
+    let document: Value = serde_json::from_str(&text)
+        .or_else(|_| serde_yaml_ng::from_str(&text))
+        .map_err(|error| format!("`{}` is not JSON or YAML: {error}", path.display()))?;
+    let Value::Object(entries) = document else {
+        return Err(format!(
+            "`{}` must map model names to prices",
+            path.display()
+        ));
+    };
+    let mut prices = serde_json::Map::new();
+    for (model, entry) in entries {
+        let number = |key: &str| entry.get(key).and_then(Value::as_f64);
+        let converted = if let (Some(input), Some(output)) = (
+            number("input_cost_per_token"),
+            number("output_cost_per_token"),
+        ) {
+            let mut info = serde_json::json!({"input_per_million": input * 1e6, "output_per_million": output * 1e6});
+            if let Some(cached) = number("cache_read_input_token_cost") {
+                info["cached_input_per_million"] = serde_json::json!(cached * 1e6);
+            }
+            for (from, to) in [
+                ("max_input_tokens", "context_window"),
+                ("max_output_tokens", "max_output_tokens"),
+            ] {
+                if let Some(limit) = entry.get(from).and_then(Value::as_u64) {
+                    info[to] = serde_json::json!(limit);
+                }
+            }
+            info
+        } else if number("input_per_million").is_some() && number("output_per_million").is_some() {
+            entry
+        } else {
+            continue;
+        };
+        prices.insert(model, converted);
+    }
+    Ok(Value::Object(prices))
 }
 
 fn strip_version(name: &str) -> String {
@@ -123,6 +180,36 @@ mod tests {
                 .context_window,
             Some(128000)
         );
+    }
+
+    #[test]
+    fn price_files_in_both_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        let litellm = dir.path().join("litellm.json");
+        std::fs::write(
+            &litellm,
+            r#"{"sample_spec": {"max_tokens": "set to max"},
+                "openai/my-model": {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6,
+                                    "cache_read_input_token_cost": 5e-7, "max_input_tokens": 1000, "litellm_provider": "openai"},
+                "dall-e-3": {"output_cost_per_image": 0.04}}"#,
+        )
+        .unwrap();
+        let prices = read_price_file(&litellm).unwrap();
+        assert_eq!(prices.as_object().unwrap().len(), 1);
+        let table = ModelTable::bundled().with_overrides(&prices).unwrap();
+        let info = table.lookup("local", "my-model").unwrap();
+        assert!(
+            (info.input_per_million - 2.0).abs() < 1e-9
+                && (info.output_per_million - 8.0).abs() < 1e-9
+        );
+        assert_eq!(info.context_window, Some(1000));
+        let ours = dir.path().join("ours.yaml");
+        std::fs::write(&ours, "m: {input_per_million: 1, output_per_million: 2}\n").unwrap();
+        assert_eq!(
+            read_price_file(&ours).unwrap()["m"]["output_per_million"],
+            2
+        );
+        assert!(read_price_file(&dir.path().join("missing.json")).is_err());
     }
 
     #[test]
