@@ -59,6 +59,7 @@ pub async fn run(options: ServerOptions) -> Result<(), String> {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
         .route("/v1/models", get(models))
         .with_state(shared);
     let host = if options.host == "localhost" {
@@ -134,15 +135,31 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+/// The wire format a request came in (and its reply goes out) in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Messages,
+}
+
 async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    serve(shared, headers, body, Api::Chat).await
+}
+
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(shared, headers, body, Api::Messages).await
+}
+
+async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -> Response {
     let request: Value = match serde_json::from_slice(&body) {
         Ok(value) => value,
         Err(error) => {
             return error_response(
+                api,
                 400,
                 "invalid_request_error",
                 &format!("body is not JSON: {error}"),
@@ -169,10 +186,21 @@ async fn chat_completions(
         .and_then(|message| message.get("content"))
         .map(text_of)
         .unwrap_or_default();
-    let last_role = last
-        .and_then(|message| message.get("role"))
-        .and_then(Value::as_str)
-        .unwrap_or("user");
+    let carries_tool_results = last
+        .and_then(|message| message.get("content"))
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
+        });
+    let last_role = if carries_tool_results {
+        "tool"
+    } else {
+        last.and_then(|message| message.get("role"))
+            .and_then(Value::as_str)
+            .unwrap_or("user")
+    };
     let served = shared.script.next(&ScriptRequest {
         model: &model,
         last_text: &last_text,
@@ -193,11 +221,26 @@ async fn chat_completions(
             if !served.delay.is_zero() {
                 tokio::time::sleep(served.delay).await;
             }
-            let completion = completion(&model, served.index, &message, prompt_chars);
-            let response = if stream {
-                sse(&completion, true)
-            } else {
-                axum::Json(completion).into_response()
+            let response = match (api, stream) {
+                (Api::Chat, false) => {
+                    axum::Json(completion(&model, served.index, &message, prompt_chars))
+                        .into_response()
+                }
+                (Api::Chat, true) => sse(
+                    &completion(&model, served.index, &message, prompt_chars),
+                    true,
+                ),
+                (Api::Messages, false) => axum::Json(anthropic_message(
+                    &model,
+                    served.index,
+                    &message,
+                    prompt_chars,
+                ))
+                .into_response(),
+                (Api::Messages, true) => anthropic_sse(
+                    &anthropic_message(&model, served.index, &message, prompt_chars),
+                    true,
+                ),
             };
             (200, response)
         }
@@ -205,11 +248,12 @@ async fn chat_completions(
             if !served.delay.is_zero() {
                 tokio::time::sleep(served.delay).await;
             }
-            fault_response(fault, &model, served.index)
+            fault_response(api, fault, &model, served.index)
         }
         Reply::Exhausted { served } => (
             400,
             error_response(
+                api,
                 400,
                 "invalid_request_error",
                 &format!("lllm-mock: script exhausted after {served} replies"),
@@ -223,7 +267,7 @@ async fn chat_completions(
             "n": served.index,
             "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "method": "POST",
-            "path": "/v1/chat/completions",
+            "path": if api == Api::Chat { "/v1/chat/completions" } else { "/v1/messages" },
             "model": model,
             "stream": stream,
             "auth": auth_fingerprint(&headers),
@@ -343,13 +387,24 @@ fn sse(completion: &Value, complete: bool) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn error_response(status: u16, kind: &str, message: &str, code: Option<&str>) -> Response {
-    let body = json!({"error": {"message": message, "type": kind, "code": code}});
+fn error_response(
+    api: Api,
+    status: u16,
+    kind: &str,
+    message: &str,
+    code: Option<&str>,
+) -> Response {
+    let body = match api {
+        Api::Chat => json!({"error": {"message": message, "type": kind, "code": code}}),
+        Api::Messages => {
+            json!({"type": "error", "error": {"type": code.unwrap_or(kind), "message": message}})
+        }
+    };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, axum::Json(body)).into_response()
 }
 
-fn fault_response(fault: Fault, model: &str, index: usize) -> (u16, Response) {
+fn fault_response(api: Api, fault: Fault, model: &str, index: usize) -> (u16, Response) {
     match fault {
         Fault::Http {
             status,
@@ -360,11 +415,13 @@ fn fault_response(fault: Fault, model: &str, index: usize) -> (u16, Response) {
         } => {
             let kind = match status {
                 429 => "rate_limit_error",
+                529 => "overloaded_error",
+                500..=599 if api == Api::Messages => "api_error",
                 500..=599 => "server_error",
                 _ => "invalid_request_error",
             };
             let text = message.unwrap_or_else(|| format!("lllm-mock fault {status}"));
-            let mut response = error_response(status, kind, &text, code.as_deref());
+            let mut response = error_response(api, status, kind, &text, code.as_deref());
             let headers = response.headers_mut();
             if let Some(seconds) = retry_after_s {
                 if let Ok(value) = format!("{seconds}").parse() {
@@ -409,7 +466,133 @@ fn fault_response(fault: Fault, model: &str, index: usize) -> (u16, Response) {
                 usage: None,
                 finish_reason: None,
             };
-            (200, sse(&completion(model, index, &message, 1), false))
+            let response = match api {
+                Api::Chat => sse(&completion(model, index, &message, 1), false),
+                Api::Messages => {
+                    anthropic_sse(&anthropic_message(model, index, &message, 1), false)
+                }
+            };
+            (200, response)
         }
     }
+}
+
+/// A Messages API reply for a scripted message.
+fn anthropic_message(
+    model: &str,
+    index: usize,
+    message: &ScriptMessage,
+    prompt_chars: usize,
+) -> Value {
+    let mut content = Vec::new();
+    if let Some(text) = &message.text {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    for call in &message.tool_calls {
+        let input: Value = serde_json::from_str(&call.arguments)
+            .unwrap_or_else(|_| json!({"_raw_arguments": call.arguments}));
+        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+    }
+    let (input, output) = match message.usage {
+        Some(usage) => (usage.prompt_tokens, usage.completion_tokens),
+        None => (
+            prompt_chars.div_ceil(4).max(1) as u64,
+            message
+                .text
+                .as_deref()
+                .unwrap_or_default()
+                .len()
+                .div_ceil(4)
+                .max(1) as u64,
+        ),
+    };
+    let stop = if message.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    json!({
+        "id": format!("msg_mock_{index}"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": message.finish_reason.clone().unwrap_or_else(|| stop.to_string()),
+        "usage": {"input_tokens": input, "output_tokens": output},
+    })
+}
+
+/// The reply as Messages API stream events; `complete: false` stops early.
+fn anthropic_sse(message: &Value, complete: bool) -> Response {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": start}),
+    )];
+    for (index, block) in message["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if block["type"] == "text" {
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+            ));
+            for piece in block["text"]
+                .as_str()
+                .unwrap_or_default()
+                .split_inclusive(' ')
+            {
+                events.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
+                ));
+            }
+        } else {
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index,
+                       "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
+            ));
+            let input = block["input"].to_string();
+            let middle = input
+                .char_indices()
+                .nth(input.chars().count() / 2)
+                .map_or(0, |(at, _)| at);
+            for part in [&input[..middle], &input[middle..]] {
+                events.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "input_json_delta", "partial_json": part}}),
+                ));
+            }
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    if complete {
+        events.push((
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"]},
+                   "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
+        ));
+        events.push(("message_stop", json!({"type": "message_stop"})));
+    } else {
+        events.truncate(3);
+    }
+    let body: String = events
+        .into_iter()
+        .map(|(name, event)| format!("event: {name}\ndata: {event}\n\n"))
+        .collect();
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

@@ -132,6 +132,7 @@ mod optional_millis {
     }
 }
 
+pub mod anthropic;
 pub mod http;
 pub mod limit;
 pub mod mock;

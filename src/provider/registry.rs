@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::anthropic::AnthropicProvider;
 use super::limit::{Limiter, Limits};
 use super::mock::MockProvider;
 use super::openai::{OpenAiProvider, WireOptions};
@@ -87,6 +88,16 @@ pub const PRESETS: &[Preset] = &[
         key_required: true,
     },
 ];
+
+const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+
+fn limits(config: Option<&ProviderConfig>) -> Limits {
+    Limits {
+        max_concurrency: config.and_then(|c| c.max_concurrency),
+        rpm: config.and_then(|c| c.rpm),
+        tpm: config.and_then(|c| c.tpm),
+    }
+}
 
 fn preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|preset| preset.name == name)
@@ -181,15 +192,18 @@ impl Providers {
                 message,
             })?;
         // Read the variables a provider may need now, so later lookups are pure.
-        let mut names: Vec<String> = PRESETS
-            .iter()
-            .flat_map(|preset| {
-                [
-                    preset.key_variable.to_string(),
-                    base_url_variable(preset.name),
-                ]
-            })
-            .collect();
+        let mut names: Vec<String> = [
+            "ANTHROPIC_API_KEY".to_string(),
+            "ANTHROPIC_BASE_URL".to_string(),
+        ]
+        .into_iter()
+        .chain(PRESETS.iter().flat_map(|preset| {
+            [
+                preset.key_variable.to_string(),
+                base_url_variable(preset.name),
+            ]
+        }))
+        .collect();
         names.extend(
             configs
                 .values()
@@ -283,17 +297,41 @@ impl Providers {
                 Arc::new(mock)
             }
             ProviderApi::OpenAi => Arc::new(self.openai(name, model_name)?),
-            ProviderApi::Anthropic => {
-                return Err(Error::Unavailable {
-                    model: model_name.into(),
-                    message: "the native Anthropic provider is not available yet; use an OpenAI-compatible proxy \
-                              under `providers:`"
-                        .into(),
-                });
-            }
+            ProviderApi::Anthropic => Arc::new(self.anthropic(name, model_name)?),
         };
         built.insert(key, provider.clone());
         Ok(provider)
+    }
+
+    fn anthropic(&self, name: &str, model_name: &str) -> Result<AnthropicProvider> {
+        let config = self.configs.get(name);
+        let variable = |key: &str| self.env.get(key).cloned().flatten();
+        let explicit = config
+            .and_then(|config| config.base_url.clone())
+            .or_else(|| variable("ANTHROPIC_BASE_URL"));
+        let key_variable = config
+            .and_then(|config| config.api_key_env.clone())
+            .unwrap_or_else(|| "ANTHROPIC_API_KEY".into());
+        let api_key = variable(&key_variable).map(Secret::new);
+        if api_key.is_none() && explicit.is_none() {
+            return Err(Error::MissingKey {
+                variable: key_variable,
+                model: model_name.into(),
+                provider: name.into(),
+            });
+        }
+        Ok(AnthropicProvider {
+            client: self.client.clone(),
+            base_url: explicit.unwrap_or_else(|| ANTHROPIC_BASE_URL.into()),
+            api_key,
+            extra_headers: config
+                .map(|c| c.headers.clone().into_iter().collect())
+                .unwrap_or_default(),
+            timeout: Duration::from_secs_f64(
+                config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
+            ),
+            limiter: Arc::new(Limiter::new(limits(config))),
+        })
     }
 
     fn openai(&self, name: &str, model_name: &str) -> Result<OpenAiProvider> {
@@ -341,11 +379,7 @@ impl Providers {
             timeout: Duration::from_secs_f64(
                 config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
             ),
-            limiter: Arc::new(Limiter::new(Limits {
-                max_concurrency: config.and_then(|c| c.max_concurrency),
-                rpm: config.and_then(|c| c.rpm),
-                tpm: config.and_then(|c| c.tpm),
-            })),
+            limiter: Arc::new(Limiter::new(limits(config))),
         })
     }
 }

@@ -1,0 +1,385 @@
+//! The Anthropic Messages API, native: the system prompt as the top-level
+//! `system`, `tool_use` / `tool_result` blocks, images, a default `max_tokens`,
+//! usage with cache tokens, 529 "overloaded" as a transient error, streaming.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Map, Value, json};
+
+use super::http::{self, HttpReply};
+use super::limit::Limiter;
+use super::{ChatRequest, ErrorKind, Provider, ProviderError};
+use crate::dialog::{FunctionCall, Message, Modality, Role};
+
+/// Anthropic requires `max_tokens`; used when `model_args` does not set it.
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+pub const API_VERSION: &str = "2023-06-01";
+
+/// The Messages API body for `request`. Consecutive messages of one role are
+/// joined (the API wants user and assistant turns to alternate), tool results
+/// become `tool_result` blocks of a user turn.
+pub fn build_request(request: &ChatRequest<'_>) -> Value {
+    let mut system = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in request.messages {
+        let (role, blocks) = match message.role {
+            Role::System if turns.is_empty() => {
+                system.push(message.content.clone());
+                continue;
+            }
+            Role::System | Role::User => ("user", user_blocks(message)),
+            Role::Tool => (
+                "user",
+                vec![
+                    json!({"type": "tool_result", "tool_use_id": message.tool_call_id().unwrap_or_default(),
+                            "content": message.content}),
+                ],
+            ),
+            Role::Assistant | Role::ToolCall => {
+                let mut blocks = Vec::new();
+                if !message.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": message.content}));
+                }
+                for call in &message.function_calls {
+                    // Malformed arguments (D8) cannot be an `input` object; send them as a string field.
+                    let input = match &call.raw_arguments {
+                        Some(raw) => json!({"_raw_arguments": raw}),
+                        None => Value::Object(call.arguments.clone()),
+                    };
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                }
+                ("assistant", blocks)
+            }
+        };
+        match turns.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("max_tokens".into(), json!(DEFAULT_MAX_TOKENS));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| json!({"name": tool.name, "description": tool.description, "input_schema": tool.parameters}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if request.stream.is_some() {
+        body.insert("stream".into(), json!(true));
+    }
+    for (key, value) in request.model_args {
+        match key.as_str() {
+            "model" | "messages" | "system" => {}
+            // OpenAI's name for the same budget.
+            "max_completion_tokens" => {
+                body.insert("max_tokens".into(), value.clone());
+            }
+            _ => {
+                body.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Value::Object(body)
+}
+
+fn user_blocks(message: &Message) -> Vec<Value> {
+    match message.modality {
+        Modality::Text => vec![json!({"type": "text", "text": message.content})],
+        Modality::Image => {
+            let mut blocks = vec![json!({"type": "image", "source": {
+                "type": "base64", "media_type": message.mime_type().unwrap_or("image/png"), "data": message.content}})];
+            if let Some(caption) = message.metadata.get("caption").and_then(Value::as_str) {
+                blocks.push(json!({"type": "text", "text": caption}));
+            }
+            blocks
+        }
+    }
+}
+
+/// An assistant message from a Messages API reply.
+pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
+    let blocks = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ProviderError::transient("malformed reply: no `content`"))?;
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
+            Some("tool_use") => {
+                let input = block.get("input").cloned().unwrap_or(json!({}));
+                calls.push(FunctionCall::from_model(
+                    block.get("id").and_then(Value::as_str).unwrap_or_default(),
+                    block
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    &input.to_string(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let mut message = Message::new(Role::Assistant, "assistant", text);
+    message.function_calls = calls;
+    message.model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if let Some(reason) = body.get("stop_reason").and_then(Value::as_str) {
+        message
+            .metadata
+            .insert("finish_reason".into(), json!(reason));
+    }
+    if let Some(Value::Object(usage)) = body.get("usage") {
+        message.usage = normalize_usage(usage);
+    }
+    Ok(message)
+}
+
+/// Anthropic's `input_tokens` excludes cache reads and writes; the normalized
+/// `prompt_tokens` counts every input token, with cache reads as cached tokens.
+fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let cached = count("cache_read_input_tokens");
+    let prompt = count("input_tokens") + cached + count("cache_creation_input_tokens");
+    let completion = count("output_tokens");
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "cache_creation_input_tokens": count("cache_creation_input_tokens"),
+    })
+    .as_object()
+    .cloned()
+    .unwrap_or_default()
+}
+
+/// A classified error: 429 rate limit, 529 overloaded and 5xx transient, other 4xx permanent.
+pub fn parse_error(reply: &HttpReply) -> ProviderError {
+    let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+    let error = body.get("error").unwrap_or(&Value::Null);
+    let code = error
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map(|text| text.chars().take(500).collect())
+        .unwrap_or_else(|| reply.body.chars().take(200).collect());
+    let kind = http::classify_status(reply.status);
+    ProviderError {
+        kind,
+        status: Some(reply.status),
+        code,
+        message,
+        retry_after: if kind == ErrorKind::Permanent {
+            None
+        } else {
+            http::retry_after(&reply.headers)
+        },
+    }
+}
+
+/// Rebuilds a reply from Messages API stream events.
+#[derive(Default)]
+pub struct StreamAssembler {
+    body: Map<String, Value>,
+    blocks: Vec<Value>,
+    partial_inputs: Vec<String>,
+    done: bool,
+}
+
+impl StreamAssembler {
+    pub fn feed(
+        &mut self,
+        data: &str,
+        sink: Option<super::TextSink<'_>>,
+    ) -> Result<bool, ProviderError> {
+        let event: Value = serde_json::from_str(data).map_err(|error| {
+            ProviderError::transient(format!("malformed stream event: {error}"))
+        })?;
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                if let Some(Value::Object(message)) = event.get("message") {
+                    self.body = message.clone();
+                }
+            }
+            Some("content_block_start") => {
+                let block = event.get("content_block").cloned().unwrap_or(json!({}));
+                self.blocks.push(block);
+                self.partial_inputs.push(String::new());
+            }
+            Some("content_block_delta") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                if let (Some(block), Some(partial)) = (
+                    self.blocks.get_mut(index),
+                    self.partial_inputs.get_mut(index),
+                ) {
+                    if let Some(text) = delta.get("text").and_then(Value::as_str) {
+                        let existing = block
+                            .get("text")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string();
+                        block["text"] = json!(existing + text);
+                        if let Some(sink) = sink {
+                            sink(text);
+                        }
+                    }
+                    if let Some(json_part) = delta.get("partial_json").and_then(Value::as_str) {
+                        partial.push_str(json_part);
+                    }
+                }
+            }
+            Some("content_block_stop") => {
+                let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if let (Some(block), Some(partial)) =
+                    (self.blocks.get_mut(index), self.partial_inputs.get(index))
+                {
+                    if !partial.is_empty() {
+                        block["input"] = serde_json::from_str(partial)
+                            .unwrap_or_else(|_| json!({"_raw_arguments": partial}));
+                    }
+                }
+            }
+            Some("message_delta") => {
+                if let Some(reason) = event.pointer("/delta/stop_reason") {
+                    self.body.insert("stop_reason".into(), reason.clone());
+                }
+                if let Some(Value::Object(usage)) = event.get("usage") {
+                    let merged = self.body.entry("usage").or_insert(json!({}));
+                    for (key, value) in usage {
+                        merged[key] = value.clone();
+                    }
+                }
+            }
+            Some("message_stop") => {
+                self.done = true;
+                return Ok(false);
+            }
+            Some("error") => {
+                let message = event
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("stream error");
+                let overloaded = event.pointer("/error/type").and_then(Value::as_str)
+                    == Some("overloaded_error");
+                let kind = if overloaded {
+                    ErrorKind::Transient
+                } else {
+                    ErrorKind::Permanent
+                };
+                return Err(ProviderError::new(kind, message));
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    pub fn finish(mut self) -> Result<Message, ProviderError> {
+        if !self.done {
+            return Err(ProviderError::transient("stream cut off before its end"));
+        }
+        self.body
+            .insert("content".into(), Value::Array(self.blocks));
+        parse_response(&Value::Object(self.body))
+    }
+}
+
+pub struct AnthropicProvider {
+    pub client: reqwest::Client,
+    /// `…/v1`; requests go to `{base_url}/messages`.
+    pub base_url: String,
+    pub api_key: Option<super::registry::Secret>,
+    pub extra_headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub limiter: Arc<Limiter>,
+}
+
+impl AnthropicProvider {
+    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
+        let text: usize = request
+            .messages
+            .iter()
+            .map(|message| message.content.len())
+            .sum();
+        let estimate = text.div_ceil(4) as u64 + DEFAULT_MAX_TOKENS.min(1024);
+        let _permit = self.limiter.acquire(estimate).await;
+        let body = build_request(&request);
+        let mut pairs: Vec<(&str, &str)> = self
+            .extra_headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        pairs.push(("anthropic-version", API_VERSION));
+        if let Some(key) = &self.api_key {
+            pairs.push(("x-api-key", key.expose()));
+        }
+        let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
+        let url = format!("{}/messages", self.base_url.trim_end_matches('/'));
+        let (message, reply_headers) = if request.stream.is_some() {
+            let mut assembler = StreamAssembler::default();
+            let feed = |data: &str| assembler.feed(data, request.stream);
+            if let Some(reply) =
+                http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
+            {
+                return Err(self.failed(parse_error(&reply)));
+            }
+            (assembler.finish()?, Default::default())
+        } else {
+            let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
+            if !(200..300).contains(&reply.status) {
+                return Err(self.failed(parse_error(&reply)));
+            }
+            let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
+                ProviderError::transient(format!("malformed reply: not JSON ({error})"))
+            })?;
+            (parse_response(&value)?, reply.headers)
+        };
+        self.limiter
+            .on_success(&reply_headers, message.cost().total_tokens, estimate);
+        Ok(message)
+    }
+
+    fn failed(&self, error: ProviderError) -> ProviderError {
+        if error.kind == ErrorKind::RateLimit {
+            self.limiter.on_rate_limited(error.retry_after);
+        }
+        error
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(self.send(request))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+//! Wire-format fixtures for the Anthropic Messages API, both directions.
+
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use super::*;
+use crate::provider::ToolSpec;
+
+fn args(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+#[test]
+fn builds_system_tools_tool_results_and_alternating_turns() {
+    let mut call = Message::assistant("a", "Checking.");
+    call.function_calls = vec![
+        FunctionCall::from_model("toolu_1", "lookup", r#"{"q": "owls"}"#),
+        FunctionCall::from_model("toolu_2", "lookup", r#"{"q": "#),
+    ];
+    let messages = [
+        Message::system("Be brief."),
+        Message::user("Tell me about owls"),
+        call,
+        Message::tool("lookup", "toolu_1", "Owls are birds."),
+        Message::tool("lookup", "toolu_2", "Error: bad arguments"),
+    ];
+    let tools = [ToolSpec {
+        name: "lookup".into(),
+        description: "Look up".into(),
+        parameters: json!({"type": "object"}),
+    }];
+    let model_args = args(json!({"temperature": 0.3, "max_completion_tokens": 100}));
+    let request = ChatRequest {
+        model: "claude-haiku-4-5",
+        messages: &messages,
+        tools: &tools,
+        format: None,
+        model_args: &model_args,
+        api_type: Default::default(),
+        stream: None,
+    };
+    assert_eq!(
+        build_request(&request),
+        json!({
+            "model": "claude-haiku-4-5",
+            "system": "Be brief.",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Tell me about owls"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "owls"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {"_raw_arguments": "{\"q\": "}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Owls are birds."},
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Error: bad arguments"}
+                ]}
+            ],
+            "max_tokens": 100,
+            "tools": [{"name": "lookup", "description": "Look up", "input_schema": {"type": "object"}}],
+            "temperature": 0.3
+        })
+    );
+}
+
+#[test]
+fn parses_text_tool_use_and_cache_usage() {
+    let message = parse_response(&json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5-20251001",
+        "content": [{"type": "text", "text": "Let me look."},
+                    {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"q": "owls"}}],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20}
+    }))
+    .unwrap();
+    assert_eq!(message.content, "Let me look.");
+    assert_eq!(message.function_calls[0].id, "toolu_9");
+    assert_eq!(message.function_calls[0].arguments["q"], "owls");
+    let cost = message.cost();
+    assert_eq!(
+        (
+            cost.prompt_tokens,
+            cost.cached_prompt_tokens,
+            cost.completion_tokens
+        ),
+        (130, 100, 5)
+    );
+    assert!(parse_response(&json!({"type": "error"})).is_err());
+}
+
+#[test]
+fn errors_are_classified() {
+    for (status, kind, error_type) in [
+        (429, ErrorKind::RateLimit, "rate_limit_error"),
+        (529, ErrorKind::Transient, "overloaded_error"),
+        (500, ErrorKind::Transient, "api_error"),
+        (400, ErrorKind::Permanent, "invalid_request_error"),
+        (401, ErrorKind::Permanent, "authentication_error"),
+    ] {
+        let reply = HttpReply {
+            status,
+            headers: HeaderMap::new(),
+            body: json!({"type": "error", "error": {"type": error_type, "message": "m"}})
+                .to_string(),
+        };
+        let error = parse_error(&reply);
+        assert_eq!(error.kind, kind, "{status}");
+        assert_eq!(error.code.as_deref(), Some(error_type));
+    }
+}
+
+#[test]
+fn stream_events_assemble_to_the_same_message() {
+    let events = [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[],"usage":{"input_tokens":12,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Let me "}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"look."}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_9","name":"lookup","input":{}}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"q\": "}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"owls\"}"}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let seen = std::sync::Mutex::new(String::new());
+    let sink = |text: &str| seen.lock().unwrap().push_str(text);
+    let mut assembler = StreamAssembler::default();
+    for event in events {
+        assembler.feed(event, Some(&sink)).unwrap();
+    }
+    let streamed = assembler.finish().unwrap();
+    let whole = parse_response(&json!({
+        "model": "claude-haiku-4-5", "stop_reason": "tool_use",
+        "content": [{"type": "text", "text": "Let me look."},
+                    {"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"q": "owls"}}],
+        "usage": {"input_tokens": 12, "output_tokens": 7}
+    }))
+    .unwrap();
+    assert_eq!(streamed, whole);
+    assert_eq!(*seen.lock().unwrap(), "Let me look.");
+    let mut cut = StreamAssembler::default();
+    cut.feed(events[0], None).unwrap();
+    assert_eq!(cut.finish().unwrap_err().kind, ErrorKind::Transient);
+}
