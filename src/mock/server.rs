@@ -60,6 +60,7 @@ pub async fn run(options: ServerOptions) -> Result<(), String> {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1/models", get(models))
         .with_state(shared);
     let host = if options.host == "localhost" {
@@ -140,6 +141,7 @@ fn text_of(content: &Value) -> String {
 enum Api {
     Chat,
     Messages,
+    Responses,
 }
 
 async fn chat_completions(
@@ -152,6 +154,23 @@ async fn chat_completions(
 
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     serve(shared, headers, body, Api::Messages).await
+}
+
+async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    serve(shared, headers, body, Api::Responses).await
+}
+
+/// A Responses API input item as a chat message: role and text.
+fn response_item_as_message(item: &Value) -> Value {
+    match item.get("type").and_then(Value::as_str) {
+        Some("function_call_output") => {
+            json!({"role": "tool", "content": item.get("output").cloned().unwrap_or_default()})
+        }
+        Some("function_call") => json!({"role": "assistant", "content": ""}),
+        _ => {
+            json!({"role": item.get("role").cloned().unwrap_or(json!("user")), "content": item.get("content").cloned().unwrap_or_default()})
+        }
+    }
 }
 
 async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -> Response {
@@ -167,11 +186,20 @@ async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -
             );
         }
     };
-    let messages = request
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    // The Responses API sends `input` (a string or items); the others `messages`.
+    let messages = match (api, request.get("input")) {
+        (Api::Responses, Some(Value::String(text))) => {
+            vec![json!({"role": "user", "content": text})]
+        }
+        (Api::Responses, Some(Value::Array(items))) => {
+            items.iter().map(response_item_as_message).collect()
+        }
+        _ => request
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    };
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -241,6 +269,17 @@ async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -
                     &anthropic_message(&model, served.index, &message, prompt_chars),
                     true,
                 ),
+                (Api::Responses, false) => axum::Json(response_object(
+                    &model,
+                    served.index,
+                    &message,
+                    prompt_chars,
+                ))
+                .into_response(),
+                (Api::Responses, true) => responses_sse(
+                    &response_object(&model, served.index, &message, prompt_chars),
+                    true,
+                ),
             };
             (200, response)
         }
@@ -267,7 +306,11 @@ async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -
             "n": served.index,
             "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "method": "POST",
-            "path": if api == Api::Chat { "/v1/chat/completions" } else { "/v1/messages" },
+            "path": match api {
+                Api::Chat => "/v1/chat/completions",
+                Api::Messages => "/v1/messages",
+                Api::Responses => "/v1/responses",
+            },
             "model": model,
             "stream": stream,
             "auth": auth_fingerprint(&headers),
@@ -395,7 +438,9 @@ fn error_response(
     code: Option<&str>,
 ) -> Response {
     let body = match api {
-        Api::Chat => json!({"error": {"message": message, "type": kind, "code": code}}),
+        Api::Chat | Api::Responses => {
+            json!({"error": {"message": message, "type": kind, "code": code}})
+        }
         Api::Messages => {
             json!({"type": "error", "error": {"type": code.unwrap_or(kind), "message": message}})
         }
@@ -471,6 +516,7 @@ fn fault_response(api: Api, fault: Fault, model: &str, index: usize) -> (u16, Re
                 Api::Messages => {
                     anthropic_sse(&anthropic_message(model, index, &message, 1), false)
                 }
+                Api::Responses => responses_sse(&response_object(model, index, &message, 1), false),
             };
             (200, response)
         }
@@ -585,6 +631,94 @@ fn anthropic_sse(message: &Value, complete: bool) -> Response {
         events.push(("message_stop", json!({"type": "message_stop"})));
     } else {
         events.truncate(3);
+    }
+    let body: String = events
+        .into_iter()
+        .map(|(name, event)| format!("event: {name}\ndata: {event}\n\n"))
+        .collect();
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// A Responses API `response` object for a scripted message.
+fn response_object(
+    model: &str,
+    index: usize,
+    message: &ScriptMessage,
+    prompt_chars: usize,
+) -> Value {
+    let mut output = Vec::new();
+    if let Some(text) = &message.text {
+        output.push(json!({"type": "message", "id": format!("msg_{index}"), "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+    }
+    for call in &message.tool_calls {
+        output.push(
+            json!({"type": "function_call", "id": format!("fc_{}", call.id), "call_id": call.id,
+                           "name": call.name, "arguments": call.arguments, "status": "completed"}),
+        );
+    }
+    let (input, generated) = match message.usage {
+        Some(usage) => (usage.prompt_tokens, usage.completion_tokens),
+        None => (
+            prompt_chars.div_ceil(4).max(1) as u64,
+            message
+                .text
+                .as_deref()
+                .unwrap_or_default()
+                .len()
+                .div_ceil(4)
+                .max(1) as u64,
+        ),
+    };
+    json!({
+        "id": format!("resp_mock_{index}"),
+        "object": "response",
+        "created_at": chrono::Utc::now().timestamp(),
+        "status": "completed",
+        "model": model,
+        "output": output,
+        "usage": {"input_tokens": input, "output_tokens": generated, "total_tokens": input + generated},
+    })
+}
+
+/// The response as Responses API stream events; `complete: false` stops early.
+fn responses_sse(response: &Value, complete: bool) -> Response {
+    let mut created = response.clone();
+    created["status"] = json!("in_progress");
+    created["output"] = json!([]);
+    let mut events = vec![(
+        "response.created",
+        json!({"type": "response.created", "response": created}),
+    )];
+    for item in response["output"].as_array().into_iter().flatten() {
+        for part in item["content"].as_array().into_iter().flatten() {
+            for piece in part["text"]
+                .as_str()
+                .unwrap_or_default()
+                .split_inclusive(' ')
+            {
+                events.push((
+                    "response.output_text.delta",
+                    json!({"type": "response.output_text.delta", "delta": piece}),
+                ));
+            }
+        }
+        events.push((
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "item": item}),
+        ));
+    }
+    if complete {
+        events.push((
+            "response.completed",
+            json!({"type": "response.completed", "response": response}),
+        ));
+    } else {
+        events.truncate(2);
     }
     let body: String = events
         .into_iter()

@@ -140,4 +140,5 @@ pub mod models;
 pub mod openai;
 pub mod pricing;
 pub mod registry;
+pub mod responses;
 pub mod retry;

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
-use crate::dialog::{FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
+use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
 
 /// Wire choices that vary between servers.
 #[derive(Debug, Clone, Default)]
@@ -400,7 +400,12 @@ impl OpenAiProvider {
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let estimate = estimate_tokens(&request);
         let _permit = self.limiter.acquire(estimate).await;
-        let body = build_request(&request, &self.options);
+        let responses = request.api_type == ApiType::Response;
+        let body = if responses {
+            super::responses::build_request(&request, self.options.developer_role)
+        } else {
+            build_request(&request, &self.options)
+        };
         let bearer = self
             .api_key
             .as_ref()
@@ -414,16 +419,34 @@ impl OpenAiProvider {
             pairs.push(("authorization", bearer));
         }
         let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
-        let url = format!("{}/chat/completions", self.base_url.trim_end_matches('/'));
+        let endpoint = if responses {
+            "responses"
+        } else {
+            "chat/completions"
+        };
+        let url = format!("{}/{endpoint}", self.base_url.trim_end_matches('/'));
         let (message, reply_headers) = if request.stream.is_some() {
-            let mut assembler = StreamAssembler::default();
-            let feed = |data: &str| assembler.feed(data, request.stream);
+            // One assembler per API; both hand text deltas to the sink.
+            let mut chat = StreamAssembler::default();
+            let mut events = super::responses::StreamAssembler::default();
+            let feed = |data: &str| {
+                if responses {
+                    events.feed(data, request.stream)
+                } else {
+                    chat.feed(data, request.stream)
+                }
+            };
             if let Some(reply) =
                 http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
             {
                 return Err(self.failed(parse_error(&reply)));
             }
-            (assembler.finish()?, Default::default())
+            let message = if responses {
+                events.finish()?
+            } else {
+                chat.finish()?
+            };
+            (message, Default::default())
         } else {
             let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
             if !(200..300).contains(&reply.status) {
@@ -432,7 +455,12 @@ impl OpenAiProvider {
             let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
                 ProviderError::transient(format!("malformed reply: not JSON ({error})"))
             })?;
-            (parse_response(&value)?, reply.headers)
+            let message = if responses {
+                super::responses::parse_response(&value)?
+            } else {
+                parse_response(&value)?
+            };
+            (message, reply.headers)
         };
         self.limiter
             .on_success(&reply_headers, message.cost().total_tokens, estimate);
