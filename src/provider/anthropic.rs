@@ -62,6 +62,13 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
+    if let Some(schema) = request.format {
+        // The Messages API has no response-format field we can rely on: the schema
+        // goes into the system prompt, and the reply is validated against it (D9).
+        system.push(format!(
+            "Reply with only a JSON value that follows this JSON schema:\n{schema}"
+        ));
+    }
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     if !system.is_empty() {

@@ -90,6 +90,7 @@ pub const PRESETS: &[Preset] = &[
 ];
 
 const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+const DEFAULT_CONNECT_TIMEOUT: f64 = 10.0;
 
 fn limits(config: Option<&ProviderConfig>) -> Limits {
     Limits {
@@ -182,10 +183,7 @@ impl Providers {
         configs: &BTreeMap<String, ProviderConfig>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Providers> {
-        let connect = configs
-            .values()
-            .filter_map(|config| config.connect_timeout_s)
-            .fold(10.0, f64::max);
+        let connect = DEFAULT_CONNECT_TIMEOUT;
         let client =
             http::client(Duration::from_secs_f64(connect)).map_err(|message| Error::Invalid {
                 provider: "http".into(),
@@ -303,6 +301,22 @@ impl Providers {
         Ok(provider)
     }
 
+    /// The run's shared client, or one of its own for a provider with its own
+    /// `connect_timeout_s` (a connect timeout belongs to a client).
+    fn client_for(&self, name: &str, config: Option<&ProviderConfig>) -> Result<reqwest::Client> {
+        match config.and_then(|config| config.connect_timeout_s) {
+            Some(seconds) => {
+                http::client(Duration::from_secs_f64(seconds.max(0.001))).map_err(|message| {
+                    Error::Invalid {
+                        provider: name.into(),
+                        message,
+                    }
+                })
+            }
+            None => Ok(self.client.clone()),
+        }
+    }
+
     fn anthropic(&self, name: &str, model_name: &str) -> Result<AnthropicProvider> {
         let config = self.configs.get(name);
         let variable = |key: &str| self.env.get(key).cloned().flatten();
@@ -321,7 +335,7 @@ impl Providers {
             });
         }
         Ok(AnthropicProvider {
-            client: self.client.clone(),
+            client: self.client_for(name, config)?,
             base_url: explicit.unwrap_or_else(|| ANTHROPIC_BASE_URL.into()),
             api_key,
             extra_headers: config
@@ -369,7 +383,7 @@ impl Providers {
             developer_role: config.and_then(|c| c.system_role.as_deref()) == Some("developer"),
         };
         Ok(OpenAiProvider {
-            client: self.client.clone(),
+            client: self.client_for(name, config)?,
             base_url,
             api_key,
             extra_headers: config

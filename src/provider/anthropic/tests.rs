@@ -144,3 +144,40 @@ fn stream_events_assemble_to_the_same_message() {
     cut.feed(events[0], None).unwrap();
     assert_eq!(cut.finish().unwrap_err().kind, ErrorKind::Transient);
 }
+
+#[test]
+fn images_and_schemas_are_translated() {
+    let mut dialog = crate::dialog::Dialog::new("a", "s");
+    dialog
+        .put_image(
+            crate::dialog::ImageSource::Bytes(b"\xff\xd8\xff\xe0"),
+            Some("a photo"),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap();
+    let schema = json!({"type": "object"});
+    let model_args = Map::new();
+    let request = ChatRequest {
+        model: "claude-sonnet-4-5",
+        messages: dialog.messages(),
+        tools: &[],
+        format: Some(&schema),
+        model_args: &model_args,
+        api_type: Default::default(),
+        stream: None,
+    };
+    let body = build_request(&request);
+    assert_eq!(
+        body["messages"][0]["content"],
+        json!([{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4A=="}},
+               {"type": "text", "text": "a photo"}])
+    );
+    assert!(
+        body["system"]
+            .as_str()
+            .unwrap()
+            .contains("{\"type\":\"object\"}")
+    );
+}
