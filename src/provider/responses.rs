@@ -303,4 +303,33 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), "Owls are birds.");
         assert!(StreamAssembler::default().finish().is_err());
     }
+
+    #[test]
+    fn images_become_input_images() {
+        let mut dialog = crate::dialog::Dialog::new("a", "s");
+        dialog
+            .put_image(
+                crate::dialog::ImageSource::Bytes(b"GIF89a"),
+                Some("see"),
+                Role::User,
+                "user",
+                Map::new(),
+            )
+            .unwrap();
+        let model_args = Map::new();
+        let request = ChatRequest {
+            model: "gpt-4.1",
+            messages: dialog.messages(),
+            tools: &[],
+            format: None,
+            model_args: &model_args,
+            api_type: ApiType::Response,
+            stream: None,
+        };
+        assert_eq!(
+            build_request(&request, true)["input"][0]["content"],
+            json!([{"type": "input_text", "text": "see"},
+                   {"type": "input_image", "image_url": "data:image/gif;base64,R0lGODlh"}])
+        );
+    }
 }
