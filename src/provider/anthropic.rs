@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
+use super::exchange::{Target, Wire, exchange};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
@@ -218,8 +219,8 @@ pub struct StreamAssembler {
     done: bool,
 }
 
-impl StreamAssembler {
-    pub fn feed(
+impl super::exchange::Assembler for StreamAssembler {
+    fn feed(
         &mut self,
         data: &str,
         sink: Option<super::TextSink<'_>>,
@@ -306,7 +307,7 @@ impl StreamAssembler {
         Ok(true)
     }
 
-    pub fn finish(mut self) -> Result<Message, ProviderError> {
+    fn finish(mut self) -> Result<Message, ProviderError> {
         if !self.done {
             return Err(ProviderError::transient("stream cut off before its end"));
         }
@@ -328,13 +329,6 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let text: usize = request
-            .messages
-            .iter()
-            .map(|message| message.content.len())
-            .sum();
-        let estimate = text.div_ceil(4) as u64 + DEFAULT_MAX_TOKENS.min(1024);
-        let _permit = self.limiter.acquire(estimate).await;
         let body = build_request(&request);
         let mut pairs: Vec<(&str, &str)> = self
             .extra_headers
@@ -347,35 +341,27 @@ impl AnthropicProvider {
         }
         let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
         let url = format!("{}/messages", self.base_url.trim_end_matches('/'));
-        let (message, reply_headers) = if request.stream.is_some() {
-            let mut assembler = StreamAssembler::default();
-            let feed = |data: &str| assembler.feed(data, request.stream);
-            if let Some(reply) =
-                http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
-            {
-                return Err(self.failed(parse_error(&reply)));
-            }
-            (assembler.finish()?, Default::default())
-        } else {
-            let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
-            if !(200..300).contains(&reply.status) {
-                return Err(self.failed(parse_error(&reply)));
-            }
-            let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
-                ProviderError::transient(format!("malformed reply: not JSON ({error})"))
-            })?;
-            (parse_response(&value)?, reply.headers)
+        let target = Target {
+            client: &self.client,
+            url: &url,
+            timeout: self.timeout,
+            limiter: &self.limiter,
         };
-        self.limiter
-            .on_success(&reply_headers, message.cost().total_tokens, estimate);
-        Ok(message)
-    }
-
-    fn failed(&self, error: ProviderError) -> ProviderError {
-        if error.kind == ErrorKind::RateLimit {
-            self.limiter.on_rate_limited(error.retry_after);
-        }
-        error
+        let text: usize = request
+            .messages
+            .iter()
+            .map(|message| message.content.len())
+            .sum();
+        let reply_budget = body
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(DEFAULT_MAX_TOKENS);
+        let estimate = text.div_ceil(4) as u64 + reply_budget;
+        let wire = Wire {
+            parse_response,
+            parse_error,
+        };
+        exchange::<StreamAssembler>(target, headers, &body, estimate, request.stream, &wire).await
     }
 }
 

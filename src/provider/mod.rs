@@ -133,6 +133,7 @@ mod optional_millis {
 }
 
 pub mod anthropic;
+pub mod exchange;
 pub mod http;
 pub mod limit;
 pub mod mock;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
+use super::exchange::{Target, Wire, exchange};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
@@ -245,9 +246,9 @@ pub struct StreamAssembler {
     done: bool,
 }
 
-impl StreamAssembler {
+impl super::exchange::Assembler for StreamAssembler {
     /// Feeds one `data:` payload; returns `false` after `[DONE]`.
-    pub fn feed(
+    fn feed(
         &mut self,
         data: &str,
         sink: Option<super::TextSink<'_>>,
@@ -308,7 +309,7 @@ impl StreamAssembler {
 
     /// The assembled message; a stream that ended without `[DONE]` or a finish
     /// reason was cut off (transient).
-    pub fn finish(self) -> Result<Message, ProviderError> {
+    fn finish(self) -> Result<Message, ProviderError> {
         if !self.done && self.finish_reason.is_none() {
             return Err(ProviderError::transient("stream cut off before its end"));
         }
@@ -398,8 +399,6 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let estimate = estimate_tokens(&request);
-        let _permit = self.limiter.acquire(estimate).await;
         let responses = request.api_type == ApiType::Response;
         let body = if responses {
             super::responses::build_request(&request, self.options.developer_role)
@@ -425,54 +424,35 @@ impl OpenAiProvider {
             "chat/completions"
         };
         let url = format!("{}/{endpoint}", self.base_url.trim_end_matches('/'));
-        let (message, reply_headers) = if request.stream.is_some() {
-            // One assembler per API; both hand text deltas to the sink.
-            let mut chat = StreamAssembler::default();
-            let mut events = super::responses::StreamAssembler::default();
-            let feed = |data: &str| {
-                if responses {
-                    events.feed(data, request.stream)
-                } else {
-                    chat.feed(data, request.stream)
-                }
-            };
-            if let Some(reply) =
-                http::post_sse(&self.client, &url, headers, &body, self.timeout, feed).await?
-            {
-                return Err(self.failed(parse_error(&reply)));
-            }
-            let message = if responses {
-                events.finish()?
-            } else {
-                chat.finish()?
-            };
-            (message, Default::default())
-        } else {
-            let reply = http::post_json(&self.client, &url, headers, &body, self.timeout).await?;
-            if !(200..300).contains(&reply.status) {
-                return Err(self.failed(parse_error(&reply)));
-            }
-            let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
-                ProviderError::transient(format!("malformed reply: not JSON ({error})"))
-            })?;
-            let message = if responses {
-                super::responses::parse_response(&value)?
-            } else {
-                parse_response(&value)?
-            };
-            (message, reply.headers)
+        let target = Target {
+            client: &self.client,
+            url: &url,
+            timeout: self.timeout,
+            limiter: &self.limiter,
         };
-        self.limiter
-            .on_success(&reply_headers, message.cost().total_tokens, estimate);
-        Ok(message)
-    }
-
-    /// Tells the limiter about a rate limit before handing the error on.
-    fn failed(&self, error: ProviderError) -> ProviderError {
-        if error.kind == ErrorKind::RateLimit {
-            self.limiter.on_rate_limited(error.retry_after);
+        let estimate = estimate_tokens(&request);
+        if responses {
+            let wire = Wire {
+                parse_response: super::responses::parse_response,
+                parse_error,
+            };
+            exchange::<super::responses::StreamAssembler>(
+                target,
+                headers,
+                &body,
+                estimate,
+                request.stream,
+                &wire,
+            )
+            .await
+        } else {
+            let wire = Wire {
+                parse_response,
+                parse_error,
+            };
+            exchange::<StreamAssembler>(target, headers, &body, estimate, request.stream, &wire)
+                .await
         }
-        error
     }
 }
 

@@ -163,8 +163,8 @@ pub struct StreamAssembler {
     completed: Option<Value>,
 }
 
-impl StreamAssembler {
-    pub fn feed(
+impl super::exchange::Assembler for StreamAssembler {
+    fn feed(
         &mut self,
         data: &str,
         sink: Option<super::TextSink<'_>>,
@@ -197,7 +197,7 @@ impl StreamAssembler {
         Ok(true)
     }
 
-    pub fn finish(self) -> Result<Message, ProviderError> {
+    fn finish(self) -> Result<Message, ProviderError> {
         match self.completed {
             Some(response) => parse_response(&response),
             None => Err(ProviderError::transient("stream cut off before its end")),
@@ -209,6 +209,7 @@ impl StreamAssembler {
 mod tests {
     use super::*;
     use crate::provider::ToolSpec;
+    use crate::provider::exchange::Assembler;
 
     #[test]
     fn builds_input_items_and_parses_output_items() {

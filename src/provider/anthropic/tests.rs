@@ -5,6 +5,7 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::provider::ToolSpec;
+use crate::provider::exchange::Assembler;
 
 fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap_or_default()

@@ -1,0 +1,83 @@
+//! One request/reply exchange of a wire API, the same for every HTTP provider:
+//! a limiter permit, the POST (whole JSON or server-sent events), the reply
+//! parsed or the error classified, and the outcome reported to the limiter.
+//! Provider modules supply only the translation functions.
+
+use serde_json::Value;
+
+use super::http::{self, HttpReply};
+use super::limit::Limiter;
+use super::{ErrorKind, ProviderError, TextSink};
+use crate::dialog::Message;
+
+/// Rebuilds a streamed reply from its `data:` payloads.
+pub trait Assembler: Default {
+    /// Takes one payload; `false` once the stream says it is complete.
+    fn feed(&mut self, data: &str, sink: Option<TextSink<'_>>) -> Result<bool, ProviderError>;
+    /// The message, or a transient error if the stream was cut off.
+    fn finish(self) -> Result<Message, ProviderError>;
+}
+
+/// How one wire API reads replies.
+pub struct Wire {
+    pub parse_response: fn(&Value) -> Result<Message, ProviderError>,
+    pub parse_error: fn(&HttpReply) -> ProviderError,
+}
+
+/// Where and how to send.
+pub struct Target<'a> {
+    pub client: &'a reqwest::Client,
+    pub url: &'a str,
+    pub timeout: std::time::Duration,
+    pub limiter: &'a Limiter,
+}
+
+/// Sends `body` and returns the reply as a message. With a `sink` the reply is
+/// streamed through `A`; `estimate` is the token estimate for the `tpm` budget.
+pub async fn exchange<A: Assembler>(
+    target: Target<'_>,
+    headers: reqwest::header::HeaderMap,
+    body: &Value,
+    estimate: u64,
+    sink: Option<TextSink<'_>>,
+    wire: &Wire,
+) -> Result<Message, ProviderError> {
+    let _permit = target.limiter.acquire(estimate).await;
+    let failed = |error: ProviderError| {
+        if error.kind == ErrorKind::RateLimit {
+            target.limiter.on_rate_limited(error.retry_after);
+        }
+        error
+    };
+    let (message, reply_headers) = if sink.is_some() {
+        let mut assembler = A::default();
+        let feed = |data: &str| assembler.feed(data, sink);
+        if let Some(reply) = http::post_sse(
+            target.client,
+            target.url,
+            headers,
+            body,
+            target.timeout,
+            feed,
+        )
+        .await?
+        {
+            return Err(failed((wire.parse_error)(&reply)));
+        }
+        (assembler.finish()?, Default::default())
+    } else {
+        let reply =
+            http::post_json(target.client, target.url, headers, body, target.timeout).await?;
+        if !(200..300).contains(&reply.status) {
+            return Err(failed((wire.parse_error)(&reply)));
+        }
+        let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
+            ProviderError::transient(format!("malformed reply: not JSON ({error})"))
+        })?;
+        ((wire.parse_response)(&value)?, reply.headers)
+    };
+    target
+        .limiter
+        .on_success(&reply_headers, message.cost().total_tokens, estimate);
+    Ok(message)
+}
