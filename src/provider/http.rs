@@ -59,14 +59,7 @@ pub async fn post_json(
     body: &Value,
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
-    let response = client
-        .post(url)
-        .headers(headers)
-        .json(body)
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|error| network_error(error, url, timeout))?;
+    let response = send(client, url, headers, body, timeout).await?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response
@@ -94,14 +87,7 @@ pub async fn post_sse<F>(
 where
     F: FnMut(&str) -> Result<bool, ProviderError>,
 {
-    let mut response = client
-        .post(url)
-        .headers(headers)
-        .json(body)
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|error| network_error(error, url, timeout))?;
+    let mut response = send(client, url, headers, body, timeout).await?;
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let headers = response.headers().clone();
@@ -145,6 +131,23 @@ where
         on_data(&data)?;
     }
     Ok(None)
+}
+
+async fn send(
+    client: &reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    body: &Value,
+    timeout: Duration,
+) -> Result<reqwest::Response, ProviderError> {
+    client
+        .post(url)
+        .headers(headers)
+        .json(body)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|error| network_error(error, url, timeout))
 }
 
 fn network_error(error: reqwest::Error, url: &str, timeout: Duration) -> ProviderError {
