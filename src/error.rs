@@ -10,6 +10,8 @@ pub enum Error {
     Config(#[from] crate::config::Error),
     #[error(transparent)]
     Tactic(#[from] crate::tactic::Error),
+    #[error(transparent)]
+    Replay(#[from] crate::replay::Error),
     /// Bad command-line usage or input files.
     #[error("{0}")]
     Usage(String),
@@ -46,7 +48,7 @@ impl Outcome {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::Tactic(_) | Error::Usage(_) => 2,
+            Error::Config(_) | Error::Tactic(_) | Error::Replay(_) | Error::Usage(_) => 2,
             Error::Write { .. } => 1,
         }
     }

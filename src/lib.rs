@@ -11,6 +11,7 @@ pub mod error;
 pub mod mock;
 pub mod prompt;
 pub mod provider;
+pub mod replay;
 pub mod report;
 pub mod suggest;
 pub mod tactic;

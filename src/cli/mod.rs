@@ -26,6 +26,20 @@ pub struct Cli {
 pub enum Command {
     /// Run one task through a tactic; the delivery goes to stdout.
     Run(RunArgs),
+    /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A session record (`.json`) or a `sessions.jsonl` file.
+    pub record: PathBuf,
+    /// In a `.jsonl` file: the session id or task id of the session to show.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Print the normalized record as JSON instead of the rendering.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -75,5 +89,17 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
         })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Replay(args) => replay(args),
     }
+}
+
+fn replay(args: ReplayArgs) -> Result<Outcome> {
+    let record = crate::replay::load(&args.record, args.id.as_deref())?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
+        println!("{text}");
+    } else {
+        print!("{}", crate::replay::render(&record));
+    }
+    Ok(Outcome::Success)
 }

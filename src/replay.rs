@@ -1,0 +1,306 @@
+//! `lllm replay`: read a session record (a `.json` file, or one line of a
+//! `sessions.jsonl` by id) and render it for a person — the dialog tree, every
+//! agent call with its invokes, tool rounds, repairs and retries, each dialog's
+//! messages, and the delivery or the error.
+
+use std::fmt::Write;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::agent::AgentCallSession;
+use crate::dialog::{Dialog, InvokeCost, Message, Modality};
+use crate::tactic::record::{self, RunState, SessionRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read `{path}`: {message}")]
+    Read { path: String, message: String },
+    #[error(
+        "`{path}` is a `{found}` record; this lllm reads `{}` (re-run the tactic, or use the lllm that wrote it)",
+        record::FORMAT
+    )]
+    Format { path: String, found: String },
+    #[error("`{path}` is not a valid `{}` record: {message}", record::FORMAT)]
+    Invalid { path: String, message: String },
+    #[error("no session `{id}` in `{path}` ({count} sessions; ids are session ids or task ids)")]
+    NoSuchSession {
+        path: String,
+        id: String,
+        count: usize,
+    },
+    #[error("`{path}` holds {count} sessions; pick one with `--id`")]
+    Ambiguous { path: String, count: usize },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Loads a record; in a JSONL file, the line whose session id or task id is `id`
+/// (or the only line).
+pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
+    let label = path.display().to_string();
+    let read_error = |error: std::io::Error| Error::Read {
+        path: label.clone(),
+        message: error.to_string(),
+    };
+    let is_lines = path
+        .extension()
+        .is_some_and(|extension| extension == "jsonl");
+    let value: Value = if is_lines {
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let mut chosen = None;
+        let mut count = 0;
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line.map_err(read_error)?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            count += 1;
+            let value: Value = serde_json::from_str(&line).map_err(|error| Error::Invalid {
+                path: format!("{label}:{count}"),
+                message: error.to_string(),
+            })?;
+            let matches = match id {
+                Some(id) => [value.get("session_id"), value.get("task_id")]
+                    .into_iter()
+                    .flatten()
+                    .any(|field| field == id),
+                None => true,
+            };
+            if matches && (id.is_some() || chosen.is_none()) {
+                chosen = Some(value);
+                if id.is_some() {
+                    break;
+                }
+            }
+        }
+        match (chosen, id) {
+            (Some(_), None) if count > 1 => return Err(Error::Ambiguous { path: label, count }),
+            (Some(value), _) => value,
+            (None, id) => {
+                return Err(Error::NoSuchSession {
+                    path: label,
+                    id: id.unwrap_or_default().to_string(),
+                    count,
+                });
+            }
+        }
+    } else {
+        let text = std::fs::read_to_string(path).map_err(read_error)?;
+        serde_json::from_str(&text).map_err(|error| Error::Invalid {
+            path: label.clone(),
+            message: error.to_string(),
+        })?
+    };
+    let found = value
+        .get("format")
+        .and_then(Value::as_str)
+        .unwrap_or("unversioned")
+        .to_string();
+    if found != record::FORMAT {
+        return Err(Error::Format { path: label, found });
+    }
+    serde_path_to_error::deserialize(value).map_err(|error| Error::Invalid {
+        path: label,
+        message: format!("`{}`: {}", error.path(), error.inner()),
+    })
+}
+
+fn cost_text(cost: &InvokeCost) -> String {
+    match (cost.cost, cost.cost_known) {
+        (Some(dollars), true) => format!("${dollars:.6}"),
+        (Some(dollars), false) => format!("${dollars:.6} + unknown"),
+        (None, _) => "cost unknown".into(),
+    }
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+/// The human-readable rendering of a record.
+pub fn render(record: &SessionRecord) -> String {
+    let mut out = String::new();
+    let state = match record.state {
+        RunState::Success => "success",
+        RunState::Failure => "failure",
+    };
+    let _ = writeln!(
+        out,
+        "session {} · tactic `{}` ({}) · {state} · {} invoke(s) · {} tokens · {} · {:.1} s",
+        record.session_id,
+        record.tactic.name,
+        record.tactic.path,
+        record.invoke_count(),
+        record.cost.total_tokens,
+        cost_text(&record.cost),
+        record.latency_ms as f64 / 1000.0
+    );
+    if let Some(id) = &record.task_id {
+        let _ = writeln!(out, "task id: {id}");
+    }
+    let task = match &record.task {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    let _ = writeln!(out, "task: {}", one_line(&task, 200));
+
+    let dialogs: Vec<Dialog> = record
+        .dialogs
+        .iter()
+        .cloned()
+        .map(|dialog| Dialog::from_record(dialog, None))
+        .collect();
+    let all: Vec<&Dialog> = dialogs.iter().collect();
+    let _ = writeln!(out, "\ndialog tree");
+    for root in dialogs.iter().filter(|dialog| dialog.tree_node.is_root()) {
+        for line in root.tree_overview(&all).lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+
+    for (index, call) in record.agent_calls.iter().enumerate() {
+        let step = record
+            .steps
+            .iter()
+            .find(|step| step.agent_call == index)
+            .map(|step| step.step.as_str());
+        render_call(&mut out, index + 1, step, call);
+        if let Some(dialog) = dialogs
+            .iter()
+            .find(|dialog| dialog.dialog_id() == call.dialog_id)
+        {
+            let _ = writeln!(
+                out,
+                "  dialog `{}` [{}]:",
+                call.dialog_alias,
+                &call.dialog_id[..8.min(call.dialog_id.len())]
+            );
+            for (position, message) in dialog.messages().iter().enumerate() {
+                let _ = writeln!(out, "    {}", message_line(position, message));
+            }
+        }
+    }
+
+    match (&record.delivery, &record.error) {
+        (Some(delivery), _) => {
+            let _ = writeln!(out, "\ndelivery:\n{delivery}");
+        }
+        (None, Some(error)) => {
+            let _ = writeln!(out, "\nerror: {error}");
+        }
+        (None, None) => {}
+    }
+    out
+}
+
+fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &AgentCallSession) {
+    let step = step
+        .map(|step| format!(" (step `{step}`)"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "\nagent call {number}{step}: `{}` on `{}` · {} · {} invoke(s), {} tool round(s), {} repair(s), {} retry(ies) · {} tokens · {} · {} ms",
+        call.agent,
+        call.model,
+        format!("{:?}", call.state).to_lowercase(),
+        call.invokes.len(),
+        call.interrupts.len(),
+        call.exception_retries.len(),
+        call.llm_recalls.len(),
+        call.cost.total_tokens,
+        cost_text(&call.cost),
+        call.latency_ms
+    );
+    for invoke in &call.invokes {
+        let head = format!(
+            "  invoke round {} attempt {} · {} ms",
+            invoke.step, invoke.attempt, invoke.latency_ms
+        );
+        match (&invoke.response, &invoke.error) {
+            (_, Some(error)) => {
+                let _ = writeln!(
+                    out,
+                    "{head} · {:?} error: {error} · waited {} ms",
+                    error.kind, invoke.waited_ms
+                );
+            }
+            (Some(reply), None) => {
+                let cost = reply.cost();
+                let what = if reply.is_function_call() {
+                    let calls: Vec<String> = reply
+                        .function_calls
+                        .iter()
+                        .map(|call| {
+                            format!("{}({})", call.name, one_line(&call.arguments_text(), 60))
+                        })
+                        .collect();
+                    format!("tool calls: {}", calls.join(", "))
+                } else {
+                    format!("\"{}\"", one_line(&reply.content, 80))
+                };
+                let _ = writeln!(
+                    out,
+                    "{head} · {} in / {} out · {} → {what}",
+                    cost.prompt_tokens,
+                    cost.completion_tokens,
+                    cost_text(&cost)
+                );
+                if let Some(parse_error) = &invoke.parse_error {
+                    let _ = writeln!(
+                        out,
+                        "    rejected by the parser: {}",
+                        one_line(parse_error, 160)
+                    );
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    for round in &call.interrupts {
+        for tool in &round.calls {
+            let outcome = match (&tool.error_message, &tool.result) {
+                (Some(error), _) => format!("error: {}", one_line(error, 100)),
+                (None, Some(Value::String(result))) => one_line(result, 100),
+                (None, Some(other)) => one_line(&other.to_string(), 100),
+                (None, None) => one_line(tool.result_str.as_deref().unwrap_or_default(), 100),
+            };
+            let _ = writeln!(
+                out,
+                "  tool round {}: {}({}) → {outcome}",
+                round.step,
+                tool.name,
+                one_line(&tool.arguments_text(), 60)
+            );
+        }
+    }
+    if let Some(error) = &call.error {
+        let _ = writeln!(out, "  failed: {error}");
+    }
+}
+
+fn message_line(position: usize, message: &Message) -> String {
+    let content = match message.modality {
+        Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+        Modality::Text => one_line(&message.content, 120),
+    };
+    let calls = if message.is_function_call() {
+        let names: Vec<&str> = message
+            .function_calls
+            .iter()
+            .map(|call| call.name.as_str())
+            .collect();
+        format!(" [calls {}]", names.join(", "))
+    } else {
+        String::new()
+    };
+    format!(
+        "[{position}. {} ({})]: {content}{calls}",
+        message.name, message.role
+    )
+}
