@@ -1,5 +1,6 @@
-//! `lllm-mock`: a scripted OpenAI-compatible server for tests and offline
-//! tactic development. Parses arguments and runs `lllm::mock::server`.
+//! `lllm-mock`: a scripted OpenAI- and Anthropic-compatible server for tests,
+//! benchmarks and offline tactic development. Parses the arguments and runs
+//! `lllm::mock::server`; every error exits with 2.
 
 use std::path::PathBuf;
 
@@ -9,24 +10,25 @@ use clap::Parser;
 #[command(
     name = "lllm-mock",
     version,
-    about = "A scripted OpenAI-compatible server on loopback"
+    about = "A scripted OpenAI- and Anthropic-compatible server on loopback"
 )]
 struct Args {
     /// The script: replies, rules, faults, latency (YAML or JSON).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     script: PathBuf,
+    /// The address to listen on; only loopback without --allow-remote.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// 0 picks a free port; the first line on stdout says which.
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// Latency of every reply in milliseconds (overrides the script's).
-    #[arg(long)]
+    /// Every reply waits this many milliseconds (replaces the script's latencies).
+    #[arg(long, value_name = "N")]
     latency_ms: Option<f64>,
     /// Append one JSON line per request to this file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
-    /// Allow listening on a non-loopback address.
+    /// Allow listening on an address that is not loopback.
     #[arg(long)]
     allow_remote: bool,
 }
@@ -41,13 +43,17 @@ fn main() {
         log: args.log,
         allow_remote: args.allow_remote,
     };
-    let result = tokio::runtime::Builder::new_multi_thread()
+    let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|error| error.to_string())
-        .and_then(|runtime| runtime.block_on(lllm::mock::server::run(options)));
-    if let Err(error) = result {
-        eprintln!("error: {error}");
+    {
+        Ok(runtime) => runtime
+            .block_on(lllm::mock::server::run(options))
+            .map_err(|error| error.to_string()),
+        Err(error) => Err(format!("cannot start the async runtime: {error}")),
+    };
+    if let Err(message) = result {
+        eprintln!("error: {message}");
         std::process::exit(2);
     }
 }

@@ -1,455 +1,435 @@
-//! `lllm-mock`: an OpenAI-compatible chat-completions server on loopback whose
-//! replies come from a script, with fault injection and a request log. Tests,
-//! benchmarks and users point `lllm` at it instead of a real provider.
+//! `lllm-mock`: an HTTP server on loopback that answers the OpenAI chat
+//! completions, OpenAI Responses and Anthropic Messages APIs from a script,
+//! with injected faults, latency and a request log. Tests, benchmarks and
+//! users point `lllm` at it instead of a real provider.
+//!
+//! The script decides what to answer (`script`), the wire modules say how
+//! each API spells it (`wire`); this file does the HTTP: routing, waiting,
+//! faults that live below HTTP (resets, cut streams, held requests), the log
+//! and a clean shutdown.
 
+use std::future::Future;
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
-use super::script::{Fault, Reply, Script, ScriptMessage, ScriptRequest};
+use super::script::{
+    Fault, Reply, Script, ScriptError, ScriptMessage, ScriptRequest, estimate_tokens,
+};
+use super::wire::{Api, Event, Incoming, Reference, Usage};
+use connection::{ConnectionHandle, Listener};
+use log::{LogEntry, RequestLog};
 
+mod connection;
+mod log;
+
+/// How long a stopping server waits for requests still in flight.
+const GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
 pub struct ServerOptions {
     pub script: PathBuf,
     pub host: String,
+    /// 0 picks a free port.
     pub port: u16,
+    /// Replaces every latency of the script.
     pub latency_ms: Option<f64>,
+    /// Append one JSON line per request here.
     pub log: Option<PathBuf>,
+    /// Allow a host that is not loopback.
     pub allow_remote: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    #[error(
+        "refusing to listen on `{host}`: lllm-mock is a test tool; hint: pass --allow-remote to listen beyond loopback"
+    )]
+    Remote { host: String },
+    #[error("cannot listen on `{address}`: {message}")]
+    Bind { address: String, message: String },
+    #[error("cannot open the request log `{path}`: {message}")]
+    Log { path: String, message: String },
+    #[error("`--latency-ms` must be a number ≥ 0, not `{0}`")]
+    Latency(f64),
+    #[error("the server failed: {0}")]
+    Serve(String),
+}
+
+pub type Result<T, E = ServerError> = std::result::Result<T, E>;
+
+/// A bound server, not yet serving.
+pub struct Server {
+    listener: Listener,
+    address: SocketAddr,
+    shared: Arc<Shared>,
 }
 
 struct Shared {
     script: Script,
-    log: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    log: Option<RequestLog>,
+    /// Flips to `true` when the server stops; held requests end then.
+    stopping: watch::Sender<bool>,
 }
 
-/// Binds, prints `listening on http://HOST:PORT`, serves until Ctrl-C or SIGTERM.
-pub async fn run(options: ServerOptions) -> Result<(), String> {
-    let loopback = matches!(options.host.as_str(), "127.0.0.1" | "localhost" | "::1");
-    if !loopback && !options.allow_remote {
-        return Err(format!(
-            "refusing to listen on `{}`: lllm-mock is a test tool; pass --allow-remote",
-            options.host
-        ));
+/// Binds, prints `listening on http://HOST:PORT` (one line, flushed), then
+/// serves until SIGINT or SIGTERM.
+pub async fn run(options: ServerOptions) -> Result<()> {
+    let server = Server::bind(&options).await?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        // Nobody may be reading stdout; the server is useful all the same.
+        let _ = writeln!(stdout, "listening on {}", server.url());
+        let _ = stdout.flush();
     }
-    let mut script = Script::load(&options.script).map_err(|error| error.to_string())?;
-    if let Some(latency) = options.latency_ms {
-        script.set_latency_ms(latency);
-    }
-    let log = match &options.log {
-        Some(path) => Some(Mutex::new(std::io::BufWriter::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|error| format!("cannot open the log `{}`: {error}", path.display()))?,
-        ))),
-        None => None,
-    };
-    let shared = Arc::new(Shared { script, log });
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/chat/completions", post(chat_completions))
-        .route("/v1/messages", post(messages))
-        .route("/v1/responses", post(responses))
-        .route("/v1/models", get(models))
-        .with_state(shared);
-    let host = if options.host == "localhost" {
-        "127.0.0.1"
-    } else {
-        options.host.as_str()
-    };
-    let listener = tokio::net::TcpListener::bind((host, options.port))
-        .await
-        .map_err(|error| format!("cannot listen on {host}:{}: {error}", options.port))?;
-    let address: SocketAddr = listener.local_addr().map_err(|error| error.to_string())?;
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "listening on http://{address}");
-    let _ = stdout.flush();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|error| format!("server error: {error}"))
+    server.serve(stop_signal()).await
 }
 
-async fn shutdown() {
+impl Server {
+    /// Loads `options.script` and binds.
+    pub async fn bind(options: &ServerOptions) -> Result<Server> {
+        Server::bind_with(Script::load(&options.script)?, options).await
+    }
+
+    /// Binds with a script already loaded (`options.script` is not read).
+    pub async fn bind_with(mut script: Script, options: &ServerOptions) -> Result<Server> {
+        let host = match options.host.as_str() {
+            "localhost" => "127.0.0.1",
+            host => host,
+        };
+        let loopback = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok_and(|address| address.is_loopback());
+        if !loopback && !options.allow_remote {
+            return Err(ServerError::Remote {
+                host: options.host.clone(),
+            });
+        }
+        if let Some(millis) = options.latency_ms {
+            if !(millis.is_finite() && millis >= 0.0) {
+                return Err(ServerError::Latency(millis));
+            }
+            script.set_latency_ms(millis);
+        }
+        let log = match &options.log {
+            Some(path) => Some(RequestLog::open(path).map_err(|error| ServerError::Log {
+                path: path.display().to_string(),
+                message: error.to_string(),
+            })?),
+            None => None,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let bind_error = |error: std::io::Error| ServerError::Bind {
+            address: format!("{}:{}", options.host, options.port),
+            message: error.to_string(),
+        };
+        let listener = TcpListener::bind((host, options.port))
+            .await
+            .map_err(bind_error)?;
+        let address = listener.local_addr().map_err(bind_error)?;
+        Ok(Server {
+            listener: Listener { inner: listener },
+            address,
+            shared: Arc::new(Shared {
+                script,
+                log,
+                stopping: watch::Sender::new(false),
+            }),
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// `http://HOST:PORT`, without a path; clients add `/v1`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, ends held
+    /// requests and waits up to two seconds for the others.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let shared = self.shared.clone();
+        let mut stopped = shared.stopping.subscribe();
+        let stopping = shared.stopping.clone();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/responses", post(responses))
+            .route("/responses", post(responses))
+            .route("/v1/messages", post(messages))
+            .route("/messages", post(messages))
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
+            .fallback(unknown_route)
+            // Long dialogs make big requests; a test server takes them all.
+            .layer(DefaultBodyLimit::disable())
+            .with_state(self.shared);
+        let serving = axum::serve(
+            self.listener,
+            app.into_make_service_with_connect_info::<ConnectionHandle>(),
+        )
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopping.send_replace(true);
+        });
+        let grace = async move {
+            let _ = stopped.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(GRACE).await;
+        };
+        let result = tokio::select! {
+            result = serving => result.map_err(|error| ServerError::Serve(error.to_string())),
+            () = grace => Ok(()),
+        };
+        if let Some(log) = &shared.log {
+            log.flush();
+        }
+        result
+    }
+}
+
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn stop_signal() {
     #[cfg(unix)]
     {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
         }
     }
-    #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
 }
 
-async fn models() -> Response {
-    axum::Json(json!({"object": "list", "data": [{"id": "mock", "object": "model", "owned_by": "lllm-mock"}]}))
-        .into_response()
-}
-
-fn auth_fingerprint(headers: &HeaderMap) -> Value {
-    let value = headers
-        .get("authorization")
-        .or_else(|| headers.get("x-api-key"));
-    match value {
-        Some(value) => {
-            let digest = Sha256::digest(value.as_bytes());
-            let hex: String = digest
-                .iter()
-                .take(6)
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            json!(format!("sha256:{hex}"))
-        }
-        None => Value::Null,
-    }
-}
-
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// The wire format a request came in (and its reply goes out) in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Api {
-    Chat,
-    Messages,
-    Responses,
-}
-
-async fn chat_completions(
+async fn chat(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(connection): ConnectInfo<ConnectionHandle>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    serve(shared, headers, body, Api::Chat).await
+    answer(Api::Chat, shared, connection, uri, headers, body).await
 }
 
-async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    serve(shared, headers, body, Api::Messages).await
+async fn responses(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(connection): ConnectInfo<ConnectionHandle>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(Api::Responses, shared, connection, uri, headers, body).await
 }
 
-async fn responses(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    serve(shared, headers, body, Api::Responses).await
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(connection): ConnectInfo<ConnectionHandle>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(Api::Anthropic, shared, connection, uri, headers, body).await
 }
 
-/// A Responses API input item as a chat message: role and text.
-fn response_item_as_message(item: &Value) -> Value {
-    match item.get("type").and_then(Value::as_str) {
-        Some("function_call_output") => {
-            json!({"role": "tool", "content": item.get("output").cloned().unwrap_or_default()})
-        }
-        Some("function_call") => json!({"role": "assistant", "content": ""}),
-        _ => {
-            json!({"role": item.get("role").cloned().unwrap_or(json!("user")), "content": item.get("content").cloned().unwrap_or_default()})
+async fn models() -> Response {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{"id": "mock", "object": "model", "created": 0, "owned_by": "lllm-mock"}],
+    }))
+    .into_response()
+}
+
+async fn unknown_route(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let message = format!(
+        "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and GET /v1/models",
+        uri.path()
+    );
+    let mut entry = LogEntry::new(
+        method.as_str(),
+        uri.path(),
+        &headers,
+        &body,
+        shared.log.is_some(),
+    );
+    entry.status = Some(404);
+    shared.record(entry);
+    json_response(404, Api::Chat.error_body(404, Some("not_found"), &message))
+}
+
+impl Shared {
+    fn record(&self, entry: LogEntry) {
+        if let Some(log) = &self.log {
+            log.write(entry);
         }
     }
 }
 
-async fn serve(shared: Arc<Shared>, headers: HeaderMap, body: Bytes, api: Api) -> Response {
-    let request: Value = match serde_json::from_slice(&body) {
-        Ok(value) => value,
-        Err(error) => {
-            return error_response(
-                api,
-                400,
-                "invalid_request_error",
-                &format!("body is not JSON: {error}"),
-                None,
-            );
-        }
-    };
-    // The Responses API sends `input` (a string or items); the others `messages`.
-    let messages = match (api, request.get("input")) {
-        (Api::Responses, Some(Value::String(text))) => {
-            vec![json!({"role": "user", "content": text})]
-        }
-        (Api::Responses, Some(Value::Array(items))) => {
-            items.iter().map(response_item_as_message).collect()
-        }
-        _ => request
-            .get("messages")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default(),
-    };
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let last = messages.last();
-    let last_text = last
-        .and_then(|message| message.get("content"))
-        .map(text_of)
-        .unwrap_or_default();
-    let carries_tool_results = last
-        .and_then(|message| message.get("content"))
-        .and_then(Value::as_array)
-        .is_some_and(|blocks| {
-            blocks
-                .iter()
-                .any(|block| block.get("type").and_then(Value::as_str) == Some("tool_result"))
-        });
-    let last_role = if carries_tool_results {
-        "tool"
-    } else {
-        last.and_then(|message| message.get("role"))
-            .and_then(Value::as_str)
-            .unwrap_or("user")
-    };
+/// What to do once the script has answered.
+enum Outcome {
+    Respond {
+        response: Response,
+        status: u16,
+    },
+    /// Never answer (the `timeout` fault).
+    Hold,
+    /// Close the connection without a response.
+    Reset,
+}
+
+async fn answer(
+    api: Api,
+    shared: Arc<Shared>,
+    connection: ConnectionHandle,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut entry = LogEntry::new("POST", uri.path(), &headers, &body, shared.log.is_some());
+    if !entry.body.is_object() {
+        let message = "lllm-mock: the request body is not a JSON object";
+        entry.status = Some(400);
+        shared.record(entry);
+        return json_response(400, api.error_body(400, Some("invalid_json"), message));
+    }
+    let incoming = api.read(&entry.body);
     let served = shared.script.next(&ScriptRequest {
-        model: &model,
-        last_text: &last_text,
-        last_role,
-        message_count: messages.len(),
+        model: &incoming.model,
+        last_text: &incoming.last_text,
+        last_role: &incoming.last_role,
+        message_count: incoming.message_count,
     });
-    let prompt_chars: usize = messages
-        .iter()
-        .filter_map(|m| m.get("content"))
-        .map(|c| text_of(c).len())
-        .sum();
-    let served_fault = match &served.reply {
-        Reply::Fault(fault) => Some(fault.clone()),
-        _ => None,
+    if !served.delay.is_zero() {
+        tokio::time::sleep(served.delay).await;
+    }
+    let reference = Reference {
+        index: served.index,
+        model: if incoming.model.is_empty() {
+            "mock"
+        } else {
+            &incoming.model
+        },
+        created: entry.received.timestamp(),
     };
-    let (status, response) = match served.reply {
+    entry.index = Some(served.index);
+    entry.stream = incoming.stream;
+    entry.model = Some(incoming.model.clone());
+    let outcome = match &served.reply {
         Reply::Message(message) => {
-            if !served.delay.is_zero() {
-                tokio::time::sleep(served.delay).await;
-            }
-            let response = match (api, stream) {
-                (Api::Chat, false) => {
-                    axum::Json(completion(&model, served.index, &message, prompt_chars))
-                        .into_response()
-                }
-                (Api::Chat, true) => sse(
-                    &completion(&model, served.index, &message, prompt_chars),
-                    true,
-                ),
-                (Api::Messages, false) => axum::Json(anthropic_message(
-                    &model,
-                    served.index,
-                    &message,
-                    prompt_chars,
-                ))
-                .into_response(),
-                (Api::Messages, true) => anthropic_sse(
-                    &anthropic_message(&model, served.index, &message, prompt_chars),
-                    true,
-                ),
-                (Api::Responses, false) => axum::Json(response_object(
-                    &model,
-                    served.index,
-                    &message,
-                    prompt_chars,
-                ))
-                .into_response(),
-                (Api::Responses, true) => responses_sse(
-                    &response_object(&model, served.index, &message, prompt_chars),
-                    true,
-                ),
+            let usage = usage_of(message, &incoming);
+            let response = if incoming.stream {
+                let events = api.events(reference, message, usage, incoming.include_usage);
+                event_stream(rendered(&events), api)
+            } else {
+                json_response(200, api.body(reference, message, usage))
             };
-            (200, response)
+            Outcome::Respond {
+                response,
+                status: 200,
+            }
         }
         Reply::Fault(fault) => {
-            if !served.delay.is_zero() {
-                tokio::time::sleep(served.delay).await;
+            entry.fault = Some(fault_name(fault));
+            fault_outcome(api, fault, reference, &incoming)
+        }
+        Reply::Exhausted { served } => {
+            let message = format!("lllm-mock: script exhausted after {served} replies");
+            Outcome::Respond {
+                response: json_response(
+                    400,
+                    api.error_body(400, Some("script_exhausted"), &message),
+                ),
+                status: 400,
             }
-            fault_response(api, fault, &model, served.index)
         }
-        Reply::Exhausted { served } => (
-            400,
-            error_response(
-                api,
-                400,
-                "invalid_request_error",
-                &format!("lllm-mock: script exhausted after {served} replies"),
-                None,
-            ),
-        ),
     };
-    let hold = matches!(&served_fault, Some(Fault::Timeout));
-    if let Some(log) = &shared.log {
-        let line = json!({
-            "n": served.index,
-            "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "method": "POST",
-            "path": match api {
-                Api::Chat => "/v1/chat/completions",
-                Api::Messages => "/v1/messages",
-                Api::Responses => "/v1/responses",
-            },
-            "model": model,
-            "stream": stream,
-            "auth": auth_fingerprint(&headers),
-            "body": request,
-            "status": status,
-        });
-        let mut log = log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let _ = writeln!(log, "{line}");
-        let _ = log.flush();
+    if let Outcome::Respond { status, .. } = &outcome {
+        entry.status = Some(*status);
     }
-    if hold {
-        // A timeout fault holds the request until the client gives up.
-        std::future::pending::<()>().await;
-    }
-    response
-}
-
-fn completion(model: &str, index: usize, message: &ScriptMessage, prompt_chars: usize) -> Value {
-    let text = message.text.clone();
-    let tool_calls: Vec<Value> = message
-        .tool_calls
-        .iter()
-        .map(|call| json!({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}))
-        .collect();
-    let (prompt, completion) = match message.usage {
-        Some(usage) => (usage.prompt_tokens, usage.completion_tokens),
-        None => (
-            prompt_chars.div_ceil(4).max(1) as u64,
-            text.as_deref().unwrap_or_default().len().div_ceil(4).max(1) as u64,
-        ),
-    };
-    let finish = message.finish_reason.clone().unwrap_or_else(|| {
-        if tool_calls.is_empty() {
-            "stop".into()
-        } else {
-            "tool_calls".into()
+    shared.record(entry);
+    match outcome {
+        Outcome::Respond { response, .. } => response,
+        Outcome::Hold => {
+            // Until the client gives up (hyper then drops this future) or
+            // the server stops.
+            let _ = shared
+                .stopping
+                .subscribe()
+                .wait_for(|stopping| *stopping)
+                .await;
+            connection.reset();
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
         }
-    });
-    let mut wire = json!({"role": "assistant", "content": text});
-    if !tool_calls.is_empty() {
-        wire["tool_calls"] = Value::Array(tool_calls);
-    }
-    json!({
-        "id": format!("chatcmpl-mock-{index}"),
-        "object": "chat.completion",
-        "created": chrono::Utc::now().timestamp(),
-        "model": model,
-        "choices": [{"index": 0, "message": wire, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-    })
-}
-
-/// The completion as SSE chunks; `complete: false` stops before the end.
-fn sse(completion: &Value, complete: bool) -> Response {
-    let id = completion["id"].clone();
-    let model = completion["model"].clone();
-    let message = &completion["choices"][0]["message"];
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "model": model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let mut events = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    let text = message["content"].as_str().unwrap_or_default();
-    let pieces: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
-    for piece in pieces {
-        events.push(chunk(json!({"content": piece}), Value::Null));
-    }
-    for (index, call) in message["tool_calls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        events.push(chunk(
-            json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                   "function": {"name": call["function"]["name"], "arguments": ""}}]}),
-            Value::Null,
-        ));
-        let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
-        let middle = arguments
-            .char_indices()
-            .nth(arguments.chars().count() / 2)
-            .map_or(0, |(at, _)| at);
-        for part in [&arguments[..middle], &arguments[middle..]] {
-            events.push(chunk(
-                json!({"tool_calls": [{"index": index, "function": {"arguments": part}}]}),
-                Value::Null,
-            ));
+        Outcome::Reset => {
+            connection.reset();
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
         }
     }
-    if !complete {
-        events.truncate(2);
-    } else {
-        events.push(chunk(
-            json!({}),
-            completion["choices"][0]["finish_reason"].clone(),
-        ));
-        let mut usage = chunk(json!({}), Value::Null);
-        usage["choices"] = json!([]);
-        usage["usage"] = completion["usage"].clone();
-        events.push(usage);
-    }
-    let mut body = String::new();
-    for event in events {
-        body.push_str(&format!("data: {event}\n\n"));
-    }
-    if complete {
-        body.push_str("data: [DONE]\n\n");
-    }
-    Response::builder()
-        .status(200)
-        .header("content-type", "text/event-stream")
-        .body(Body::from(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn error_response(
+fn fault_name(fault: &Fault) -> &'static str {
+    match fault {
+        Fault::Http { .. } => "http",
+        Fault::Timeout => "timeout",
+        Fault::Malformed => "malformed",
+        Fault::Reset => "reset",
+        Fault::CutStream => "cut_stream",
+    }
+}
+
+/// The script's usage, else an estimate at four characters a token.
+fn usage_of(message: &ScriptMessage, incoming: &Incoming) -> Usage {
+    match message.usage {
+        Some(usage) => Usage {
+            input: usage.prompt_tokens,
+            output: usage.completion_tokens,
+        },
+        None => {
+            let calls: usize = message
+                .tool_calls
+                .iter()
+                .map(|call| call.name.len() + call.arguments.len())
+                .sum();
+            Usage {
+                input: estimate_tokens(incoming.prompt_chars),
+                output: estimate_tokens(message.text.as_deref().map_or(0, str::len) + calls),
+            }
+        }
+    }
+}
+
+fn fault_outcome(
     api: Api,
-    status: u16,
-    kind: &str,
-    message: &str,
-    code: Option<&str>,
-) -> Response {
-    let body = match api {
-        Api::Chat | Api::Responses => {
-            json!({"error": {"message": message, "type": kind, "code": code}})
-        }
-        Api::Messages => {
-            json!({"type": "error", "error": {"type": code.unwrap_or(kind), "message": message}})
-        }
-    };
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(body)).into_response()
-}
-
-fn fault_response(api: Api, fault: Fault, model: &str, index: usize) -> (u16, Response) {
+    fault: &Fault,
+    reference: Reference<'_>,
+    incoming: &Incoming,
+) -> Outcome {
     match fault {
         Fault::Http {
             status,
@@ -458,275 +438,111 @@ fn fault_response(api: Api, fault: Fault, model: &str, index: usize) -> (u16, Re
             code,
             message,
         } => {
-            let kind = match status {
-                429 => "rate_limit_error",
-                529 => "overloaded_error",
-                500..=599 if api == Api::Messages => "api_error",
-                500..=599 => "server_error",
-                _ => "invalid_request_error",
-            };
-            let text = message.unwrap_or_else(|| format!("lllm-mock fault {status}"));
-            let mut response = error_response(api, status, kind, &text, code.as_deref());
+            let text = message
+                .clone()
+                .unwrap_or_else(|| format!("lllm-mock: scripted fault {status}"));
+            let mut response =
+                json_response(*status, api.error_body(*status, code.as_deref(), &text));
             let headers = response.headers_mut();
-            if let Some(seconds) = retry_after_s {
-                if let Ok(value) = format!("{seconds}").parse() {
-                    headers.insert("retry-after", value);
-                }
+            if let Some(value) =
+                retry_after_s.and_then(|seconds| HeaderValue::from_str(&seconds.to_string()).ok())
+            {
+                headers.insert(header::RETRY_AFTER, value);
             }
             if let Some(millis) = retry_after_ms {
-                if let Ok(value) = format!("{millis}").parse() {
-                    headers.insert("retry-after-ms", value);
-                }
+                headers.insert("retry-after-ms", HeaderValue::from(*millis));
             }
-            (status, response)
+            Outcome::Respond {
+                response,
+                status: *status,
+            }
         }
-        // Answered by `chat_completions`, which never replies.
-        Fault::Timeout => (0, StatusCode::GATEWAY_TIMEOUT.into_response()),
-        Fault::Malformed => (
-            200,
-            Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .body(Body::from("{not json"))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
-        ),
-        Fault::Reset => {
-            // A body that fails makes hyper abort the connection mid-reply.
-            let response = Response::builder()
-                .status(200)
-                .header("content-length", "1000")
-                .body(Body::from_stream(futures_util::stream::once(async {
-                    Err::<Bytes, _>(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "lllm-mock reset",
-                    ))
-                })))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
-            (0, response)
+        Fault::Timeout => Outcome::Hold,
+        Fault::Reset => Outcome::Reset,
+        Fault::Malformed => {
+            let response = if incoming.stream {
+                event_stream(vec!["data: {not json\n\n".to_string()], api)
+            } else {
+                raw_response(200, "application/json", Body::from("{not json"))
+            };
+            Outcome::Respond {
+                response,
+                status: 200,
+            }
         }
         Fault::CutStream => {
             let message = ScriptMessage {
-                text: Some("this stream is cut off".into()),
+                text: Some("this reply is cut off before its end".into()),
                 tool_calls: Vec::new(),
                 usage: None,
                 finish_reason: None,
             };
-            let response = match api {
-                Api::Chat => sse(&completion(model, index, &message, 1), false),
-                Api::Messages => {
-                    anthropic_sse(&anthropic_message(model, index, &message, 1), false)
-                }
-                Api::Responses => responses_sse(&response_object(model, index, &message, 1), false),
+            let usage = usage_of(&message, incoming);
+            let (content_type, mut parts) = if incoming.stream {
+                let events = api.events(reference, &message, usage, incoming.include_usage);
+                let half = events.len() / 2;
+                let parts: Vec<String> = events[..half].iter().map(Event::render).collect();
+                ("text/event-stream", parts)
+            } else {
+                let whole = api.body(reference, &message, usage).to_string();
+                let half = whole.len() / 2;
+                ("application/json", vec![whole[..half].to_string()])
             };
-            (200, response)
-        }
-    }
-}
-
-/// A Messages API reply for a scripted message.
-fn anthropic_message(
-    model: &str,
-    index: usize,
-    message: &ScriptMessage,
-    prompt_chars: usize,
-) -> Value {
-    let mut content = Vec::new();
-    if let Some(text) = &message.text {
-        content.push(json!({"type": "text", "text": text}));
-    }
-    for call in &message.tool_calls {
-        let input: Value = serde_json::from_str(&call.arguments)
-            .unwrap_or_else(|_| json!({"_raw_arguments": call.arguments}));
-        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-    }
-    let (input, output) = match message.usage {
-        Some(usage) => (usage.prompt_tokens, usage.completion_tokens),
-        None => (
-            prompt_chars.div_ceil(4).max(1) as u64,
-            message
-                .text
-                .as_deref()
-                .unwrap_or_default()
-                .len()
-                .div_ceil(4)
-                .max(1) as u64,
-        ),
-    };
-    let stop = if message.tool_calls.is_empty() {
-        "end_turn"
-    } else {
-        "tool_use"
-    };
-    json!({
-        "id": format!("msg_mock_{index}"),
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": message.finish_reason.clone().unwrap_or_else(|| stop.to_string()),
-        "usage": {"input_tokens": input, "output_tokens": output},
-    })
-}
-
-/// The reply as Messages API stream events; `complete: false` stops early.
-fn anthropic_sse(message: &Value, complete: bool) -> Response {
-    let mut start = message.clone();
-    start["content"] = json!([]);
-    start["usage"]["output_tokens"] = json!(1);
-    let mut events = vec![(
-        "message_start",
-        json!({"type": "message_start", "message": start}),
-    )];
-    for (index, block) in message["content"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        if block["type"] == "text" {
-            events.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
-            ));
-            for piece in block["text"]
-                .as_str()
-                .unwrap_or_default()
-                .split_inclusive(' ')
-            {
-                events.push((
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
-                ));
-            }
-        } else {
-            events.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": index,
-                       "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}),
-            ));
-            let input = block["input"].to_string();
-            let middle = input
-                .char_indices()
-                .nth(input.chars().count() / 2)
-                .map_or(0, |(at, _)| at);
-            for part in [&input[..middle], &input[middle..]] {
-                events.push((
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": index,
-                           "delta": {"type": "input_json_delta", "partial_json": part}}),
-                ));
+            parts.retain(|part| !part.is_empty());
+            Outcome::Respond {
+                response: raw_response(200, content_type, broken_body(parts)),
+                status: 200,
             }
         }
-        events.push((
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        ));
     }
-    if complete {
-        events.push((
-            "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"]},
-                   "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
-        ));
-        events.push(("message_stop", json!({"type": "message_stop"})));
-    } else {
-        events.truncate(3);
-    }
-    let body: String = events
-        .into_iter()
-        .map(|(name, event)| format!("event: {name}\ndata: {event}\n\n"))
-        .collect();
-    Response::builder()
-        .status(200)
-        .header("content-type", "text/event-stream")
-        .body(Body::from(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// A Responses API `response` object for a scripted message.
-fn response_object(
-    model: &str,
-    index: usize,
-    message: &ScriptMessage,
-    prompt_chars: usize,
-) -> Value {
-    let mut output = Vec::new();
-    if let Some(text) = &message.text {
-        output.push(json!({"type": "message", "id": format!("msg_{index}"), "role": "assistant", "status": "completed",
-                           "content": [{"type": "output_text", "text": text, "annotations": []}]}));
-    }
-    for call in &message.tool_calls {
-        output.push(
-            json!({"type": "function_call", "id": format!("fc_{}", call.id), "call_id": call.id,
-                           "name": call.name, "arguments": call.arguments, "status": "completed"}),
-        );
-    }
-    let (input, generated) = match message.usage {
-        Some(usage) => (usage.prompt_tokens, usage.completion_tokens),
-        None => (
-            prompt_chars.div_ceil(4).max(1) as u64,
-            message
-                .text
-                .as_deref()
-                .unwrap_or_default()
-                .len()
-                .div_ceil(4)
-                .max(1) as u64,
-        ),
-    };
-    json!({
-        "id": format!("resp_mock_{index}"),
-        "object": "response",
-        "created_at": chrono::Utc::now().timestamp(),
-        "status": "completed",
-        "model": model,
-        "output": output,
-        "usage": {"input_tokens": input, "output_tokens": generated, "total_tokens": input + generated},
-    })
+fn raw_response(status: u16, content_type: &'static str, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
-/// The response as Responses API stream events; `complete: false` stops early.
-fn responses_sse(response: &Value, complete: bool) -> Response {
-    let mut created = response.clone();
-    created["status"] = json!("in_progress");
-    created["output"] = json!([]);
-    let mut events = vec![(
-        "response.created",
-        json!({"type": "response.created", "response": created}),
-    )];
-    for item in response["output"].as_array().into_iter().flatten() {
-        for part in item["content"].as_array().into_iter().flatten() {
-            for piece in part["text"]
-                .as_str()
-                .unwrap_or_default()
-                .split_inclusive(' ')
-            {
-                events.push((
-                    "response.output_text.delta",
-                    json!({"type": "response.output_text.delta", "delta": piece}),
-                ));
-            }
-        }
-        events.push((
-            "response.output_item.done",
-            json!({"type": "response.output_item.done", "item": item}),
-        ));
-    }
-    if complete {
-        events.push((
-            "response.completed",
-            json!({"type": "response.completed", "response": response}),
-        ));
-    } else {
-        events.truncate(2);
-    }
-    let body: String = events
-        .into_iter()
-        .map(|(name, event)| format!("event: {name}\ndata: {event}\n\n"))
-        .collect();
-    Response::builder()
-        .status(200)
-        .header("content-type", "text/event-stream")
-        .body(Body::from(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+fn json_response(status: u16, body: Value) -> Response {
+    raw_response(status, "application/json", Body::from(body.to_string()))
+}
+
+/// Each event as its `event:` / `data:` lines.
+fn rendered(events: &[Event]) -> Vec<String> {
+    events.iter().map(Event::render).collect()
+}
+
+/// SSE, each part its own chunk as a real provider sends them, then the
+/// API's end-of-stream line.
+fn event_stream(mut parts: Vec<String>, api: Api) -> Response {
+    parts.extend(api.done().map(String::from));
+    let chunks = futures_util::stream::iter(
+        parts
+            .into_iter()
+            .map(|part| Ok::<_, std::io::Error>(Bytes::from(part))),
+    );
+    let mut response = raw_response(200, "text/event-stream", Body::from_stream(chunks));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// A body that sends `parts`, then fails: hyper closes the connection
+/// mid-body, so the client sees a truncated reply.
+fn broken_body(parts: Vec<String>) -> Body {
+    let sent = futures_util::stream::iter(parts.into_iter().map(|part| Ok(Bytes::from(part))));
+    let failure = futures_util::stream::once(async {
+        // Let the parts reach the client before the connection drops.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "lllm-mock: scripted cut_stream",
+        ))
+    });
+    Body::from_stream(sent.chain(failure))
 }

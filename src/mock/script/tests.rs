@@ -1,0 +1,369 @@
+use super::*;
+
+fn request<'a>(text: &'a str, role: &'a str) -> ScriptRequest<'a> {
+    ScriptRequest {
+        model: "m",
+        last_text: text,
+        last_role: role,
+        message_count: 2,
+    }
+}
+
+fn parse(text: &str) -> Script {
+    match Script::parse(text, "s.yaml") {
+        Ok(script) => script,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+fn text_of(served: Served) -> String {
+    match served.reply {
+        Reply::Message(message) => message.text.unwrap_or_default(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn message(text: Option<&str>, tool_calls: Vec<ScriptToolCall>) -> Reply {
+    Reply::Message(ScriptMessage {
+        text: text.map(str::to_string),
+        tool_calls,
+        usage: None,
+        finish_reason: None,
+    })
+}
+
+fn call(id: &str, name: &str, arguments: &str) -> ScriptToolCall {
+    ScriptToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: arguments.into(),
+    }
+}
+
+fn http(status: u16) -> Fault {
+    Fault::Http {
+        status,
+        retry_after_s: None,
+        retry_after_ms: None,
+        code: None,
+        message: None,
+    }
+}
+
+#[track_caller]
+fn reply_case(reply: &str, last_text: &str, expected: Reply) {
+    let script = parse(&format!("replies:\n  - {reply}\n"));
+    assert_eq!(script.next(&request(last_text, "user")).reply, expected);
+}
+
+#[test]
+fn every_reply_form_parses() {
+    reply_case("{text: Hello}", "", message(Some("Hello"), vec![]));
+    reply_case("Hello", "", message(Some("Hello"), vec![]));
+    reply_case("{text: 42}", "", message(Some("42"), vec![]));
+    reply_case(
+        "{echo: true}",
+        "say this",
+        message(Some("say this"), vec![]),
+    );
+    reply_case(
+        "{tool_calls: [{name: f, arguments: {a: 1}, id: c1}]}",
+        "",
+        message(None, vec![call("c1", "f", "{\"a\":1}")]),
+    );
+    reply_case(
+        "{text: let me look, tool_calls: [{name: f, arguments: '{\"a\": ', id: c1}]}",
+        "",
+        message(Some("let me look"), vec![call("c1", "f", "{\"a\": ")]),
+    );
+    reply_case(
+        "{tool_calls: [{name: f}]}",
+        "",
+        message(None, vec![call("call_1", "f", "{}")]),
+    );
+    reply_case(
+        "{text: a, usage: {prompt_tokens: 12, completion_tokens: 3}, finish_reason: length}",
+        "",
+        Reply::Message(ScriptMessage {
+            text: Some("a".into()),
+            tool_calls: vec![],
+            usage: Some(ScriptUsage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+            }),
+            finish_reason: Some("length".into()),
+        }),
+    );
+    reply_case("{fault: {status: 500}}", "", Reply::Fault(http(500)));
+    reply_case(
+        "{fault: {status: 429, retry_after_s: 1.5, retry_after_ms: 1500, code: slow_down, message: wait}}",
+        "",
+        Reply::Fault(Fault::Http {
+            status: 429,
+            retry_after_s: Some(1.5),
+            retry_after_ms: Some(1500),
+            code: Some("slow_down".into()),
+            message: Some("wait".into()),
+        }),
+    );
+    reply_case("{fault: timeout}", "", Reply::Fault(Fault::Timeout));
+    reply_case("{fault: malformed}", "", Reply::Fault(Fault::Malformed));
+    reply_case("{fault: reset}", "", Reply::Fault(Fault::Reset));
+    reply_case("{fault: cut_stream}", "", Reply::Fault(Fault::CutStream));
+}
+
+#[test]
+fn json_scripts_parse_too() {
+    let script = parse(r#"{"replies": [{"text": "from json"}], "default": {"echo": true}}"#);
+    assert_eq!(text_of(script.next(&request("x", "user"))), "from json");
+    assert_eq!(text_of(script.next(&request("back", "user"))), "back");
+}
+
+#[test]
+fn rules_then_replies_then_default() {
+    let script = parse(
+        "rules:\n  - when: {contains: weather}\n    reply: {text: sunny}\n    times: 1\n  - when: {last_role: tool, regex: '^\\d+$'}\n    reply: {text: a number came back}\n  - when: {model: big}\n    reply: {text: big model}\nreplies:\n  - text: one\n  - echo: true\ndefault: {text: later}\n",
+    );
+    let cases = [
+        (request("weather?", "user"), "sunny"),
+        (request("weather?", "user"), "one"), // the rule is used up
+        (request("42", "tool"), "a number came back"),
+        (request("42", "user"), "42"), // echo; the regex rule wants a tool result
+        (
+            ScriptRequest {
+                model: "big",
+                ..request("x", "user")
+            },
+            "big model",
+        ),
+        (request("x", "user"), "later"),
+        (request("y", "user"), "later"),
+    ];
+    for (index, (request, expected)) in cases.iter().enumerate() {
+        let served = script.next(request);
+        assert_eq!(served.index, index);
+        assert_eq!(text_of(served), *expected, "request {index}");
+    }
+}
+
+#[test]
+fn an_exhausted_script_says_how_many_replies_it_had() {
+    let script = parse("replies: [a, b]\n");
+    script.next(&request("", "user"));
+    script.next(&request("", "user"));
+    let served = script.next(&request("", "user"));
+    assert_eq!(served.reply, Reply::Exhausted { served: 2 });
+    assert_eq!(served.index, 2);
+    assert_eq!(
+        parse("").next(&request("", "user")).reply,
+        Reply::Exhausted { served: 0 }
+    );
+}
+
+#[test]
+fn generated_tool_call_ids_never_repeat() {
+    let script = parse("default: {tool_calls: [{name: f}, {name: g}]}\n");
+    let ids: Vec<String> = (0..2)
+        .flat_map(|_| match script.next(&request("", "user")).reply {
+            Reply::Message(message) => message.tool_calls.into_iter().map(|call| call.id),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, ["call_1", "call_2", "call_3", "call_4"]);
+}
+
+#[test]
+fn concurrent_requests_each_take_a_different_reply() {
+    let replies: Vec<String> = (0..400).map(|number| format!("  - r{number}\n")).collect();
+    let script = parse(&format!("replies:\n{}", replies.concat()));
+    let mut served: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..50)
+                        .map(|_| text_of(script.next(&request("", "user"))))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    });
+    served.sort();
+    served.dedup();
+    assert_eq!(served.len(), 400);
+}
+
+#[track_caller]
+fn latency_case(text: &str, low: u64, high: u64) {
+    let script = parse(text);
+    for _ in 0..50 {
+        let delay = script.next(&request("", "user")).delay;
+        assert!(
+            delay >= Duration::from_millis(low) && delay <= Duration::from_millis(high),
+            "{delay:?} not in [{low}, {high}] ms"
+        );
+    }
+}
+
+#[test]
+fn latency_forms() {
+    latency_case("default: ok\n", 0, 0);
+    latency_case("latency_ms: 50\ndefault: ok\n", 50, 50);
+    latency_case("latency_ms: 2.5\ndefault: ok\n", 2, 3);
+    latency_case("latency_ms: {min: 10, max: 20}\ndefault: ok\n", 10, 20);
+    latency_case("latency_ms: {mean: 50, stddev: 0}\ndefault: ok\n", 50, 50);
+    // A normal latency is clamped at zero, never negative.
+    latency_case("latency_ms: {mean: 0, stddev: 100}\ndefault: ok\n", 0, 1000);
+    latency_case("latency_ms: 500\ndefault: {text: ok, delay_ms: 5}\n", 5, 5);
+    latency_case(
+        "latency_ms: 500\ndefault: {text: ok, delay_ms: {min: 1, max: 2}}\n",
+        1,
+        2,
+    );
+    let mut script = parse("latency_ms: 500\ndefault: {text: ok, delay_ms: 300}\n");
+    script.set_latency_ms(7.0);
+    assert_eq!(
+        script.next(&request("", "user")).delay,
+        Duration::from_millis(7)
+    );
+}
+
+#[track_caller]
+fn bad_case(text: &str, expected: &str) {
+    let error = match Script::parse(text, "s.yaml") {
+        Ok(script) => panic!("accepted: {script:?}"),
+        Err(error) => error.to_string(),
+    };
+    assert_eq!(error, expected);
+}
+
+#[test]
+fn bad_scripts_are_explained() {
+    bad_case(
+        "replys: []",
+        "s.yaml: unknown key `replys`; did you mean `replies`?",
+    );
+    bad_case(
+        "replies:\n  - txt: hi",
+        "s.yaml: replies[0]: unknown key `txt`; did you mean `text`?",
+    );
+    bad_case(
+        "replies:\n  - tool_calls: [{nmae: f}]",
+        "s.yaml: replies[0].tool_calls[0]: unknown key `nmae`; did you mean `name`?",
+    );
+    bad_case(
+        "rules:\n  - when: {contians: x}\n    reply: a",
+        "s.yaml: rules[0].when: unknown key `contians`; did you mean `contains`?",
+    );
+    bad_case(
+        "default: {fault: {status: 500, retry_after: 1}}",
+        "s.yaml: default.fault: unknown key `retry_after`; did you mean `retry_after_s`?",
+    );
+    bad_case(
+        "latency_ms: {mean: 5, stdev: 1}",
+        "s.yaml: latency_ms: unknown key `stdev`; did you mean `stddev`?",
+    );
+    bad_case(
+        "replies:\n  - {text: a, usage: {prompt_tokens: 1, completion: 2}}",
+        "s.yaml: replies[0].usage: unknown key `completion`; did you mean `completion_tokens`?",
+    );
+    bad_case(
+        "replies:\n  - {zzz: 1}",
+        "s.yaml: replies[0]: unknown key `zzz`; expected one of `text`, `tool_calls`, `echo`, `fault`, `usage`, `delay_ms`, `finish_reason`",
+    );
+    bad_case(
+        "replies:\n  - fault: crash",
+        "s.yaml: replies[0].fault: unknown fault `crash`; expected one of `timeout`, `malformed`, `reset`, `cut_stream`",
+    );
+    bad_case(
+        "replies:\n  - fault: timout",
+        "s.yaml: replies[0].fault: unknown fault `timout`; did you mean `timeout`?",
+    );
+    bad_case(
+        "rules:\n  - when: {last_role: tol}\n    reply: a",
+        "s.yaml: rules[0].when.last_role: unknown role `tol`; did you mean `tool`?",
+    );
+    bad_case(
+        "rules:\n  - when: {contains: a}",
+        "s.yaml: rules[0]: a rule needs a `reply`",
+    );
+    bad_case(
+        "default: {fault: {status: 200}}",
+        "s.yaml: default.fault.status: `200` is not an HTTP error status (400 to 599)",
+    );
+    bad_case(
+        "default: {fault: reset, usage: {prompt_tokens: 1, completion_tokens: 1}}",
+        "s.yaml: default: `usage` has no meaning next to `fault`",
+    );
+    bad_case(
+        "latency_ms: {min: 9, max: 1}",
+        "s.yaml: latency_ms: `min` (9) is larger than `max` (1)",
+    );
+    bad_case(
+        "latency_ms: -5",
+        "s.yaml: latency_ms: expected a number ≥ 0, found `-5`",
+    );
+    bad_case(
+        "latency_ms: {min: 1}",
+        "s.yaml: latency_ms: a latency is a number of milliseconds, `{min, max}` or `{mean, stddev}`",
+    );
+    bad_case(
+        "replies: hello",
+        "s.yaml: replies: `replies` must be a list, found `hello`",
+    );
+    bad_case(
+        "- a\n- b",
+        "s.yaml: a script must be a mapping, found a list",
+    );
+    bad_case(
+        "rules:\n  - when: {regex: '('}\n    reply: a",
+        "s.yaml: rules[0].when.regex: invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group",
+    );
+    bad_case(
+        "replies: [",
+        "s.yaml:2:1: did not find expected node content",
+    );
+}
+
+#[track_caller]
+fn exactly_one_case(reply: &str) {
+    let error = match Script::parse(&format!("default: {reply}"), "s.yaml") {
+        Ok(_) => panic!("accepted {reply}"),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains("a reply needs exactly one of"), "{error}");
+}
+
+#[test]
+fn a_reply_is_exactly_one_kind() {
+    exactly_one_case("{}");
+    exactly_one_case("{usage: {prompt_tokens: 1, completion_tokens: 1}}");
+    exactly_one_case("{text: a, echo: true}");
+    exactly_one_case("{tool_calls: [{name: f}], echo: true}");
+    exactly_one_case("{text: a, fault: reset}");
+    exactly_one_case("{echo: true, fault: reset}");
+    exactly_one_case("{echo: false}");
+}
+
+#[test]
+fn load_names_the_file() {
+    let directory = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let path = directory.path().join("script.yaml");
+    let error = Script::load(&path).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!("cannot read the script `{}`: ", path.display())),
+        "{error}"
+    );
+    std::fs::write(&path, "replies:\n  - text: a\n  text: b\n").unwrap_or_default();
+    let error = Script::load(&path).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        format!(
+            "{}:3:3: did not find expected '-' indicator",
+            path.display()
+        )
+    );
+}

@@ -1,0 +1,121 @@
+//! The request log of `lllm-mock` (`--log FILE`): one JSON line per request,
+//! `{"n", "ts", "method", "path", "model", "stream", "auth", "body", "status",
+//! "fault"}`, flushed before the response goes out. The key header is logged
+//! only as a short SHA-256 fingerprint, never as itself.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Mutex;
+
+use axum::http::{HeaderMap, header};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// What a request did, for the log.
+pub struct LogEntry {
+    pub index: Option<usize>,
+    pub received: chrono::DateTime<chrono::Utc>,
+    pub method: String,
+    pub path: String,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub auth: Value,
+    pub body: Value,
+    pub status: Option<u16>,
+    pub fault: Option<&'static str>,
+}
+
+impl LogEntry {
+    /// `logging: false` skips hashing the key header nobody will read.
+    pub fn new(
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+        logging: bool,
+    ) -> LogEntry {
+        LogEntry {
+            index: None,
+            received: chrono::Utc::now(),
+            method: method.to_string(),
+            path: path.to_string(),
+            model: None,
+            stream: false,
+            auth: if logging {
+                fingerprint(headers)
+            } else {
+                Value::Null
+            },
+            body: serde_json::from_slice(body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned())),
+            status: None,
+            fault: None,
+        }
+    }
+}
+
+/// The `--log` file: one JSON line per request, appended.
+pub struct RequestLog {
+    writer: Mutex<BufWriter<File>>,
+}
+
+impl RequestLog {
+    pub fn open(path: &Path) -> std::io::Result<RequestLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(RequestLog {
+            writer: Mutex::new(BufWriter::new(file)),
+        })
+    }
+
+    /// Appends the entry as one flushed line, so the log is on disk before
+    /// the client sees the response.
+    pub fn write(&self, entry: LogEntry) {
+        let line = json!({
+            "n": entry.index,
+            "ts": entry.received.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "method": entry.method,
+            "path": entry.path,
+            "model": entry.model,
+            "stream": entry.stream,
+            "auth": entry.auth,
+            "body": entry.body,
+            "status": entry.status,
+            "fault": entry.fault,
+        })
+        .to_string();
+        let mut writer = self.lock();
+        let _ = writeln!(writer, "{line}");
+        let _ = writer.flush();
+    }
+
+    pub fn flush(&self) {
+        let _ = self.lock().flush();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BufWriter<File>> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// `sha256:` and the first 12 hex digits of the key header's hash: enough to
+/// tell keys apart, never the key.
+fn fingerprint(headers: &HeaderMap) -> Value {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .or_else(|| headers.get("x-api-key"))
+    else {
+        return Value::Null;
+    };
+    let digest = Sha256::digest(value.as_bytes());
+    let hex: String = digest[..6]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    Value::String(format!("sha256:{hex}"))
+}
