@@ -106,11 +106,22 @@ impl Call<'_> {
                 session.success(reply);
                 return;
             }
-            let mut executed = Vec::with_capacity(reply.function_calls.len());
-            for call in &reply.function_calls {
-                let (call, result_text) = self
-                    .execute(call, &succeeded, &tool_names, offered.is_empty())
-                    .await;
+            // The calls of one turn run concurrently; results go back in call
+            // order. A call identical to an earlier one of the same turn is not
+            // run twice: it gets the repeat answer.
+            let runs = reply
+                .function_calls
+                .iter()
+                .enumerate()
+                .map(|(index, call)| {
+                    let duplicate = reply.function_calls[..index]
+                        .iter()
+                        .any(|earlier| earlier.equals(call));
+                    self.execute(call, &succeeded, duplicate, &tool_names, offered.is_empty())
+                });
+            let results = futures_util::future::join_all(runs).await;
+            let mut executed = Vec::with_capacity(results.len());
+            for (call, result_text) in results {
                 if call.success() {
                     succeeded.push(call.clone());
                 }
@@ -332,6 +343,7 @@ impl Call<'_> {
         &self,
         call: &FunctionCall,
         succeeded: &[FunctionCall],
+        duplicate: bool,
         offered: &[&str],
         final_round: bool,
     ) -> (FunctionCall, String) {
@@ -343,7 +355,7 @@ impl Call<'_> {
                 "the arguments of `{}` are not a JSON object: {raw}",
                 call.name
             ))
-        } else if call.is_repeated(succeeded) {
+        } else if duplicate || call.is_repeated(succeeded) {
             let text = format!(
                 "The function {} with identical arguments {} has been called earlier, please check the previous \
                  results and do not call it again. If you do not need to call more functions, just stop calling \

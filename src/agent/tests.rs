@@ -51,6 +51,8 @@ struct FakeTool {
     spec: ToolSpec,
     calls: AtomicUsize,
     fail_first: bool,
+    /// When set, every call waits here: two calls pass only if they run at once.
+    barrier: Option<tokio::sync::Barrier>,
 }
 
 impl Tool for FakeTool {
@@ -68,7 +70,12 @@ impl Tool for FakeTool {
         } else {
             Ok(format!("looked up {}", Value::Object(arguments.clone())))
         };
-        Box::pin(async move { result })
+        Box::pin(async move {
+            if let Some(barrier) = &self.barrier {
+                barrier.wait().await;
+            }
+            result
+        })
     }
 }
 
@@ -101,6 +108,15 @@ fn fixture(
     limits: Limits,
     fail_first: bool,
 ) -> Fixture {
+    fixture_with(replies, limits, fail_first, false)
+}
+
+fn fixture_with(
+    replies: Vec<Result<Message, ProviderError>>,
+    limits: Limits,
+    fail_first: bool,
+    barrier: bool,
+) -> Fixture {
     let provider = Arc::new(FakeProvider {
         replies: Mutex::new(replies.into()),
         seen: Mutex::new(Vec::new()),
@@ -113,6 +129,7 @@ fn fixture(
         },
         calls: AtomicUsize::new(0),
         fail_first,
+        barrier: barrier.then(|| tokio::sync::Barrier::new(2)),
     });
     let mut toolbox = Toolbox::default();
     toolbox.insert(tool.clone());
@@ -472,4 +489,59 @@ async fn dialogs_are_managed_by_alias() {
         "no active dialog after closing it"
     );
     assert_eq!(agent.dialogs().keys().collect::<Vec<_>>(), ["alt"]);
+}
+
+#[tokio::test]
+async fn tool_calls_of_one_turn_run_concurrently_and_answer_in_order() {
+    let mut message = Message::assistant("model", "");
+    message.function_calls = vec![
+        FunctionCall::from_model("a", "lookup", r#"{"q": 1}"#),
+        FunctionCall::from_model("b", "lookup", r#"{"q": 2}"#),
+        FunctionCall::from_model("c", "lookup", r#"{"q": 1}"#),
+    ];
+    let mut fixture = fixture(vec![Ok(message), text("done")], limits(3, 5, 3), false);
+    fixture.agent.receive("go", None).unwrap();
+    let session = fixture.agent.respond(None).await.unwrap();
+    assert_eq!(session.state, CallState::Success);
+    assert_eq!(
+        fixture.tool.calls.load(Ordering::SeqCst),
+        2,
+        "the same call is not run twice in one turn"
+    );
+    let dialog = fixture.agent.current_dialog().unwrap();
+    let answers: Vec<(Option<&str>, &str)> = dialog
+        .messages()
+        .iter()
+        .filter(|message| message.role == Role::Tool)
+        .map(|message| (message.tool_call_id(), message.content.as_str()))
+        .collect();
+    assert_eq!(answers.len(), 3);
+    assert_eq!(
+        answers.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [Some("a"), Some("b"), Some("c")]
+    );
+    assert!(answers[1].1.contains("looked up {\"q\":2}"));
+    assert!(answers[2].1.contains("has been called earlier"));
+}
+
+#[tokio::test]
+async fn the_calls_of_a_turn_really_run_at_the_same_time() {
+    let mut message = Message::assistant("model", "");
+    message.function_calls = vec![
+        FunctionCall::from_model("a", "lookup", r#"{"q": 1}"#),
+        FunctionCall::from_model("b", "lookup", r#"{"q": 2}"#),
+    ];
+    // Each call waits for the other at a barrier: run one after the other, they never finish.
+    let mut fixture = fixture_with(
+        vec![Ok(message), text("done")],
+        limits(3, 5, 3),
+        false,
+        true,
+    );
+    fixture.agent.receive("go", None).unwrap();
+    let session = tokio::time::timeout(Duration::from_secs(10), fixture.agent.respond(None))
+        .await
+        .expect("the two tool calls ran concurrently")
+        .unwrap();
+    assert_eq!(session.state, CallState::Success);
 }
