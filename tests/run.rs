@@ -736,3 +736,50 @@ fn unknown_prices_are_unknown_until_a_price_file_gives_them() {
     assert!(output.stderr.contains("$3.000000"), "{}", output.stderr);
     assert_eq!(test.read_json("record.json")["cost_known"], true);
 }
+
+#[test]
+fn builtin_tools_are_enabled_in_yaml_and_confined() {
+    let test = Test::new()
+        .file("data/notes.txt", "the meeting is at noon")
+        .file("secret.txt", "do not read")
+        .file(
+            "replies.yaml",
+            "replies:\n  - tool_calls: [{id: c1, name: read_file, arguments: {path: notes.txt}}, {id: c2, name: read_file, arguments: {path: ../secret.txt}}]\n  - text: done\n",
+        )
+        .file(
+            "t.yaml",
+            "global: {model_name: mock/script}\nagent_configs:\n  - name: a\n    tools: [read_file, current_time]\nproviders:\n  mock: {script: replies.yaml}\nbuiltin_tools:\n  read_file: {root: data}\n  current_time: null\n",
+        );
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "when?",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    let record = test.read_json("record.json");
+    let calls = &record["agent_calls"][0]["interrupts"][0]["calls"];
+    assert_eq!(calls[0]["result"], "the meeting is at noon");
+    assert!(
+        calls[1]["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the allowed directory")
+    );
+    assert!(
+        !std::fs::read_to_string(test.path("record.json"))
+            .unwrap()
+            .contains("do not read")
+    );
+
+    std::fs::write(test.path("t.yaml"), "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nbuiltin_tools:\n  read_fil: {root: data}\n").unwrap();
+    let output = test.run(&["run", "t.yaml", "--task", "x"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("did you mean `read_file`?"),
+        "{}",
+        output.stderr
+    );
+}

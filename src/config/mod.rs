@@ -15,8 +15,8 @@ use serde_json::{Map, Value};
 
 pub use merge::merge;
 pub use resolve::{
-    AgentConfig, ContextManagerConfig, McpServerConfig, ProviderApi, ProviderConfig, StepConfig,
-    StepInput, SystemPrompt, TacticConfig, ToolConfig,
+    AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
+    ProviderConfig, StepConfig, StepInput, SystemPrompt, TacticConfig, ToolConfig,
 };
 
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.
@@ -174,6 +174,13 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
                 None => directory.display().to_string(),
             };
             tool.insert("cwd".into(), Value::String(cwd));
+        }
+    }
+    if let Some(Value::Object(builtins)) = map.get_mut("builtin_tools") {
+        for options in builtins.values_mut().filter_map(Value::as_object_mut) {
+            if let Some(Value::String(root)) = options.get_mut("root") {
+                *root = absolute(root);
+            }
         }
     }
     if let Some(Value::Object(providers)) = map.get_mut("providers") {

@@ -17,6 +17,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "agent_configs",
     "providers",
     "tools",
+    "builtin_tools",
     "mcp_servers",
     "flow",
     "result",
@@ -53,6 +54,8 @@ pub struct RawTactic {
     pub agent_configs: Option<Vec<Map<String, Value>>>,
     pub providers: Option<BTreeMap<String, RawProvider>>,
     pub tools: Option<Vec<RawTool>>,
+    /// `name: {root: DIR}` (or `name: null` for tools that need nothing).
+    pub builtin_tools: Option<std::collections::BTreeMap<String, Option<RawBuiltinTool>>>,
     pub mcp_servers: Option<Vec<RawMcpServer>>,
     pub flow: Option<Vec<Map<String, Value>>>,
     pub result: Option<String>,
@@ -127,4 +130,10 @@ pub struct RawStep {
     pub prompt: Option<String>,
     pub text: Option<String>,
     pub args: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawBuiltinTool {
+    pub root: Option<String>,
 }

@@ -25,6 +25,7 @@ pub struct TacticConfig {
     pub agents: Vec<AgentConfig>,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub tools: Vec<ToolConfig>,
+    pub builtin_tools: Vec<BuiltinToolConfig>,
     pub mcp_servers: Vec<McpServerConfig>,
     pub flow: Vec<StepConfig>,
     pub result: Option<String>,
@@ -96,6 +97,14 @@ pub struct ToolConfig {
     pub timeout_s: f64,
     pub cwd: PathBuf,
     pub env: BTreeMap<String, String>,
+}
+
+/// A built-in tool switched on (`builtin_tools: {read_file: {root: data}}`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BuiltinToolConfig {
+    pub name: String,
+    /// The directory file tools may see, resolved against the declaring file.
+    pub root: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -284,6 +293,17 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         });
     }
 
+    let builtin_tools = raw
+        .builtin_tools
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, options)| BuiltinToolConfig {
+            name,
+            root: options.and_then(|options| options.root).map(PathBuf::from),
+        })
+        .collect();
+
     let mut mcp_servers = Vec::new();
     for (index, server) in raw
         .mcp_servers
@@ -407,6 +427,7 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         agents,
         providers,
         tools,
+        builtin_tools,
         mcp_servers,
         flow,
         result: raw.result,

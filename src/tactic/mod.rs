@@ -24,7 +24,7 @@ use crate::provider::ToolSpec;
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
-use crate::tool::{CommandTool, Toolbox};
+use crate::tool::{BuiltinTool, CommandTool, Toolbox};
 
 pub use record::{RunState, SessionRecord};
 
@@ -335,6 +335,19 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
             tool.cwd.clone(),
             tool.env.clone(),
         )));
+    }
+    for builtin in &config.builtin_tools {
+        if toolbox.contains(&builtin.name) {
+            problems.push(format!(
+                "tool `{}` is both under `tools:` and `builtin_tools:`",
+                builtin.name
+            ));
+            continue;
+        }
+        if let Some(tool) = problems.take(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
+        {
+            toolbox.insert(Arc::new(tool));
+        }
     }
     toolbox
 }

@@ -5,6 +5,7 @@
 //! plug in through the same trait. Which tools a turn offers is the agent
 //! loop's business (D1), not the toolbox's.
 
+mod builtin;
 mod command;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::provider::ToolSpec;
 
+pub use builtin::BuiltinTool;
 pub use command::CommandTool;
 
 /// A callable tool. `Ok` is the result text the model sees; `Err` is an error
