@@ -783,3 +783,74 @@ fn builtin_tools_are_enabled_in_yaml_and_confined() {
         output.stderr
     );
 }
+
+#[test]
+fn a_loop_runs_until_its_condition_and_if_skips_steps() {
+    let test = Test::new()
+        .file(
+            "replies.yaml",
+            r#"rules:
+  - when: {contains: REVIEW}
+    reply: {text: needs work}
+    times: 1
+  - when: {contains: REVIEW}
+    reply: {text: ok}
+  - when: {contains: REVISE}
+    reply: {text: better draft}
+default: {text: first draft}
+"#,
+        )
+        .file(
+            "t.yaml",
+            r#"global: {model_name: mock/script}
+agent_configs:
+  - name: writer
+  - name: critic
+providers:
+  mock: {script: replies.yaml}
+flow:
+  - step: draft
+    agent: writer
+    text: "Draft: {{ task }}"
+  - loop: {max: 3, until: "review.content == 'ok'"}
+    steps:
+      - step: review
+        agent: critic
+        text: "REVIEW {{ draft.content }}"
+      - step: revise
+        agent: writer
+        if: "review.content != 'ok'"
+        text: "REVISE per {{ review.content }}"
+result: "{{ revise.content }} / {{ review.content }}"
+"#,
+        );
+    let output = test.run(&["run", "t.yaml", "--task", "owls", "--record", "record.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "better draft / ok\n");
+    let record = test.read_json("record.json");
+    let steps: Vec<&str> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["draft", "review", "revise", "review"],
+        "the second round skipped `revise` and ended the loop"
+    );
+
+    let bad = std::fs::read_to_string(test.path("t.yaml"))
+        .unwrap()
+        .replace("review.content == 'ok'", "verdict == 'ok'");
+    std::fs::write(test.path("t.yaml"), bad).unwrap();
+    let output = test.run(&["run", "t.yaml", "--task", "owls", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("loop `until`: `verdict == 'ok'` needs `verdict`"),
+        "{}",
+        output.stderr
+    );
+}

@@ -5,6 +5,7 @@
 //! `script`) are made absolute against that file before any `base` is merged,
 //! so they keep pointing where their author meant.
 
+mod flow;
 mod merge;
 mod raw;
 mod resolve;
@@ -13,10 +14,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+pub use flow::{FlowItem, LoopConfig, StepConfig, StepInput};
 pub use merge::merge;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
-    ProviderConfig, StepConfig, StepInput, SystemPrompt, TacticConfig, ToolConfig,
+    ProviderConfig, SystemPrompt, TacticConfig, ToolConfig,
 };
 
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.

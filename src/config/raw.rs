@@ -42,7 +42,7 @@ pub const AGENT_KEYS: &[&str] = &[
     "stream",
 ];
 
-pub const STEP_KEYS: &[&str] = &["step", "agent", "dialog", "prompt", "text", "args"];
+pub const STEP_KEYS: &[&str] = &["step", "agent", "dialog", "prompt", "text", "args", "if"];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -130,6 +130,8 @@ pub struct RawStep {
     pub prompt: Option<String>,
     pub text: Option<String>,
     pub args: Option<Map<String, Value>>,
+    #[serde(rename = "if")]
+    pub condition: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

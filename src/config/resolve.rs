@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::flow::{FlowItem, FlowParser};
 use super::merge::merge;
-use super::raw::{AGENT_KEYS, RawAgent, RawStep, RawTactic, STEP_KEYS};
+use super::raw::{AGENT_KEYS, RawAgent, RawTactic};
 use crate::dialog::ApiType;
 use crate::suggest;
 
@@ -27,7 +28,7 @@ pub struct TacticConfig {
     pub tools: Vec<ToolConfig>,
     pub builtin_tools: Vec<BuiltinToolConfig>,
     pub mcp_servers: Vec<McpServerConfig>,
-    pub flow: Vec<StepConfig>,
+    pub flow: Vec<FlowItem>,
     pub result: Option<String>,
     pub pricing: Option<Value>,
     pub warnings: Vec<String>,
@@ -113,21 +114,6 @@ pub struct McpServerConfig {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct StepConfig {
-    pub name: String,
-    pub agent: String,
-    pub dialog: String,
-    pub input: StepInput,
-    pub args: Map<String, Value>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub enum StepInput {
-    Prompt(String),
-    Text(String),
 }
 
 impl TacticConfig {
@@ -328,72 +314,13 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
     }
 
     let agent_names: Vec<&str> = agents.iter().map(|agent| agent.name.as_str()).collect();
-    let mut flow = Vec::new();
-    let mut step_names = BTreeSet::new();
-    for (index, entry) in raw.flow.clone().unwrap_or_default().into_iter().enumerate() {
-        let label = format!("flow[{index}]");
-        for key in entry.keys() {
-            if !STEP_KEYS.contains(&key.as_str()) {
-                problems.push(format!(
-                    "`{label}`: unknown key `{key}`{}",
-                    suggest::hint(key, STEP_KEYS.iter().copied())
-                ));
-            }
-        }
-        let known: Map<String, Value> = entry
-            .into_iter()
-            .filter(|(key, _)| STEP_KEYS.contains(&key.as_str()))
-            .collect();
-        let step: RawStep = match typed(Value::Object(known), &label) {
-            Ok(step) => step,
-            Err(problem) => {
-                problems.push(problem);
-                continue;
-            }
-        };
-        let name = step.step.unwrap_or_else(|| format!("step{}", index + 1));
-        if matches!(name.as_str(), "task" | "args") {
-            problems.push(format!(
-                "`{label}`: a step cannot be named `{name}` (templates use that name)"
-            ));
-        }
-        if !step_names.insert(name.clone()) {
-            problems.push(format!("step `{name}` is defined twice in `flow`"));
-        }
-        let Some(agent) = step.agent else {
-            problems.push(format!("step `{name}` has no `agent`"));
-            continue;
-        };
-        if !agent_names.contains(&agent.as_str()) {
-            problems.push(format!(
-                "step `{name}` uses agent `{agent}`, which is not in `agent_configs`{}",
-                suggest::hint(&agent, agent_names.iter().copied())
-            ));
-        }
-        let input = match (step.prompt, step.text) {
-            (Some(key), None) => StepInput::Prompt(key),
-            (None, Some(text)) => StepInput::Text(text),
-            (Some(_), Some(_)) => {
-                problems.push(format!(
-                    "step `{name}` has both `prompt` and `text`; keep one"
-                ));
-                continue;
-            }
-            (None, None) => {
-                problems.push(format!(
-                    "step `{name}` needs a `prompt` (registry key) or a `text` (inline template)"
-                ));
-                continue;
-            }
-        };
-        flow.push(StepConfig {
-            name,
-            agent,
-            dialog: step.dialog.unwrap_or_else(|| "main".into()),
-            input,
-            args: step.args.unwrap_or_default(),
-        });
+    let flow = FlowParser {
+        agent_names,
+        step_names: BTreeSet::new(),
+        steps_seen: 0,
+        problems: &mut problems,
     }
+    .parse(raw.flow.clone().unwrap_or_default(), "flow");
 
     if !problems.is_empty() {
         return Err(problems);

@@ -210,11 +210,47 @@ fn steps_default_their_names_and_dialog() {
         "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - agent: a\n    text: one\n  - agent: a\n    prompt: k\n    dialog: side\n    args: {x: 1}\n",
     )]);
     let config = files.load("t.yaml").unwrap();
-    assert_eq!(config.flow[0].name, "step1");
-    assert_eq!(config.flow[0].dialog, "main");
-    assert_eq!(config.flow[1].name, "step2");
-    assert_eq!(config.flow[1].dialog, "side");
-    assert!(matches!(&config.flow[1].input, StepInput::Prompt(key) if key == "k"));
+    let steps: Vec<&StepConfig> = config
+        .flow
+        .iter()
+        .filter_map(|item| match item {
+            FlowItem::Step(step) => Some(step),
+            FlowItem::Loop(_) => None,
+        })
+        .collect();
+    assert_eq!(steps[0].name, "step1");
+    assert_eq!(steps[0].dialog, "main");
+    assert_eq!(steps[1].name, "step2");
+    assert_eq!(steps[1].dialog, "side");
+    assert!(matches!(&steps[1].input, StepInput::Prompt(key) if key == "k"));
+}
+
+#[test]
+fn loops_and_conditions_parse_and_are_checked() {
+    let files = Files::new(&[
+        (
+            "ok.yaml",
+            "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - step: draft\n    agent: a\n    text: d\n  - loop: {max: 3, until: \"review.content == 'ok'\"}\n    steps:\n      - step: review\n        agent: a\n        text: r\n      - step: fix\n        agent: a\n        text: f\n        if: \"review.content != 'ok'\"\n",
+        ),
+        (
+            "bad.yaml",
+            "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - loop: {until: x}\n    steps: [{agent: a, text: t}]\n  - loop: {max: 2, whilst: y}\n    steps: []\n",
+        ),
+    ]);
+    let config = files.load("ok.yaml").unwrap();
+    let FlowItem::Loop(settings) = &config.flow[1] else {
+        panic!("a loop")
+    };
+    assert_eq!(settings.max, 3);
+    assert_eq!(settings.until.as_deref(), Some("review.content == 'ok'"));
+    let FlowItem::Step(fix) = &settings.steps[1] else {
+        panic!("a step")
+    };
+    assert_eq!(fix.condition.as_deref(), Some("review.content != 'ok'"));
+    let error = files.error("bad.yaml");
+    assert!(error.contains("`flow[0].loop` needs `max: N`"), "{error}");
+    assert!(error.contains("unknown key `whilst`"), "{error}");
+    assert!(error.contains("`flow[1]` needs `steps:`"), "{error}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
-use super::{ArgValue, Tactic, TaskInput};
+use super::{ArgValue, Node, Step, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::InvokeCost;
 use crate::prompt::Prompt;
@@ -47,7 +47,7 @@ pub(super) async fn run(
         context,
         sink,
     };
-    let outcome = if tactic.steps.is_empty() {
+    let outcome = if tactic.nodes.is_empty() {
         run.answer_directly(&task).await
     } else {
         run.steps().await
@@ -145,49 +145,93 @@ impl Run<'_> {
     }
 
     async fn steps(&mut self) -> Result<String, String> {
-        let mut last = String::new();
-        let final_step = self.tactic.steps.len().saturating_sub(1);
-        for (index, step) in self.tactic.steps.iter().enumerate() {
-            let mut prompt_args = self.context.clone();
-            for (name, value) in &step.args {
-                let value = match value {
-                    ArgValue::Template(template) => Value::String(
-                        template
-                            .render(&self.context)
-                            .map_err(|error| error.to_string())?,
-                    ),
-                    ArgValue::Literal(value) => value.clone(),
-                };
-                prompt_args.insert(name.clone(), value);
-            }
-            let context = self.context.clone();
-            let sink = if index == final_step {
-                self.sink.clone()
-            } else {
-                None
-            };
-            let agent = self.agent(&step.agent)?;
-            if agent.dialog(&step.dialog).is_none() {
-                agent
-                    .open(&step.dialog, &context, true)
-                    .map_err(|error| error.to_string())?;
-            }
-            agent
-                .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
-                .map_err(|error| error.to_string())?;
-            agent.set_text_sink(sink);
-            let session = agent
-                .respond(Some(&step.dialog))
-                .await
-                .map_err(|error| error.to_string())?;
-            last = self.finish_call(&step.name, &step.agent, &step.dialog, session)?;
-        }
-        match &self.tactic.result {
+        let tactic = self.tactic;
+        // `--stream` shows the final turn: the last step, when the flow ends with one.
+        let streamed = match tactic.nodes.last() {
+            Some(Node::Step(step)) => Some(step.name.as_str()),
+            _ => None,
+        };
+        let last = self.run_nodes(&tactic.nodes, streamed).await?;
+        match &tactic.result {
             Some(result) => result
                 .render(&self.context)
                 .map_err(|error| error.to_string()),
             None => Ok(last),
         }
+    }
+
+    /// Runs `nodes` in order; returns the content of the last step that ran.
+    fn run_nodes<'b>(
+        &'b mut self,
+        nodes: &'b [Node],
+        streamed: Option<&'b str>,
+    ) -> futures_util::future::BoxFuture<'b, Result<String, String>> {
+        Box::pin(async move {
+            let mut last = String::new();
+            for node in nodes {
+                match node {
+                    Node::Step(step) => {
+                        if let Some(condition) = &step.condition {
+                            if !condition
+                                .holds(&self.context)
+                                .map_err(|error| format!("step `{}`: {error}", step.name))?
+                            {
+                                continue;
+                            }
+                        }
+                        last = self
+                            .run_step(step, streamed == Some(step.name.as_str()))
+                            .await?;
+                    }
+                    Node::Loop { max, until, nodes } => {
+                        for _ in 0..*max {
+                            let content = self.run_nodes(nodes, None).await?;
+                            if !content.is_empty() {
+                                last = content;
+                            }
+                            if let Some(until) = until {
+                                if until.holds(&self.context)? {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(last)
+        })
+    }
+
+    async fn run_step(&mut self, step: &Step, stream: bool) -> Result<String, String> {
+        let mut prompt_args = self.context.clone();
+        for (name, value) in &step.args {
+            let value = match value {
+                ArgValue::Template(template) => Value::String(
+                    template
+                        .render(&self.context)
+                        .map_err(|error| error.to_string())?,
+                ),
+                ArgValue::Literal(value) => value.clone(),
+            };
+            prompt_args.insert(name.clone(), value);
+        }
+        let context = self.context.clone();
+        let sink = if stream { self.sink.clone() } else { None };
+        let agent = self.agent(&step.agent)?;
+        if agent.dialog(&step.dialog).is_none() {
+            agent
+                .open(&step.dialog, &context, true)
+                .map_err(|error| error.to_string())?;
+        }
+        agent
+            .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
+            .map_err(|error| error.to_string())?;
+        agent.set_text_sink(sink);
+        let session = agent
+            .respond(Some(&step.dialog))
+            .await
+            .map_err(|error| error.to_string())?;
+        self.finish_call(&step.name, &step.agent, &step.dialog, session)
     }
 
     /// Records a finished agent call; a failed call fails the run.
@@ -230,6 +274,7 @@ impl Run<'_> {
 /// and the step's own arguments.
 pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> Vec<String> {
     let mut problems = Vec::new();
+    let mut problems_extra = Vec::new();
     let mut known: BTreeSet<String> = arg_names.clone();
     known.insert("task".into());
     known.insert("args".into());
@@ -252,7 +297,7 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
         }
     };
     let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
-    if tactic.steps.is_empty() {
+    if tactic.nodes.is_empty() {
         if let Some(agent) = tactic.agents.values().next() {
             missing(
                 &agent.system_prompt,
@@ -261,7 +306,28 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
             );
         }
     }
-    for step in &tactic.steps {
+    let mut checks = Vec::new();
+    flatten(&tactic.nodes, &mut checks);
+    for check in checks {
+        let step = match check {
+            Check::Condition(condition, place) => {
+                let absent: Vec<String> = condition
+                    .variables
+                    .iter()
+                    .filter(|name| !known.contains(*name))
+                    .map(|name| format!("`{name}`"))
+                    .collect();
+                if !absent.is_empty() {
+                    problems_extra.push(format!(
+                        "{place}: `{}` needs {}",
+                        condition.source,
+                        absent.join(", ")
+                    ));
+                }
+                continue;
+            }
+            Check::Step(step) => step,
+        };
         if opened.insert((step.agent.clone(), step.dialog.clone())) {
             if let Some(agent) = tactic.agents.get(&step.agent) {
                 let place = format!(
@@ -288,5 +354,86 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
     if let Some(result) = &tactic.result {
         missing(result, &known, "`result`");
     }
+    problems.extend(problems_extra);
     problems
+}
+
+/// What `check_variables` looks at, in flow order. A condition is checked
+/// where it is evaluated: a step's `if` before the step, a loop's `until` after
+/// its body (so it may name the loop's steps).
+enum Check<'a> {
+    Step(&'a Step),
+    Condition(&'a Condition, String),
+}
+
+fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
+    for node in nodes {
+        match node {
+            Node::Step(step) => {
+                if let Some(condition) = &step.condition {
+                    checks.push(Check::Condition(
+                        condition,
+                        format!("step `{}` `if`", step.name),
+                    ));
+                }
+                checks.push(Check::Step(step));
+            }
+            Node::Loop { until, nodes, .. } => {
+                flatten(nodes, checks);
+                if let Some(until) = until {
+                    checks.push(Check::Condition(until, "loop `until`".to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// A minijinja expression over the run context (`if:`, `until:`).
+pub(crate) struct Condition {
+    pub source: String,
+    pub variables: BTreeSet<String>,
+}
+
+impl Condition {
+    /// Compiles `source` to check it; `place` names it in errors.
+    pub fn new(source: &str, place: &str) -> Result<Condition, String> {
+        let environment = condition_environment();
+        let expression = environment.compile_expression(source).map_err(|error| {
+            format!(
+                "{place}: `{source}` is not an expression: {}",
+                error.detail().unwrap_or("syntax error")
+            )
+        })?;
+        let variables = expression.undeclared_variables(false).into_iter().collect();
+        Ok(Condition {
+            source: source.to_string(),
+            variables,
+        })
+    }
+
+    /// Whether the expression is true over `context`; an undefined name is an error.
+    pub fn holds(&self, context: &Map<String, Value>) -> Result<bool, String> {
+        let environment = condition_environment();
+        let expression = environment
+            .compile_expression(&self.source)
+            .map_err(|error| error.to_string())?;
+        let value = expression
+            .eval(minijinja::Value::from(minijinja::value::Serde(context)))
+            .map_err(|error| {
+                format!(
+                    "`{}`: {}",
+                    self.source,
+                    error
+                        .detail()
+                        .map_or_else(|| error.to_string(), str::to_string)
+                )
+            })?;
+        Ok(value.is_true())
+    }
+}
+
+fn condition_environment() -> minijinja::Environment<'static> {
+    let mut environment = minijinja::Environment::new();
+    environment.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    environment
 }

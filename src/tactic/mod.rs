@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::agent::context::{ContextManagers, ContextSettings};
 use crate::agent::{AgentSpec, Limits, Runtime};
-use crate::config::{StepInput, SystemPrompt, TacticConfig};
+use crate::config::{FlowItem, StepInput, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
 use crate::provider::ToolSpec;
 use crate::provider::models::ModelTable;
@@ -65,6 +65,18 @@ pub(crate) struct Step {
     pub prompt: Arc<Prompt>,
     /// Argument values; strings are templates rendered against the run context.
     pub args: Vec<(String, ArgValue)>,
+    /// Skip the step unless this holds.
+    pub condition: Option<flow::Condition>,
+}
+
+/// The flow as the engine runs it.
+pub(crate) enum Node {
+    Step(Step),
+    Loop {
+        max: u32,
+        until: Option<flow::Condition>,
+        nodes: Vec<Node>,
+    },
 }
 
 pub(crate) enum ArgValue {
@@ -77,7 +89,7 @@ pub struct Tactic {
     pub registry: Arc<Registry>,
     pub(crate) agents: IndexMap<String, Arc<AgentSpec>>,
     pub(crate) runtime: Arc<Runtime>,
-    pub(crate) steps: Vec<Step>,
+    pub(crate) nodes: Vec<Node>,
     pub(crate) result: Option<Arc<Prompt>>,
     /// Prompts used by the run, for the record (`key → prompt`).
     pub(crate) prompts: BTreeMap<String, Arc<Prompt>>,
@@ -195,54 +207,13 @@ impl Tactic {
             agents.insert(agent.name.clone(), Arc::new(spec));
         }
 
-        let mut steps = Vec::new();
-        for step in &config.flow {
-            let prompt = match &step.input {
-                StepInput::Prompt(key) => problems
-                    .take(
-                        registry
-                            .get(key)
-                            .map_err(|error| format!("step `{}`: {error}", step.name)),
-                    )
-                    .map(|prompt| Arc::new(prompt.clone())),
-                StepInput::Text(text) => problems
-                    .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
-                    .map(Arc::new),
-            };
-            let mut args = Vec::new();
-            for (name, value) in &step.args {
-                let value = match value {
-                    Value::String(text) => problems
-                        .take(Prompt::new(
-                            format!("{}.args.{name}", step.name),
-                            text.clone(),
-                        ))
-                        .map(|prompt| ArgValue::Template(Arc::new(prompt))),
-                    other => Some(ArgValue::Literal(other.clone())),
-                };
-                if let Some(value) = value {
-                    args.push((name.clone(), value));
-                }
-            }
-            if let Some(prompt) = prompt {
-                for tool in &prompt.tools {
-                    if !toolbox.contains(tool) {
-                        problems.push(format!(
-                            "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
-                            prompt.path
-                        ));
-                    }
-                }
-                prompts.insert(prompt.path.clone(), prompt.clone());
-                steps.push(Step {
-                    name: step.name.clone(),
-                    agent: step.agent.clone(),
-                    dialog: step.dialog.clone(),
-                    prompt,
-                    args,
-                });
-            }
-        }
+        let nodes = build_nodes(
+            &config.flow,
+            &registry,
+            &toolbox,
+            &mut problems,
+            &mut prompts,
+        );
         let result = config.result.as_ref().and_then(|text| {
             problems
                 .take(Prompt::new("result", text.clone()))
@@ -275,7 +246,7 @@ impl Tactic {
             registry: Arc::new(registry),
             agents,
             runtime,
-            steps,
+            nodes,
             result,
             prompts,
         };
@@ -350,4 +321,84 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
         }
     }
     toolbox
+}
+
+fn build_nodes(
+    items: &[FlowItem],
+    registry: &Registry,
+    toolbox: &Toolbox,
+    problems: &mut Problems,
+    prompts: &mut BTreeMap<String, Arc<Prompt>>,
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for item in items {
+        let step = match item {
+            FlowItem::Loop(settings) => {
+                let until = settings
+                    .until
+                    .as_ref()
+                    .and_then(|source| problems.take(flow::Condition::new(source, "loop `until`")));
+                let inner = build_nodes(&settings.steps, registry, toolbox, problems, prompts);
+                nodes.push(Node::Loop {
+                    max: settings.max,
+                    until,
+                    nodes: inner,
+                });
+                continue;
+            }
+            FlowItem::Step(step) => step,
+        };
+        let prompt = match &step.input {
+            StepInput::Prompt(key) => problems
+                .take(
+                    registry
+                        .get(key)
+                        .map_err(|error| format!("step `{}`: {error}", step.name)),
+                )
+                .map(|prompt| Arc::new(prompt.clone())),
+            StepInput::Text(text) => problems
+                .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
+                .map(Arc::new),
+        };
+        let mut args = Vec::new();
+        for (name, value) in &step.args {
+            let value = match value {
+                Value::String(text) => problems
+                    .take(Prompt::new(
+                        format!("{}.args.{name}", step.name),
+                        text.clone(),
+                    ))
+                    .map(|prompt| ArgValue::Template(Arc::new(prompt))),
+                other => Some(ArgValue::Literal(other.clone())),
+            };
+            if let Some(value) = value {
+                args.push((name.clone(), value));
+            }
+        }
+        let condition = step.condition.as_ref().and_then(|source| {
+            problems.take(flow::Condition::new(
+                source,
+                &format!("step `{}` `if`", step.name),
+            ))
+        });
+        let Some(prompt) = prompt else { continue };
+        for tool in &prompt.tools {
+            if !toolbox.contains(tool) {
+                problems.push(format!(
+                    "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
+                    prompt.path
+                ));
+            }
+        }
+        prompts.insert(prompt.path.clone(), prompt.clone());
+        nodes.push(Node::Step(Step {
+            name: step.name.clone(),
+            agent: step.agent.clone(),
+            dialog: step.dialog.clone(),
+            prompt,
+            args,
+            condition,
+        }));
+    }
+    nodes
 }

@@ -1,0 +1,194 @@
+//! The `flow:` of a tactic: steps, `if:` conditions on steps, and `loop:`
+//! blocks (`max`, `until`, nested `steps`), parsed recursively with every
+//! problem collected.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::raw::{RawStep, STEP_KEYS};
+use super::resolve::typed;
+use crate::suggest;
+
+const LOOP_KEYS: &[&str] = &["loop", "steps"];
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepConfig {
+    pub name: String,
+    pub agent: String,
+    pub dialog: String,
+    pub input: StepInput,
+    pub args: Map<String, Value>,
+    /// `if:` — a minijinja expression; the step is skipped when it is false.
+    pub condition: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub enum StepInput {
+    Prompt(String),
+    Text(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoopConfig {
+    /// At most this many rounds.
+    pub max: u32,
+    /// A minijinja expression checked after each round; true ends the loop.
+    pub until: Option<String>,
+    pub steps: Vec<FlowItem>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub enum FlowItem {
+    Step(StepConfig),
+    Loop(LoopConfig),
+}
+
+pub(super) struct FlowParser<'a> {
+    pub agent_names: Vec<&'a str>,
+    pub step_names: BTreeSet<String>,
+    pub steps_seen: usize,
+    pub problems: &'a mut Vec<String>,
+}
+
+impl FlowParser<'_> {
+    pub fn parse(&mut self, entries: Vec<Map<String, Value>>, prefix: &str) -> Vec<FlowItem> {
+        let mut items = Vec::new();
+        for (index, entry) in entries.into_iter().enumerate() {
+            let label = format!("{prefix}[{index}]");
+            let item = if entry.contains_key("loop") {
+                self.parse_loop(entry, &label)
+            } else {
+                self.parse_step(entry, &label)
+            };
+            items.extend(item);
+        }
+        items
+    }
+
+    fn unknown_keys(&mut self, entry: &Map<String, Value>, allowed: &[&str], label: &str) {
+        for key in entry.keys().filter(|key| !allowed.contains(&key.as_str())) {
+            self.problems.push(format!(
+                "`{label}`: unknown key `{key}`{}",
+                suggest::hint(key, allowed.iter().copied())
+            ));
+        }
+    }
+
+    fn parse_loop(&mut self, entry: Map<String, Value>, label: &str) -> Option<FlowItem> {
+        self.unknown_keys(&entry, LOOP_KEYS, label);
+        let settings = entry
+            .get("loop")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for key in settings
+            .keys()
+            .filter(|key| !matches!(key.as_str(), "max" | "until"))
+        {
+            self.problems.push(format!(
+                "`{label}.loop`: unknown key `{key}` (a loop takes `max` and `until`)"
+            ));
+        }
+        let max = settings
+            .get("max")
+            .and_then(Value::as_u64)
+            .filter(|max| *max >= 1);
+        let Some(max) = max else {
+            self.problems.push(format!(
+                "`{label}.loop` needs `max: N` (at least 1) so it always ends"
+            ));
+            return None;
+        };
+        let until = match settings.get("until") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(expression)) => Some(expression.clone()),
+            Some(other) => {
+                self.problems.push(format!(
+                    "`{label}.loop.until` must be an expression in quotes, not {other}"
+                ));
+                None
+            }
+        };
+        let steps: Vec<Map<String, Value>> = match entry.get("steps") {
+            Some(Value::Array(steps)) if !steps.is_empty() => steps
+                .iter()
+                .filter_map(|step| step.as_object().cloned())
+                .collect(),
+            _ => {
+                self.problems
+                    .push(format!("`{label}` needs `steps:`, a non-empty list"));
+                return None;
+            }
+        };
+        let steps = self.parse(steps, &format!("{label}.steps"));
+        Some(FlowItem::Loop(LoopConfig {
+            max: max.min(u32::MAX as u64) as u32,
+            until,
+            steps,
+        }))
+    }
+
+    fn parse_step(&mut self, entry: Map<String, Value>, label: &str) -> Option<FlowItem> {
+        self.unknown_keys(&entry, STEP_KEYS, label);
+        self.steps_seen += 1;
+        let known: Map<String, Value> = entry
+            .into_iter()
+            .filter(|(key, _)| STEP_KEYS.contains(&key.as_str()))
+            .collect();
+        let step: RawStep = match typed(Value::Object(known), label) {
+            Ok(step) => step,
+            Err(problem) => {
+                self.problems.push(problem);
+                return None;
+            }
+        };
+        let name = step
+            .step
+            .unwrap_or_else(|| format!("step{}", self.steps_seen));
+        if matches!(name.as_str(), "task" | "args") {
+            self.problems.push(format!(
+                "`{label}`: a step cannot be named `{name}` (templates use that name)"
+            ));
+        }
+        if !self.step_names.insert(name.clone()) {
+            self.problems
+                .push(format!("step `{name}` is defined twice in `flow`"));
+        }
+        let Some(agent) = step.agent else {
+            self.problems.push(format!("step `{name}` has no `agent`"));
+            return None;
+        };
+        if !self.agent_names.contains(&agent.as_str()) {
+            self.problems.push(format!(
+                "step `{name}` uses agent `{agent}`, which is not in `agent_configs`{}",
+                suggest::hint(&agent, self.agent_names.iter().copied())
+            ));
+        }
+        let input = match (step.prompt, step.text) {
+            (Some(key), None) => StepInput::Prompt(key),
+            (None, Some(text)) => StepInput::Text(text),
+            (Some(_), Some(_)) => {
+                self.problems.push(format!(
+                    "step `{name}` has both `prompt` and `text`; keep one"
+                ));
+                return None;
+            }
+            (None, None) => {
+                self.problems.push(format!(
+                    "step `{name}` needs a `prompt` (registry key) or a `text` (inline template)"
+                ));
+                return None;
+            }
+        };
+        Some(FlowItem::Step(StepConfig {
+            name,
+            agent,
+            dialog: step.dialog.unwrap_or_else(|| "main".into()),
+            input,
+            args: step.args.unwrap_or_default(),
+            condition: step.condition,
+        }))
+    }
+}
