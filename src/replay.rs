@@ -304,3 +304,60 @@ fn message_line(position: usize, message: &Message) -> String {
         message.name, message.role
     )
 }
+
+/// Re-executes the record's task with its (or an edited) tactic, answering
+/// model calls from the record. Success: every request matched and every
+/// recorded call was used. A divergence is reported on stderr, exit 1.
+pub async fn rerun(
+    record: &SessionRecord,
+    tactic: Option<&Path>,
+) -> crate::error::Result<crate::error::Outcome> {
+    use crate::error::Outcome;
+    use crate::provider::replay::ReplayProvider;
+    use std::sync::Arc;
+
+    let path = tactic
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(&record.tactic.path).to_path_buf());
+    let config = crate::config::load(&path)?;
+    let provider = Arc::new(ReplayProvider::from_record(record));
+    let built = crate::tactic::Tactic::build_replaying(config, provider.clone())?;
+    built.check(&record.args.keys().cloned().collect())?;
+    let task = crate::tactic::TaskInput {
+        id: record.task_id.clone(),
+        task: record.task.clone(),
+        args: record.args.clone(),
+        tags: record.tags.clone(),
+    };
+    let rerun = built.run(task).await;
+    if let Some(divergence) = provider.divergence() {
+        eprintln!("lllm replay: {divergence}");
+        return Ok(Outcome::Failed);
+    }
+    let remaining = provider.remaining();
+    if remaining > 0 {
+        eprintln!(
+            "lllm replay: the re-run made {} model call(s); the record has {remaining} more",
+            provider.served()
+        );
+        return Ok(Outcome::Failed);
+    }
+    if rerun.delivery != record.delivery || rerun.state != record.state {
+        eprintln!(
+            "lllm replay: every model call matched, but the outcome differs (tools or templates): recorded {:?}, now {:?}",
+            record.delivery.as_deref().or(record.error.as_deref()),
+            rerun.delivery.as_deref().or(rerun.error.as_deref())
+        );
+        return Ok(Outcome::Failed);
+    }
+    println!(
+        "identical: {} model call(s) replayed, same {}",
+        provider.served(),
+        if rerun.delivery.is_some() {
+            "delivery"
+        } else {
+            "error"
+        }
+    );
+    Ok(Outcome::Success)
+}

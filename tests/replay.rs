@@ -134,3 +134,83 @@ fn json_and_jsonl_and_bad_records() {
     output.expect_code(2);
     assert!(!output.stderr.contains("panicked"));
 }
+
+/// Copies the shipped example into the test dir so its prompts can be edited.
+fn copy_example(test: &Test) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for folder in ["tactics", "prompts/summarize", "tools", "examples"] {
+        std::fs::create_dir_all(test.path(folder)).unwrap();
+        for entry in std::fs::read_dir(root.join(folder)).unwrap() {
+            let entry = entry.unwrap();
+            if entry.path().is_file() {
+                std::fs::copy(entry.path(), test.path(folder).join(entry.file_name())).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn rerun_is_identical_until_a_prompt_changes() {
+    let test = Test::new();
+    copy_example(&test);
+    let output = test.run(&[
+        "run",
+        "tactics/summarize.yaml",
+        "--task-file",
+        "examples/article.txt",
+        "--record",
+        "r.json",
+    ]);
+    output.expect_code(0);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout,
+        "identical: 3 model call(s) replayed, same delivery\n"
+    );
+
+    // Edit the critic's prompt: the first two calls still match, the third does not.
+    let review = std::fs::read_to_string(test.path("prompts/summarize/review.md")).unwrap();
+    std::fs::write(
+        test.path("prompts/summarize/review.md"),
+        review.replace("Is the summary faithful", "Is it faithful"),
+    )
+    .unwrap();
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("diverged at model call 3: agent `critic`, dialog `main`, round 0"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("- recorded: ") && output.stderr.contains("Is the summary faithful")
+    );
+    assert!(output.stderr.contains("+ now: ") && output.stderr.contains("Is it faithful"));
+}
+
+#[test]
+fn rerun_replays_recorded_errors_offline() {
+    let test = Test::new();
+    let server = common::MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 500}\n  - fault: {status: 429, retry_after_ms: 20}\n  - text: recovered\n",
+    );
+    let yaml = format!(
+        "global: {{model_name: local/m}}\nagent_configs:\n  - name: a\nproviders:\n  local: {{base_url: \"{}\", retry_base_ms: 10}}\n",
+        server.base_url()
+    );
+    let test = test.file("t.yaml", &yaml);
+    test.run(&["run", "t.yaml", "--task", "hi", "--record", "r.json"])
+        .expect_code(0);
+    drop(server);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout, "identical: 3 model call(s) replayed, same delivery\n",
+        "{}",
+        output.stderr
+    );
+}

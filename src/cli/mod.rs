@@ -38,8 +38,15 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub id: Option<String>,
     /// Print the normalized record as JSON instead of the rendering.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rerun")]
     pub json: bool,
+    /// Re-execute the tactic offline, answering every model call from the
+    /// record; stop at the first request that differs from the recorded one.
+    #[arg(long)]
+    pub rerun: bool,
+    /// With `--rerun`: the (possibly edited) tactic to run instead of the recorded path.
+    #[arg(long, requires = "rerun")]
+    pub tactic: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -89,12 +96,15 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
         })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
-        Command::Replay(args) => replay(args),
+        Command::Replay(args) => replay(args, &runtime),
     }
 }
 
-fn replay(args: ReplayArgs) -> Result<Outcome> {
+fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
     let record = crate::replay::load(&args.record, args.id.as_deref())?;
+    if args.rerun {
+        return runtime.block_on(crate::replay::rerun(&record, args.tactic.as_deref()));
+    }
     if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         println!("{text}");

@@ -141,5 +141,6 @@ pub mod models;
 pub mod openai;
 pub mod pricing;
 pub mod registry;
+pub mod replay;
 pub mod responses;
 pub mod retry;

@@ -176,9 +176,18 @@ pub struct Providers {
     built: std::sync::Mutex<BTreeMap<String, Arc<dyn Provider>>>,
     client: reqwest::Client,
     env: BTreeMap<String, Option<String>>,
+    /// Serves every model instead of its own provider (replays).
+    replacement: Option<Arc<dyn Provider>>,
 }
 
 impl Providers {
+    /// Every model is served by `provider`, with no waiting between retries:
+    /// `lllm replay --rerun` answers from a record this way.
+    pub fn serve_all_with(mut self, provider: Arc<dyn Provider>) -> Providers {
+        self.replacement = Some(provider);
+        self
+    }
+
     pub fn new(
         configs: &BTreeMap<String, ProviderConfig>,
         env: &dyn Fn(&str) -> Option<String>,
@@ -216,6 +225,7 @@ impl Providers {
             built: Default::default(),
             client,
             env,
+            replacement: None,
         })
     }
 
@@ -227,6 +237,20 @@ impl Providers {
             return Err(Error::Unavailable {
                 model: model_name.into(),
                 message: "the model id is empty".into(),
+            });
+        }
+        if let Some(provider) = &self.replacement {
+            let retry = RetryPolicy {
+                base: Duration::ZERO,
+                cap: Duration::ZERO,
+                jitter: 0.0,
+            };
+            let (provider_name, model) = (provider_name.to_string(), model.to_string());
+            return Ok(Resolved {
+                provider: provider.clone(),
+                provider_name,
+                model,
+                retry,
             });
         }
         let config = self.configs.get(provider_name);

@@ -127,6 +127,28 @@ impl Tactic {
         env: &dyn Fn(&str) -> Option<String>,
         context_managers: &ContextManagers,
     ) -> Result<Tactic> {
+        Tactic::build_inner(config, env, context_managers, None)
+    }
+
+    /// `build` with every model served by `provider` (a replay of a record).
+    pub fn build_replaying(
+        config: TacticConfig,
+        provider: Arc<dyn crate::provider::Provider>,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &|_| None,
+            &ContextManagers::with_builtins(),
+            Some(provider),
+        )
+    }
+
+    fn build_inner(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        context_managers: &ContextManagers,
+        replacement: Option<Arc<dyn crate::provider::Provider>>,
+    ) -> Result<Tactic> {
         let mut problems = Problems(Vec::new());
         let registry = if config.prompts_dir.is_dir() {
             problems
@@ -137,7 +159,12 @@ impl Tactic {
         };
 
         let toolbox = build_toolbox(&config, &mut problems);
-        let providers = problems.take(Providers::new(&config.providers, env));
+        let providers = problems
+            .take(Providers::new(&config.providers, env))
+            .map(|providers| match replacement {
+                Some(provider) => providers.serve_all_with(provider),
+                None => providers,
+            });
         let mut prompts = BTreeMap::new();
 
         let mut agents = IndexMap::new();
