@@ -854,3 +854,74 @@ result: "{{ revise.content }} / {{ review.content }}"
         output.stderr
     );
 }
+
+#[test]
+fn a_step_can_fork_a_dialog_and_stop_the_tactic() {
+    let test = Test::new().file(
+        "t.yaml",
+        r#"global: {model_name: mock/echo}
+agent_configs:
+  - name: a
+flow:
+  - step: s1
+    agent: a
+    text: "first"
+  - step: s2
+    agent: a
+    dialog: side
+    fork: {from: main}
+    text: "second"
+    stop: "'second' in s2.content"
+  - step: s3
+    agent: a
+    text: "never"
+"#,
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--record", "record.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "second\n");
+    let record = test.read_json("record.json");
+    let steps: Vec<&str> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["s1", "s2"], "`stop` ended the tactic before s3");
+    let main_id = record["agent_calls"][0]["dialog_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let side_id = record["agent_calls"][1]["dialog_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let side = record["dialogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["tree_node"]["dialog_id"] == side_id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        side["tree_node"]["parent_id"],
+        main_id.as_str(),
+        "the side dialog is a fork of main"
+    );
+    let contents: Vec<&str> = side["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents[1..], ["first", "first", "second", "second"]);
+
+    std::fs::write(test.path("t.yaml"), "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - step: s\n    agent: a\n    fork: {from: main}\n    text: x\n").unwrap();
+    let output = test.run(&["run", "t.yaml", "--task", "x"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("forks dialog `main` into itself"),
+        "{}",
+        output.stderr
+    );
+}

@@ -22,6 +22,18 @@ pub struct StepConfig {
     pub args: Map<String, Value>,
     /// `if:` — a minijinja expression; the step is skipped when it is false.
     pub condition: Option<String>,
+    /// `fork:` — the step's dialog starts as a fork of another dialog of its agent.
+    pub fork: Option<ForkConfig>,
+    /// `stop:` — an expression checked after the step; true ends the tactic here.
+    pub stop: Option<String>,
+}
+
+/// `fork: {from, last_n, first_k}`, as `Dialog::fork` takes them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForkConfig {
+    pub from: String,
+    pub last_n: usize,
+    pub first_k: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -182,13 +194,26 @@ impl FlowParser<'_> {
                 return None;
             }
         };
+        let dialog = step.dialog.unwrap_or_else(|| "main".into());
+        let fork = step.fork.map(|fork| ForkConfig {
+            from: fork.from,
+            last_n: fork.last_n,
+            first_k: fork.first_k,
+        });
+        if fork.as_ref().is_some_and(|fork| fork.from == dialog) {
+            self.problems.push(format!(
+                "step `{name}` forks dialog `{dialog}` into itself; give the step another `dialog`"
+            ));
+        }
         Some(FlowItem::Step(StepConfig {
             name,
             agent,
-            dialog: step.dialog.unwrap_or_else(|| "main".into()),
+            dialog,
             input,
             args: step.args.unwrap_or_default(),
             condition: step.condition,
+            fork,
+            stop: step.stop,
         }))
     }
 }

@@ -42,7 +42,9 @@ pub const AGENT_KEYS: &[&str] = &[
     "stream",
 ];
 
-pub const STEP_KEYS: &[&str] = &["step", "agent", "dialog", "prompt", "text", "args", "if"];
+pub const STEP_KEYS: &[&str] = &[
+    "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop",
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -132,6 +134,22 @@ pub struct RawStep {
     pub args: Option<Map<String, Value>>,
     #[serde(rename = "if")]
     pub condition: Option<String>,
+    pub fork: Option<RawFork>,
+    pub stop: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFork {
+    pub from: String,
+    #[serde(default)]
+    pub last_n: usize,
+    #[serde(default = "one")]
+    pub first_k: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

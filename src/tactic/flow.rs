@@ -151,7 +151,7 @@ impl Run<'_> {
             Some(Node::Step(step)) => Some(step.name.as_str()),
             _ => None,
         };
-        let last = self.run_nodes(&tactic.nodes, streamed).await?;
+        let (last, _stopped) = self.run_nodes(&tactic.nodes, streamed).await?;
         match &tactic.result {
             Some(result) => result
                 .render(&self.context)
@@ -160,12 +160,13 @@ impl Run<'_> {
         }
     }
 
-    /// Runs `nodes` in order; returns the content of the last step that ran.
+    /// Runs `nodes` in order; returns the content of the last step that ran and
+    /// whether a step's `stop` ended the tactic.
     fn run_nodes<'b>(
         &'b mut self,
         nodes: &'b [Node],
         streamed: Option<&'b str>,
-    ) -> futures_util::future::BoxFuture<'b, Result<String, String>> {
+    ) -> futures_util::future::BoxFuture<'b, Result<(String, bool), String>> {
         Box::pin(async move {
             let mut last = String::new();
             for node in nodes {
@@ -182,12 +183,23 @@ impl Run<'_> {
                         last = self
                             .run_step(step, streamed == Some(step.name.as_str()))
                             .await?;
+                        if let Some(stop) = &step.stop {
+                            if stop
+                                .holds(&self.context)
+                                .map_err(|error| format!("step `{}`: {error}", step.name))?
+                            {
+                                return Ok((last, true));
+                            }
+                        }
                     }
                     Node::Loop { max, until, nodes } => {
                         for _ in 0..*max {
-                            let content = self.run_nodes(nodes, None).await?;
+                            let (content, stopped) = self.run_nodes(nodes, None).await?;
                             if !content.is_empty() {
                                 last = content;
+                            }
+                            if stopped {
+                                return Ok((last, true));
                             }
                             if let Some(until) = until {
                                 if until.holds(&self.context)? {
@@ -198,7 +210,7 @@ impl Run<'_> {
                     }
                 }
             }
-            Ok(last)
+            Ok((last, false))
         })
     }
 
@@ -219,9 +231,16 @@ impl Run<'_> {
         let sink = if stream { self.sink.clone() } else { None };
         let agent = self.agent(&step.agent)?;
         if agent.dialog(&step.dialog).is_none() {
-            agent
-                .open(&step.dialog, &context, true)
-                .map_err(|error| error.to_string())?;
+            match &step.fork {
+                Some(fork) => agent
+                    .fork(&fork.from, &step.dialog, fork.last_n, fork.first_k, true)
+                    .map(|_| ())
+                    .map_err(|error| format!("step `{}`: {error}", step.name))?,
+                None => agent
+                    .open(&step.dialog, &context, true)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())?,
+            }
         }
         agent
             .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
@@ -350,6 +369,22 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
         }
         missing(&step.prompt, &step_known, &format!("step `{}`", step.name));
         known.insert(step.name.clone());
+        if let Some(stop) = &step.stop {
+            let absent: Vec<String> = stop
+                .variables
+                .iter()
+                .filter(|name| !known.contains(*name))
+                .map(|name| format!("`{name}`"))
+                .collect();
+            if !absent.is_empty() {
+                problems_extra.push(format!(
+                    "step `{}` `stop`: `{}` needs {}",
+                    step.name,
+                    stop.source,
+                    absent.join(", ")
+                ));
+            }
+        }
     }
     if let Some(result) = &tactic.result {
         missing(result, &known, "`result`");

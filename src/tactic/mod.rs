@@ -67,6 +67,10 @@ pub(crate) struct Step {
     pub args: Vec<(String, ArgValue)>,
     /// Skip the step unless this holds.
     pub condition: Option<flow::Condition>,
+    /// Start the step's dialog as a fork of another.
+    pub fork: Option<crate::config::ForkConfig>,
+    /// End the tactic after this step when it holds.
+    pub stop: Option<flow::Condition>,
 }
 
 /// The flow as the engine runs it.
@@ -408,6 +412,12 @@ fn build_nodes(
                 &format!("step `{}` `if`", step.name),
             ))
         });
+        let stop = step.stop.as_ref().and_then(|source| {
+            problems.take(flow::Condition::new(
+                source,
+                &format!("step `{}` `stop`", step.name),
+            ))
+        });
         let Some(prompt) = prompt else { continue };
         for tool in &prompt.tools {
             if !toolbox.contains(tool) {
@@ -425,6 +435,8 @@ fn build_nodes(
             prompt,
             args,
             condition,
+            fork: step.fork.clone(),
+            stop,
         }));
     }
     nodes
