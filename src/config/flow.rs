@@ -53,7 +53,7 @@ pub struct LoopConfig {
 
 #[derive(Debug, Clone, Serialize)]
 pub enum FlowItem {
-    Step(StepConfig),
+    Step(Box<StepConfig>),
     Loop(LoopConfig),
 }
 
@@ -205,7 +205,7 @@ impl FlowParser<'_> {
                 "step `{name}` forks dialog `{dialog}` into itself; give the step another `dialog`"
             ));
         }
-        Some(FlowItem::Step(StepConfig {
+        Some(FlowItem::Step(Box::new(StepConfig {
             name,
             agent,
             dialog,
@@ -214,6 +214,6 @@ impl FlowParser<'_> {
             condition: step.condition,
             fork,
             stop: step.stop,
-        }))
+        })))
     }
 }

@@ -214,7 +214,7 @@ fn steps_default_their_names_and_dialog() {
         .flow
         .iter()
         .filter_map(|item| match item {
-            FlowItem::Step(step) => Some(step),
+            FlowItem::Step(step) => Some(step.as_ref()),
             FlowItem::Loop(_) => None,
         })
         .collect();
