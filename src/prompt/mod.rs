@@ -181,18 +181,24 @@ impl Prompt {
             .collect()
     }
 
+    /// Renders with strict undefined. A template may guard a name with
+    /// `is defined`; a name it really uses and `args` lacks is a
+    /// `MissingVariables` error naming what it needs.
     pub fn render(&self, args: &Map<String, Value>) -> Result<String> {
-        let missing = self.validate_args(args);
-        if !missing.is_empty() {
-            return Err(Error::MissingVariables {
-                prompt: self.path.clone(),
-                missing,
-                needed: self.template_vars.iter().cloned().collect(),
-            });
-        }
-        render::render(&self.compiled, args).map_err(|message| Error::Render {
-            prompt: self.path.clone(),
-            message,
+        render::render(&self.compiled, args).map_err(|message| {
+            let missing = self.validate_args(args);
+            if missing.is_empty() {
+                Error::Render {
+                    prompt: self.path.clone(),
+                    message,
+                }
+            } else {
+                Error::MissingVariables {
+                    prompt: self.path.clone(),
+                    missing,
+                    needed: self.template_vars.iter().cloned().collect(),
+                }
+            }
         })
     }
 

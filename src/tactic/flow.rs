@@ -345,6 +345,10 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
                 }
                 continue;
             }
+            Check::LoopNames(names) => {
+                known.extend(names.into_iter().map(str::to_string));
+                continue;
+            }
             Check::Step(step) => step,
         };
         if opened.insert((step.agent.clone(), step.dialog.clone())) {
@@ -399,6 +403,9 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
 enum Check<'a> {
     Step(&'a Step),
     Condition(&'a Condition, String),
+    /// Entering a loop: its steps' names are known inside it (from its second
+    /// round on they are defined; guard the first with `is defined`).
+    LoopNames(Vec<&'a str>),
 }
 
 fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
@@ -414,11 +421,23 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                 checks.push(Check::Step(step));
             }
             Node::Loop { until, nodes, .. } => {
+                let mut names = Vec::new();
+                step_names(nodes, &mut names);
+                checks.push(Check::LoopNames(names));
                 flatten(nodes, checks);
                 if let Some(until) = until {
                     checks.push(Check::Condition(until, "loop `until`".to_string()));
                 }
             }
+        }
+    }
+}
+
+fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
+    for node in nodes {
+        match node {
+            Node::Step(step) => names.push(&step.name),
+            Node::Loop { nodes, .. } => step_names(nodes, names),
         }
     }
 }
