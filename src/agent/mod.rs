@@ -226,15 +226,7 @@ impl Agent {
     /// Runs the agent loop on the active (or named) dialog. A failed call is a
     /// session in state `failure`, not an `Err`: `Err` means there was no dialog.
     pub async fn respond(&mut self, alias: Option<&str>) -> Result<AgentCallSession> {
-        let alias = match alias {
-            Some(alias) => alias.to_string(),
-            None => self
-                .active_alias
-                .clone()
-                .ok_or_else(|| Error::NoActiveDialog {
-                    agent: self.spec.name.clone(),
-                })?,
-        };
+        let alias = self.alias_or_active(alias)?;
         let Some(dialog) = self.dialogs.get_mut(&alias) else {
             return Err(self.no_dialog(&alias));
         };
@@ -276,19 +268,24 @@ impl Agent {
     }
 
     fn dialog_mut(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
-        let alias = match alias {
-            Some(alias) => alias.to_string(),
+        let alias = self.alias_or_active(alias)?;
+        if !self.dialogs.contains_key(&alias) {
+            return Err(self.no_dialog(&alias));
+        }
+        Ok(self.dialogs.get_mut(&alias).expect("checked above"))
+    }
+
+    /// `alias`, or the active dialog's alias when none is given.
+    fn alias_or_active(&self, alias: Option<&str>) -> Result<String> {
+        match alias {
+            Some(alias) => Ok(alias.to_string()),
             None => self
                 .active_alias
                 .clone()
                 .ok_or_else(|| Error::NoActiveDialog {
                     agent: self.spec.name.clone(),
-                })?,
-        };
-        if !self.dialogs.contains_key(&alias) {
-            return Err(self.no_dialog(&alias));
+                }),
         }
-        Ok(self.dialogs.get_mut(&alias).expect("checked above"))
     }
 
     fn no_dialog(&self, alias: &str) -> Error {
