@@ -925,3 +925,81 @@ flow:
         output.stderr
     );
 }
+
+#[test]
+fn parallel_blocks_map_over_a_list_and_run_independent_steps() {
+    let test = Test::new().file(
+        "t.yaml",
+        r#"global: {model_name: mock/echo}
+agent_configs:
+  - name: mapper
+  - name: other
+flow:
+  - parallel: {foreach: "task | split(',')", as: topic}
+    steps:
+      - step: note
+        agent: mapper
+        text: "note on {{ topic }}"
+  - parallel:
+    steps:
+      - step: left
+        agent: mapper
+        text: "left"
+      - step: right
+        agent: other
+        text: "right"
+  - step: summary
+    agent: other
+    text: "{{ note | map(attribute='content') | join(' + ') }} / {{ left.content }} {{ right.content }}"
+"#,
+    );
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "owls,bats,newts",
+        "--record",
+        "record.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout,
+        "note on owls + note on bats + note on newts / left right\n"
+    );
+    let record = test.read_json("record.json");
+    let steps: Vec<&str> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["note", "note", "note", "left", "right", "summary"],
+        "records in branch order"
+    );
+    for (index, step) in record["steps"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            step["agent_call"], index,
+            "each step points at its own call"
+        );
+    }
+    let dialogs = record["dialogs"].as_array().unwrap();
+    let mapper_roots = dialogs
+        .iter()
+        .filter(|d| d["owner"] == "mapper" && d["tree_node"]["parent_id"].is_null())
+        .count();
+    assert_eq!(
+        mapper_roots, 4,
+        "every branch ran on a fresh agent: 3 foreach branches and `left`"
+    );
+
+    std::fs::write(test.path("t.yaml"), "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - parallel: {foreach: \"task\"}\n    steps:\n      - {step: s, agent: a, text: x}\n").unwrap();
+    let output = test.run(&["run", "t.yaml", "--task", "not a list", "--no-record"]);
+    output.expect_code(1);
+    assert!(
+        output.stderr.contains("`task` is not a list"),
+        "{}",
+        output.stderr
+    );
+}

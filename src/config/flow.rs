@@ -12,6 +12,7 @@ use super::resolve::typed;
 use crate::suggest;
 
 const LOOP_KEYS: &[&str] = &["loop", "steps"];
+const PARALLEL_KEYS: &[&str] = &["parallel", "steps"];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StepConfig {
@@ -51,10 +52,22 @@ pub struct LoopConfig {
     pub steps: Vec<FlowItem>,
 }
 
+/// `parallel:` — its steps run at the same time, each on fresh agents; with
+/// `foreach`, the whole `steps` list runs once per element of a list.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParallelConfig {
+    /// A minijinja expression giving a list.
+    pub foreach: Option<String>,
+    /// The name each element has in the branch's templates (default `item`).
+    pub item: String,
+    pub steps: Vec<FlowItem>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub enum FlowItem {
     Step(Box<StepConfig>),
     Loop(LoopConfig),
+    Parallel(ParallelConfig),
 }
 
 pub(super) struct FlowParser<'a> {
@@ -71,6 +84,8 @@ impl FlowParser<'_> {
             let label = format!("{prefix}[{index}]");
             let item = if entry.contains_key("loop") {
                 self.parse_loop(entry, &label)
+            } else if entry.contains_key("parallel") {
+                self.parse_parallel(entry, &label)
             } else {
                 self.parse_step(entry, &label)
             };
@@ -138,6 +153,51 @@ impl FlowParser<'_> {
         Some(FlowItem::Loop(LoopConfig {
             max: max.min(u32::MAX as u64) as u32,
             until,
+            steps,
+        }))
+    }
+
+    fn parse_parallel(&mut self, entry: Map<String, Value>, label: &str) -> Option<FlowItem> {
+        self.unknown_keys(&entry, PARALLEL_KEYS, label);
+        let settings = match entry.get("parallel") {
+            Some(Value::Object(settings)) => settings.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(other) => {
+                self.problems.push(format!(
+                    "`{label}.parallel` must be a mapping (`foreach`, `as`) or empty, not {other}"
+                ));
+                return None;
+            }
+        };
+        for key in settings
+            .keys()
+            .filter(|key| !matches!(key.as_str(), "foreach" | "as"))
+        {
+            self.problems.push(format!(
+                "`{label}.parallel`: unknown key `{key}` (it takes `foreach` and `as`)"
+            ));
+        }
+        let text = |key: &str| {
+            settings
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let steps: Vec<Map<String, Value>> = match entry.get("steps") {
+            Some(Value::Array(steps)) if !steps.is_empty() => steps
+                .iter()
+                .filter_map(|step| step.as_object().cloned())
+                .collect(),
+            _ => {
+                self.problems
+                    .push(format!("`{label}` needs `steps:`, a non-empty list"));
+                return None;
+            }
+        };
+        let steps = self.parse(steps, &format!("{label}.steps"));
+        Some(FlowItem::Parallel(ParallelConfig {
+            foreach: text("foreach"),
+            item: text("as").unwrap_or_else(|| "item".into()),
             steps,
         }))
     }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-pub use flow::{FlowItem, ForkConfig, LoopConfig, StepConfig, StepInput};
+pub use flow::{FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput};
 pub use merge::merge;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,

@@ -215,7 +215,7 @@ fn steps_default_their_names_and_dialog() {
         .iter()
         .filter_map(|item| match item {
             FlowItem::Step(step) => Some(step.as_ref()),
-            FlowItem::Loop(_) => None,
+            FlowItem::Loop(_) | FlowItem::Parallel(_) => None,
         })
         .collect();
     assert_eq!(steps[0].name, "step1");

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Node, Step, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
-use crate::dialog::InvokeCost;
+use crate::dialog::{DialogRecord, InvokeCost};
 use crate::prompt::Prompt;
 
 /// The dialog the first agent answers in when a tactic has no flow.
@@ -27,6 +27,8 @@ struct Run<'a> {
     context: Map<String, Value>,
     /// Receives the final turn's text as it arrives (`lllm run --stream`).
     sink: Option<SharedTextSink>,
+    /// Dialogs of agents that ran in parallel branches.
+    branch_dialogs: Vec<DialogRecord>,
 }
 
 pub(super) async fn run(
@@ -46,6 +48,7 @@ pub(super) async fn run(
         steps: Vec::new(),
         context,
         sink,
+        branch_dialogs: Vec::new(),
     };
     let outcome = if tactic.nodes.is_empty() {
         run.answer_directly(&task).await
@@ -67,6 +70,7 @@ pub(super) async fn run(
                 .map(|dialog| dialog.to_record()),
         );
     }
+    dialogs.append(&mut run.branch_dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),
         session_id: record::new_session_id(),
@@ -192,6 +196,13 @@ impl Run<'_> {
                             }
                         }
                     }
+                    Node::Parallel {
+                        foreach,
+                        item,
+                        nodes,
+                    } => {
+                        self.run_parallel(foreach.as_ref(), item, nodes).await?;
+                    }
                     Node::Loop { max, until, nodes } => {
                         for _ in 0..*max {
                             let (content, stopped) = self.run_nodes(nodes, None).await?;
@@ -212,6 +223,97 @@ impl Run<'_> {
             }
             Ok((last, false))
         })
+    }
+
+    /// Runs the branches of a `parallel` block at once, each on fresh agents,
+    /// then merges their records (in branch order) and outputs: by step name,
+    /// or with `foreach` as a list per step name, in element order.
+    async fn run_parallel<'n>(
+        &mut self,
+        foreach: Option<&Condition>,
+        item: &str,
+        nodes: &'n [Node],
+    ) -> Result<(), String> {
+        let branches: Vec<(Map<String, Value>, &'n [Node])> = match foreach {
+            Some(expression) => {
+                let Value::Array(elements) = expression.value(&self.context)? else {
+                    return Err(format!(
+                        "parallel `foreach`: `{}` is not a list",
+                        expression.source
+                    ));
+                };
+                elements
+                    .into_iter()
+                    .map(|element| {
+                        let mut context = self.context.clone();
+                        context.insert(item.to_string(), element);
+                        (context, nodes)
+                    })
+                    .collect()
+            }
+            None => nodes
+                .iter()
+                .map(|node| (self.context.clone(), std::slice::from_ref(node)))
+                .collect(),
+        };
+        let tactic = self.tactic;
+        let runs = branches.into_iter().map(|(context, nodes)| {
+            let mut branch = Run {
+                tactic,
+                agents: HashMap::new(),
+                calls: Vec::new(),
+                steps: Vec::new(),
+                context,
+                sink: None,
+                branch_dialogs: Vec::new(),
+            };
+            async move {
+                let outcome = branch.run_nodes(nodes, None).await;
+                (branch, outcome)
+            }
+        });
+        let finished = futures_util::future::join_all(runs).await;
+        let mut names = Vec::new();
+        step_names(nodes, &mut names);
+        let mut lists: Vec<Vec<Value>> = vec![Vec::new(); names.len()];
+        let mut first_error = None;
+        for (mut branch, outcome) in finished {
+            let offset = self.calls.len();
+            self.steps.extend(branch.steps.drain(..).map(|mut step| {
+                step.agent_call += offset;
+                step
+            }));
+            self.calls.append(&mut branch.calls);
+            let mut agent_names: Vec<&String> = branch.agents.keys().collect();
+            agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
+            for name in agent_names {
+                self.branch_dialogs.extend(
+                    branch.agents[name]
+                        .all_dialogs()
+                        .map(|dialog| dialog.to_record()),
+                );
+            }
+            self.branch_dialogs.append(&mut branch.branch_dialogs);
+            if let Err(error) = outcome {
+                first_error.get_or_insert(error);
+            }
+            for (index, name) in names.iter().enumerate() {
+                let output = branch.context.get(*name).cloned();
+                match (foreach, output) {
+                    (Some(_), output) => lists[index].push(output.unwrap_or(Value::Null)),
+                    (None, Some(output)) => {
+                        self.context.insert(name.to_string(), output);
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        if foreach.is_some() {
+            for (name, list) in names.iter().zip(lists) {
+                self.context.insert(name.to_string(), Value::Array(list));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn run_step(&mut self, step: &Step, stream: bool) -> Result<String, String> {
@@ -345,7 +447,7 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
                 }
                 continue;
             }
-            Check::LoopNames(names) => {
+            Check::Names(names) => {
                 known.extend(names.into_iter().map(str::to_string));
                 continue;
             }
@@ -403,9 +505,10 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
 enum Check<'a> {
     Step(&'a Step),
     Condition(&'a Condition, String),
-    /// Entering a loop: its steps' names are known inside it (from its second
-    /// round on they are defined; guard the first with `is defined`).
-    LoopNames(Vec<&'a str>),
+    /// Names known from here on: a loop's steps inside it (from its second
+    /// round on they are defined; guard the first with `is defined`), a
+    /// `foreach` element's name inside its block.
+    Names(Vec<&'a str>),
 }
 
 fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
@@ -420,10 +523,21 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                 }
                 checks.push(Check::Step(step));
             }
+            Node::Parallel {
+                foreach,
+                item,
+                nodes,
+            } => {
+                if let Some(foreach) = foreach {
+                    checks.push(Check::Condition(foreach, "parallel `foreach`".to_string()));
+                    checks.push(Check::Names(vec![item.as_str()]));
+                }
+                flatten(nodes, checks);
+            }
             Node::Loop { until, nodes, .. } => {
                 let mut names = Vec::new();
                 step_names(nodes, &mut names);
-                checks.push(Check::LoopNames(names));
+                checks.push(Check::Names(names));
                 flatten(nodes, checks);
                 if let Some(until) = until {
                     checks.push(Check::Condition(until, "loop `until`".to_string()));
@@ -437,7 +551,7 @@ fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
     for node in nodes {
         match node {
             Node::Step(step) => names.push(&step.name),
-            Node::Loop { nodes, .. } => step_names(nodes, names),
+            Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => step_names(nodes, names),
         }
     }
 }
@@ -463,6 +577,26 @@ impl Condition {
             source: source.to_string(),
             variables,
         })
+    }
+
+    /// The expression's value over `context`, as JSON.
+    pub fn value(&self, context: &Map<String, Value>) -> Result<Value, String> {
+        let environment = condition_environment();
+        let expression = environment
+            .compile_expression(&self.source)
+            .map_err(|error| error.to_string())?;
+        let value = expression
+            .eval(minijinja::Value::from(minijinja::value::Serde(context)))
+            .map_err(|error| {
+                format!(
+                    "`{}`: {}",
+                    self.source,
+                    error
+                        .detail()
+                        .map_or_else(|| error.to_string(), str::to_string)
+                )
+            })?;
+        serde_json::to_value(&value).map_err(|error| format!("`{}`: {error}", self.source))
     }
 
     /// Whether the expression is true over `context`; an undefined name is an error.

@@ -81,6 +81,13 @@ pub(crate) enum Node {
         until: Option<flow::Condition>,
         nodes: Vec<Node>,
     },
+    /// Branches run concurrently on fresh agents: each node once, or (with
+    /// `foreach`) all nodes once per element, bound to `item`.
+    Parallel {
+        foreach: Option<flow::Condition>,
+        item: String,
+        nodes: Vec<Node>,
+    },
 }
 
 pub(crate) enum ArgValue {
@@ -373,6 +380,18 @@ fn build_nodes(
                 nodes.push(Node::Loop {
                     max: settings.max,
                     until,
+                    nodes: inner,
+                });
+                continue;
+            }
+            FlowItem::Parallel(settings) => {
+                let foreach = settings.foreach.as_ref().and_then(|source| {
+                    problems.take(flow::Condition::new(source, "parallel `foreach`"))
+                });
+                let inner = build_nodes(&settings.steps, registry, toolbox, problems, prompts);
+                nodes.push(Node::Parallel {
+                    foreach,
+                    item: settings.item.clone(),
                     nodes: inner,
                 });
                 continue;
