@@ -49,3 +49,17 @@ fn the_research_agent_reads_its_notes() {
         "The parks project is due on 30 June 2027 (source: parks-project.md).\n"
     );
 }
+
+#[test]
+fn map_then_summarize_runs_one_branch_per_topic() {
+    let output = run_example("map_summarize.yaml", "tides,volcanoes,glaciers");
+    assert_eq!(
+        output.stdout,
+        "Three notes were written in parallel and summarized here.\n"
+    );
+    assert!(
+        output.stderr.contains("4 call(s)"),
+        "three notes and a summary: {}",
+        output.stderr
+    );
+}
