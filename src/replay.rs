@@ -168,7 +168,7 @@ pub fn render(record: &SessionRecord) -> String {
         let step = record
             .steps
             .iter()
-            .find(|step| step.agent_call == index)
+            .find(|step| step.agent_call == index && step.sub_tactic.is_none())
             .map(|step| step.step.as_str());
         render_call(&mut out, index + 1, step, call);
         if let Some(dialog) = dialogs
@@ -184,6 +184,18 @@ pub fn render(record: &SessionRecord) -> String {
             for (position, message) in dialog.messages().iter().enumerate() {
                 let _ = writeln!(out, "    {}", message_line(position, message));
             }
+        }
+    }
+
+    for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
+        let step = record
+            .steps
+            .iter()
+            .find(|step| step.sub_tactic == Some(index))
+            .map_or("?", |step| step.step.as_str());
+        let _ = writeln!(out, "\nstep `{step}` ran tactic `{}`:", sub.tactic.name);
+        for line in render(sub).lines() {
+            let _ = writeln!(out, "  | {line}");
         }
     }
 

@@ -3,6 +3,7 @@
 //! problem collected.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -63,9 +64,23 @@ pub struct ParallelConfig {
     pub steps: Vec<FlowItem>,
 }
 
+/// A step that runs another tactic file as a unit: `tactic: PATH` (made
+/// relative to the file that names it when loading), an optional `task` template (default: this
+/// run's task) and `args` (templates) that become the sub-tactic's arguments.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubTacticConfig {
+    pub name: String,
+    pub path: PathBuf,
+    pub task: Option<String>,
+    pub args: Map<String, Value>,
+    pub condition: Option<String>,
+    pub stop: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub enum FlowItem {
     Step(Box<StepConfig>),
+    Tactic(Box<SubTacticConfig>),
     Loop(LoopConfig),
     Parallel(ParallelConfig),
 }
@@ -227,6 +242,33 @@ impl FlowParser<'_> {
         if !self.step_names.insert(name.clone()) {
             self.problems
                 .push(format!("step `{name}` is defined twice in `flow`"));
+        }
+        if let Some(path) = step.tactic {
+            let own_keys = [
+                ("agent", step.agent.is_some()),
+                ("dialog", step.dialog.is_some()),
+                ("prompt", step.prompt.is_some()),
+                ("text", step.text.is_some()),
+                ("fork", step.fork.is_some()),
+            ];
+            for (key, _) in own_keys.iter().filter(|(_, present)| *present) {
+                self.problems.push(format!(
+                    "step `{name}` runs tactic `{path}`, so it takes no `{key}` (the sub-tactic has its own agents)"
+                ));
+            }
+            return Some(FlowItem::Tactic(Box::new(SubTacticConfig {
+                name,
+                path: PathBuf::from(path),
+                task: step.task,
+                args: step.args.unwrap_or_default(),
+                condition: step.condition,
+                stop: step.stop,
+            })));
+        }
+        if step.task.is_some() {
+            self.problems.push(format!(
+                "step `{name}`: `task` is for steps that run a `tactic`; an agent step sends `prompt` or `text`"
+            ));
         }
         let Some(agent) = step.agent else {
             self.problems.push(format!("step `{name}` has no `agent`"));

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-pub use flow::{FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput};
+pub use flow::{
+    FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
+};
 pub use merge::merge;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
@@ -190,6 +192,21 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
             if let Some(Value::String(script)) = provider.get_mut("script") {
                 *script = absolute(script);
             }
+        }
+    }
+    if let Some(Value::Array(flow)) = map.get_mut("flow") {
+        resolve_flow_paths(flow, directory);
+    }
+}
+
+/// Sub-tactic paths (`tactic:` on a step, at any depth of the flow).
+fn resolve_flow_paths(items: &mut [Value], directory: &Path) {
+    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+        if let Some(Value::String(path)) = item.get_mut("tactic") {
+            *path = directory.join(&*path).display().to_string();
+        }
+        if let Some(Value::Array(steps)) = item.get_mut("steps") {
+            resolve_flow_paths(steps, directory);
         }
     }
 }

@@ -43,7 +43,7 @@ pub const AGENT_KEYS: &[&str] = &[
 ];
 
 pub const STEP_KEYS: &[&str] = &[
-    "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop",
+    "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop", "tactic", "task",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,6 +136,10 @@ pub struct RawStep {
     pub condition: Option<String>,
     pub fork: Option<RawFork>,
     pub stop: Option<String>,
+    /// Another tactic file run as this step (a sub-tactic).
+    pub tactic: Option<String>,
+    /// The sub-tactic's task, a template (default: this run's task).
+    pub task: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -215,7 +215,7 @@ fn steps_default_their_names_and_dialog() {
         .iter()
         .filter_map(|item| match item {
             FlowItem::Step(step) => Some(step.as_ref()),
-            FlowItem::Loop(_) | FlowItem::Parallel(_) => None,
+            FlowItem::Loop(_) | FlowItem::Parallel(_) | FlowItem::Tactic(_) => None,
         })
         .collect();
     assert_eq!(steps[0].name, "step1");
@@ -223,6 +223,40 @@ fn steps_default_their_names_and_dialog() {
     assert_eq!(steps[1].name, "step2");
     assert_eq!(steps[1].dialog, "side");
     assert!(matches!(&steps[1].input, StepInput::Prompt(key) if key == "k"));
+}
+
+#[test]
+fn sub_tactic_paths_are_relative_to_the_file_that_names_them() {
+    let files = Files::new(&[
+        (
+            "shared/base.yaml",
+            "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - loop: {max: 2}\n    steps:\n      - {step: sub, tactic: inner/sub.yaml, task: \"{{ task }}!\", args: {k: 1}}\n",
+        ),
+        ("t.yaml", "base: shared/base.yaml\n"),
+        (
+            "bad.yaml",
+            "global: {model_name: m}\nagent_configs:\n  - name: a\nflow:\n  - {step: s, agent: a, text: x, task: y}\n",
+        ),
+    ]);
+    let config = files.load("t.yaml").unwrap();
+    let FlowItem::Loop(looped) = &config.flow[0] else {
+        panic!("a loop: {:?}", config.flow);
+    };
+    let FlowItem::Tactic(sub) = &looped.steps[0] else {
+        panic!("a sub-tactic step: {:?}", looped.steps);
+    };
+    assert!(
+        sub.path.ends_with("shared/inner/sub.yaml"),
+        "{}",
+        sub.path.display()
+    );
+    assert_eq!(sub.task.as_deref(), Some("{{ task }}!"));
+    assert_eq!(sub.args["k"], 1);
+    let error = files.load("bad.yaml").unwrap_err().to_string();
+    assert!(
+        error.contains("`task` is for steps that run a `tactic`"),
+        "{error}"
+    );
 }
 
 #[test]

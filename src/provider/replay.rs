@@ -52,41 +52,7 @@ pub struct ReplayProvider {
 impl ReplayProvider {
     pub fn from_record(record: &SessionRecord) -> ReplayProvider {
         let mut queue = VecDeque::new();
-        for call in &record.agent_calls {
-            for invoke in &call.invokes {
-                let messages = record
-                    .dialogs
-                    .iter()
-                    .find(|dialog| dialog.tree_node.dialog_id == invoke.request.dialog_id)
-                    .map(|dialog| {
-                        dialog
-                            .messages
-                            .iter()
-                            .take(invoke.request.messages)
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let outcome = match (&invoke.response, &invoke.error) {
-                    (Some(reply), _) => Ok(reply.clone()),
-                    (None, Some(error)) => Err(ProviderError {
-                        retry_after: None,
-                        ..error.clone()
-                    }),
-                    (None, None) => Err(ProviderError::permanent(
-                        "the record has an invoke with no outcome",
-                    )),
-                };
-                queue.push_back(Recorded {
-                    agent: call.agent.clone(),
-                    dialog: call.dialog_alias.clone(),
-                    round: invoke.step,
-                    sha256: invoke.request.sha256.clone(),
-                    messages,
-                    outcome,
-                });
-            }
-        }
+        enqueue(record, &mut queue);
         ReplayProvider {
             queue: Mutex::new(queue),
             served: Mutex::new(0),
@@ -159,6 +125,68 @@ impl ReplayProvider {
             });
         }
         recorded.outcome
+    }
+}
+
+/// The record's model calls in the order the run made them: its own calls,
+/// with each sub-tactic's calls (recursively) where its step ran.
+fn enqueue(record: &SessionRecord, queue: &mut VecDeque<Recorded>) {
+    let mut next = 0;
+    for step in &record.steps {
+        let Some(sub) = step
+            .sub_tactic
+            .and_then(|index| record.sub_tactic_sessions.get(index))
+        else {
+            continue;
+        };
+        while next < step.agent_call.min(record.agent_calls.len()) {
+            enqueue_call(record, &record.agent_calls[next], queue);
+            next += 1;
+        }
+        enqueue(sub, queue);
+    }
+    for call in record.agent_calls.iter().skip(next) {
+        enqueue_call(record, call, queue);
+    }
+}
+
+fn enqueue_call(
+    record: &SessionRecord,
+    call: &crate::agent::AgentCallSession,
+    queue: &mut VecDeque<Recorded>,
+) {
+    for invoke in &call.invokes {
+        let messages = record
+            .dialogs
+            .iter()
+            .find(|dialog| dialog.tree_node.dialog_id == invoke.request.dialog_id)
+            .map(|dialog| {
+                dialog
+                    .messages
+                    .iter()
+                    .take(invoke.request.messages)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let outcome = match (&invoke.response, &invoke.error) {
+            (Some(reply), _) => Ok(reply.clone()),
+            (None, Some(error)) => Err(ProviderError {
+                retry_after: None,
+                ..error.clone()
+            }),
+            (None, None) => Err(ProviderError::permanent(
+                "the record has an invoke with no outcome",
+            )),
+        };
+        queue.push_back(Recorded {
+            agent: call.agent.clone(),
+            dialog: call.dialog_alias.clone(),
+            round: invoke.step,
+            sha256: invoke.request.sha256.clone(),
+            messages,
+            outcome,
+        });
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
-use super::{ArgValue, Node, Step, Tactic, TaskInput};
+use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::{DialogRecord, InvokeCost};
 use crate::prompt::Prompt;
@@ -29,6 +29,34 @@ struct Run<'a> {
     sink: Option<SharedTextSink>,
     /// Dialogs of agents that ran in parallel branches.
     branch_dialogs: Vec<DialogRecord>,
+    /// Sessions of sub-tactics, in the order they ran.
+    subs: Vec<SessionRecord>,
+    /// Passed on to sub-tactics.
+    task_id: Option<String>,
+    tags: Map<String, Value>,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        tactic: &'a Tactic,
+        context: Map<String, Value>,
+        sink: Option<SharedTextSink>,
+        task_id: Option<String>,
+        tags: Map<String, Value>,
+    ) -> Run<'a> {
+        Run {
+            tactic,
+            agents: HashMap::new(),
+            calls: Vec::new(),
+            steps: Vec::new(),
+            context,
+            sink,
+            branch_dialogs: Vec::new(),
+            subs: Vec::new(),
+            task_id,
+            tags,
+        }
+    }
 }
 
 pub(super) async fn run(
@@ -41,15 +69,7 @@ pub(super) async fn run(
     let mut context = task.args.clone();
     context.insert("task".into(), task.task.clone());
     context.insert("args".into(), Value::Object(task.args.clone()));
-    let mut run = Run {
-        tactic,
-        agents: HashMap::new(),
-        calls: Vec::new(),
-        steps: Vec::new(),
-        context,
-        sink,
-        branch_dialogs: Vec::new(),
-    };
+    let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = if tactic.nodes.is_empty() {
         run.answer_directly(&task).await
     } else {
@@ -59,7 +79,12 @@ pub(super) async fn run(
         Ok(delivery) => (RunState::Success, Some(delivery), None),
         Err(error) => (RunState::Failure, None, Some(error)),
     };
-    let cost: InvokeCost = run.calls.iter().map(|call| call.cost.clone()).sum();
+    let cost: InvokeCost = run
+        .calls
+        .iter()
+        .map(|call| call.cost.clone())
+        .chain(run.subs.iter().map(|sub| sub.cost.clone()))
+        .sum();
     let mut dialogs = Vec::new();
     let mut agent_names: Vec<&String> = run.agents.keys().collect();
     agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
@@ -105,6 +130,7 @@ pub(super) async fn run(
         cost_known: cost.cost_known,
         cost,
         agent_calls: run.calls,
+        sub_tactic_sessions: run.subs,
     }
 }
 
@@ -176,24 +202,25 @@ impl Run<'_> {
             for node in nodes {
                 match node {
                     Node::Step(step) => {
-                        if let Some(condition) = &step.condition {
-                            if !condition
-                                .holds(&self.context)
-                                .map_err(|error| format!("step `{}`: {error}", step.name))?
-                            {
-                                continue;
-                            }
+                        if !self.holds(&step.name, step.condition.as_ref(), true)? {
+                            continue;
                         }
                         last = self
                             .run_step(step, streamed == Some(step.name.as_str()))
                             .await?;
-                        if let Some(stop) = &step.stop {
-                            if stop
-                                .holds(&self.context)
-                                .map_err(|error| format!("step `{}`: {error}", step.name))?
-                            {
-                                return Ok((last, true));
-                            }
+                        if self.holds(&step.name, step.stop.as_ref(), false)? {
+                            return Ok((last, true));
+                        }
+                    }
+                    Node::Tactic(step) => {
+                        if !self.holds(&step.name, step.condition.as_ref(), true)? {
+                            continue;
+                        }
+                        last = self
+                            .run_sub_tactic(step, streamed == Some(step.name.as_str()))
+                            .await?;
+                        if self.holds(&step.name, step.stop.as_ref(), false)? {
+                            return Ok((last, true));
                         }
                     }
                     Node::Parallel {
@@ -258,15 +285,13 @@ impl Run<'_> {
         };
         let tactic = self.tactic;
         let runs = branches.into_iter().map(|(context, nodes)| {
-            let mut branch = Run {
+            let mut branch = Run::new(
                 tactic,
-                agents: HashMap::new(),
-                calls: Vec::new(),
-                steps: Vec::new(),
                 context,
-                sink: None,
-                branch_dialogs: Vec::new(),
-            };
+                None,
+                self.task_id.clone(),
+                self.tags.clone(),
+            );
             async move {
                 let outcome = branch.run_nodes(nodes, None).await;
                 (branch, outcome)
@@ -279,11 +304,16 @@ impl Run<'_> {
         let mut first_error = None;
         for (mut branch, outcome) in finished {
             let offset = self.calls.len();
+            let sub_offset = self.subs.len();
             self.steps.extend(branch.steps.drain(..).map(|mut step| {
                 step.agent_call += offset;
+                if let Some(sub) = &mut step.sub_tactic {
+                    *sub += sub_offset;
+                }
                 step
             }));
             self.calls.append(&mut branch.calls);
+            self.subs.append(&mut branch.subs);
             let mut agent_names: Vec<&String> = branch.agents.keys().collect();
             agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
             for name in agent_names {
@@ -316,9 +346,25 @@ impl Run<'_> {
         first_error.map_or(Ok(()), Err)
     }
 
-    async fn run_step(&mut self, step: &Step, stream: bool) -> Result<String, String> {
-        let mut prompt_args = self.context.clone();
-        for (name, value) in &step.args {
+    /// Whether a step's `if` (or `stop`) holds; `absent` when it has none.
+    fn holds(
+        &self,
+        step: &str,
+        condition: Option<&Condition>,
+        absent: bool,
+    ) -> Result<bool, String> {
+        match condition {
+            Some(condition) => condition
+                .holds(&self.context)
+                .map_err(|error| format!("step `{step}`: {error}")),
+            None => Ok(absent),
+        }
+    }
+
+    /// A step's `args` rendered over the run context.
+    fn render_args(&self, args: &[(String, ArgValue)]) -> Result<Map<String, Value>, String> {
+        let mut rendered = Map::new();
+        for (name, value) in args {
             let value = match value {
                 ArgValue::Template(template) => Value::String(
                     template
@@ -327,8 +373,66 @@ impl Run<'_> {
                 ),
                 ArgValue::Literal(value) => value.clone(),
             };
-            prompt_args.insert(name.clone(), value);
+            rendered.insert(name.clone(), value);
         }
+        Ok(rendered)
+    }
+
+    /// Runs another tactic as one step: its delivery is the step's content,
+    /// its session nests in this one's record.
+    async fn run_sub_tactic(&mut self, step: &SubStep, stream: bool) -> Result<String, String> {
+        let task = match &step.task {
+            Some(template) => Value::String(
+                template
+                    .render(&self.context)
+                    .map_err(|error| format!("step `{}`: {error}", step.name))?,
+            ),
+            None => self.context.get("task").cloned().unwrap_or(Value::Null),
+        };
+        let input = TaskInput {
+            id: self.task_id.clone(),
+            task,
+            args: self.render_args(&step.args)?,
+            tags: self.tags.clone(),
+        };
+        let record = match (stream, &self.sink) {
+            (true, Some(sink)) => step.tactic.run_streaming(input, sink.clone()).await,
+            _ => Box::pin(step.tactic.run(input)).await,
+        };
+        let outcome = match (&record.state, &record.delivery) {
+            (RunState::Success, Some(delivery)) => {
+                self.context.insert(
+                    step.name.clone(),
+                    json!({
+                        "content": delivery,
+                        "parsed": null,
+                        "model": null,
+                        "cost": record.cost.cost,
+                    }),
+                );
+                Ok(delivery.clone())
+            }
+            _ => Err(format!(
+                "step `{}`: tactic `{}` failed: {}",
+                step.name,
+                record.tactic.name,
+                record.error.as_deref().unwrap_or("no delivery")
+            )),
+        };
+        self.steps.push(StepRecord {
+            step: step.name.clone(),
+            agent: record.tactic.name.clone(),
+            dialog: String::new(),
+            agent_call: self.calls.len(),
+            sub_tactic: Some(self.subs.len()),
+        });
+        self.subs.push(record);
+        outcome
+    }
+
+    async fn run_step(&mut self, step: &Step, stream: bool) -> Result<String, String> {
+        let mut prompt_args = self.context.clone();
+        prompt_args.extend(self.render_args(&step.args)?);
         let context = self.context.clone();
         let sink = if stream { self.sink.clone() } else { None };
         let agent = self.agent(&step.agent)?;
@@ -384,6 +488,7 @@ impl Run<'_> {
             agent: agent.to_string(),
             dialog: dialog.to_string(),
             agent_call: self.calls.len(),
+            sub_tactic: None,
         });
         self.calls.push(session);
         outcome
@@ -451,6 +556,33 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
                 known.extend(names.into_iter().map(str::to_string));
                 continue;
             }
+            Check::Tactic(step) => {
+                if let Some(task) = &step.task {
+                    missing(task, &known, &format!("step `{}` `task`", step.name));
+                }
+                let mut names = BTreeSet::new();
+                for (name, value) in &step.args {
+                    if let ArgValue::Template(template) = value {
+                        missing(
+                            template,
+                            &known,
+                            &format!("step `{}` argument `{name}`", step.name),
+                        );
+                    }
+                    names.insert(name.clone());
+                }
+                if let Err(error) = step.tactic.check(&names) {
+                    problems_extra.extend(error.problems.into_iter().map(|problem| {
+                        format!(
+                            "step `{}` (tactic `{}`): {problem}",
+                            step.name,
+                            step.tactic.config.path.display()
+                        )
+                    }));
+                }
+                known.insert(step.name.clone());
+                continue;
+            }
             Check::Step(step) => step,
         };
         if opened.insert((step.agent.clone(), step.dialog.clone())) {
@@ -475,22 +607,6 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
         }
         missing(&step.prompt, &step_known, &format!("step `{}`", step.name));
         known.insert(step.name.clone());
-        if let Some(stop) = &step.stop {
-            let absent: Vec<String> = stop
-                .variables
-                .iter()
-                .filter(|name| !known.contains(*name))
-                .map(|name| format!("`{name}`"))
-                .collect();
-            if !absent.is_empty() {
-                problems_extra.push(format!(
-                    "step `{}` `stop`: `{}` needs {}",
-                    step.name,
-                    stop.source,
-                    absent.join(", ")
-                ));
-            }
-        }
     }
     if let Some(result) = &tactic.result {
         missing(result, &known, "`result`");
@@ -504,6 +620,7 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
 /// its body (so it may name the loop's steps).
 enum Check<'a> {
     Step(&'a Step),
+    Tactic(&'a SubStep),
     Condition(&'a Condition, String),
     /// Names known from here on: a loop's steps inside it (from its second
     /// round on they are defined; guard the first with `is defined`), a
@@ -522,6 +639,27 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                     ));
                 }
                 checks.push(Check::Step(step));
+                if let Some(stop) = &step.stop {
+                    checks.push(Check::Condition(
+                        stop,
+                        format!("step `{}` `stop`", step.name),
+                    ));
+                }
+            }
+            Node::Tactic(step) => {
+                if let Some(condition) = &step.condition {
+                    checks.push(Check::Condition(
+                        condition,
+                        format!("step `{}` `if`", step.name),
+                    ));
+                }
+                checks.push(Check::Tactic(step));
+                if let Some(stop) = &step.stop {
+                    checks.push(Check::Condition(
+                        stop,
+                        format!("step `{}` `stop`", step.name),
+                    ));
+                }
             }
             Node::Parallel {
                 foreach,
@@ -551,6 +689,7 @@ fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
     for node in nodes {
         match node {
             Node::Step(step) => names.push(&step.name),
+            Node::Tactic(step) => names.push(&step.name),
             Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => step_names(nodes, names),
         }
     }

@@ -10,6 +10,7 @@ mod flow;
 pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::agent::context::{ContextManagers, ContextSettings};
 use crate::agent::{AgentSpec, Limits, Runtime};
-use crate::config::{FlowItem, StepInput, SystemPrompt, TacticConfig};
+use crate::config::{FlowItem, StepInput, SubTacticConfig, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
 use crate::provider::ToolSpec;
 use crate::provider::models::ModelTable;
@@ -74,8 +75,21 @@ pub(crate) struct Step {
 }
 
 /// The flow as the engine runs it.
+/// A flow step that runs another tactic as a unit.
+pub(crate) struct SubStep {
+    pub name: String,
+    pub tactic: Arc<Tactic>,
+    /// The sub-tactic's task; `None` passes this run's task on.
+    pub task: Option<Arc<Prompt>>,
+    /// The sub-tactic's arguments; strings are templates over the run context.
+    pub args: Vec<(String, ArgValue)>,
+    pub condition: Option<flow::Condition>,
+    pub stop: Option<flow::Condition>,
+}
+
 pub(crate) enum Node {
     Step(Step),
+    Tactic(SubStep),
     Loop {
         max: u32,
         until: Option<flow::Condition>,
@@ -138,7 +152,15 @@ impl Tactic {
         env: &dyn Fn(&str) -> Option<String>,
         context_managers: &ContextManagers,
     ) -> Result<Tactic> {
-        Tactic::build_inner(config, env, context_managers, None)
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                context_managers,
+                replacement: None,
+                stack: Vec::new(),
+            },
+        )
     }
 
     /// `build` with every model served by `provider` (a replay of a record).
@@ -148,18 +170,29 @@ impl Tactic {
     ) -> Result<Tactic> {
         Tactic::build_inner(
             config,
-            &|_| None,
-            &ContextManagers::with_builtins(),
-            Some(provider),
+            &Builder {
+                env: &|_| None,
+                context_managers: &ContextManagers::with_builtins(),
+                replacement: Some(provider),
+                stack: Vec::new(),
+            },
         )
     }
 
-    fn build_inner(
-        config: TacticConfig,
-        env: &dyn Fn(&str) -> Option<String>,
-        context_managers: &ContextManagers,
-        replacement: Option<Arc<dyn crate::provider::Provider>>,
-    ) -> Result<Tactic> {
+    fn build_inner(config: TacticConfig, builder: &Builder<'_>) -> Result<Tactic> {
+        let Builder {
+            env,
+            context_managers,
+            ..
+        } = *builder;
+        let replacement = builder.replacement.clone();
+        let mut stack = builder.stack.clone();
+        stack.push(canonical(&config.path));
+        let builder = Builder {
+            stack,
+            replacement: replacement.clone(),
+            ..*builder
+        };
         let mut problems = Problems(Vec::new());
         let registry = if config.prompts_dir.is_dir() {
             problems
@@ -251,6 +284,7 @@ impl Tactic {
             &toolbox,
             &mut problems,
             &mut prompts,
+            &builder,
         );
         let result = config.result.as_ref().and_then(|text| {
             problems
@@ -361,12 +395,118 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
     toolbox
 }
 
+/// What building a tactic passes on to the tactics its steps run.
+struct Builder<'a> {
+    env: &'a dyn Fn(&str) -> Option<String>,
+    context_managers: &'a ContextManagers,
+    replacement: Option<Arc<dyn crate::provider::Provider>>,
+    /// The tactic files being built, outermost first (to find cycles).
+    stack: Vec<PathBuf>,
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Loads and builds the tactic a step runs; its problems are this tactic's,
+/// each naming the step and the file.
+fn build_sub_tactic(
+    step: &SubTacticConfig,
+    builder: &Builder<'_>,
+    problems: &mut Problems,
+) -> Option<SubStep> {
+    let place = format!("step `{}` (tactic `{}`)", step.name, step.path.display());
+    let path = canonical(&step.path);
+    if builder.stack.contains(&path) {
+        let mut chain: Vec<String> = builder
+            .stack
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        chain.push(path.display().to_string());
+        problems.push(format!(
+            "{place}: tactics run each other in a cycle: {}",
+            chain.join(" → ")
+        ));
+        return None;
+    }
+    let config = match crate::config::load(&step.path) {
+        Ok(config) => config,
+        Err(error) => {
+            for line in error.to_string().lines() {
+                problems.push(format!("{place}: {line}"));
+            }
+            return None;
+        }
+    };
+    for warning in &config.warnings {
+        crate::report::warn(&format!("{place}: {warning}"));
+    }
+    let tactic = match Tactic::build_inner(config, builder) {
+        Ok(tactic) => tactic,
+        Err(error) => {
+            for problem in error.problems {
+                problems.push(format!("{place}: {problem}"));
+            }
+            return None;
+        }
+    };
+    let task = step.task.as_ref().and_then(|text| {
+        problems
+            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
+            .map(Arc::new)
+    });
+    let args = template_args(&step.name, &step.args, problems);
+    let condition = step.condition.as_ref().and_then(|source| {
+        problems.take(flow::Condition::new(
+            source,
+            &format!("step `{}` `if`", step.name),
+        ))
+    });
+    let stop = step.stop.as_ref().and_then(|source| {
+        problems.take(flow::Condition::new(
+            source,
+            &format!("step `{}` `stop`", step.name),
+        ))
+    });
+    Some(SubStep {
+        name: step.name.clone(),
+        tactic: Arc::new(tactic),
+        task,
+        args,
+        condition,
+        stop,
+    })
+}
+
+/// A step's `args`: strings are templates, anything else a literal value.
+fn template_args(
+    step: &str,
+    values: &serde_json::Map<String, Value>,
+    problems: &mut Problems,
+) -> Vec<(String, ArgValue)> {
+    let mut args = Vec::new();
+    for (name, value) in values {
+        let value = match value {
+            Value::String(text) => problems
+                .take(Prompt::new(format!("{step}.args.{name}"), text.clone()))
+                .map(|prompt| ArgValue::Template(Arc::new(prompt))),
+            other => Some(ArgValue::Literal(other.clone())),
+        };
+        if let Some(value) = value {
+            args.push((name.clone(), value));
+        }
+    }
+    args
+}
+
 fn build_nodes(
     items: &[FlowItem],
     registry: &Registry,
     toolbox: &Toolbox,
     problems: &mut Problems,
     prompts: &mut BTreeMap<String, Arc<Prompt>>,
+    builder: &Builder<'_>,
 ) -> Vec<Node> {
     let mut nodes = Vec::new();
     for item in items {
@@ -376,7 +516,14 @@ fn build_nodes(
                     .until
                     .as_ref()
                     .and_then(|source| problems.take(flow::Condition::new(source, "loop `until`")));
-                let inner = build_nodes(&settings.steps, registry, toolbox, problems, prompts);
+                let inner = build_nodes(
+                    &settings.steps,
+                    registry,
+                    toolbox,
+                    problems,
+                    prompts,
+                    builder,
+                );
                 nodes.push(Node::Loop {
                     max: settings.max,
                     until,
@@ -388,12 +535,23 @@ fn build_nodes(
                 let foreach = settings.foreach.as_ref().and_then(|source| {
                     problems.take(flow::Condition::new(source, "parallel `foreach`"))
                 });
-                let inner = build_nodes(&settings.steps, registry, toolbox, problems, prompts);
+                let inner = build_nodes(
+                    &settings.steps,
+                    registry,
+                    toolbox,
+                    problems,
+                    prompts,
+                    builder,
+                );
                 nodes.push(Node::Parallel {
                     foreach,
                     item: settings.item.clone(),
                     nodes: inner,
                 });
+                continue;
+            }
+            FlowItem::Tactic(step) => {
+                nodes.extend(build_sub_tactic(step, builder, problems).map(Node::Tactic));
                 continue;
             }
             FlowItem::Step(step) => step,
@@ -410,21 +568,7 @@ fn build_nodes(
                 .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
                 .map(Arc::new),
         };
-        let mut args = Vec::new();
-        for (name, value) in &step.args {
-            let value = match value {
-                Value::String(text) => problems
-                    .take(Prompt::new(
-                        format!("{}.args.{name}", step.name),
-                        text.clone(),
-                    ))
-                    .map(|prompt| ArgValue::Template(Arc::new(prompt))),
-                other => Some(ArgValue::Literal(other.clone())),
-            };
-            if let Some(value) = value {
-                args.push((name.clone(), value));
-            }
-        }
+        let args = template_args(&step.name, &step.args, problems);
         let condition = step.condition.as_ref().and_then(|source| {
             problems.take(flow::Condition::new(
                 source,

@@ -44,8 +44,12 @@ pub struct StepRecord {
     pub step: String,
     pub agent: String,
     pub dialog: String,
-    /// Index into `agent_calls`.
+    /// Index into `agent_calls`; for a sub-tactic step, the number of this
+    /// session's agent calls made before it (its place in the call order).
     pub agent_call: usize,
+    /// For a step that ran another tactic: index into `sub_tactic_sessions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_tactic: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,14 +73,24 @@ pub struct SessionRecord {
     pub steps: Vec<StepRecord>,
     pub dialogs: Vec<DialogRecord>,
     pub agent_calls: Vec<AgentCallSession>,
+    /// Sessions of the tactics this one's steps ran, in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_tactic_sessions: Vec<SessionRecord>,
+    /// Everything the run spent, sub-tactics included.
     pub cost: InvokeCost,
     pub cost_known: bool,
 }
 
 impl SessionRecord {
-    /// Invokes sent to providers (attempts included).
+    /// Invokes sent to providers (attempts included), sub-tactics included.
     pub fn invoke_count(&self) -> usize {
-        self.agent_calls.iter().map(|call| call.invokes.len()).sum()
+        let own: usize = self.agent_calls.iter().map(|call| call.invokes.len()).sum();
+        let nested: usize = self
+            .sub_tactic_sessions
+            .iter()
+            .map(SessionRecord::invoke_count)
+            .sum();
+        own + nested
     }
 
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
