@@ -78,6 +78,10 @@ pub struct RunArgs {
     /// Print the resolved tactic as JSON and exit.
     #[arg(long)]
     pub show_config: bool,
+    /// Render the first turns and print the exact request bodies (endpoint
+    /// and JSON, no headers) without sending anything; no record is written.
+    #[arg(long, conflicts_with_all = ["show_config", "stream"])]
+    pub dry_run: bool,
     /// Print the final turn's text as it arrives (the delivery follows if a
     /// `result` template makes it different).
     #[arg(long)]

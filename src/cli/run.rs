@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::RunArgs;
 use crate::error::{Error, Outcome, Result};
+use crate::provider::dry_run::{Captured, DryRun, NOT_SENT};
 use crate::tactic::{RunState, SessionRecord, Tactic, TaskInput};
 
 pub async fn run(args: RunArgs) -> Result<Outcome> {
@@ -35,7 +36,15 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         args: parse_vars(&args.vars)?,
         tags: Map::new(),
     };
-    let tactic = Tactic::build(config, &|name| std::env::var(name).ok())?;
+    let env = |name: &str| std::env::var(name).ok();
+    if args.dry_run {
+        let log = std::sync::Arc::new(DryRun::default());
+        let tactic = Tactic::build_dry_run(config, &env, log.clone())?;
+        tactic.check(&task.args.keys().cloned().collect())?;
+        let record = tactic.run(task).await;
+        return show_dry_run(&record, &log.captured());
+    }
+    let tactic = Tactic::build(config, &env)?;
     let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
     tactic.check(&arg_names)?;
 
@@ -103,6 +112,56 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         RunState::Success => Outcome::Success,
         RunState::Failure => Outcome::Failed,
     })
+}
+
+/// Prints each captured request, named by the agent and dialog that made it.
+fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome> {
+    let mut stdout = std::io::stdout().lock();
+    for (index, request) in captured.iter().enumerate() {
+        let place = who_sent(record, &request.sha256)
+            .map(|(agent, dialog, model)| {
+                format!(" · agent `{agent}` · dialog `{dialog}` · model {model}")
+            })
+            .unwrap_or_default();
+        let body = serde_json::to_string_pretty(&request.wire.body).unwrap_or_default();
+        let _ = writeln!(
+            stdout,
+            "── request {} of {}{place}\nPOST {}\n{body}\n",
+            index + 1,
+            captured.len(),
+            request.wire.url
+        );
+    }
+    let _ = stdout.flush();
+    match record.error.as_deref() {
+        Some(error) if !error.contains(NOT_SENT) => {
+            eprintln!("lllm: dry run: the run failed before sending: {error}");
+            Ok(Outcome::Failed)
+        }
+        _ => {
+            eprintln!(
+                "lllm: dry run: {} request(s) shown, nothing sent; later turns need model replies",
+                captured.len()
+            );
+            Ok(Outcome::Success)
+        }
+    }
+}
+
+/// The agent, dialog and model of the invoke with this request digest.
+fn who_sent(record: &SessionRecord, sha256: &str) -> Option<(String, String, String)> {
+    for call in &record.agent_calls {
+        for invoke in &call.invokes {
+            if invoke.request.sha256 == sha256 {
+                let model = call.model.clone();
+                return Some((call.agent.clone(), call.dialog_alias.clone(), model));
+            }
+        }
+    }
+    record
+        .sub_tactic_sessions
+        .iter()
+        .find_map(|sub| who_sent(sub, sha256))
 }
 
 fn read_task(args: &RunArgs) -> Result<String> {

@@ -372,6 +372,13 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         Box::pin(self.send(request))
     }
+
+    fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
+        super::WireRequest {
+            url: format!("{}/messages", self.base_url.trim_end_matches('/')),
+            body: build_request(request),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,23 @@ pub trait Provider: Send + Sync {
         &'a self,
         request: ChatRequest<'a>,
     ) -> BoxFuture<'a, Result<Message, ProviderError>>;
+
+    /// Where `invoke` would send `request` and the exact body, without
+    /// sending it (`lllm run --dry-run`). Never includes headers or keys.
+    /// Offline providers show the chat-completions shape.
+    fn wire_request(&self, request: &ChatRequest<'_>) -> WireRequest {
+        WireRequest {
+            url: "(offline, nothing is sent)".into(),
+            body: openai::build_request(request, &openai::WireOptions::default()),
+        }
+    }
+}
+
+/// A request as it would go on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireRequest {
+    pub url: String,
+    pub body: Value,
 }
 
 mod optional_millis {
@@ -133,6 +150,7 @@ mod optional_millis {
 }
 
 pub mod anthropic;
+pub mod dry_run;
 pub mod exchange;
 pub mod http;
 pub mod limit;

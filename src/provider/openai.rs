@@ -398,13 +398,20 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
+    fn wire(&self, request: &ChatRequest<'_>) -> super::WireRequest {
+        let (endpoint, body) = if request.api_type == ApiType::Response {
+            let body = super::responses::build_request(request, self.options.developer_role);
+            ("responses", body)
+        } else {
+            ("chat/completions", build_request(request, &self.options))
+        };
+        let url = format!("{}/{endpoint}", self.base_url.trim_end_matches('/'));
+        super::WireRequest { url, body }
+    }
+
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let responses = request.api_type == ApiType::Response;
-        let body = if responses {
-            super::responses::build_request(&request, self.options.developer_role)
-        } else {
-            build_request(&request, &self.options)
-        };
+        let super::WireRequest { url, body } = self.wire(&request);
         let bearer = self
             .api_key
             .as_ref()
@@ -418,12 +425,6 @@ impl OpenAiProvider {
             pairs.push(("authorization", bearer));
         }
         let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
-        let endpoint = if responses {
-            "responses"
-        } else {
-            "chat/completions"
-        };
-        let url = format!("{}/{endpoint}", self.base_url.trim_end_matches('/'));
         let target = Target {
             client: &self.client,
             url: &url,
@@ -462,6 +463,10 @@ impl Provider for OpenAiProvider {
         request: ChatRequest<'a>,
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         Box::pin(self.send(request))
+    }
+
+    fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
+        self.wire(request)
     }
 }
 

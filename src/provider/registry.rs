@@ -178,6 +178,8 @@ pub struct Providers {
     env: BTreeMap<String, Option<String>>,
     /// Serves every model instead of its own provider (replays).
     replacement: Option<Arc<dyn Provider>>,
+    /// Captures requests instead of sending them (`--dry-run`).
+    dry_run: Option<Arc<super::dry_run::DryRun>>,
 }
 
 impl Providers {
@@ -185,6 +187,12 @@ impl Providers {
     /// `lllm replay --rerun` answers from a record this way.
     pub fn serve_all_with(mut self, provider: Arc<dyn Provider>) -> Providers {
         self.replacement = Some(provider);
+        self
+    }
+
+    /// Every provider shows its requests to `log` instead of sending them.
+    pub fn dry_run(mut self, log: Arc<super::dry_run::DryRun>) -> Providers {
+        self.dry_run = Some(log);
         self
     }
 
@@ -226,6 +234,7 @@ impl Providers {
             client,
             env,
             replacement: None,
+            dry_run: None,
         })
     }
 
@@ -263,7 +272,13 @@ impl Providers {
                 .map_or(RetryPolicy::default().cap, Duration::from_millis),
             ..RetryPolicy::default()
         };
-        let provider = self.provider(provider_name, model_name, model)?;
+        let mut provider = self.provider(provider_name, model_name, model)?;
+        if let Some(log) = &self.dry_run {
+            provider = Arc::new(super::dry_run::DryRunProvider {
+                inner: provider,
+                log: log.clone(),
+            });
+        }
         Ok(Resolved {
             provider,
             provider_name: provider_name.to_string(),

@@ -158,6 +158,7 @@ impl Tactic {
                 env,
                 context_managers,
                 replacement: None,
+                dry_run: None,
                 stack: Vec::new(),
             },
         )
@@ -174,6 +175,26 @@ impl Tactic {
                 env: &|_| None,
                 context_managers: &ContextManagers::with_builtins(),
                 replacement: Some(provider),
+                dry_run: None,
+                stack: Vec::new(),
+            },
+        )
+    }
+
+    /// `build` with every request captured in `log` instead of sent
+    /// (`lllm run --dry-run`).
+    pub fn build_dry_run(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        log: Arc<crate::provider::dry_run::DryRun>,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                context_managers: &ContextManagers::with_builtins(),
+                replacement: None,
+                dry_run: Some(log),
                 stack: Vec::new(),
             },
         )
@@ -186,11 +207,13 @@ impl Tactic {
             ..
         } = *builder;
         let replacement = builder.replacement.clone();
+        let dry_run = builder.dry_run.clone();
         let mut stack = builder.stack.clone();
         stack.push(canonical(&config.path));
         let builder = Builder {
             stack,
             replacement: replacement.clone(),
+            dry_run: dry_run.clone(),
             ..*builder
         };
         let mut problems = Problems(Vec::new());
@@ -203,12 +226,14 @@ impl Tactic {
         };
 
         let toolbox = build_toolbox(&config, &mut problems);
-        let providers = problems
-            .take(Providers::new(&config.providers, env))
-            .map(|providers| match replacement {
-                Some(provider) => providers.serve_all_with(provider),
-                None => providers,
-            });
+        let providers =
+            problems
+                .take(Providers::new(&config.providers, env))
+                .map(|providers| match (replacement, dry_run) {
+                    (Some(provider), _) => providers.serve_all_with(provider),
+                    (None, Some(log)) => providers.dry_run(log),
+                    (None, None) => providers,
+                });
         let mut prompts = BTreeMap::new();
 
         let mut agents = IndexMap::new();
@@ -400,6 +425,7 @@ struct Builder<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
     context_managers: &'a ContextManagers,
     replacement: Option<Arc<dyn crate::provider::Provider>>,
+    dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
     /// The tactic files being built, outermost first (to find cycles).
     stack: Vec<PathBuf>,
 }

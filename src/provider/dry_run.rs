@@ -1,0 +1,65 @@
+//! `lllm run --dry-run`: every provider is wrapped so that a request is
+//! captured as it would go on the wire (endpoint and body, never headers) and
+//! not sent. The call then fails, so a run stops after its first turns.
+
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+
+use super::{ChatRequest, Provider, ProviderError, WireRequest};
+use crate::agent::session::request_sha256;
+use crate::dialog::Message;
+
+/// The error a dry-run call ends with.
+pub const NOT_SENT: &str = "dry run: the request was not sent";
+
+/// One captured request.
+#[derive(Debug, Clone)]
+pub struct Captured {
+    /// The request digest, as the session record has it (to name the agent).
+    pub sha256: String,
+    pub wire: WireRequest,
+}
+
+/// What a dry run captured, in the order the requests were made.
+#[derive(Default)]
+pub struct DryRun {
+    captured: Mutex<Vec<Captured>>,
+}
+
+impl DryRun {
+    pub fn captured(&self) -> Vec<Captured> {
+        self.captured
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// A provider that shows instead of sends.
+pub struct DryRunProvider {
+    pub inner: Arc<dyn Provider>,
+    pub log: Arc<DryRun>,
+}
+
+impl Provider for DryRunProvider {
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        let captured = Captured {
+            sha256: request_sha256(&request),
+            wire: self.inner.wire_request(&request),
+        };
+        self.log
+            .captured
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(captured);
+        Box::pin(async { Err(ProviderError::permanent(NOT_SENT)) })
+    }
+
+    fn wire_request(&self, request: &ChatRequest<'_>) -> WireRequest {
+        self.inner.wire_request(request)
+    }
+}
