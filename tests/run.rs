@@ -1003,3 +1003,46 @@ flow:
         output.stderr
     );
 }
+
+#[test]
+fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - text: \"first done\"\n  - {text: \"too late\", delay_ms: 30000}\n",
+    );
+    let yaml = tactic(
+        &server.base_url(),
+        "flow:\n  - {step: one, agent: assistant, text: \"a\"}\n  - {step: two, agent: assistant, text: \"b\"}\n",
+    );
+    let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
+    let child = test
+        .command(&["run", "t.yaml", "--task", "x", "--record", "record.json"])
+        .spawn()
+        .expect("start lllm");
+    // The server logs a request when it answers: wait for the first answer,
+    // then give the client time to send the second (slow) request.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while server.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first request never came"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let output = common::Output::of(child.wait_with_output().expect("wait"));
+    output.expect_code(130);
+    assert!(output.stderr.contains("interrupted"), "{}", output.stderr);
+    let record = record(&test);
+    assert_eq!(record["state"], "failure");
+    assert_eq!(record["error"], "interrupted");
+    let calls = record["agent_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "the finished call is kept");
+    assert_eq!(calls[0]["delivery"]["content"], "first done");
+}

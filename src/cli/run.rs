@@ -49,29 +49,27 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     tactic.check(&arg_names)?;
 
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let run = async {
-        if args.stream {
-            let seen = streamed.clone();
-            let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
-                let mut stdout = std::io::stdout().lock();
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-                seen.lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push_str(text);
-            });
-            tactic.run_streaming(task, sink).await
-        } else {
-            tactic.run(task).await
+    let sink = args.stream.then(|| {
+        let seen = streamed.clone();
+        let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+            seen.lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push_str(text);
+        });
+        sink
+    });
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
         }
+        interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
     };
-    let record = tokio::select! {
-        record = run => record,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("lllm: interrupted");
-            return Ok(Outcome::Interrupted);
-        }
-    };
+    let record = tactic.run_until(task, sink, interrupt).await;
+    let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     let record_path = if args.no_record {
         None
     } else {
@@ -109,6 +107,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         eprintln!("{}", summary(&record, record_path.as_deref()));
     }
     Ok(match record.state {
+        _ if interrupted => Outcome::Interrupted,
         RunState::Success => Outcome::Success,
         RunState::Failure => Outcome::Failed,
     })

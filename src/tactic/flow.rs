@@ -59,10 +59,17 @@ impl<'a> Run<'a> {
     }
 }
 
+/// The error of a run stopped from outside (Ctrl-C).
+pub const INTERRUPTED: &str = "interrupted";
+
+/// Runs `task`; when `interrupt` completes first, the run stops there and the
+/// record holds every agent call that had finished (the one in flight and any
+/// running `parallel` branches are dropped).
 pub(super) async fn run(
     tactic: &Tactic,
     task: TaskInput,
     sink: Option<SharedTextSink>,
+    interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -70,10 +77,18 @@ pub(super) async fn run(
     context.insert("task".into(), task.task.clone());
     context.insert("args".into(), Value::Object(task.args.clone()));
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
-    let outcome = if tactic.nodes.is_empty() {
-        run.answer_directly(&task).await
-    } else {
-        run.steps().await
+    let outcome = {
+        let work = async {
+            if tactic.nodes.is_empty() {
+                run.answer_directly(&task).await
+            } else {
+                run.steps().await
+            }
+        };
+        tokio::select! {
+            outcome = work => outcome,
+            () = interrupt => Err(INTERRUPTED.to_string()),
+        }
     };
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),

@@ -363,7 +363,7 @@ impl Tactic {
 
     /// Runs one task to its session record.
     pub async fn run(&self, task: TaskInput) -> SessionRecord {
-        flow::run(self, task, None).await
+        flow::run(self, task, None, std::future::pending()).await
     }
 
     /// Runs one task, handing the final turn's text to `sink` as it arrives.
@@ -372,7 +372,19 @@ impl Tactic {
         task: TaskInput,
         sink: crate::agent::SharedTextSink,
     ) -> SessionRecord {
-        flow::run(self, task, Some(sink)).await
+        flow::run(self, task, Some(sink), std::future::pending()).await
+    }
+
+    /// Runs one task until `interrupt` completes; an interrupted run is a
+    /// `failure` record with error `interrupted` holding every agent call that
+    /// had finished, so what was spent stays on record.
+    pub async fn run_until(
+        &self,
+        task: TaskInput,
+        sink: Option<crate::agent::SharedTextSink>,
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> SessionRecord {
+        flow::run(self, task, sink, interrupt).await
     }
 }
 

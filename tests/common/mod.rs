@@ -54,9 +54,9 @@ impl Test {
         self
     }
 
-    /// Runs `lllm` with `args` in the test dir, with an environment holding only
-    /// PATH, HOME and what the test set.
-    pub fn run(&self, args: &[&str]) -> Output {
+    /// `lllm` with `args` in the test dir, with an environment holding only
+    /// PATH, HOME and what the test set; stdout and stderr piped.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_lllm"));
         command
             .args(args)
@@ -74,7 +74,12 @@ impl Test {
         for (key, value) in &self.env {
             command.env(key, value);
         }
-        let mut child = command.spawn().expect("start lllm");
+        command
+    }
+
+    /// Runs `lllm` with `args` to the end (see `command`).
+    pub fn run(&self, args: &[&str]) -> Output {
+        let mut child = self.command(args).spawn().expect("start lllm");
         if let Some(text) = &self.stdin {
             use std::io::Write;
             let mut stdin = child.stdin.take().expect("stdin");
@@ -95,6 +100,14 @@ impl Test {
 }
 
 impl Output {
+    pub fn of(output: std::process::Output) -> Output {
+        Output {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
     #[track_caller]
     pub fn expect_code(&self, code: i32) -> &Output {
         assert_eq!(
