@@ -47,6 +47,12 @@ pub enum Modality {
     Image,
 }
 
+impl Modality {
+    fn is_text(&self) -> bool {
+        *self == Modality::Text
+    }
+}
+
 /// Which OpenAI API family produced or should receive a message (seed `APITypes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -54,6 +60,12 @@ pub enum ApiType {
     #[default]
     Completion,
     Response,
+}
+
+impl ApiType {
+    fn is_completion(&self) -> bool {
+        *self == ApiType::Completion
+    }
 }
 
 /// One alternative token and its log probability.
@@ -145,23 +157,25 @@ pub struct Message {
     /// Text, or base64 image bytes when `modality` is `Image`.
     pub content: String,
     pub name: String,
-    #[serde(default)]
+    // Empty and default fields are left out of records (they are most of a
+    // message) and read back as their defaults.
+    #[serde(default, skip_serializing_if = "Modality::is_text")]
     pub modality: Modality,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub function_calls: Vec<FunctionCall>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub parsed: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub usage: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub logprobs: Vec<TokenLogprob>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "ApiType::is_completion")]
     pub api_type: ApiType,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vectors: Vec<f64>,
 }
 
