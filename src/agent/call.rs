@@ -204,10 +204,10 @@ impl Call<'_> {
         step: u32,
     ) -> Result<Message, String> {
         let mut working = dialog.fork(0, 1);
-        if let Some(manager) = &self.spec.context_manager {
-            if let Some(pruned) = manager.apply(&mut working) {
-                archive.push(std::mem::replace(&mut working, pruned));
-            }
+        if let Some(manager) = &self.spec.context_manager
+            && let Some(pruned) = manager.apply(&mut working)
+        {
+            archive.push(std::mem::replace(&mut working, pruned));
         }
         let result = self
             .repair_loop(&mut working, session, top, tools, step)
@@ -274,14 +274,12 @@ impl Call<'_> {
                 &model.provider_name,
                 &model.model,
                 &mut reply.usage,
-            ) {
-                if let Some(warning) = self
-                    .runtime
-                    .price_warnings
-                    .warn_once(&model.provider_name, &model.model)
-                {
-                    crate::report::warn(&warning);
-                }
+            ) && let Some(warning) = self
+                .runtime
+                .price_warnings
+                .warn_once(&model.provider_name, &model.model)
+            {
+                crate::report::warn(&warning);
             }
             let parse_error = if reply.is_function_call() {
                 None

@@ -176,24 +176,22 @@ impl Run<'_> {
             for node in nodes {
                 match node {
                     Node::Step(step) => {
-                        if let Some(condition) = &step.condition {
-                            if !condition
+                        if let Some(condition) = &step.condition
+                            && !condition
                                 .holds(&self.context)
                                 .map_err(|error| format!("step `{}`: {error}", step.name))?
-                            {
-                                continue;
-                            }
+                        {
+                            continue;
                         }
                         last = self
                             .run_step(step, streamed == Some(step.name.as_str()))
                             .await?;
-                        if let Some(stop) = &step.stop {
-                            if stop
+                        if let Some(stop) = &step.stop
+                            && stop
                                 .holds(&self.context)
                                 .map_err(|error| format!("step `{}`: {error}", step.name))?
-                            {
-                                return Ok((last, true));
-                            }
+                        {
+                            return Ok((last, true));
                         }
                     }
                     Node::Parallel {
@@ -212,10 +210,10 @@ impl Run<'_> {
                             if stopped {
                                 return Ok((last, true));
                             }
-                            if let Some(until) = until {
-                                if until.holds(&self.context)? {
-                                    break;
-                                }
+                            if let Some(until) = until
+                                && until.holds(&self.context)?
+                            {
+                                break;
                             }
                         }
                     }
@@ -418,14 +416,14 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
         }
     };
     let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
-    if tactic.nodes.is_empty() {
-        if let Some(agent) = tactic.agents.values().next() {
-            missing(
-                &agent.system_prompt,
-                &known,
-                &format!("agent `{}`", agent.name),
-            );
-        }
+    if tactic.nodes.is_empty()
+        && let Some(agent) = tactic.agents.values().next()
+    {
+        missing(
+            &agent.system_prompt,
+            &known,
+            &format!("agent `{}`", agent.name),
+        );
     }
     let mut checks = Vec::new();
     flatten(&tactic.nodes, &mut checks);
@@ -453,14 +451,14 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
             }
             Check::Step(step) => step,
         };
-        if opened.insert((step.agent.clone(), step.dialog.clone())) {
-            if let Some(agent) = tactic.agents.get(&step.agent) {
-                let place = format!(
-                    "step `{}` (system prompt of agent `{}`)",
-                    step.name, agent.name
-                );
-                missing(&agent.system_prompt, &known, &place);
-            }
+        if opened.insert((step.agent.clone(), step.dialog.clone()))
+            && let Some(agent) = tactic.agents.get(&step.agent)
+        {
+            let place = format!(
+                "step `{}` (system prompt of agent `{}`)",
+                step.name, agent.name
+            );
+            missing(&agent.system_prompt, &known, &place);
         }
         let mut step_known = known.clone();
         for (name, value) in &step.args {
