@@ -38,6 +38,8 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     let tactic = Tactic::build(config, &|name| std::env::var(name).ok())?;
     let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
     tactic.check(&arg_names)?;
+    // Servers start after every check passed and before the first request.
+    tactic.start().await?;
 
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let run = async {
@@ -57,11 +59,14 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         }
     };
     let record = tokio::select! {
-        record = run => record,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("lllm: interrupted");
-            return Ok(Outcome::Interrupted);
-        }
+        record = run => Some(record),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    // No MCP server outlives the run, however it ended.
+    tactic.shutdown().await;
+    let Some(record) = record else {
+        eprintln!("lllm: interrupted");
+        return Ok(Outcome::Interrupted);
     };
     let record_path = if args.no_record {
         None

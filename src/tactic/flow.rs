@@ -50,7 +50,11 @@ pub(super) async fn run(
         sink,
         branch_dialogs: Vec::new(),
     };
-    let outcome = if tactic.nodes.is_empty() {
+    // MCP servers start once per tactic, before the first request; `lllm run`
+    // starts them earlier (a server that cannot start is bad input there).
+    let outcome = if let Err(problems) = tactic.runtime.mcp.start().await {
+        Err(problems.join("; "))
+    } else if tactic.nodes.is_empty() {
         run.answer_directly(&task).await
     } else {
         run.steps().await

@@ -1,0 +1,458 @@
+//! MCP servers over stdio (issue 4): a server is started with its `command`,
+//! `args` and `env` (no shell), initialized, its tools listed (following
+//! `nextCursor`), and each tool becomes an `McpTool` whose calls go to
+//! `tools/call`. The protocol itself is the `rmcp` client's.
+//!
+//! `McpServers` holds the servers of a run: all started once, before the first
+//! request, and ended by `shutdown`. A failure to start is the run's error; a
+//! failure after the start — the server crashed, a call timed out, the tool
+//! said `isError` — is a tool error the model sees, never an abort. Which agent
+//! is offered which server's tools is the agent loop's business (D1).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, Implementation, InitializeRequestParams,
+    ProtocolVersion, ResourceContents,
+};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::task::JoinHandle;
+
+use super::Tool;
+use crate::config::McpServerConfig;
+use crate::provider::ToolSpec;
+
+type Client = RunningService<RoleClient, InitializeRequestParams>;
+
+/// rmcp's shutdown closes the server's stdin, waits 3 s, sends SIGTERM, waits
+/// 3 s and kills; this bounds the whole of it.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
+/// How long to wait for the rest of a dead server's stderr before quoting it.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+/// The end of a server's stderr kept for error messages.
+const STDERR_TAIL_BYTES: usize = 4096;
+/// A quoted stderr line is cut here, so an error stays one readable line.
+const STDERR_QUOTE_CHARS: usize = 300;
+
+/// One running MCP server.
+pub struct McpServer {
+    name: String,
+    peer: Peer<RoleClient>,
+    client: tokio::sync::Mutex<Option<Client>>,
+    stderr: Arc<StderrTail>,
+    pid: Option<u32>,
+}
+
+/// The end of a server's stderr. The server's log is not mixed into our output;
+/// its last line explains a failed start or a crash.
+#[derive(Default)]
+struct StderrTail {
+    text: Mutex<String>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl StderrTail {
+    fn collect(self: &Arc<Self>, stderr: tokio::process::ChildStderr) {
+        let tail = self.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut text = tail
+                    .text
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner());
+                text.push_str(&line);
+                text.push('\n');
+                if text.len() > STDERR_TAIL_BYTES {
+                    let mut cut = text.len() - STDERR_TAIL_BYTES;
+                    while !text.is_char_boundary(cut) {
+                        cut += 1;
+                    }
+                    text.drain(..cut);
+                }
+            }
+        });
+        *self
+            .reader
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = Some(reader);
+    }
+
+    /// ` (stderr: LAST LINE)` once the stream ended or a short wait passed; or nothing.
+    async fn last_line(&self) -> String {
+        let reader = self
+            .reader
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if let Some(reader) = reader {
+            let _ = tokio::time::timeout(STDERR_DRAIN, reader).await;
+        }
+        let text = self
+            .text
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        match text
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+        {
+            Some(line) => {
+                let mut quoted: String = line.chars().take(STDERR_QUOTE_CHARS).collect();
+                if quoted.len() < line.len() {
+                    quoted.push('…');
+                }
+                format!(" (stderr: {quoted})")
+            }
+            None => String::new(),
+        }
+    }
+}
+
+/// What we tell a server about ourselves. The newest protocol revision that
+/// still has the `initialize` handshake; a server may answer with an older one.
+fn client_info() -> InitializeRequestParams {
+    let mut info = InitializeRequestParams::default();
+    info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+    info.client_info = Implementation::new("lllm", env!("CARGO_PKG_VERSION"));
+    info
+}
+
+impl McpServer {
+    /// Starts the server of `config` and lists its tools. The error is one line
+    /// naming the server and the reason; `env` values never appear in it.
+    pub async fn start(config: &McpServerConfig) -> Result<(Arc<McpServer>, Vec<McpTool>), String> {
+        let name = &config.name;
+        let Some((program, command_args)) = config.command.split_first() else {
+            return Err(format!("MCP server `{name}` has an empty `command`"));
+        };
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(command_args)
+            .args(&config.args)
+            .envs(&config.env)
+            .current_dir(&config.cwd)
+            // The last resort against orphans: a server still running when we
+            // drop it is killed (the normal way out is `shutdown`).
+            .kill_on_drop(true);
+        let (transport, stderr) = TokioChildProcess::builder(command)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| format!("MCP server `{name}`: cannot start `{program}`: {error}"))?;
+        let pid = transport.id();
+        let tail = Arc::new(StderrTail::default());
+        if let Some(stderr) = stderr {
+            tail.collect(stderr);
+        }
+        let timeout = Duration::from_secs_f64(config.timeout_s);
+        let client = match tokio::time::timeout(timeout, client_info().serve(transport)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                return Err(format!(
+                    "MCP server `{name}` did not start: {error}{}",
+                    tail.last_line().await
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "MCP server `{name}` did not answer `initialize` within {:.1} s{}",
+                    config.timeout_s,
+                    tail.last_line().await
+                ));
+            }
+        };
+        let server = Arc::new(McpServer {
+            name: name.clone(),
+            peer: client.peer().clone(),
+            client: tokio::sync::Mutex::new(Some(client)),
+            stderr: tail,
+            pid,
+        });
+        let listed = tokio::time::timeout(timeout, server.peer.list_all_tools()).await;
+        let listed = match listed {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(error)) => Err(format!(
+                "MCP server `{name}`: listing its tools failed: {error}{}",
+                server.stderr.last_line().await
+            )),
+            Err(_) => Err(format!(
+                "MCP server `{name}` did not answer `tools/list` within {:.1} s",
+                config.timeout_s
+            )),
+        };
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(error) => {
+                server.shutdown().await;
+                return Err(error);
+            }
+        };
+        let tools = listed
+            .into_iter()
+            .map(|tool| McpTool {
+                spec: ToolSpec {
+                    name: tool.name.to_string(),
+                    description: tool
+                        .description
+                        .map(|text| text.to_string())
+                        .unwrap_or_default(),
+                    parameters: Value::Object(tool.input_schema.as_ref().clone()),
+                },
+                server: server.clone(),
+                timeout,
+            })
+            .collect();
+        Ok((server, tools))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Ends the server: its stdin is closed, then (if it lingers) SIGTERM, then
+    /// SIGKILL. Calls made afterwards are tool errors. Idempotent.
+    pub async fn shutdown(&self) {
+        let client = self.client.lock().await.take();
+        if let Some(mut client) = client
+            && client.close_with_timeout(SHUTDOWN_LIMIT).await.is_err()
+        {
+            crate::report::warn(&format!(
+                "MCP server `{}` did not shut down cleanly",
+                self.name
+            ));
+        }
+    }
+
+    /// The reason a request failed, in words for the model and the record.
+    async fn failure(&self, error: rmcp::ServiceError) -> String {
+        match error {
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+                format!(
+                    "MCP server `{}` is not running (its connection closed){}",
+                    self.name,
+                    self.stderr.last_line().await
+                )
+            }
+            rmcp::ServiceError::McpError(error) => {
+                format!("MCP server `{}`: {}", self.name, error.message)
+            }
+            other => format!("MCP server `{}`: {other}", self.name),
+        }
+    }
+}
+
+/// One tool of an MCP server, called through `tools/call`.
+pub struct McpTool {
+    spec: ToolSpec,
+    server: Arc<McpServer>,
+    timeout: Duration,
+}
+
+impl McpTool {
+    pub fn server(&self) -> &str {
+        &self.server.name
+    }
+
+    async fn run(&self, arguments: &Map<String, Value>) -> Result<String, String> {
+        let params =
+            CallToolRequestParams::new(self.spec.name.clone()).with_arguments(arguments.clone());
+        let result =
+            match tokio::time::timeout(self.timeout, self.server.peer.call_tool(params)).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(error)) => return Err(self.server.failure(error).await),
+                Err(_) => {
+                    return Err(format!(
+                        "MCP server `{}`: `{}` timed out after {:.1} s",
+                        self.server.name,
+                        self.spec.name,
+                        self.timeout.as_secs_f64()
+                    ));
+                }
+            };
+        let text = result_text(&result);
+        if result.is_error == Some(true) {
+            Err(text)
+        } else {
+            Ok(text)
+        }
+    }
+}
+
+/// A tool result as text: text blocks joined by newlines, other blocks named;
+/// structured content when there is nothing else.
+fn result_text(result: &CallToolResult) -> String {
+    let parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            ContentBlock::Image(image) => format!("[image: {}]", image.mime_type),
+            ContentBlock::Audio(audio) => format!("[audio: {}]", audio.mime_type),
+            ContentBlock::Resource(resource) => match &resource.resource {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                ResourceContents::BlobResourceContents { uri, .. } => {
+                    format!("[resource: {uri}]")
+                }
+                #[allow(unreachable_patterns)]
+                _ => "[resource]".to_string(),
+            },
+            ContentBlock::ResourceLink(link) => format!("[resource link: {}]", link.uri),
+            #[allow(unreachable_patterns)]
+            _ => "[content]".to_string(),
+        })
+        .collect();
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        return structured.to_string();
+    }
+    parts.join("\n")
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(self.run(arguments))
+    }
+}
+
+/// The MCP servers of a run. `start` starts them all (once; later calls get
+/// the first outcome), `shutdown` ends them. Before the start no server has
+/// tools.
+#[derive(Default)]
+pub struct McpServers {
+    configs: Vec<McpServerConfig>,
+    /// Names of the run's other tools (`tools:`, `builtin_tools:`), with where
+    /// they come from, for the name-clash check.
+    other_tools: Vec<(String, &'static str)>,
+    started: tokio::sync::OnceCell<Result<Started, Vec<String>>>,
+}
+
+#[derive(Default)]
+struct Started {
+    servers: Vec<Arc<McpServer>>,
+    /// Tools by server name, in listing order.
+    by_server: HashMap<String, Vec<Arc<McpTool>>>,
+    by_name: HashMap<String, Arc<dyn Tool>>,
+}
+
+impl McpServers {
+    /// `other_tools`: the names of the run's other tools and where each is declared.
+    pub fn new(configs: Vec<McpServerConfig>, other_tools: Vec<(String, &'static str)>) -> Self {
+        McpServers {
+            configs,
+            other_tools,
+            started: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Starts every server and lists its tools; the servers start concurrently.
+    /// Problems (one line each): a server that does not start or list, and a
+    /// tool name two sources share. After a problem nothing is left running.
+    pub async fn start(&self) -> Result<(), Vec<String>> {
+        let started = self.started.get_or_init(|| self.start_all()).await;
+        match started {
+            Ok(_) => Ok(()),
+            Err(problems) => Err(problems.clone()),
+        }
+    }
+
+    async fn start_all(&self) -> Result<Started, Vec<String>> {
+        let outcomes =
+            futures_util::future::join_all(self.configs.iter().map(McpServer::start)).await;
+        let mut started = Started::default();
+        let mut problems = Vec::new();
+        let mut owners: HashMap<String, String> = self
+            .other_tools
+            .iter()
+            .map(|(name, source)| (name.clone(), format!("`{source}`")))
+            .collect();
+        for outcome in outcomes {
+            let (server, tools) = match outcome {
+                Ok(started) => started,
+                Err(problem) => {
+                    problems.push(problem);
+                    continue;
+                }
+            };
+            for tool in &tools {
+                let name = &tool.spec.name;
+                let owner = format!("MCP server `{}`", server.name);
+                match owners.get(name) {
+                    Some(other) => problems.push(format!(
+                        "tool `{name}` of MCP server `{}` clashes with tool `{name}` of {other}; \
+                         a tool name must be unique in a tactic",
+                        server.name
+                    )),
+                    None => {
+                        owners.insert(name.clone(), owner);
+                    }
+                }
+            }
+            let tools: Vec<Arc<McpTool>> = tools.into_iter().map(Arc::new).collect();
+            for tool in &tools {
+                started
+                    .by_name
+                    .entry(tool.spec.name.clone())
+                    .or_insert_with(|| tool.clone() as Arc<dyn Tool>);
+            }
+            started.by_server.insert(server.name.clone(), tools);
+            started.servers.push(server);
+        }
+        if problems.is_empty() {
+            Ok(started)
+        } else {
+            for server in &started.servers {
+                server.shutdown().await;
+            }
+            Err(problems)
+        }
+    }
+
+    fn started(&self) -> Option<&Started> {
+        self.started.get().and_then(|started| started.as_ref().ok())
+    }
+
+    /// The tools of server `name` (none before the start).
+    pub fn tools_of(&self, name: &str) -> &[Arc<McpTool>] {
+        self.started()
+            .and_then(|started| started.by_server.get(name))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The MCP tool called `name`, whichever server has it.
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.started().and_then(|started| started.by_name.get(name))
+    }
+
+    /// The running servers (none before the start).
+    pub fn servers(&self) -> &[Arc<McpServer>] {
+        self.started()
+            .map_or(&[], |started| started.servers.as_slice())
+    }
+
+    /// Ends every server (concurrently); their tools answer with errors afterwards.
+    pub async fn shutdown(&self) {
+        futures_util::future::join_all(self.servers().iter().map(|server| server.shutdown())).await;
+    }
+}
