@@ -456,3 +456,164 @@ impl McpServers {
         futures_util::future::join_all(self.servers().iter().map(|server| server.shutdown())).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    fn config(options: &[&str], timeout_s: f64) -> McpServerConfig {
+        let fixture =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_server.py");
+        McpServerConfig {
+            name: "calc".into(),
+            command: vec!["python3".into(), fixture.display().to_string()],
+            args: options.iter().map(|option| option.to_string()).collect(),
+            env: BTreeMap::from([("GREETING".to_string(), "Ahoy".to_string())]),
+            cwd: std::env::temp_dir(),
+            timeout_s,
+        }
+    }
+
+    fn args(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[track_caller]
+    fn assert_gone(pid: Option<u32>) {
+        let pid = pid.expect("a pid");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} is still there"
+        );
+    }
+
+    #[test]
+    fn results_become_text() {
+        #[track_caller]
+        fn case(result: Value, expected: &str) {
+            let result: CallToolResult = serde_json::from_value(result).unwrap();
+            assert_eq!(result_text(&result), expected);
+        }
+        case(json!({"content": [{"type": "text", "text": "5"}]}), "5");
+        case(
+            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+            "a\nb",
+        );
+        case(
+            json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+            "[image: image/png]",
+        );
+        case(
+            json!({"content": [{"type": "resource", "resource": {"uri": "file:///a", "text": "inside"}}]}),
+            "inside",
+        );
+        case(
+            json!({"content": [], "structuredContent": {"sum": 5}}),
+            "{\"sum\":5}",
+        );
+        case(json!({"content": []}), "");
+    }
+
+    #[tokio::test]
+    async fn a_server_starts_answers_and_shuts_down() {
+        let servers = McpServers::new(vec![config(&[], 10.0)], Vec::new());
+        assert!(
+            servers.tools_of("calc").is_empty(),
+            "nothing before the start"
+        );
+        servers.start().await.unwrap();
+        let names: Vec<&str> = servers
+            .tools_of("calc")
+            .iter()
+            .map(|tool| tool.spec().name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["add", "shout", "greet", "fail", "crash"],
+            "both pages"
+        );
+        let add = servers.tool("add").unwrap();
+        assert_eq!(
+            add.call(&args(json!({"a": 2, "b": 40}))).await,
+            Ok("42".into())
+        );
+        let greet = servers.tool("greet").unwrap();
+        assert_eq!(
+            greet.call(&args(json!({"name": "Bo"}))).await,
+            Ok("Ahoy, Bo".into())
+        );
+        let fail = servers.tool("fail").unwrap();
+        assert_eq!(
+            fail.call(&Map::new()).await,
+            Err("the disk is on fire".into())
+        );
+        let pid = servers.servers()[0].pid();
+        servers.shutdown().await;
+        assert_gone(pid);
+        let error = add.call(&args(json!({"a": 1, "b": 1}))).await.unwrap_err();
+        assert!(
+            error.starts_with("MCP server `calc` is not running"),
+            "{error}"
+        );
+        servers.shutdown().await; // idempotent
+    }
+
+    #[tokio::test]
+    async fn a_server_that_ignores_eof_is_terminated() {
+        let servers = McpServers::new(vec![config(&["--ignore-eof"], 10.0)], Vec::new());
+        servers.start().await.unwrap();
+        let pid = servers.servers()[0].pid();
+        let started = std::time::Instant::now();
+        servers.shutdown().await;
+        assert_gone(pid);
+        assert!(started.elapsed() < SHUTDOWN_LIMIT);
+    }
+
+    #[tokio::test]
+    async fn a_slow_call_times_out_as_a_tool_error() {
+        let servers = McpServers::new(vec![config(&["--slow-calls", "2"], 0.3)], Vec::new());
+        servers.start().await.unwrap();
+        let error = servers
+            .tool("add")
+            .unwrap()
+            .call(&args(json!({"a": 1, "b": 2})))
+            .await
+            .unwrap_err();
+        assert_eq!(error, "MCP server `calc`: `add` timed out after 0.3 s");
+        let pid = servers.servers()[0].pid();
+        servers.shutdown().await;
+        assert_gone(pid);
+    }
+
+    #[tokio::test]
+    async fn clashing_names_and_failed_starts_leave_nothing_running() {
+        let mut broken = config(&[], 10.0);
+        broken.name = "broken".into();
+        broken.command = vec!["/nonexistent/mcp-server".into()];
+        let dir = tempfile::tempdir().unwrap();
+        let mut calc = config(&["--pid-file", "pid.txt"], 10.0);
+        calc.cwd = dir.path().to_path_buf();
+        let servers = McpServers::new(vec![calc, broken], vec![("shout".into(), "tools:")]);
+        let problems = servers.start().await.unwrap_err();
+        assert_eq!(
+            problems,
+            [
+                "tool `shout` of MCP server `calc` clashes with tool `shout` of `tools:`; \
+                 a tool name must be unique in a tactic",
+                "MCP server `broken`: cannot start `/nonexistent/mcp-server`: \
+                 No such file or directory (os error 2)",
+            ]
+        );
+        assert_eq!(
+            servers.start().await.unwrap_err(),
+            problems,
+            "the first outcome stays"
+        );
+        assert!(servers.tool("add").is_none());
+        let pid = std::fs::read_to_string(dir.path().join("pid.txt")).unwrap();
+        assert_gone(pid.trim().parse().ok());
+    }
+}
