@@ -174,7 +174,7 @@ fn a_crashed_server_and_a_failing_tool_are_errors_the_model_sees() {
     let requests = server.requests();
     assert_eq!(requests.len(), 4);
     assert_eq!(tool_results(&requests[1]), ["Error: the disk is on fire"]);
-    let gone = "Error: MCP server `calc` is not running (its connection closed)";
+    let gone = "Error: MCP server `calc`: the server is not running (its connection closed)";
     assert_eq!(
         tool_results(&requests[2]),
         [format!(
@@ -289,12 +289,9 @@ fn a_server_that_cannot_list_its_tools_is_bad_input_and_is_stopped() {
     let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
     let output = run(&test);
     output.expect_code(2);
-    assert!(
-        output.stderr.starts_with(
-            "error: MCP server `calc`: listing its tools failed: Mcp error: -32602: tools/list is switched off"
-        ),
-        "{}",
-        output.stderr
+    assert_eq!(
+        output.stderr,
+        "error: MCP server `calc`: listing its tools failed: tools/list is switched off\n"
     );
     assert!(server.requests().is_empty());
     assert_shut_down(&test);

@@ -181,8 +181,8 @@ impl McpServer {
         let listed = match listed {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(error)) => Err(format!(
-                "MCP server `{name}`: listing its tools failed: {error}{}",
-                server.stderr.last_line().await
+                "MCP server `{name}`: listing its tools failed: {}",
+                server.reason(error).await
             )),
             Err(_) => Err(format!(
                 "MCP server `{name}` did not answer `tools/list` within {:.1} s",
@@ -237,20 +237,17 @@ impl McpServer {
         }
     }
 
-    /// The reason a request failed, in words for the model and the record.
-    async fn failure(&self, error: rmcp::ServiceError) -> String {
+    /// Why a request failed, in words for the model and the record. Only a
+    /// dead connection quotes the server's stderr: a live server's log says
+    /// nothing about one request.
+    async fn reason(&self, error: rmcp::ServiceError) -> String {
         match error {
-            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
-                format!(
-                    "MCP server `{}` is not running (its connection closed){}",
-                    self.name,
-                    self.stderr.last_line().await
-                )
-            }
-            rmcp::ServiceError::McpError(error) => {
-                format!("MCP server `{}`: {}", self.name, error.message)
-            }
-            other => format!("MCP server `{}`: {other}", self.name),
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => format!(
+                "the server is not running (its connection closed){}",
+                self.stderr.last_line().await
+            ),
+            rmcp::ServiceError::McpError(error) => error.message.into_owned(),
+            other => other.to_string(),
         }
     }
 }
@@ -273,7 +270,13 @@ impl McpTool {
         let result =
             match tokio::time::timeout(self.timeout, self.server.peer.call_tool(params)).await {
                 Ok(Ok(result)) => result,
-                Ok(Err(error)) => return Err(self.server.failure(error).await),
+                Ok(Err(error)) => {
+                    return Err(format!(
+                        "MCP server `{}`: {}",
+                        self.server.name,
+                        self.server.reason(error).await
+                    ));
+                }
                 Err(_) => {
                     return Err(format!(
                         "MCP server `{}`: `{}` timed out after {:.1} s",
@@ -555,7 +558,7 @@ mod tests {
         assert_gone(pid);
         let error = add.call(&args(json!({"a": 1, "b": 1}))).await.unwrap_err();
         assert!(
-            error.starts_with("MCP server `calc` is not running"),
+            error.starts_with("MCP server `calc`: the server is not running"),
             "{error}"
         );
         servers.shutdown().await; // idempotent
