@@ -8,6 +8,7 @@
 mod builtin;
 mod command;
 mod mcp;
+mod mcp_servers;
 
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ use crate::provider::ToolSpec;
 
 pub use builtin::BuiltinTool;
 pub use command::CommandTool;
-pub use mcp::{McpServer, McpServers, McpTool};
+pub use mcp::{McpServer, McpTool};
+pub use mcp_servers::McpServers;
 
 /// A callable tool. `Ok` is the result text the model sees; `Err` is an error
 /// message the model sees (a failed tool is an outcome, not an abort).
