@@ -335,6 +335,7 @@ pub async fn rerun(
     let provider = Arc::new(ReplayProvider::from_record(record));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone())?;
     built.check(&record.args.keys().cloned().collect())?;
+    built.start().await?;
     let task = crate::tactic::TaskInput {
         id: record.task_id.clone(),
         task: record.task.clone(),
@@ -342,6 +343,7 @@ pub async fn rerun(
         tags: record.tags.clone(),
     };
     let rerun = built.run(task).await;
+    built.shutdown().await;
     if let Some(divergence) = provider.divergence() {
         eprintln!("lllm replay: {divergence}");
         return Ok(Outcome::Failed);

@@ -177,16 +177,31 @@ impl Call<'_> {
     }
 
     /// D1: the agent's tools (its config and its system prompt) and the tools of
-    /// the governing prompt, in that order, without duplicates.
+    /// the governing prompt, in that order, then every tool of the MCP servers
+    /// the same three name, without duplicates.
     fn offered_tools(&self, top: &Prompt) -> Vec<ToolSpec> {
         let mut seen = BTreeSet::new();
-        self.spec
+        let named = self
+            .spec
             .tools
             .iter()
             .chain(&self.spec.system_prompt.tools)
             .chain(&top.tools)
-            .filter(|name| seen.insert(name.as_str()))
-            .filter_map(|name| self.runtime.toolbox.get(name))
+            .filter_map(|name| self.runtime.toolbox.get(name));
+        let mut servers = BTreeSet::new();
+        let from_servers = self
+            .spec
+            .mcp_servers
+            .iter()
+            .chain(&self.spec.system_prompt.mcp_servers)
+            .chain(&top.mcp_servers)
+            .filter(|server| servers.insert(server.as_str()))
+            .flat_map(|server| self.runtime.mcp.tools_of(server))
+            .map(|tool| tool.as_ref() as &dyn tool::Tool);
+        named
+            .map(|tool| tool.as_ref())
+            .chain(from_servers)
+            .filter(|tool| seen.insert(tool.spec().name.clone()))
             .map(|tool| tool.spec().clone())
             .collect()
     }
@@ -204,10 +219,10 @@ impl Call<'_> {
         step: u32,
     ) -> Result<Message, String> {
         let mut working = dialog.fork(0, 1);
-        if let Some(manager) = &self.spec.context_manager {
-            if let Some(pruned) = manager.apply(&mut working) {
-                archive.push(std::mem::replace(&mut working, pruned));
-            }
+        if let Some(manager) = &self.spec.context_manager
+            && let Some(pruned) = manager.apply(&mut working)
+        {
+            archive.push(std::mem::replace(&mut working, pruned));
         }
         let result = self
             .repair_loop(&mut working, session, top, tools, step)
@@ -274,14 +289,12 @@ impl Call<'_> {
                 &model.provider_name,
                 &model.model,
                 &mut reply.usage,
-            ) {
-                if let Some(warning) = self
-                    .runtime
-                    .price_warnings
-                    .warn_once(&model.provider_name, &model.model)
-                {
-                    crate::report::warn(&warning);
-                }
+            ) && let Some(warning) = self
+                .runtime
+                .price_warnings
+                .warn_once(&model.provider_name, &model.model)
+            {
+                crate::report::warn(&warning);
             }
             let parse_error = if reply.is_function_call() {
                 None
@@ -374,7 +387,8 @@ impl Call<'_> {
             };
             Some(format!("there is no tool `{}`; {available}", call.name))
         } else {
-            match self.runtime.toolbox.get(&call.name) {
+            let found = self.runtime.toolbox.get(&call.name);
+            match found.or_else(|| self.runtime.mcp.tool(&call.name)) {
                 Some(tool) => match tool.call(&call.arguments).await {
                     Ok(result) => {
                         let text = tool::result_text(&call.name, &call.arguments, &result);

@@ -214,10 +214,11 @@ impl ContextManager for DefaultContextManager {
                 continue;
             }
             // The border: a plain message keeps its newest text; a tool group goes whole.
-            if let [index] = group[..] {
-                if messages[index].function_calls.is_empty() && messages[index].role != Role::Tool {
-                    keep[index] = self.truncate(&messages[index], budget - used);
-                }
+            if let [index] = group[..]
+                && messages[index].function_calls.is_empty()
+                && messages[index].role != Role::Tool
+            {
+                keep[index] = self.truncate(&messages[index], budget - used);
             }
             break;
         }

@@ -48,9 +48,11 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What every agent of a run shares: the tools, the price table and its warnings.
+/// What every agent of a run shares: the tools, the MCP servers, the price
+/// table and its warnings.
 pub struct Runtime {
     pub toolbox: Toolbox,
+    pub mcp: crate::tool::McpServers,
     pub prices: Arc<ModelTable>,
     pub price_warnings: UnknownPriceWarnings,
 }
@@ -73,6 +75,8 @@ pub struct AgentSpec {
     pub model: Resolved,
     pub model_args: Map<String, Value>,
     pub tools: Vec<String>,
+    /// MCP servers whose tools the agent is offered (agent config `mcp_servers`).
+    pub mcp_servers: Vec<String>,
     pub limits: Limits,
     pub context_manager: Option<Arc<dyn ContextManager>>,
     pub api_type: crate::dialog::ApiType,

@@ -135,6 +135,7 @@ fn fixture_with(
     toolbox.insert(tool.clone());
     let runtime = Arc::new(Runtime {
         toolbox,
+        mcp: Default::default(),
         prices: Arc::new(crate::provider::models::ModelTable::bundled().clone()),
         price_warnings: Default::default(),
     });
@@ -153,6 +154,7 @@ fn fixture_with(
             },
         },
         model_args: Map::new(),
+        mcp_servers: Vec::new(),
         tools: vec!["lookup".into()],
         limits,
         context_manager: None,

@@ -41,12 +41,17 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         let log = std::sync::Arc::new(DryRun::default());
         let tactic = Tactic::build_dry_run(config, &env, log.clone())?;
         tactic.check(&task.args.keys().cloned().collect())?;
+        // MCP servers start so that their tools are in the bodies shown.
+        tactic.start().await?;
         let record = tactic.run(task).await;
+        tactic.shutdown().await;
         return show_dry_run(&record, &log.captured());
     }
     let tactic = Tactic::build(config, &env)?;
     let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
     tactic.check(&arg_names)?;
+    // Servers start after every check passed and before the first request.
+    tactic.start().await?;
 
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let sink = args.stream.then(|| {
@@ -69,6 +74,8 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
     };
     let record = tactic.run_until(task, sink, interrupt).await;
+    // No MCP server outlives the run, however it ended.
+    tactic.shutdown().await;
     let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     let record_path = if args.no_record {
         None

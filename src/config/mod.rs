@@ -1,8 +1,8 @@
 //! Tactic YAML: read as written (`raw`), merged (`merge`, one rule), resolved
 //! and validated (`resolve`). `load` is the whole pipeline.
 //!
-//! Paths a file declares (`prompts`, a tool's `cwd`, a mock provider's
-//! `script`) are made absolute against that file before any `base` is merged,
+//! Paths a file declares (`prompts`, a tool's or MCP server's `cwd`, a mock
+//! provider's `script`) are made absolute against that file before any `base` is merged,
 //! so they keep pointing where their author meant.
 
 mod flow;
@@ -178,6 +178,15 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
                 None => directory.display().to_string(),
             };
             tool.insert("cwd".into(), Value::String(cwd));
+        }
+    }
+    if let Some(Value::Array(servers)) = map.get_mut("mcp_servers") {
+        for server in servers.iter_mut().filter_map(Value::as_object_mut) {
+            let cwd = match server.get("cwd").and_then(Value::as_str) {
+                Some(cwd) => absolute(cwd),
+                None => directory.display().to_string(),
+            };
+            server.insert("cwd".into(), Value::String(cwd));
         }
     }
     if let Some(Value::Object(builtins)) = map.get_mut("builtin_tools") {

@@ -34,6 +34,7 @@ pub const AGENT_KEYS: &[&str] = &[
     "system_prompt_path",
     "model_args",
     "tools",
+    "mcp_servers",
     "max_exception_retry",
     "max_interrupt_steps",
     "max_llm_recall",
@@ -75,6 +76,8 @@ pub struct RawAgent {
     pub system_prompt_path: Option<String>,
     pub model_args: Option<Map<String, Value>>,
     pub tools: Option<Vec<String>>,
+    /// Names of `mcp_servers` entries whose tools the agent is offered.
+    pub mcp_servers: Option<Vec<String>>,
     pub max_exception_retry: Option<u32>,
     pub max_interrupt_steps: Option<u32>,
     pub max_llm_recall: Option<u32>,
@@ -121,6 +124,8 @@ pub struct RawMcpServer {
     pub command: Option<Vec<String>>,
     pub args: Option<Vec<String>>,
     pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    pub timeout_s: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -43,6 +43,8 @@ pub struct AgentConfig {
     pub system_prompt: SystemPrompt,
     pub model_args: Map<String, Value>,
     pub tools: Vec<String>,
+    /// Servers under `mcp_servers:` whose tools this agent is offered.
+    pub mcp_servers: Vec<String>,
     pub max_exception_retry: u32,
     pub max_interrupt_steps: u32,
     pub max_llm_recall: u32,
@@ -108,12 +110,19 @@ pub struct BuiltinToolConfig {
     pub root: Option<PathBuf>,
 }
 
+/// A stdio MCP server: `command` then `args` is the program line (no shell).
 #[derive(Debug, Clone, Serialize)]
 pub struct McpServerConfig {
     pub name: String,
     pub command: Vec<String>,
     pub args: Vec<String>,
+    /// Added to the inherited environment; values may be secrets and are never shown.
+    #[serde(skip)]
     pub env: BTreeMap<String, String>,
+    /// Where the server runs (default: the directory of the declaring file).
+    pub cwd: PathBuf,
+    /// Limit for one tool call, and for the start (initialize and tools/list).
+    pub timeout_s: f64,
 }
 
 impl TacticConfig {
@@ -299,12 +308,32 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         .enumerate()
     {
         match (server.name, server.command) {
-            (Some(name), Some(command)) if !command.is_empty() => {
+            (Some(name), Some(command)) if !name.trim().is_empty() && !command.is_empty() => {
+                if mcp_servers
+                    .iter()
+                    .any(|known: &McpServerConfig| known.name == name)
+                {
+                    problems.push(format!(
+                        "MCP server `{name}` is defined twice under `mcp_servers:`"
+                    ));
+                    continue;
+                }
+                let timeout_s = server.timeout_s.unwrap_or(60.0);
+                if timeout_s.is_nan() || timeout_s <= 0.0 {
+                    problems.push(format!(
+                        "MCP server `{name}`: `timeout_s` must be a positive number of seconds"
+                    ));
+                }
                 mcp_servers.push(McpServerConfig {
-                    name,
                     command,
                     args: server.args.unwrap_or_default(),
                     env: server.env.unwrap_or_default(),
+                    cwd: server
+                        .cwd
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| base_dir.clone()),
+                    timeout_s,
+                    name,
                 })
             }
             _ => problems.push(format!(
@@ -338,6 +367,18 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                     for value in headers.values_mut() {
                         *value = Value::String("***".into());
                     }
+                }
+            }
+        }
+        // So may the environment of an MCP server (tokens for the service it wraps).
+        if let Some(Value::Array(servers)) = map.get_mut("mcp_servers") {
+            for env in servers
+                .iter_mut()
+                .filter_map(|server| server.get_mut("env"))
+                .filter_map(Value::as_object_mut)
+            {
+                for value in env.values_mut() {
+                    *value = Value::String("***".into());
                 }
             }
         }
@@ -461,6 +502,7 @@ fn agent_config(agent: RawAgent, index: usize) -> Result<AgentConfig, String> {
         system_prompt,
         model_args: agent.model_args.unwrap_or_default(),
         tools: agent.tools.unwrap_or_default(),
+        mcp_servers: agent.mcp_servers.unwrap_or_default(),
         max_exception_retry: agent.max_exception_retry.unwrap_or(3),
         max_interrupt_steps: agent.max_interrupt_steps.unwrap_or(5),
         max_llm_recall: agent.max_llm_recall.unwrap_or(3),

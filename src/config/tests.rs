@@ -340,3 +340,55 @@ fn header_values_never_reach_the_resolved_document() {
     );
     assert!(!config.resolved.to_string().contains("sk-secret"));
 }
+
+#[test]
+fn mcp_servers_resolve_their_paths_and_hide_their_env() {
+    let files = Files::new(&[(
+        "sub/t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\n    mcp_servers: [files]\nmcp_servers:\n  - name: files\n    command: [npx, server]\n    args: [\".\"]\n    env: {TOKEN: sk-mcp-secret}\n  - name: local\n    command: [./server]\n    cwd: tools\n    timeout_s: 5\n",
+    )]);
+    let config = files.load("sub/t.yaml").unwrap();
+    let sub = files.0.path().join("sub");
+    assert_eq!(config.agents[0].mcp_servers, ["files"]);
+    let [files_server, local] = &config.mcp_servers[..] else {
+        panic!("two servers expected");
+    };
+    assert_eq!(
+        (&files_server.command[..], &files_server.args[..]),
+        (
+            &["npx".to_string(), "server".into()][..],
+            &[".".to_string()][..]
+        )
+    );
+    assert_eq!(files_server.env["TOKEN"], "sk-mcp-secret", "still given");
+    assert_eq!(
+        (files_server.cwd.as_path(), files_server.timeout_s),
+        (sub.as_path(), 60.0)
+    );
+    assert_eq!(
+        (local.cwd.clone(), local.timeout_s),
+        (sub.join("tools"), 5.0)
+    );
+    assert_eq!(config.resolved["mcp_servers"][0]["env"]["TOKEN"], "***");
+    assert!(!config.resolved.to_string().contains("sk-mcp-secret"));
+}
+
+#[test]
+fn bad_mcp_server_entries_are_named() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\nmcp_servers:\n  - name: s\n    command: [x]\n  - name: s\n    command: [y]\n  - name: t\n    command: []\n  - name: u\n    command: [z]\n    timeout_s: 0\n",
+    )]);
+    let error = files.error("t.yaml");
+    let path = files.0.path().join("t.yaml").display().to_string();
+    assert_eq!(
+        error,
+        [
+            "MCP server `s` is defined twice under `mcp_servers:`",
+            "`mcp_servers[2]` needs a `name` and a non-empty `command`",
+            "MCP server `u`: `timeout_s` must be a positive number of seconds",
+        ]
+        .map(|problem| format!("{path}: {problem}"))
+        .join("\n")
+    );
+}

@@ -281,10 +281,10 @@ impl Dialog {
             self.owner,
             self.messages.len(),
         );
-        if let (Some(last_n), Some(first_k)) = (node.last_n, node.first_k) {
-            if last_n > 0 {
-                line.push_str(&format!(" (last_n={last_n}, first_k={first_k})"));
-            }
+        if let (Some(last_n), Some(first_k)) = (node.last_n, node.first_k)
+            && last_n > 0
+        {
+            line.push_str(&format!(" (last_n={last_n}, first_k={first_k})"));
         }
         lines.push(line);
         for child_id in &node.children_ids {

@@ -266,11 +266,10 @@ impl super::exchange::Assembler for StreamAssembler {
                 let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
                 if let (Some(block), Some(partial)) =
                     (self.blocks.get_mut(index), self.partial_inputs.get(index))
+                    && !partial.is_empty()
                 {
-                    if !partial.is_empty() {
-                        block["input"] = serde_json::from_str(partial)
-                            .unwrap_or_else(|_| json!({"_raw_arguments": partial}));
-                    }
+                    block["input"] = serde_json::from_str(partial)
+                        .unwrap_or_else(|_| json!({"_raw_arguments": partial}));
                 }
             }
             Some("message_delta") => {

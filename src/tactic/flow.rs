@@ -79,7 +79,12 @@ pub(super) async fn run(
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = {
         let work = async {
-            if tactic.nodes.is_empty() {
+            // MCP servers start once per tactic, before the first request;
+            // `lllm run` starts them earlier (a server that cannot start is
+            // bad input there).
+            if let Err(problems) = tactic.runtime.mcp.start().await {
+                Err(problems.join("; "))
+            } else if tactic.nodes.is_empty() {
                 run.answer_directly(&task).await
             } else {
                 run.steps().await
@@ -254,10 +259,10 @@ impl Run<'_> {
                             if stopped {
                                 return Ok((last, true));
                             }
-                            if let Some(until) = until {
-                                if until.holds(&self.context)? {
-                                    break;
-                                }
+                            if let Some(until) = until
+                                && until.holds(&self.context)?
+                            {
+                                break;
                             }
                         }
                     }
@@ -538,14 +543,14 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
         }
     };
     let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
-    if tactic.nodes.is_empty() {
-        if let Some(agent) = tactic.agents.values().next() {
-            missing(
-                &agent.system_prompt,
-                &known,
-                &format!("agent `{}`", agent.name),
-            );
-        }
+    if tactic.nodes.is_empty()
+        && let Some(agent) = tactic.agents.values().next()
+    {
+        missing(
+            &agent.system_prompt,
+            &known,
+            &format!("agent `{}`", agent.name),
+        );
     }
     let mut checks = Vec::new();
     flatten(&tactic.nodes, &mut checks);
@@ -600,14 +605,14 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
             }
             Check::Step(step) => step,
         };
-        if opened.insert((step.agent.clone(), step.dialog.clone())) {
-            if let Some(agent) = tactic.agents.get(&step.agent) {
-                let place = format!(
-                    "step `{}` (system prompt of agent `{}`)",
-                    step.name, agent.name
-                );
-                missing(&agent.system_prompt, &known, &place);
-            }
+        if opened.insert((step.agent.clone(), step.dialog.clone()))
+            && let Some(agent) = tactic.agents.get(&step.agent)
+        {
+            let place = format!(
+                "step `{}` (system prompt of agent `{}`)",
+                step.name, agent.name
+            );
+            missing(&agent.system_prompt, &known, &place);
         }
         let mut step_known = known.clone();
         for (name, value) in &step.args {

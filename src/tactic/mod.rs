@@ -25,7 +25,7 @@ use crate::provider::ToolSpec;
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
-use crate::tool::{BuiltinTool, CommandTool, Toolbox};
+use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
 pub use record::{RunState, SessionRecord};
 
@@ -254,6 +254,14 @@ impl Tactic {
             let model = providers
                 .as_ref()
                 .and_then(|providers| problems.take(providers.resolve(&agent.model_name)));
+            for server in &agent.mcp_servers {
+                check_server(
+                    &config,
+                    &format!("agent `{}`", agent.name),
+                    server,
+                    &mut problems,
+                );
+            }
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
                     problems.push(format!(
@@ -276,14 +284,7 @@ impl Tactic {
             let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
                 continue;
             };
-            for tool in &system_prompt.tools {
-                if !toolbox.contains(tool) {
-                    problems.push(format!(
-                        "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
-                        system_prompt.path
-                    ));
-                }
-            }
+            check_prompt_tools(&config, &toolbox, &system_prompt, &mut problems);
             prompts.insert(system_prompt.path.clone(), system_prompt.clone());
             let spec = AgentSpec {
                 name: agent.name.clone(),
@@ -292,6 +293,7 @@ impl Tactic {
                 model,
                 model_args: agent.model_args.clone(),
                 tools: agent.tools.clone(),
+                mcp_servers: agent.mcp_servers.clone(),
                 limits: Limits {
                     max_exception_retry: agent.max_exception_retry,
                     max_interrupt_steps: agent.max_interrupt_steps,
@@ -304,6 +306,7 @@ impl Tactic {
         }
 
         let nodes = build_nodes(
+            &config,
             &config.flow,
             &registry,
             &toolbox,
@@ -333,8 +336,20 @@ impl Tactic {
             },
             None => Arc::new(ModelTable::bundled().clone()),
         };
+        let other_tools = config
+            .tools
+            .iter()
+            .map(|tool| (tool.name.clone(), "tools:"))
+            .chain(
+                config
+                    .builtin_tools
+                    .iter()
+                    .map(|tool| (tool.name.clone(), "builtin_tools:")),
+            )
+            .collect();
         let runtime = Arc::new(Runtime {
             toolbox,
+            mcp: McpServers::new(config.mcp_servers.clone(), other_tools),
             prices,
             price_warnings: UnknownPriceWarnings::default(),
         });
@@ -359,6 +374,61 @@ impl Tactic {
         } else {
             Err(Error { problems })
         }
+    }
+
+    /// Starts the MCP servers (`mcp_servers:`) and lists their tools. Call it
+    /// after `check` so a server that cannot start is bad input reported
+    /// before anything is sent; `run` starts them too if nobody did. Once per
+    /// tactic: later calls return the first outcome.
+    /// Sub-tactics' servers start too.
+    pub fn start(&self) -> futures_util::future::BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.runtime
+                .mcp
+                .start()
+                .await
+                .map_err(|problems| Error { problems })?;
+            for sub in self.sub_tactics() {
+                if let Err(error) = sub.start().await {
+                    self.shutdown().await;
+                    return Err(error);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Ends the MCP servers (stdin closed, then SIGTERM, then SIGKILL after a
+    /// grace period each), sub-tactics' included. Call it when the tactic's
+    /// runs are over.
+    pub fn shutdown(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.runtime.mcp.shutdown().await;
+            for sub in self.sub_tactics() {
+                sub.shutdown().await;
+            }
+        })
+    }
+
+    /// The tactics the flow's steps run (directly, not their own sub-tactics).
+    fn sub_tactics(&self) -> Vec<&Tactic> {
+        fn walk<'a>(nodes: &'a [Node], found: &mut Vec<&'a Tactic>) {
+            for node in nodes {
+                match node {
+                    Node::Tactic(step) => found.push(&step.tactic),
+                    Node::Step(_) => {}
+                    Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => walk(nodes, found),
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(&self.nodes, &mut found);
+        found
+    }
+
+    /// The MCP servers of the tactic (running after `start`).
+    pub fn mcp_servers(&self) -> &McpServers {
+        &self.runtime.mcp
     }
 
     /// Runs one task to its session record.
@@ -391,6 +461,42 @@ impl Tactic {
 /// `provider/model` → (`provider`, `model`); a bare name is an OpenAI model.
 pub fn split_model(model_name: &str) -> (&str, &str) {
     model_name.split_once('/').unwrap_or(("openai", model_name))
+}
+
+/// A tool or MCP server a prompt names must be declared in the tactic.
+fn check_prompt_tools(
+    config: &TacticConfig,
+    toolbox: &Toolbox,
+    prompt: &Prompt,
+    problems: &mut Problems,
+) {
+    for tool in &prompt.tools {
+        if !toolbox.contains(tool) {
+            problems.push(format!(
+                "prompt `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                prompt.path,
+                crate::suggest::hint(tool, toolbox.names())
+            ));
+        }
+    }
+    for server in &prompt.mcp_servers {
+        check_server(
+            config,
+            &format!("prompt `{}`", prompt.path),
+            server,
+            problems,
+        );
+    }
+}
+
+fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
+    let names = config.mcp_servers.iter().map(|server| server.name.as_str());
+    if !names.clone().any(|name| name == server) {
+        problems.push(format!(
+            "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
+            crate::suggest::hint(server, names)
+        ));
+    }
 }
 
 fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
@@ -539,6 +645,7 @@ fn template_args(
 }
 
 fn build_nodes(
+    config: &TacticConfig,
     items: &[FlowItem],
     registry: &Registry,
     toolbox: &Toolbox,
@@ -555,6 +662,7 @@ fn build_nodes(
                     .as_ref()
                     .and_then(|source| problems.take(flow::Condition::new(source, "loop `until`")));
                 let inner = build_nodes(
+                    config,
                     &settings.steps,
                     registry,
                     toolbox,
@@ -574,6 +682,7 @@ fn build_nodes(
                     problems.take(flow::Condition::new(source, "parallel `foreach`"))
                 });
                 let inner = build_nodes(
+                    config,
                     &settings.steps,
                     registry,
                     toolbox,
@@ -620,14 +729,7 @@ fn build_nodes(
             ))
         });
         let Some(prompt) = prompt else { continue };
-        for tool in &prompt.tools {
-            if !toolbox.contains(tool) {
-                problems.push(format!(
-                    "prompt `{}` names tool `{tool}`, which is not defined under `tools:`",
-                    prompt.path
-                ));
-            }
-        }
+        check_prompt_tools(config, toolbox, &prompt, problems);
         prompts.insert(prompt.path.clone(), prompt.clone());
         nodes.push(Node::Step(Step {
             name: step.name.clone(),

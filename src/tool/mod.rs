@@ -1,12 +1,14 @@
 //! Tools the model can call: the `Tool` trait, the `Toolbox` of a run, and the
 //! text a result becomes in the dialog (D12).
 //!
-//! `command` runs external programs; MCP servers and built-ins come later and
-//! plug in through the same trait. Which tools a turn offers is the agent
-//! loop's business (D1), not the toolbox's.
+//! `command` runs external programs, `builtin` the tools we ship, `mcp` the
+//! tools of MCP servers; all plug in through the same trait. Which tools a turn
+//! offers is the agent loop's business (D1), not the toolbox's.
 
 mod builtin;
 mod command;
+mod mcp;
+mod mcp_servers;
 
 use std::sync::Arc;
 
@@ -18,6 +20,8 @@ use crate::provider::ToolSpec;
 
 pub use builtin::BuiltinTool;
 pub use command::CommandTool;
+pub use mcp::{McpServer, McpTool};
+pub use mcp_servers::McpServers;
 
 /// A callable tool. `Ok` is the result text the model sees; `Err` is an error
 /// message the model sees (a failed tool is an outcome, not an abort).
