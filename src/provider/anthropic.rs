@@ -372,6 +372,10 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         Box::pin(self.send(request))
     }
+
+    fn limiter(&self) -> Option<&Limiter> {
+        Some(&self.limiter)
+    }
 }
 
 #[cfg(test)]

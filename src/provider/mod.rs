@@ -108,6 +108,12 @@ pub trait Provider: Send + Sync {
         &'a self,
         request: ChatRequest<'a>,
     ) -> BoxFuture<'a, Result<Message, ProviderError>>;
+
+    /// The limiter this provider takes permits from, if it has one (for
+    /// progress displays: why a request is waiting).
+    fn limiter(&self) -> Option<&limit::Limiter> {
+        None
+    }
 }
 
 mod optional_millis {

@@ -463,6 +463,10 @@ impl Provider for OpenAiProvider {
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         Box::pin(self.send(request))
     }
+
+    fn limiter(&self) -> Option<&Limiter> {
+        Some(&self.limiter)
+    }
 }
 
 #[cfg(test)]
