@@ -98,9 +98,12 @@ pub async fn run(options: Options) -> Result<Outcome> {
             let hint = if plan.has_fatal() {
                 ""
             } else {
-                "\nhint: fix the lines, or pass `--skip-invalid` to record them as failed and run the rest"
+                "; hint: fix them, or pass `--skip-invalid` to record those tasks as failed and run the rest"
             };
-            return Err(Error::Usage(format!("{report}{hint}")));
+            return Err(Error::Usage(format!(
+                "`{}` has problems, nothing was sent{hint}\n{report}",
+                options.tasks_file.display()
+            )));
         }
         reporter.note(&format!(
             "{} bad line(s) will be recorded as failed (--skip-invalid):\n{report}",
@@ -189,7 +192,7 @@ fn previous_results(options: &Options) -> Result<Previous> {
     if !resuming {
         if has_results {
             return Err(Error::Usage(format!(
-                "`{}` already holds the results of a batch\nhint: pass `--resume` to continue it \
+                "`{}` already holds the results of a batch; hint: pass `--resume` to continue it \
                  (`--retry-errors` to re-run its failed tasks too), or choose another `-o` directory",
                 options.output.display()
             )));
@@ -227,7 +230,7 @@ fn check_prices(tactics: &HashMap<PathBuf, Arc<crate::tactic::Tactic>>) -> Resul
     for (path, tactic) in tactics {
         for model in tactic.unpriced_models() {
             problems.push(format!(
-                "`--max-cost` needs prices, and model `{model}` of `{}` has none\nhint: add it under \
+                "`--max-cost` needs prices, and model `{model}` of `{}` has none; hint: add it under \
                  `pricing:` in the tactic or pass `--prices FILE`",
                 path.display()
             ));

@@ -111,11 +111,10 @@ impl Shared {
     /// Stops as asked, unless already stopped harder.
     pub fn request_stop(&self, stop: Stop) {
         self.stop.send_if_modified(|current| {
-            let harder = match (*current, stop) {
-                (Stop::Running, _) => true,
-                (Stop::Drain(_), Stop::Cancel(_)) => true,
-                _ => false,
-            };
+            let harder = matches!(
+                (*current, stop),
+                (Stop::Running, _) | (Stop::Drain(_), Stop::Cancel(_))
+            );
             if harder {
                 *current = stop;
             }
