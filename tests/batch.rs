@@ -189,9 +189,10 @@ fn resume_after_a_kill_finishes_every_task_exactly_once() {
     let results = results_once(&test, "out");
     assert_eq!(results.len(), 200, "none lost");
     assert_eq!(states(&results)["success"], 200);
-    // Only tasks in flight at the kill may have been sent twice.
+    // Only tasks in flight at the kill (4), or finished but not yet written
+    // (a few), may have been sent twice.
     let requests = server.requests().len();
-    assert!(requests <= 200 + 4, "{requests} requests");
+    assert!(requests <= 200 + 8, "{requests} requests");
     let summary = test.read_json("out/summary.json");
     assert_eq!(summary["success"], 200);
     assert_eq!(

@@ -155,7 +155,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
     signals.abort();
     ticker.abort();
     reporter.finish(&shared.snapshot(plan.to_run, started, &all_tactics));
-    if let Some(source) = shared.take_write_error() {
+    if let Err(source) = shared.finish_writing() {
         return Err(Error::Write {
             path: options.output.join(output::RESULTS).display().to_string(),
             source,

@@ -5,7 +5,10 @@
 //! written.
 //!
 //! A task's session record is written before its result line: the result line
-//! is what marks the task done. A kill between the two leaves a record without a
+//! is what marks the task done. One thread writes both files (group commit);
+//! a task's lines reach the files microseconds after it ends, so a kill loses
+//! at most the tasks in flight and the few just finished (which `--resume` runs
+//! again). A kill between the two leaves a record without a
 //! result, and `--resume` runs the task again (its second record follows the
 //! first); a kill in the middle of a line leaves a torn last line, which
 //! `repair` cuts off before anything is appended.
@@ -13,7 +16,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -114,15 +117,44 @@ impl ResultLine {
     }
 }
 
-/// The two appending files, written through one lock so a task's record and
-/// result line are never interleaved with another task's.
-pub struct Writer {
-    results: File,
-    sessions: File,
-    dir: PathBuf,
-    /// Reused serialization buffers.
-    buffers: (Vec<u8>, Vec<u8>),
+/// A task's lines, serialized by the task itself (in parallel), written by
+/// the writer thread.
+pub struct Encoded {
+    session: Option<Vec<u8>>,
+    result: Vec<u8>,
 }
+
+impl Encoded {
+    pub fn new(result: &ResultLine, record: Option<&SessionRecord>) -> serde_json::Result<Encoded> {
+        let session = match record {
+            Some(record) => {
+                let mut line = serde_json::to_vec(record)?;
+                line.push(b'\n');
+                Some(line)
+            }
+            None => None,
+        };
+        let mut line = serde_json::to_vec(result)?;
+        line.push(b'\n');
+        Ok(Encoded {
+            session,
+            result: line,
+        })
+    }
+}
+
+/// The two appending files, written by one thread: it takes every line
+/// queued so far and writes them with one `write` per file (records first,
+/// so a result line never precedes its record), then waits for more. At a
+/// high completion rate this is a few writes for many tasks; at a low one,
+/// each task's lines are written as soon as it ends.
+pub struct Writer {
+    sender: Option<std::sync::mpsc::SyncSender<Encoded>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+/// Lines queued before a finishing task waits for the disk.
+const QUEUE: usize = 4096;
 
 impl Writer {
     pub fn open(dir: &Path) -> std::io::Result<Writer> {
@@ -133,36 +165,67 @@ impl Writer {
                 .append(true)
                 .open(dir.join(name))
         };
+        let (results, sessions) = (append(RESULTS)?, append(SESSIONS)?);
+        let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("lllm-batch-writer".into())
+            .spawn(move || write_loop(&receiver, results, sessions))?;
         Ok(Writer {
-            results: append(RESULTS)?,
-            sessions: append(SESSIONS)?,
-            dir: dir.to_path_buf(),
-            buffers: (Vec::with_capacity(1 << 12), Vec::with_capacity(1 << 16)),
+            sender: Some(sender),
+            thread: Some(thread),
         })
     }
 
-    /// Appends the record (if any), then the result line; each one `write`.
-    pub fn write(
-        &mut self,
-        result: &ResultLine,
-        record: Option<&SessionRecord>,
-    ) -> std::io::Result<()> {
-        let (line, session) = &mut self.buffers;
-        if let Some(record) = record {
-            session.clear();
-            serde_json::to_writer(&mut *session, record)?;
-            session.push(b'\n');
-            self.sessions.write_all(session)?;
-        }
-        line.clear();
-        serde_json::to_writer(&mut *line, result)?;
-        line.push(b'\n');
-        self.results.write_all(line)
+    /// Queues a task's lines. `false` when the writer has stopped on an error
+    /// (`finish` returns it).
+    pub fn send(&self, encoded: Encoded) -> bool {
+        self.sender
+            .as_ref()
+            .is_some_and(|sender| sender.send(encoded).is_ok())
     }
 
-    pub fn path(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
+    /// Writes what is queued and stops; the first write error, if any.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.sender.take();
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the writer thread panicked")),
+        }
     }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn write_loop(
+    receiver: &std::sync::mpsc::Receiver<Encoded>,
+    mut results: File,
+    mut sessions: File,
+) -> std::io::Result<()> {
+    let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
+    while let Ok(first) = receiver.recv() {
+        result_lines.clear();
+        session_lines.clear();
+        let mut next = Some(first);
+        while let Some(encoded) = next {
+            if let Some(session) = &encoded.session {
+                session_lines.extend_from_slice(session);
+            }
+            result_lines.extend_from_slice(&encoded.result);
+            next = if result_lines.len() + session_lines.len() < 1 << 22 {
+                receiver.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        sessions.write_all(&session_lines)?;
+        results.write_all(&result_lines)?;
+    }
+    Ok(())
 }
 
 /// What the summary and `--resume` need of a result line (not its delivery,

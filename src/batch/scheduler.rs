@@ -19,7 +19,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::budget::{Budget, Reservation};
-use super::output::{Brief, ResultLine, Writer};
+use super::output::{Brief, Encoded, ResultLine, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::summary::Totals;
@@ -68,6 +68,8 @@ impl Stop {
 /// What the run's tasks share.
 pub struct Shared {
     writer: Mutex<Writer>,
+    /// Whether the writer still takes lines (false after a write error).
+    writing: AtomicBool,
     totals: Mutex<Totals>,
     budget: Option<Mutex<Budget>>,
     /// A task ended (a budget reservation may have been freed).
@@ -89,6 +91,7 @@ impl Shared {
     pub fn new(writer: Writer, budget: Option<Budget>, fail_fast: bool) -> Shared {
         Shared {
             writer: Mutex::new(writer),
+            writing: AtomicBool::new(true),
             totals: Mutex::new(Totals::default()),
             budget: budget.map(Mutex::new),
             settled: Notify::new(),
@@ -104,8 +107,13 @@ impl Shared {
         *lock(&self.totals)
     }
 
-    pub fn take_write_error(&self) -> Option<std::io::Error> {
-        lock(&self.write_error).take()
+    /// Writes what is queued; the first write error, if any.
+    pub fn finish_writing(&self) -> std::io::Result<()> {
+        let finished = lock(&self.writer).finish();
+        match lock(&self.write_error).take() {
+            Some(error) => Err(error),
+            None => finished,
+        }
     }
 
     /// Stops as asked, unless already stopped harder.
@@ -124,9 +132,21 @@ impl Shared {
 
     /// Appends one result (and its record); a write error stops the run.
     fn record(&self, result: &ResultLine, record: Option<&crate::tactic::SessionRecord>) {
-        let written = lock(&self.writer).write(result, record);
-        if let Err(error) = written {
-            lock(&self.write_error).get_or_insert(error);
+        let sent = match Encoded::new(result, record) {
+            Ok(encoded) => {
+                self.writing.load(Ordering::Relaxed) && {
+                    // The writer is shared, but `send` only queues: the lock is brief.
+                    let writer = lock(&self.writer);
+                    writer.send(encoded)
+                }
+            }
+            Err(error) => {
+                lock(&self.write_error).get_or_insert(std::io::Error::other(error));
+                false
+            }
+        };
+        if !sent {
+            self.writing.store(false, Ordering::Relaxed);
             self.request_stop(Stop::Cancel(Reason::WriteFailed));
             return;
         }
