@@ -67,7 +67,7 @@ impl Stop {
 
 /// What the run's tasks share.
 pub struct Shared {
-    writer: Mutex<Writer>,
+    writer: Writer,
     /// Whether the writer still takes lines (false after a write error).
     writing: AtomicBool,
     totals: Mutex<Totals>,
@@ -90,7 +90,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     pub fn new(writer: Writer, budget: Option<Budget>, fail_fast: bool) -> Shared {
         Shared {
-            writer: Mutex::new(writer),
+            writer,
             writing: AtomicBool::new(true),
             totals: Mutex::new(Totals::default()),
             budget: budget.map(Mutex::new),
@@ -109,7 +109,7 @@ impl Shared {
 
     /// Writes what is queued; the first write error, if any.
     pub fn finish_writing(&self) -> std::io::Result<()> {
-        let finished = lock(&self.writer).finish();
+        let finished = self.writer.finish();
         match lock(&self.write_error).take() {
             Some(error) => Err(error),
             None => finished,
@@ -133,13 +133,7 @@ impl Shared {
     /// Appends one result (and its record); a write error stops the run.
     fn record(&self, result: &ResultLine, record: Option<&crate::tactic::SessionRecord>) {
         let sent = match Encoded::new(result, record) {
-            Ok(encoded) => {
-                self.writing.load(Ordering::Relaxed) && {
-                    // The writer is shared, but `send` only queues: the lock is brief.
-                    let writer = lock(&self.writer);
-                    writer.send(encoded)
-                }
-            }
+            Ok(encoded) => self.writing.load(Ordering::Relaxed) && self.writer.send(encoded),
             Err(error) => {
                 lock(&self.write_error).get_or_insert(std::io::Error::other(error));
                 false
