@@ -406,6 +406,27 @@ fn shards_split_the_run_into_disjoint_parts_that_cover_it() {
     ]);
     output.expect_code(2);
     assert!(output.stderr.contains("`1/3`"), "{}", output.stderr);
+
+    // --limit takes the first N tasks of the shard; --resume then finishes the shard.
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "limited",
+        "--shard",
+        "2/3",
+        "-q",
+    ];
+    test.run(&[&args[..], &["--limit", "3"]].concat())
+        .expect_code(0);
+    let first: Vec<String> = results_once(&test, "limited").into_keys().collect();
+    assert_eq!(first.len(), 3);
+    test.run(&[&args[..], &["--resume"]].concat())
+        .expect_code(0);
+    let ids: BTreeSet<String> = results_once(&test, "limited").into_keys().collect();
+    assert_eq!(ids, shard_two);
 }
 
 #[test]

@@ -266,3 +266,49 @@ impl State {
         self.push(message, line, false);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_takes_the_shard_then_the_limit() {
+        let ids: Vec<String> = (0..40).map(|n| format!("t{n}")).collect();
+        let shard = Shard { index: 2, count: 3 };
+        let mut selector = Selector::new(Some(shard), Some(4));
+        let chosen: Vec<&String> = ids.iter().filter(|id| selector.select(id)).collect();
+        assert_eq!(chosen.len(), 4);
+        assert!(chosen.iter().all(|id| shard.contains(id)));
+        assert!(selector.full());
+        let mut everything = Selector::new(None, None);
+        assert!(ids.iter().all(|id| everything.select(id)));
+    }
+
+    #[test]
+    fn report_groups_lines_sharing_a_problem() {
+        let plan = Plan {
+            problems: vec![
+                Problem {
+                    message: "bad".into(),
+                    lines: vec![3],
+                    fatal: false,
+                },
+                Problem {
+                    message: "needs `x`".into(),
+                    lines: (1..=10).collect(),
+                    fatal: false,
+                },
+            ],
+            invalid: HashMap::new(),
+            in_run: 0,
+            to_run: 0,
+        };
+        let text = plan.report(Path::new("t.jsonl"), 1);
+        assert_eq!(text, "t.jsonl:3: bad\n… and 1 more problems");
+        let text = plan.report(Path::new("t.jsonl"), 5);
+        assert!(
+            text.ends_with("t.jsonl: lines 1, 2, 3, 4, 5, 6, 7, 8, … (10 lines): needs `x`"),
+            "{text}"
+        );
+    }
+}

@@ -39,7 +39,7 @@ impl Reason {
     pub fn text(self) -> &'static str {
         match self {
             Reason::FailFast => "cancelled by --fail-fast after a failed task",
-            Reason::Budget => "skipped: --max-cost budget reached",
+            Reason::Budget => "--max-cost budget reached",
             Reason::Interrupted => "interrupted",
             Reason::WriteFailed => "cancelled: the output could not be written",
         }
