@@ -81,6 +81,8 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
     // A line with its own tactic, relative to the TASKS file's directory.
     tasks.push_str("{\"id\": \"own\", \"task\": \"mine\", \"tactic\": \"echo.yaml\"}\n");
     tasks.push_str("\"a bare string\"\n\n");
+    // The `--tactic` file named from the TASKS directory: the same tactic.
+    tasks.push_str("{\"id\": \"same\", \"task\": \"hi\", \"tactic\": \"../t.yaml\"}\n");
     let test = test
         .file("t.yaml", &tactic(&server.base_url()))
         .file("in/echo.yaml", ECHO_TACTIC)
@@ -98,7 +100,7 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
     output.expect_code(0);
 
     let results = results_once(&test, "out");
-    assert_eq!(results.len(), 42);
+    assert_eq!(results.len(), 43);
     for i in 0..40 {
         let line = &results[&format!("t{i}")];
         assert_eq!(line["state"], "success");
@@ -109,9 +111,10 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
     }
     assert_eq!(results["own"]["delivery"], "mine");
     assert_eq!(results["line-42"]["delivery"], "a bare string");
+    assert_eq!(results["same"]["delivery"], "hi");
 
     let records = read_lines(&test, "out/sessions.jsonl");
-    assert_eq!(records.len(), 42);
+    assert_eq!(records.len(), 43);
     let record_ids: BTreeSet<&str> = records
         .iter()
         .map(|record| record["task_id"].as_str().unwrap())
@@ -122,16 +125,16 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
             .iter()
             .all(|record| record["format"] == "lllm.session/1")
     );
-    // The bare string too; the `own` line's tactic runs in-process.
-    assert_eq!(server.requests().len(), 41);
+    // The bare string and `same` too; the `own` line's tactic runs in-process.
+    assert_eq!(server.requests().len(), 42);
 
     let summary = test.read_json("out/summary.json");
     assert_eq!(summary["format"], "lllm.batch-summary/1");
     assert_eq!(
         (summary["total"].as_u64(), summary["success"].as_u64()),
-        (Some(42), Some(42))
+        (Some(43), Some(43))
     );
-    assert_eq!(summary["calls"], 42);
+    assert_eq!(summary["calls"], 43);
     assert_eq!(summary["cost_known"], true);
     assert!(
         output.stderr.contains("lllm batch summary"),

@@ -186,7 +186,9 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let tasks_dir = run.tasks_file.parent().unwrap_or(Path::new(""));
     let default = run
         .default_tactic
-        .and_then(|path| run.tactics.get(path).cloned());
+        .and_then(|path| run.tactics.get(&super::tactics::key(path)).cloned());
+    // A line's `tactic` as written → the tactic (one path lookup per distinct text).
+    let mut line_tactics: HashMap<String, Option<Arc<Tactic>>> = HashMap::new();
     let slots = Arc::new(Semaphore::new(run.concurrency.max(1)));
     let mut running = JoinSet::new();
     let mut stop = shared.stop.subscribe();
@@ -225,7 +227,13 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             (Some(task), None) => {
                 let tactic = match &task.tactic {
                     None => default.clone(),
-                    Some(path) => run.tactics.get(&tasks_dir.join(path)).cloned(),
+                    Some(path) => line_tactics
+                        .entry(path.clone())
+                        .or_insert_with(|| {
+                            let key = super::tactics::key(&tasks_dir.join(path));
+                            run.tactics.get(&key).cloned()
+                        })
+                        .clone(),
                 };
                 match tactic {
                     Some(tactic) => (task, tactic),

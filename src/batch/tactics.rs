@@ -41,6 +41,7 @@ impl Tactics {
     /// The tactic at `path`, built on first use. `Err` holds its error; the
     /// `bool` says whether this is the first time it was asked for.
     pub fn get(&mut self, path: &Path) -> std::result::Result<Arc<Tactic>, (String, bool)> {
+        let path = &key(path);
         if let Some(tactic) = self.built.get(path) {
             return Ok(tactic.clone());
         }
@@ -65,7 +66,7 @@ impl Tactics {
     /// error, as with `lllm run`.
     pub fn preload(&mut self, path: &Path) -> Result<()> {
         let tactic = self.load(path)?;
-        self.built.insert(path.to_path_buf(), Arc::new(tactic));
+        self.built.insert(key(path), Arc::new(tactic));
         Ok(())
     }
 
@@ -89,4 +90,10 @@ impl Tactics {
     pub fn all(&self) -> impl Iterator<Item = (&PathBuf, &Arc<Tactic>)> {
         self.built.iter()
     }
+}
+
+/// The name a tactic file is known by: its canonical path when it exists, so
+/// `t.yaml` and `sub/../t.yaml` are one tactic (one set of providers).
+pub fn key(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
