@@ -4,6 +4,7 @@
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
 
 pub mod agent;
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod dialog;

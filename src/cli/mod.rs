@@ -3,6 +3,7 @@
 //! Each command lives in its own file and returns an `Outcome`; `main` maps it
 //! to the exit code.
 
+mod batch;
 mod run;
 
 use std::path::PathBuf;
@@ -26,6 +27,8 @@ pub struct Cli {
 pub enum Command {
     /// Run one task through a tactic; the delivery goes to stdout.
     Run(RunArgs),
+    /// Run many tasks (a JSONL file) in parallel: resumable, budgeted, sharded.
+    Batch(batch::BatchArgs),
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
     Replay(ReplayArgs),
 }
@@ -100,6 +103,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
         })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Batch(args) => runtime.block_on(batch::run(args)),
         Command::Replay(args) => replay(args, &runtime),
     }
 }

@@ -142,13 +142,19 @@ impl Prompt {
 
     /// An empty prompt with no parser, format or tools: what governs a turn
     /// started with plain text.
+    /// Compiled once and cloned (the compiled template is shared): every
+    /// plain-text turn makes one, and a batch makes thousands a second.
     pub fn bare(path: impl Into<String>) -> Prompt {
-        let path = path.into();
-        match Prompt::new(path.clone(), "") {
-            Ok(prompt) => prompt,
-            // An empty template always compiles; keep a usable value regardless.
-            Err(_) => unreachable!("an empty template compiles"),
-        }
+        static EMPTY: std::sync::OnceLock<Prompt> = std::sync::OnceLock::new();
+        let mut prompt = EMPTY
+            .get_or_init(|| match Prompt::new("", "") {
+                Ok(prompt) => prompt,
+                // An empty template always compiles; keep a usable value regardless.
+                Err(_) => unreachable!("an empty template compiles"),
+            })
+            .clone();
+        prompt.path = path.into();
+        prompt
     }
 
     /// Sets the structured-output schema, compiling its validator once.
@@ -267,10 +273,12 @@ impl Prompt {
 
     /// Hex SHA-256 of the template.
     pub fn sha256(&self) -> String {
-        Sha256::digest(self.template.as_bytes())
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect()
+        use std::fmt::Write;
+        let mut hex = String::with_capacity(64);
+        for byte in Sha256::digest(self.template.as_bytes()) {
+            let _ = write!(hex, "{byte:02x}");
+        }
+        hex
     }
 
     /// The repair prompt (`error_message`); keeps tools, parser and format (D2:

@@ -378,6 +378,10 @@ impl Provider for AnthropicProvider {
             body: build_request(request),
         }
     }
+
+    fn limiter(&self) -> Option<&Limiter> {
+        Some(&self.limiter)
+    }
 }
 
 #[cfg(test)]

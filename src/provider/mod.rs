@@ -118,6 +118,12 @@ pub trait Provider: Send + Sync {
             body: openai::build_request(request, &openai::WireOptions::default()),
         }
     }
+
+    /// The limiter this provider takes permits from, if it has one (for
+    /// progress displays: why a request is waiting).
+    fn limiter(&self) -> Option<&limit::Limiter> {
+        None
+    }
 }
 
 /// A request as it would go on the wire.

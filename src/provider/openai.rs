@@ -468,6 +468,10 @@ impl Provider for OpenAiProvider {
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         self.wire(request)
     }
+
+    fn limiter(&self) -> Option<&Limiter> {
+        Some(&self.limiter)
+    }
 }
 
 #[cfg(test)]

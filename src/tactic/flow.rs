@@ -73,9 +73,7 @@ pub(super) async fn run(
 ) -> SessionRecord {
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let mut context = task.args.clone();
-    context.insert("task".into(), task.task.clone());
-    context.insert("args".into(), Value::Object(task.args.clone()));
+    let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = {
         let work = async {
@@ -152,6 +150,15 @@ pub(super) async fn run(
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
     }
+}
+
+/// The template context before any step: each task argument at top level,
+/// then `task` and `args`.
+pub(super) fn base_context(task: &TaskInput) -> Map<String, Value> {
+    let mut context = task.args.clone();
+    context.insert("task".into(), task.task.clone());
+    context.insert("args".into(), Value::Object(task.args.clone()));
+    context
 }
 
 impl Run<'_> {

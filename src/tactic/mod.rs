@@ -27,6 +27,7 @@ use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
+pub use flow::INTERRUPTED;
 pub use record::{RunState, SessionRecord};
 
 /// Everything wrong with a tactic, one problem per line.
@@ -431,6 +432,64 @@ impl Tactic {
         &self.runtime.mcp
     }
 
+    /// Pre-flight of one task (`lllm batch`): `check` with its argument names,
+    /// then every template that needs nothing but the task (system prompts,
+    /// step arguments and prompts naming no earlier step, `result`) is rendered
+    /// with the task's values, so a template that fails on them (an attribute
+    /// the value lacks, a filter on the wrong type) is reported before anything
+    /// is sent. Templates that need a step's output cannot be rendered yet.
+    pub fn check_task(&self, task: &TaskInput) -> Result<()> {
+        let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
+        self.check(&arg_names)?;
+        let context = flow::base_context(task);
+        let mut templates: Vec<&Prompt> = self
+            .agents
+            .values()
+            .map(|agent| agent.system_prompt.as_ref())
+            .collect();
+        collect_templates(&self.nodes, &mut templates);
+        templates.extend(self.result.as_deref());
+        let mut problems = Vec::new();
+        for template in templates {
+            let ready = template
+                .template_vars()
+                .iter()
+                .all(|name| context.contains_key(name));
+            if ready && let Err(error) = template.render(&context) {
+                problems.push(error.to_string());
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error { problems })
+        }
+    }
+
+    /// Why a request of this tactic would wait right now (rate limit, back-off
+    /// after a 429, concurrency), from its providers' limiters.
+    pub fn waiting(&self) -> Option<crate::provider::limit::Waiting> {
+        self.agents
+            .values()
+            .find_map(|agent| agent.model.provider.limiter()?.waiting())
+    }
+
+    /// The models of this tactic's agents that have no price (the mock
+    /// provider is free), as `provider/model`.
+    pub fn unpriced_models(&self) -> Vec<String> {
+        let mut models: Vec<String> = self
+            .agents
+            .values()
+            .filter(|agent| {
+                let (provider, model) = split_model(&agent.model_name);
+                provider != "mock" && self.runtime.prices.lookup(provider, model).is_none()
+            })
+            .map(|agent| agent.model_name.clone())
+            .collect();
+        models.dedup();
+        models
+    }
+
     /// Runs one task to its session record.
     pub async fn run(&self, task: TaskInput) -> SessionRecord {
         flow::run(self, task, None, std::future::pending()).await
@@ -496,6 +555,36 @@ fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut P
             "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
             crate::suggest::hint(server, names)
         ));
+    }
+}
+
+/// Every template of the flow's steps: argument templates, then the prompt
+/// (for a sub-tactic step, its `task`).
+fn collect_templates<'a>(nodes: &'a [Node], templates: &mut Vec<&'a Prompt>) {
+    for node in nodes {
+        match node {
+            Node::Step(step) => {
+                for (_, value) in &step.args {
+                    if let ArgValue::Template(template) = value {
+                        templates.push(template);
+                    }
+                }
+                templates.push(&step.prompt);
+            }
+            // A sub-tactic's own templates see its task, rendered later; here
+            // only the step's `task` and `args` templates.
+            Node::Tactic(step) => {
+                for (_, value) in &step.args {
+                    if let ArgValue::Template(template) = value {
+                        templates.push(template);
+                    }
+                }
+                templates.extend(step.task.as_deref());
+            }
+            Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => {
+                collect_templates(nodes, templates)
+            }
+        }
     }
 }
 

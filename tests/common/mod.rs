@@ -183,3 +183,23 @@ fn uuid_like() -> String {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+impl Test {
+    /// Starts `lllm` with `args` like `run`, without waiting (to signal or kill it).
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lllm"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command.spawn().expect("start lllm")
+    }
+}

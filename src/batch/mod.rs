@@ -1,0 +1,312 @@
+//! `lllm batch` (DESIGN §6): many tasks through tactics, in parallel,
+//! resumable, budgeted, observable.
+//!
+//! The pipeline, top to bottom: read what the output directory already holds
+//! (`--resume`), build the tactics, pre-flight every line (nothing is sent for a
+//! file with problems), run the selected tasks under one scheduler, then write
+//! `summary.json` and show the summary. `tasks` parses lines, `preflight`
+//! checks them, `scheduler` runs them, `output` owns the files, `budget` the
+//! `--max-cost` accounting, `shard` the partitions, `progress` the display.
+
+pub mod budget;
+pub mod output;
+pub mod preflight;
+pub mod progress;
+pub mod scheduler;
+pub mod shard;
+pub mod summary;
+pub mod tactics;
+pub mod tasks;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Outcome, Result};
+use output::{Previous, TaskState};
+use preflight::Selector;
+use scheduler::{Reason, Shared};
+use shard::Shard;
+use summary::Summary;
+
+/// A batch as the command line asked for it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub tasks_file: PathBuf,
+    /// The tactic of lines that name none.
+    pub tactic: Option<PathBuf>,
+    pub output: PathBuf,
+    pub concurrency: usize,
+    pub resume: bool,
+    pub retry_errors: bool,
+    pub fail_fast: bool,
+    pub max_cost: Option<f64>,
+    pub limit: Option<u64>,
+    pub shard: Option<Shard>,
+    pub skip_invalid: bool,
+    pub model: Option<String>,
+    pub prices: Option<PathBuf>,
+    pub quiet: bool,
+    pub progress_interval: Duration,
+    /// After Ctrl-C, how long running tasks may take to finish.
+    pub grace: Duration,
+}
+
+/// Problems shown before `… and N more`.
+const MAX_PROBLEMS: usize = 50;
+
+pub async fn run(options: Options) -> Result<Outcome> {
+    let started = Instant::now();
+    let previous = previous_results(&options)?;
+    let done = |id: &str| {
+        previous
+            .latest
+            .get(id)
+            .is_some_and(|brief| match brief.state {
+                TaskState::Success => true,
+                TaskState::Failure => !options.retry_errors,
+                TaskState::Skipped => false,
+            })
+    };
+
+    let mut tactics = tactics::Tactics::new(options.model.clone(), options.prices.as_deref())?;
+    if let Some(path) = &options.tactic {
+        tactics.preload(path)?;
+    }
+    let selector = Selector::new(options.shard, options.limit);
+    let plan = preflight::run(
+        preflight::Inputs {
+            tasks_file: &options.tasks_file,
+            default_tactic: options.tactic.as_deref(),
+            selector: selector.clone(),
+            done: &done,
+        },
+        &mut tactics,
+    )
+    .map_err(|error| {
+        Error::Usage(format!(
+            "cannot read `{}`: {error}",
+            options.tasks_file.display()
+        ))
+    })?;
+    let reporter: Arc<dyn progress::Reporter> =
+        Arc::from(progress::reporter(options.quiet, options.progress_interval));
+    if !plan.problems.is_empty() {
+        let report = plan.report(&options.tasks_file, MAX_PROBLEMS);
+        if !options.skip_invalid || plan.has_fatal() {
+            let hint = if plan.has_fatal() {
+                ""
+            } else {
+                "; hint: fix them, or pass `--skip-invalid` to record those tasks as failed and run the rest"
+            };
+            return Err(Error::Usage(format!(
+                "`{}` has problems, nothing was sent{hint}\n{report}",
+                options.tasks_file.display()
+            )));
+        }
+        reporter.note(&format!(
+            "{} bad line(s) will be recorded as failed (--skip-invalid):\n{report}",
+            plan.invalid.len()
+        ));
+    }
+    let tactics: HashMap<PathBuf, Arc<crate::tactic::Tactic>> = tactics
+        .all()
+        .map(|(path, tactic)| (path.clone(), tactic.clone()))
+        .collect();
+    let budget = match options.max_cost {
+        Some(max) => {
+            check_prices(&tactics)?;
+            Some(budget::Budget::new(max, previous.spent.cost))
+        }
+        None => None,
+    };
+
+    // MCP servers start once per tactic, after every check and before the
+    // first request; one that cannot start is bad input (nothing was sent).
+    for tactic in tactics.values() {
+        if let Err(error) = tactic.start().await {
+            for tactic in tactics.values() {
+                tactic.shutdown().await;
+            }
+            return Err(error.into());
+        }
+    }
+    let writer = match output::Writer::open(&options.output) {
+        Ok(writer) => writer,
+        Err(source) => {
+            for tactic in tactics.values() {
+                tactic.shutdown().await;
+            }
+            return Err(Error::Write {
+                path: options.output.display().to_string(),
+                source,
+            });
+        }
+    };
+    let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
+    let signals = tokio::spawn(scheduler::watch_signals(
+        shared.clone(),
+        options.grace,
+        reporter.clone(),
+    ));
+    let all_tactics: Vec<Arc<crate::tactic::Tactic>> = tactics.values().cloned().collect();
+    let ticker = tokio::spawn(tick(
+        shared.clone(),
+        reporter.clone(),
+        plan.to_run,
+        all_tactics.clone(),
+    ));
+    let ran = scheduler::run(
+        scheduler::Run {
+            tasks_file: &options.tasks_file,
+            default_tactic: options.tactic.as_deref(),
+            tactics: &tactics,
+            plan: &plan,
+            selector,
+            done: &done,
+            concurrency: options.concurrency,
+        },
+        shared.clone(),
+    )
+    .await;
+    for tactic in tactics.values() {
+        tactic.shutdown().await;
+    }
+    signals.abort();
+    ticker.abort();
+    reporter.finish(&shared.snapshot(plan.to_run, started, &all_tactics));
+    if let Err(source) = shared.finish_writing() {
+        return Err(Error::Write {
+            path: options.output.join(output::RESULTS).display().to_string(),
+            source,
+        });
+    }
+    ran.map_err(|error| {
+        Error::Usage(format!(
+            "cannot read `{}`: {error}",
+            options.tasks_file.display()
+        ))
+    })?;
+
+    let stopped = shared.stop.borrow().reason();
+    let summary = write_summary(&options, &plan, &shared, started, stopped)?;
+    if !options.quiet {
+        eprint!("{}", summary.table(&options.output.display().to_string()));
+    }
+    Ok(if stopped == Some(Reason::Interrupted) {
+        Outcome::Interrupted
+    } else if summary.failure == 0 && summary.skipped == 0 && summary.not_run == 0 {
+        Outcome::Success
+    } else {
+        Outcome::Failed
+    })
+}
+
+/// What the output directory holds already. Without `--resume` it must hold
+/// no results (two runs must not mix silently); with it, a torn last line
+/// left by a kill is cut off first.
+fn previous_results(options: &Options) -> Result<Previous> {
+    let results = options.output.join(output::RESULTS);
+    let resuming = options.resume || options.retry_errors;
+    let has_results = std::fs::metadata(&results).is_ok_and(|meta| meta.len() > 0);
+    if !resuming {
+        if has_results {
+            return Err(Error::Usage(format!(
+                "`{}` already holds the results of a batch; hint: pass `--resume` to continue it \
+                 (`--retry-errors` to re-run its failed tasks too), or choose another `-o` directory",
+                options.output.display()
+            )));
+        }
+        return Ok(Previous::default());
+    }
+    let write_error = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| Error::Write { path, source }
+    };
+    for name in [output::RESULTS, output::SESSIONS] {
+        let path = options.output.join(name);
+        let cut = output::repair(&path).map_err(write_error(&path))?;
+        if cut > 0 {
+            crate::report::warn(&format!(
+                "`{}`: cut a torn last line ({cut} bytes) left by an earlier run that was killed",
+                path.display()
+            ));
+        }
+    }
+    let previous = output::read_previous(&results).map_err(write_error(&results))?;
+    if previous.unreadable > 0 {
+        crate::report::warn(&format!(
+            "`{}`: ignored {} line(s) that are not results",
+            results.display(),
+            previous.unreadable
+        ));
+    }
+    Ok(previous)
+}
+
+/// `--max-cost` needs a price for every model that may be called.
+fn check_prices(tactics: &HashMap<PathBuf, Arc<crate::tactic::Tactic>>) -> Result<()> {
+    let mut problems = Vec::new();
+    for (path, tactic) in tactics {
+        for model in tactic.unpriced_models() {
+            problems.push(format!(
+                "`--max-cost` needs prices, and model `{model}` of `{}` has none; hint: add it under \
+                 `pricing:` in the tactic or pass `--prices FILE`",
+                path.display()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Usage(problems.join("\n")))
+    }
+}
+
+async fn tick(
+    shared: Arc<Shared>,
+    reporter: Arc<dyn progress::Reporter>,
+    total: u64,
+    tactics: Vec<Arc<crate::tactic::Tactic>>,
+) {
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(reporter.interval()).await;
+        reporter.update(&shared.snapshot(total, started, &tactics));
+    }
+}
+
+fn write_summary(
+    options: &Options,
+    plan: &preflight::Plan,
+    shared: &Shared,
+    started: Instant,
+    stopped: Option<Reason>,
+) -> Result<Summary> {
+    let results = options.output.join(output::RESULTS);
+    let write_error = |source| Error::Write {
+        path: results.display().to_string(),
+        source,
+    };
+    let everything = output::read_previous(&results).map_err(write_error)?;
+    let summary = Summary::new(
+        plan.in_run,
+        &everything,
+        &shared.totals(),
+        started.elapsed().as_secs_f64(),
+        options.shard.map(|shard| shard.to_string()),
+        stopped.map(|reason| reason.text().to_string()),
+        stopped == Some(Reason::Interrupted),
+    );
+    let path = options.output.join(output::SUMMARY);
+    let temporary = options.output.join(format!(".{}.tmp", output::SUMMARY));
+    let text = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
+    std::fs::write(&temporary, text)
+        .and_then(|()| std::fs::rename(&temporary, &path))
+        .map_err(|source| Error::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+    Ok(summary)
+}

@@ -1,0 +1,382 @@
+//! The output directory of a batch: `results.jsonl` (one line per finished
+//! task), `sessions.jsonl` (one compact session record per run task) and
+//! `summary.json`. Both JSONL files are only ever appended, one whole line per
+//! write, flushed at once, so a crash or a kill loses at most the line being
+//! written.
+//!
+//! A task's session record is written before its result line: the result line
+//! is what marks the task done. One thread writes both files (group commit);
+//! a task's lines reach the files microseconds after it ends, so a kill loses
+//! at most the tasks in flight and the few just finished (which `--resume` runs
+//! again). A kill between the two leaves a record without a
+//! result, and `--resume` runs the task again (its second record follows the
+//! first); a kill in the middle of a line leaves a torn last line, which
+//! `repair` cuts off before anything is appended.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tactic::{RunState, SessionRecord};
+
+pub const RESULTS: &str = "results.jsonl";
+pub const SESSIONS: &str = "sessions.jsonl";
+pub const SUMMARY: &str = "summary.json";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Success,
+    Failure,
+    /// Never ran: budget reached, cancelled by `--fail-fast`, or interrupted.
+    /// `--resume` runs it.
+    Skipped,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// One line of `results.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultLine {
+    pub id: String,
+    pub state: TaskState,
+    pub delivery: Option<String>,
+    /// Why it failed, or why it was skipped.
+    pub error: Option<String>,
+    /// USD; the known part when `cost_known` is false.
+    pub cost: Option<f64>,
+    #[serde(default = "known")]
+    pub cost_known: bool,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub latency_ms: u64,
+    pub session_id: Option<String>,
+    /// LLM requests sent (retries included).
+    #[serde(default)]
+    pub calls: u64,
+}
+
+fn known() -> bool {
+    true
+}
+
+impl ResultLine {
+    pub fn from_record(id: String, record: &SessionRecord) -> ResultLine {
+        let cost = &record.cost;
+        ResultLine {
+            id,
+            state: match record.state {
+                RunState::Success => TaskState::Success,
+                RunState::Failure => TaskState::Failure,
+            },
+            delivery: record.delivery.clone(),
+            error: record.error.clone(),
+            cost: cost.cost,
+            cost_known: record.cost_known,
+            usage: Usage {
+                prompt_tokens: cost.prompt_tokens,
+                completion_tokens: cost.completion_tokens,
+                total_tokens: cost.total_tokens,
+            },
+            latency_ms: record.latency_ms,
+            session_id: Some(record.session_id.clone()),
+            calls: record.invoke_count() as u64,
+        }
+    }
+
+    pub fn skipped(id: String, reason: &str) -> ResultLine {
+        ResultLine {
+            id,
+            state: TaskState::Skipped,
+            delivery: None,
+            error: Some(reason.to_string()),
+            cost: Some(0.0),
+            cost_known: true,
+            usage: Usage::default(),
+            latency_ms: 0,
+            session_id: None,
+            calls: 0,
+        }
+    }
+
+    pub fn invalid(id: String, problem: &str) -> ResultLine {
+        ResultLine {
+            state: TaskState::Failure,
+            ..ResultLine::skipped(id, problem)
+        }
+    }
+}
+
+/// A task's lines, serialized by the task itself (in parallel), written by
+/// the writer thread.
+pub struct Encoded {
+    session: Option<Vec<u8>>,
+    result: Vec<u8>,
+}
+
+impl Encoded {
+    pub fn new(result: &ResultLine, record: Option<&SessionRecord>) -> serde_json::Result<Encoded> {
+        let session = match record {
+            Some(record) => {
+                let mut line = serde_json::to_vec(record)?;
+                line.push(b'\n');
+                Some(line)
+            }
+            None => None,
+        };
+        let mut line = serde_json::to_vec(result)?;
+        line.push(b'\n');
+        Ok(Encoded {
+            session,
+            result: line,
+        })
+    }
+}
+
+/// The two appending files, written by one thread: it takes every line
+/// queued so far and writes them with one `write` per file (records first,
+/// so a result line never precedes its record), then waits for more. At a
+/// high completion rate this is a few writes for many tasks; at a low one,
+/// each task's lines are written as soon as it ends.
+pub struct Writer {
+    /// `None` asks the thread to finish.
+    sender: std::sync::mpsc::SyncSender<Option<Encoded>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<std::io::Result<()>>>>,
+}
+
+/// Lines queued before a finishing task waits for the disk.
+const QUEUE: usize = 4096;
+
+impl Writer {
+    pub fn open(dir: &Path) -> std::io::Result<Writer> {
+        std::fs::create_dir_all(dir)?;
+        let append = |name: &str| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))
+        };
+        let (results, sessions) = (append(RESULTS)?, append(SESSIONS)?);
+        let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("lllm-batch-writer".into())
+            .spawn(move || write_loop(&receiver, results, sessions))?;
+        Ok(Writer {
+            sender,
+            thread: std::sync::Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues a task's lines. `false` when the writer has stopped on an error
+    /// (`finish` returns it).
+    pub fn send(&self, encoded: Encoded) -> bool {
+        self.sender.send(Some(encoded)).is_ok()
+    }
+
+    /// Writes what is queued and stops; the first write error, if any.
+    pub fn finish(&self) -> std::io::Result<()> {
+        let _ = self.sender.send(None);
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        match thread.map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the writer thread panicked")),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn write_loop(
+    receiver: &std::sync::mpsc::Receiver<Option<Encoded>>,
+    mut results: File,
+    mut sessions: File,
+) -> std::io::Result<()> {
+    let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
+    let mut finished = false;
+    while !finished {
+        let Ok(first) = receiver.recv() else { break };
+        result_lines.clear();
+        session_lines.clear();
+        let mut next = first;
+        loop {
+            let Some(encoded) = next else {
+                finished = true;
+                break;
+            };
+            if let Some(session) = &encoded.session {
+                session_lines.extend_from_slice(session);
+            }
+            result_lines.extend_from_slice(&encoded.result);
+            if result_lines.len() + session_lines.len() >= 1 << 22 {
+                break;
+            }
+            match receiver.try_recv() {
+                Ok(more) => next = more,
+                Err(_) => break,
+            }
+        }
+        sessions.write_all(&session_lines)?;
+        results.write_all(&result_lines)?;
+        if !finished {
+            // Let lines gather for a moment instead of waking for each task: at
+            // thousands of tasks a second this turns into a few writes per
+            // millisecond, and finishing tasks rarely have to wake this thread.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+/// What the summary and `--resume` need of a result line (not its delivery,
+/// so a scan of a large run stays small).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Brief {
+    pub state: TaskState,
+    pub cost: f64,
+    pub cost_known: bool,
+    pub usage: Usage,
+    pub calls: u64,
+}
+
+impl From<&ResultLine> for Brief {
+    fn from(result: &ResultLine) -> Brief {
+        Brief {
+            state: result.state,
+            cost: result.cost.unwrap_or(0.0),
+            cost_known: result.cost_known && result.cost.is_some(),
+            usage: result.usage,
+            calls: result.calls,
+        }
+    }
+}
+
+/// The latest result of each id in `results.jsonl` (a later line wins).
+#[derive(Debug, Default)]
+pub struct Previous {
+    pub latest: HashMap<String, Brief>,
+    /// Every line counted, retried attempts included: what was spent.
+    pub spent: super::summary::Totals,
+    /// Lines that are not results (reported, then ignored).
+    pub unreadable: usize,
+}
+
+/// Cuts a torn last line (no final newline) off `path`, so appending starts on
+/// a fresh line. Returns how many bytes were cut.
+pub fn repair(path: &Path) -> std::io::Result<u64> {
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error),
+    };
+    let length = file.metadata()?.len();
+    if length == 0 {
+        return Ok(0);
+    }
+    // Walk back to the last newline, a block at a time.
+    let mut end = length;
+    let mut block = vec![0u8; 8192];
+    loop {
+        let start = end.saturating_sub(block.len() as u64);
+        let size = (end - start) as usize;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block[..size])?;
+        if let Some(position) = block[..size].iter().rposition(|byte| *byte == b'\n') {
+            let keep = start + position as u64 + 1;
+            file.set_len(keep)?;
+            return Ok(length - keep);
+        }
+        if start == 0 {
+            file.set_len(0)?;
+            return Ok(length);
+        }
+        end = start;
+    }
+}
+
+/// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
+pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
+    let mut previous = Previous::default();
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(previous),
+        Err(error) => return Err(error),
+    };
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<ResultLine>(&line) {
+            Ok(result) => {
+                let brief = Brief::from(&result);
+                previous.spent.add(&brief);
+                previous.latest.insert(result.id, brief);
+            }
+            Err(_) => previous.unreadable += 1,
+        }
+    }
+    Ok(previous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repair_cuts_only_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        for (content, kept) in [
+            ("", ""),
+            ("{\"a\":1}\n", "{\"a\":1}\n"),
+            ("{\"a\":1}\n{\"b\":", "{\"a\":1}\n"),
+            ("{\"b\":", ""),
+        ] {
+            std::fs::write(&path, content).unwrap();
+            repair(&path).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), kept);
+        }
+        assert_eq!(repair(&dir.path().join("missing")).unwrap(), 0);
+    }
+
+    #[test]
+    fn later_lines_win_and_junk_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let failed = ResultLine::invalid("a".into(), "boom");
+        let skipped = ResultLine::skipped("a".into(), "budget");
+        let text = format!(
+            "{}\nnot json\n{}\n",
+            serde_json::to_string(&failed).unwrap(),
+            serde_json::to_string(&skipped).unwrap()
+        );
+        std::fs::write(&path, text).unwrap();
+        let previous = read_previous(&path).unwrap();
+        assert_eq!(previous.latest["a"].state, TaskState::Skipped);
+        assert_eq!(previous.unreadable, 1);
+    }
+}

@@ -1,0 +1,314 @@
+//! Pre-flight: before the first request, every line of the TASKS file is
+//! parsed and every task checked against its tactic (`Tactic::check_task`:
+//! template variables, and the templates that need only the task rendered),
+//! so all problems are reported at once, with line numbers, and nothing is
+//! sent for a file that cannot finish.
+//!
+//! The file is streamed in chunks; rayon parses and checks each chunk in
+//! parallel. What is kept across chunks is small: the ids seen (duplicates are
+//! an error), the grouped problems, and the counts the run needs.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use super::shard::Shard;
+use super::tactics::Tactics;
+use super::tasks::{self, Lines, Task};
+
+/// Lines parsed and checked together.
+const CHUNK: usize = 4096;
+
+/// Which task lines belong to this run, applied the same way by pre-flight and
+/// by the run: the shard's tasks, the first `limit` of them.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    pub shard: Option<Shard>,
+    pub limit: Option<u64>,
+    selected: u64,
+}
+
+impl Selector {
+    pub fn new(shard: Option<Shard>, limit: Option<u64>) -> Selector {
+        Selector {
+            shard,
+            limit,
+            selected: 0,
+        }
+    }
+
+    /// Whether the task `id` (the next task line in file order) is in the run.
+    pub fn select(&mut self, id: &str) -> bool {
+        if self.shard.is_some_and(|shard| !shard.contains(id)) || self.full() {
+            return false;
+        }
+        self.selected += 1;
+        true
+    }
+
+    /// `--limit` is reached: no later line is in the run.
+    pub fn full(&self) -> bool {
+        self.limit.is_some_and(|limit| self.selected >= limit)
+    }
+}
+
+/// What pre-flight found.
+pub struct Plan {
+    /// Grouped problems: one per distinct message, with the lines it applies to.
+    pub problems: Vec<Problem>,
+    /// Bad lines of this run, by line number: their id (or `line-N`) and the
+    /// problem (`--skip-invalid` records them as failed).
+    pub invalid: HashMap<usize, (String, String)>,
+    /// Tasks of this run (shard, `--limit`), bad lines included.
+    pub in_run: u64,
+    /// Of those, the ones `--resume` will not skip.
+    pub to_run: u64,
+}
+
+pub struct Problem {
+    pub message: String,
+    pub lines: Vec<usize>,
+    /// Duplicate ids are never skipped by `--skip-invalid`.
+    pub fatal: bool,
+}
+
+impl Plan {
+    pub fn has_fatal(&self) -> bool {
+        self.problems.iter().any(|problem| problem.fatal)
+    }
+
+    /// All problems, one per line of text: `FILE:LINE: message`, or
+    /// `FILE: lines 3, 4, … (N lines): message` for one shared by many lines.
+    pub fn report(&self, file: &Path, max: usize) -> String {
+        let file = file.display();
+        let mut text: Vec<String> = Vec::new();
+        for problem in self.problems.iter().take(max) {
+            let lines = &problem.lines;
+            text.push(match lines.as_slice() {
+                [line] => format!("{file}:{line}: {}", problem.message),
+                _ => {
+                    let mut shown: Vec<String> =
+                        lines.iter().take(8).map(usize::to_string).collect();
+                    if lines.len() > 8 {
+                        shown.push("…".into());
+                    }
+                    format!(
+                        "{file}: lines {} ({} lines): {}",
+                        shown.join(", "),
+                        lines.len(),
+                        problem.message
+                    )
+                }
+            });
+        }
+        if self.problems.len() > max {
+            text.push(format!("… and {} more problems", self.problems.len() - max));
+        }
+        text.join("\n")
+    }
+}
+
+/// Everything pre-flight needs besides the file.
+pub struct Inputs<'a> {
+    pub tasks_file: &'a Path,
+    pub default_tactic: Option<&'a Path>,
+    pub selector: Selector,
+    /// Whether `--resume` skips this id.
+    pub done: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
+    let tasks_dir = inputs
+        .tasks_file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut lines = Lines::open(inputs.tasks_file)?;
+    let mut state = State {
+        ids: HashMap::new(),
+        problems: Vec::new(),
+        index: HashMap::new(),
+        plan_invalid: HashMap::new(),
+        selector: inputs.selector,
+        in_run: 0,
+        to_run: 0,
+    };
+    loop {
+        let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK);
+        while chunk.len() < CHUNK {
+            match lines.next_line() {
+                None => break,
+                Some(Ok((number, text))) => chunk.push((number, text.to_string())),
+                Some(Err(message)) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        message,
+                    ));
+                }
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let parsed: Vec<(usize, Result<Option<Task>, String>)> = chunk
+            .par_iter()
+            .map(|(number, text)| (*number, tasks::parse_line(text, *number)))
+            .collect();
+        drop(chunk);
+        // In order: tactics, duplicates and the selection depend on what came before.
+        let mut to_check = Vec::new();
+        for (number, parsed) in parsed {
+            let task = match parsed {
+                Ok(None) => continue,
+                Ok(Some(task)) => task,
+                Err(message) => {
+                    let id = format!("line-{number}");
+                    let selected = state.selector.select(&id);
+                    state.invalid(number, &id, message, selected, inputs.done);
+                    continue;
+                }
+            };
+            let selected = state.selector.select(&task.id);
+            if let Some(first) = state.ids.insert(task.id.clone(), number) {
+                let message = format!("duplicate id `{}` (first on line {first})", task.id);
+                state.push(message, number, true);
+                continue;
+            }
+            match tasks::tactic_path(&task, &tasks_dir, inputs.default_tactic) {
+                None => {
+                    let message =
+                        "no tactic: the line names none and no `--tactic` was given".to_string();
+                    state.invalid(number, &task.id, message, selected, inputs.done);
+                }
+                Some(path) => match tactics.get(&path) {
+                    Ok(tactic) => to_check.push((task, tactic, selected)),
+                    Err((error, _)) => {
+                        let message = format!("tactic `{}`: {error}", path.display());
+                        state.invalid(number, &task.id, message, selected, inputs.done);
+                    }
+                },
+            }
+        }
+        let checked: Vec<(Task, bool, Result<(), String>)> = to_check
+            .into_par_iter()
+            .map(|(task, tactic, selected)| {
+                let result = tactic
+                    .check_task(&task.input)
+                    .map_err(|error| error.problems.join("; "));
+                (task, selected, result)
+            })
+            .collect();
+        for (task, selected, result) in checked {
+            match result {
+                Ok(()) => state.count(&task.id, selected, inputs.done),
+                Err(message) => state.invalid(task.line, &task.id, message, selected, inputs.done),
+            }
+        }
+    }
+    Ok(Plan {
+        problems: state.problems,
+        invalid: state.plan_invalid,
+        in_run: state.in_run,
+        to_run: state.to_run,
+    })
+}
+
+/// Pre-flight's running state.
+struct State {
+    ids: HashMap<String, usize>,
+    problems: Vec<Problem>,
+    /// Message → index in `problems`, to group lines sharing a problem.
+    index: HashMap<String, usize>,
+    plan_invalid: HashMap<usize, (String, String)>,
+    selector: Selector,
+    in_run: u64,
+    to_run: u64,
+}
+
+impl State {
+    fn push(&mut self, message: String, line: usize, fatal: bool) {
+        match self.index.get(&message) {
+            Some(&index) => self.problems[index].lines.push(line),
+            None => {
+                self.index.insert(message.clone(), self.problems.len());
+                self.problems.push(Problem {
+                    message,
+                    lines: vec![line],
+                    fatal,
+                });
+            }
+        }
+    }
+
+    fn count(&mut self, id: &str, selected: bool, done: &(dyn Fn(&str) -> bool + Sync)) {
+        if selected {
+            self.in_run += 1;
+            if !done(id) {
+                self.to_run += 1;
+            }
+        }
+    }
+
+    fn invalid(
+        &mut self,
+        line: usize,
+        id: &str,
+        message: String,
+        selected: bool,
+        done: &(dyn Fn(&str) -> bool + Sync),
+    ) {
+        if selected {
+            self.plan_invalid
+                .insert(line, (id.to_string(), message.clone()));
+        }
+        self.count(id, selected, done);
+        self.push(message, line, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_takes_the_shard_then_the_limit() {
+        let ids: Vec<String> = (0..40).map(|n| format!("t{n}")).collect();
+        let shard = Shard { index: 2, count: 3 };
+        let mut selector = Selector::new(Some(shard), Some(4));
+        let chosen: Vec<&String> = ids.iter().filter(|id| selector.select(id)).collect();
+        assert_eq!(chosen.len(), 4);
+        assert!(chosen.iter().all(|id| shard.contains(id)));
+        assert!(selector.full());
+        let mut everything = Selector::new(None, None);
+        assert!(ids.iter().all(|id| everything.select(id)));
+    }
+
+    #[test]
+    fn report_groups_lines_sharing_a_problem() {
+        let plan = Plan {
+            problems: vec![
+                Problem {
+                    message: "bad".into(),
+                    lines: vec![3],
+                    fatal: false,
+                },
+                Problem {
+                    message: "needs `x`".into(),
+                    lines: (1..=10).collect(),
+                    fatal: false,
+                },
+            ],
+            invalid: HashMap::new(),
+            in_run: 0,
+            to_run: 0,
+        };
+        let text = plan.report(Path::new("t.jsonl"), 1);
+        assert_eq!(text, "t.jsonl:3: bad\n… and 1 more problems");
+        let text = plan.report(Path::new("t.jsonl"), 5);
+        assert!(
+            text.ends_with("t.jsonl: lines 1, 2, 3, 4, 5, 6, 7, 8, … (10 lines): needs `x`"),
+            "{text}"
+        );
+    }
+}

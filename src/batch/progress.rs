@@ -1,0 +1,200 @@
+//! Showing a batch's progress. The scheduler hands a `Snapshot` to a
+//! `Reporter` at its interval; only this module knows indicatif. A bar on a
+//! terminal, a plain line every few seconds otherwise (logs, CI, Slurm output
+//! files), nothing with `--quiet`.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::summary::{Totals, format_cost};
+
+/// The state of a run at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot {
+    /// Tasks this invocation has to finish (after `--resume`'s skips).
+    pub total: u64,
+    /// Results written so far by this invocation.
+    pub done: Totals,
+    pub in_flight: u64,
+    pub elapsed: Duration,
+    /// Why nothing more is starting right now: `budget`, `rate limit`, `back-off`.
+    pub waiting: Option<&'static str>,
+}
+
+impl Snapshot {
+    fn rate(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            (self.done.tasks - self.done.skipped) as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    fn eta(&self) -> Option<Duration> {
+        let rate = self.rate();
+        let left = self.total.saturating_sub(self.done.tasks);
+        (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate))
+    }
+
+    /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`
+    fn details(&self) -> String {
+        let mut text = format!(
+            "{} failed · {} skipped · {} tokens · {} · {:.1} tasks/s",
+            self.done.failure,
+            self.done.skipped,
+            self.done.usage.total_tokens,
+            format_cost(self.done.cost, self.done.cost_known),
+            self.rate()
+        );
+        if let Some(eta) = self.eta() {
+            text.push_str(&format!(" · ETA {}", seconds(eta)));
+        }
+        if let Some(reason) = self.waiting {
+            text.push_str(&format!(" · waiting: {reason}"));
+        }
+        text
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    let total = duration.as_secs();
+    match total {
+        0..60 => format!("{total} s"),
+        60..3600 => format!("{}m{:02}s", total / 60, total % 60),
+        _ => format!("{}h{:02}m", total / 3600, total % 3600 / 60),
+    }
+}
+
+pub trait Reporter: Send + Sync {
+    /// How often the scheduler calls `update`.
+    fn interval(&self) -> Duration;
+    fn update(&self, snapshot: &Snapshot);
+    /// The run is over (the summary table follows).
+    fn finish(&self, snapshot: &Snapshot);
+    /// A message for the person (a warning), shown without breaking the display.
+    fn note(&self, text: &str);
+}
+
+/// Picks the reporter: nothing when quiet, a bar when stderr is a terminal,
+/// plain lines otherwise.
+pub fn reporter(quiet: bool, interval: Duration) -> Box<dyn Reporter> {
+    use std::io::IsTerminal;
+    if quiet {
+        Box::new(Quiet)
+    } else if std::io::stderr().is_terminal() {
+        Box::new(Bar::new())
+    } else {
+        Box::new(Lines { interval })
+    }
+}
+
+struct Quiet;
+
+impl Reporter for Quiet {
+    fn interval(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+    fn update(&self, _: &Snapshot) {}
+    fn finish(&self, _: &Snapshot) {}
+    fn note(&self, text: &str) {
+        crate::report::warn(text);
+    }
+}
+
+/// A plain line per interval, for logs.
+struct Lines {
+    interval: Duration,
+}
+
+impl Reporter for Lines {
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn update(&self, snapshot: &Snapshot) {
+        eprintln!(
+            "lllm batch: {}/{} done · {}",
+            snapshot.done.tasks,
+            snapshot.total,
+            snapshot.details()
+        );
+    }
+
+    fn finish(&self, snapshot: &Snapshot) {
+        self.update(snapshot);
+    }
+
+    fn note(&self, text: &str) {
+        crate::report::warn(text);
+    }
+}
+
+struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    fn new() -> Bar {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        // No colours: nothing to strip for NO_COLOR, and it reads the same everywhere.
+        let style =
+            ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len}\n{msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+        bar.set_style(style);
+        Bar { bar }
+    }
+}
+
+impl Reporter for Bar {
+    fn interval(&self) -> Duration {
+        Duration::from_millis(200)
+    }
+
+    fn update(&self, snapshot: &Snapshot) {
+        self.bar.set_length(snapshot.total);
+        self.bar.set_position(snapshot.done.tasks);
+        self.bar.set_message(format!(
+            "{} in flight · {}",
+            snapshot.in_flight,
+            snapshot.details()
+        ));
+    }
+
+    fn finish(&self, snapshot: &Snapshot) {
+        self.update(snapshot);
+        self.bar.finish();
+    }
+
+    fn note(&self, text: &str) {
+        self.bar.suspend(|| crate::report::warn(text));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_show_rate_eta_and_waiting() {
+        let snapshot = Snapshot {
+            total: 100,
+            done: Totals {
+                tasks: 50,
+                failure: 2,
+                ..Totals::default()
+            },
+            in_flight: 4,
+            elapsed: Duration::from_secs(10),
+            waiting: Some("budget"),
+        };
+        let text = snapshot.details();
+        assert!(text.contains("2 failed"), "{text}");
+        assert!(text.contains("5.0 tasks/s"), "{text}");
+        assert!(text.contains("ETA 10 s"), "{text}");
+        assert!(text.contains("waiting: budget"), "{text}");
+        assert_eq!(seconds(Duration::from_secs(3725)), "1h02m");
+    }
+}

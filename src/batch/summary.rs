@@ -1,0 +1,195 @@
+//! Counting what a batch did: running totals while it runs, `summary.json` and
+//! the table on stderr at the end.
+//!
+//! `summary.json` describes the whole output directory, resumed runs included:
+//! task counts by each id's latest result, spend over every line (a retried
+//! task cost money each time), and this invocation's wall time and rates.
+
+use serde::Serialize;
+
+use super::output::{Brief, Previous, TaskState, Usage};
+
+pub const FORMAT: &str = "lllm.batch-summary/1";
+
+/// Counts and spend over some results.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Totals {
+    pub tasks: u64,
+    pub success: u64,
+    pub failure: u64,
+    pub skipped: u64,
+    /// LLM requests sent.
+    pub calls: u64,
+    pub usage: Usage,
+    /// USD (the known part when `cost_known` is false).
+    pub cost: f64,
+    pub cost_known: bool,
+}
+
+impl Default for Totals {
+    fn default() -> Totals {
+        Totals {
+            tasks: 0,
+            success: 0,
+            failure: 0,
+            skipped: 0,
+            calls: 0,
+            usage: Usage::default(),
+            cost: 0.0,
+            cost_known: true,
+        }
+    }
+}
+
+impl Totals {
+    pub fn add(&mut self, brief: &Brief) {
+        self.tasks += 1;
+        match brief.state {
+            TaskState::Success => self.success += 1,
+            TaskState::Failure => self.failure += 1,
+            TaskState::Skipped => self.skipped += 1,
+        }
+        self.calls += brief.calls;
+        self.usage.prompt_tokens += brief.usage.prompt_tokens;
+        self.usage.completion_tokens += brief.usage.completion_tokens;
+        self.usage.total_tokens += brief.usage.total_tokens;
+        self.cost += brief.cost;
+        self.cost_known &= brief.cost_known;
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub format: &'static str,
+    /// Tasks of this run: the TASKS file's lines in this shard, within `--limit`.
+    pub total: u64,
+    /// Ids by their latest result.
+    pub success: u64,
+    pub failure: u64,
+    pub skipped: u64,
+    /// Tasks with no result yet (an interrupted run); `--resume` runs them.
+    pub not_run: u64,
+    pub tokens: Usage,
+    /// USD over every result line, retried attempts included.
+    pub cost: f64,
+    pub cost_known: bool,
+    pub calls: u64,
+    pub this_run: ThisRun,
+    pub shard: Option<String>,
+    pub interrupted: bool,
+    /// Why scheduling stopped early (`--fail-fast`, `--max-cost`, Ctrl-C).
+    pub stopped: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThisRun {
+    /// Results written by this invocation (skipped ones included).
+    pub tasks: u64,
+    pub calls: u64,
+    pub cost: f64,
+    pub wall_time_s: f64,
+    pub tasks_per_s: f64,
+    pub calls_per_s: f64,
+}
+
+impl Summary {
+    pub fn new(
+        total: u64,
+        everything: &Previous,
+        this_run: &Totals,
+        wall_time_s: f64,
+        shard: Option<String>,
+        stopped: Option<String>,
+        interrupted: bool,
+    ) -> Summary {
+        let mut latest = Totals::default();
+        for brief in everything.latest.values() {
+            latest.add(brief);
+        }
+        let ran = this_run.tasks - this_run.skipped;
+        let rate = |count: u64| {
+            if wall_time_s > 0.0 {
+                count as f64 / wall_time_s
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            format: FORMAT,
+            total,
+            success: latest.success,
+            failure: latest.failure,
+            skipped: latest.skipped,
+            not_run: total.saturating_sub(latest.tasks),
+            tokens: everything.spent.usage,
+            cost: everything.spent.cost,
+            cost_known: everything.spent.cost_known,
+            calls: everything.spent.calls,
+            this_run: ThisRun {
+                tasks: this_run.tasks,
+                calls: this_run.calls,
+                cost: this_run.cost,
+                wall_time_s,
+                tasks_per_s: rate(ran),
+                calls_per_s: rate(this_run.calls),
+            },
+            shard,
+            interrupted,
+            stopped,
+        }
+    }
+
+    /// The table printed on stderr at the end.
+    pub fn table(&self, dir: &str) -> String {
+        let cost = format_cost(self.cost, self.cost_known);
+        let mut rows = vec![
+            ("tasks", self.total.to_string()),
+            ("success", self.success.to_string()),
+            ("failure", self.failure.to_string()),
+            ("skipped", self.skipped.to_string()),
+        ];
+        if self.not_run > 0 {
+            rows.push(("not run", self.not_run.to_string()));
+        }
+        rows.extend([
+            ("LLM calls", self.calls.to_string()),
+            (
+                "tokens",
+                format!(
+                    "{} ({} in, {} out)",
+                    self.tokens.total_tokens,
+                    self.tokens.prompt_tokens,
+                    self.tokens.completion_tokens
+                ),
+            ),
+            ("cost", cost),
+            (
+                "this run",
+                format!(
+                    "{} task(s) in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
+                    self.this_run.tasks,
+                    self.this_run.wall_time_s,
+                    self.this_run.tasks_per_s,
+                    self.this_run.calls_per_s
+                ),
+            ),
+        ]);
+        if let Some(reason) = &self.stopped {
+            rows.push(("stopped", reason.clone()));
+        }
+        rows.push(("output", dir.to_string()));
+        let mut text = String::from("lllm batch summary\n");
+        for (name, value) in rows {
+            text.push_str(&format!("  {name:<10} {value}\n"));
+        }
+        text
+    }
+}
+
+pub fn format_cost(cost: f64, known: bool) -> String {
+    if known {
+        format!("${cost:.4}")
+    } else {
+        format!("${cost:.4} + unknown")
+    }
+}

@@ -1,0 +1,116 @@
+//! `lllm batch`: the arguments, turned into `batch::Options`; the library does
+//! the rest.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::batch::{self, shard::Shard};
+use crate::error::{Error, Outcome, Result};
+
+#[derive(Debug, clap::Args)]
+pub struct BatchArgs {
+    /// The tasks: one JSON object (`{"id", "task", "args", "tags", "tactic"}`)
+    /// or JSON string per line.
+    pub tasks: PathBuf,
+    /// The tactic of every line that does not name its own.
+    #[arg(long)]
+    pub tactic: Option<PathBuf>,
+    /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Tasks running at once.
+    #[arg(long, short = 'j', default_value_t = 16)]
+    pub concurrency: usize,
+    /// Continue the run in the output directory: skip tasks that already have a
+    /// result (success or failure); run the rest.
+    #[arg(long)]
+    pub resume: bool,
+    /// Like `--resume`, and run the failed tasks again too.
+    #[arg(long)]
+    pub retry_errors: bool,
+    /// At the first failed task, cancel the running ones and skip the rest.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Never start a task that could take the run's cost over USD; the tasks
+    /// left are recorded as skipped. Needs a price for every model.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Run only the first N tasks (of the shard).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Run the K-th of N stable partitions of the task ids (1-based: `1/4` … `4/4`).
+    #[arg(long, value_name = "K/N", conflicts_with = "shards")]
+    pub shard: Option<String>,
+    /// Split into N shards, this one's index taken from the job array:
+    /// `SLURM_ARRAY_TASK_ID` (minus `SLURM_ARRAY_TASK_MIN`) or `JOB_COMPLETION_INDEX`.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u64>,
+    /// Record bad task lines as failed and run the others (duplicate ids stay an error).
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Use this model (`provider/model`) for every agent of every tactic.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Prices over the bundled table (our format or LiteLLM's JSON).
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Seconds between progress lines when stderr is not a terminal.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub progress_interval: f64,
+    /// Seconds running tasks get to finish after Ctrl-C.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub grace: f64,
+    /// No progress display and no summary table.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub async fn run(args: BatchArgs) -> Result<Outcome> {
+    let shard = match (&args.shard, args.shards) {
+        (Some(text), _) => Some(Shard::parse(text).map_err(Error::Usage)?),
+        (None, Some(count)) => {
+            Some(Shard::from_env(count, &|name| std::env::var(name).ok()).map_err(Error::Usage)?)
+        }
+        (None, None) => None,
+    };
+    if args
+        .max_cost
+        .is_some_and(|max| !(max >= 0.0 && max.is_finite()))
+    {
+        return Err(Error::Usage(
+            "`--max-cost` must be a non-negative amount of USD".into(),
+        ));
+    }
+    if args.concurrency == 0 {
+        return Err(Error::Usage("`-j/--concurrency` must be at least 1".into()));
+    }
+    let seconds = |value: f64, flag: &str| {
+        if value.is_finite() && value >= 0.0 {
+            Ok(Duration::from_secs_f64(value))
+        } else {
+            Err(Error::Usage(format!(
+                "`{flag}` must be a non-negative number of seconds"
+            )))
+        }
+    };
+    let options = batch::Options {
+        tasks_file: args.tasks,
+        tactic: args.tactic,
+        output: args.output,
+        concurrency: args.concurrency,
+        resume: args.resume,
+        retry_errors: args.retry_errors,
+        fail_fast: args.fail_fast,
+        max_cost: args.max_cost,
+        limit: args.limit,
+        shard,
+        skip_invalid: args.skip_invalid,
+        model: args.model,
+        prices: args.prices,
+        quiet: args.quiet,
+        progress_interval: seconds(args.progress_interval, "--progress-interval")?
+            .max(Duration::from_millis(50)),
+        grace: seconds(args.grace, "--grace")?,
+    };
+    batch::run(options).await
+}

@@ -1,0 +1,611 @@
+//! `lllm batch` end to end: the real binary against `lllm-mock` on 127.0.0.1
+//! (or the in-process `mock/echo`), checking the output directory, exit codes,
+//! stderr and what reached the server. No timing assertions: latencies only
+//! make runs long enough to be killed or interrupted in the middle.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::{MockServer, Test};
+use serde_json::{Value, json};
+
+/// A one-agent tactic on an OpenAI-compatible mock server, priced at $1 per
+/// million input tokens and $2 per million output tokens.
+fn tactic(base_url: &str) -> String {
+    format!(
+        r#"tactic_type: test
+global:
+  model_name: local/test-model
+  max_llm_recall: 0
+agent_configs:
+  - name: assistant
+    system_prompt: "You are terse."
+providers:
+  local: {{api: openai, base_url: "{base_url}", retry_base_ms: 10, retry_cap_ms: 50}}
+pricing:
+  test-model: {{input_per_million: 1.0, output_per_million: 2.0}}
+"#
+    )
+}
+
+const ECHO_TACTIC: &str = "tactic_type: echo\nglobal: {model_name: mock/echo}\nagent_configs:\n  - {name: a, system_prompt: \"Echo.\"}\n";
+
+/// `count` task lines `{"id": "t<i>", "task": "<prefix(i)>task <i>"}`.
+fn task_lines(count: usize, prefix: impl Fn(usize) -> &'static str) -> String {
+    (0..count)
+        .map(|i| {
+            json!({"id": format!("t{i}"), "task": format!("{}task {i}", prefix(i))}).to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+fn read_lines(test: &Test, relative: &str) -> Vec<Value> {
+    std::fs::read_to_string(test.path(relative))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect()
+}
+
+/// Result lines by id (asserting each id appears once).
+fn results_once(test: &Test, dir: &str) -> BTreeMap<String, Value> {
+    let mut by_id = BTreeMap::new();
+    for line in read_lines(test, &format!("{dir}/results.jsonl")) {
+        let id = line["id"].as_str().unwrap().to_string();
+        assert!(by_id.insert(id.clone(), line).is_none(), "`{id}` twice");
+    }
+    by_id
+}
+
+fn states(results: &BTreeMap<String, Value>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in results.values() {
+        *counts
+            .entry(line["state"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn every_task_gets_one_result_and_one_record_whatever_the_order() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "latency_ms: {min: 1, max: 30}\ndefault: {echo: true}\n",
+    );
+    let mut tasks = task_lines(40, |_| "");
+    // A line with its own tactic, relative to the TASKS file's directory.
+    tasks.push_str("{\"id\": \"own\", \"task\": \"mine\", \"tactic\": \"echo.yaml\"}\n");
+    tasks.push_str("\"a bare string\"\n\n");
+    // The `--tactic` file named from the TASKS directory: the same tactic.
+    tasks.push_str("{\"id\": \"same\", \"task\": \"hi\", \"tactic\": \"../t.yaml\"}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("in/echo.yaml", ECHO_TACTIC)
+        .file("in/tasks.jsonl", &tasks);
+    let output = test.run(&[
+        "batch",
+        "in/tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "8",
+    ]);
+    output.expect_code(0);
+
+    let results = results_once(&test, "out");
+    assert_eq!(results.len(), 43);
+    for i in 0..40 {
+        let line = &results[&format!("t{i}")];
+        assert_eq!(line["state"], "success");
+        assert_eq!(line["delivery"], format!("task {i}"));
+        assert_eq!(line["calls"], 1);
+        assert!(line["cost"].as_f64().unwrap() > 0.0);
+        assert!(line["session_id"].is_string());
+    }
+    assert_eq!(results["own"]["delivery"], "mine");
+    assert_eq!(results["line-42"]["delivery"], "a bare string");
+    assert_eq!(results["same"]["delivery"], "hi");
+
+    let records = read_lines(&test, "out/sessions.jsonl");
+    assert_eq!(records.len(), 43);
+    let record_ids: BTreeSet<&str> = records
+        .iter()
+        .map(|record| record["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(record_ids, results.keys().map(String::as_str).collect());
+    assert!(
+        records
+            .iter()
+            .all(|record| record["format"] == "lllm.session/1")
+    );
+    // The bare string and `same` too; the `own` line's tactic runs in-process.
+    assert_eq!(server.requests().len(), 42);
+
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["format"], "lllm.batch-summary/1");
+    assert_eq!(
+        (summary["total"].as_u64(), summary["success"].as_u64()),
+        (Some(43), Some(43))
+    );
+    assert_eq!(summary["calls"], 43);
+    assert_eq!(summary["cost_known"], true);
+    assert!(
+        output.stderr.contains("lllm batch summary"),
+        "{}",
+        output.stderr
+    );
+
+    // The same directory again without --resume is refused: runs never mix.
+    let again = test.run(&["batch", "in/tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
+    again.expect_code(2);
+    assert!(again.stderr.contains("--resume"), "{}", again.stderr);
+}
+
+#[test]
+fn resume_after_a_kill_finishes_every_task_exactly_once() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(200, |_| ""));
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "4",
+        "-q",
+    ];
+    let mut child = test.spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read_lines(&test, "out/results.jsonl").len() < 20 {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    let finished_before = before.lines().count();
+    assert!(finished_before < 200, "the kill landed after the end");
+    // What a kill in the middle of a write leaves behind: a torn last line.
+    let mut torn = before;
+    torn.push_str("{\"id\": \"t199\", \"sta");
+    std::fs::write(test.path("out/results.jsonl"), torn).unwrap();
+
+    let output = test.run(&[&args[..], &["--resume"]].concat());
+    output.expect_code(0);
+    assert!(
+        output.stderr.contains("torn last line"),
+        "{}",
+        output.stderr
+    );
+    let results = results_once(&test, "out");
+    assert_eq!(results.len(), 200, "none lost");
+    assert_eq!(states(&results)["success"], 200);
+    // Only tasks in flight at the kill (4), or finished but not yet written
+    // (a few), may have been sent twice.
+    let requests = server.requests().len();
+    assert!(requests <= 200 + 8, "{requests} requests");
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["success"], 200);
+    assert_eq!(
+        summary["this_run"]["tasks"].as_u64().unwrap() as usize,
+        200 - finished_before
+    );
+}
+
+#[test]
+fn resume_keeps_failures_and_retry_errors_runs_them_again() {
+    let test = Test::new();
+    // The first three requests naming FLAKY fail for good (400 is never retried).
+    let server = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: FLAKY}\n    reply: {fault: {status: 400, message: flaky}}\n    times: 3\ndefault: {echo: true}\n",
+    );
+    let test = test.file("t.yaml", &tactic(&server.base_url())).file(
+        "tasks.jsonl",
+        &task_lines(10, |i| if i % 3 == 1 { "FLAKY " } else { "" }),
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            "out",
+            "-q",
+        ];
+        args.extend_from_slice(extra);
+        test.run(&args)
+    };
+    run(&[]).expect_code(1);
+    let first = results_once(&test, "out");
+    assert_eq!(states(&first)["failure"], 3);
+    assert!(first["t1"]["error"].as_str().unwrap().contains("flaky"));
+    assert_eq!(server.requests().len(), 10);
+
+    // --resume: failures are results; nothing runs.
+    run(&["--resume"]).expect_code(1);
+    assert_eq!(server.requests().len(), 10);
+
+    // --retry-errors: exactly the three failed tasks run again, and succeed.
+    run(&["--retry-errors"]).expect_code(0);
+    assert_eq!(server.requests().len(), 13);
+    let lines = read_lines(&test, "out/results.jsonl");
+    assert_eq!(lines.len(), 13);
+    let retried: BTreeSet<&str> = lines[10..]
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(retried, BTreeSet::from(["t1", "t4", "t7"]));
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(
+        (summary["success"].as_u64(), summary["failure"].as_u64()),
+        (Some(10), Some(0))
+    );
+}
+
+#[test]
+fn fail_fast_cancels_what_is_left_at_the_first_failure() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "latency_ms: 20\nrules:\n  - when: {contains: FAIL}\n    reply: {fault: {status: 400}}\ndefault: {echo: true}\n",
+    );
+    let test = test.file("t.yaml", &tactic(&server.base_url())).file(
+        "tasks.jsonl",
+        &task_lines(60, |i| if i == 2 { "FAIL " } else { "" }),
+    );
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "2",
+        "--fail-fast",
+    ]);
+    output.expect_code(1);
+    let results = results_once(&test, "out");
+    assert_eq!(results.len(), 60, "every task is accounted for");
+    let counts = states(&results);
+    assert_eq!(counts["failure"], 1);
+    assert!(counts["skipped"] >= 50, "{counts:?}");
+    let skipped = results.values().find(|l| l["state"] == "skipped").unwrap();
+    assert!(skipped["error"].as_str().unwrap().contains("--fail-fast"));
+    assert!(server.requests().len() < 10);
+    assert!(output.stderr.contains("fail-fast"), "{}", output.stderr);
+}
+
+#[test]
+fn max_cost_never_crosses_the_budget() {
+    let test = Test::new();
+    // $0.001 per task: 1000 input tokens at $1 per million.
+    let server = MockServer::start(
+        test.dir.path(),
+        "default: {text: ok, usage: {prompt_tokens: 1000, completion_tokens: 0}}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(30, |_| ""));
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "4",
+        "--max-cost",
+        "0.0055",
+    ]);
+    output.expect_code(1);
+    let results = results_once(&test, "out");
+    assert_eq!(results.len(), 30);
+    let counts = states(&results);
+    assert!(
+        counts["success"] >= 1 && counts["success"] <= 5,
+        "{counts:?}"
+    );
+    assert_eq!(counts["success"] + counts["skipped"], 30);
+    let summary = test.read_json("out/summary.json");
+    assert!(summary["cost"].as_f64().unwrap() <= 0.0055, "{summary}");
+    assert_eq!(server.requests().len(), counts["success"]);
+
+    // A model without a price cannot be budgeted: refused before anything is sent.
+    let unpriced = tactic(&server.base_url()).replace("test-model: {", "other-model: {");
+    let test = test.file("u.yaml", &unpriced);
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "u.yaml",
+        "-o",
+        "out2",
+        "--max-cost",
+        "1",
+    ]);
+    output.expect_code(2);
+    assert!(output.stderr.contains("needs prices"), "{}", output.stderr);
+    assert_eq!(server.requests().len(), counts["success"]);
+}
+
+#[test]
+fn shards_split_the_run_into_disjoint_parts_that_cover_it() {
+    let test = Test::new()
+        .file("echo.yaml", ECHO_TACTIC)
+        .file("tasks.jsonl", &task_lines(60, |_| ""));
+    let mut union = BTreeSet::new();
+    let mut shard_two = BTreeSet::new();
+    for k in 1..=3 {
+        let dir = format!("out-{k}");
+        let shard = format!("{k}/3");
+        let output = test.run(&[
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "echo.yaml",
+            "-o",
+            &dir,
+            "--shard",
+            &shard,
+            "-q",
+        ]);
+        output.expect_code(0);
+        let ids: BTreeSet<String> = results_once(&test, &dir).into_keys().collect();
+        assert!(
+            !ids.is_empty() && ids.len() < 60,
+            "shard {k}: {}",
+            ids.len()
+        );
+        assert!(union.is_disjoint(&ids));
+        union.extend(ids.iter().cloned());
+        if k == 2 {
+            shard_two = ids;
+        }
+    }
+    assert_eq!(union.len(), 60);
+
+    // A job array: Kubernetes' 0-based JOB_COMPLETION_INDEX 1 is shard 2/3.
+    let test = test.env("JOB_COMPLETION_INDEX", "1");
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "job",
+        "--shards",
+        "3",
+        "-q",
+    ])
+    .expect_code(0);
+    let ids: BTreeSet<String> = results_once(&test, "job").into_keys().collect();
+    assert_eq!(ids, shard_two);
+
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "x",
+        "--shard",
+        "0/3",
+    ]);
+    output.expect_code(2);
+    assert!(output.stderr.contains("`1/3`"), "{}", output.stderr);
+
+    // --limit takes the first N tasks of the shard; --resume then finishes the shard.
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "limited",
+        "--shard",
+        "2/3",
+        "-q",
+    ];
+    test.run(&[&args[..], &["--limit", "3"]].concat())
+        .expect_code(0);
+    let first: Vec<String> = results_once(&test, "limited").into_keys().collect();
+    assert_eq!(first.len(), 3);
+    test.run(&[&args[..], &["--resume"]].concat())
+        .expect_code(0);
+    let ids: BTreeSet<String> = results_once(&test, "limited").into_keys().collect();
+    assert_eq!(ids, shard_two);
+}
+
+#[test]
+fn preflight_reports_every_bad_line_at_once_and_sends_nothing() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let tasks = [
+        r#"{"id": "a", "task": "fine", "args": {"topic": "owls"}}"#,
+        r#"{"id": "b", "task": "x", "args": {"topic": "owls"}"#,
+        r#"{"id": "c", "task": "x", "arg": {"topic": "owls"}}"#,
+        r#"{"id": "d", "task": "no topic"}"#,
+        r#"{"id": "a", "task": "again", "args": {"topic": "owls"}}"#,
+        r#"[1, 2]"#,
+    ]
+    .join("\n");
+    let topic_tactic = tactic(&server.base_url()).replace("You are terse.", "Topic: {{ topic }}");
+    let test = test
+        .file("t.yaml", &topic_tactic)
+        .file("tasks.jsonl", &tasks);
+    let output = test.run(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
+    output.expect_code(2);
+    for expected in [
+        "tasks.jsonl:2: column",
+        "tasks.jsonl:3: unknown key `arg`",
+        "did you mean `args`",
+        "tasks.jsonl:4:",
+        "needs `topic`",
+        "tasks.jsonl:5: duplicate id `a` (first on line 1)",
+        "tasks.jsonl:6: a task line is a JSON object or a string",
+    ] {
+        assert!(
+            output.stderr.contains(expected),
+            "{expected:?} missing:\n{}",
+            output.stderr
+        );
+    }
+    assert!(server.requests().is_empty(), "nothing was sent");
+    assert!(!test.path("out").exists());
+
+    // --skip-invalid records bad lines as failed, but duplicate ids stay an error.
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--skip-invalid",
+    ]);
+    output.expect_code(2);
+    let fixed = tasks.replace(
+        r#""id": "a", "task": "again""#,
+        r#""id": "e", "task": "again""#,
+    );
+    let test = test.file("tasks.jsonl", &fixed);
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--skip-invalid",
+        "-q",
+    ]);
+    output.expect_code(1);
+    let results = results_once(&test, "out");
+    assert_eq!(states(&results)["success"], 2);
+    assert_eq!(states(&results)["failure"], 4);
+    assert!(results["d"]["error"].as_str().unwrap().contains("line 4"));
+    assert!(
+        results["line-2"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("JSON")
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn progress_is_plain_lines_when_not_a_terminal_and_silent_when_quiet() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "latency_ms: 25\ndefault: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(40, |_| ""));
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "2",
+        "--progress-interval",
+        "0.05",
+    ]);
+    output.expect_code(0);
+    let progress: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("lllm batch: "))
+        .collect();
+    assert!(progress.len() >= 2, "{}", output.stderr);
+    assert!(
+        progress
+            .iter()
+            .all(|line| line.contains(" done · ") && line.contains("tasks/s"))
+    );
+    assert!(
+        progress
+            .last()
+            .unwrap()
+            .starts_with("lllm batch: 40/40 done"),
+        "{progress:?}"
+    );
+    assert!(!output.stderr.contains('\r'), "no bar redraws in a log");
+    assert!(output.stderr.contains("lllm batch summary"));
+
+    let quiet = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "quiet",
+        "-q",
+    ]);
+    quiet.expect_code(0);
+    assert_eq!(quiet.stderr, "");
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_with_130_and_resume_completes_the_run() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(300, |_| ""));
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "4",
+    ];
+    let child = test.spawn(&args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read_lines(&test, "out/results.jsonl").len() < 10 {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["interrupted"], true);
+    assert!(summary["not_run"].as_u64().unwrap() > 0);
+
+    test.run(&[&args[..], &["--resume", "-q"]].concat())
+        .expect_code(0);
+    let results = results_once(&test, "out");
+    assert_eq!(results.len(), 300);
+    assert!(results.values().all(|line| line["state"] == "success"));
+}
