@@ -271,6 +271,11 @@ impl Agent {
         self.dialogs.values().chain(self.archive.iter())
     }
 
+    /// Every dialog, as `all_dialogs` orders them, taken out of the agent.
+    pub fn into_dialogs(self) -> impl Iterator<Item = Dialog> {
+        self.dialogs.into_values().chain(self.archive)
+    }
+
     fn dialog_mut(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
         let alias = self.alias_or_active(alias)?;
         if !self.dialogs.contains_key(&alias) {

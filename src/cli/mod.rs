@@ -103,7 +103,18 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
         })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
-        Command::Batch(args) => runtime.block_on(batch::run(args)),
+        // On a worker thread, not the main one: the scheduler and its tasks
+        // wake each other for every task, and a wake across to the main
+        // thread is a context switch.
+        Command::Batch(args) => runtime.block_on(async {
+            tokio::spawn(batch::run(args))
+                .await
+                .unwrap_or_else(|error| {
+                    Err(crate::error::Error::Usage(format!(
+                        "the batch stopped: {error}"
+                    )))
+                })
+        }),
         Command::Replay(args) => replay(args, &runtime),
     }
 }

@@ -304,6 +304,17 @@ impl Dialog {
         }
     }
 
+    /// `to_record` without copying the messages.
+    pub fn into_record(self) -> DialogRecord {
+        DialogRecord {
+            top_prompt_path: self.top_prompt.as_ref().map(|prompt| prompt.path.clone()),
+            messages: self.messages,
+            session_name: self.session_name,
+            owner: self.owner,
+            tree_node: self.tree_node,
+        }
+    }
+
     /// Rebuilds a dialog; the top prompt is looked up in `registry` and left unset
     /// when it is not there (a bare `__text` prompt is recreated).
     pub fn from_record(record: DialogRecord, registry: Option<&Registry>) -> Dialog {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
-use crate::dialog::{DialogRecord, InvokeCost};
+use crate::dialog::{Dialog, DialogRecord, InvokeCost};
 use crate::prompt::Prompt;
 
 /// The dialog the first agent answers in when a tactic has no flow.
@@ -34,6 +34,18 @@ struct Run<'a> {
     /// Passed on to sub-tactics.
     task_id: Option<String>,
     tags: Map<String, Value>,
+}
+
+/// The dialogs of a run's agents for its record, moved out (not copied), in
+/// the tactic's agent order.
+fn dialog_records(tactic: &Tactic, agents: HashMap<String, Agent>) -> Vec<DialogRecord> {
+    let mut agents: Vec<(String, Agent)> = agents.into_iter().collect();
+    agents.sort_by_key(|(name, _)| tactic.agents.get_index_of(name.as_str()));
+    agents
+        .into_iter()
+        .flat_map(|(_, agent)| agent.into_dialogs())
+        .map(Dialog::into_record)
+        .collect()
 }
 
 impl<'a> Run<'a> {
@@ -103,16 +115,7 @@ pub(super) async fn run(
         .map(|call| call.cost.clone())
         .chain(run.subs.iter().map(|sub| sub.cost.clone()))
         .sum();
-    let mut dialogs = Vec::new();
-    let mut agent_names: Vec<&String> = run.agents.keys().collect();
-    agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
-    for name in agent_names {
-        dialogs.extend(
-            run.agents[name]
-                .all_dialogs()
-                .map(|dialog| dialog.to_record()),
-        );
-    }
+    let mut dialogs = dialog_records(tactic, std::mem::take(&mut run.agents));
     dialogs.append(&mut run.branch_dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),
@@ -120,7 +123,7 @@ pub(super) async fn run(
         tactic: TacticInfo {
             name: tactic.config.name.clone(),
             path: tactic.config.path.display().to_string(),
-            config: tactic.config.resolved.clone(),
+            config: tactic.recorded_config.clone(),
         },
         task_id: task.id,
         task: task.task,
@@ -341,15 +344,8 @@ impl Run<'_> {
             }));
             self.calls.append(&mut branch.calls);
             self.subs.append(&mut branch.subs);
-            let mut agent_names: Vec<&String> = branch.agents.keys().collect();
-            agent_names.sort_by_key(|name| tactic.agents.get_index_of(name.as_str()));
-            for name in agent_names {
-                self.branch_dialogs.extend(
-                    branch.agents[name]
-                        .all_dialogs()
-                        .map(|dialog| dialog.to_record()),
-                );
-            }
+            self.branch_dialogs
+                .extend(dialog_records(tactic, std::mem::take(&mut branch.agents)));
             self.branch_dialogs.append(&mut branch.branch_dialogs);
             if let Err(error) = outcome {
                 first_error.get_or_insert(error);

@@ -119,6 +119,8 @@ pub struct Tactic {
     pub(crate) result: Option<Arc<Prompt>>,
     /// Prompts used by the run, for the record (`key → prompt`).
     pub(crate) prompts: BTreeMap<String, Arc<Prompt>>,
+    /// The resolved config as every record of this tactic holds it.
+    pub(crate) recorded_config: record::SharedJson,
 }
 
 /// Problems are collected, not returned at the first one: the user sees them all.
@@ -355,6 +357,7 @@ impl Tactic {
             price_warnings: UnknownPriceWarnings::default(),
         });
         let tactic = Tactic {
+            recorded_config: record::SharedJson::new(&config.resolved),
             config,
             registry: Arc::new(registry),
             agents,

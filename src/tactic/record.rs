@@ -8,8 +8,10 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agent::AgentCallSession;
@@ -29,7 +31,45 @@ pub struct TacticInfo {
     pub name: String,
     pub path: String,
     /// The resolved tactic (after `base`, merges and defaults); holds no secrets.
-    pub config: Value,
+    pub config: SharedJson,
+}
+
+/// A JSON value serialized once and shared by every record that holds it: a
+/// batch's tactic config is the same for all its tasks, so it is neither
+/// copied nor serialized again per task.
+#[derive(Debug, Clone)]
+pub struct SharedJson(Arc<RawValue>);
+
+impl SharedJson {
+    pub fn new(value: &Value) -> SharedJson {
+        let raw = serde_json::value::to_raw_value(value)
+            .unwrap_or_else(|_| RawValue::from_string("null".into()).expect("valid JSON"));
+        SharedJson(Arc::from(raw))
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for SharedJson {
+    fn eq(&self, other: &SharedJson) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for SharedJson {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedJson {
+    /// Through a `Value`, so it reads from any deserializer (records are
+    /// checked as a `Value` first).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SharedJson, D::Error> {
+        Ok(SharedJson::new(&Value::deserialize(deserializer)?))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
