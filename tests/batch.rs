@@ -288,6 +288,22 @@ fn fail_fast_cancels_what_is_left_at_the_first_failure() {
     assert!(skipped["error"].as_str().unwrap().contains("--fail-fast"));
     assert!(server.requests().len() < 10);
     assert!(output.stderr.contains("fail-fast"), "{}", output.stderr);
+    // A task cancelled while running keeps its record (what it spent is on disk).
+    let sessions = std::fs::read_to_string(test.path("out/sessions.jsonl")).unwrap();
+    let session_ids: Vec<String> = sessions
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["session_id"].to_string()
+        })
+        .collect();
+    for line in results.values() {
+        if !line["session_id"].is_null() {
+            assert!(
+                session_ids.contains(&line["session_id"].to_string()),
+                "no record for {line}"
+            );
+        }
+    }
 }
 
 #[test]
