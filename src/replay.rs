@@ -101,10 +101,13 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
     if found != record::FORMAT {
         return Err(Error::Format { path: label, found });
     }
-    serde_path_to_error::deserialize(value).map_err(|error| Error::Invalid {
-        path: label,
-        message: format!("`{}`: {}", error.path(), error.inner()),
-    })
+    let mut record: SessionRecord =
+        serde_path_to_error::deserialize(value).map_err(|error| Error::Invalid {
+            path: label,
+            message: format!("`{}`: {}", error.path(), error.inner()),
+        })?;
+    record.expand_dialogs();
+    Ok(record)
 }
 
 fn cost_text(cost: &InvokeCost) -> String {

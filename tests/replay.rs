@@ -78,8 +78,33 @@ fn json_and_jsonl_and_bad_records() {
     let a: Value = test.read_json("a.json");
     let output = test.run(&["replay", "a.json", "--json"]);
     output.expect_code(0);
-    let normalized: Value = serde_json::from_str(&output.stdout).unwrap();
-    assert_eq!(normalized, a, "--json prints the record as read");
+    let mut normalized: Value = serde_json::from_str(&output.stdout).unwrap();
+    // Normalized: a fork's messages shared with its parent, left out on disk
+    // (`inherited`), are back in full; everything else is as read.
+    let mut compact = a.clone();
+    let expanded = normalized["dialogs"].take();
+    let on_disk = compact["dialogs"].take();
+    let (expanded, on_disk) = (expanded.as_array().unwrap(), on_disk.as_array().unwrap());
+    assert_eq!(expanded.len(), on_disk.len());
+    assert!(
+        on_disk
+            .iter()
+            .any(|dialog| dialog["inherited"].as_u64() > Some(0))
+    );
+    for (full, short) in expanded.iter().zip(on_disk) {
+        assert!(full.get("inherited").is_none());
+        let inherited = short["inherited"].as_u64().unwrap_or(0) as usize;
+        let full_messages = full["messages"].as_array().unwrap();
+        assert_eq!(
+            full_messages.len(),
+            short["messages"].as_array().unwrap().len() + inherited
+        );
+        assert_eq!(
+            full_messages[inherited..],
+            short["messages"].as_array().unwrap()[..]
+        );
+    }
+    assert_eq!(normalized, compact, "--json prints the record as read");
 
     let lines = format!(
         "{}\n{}\n",

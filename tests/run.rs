@@ -880,7 +880,9 @@ flow:
     let output = test.run(&["run", "t.yaml", "--task", "x", "--record", "record.json"]);
     output.expect_code(0);
     assert_eq!(output.stdout, "second\n");
-    let record = test.read_json("record.json");
+    // As a reader sees it: forks' shared history restored (`replay --json`).
+    let record: Value =
+        serde_json::from_str(&test.run(&["replay", "record.json", "--json"]).stdout).unwrap();
     let steps: Vec<&str> = record["steps"]
         .as_array()
         .unwrap()

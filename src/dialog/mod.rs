@@ -63,11 +63,87 @@ pub struct Dialog {
 /// The JSON form of a dialog: messages, tree node and the key of the top prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DialogRecord {
+    /// The messages after the first `inherited` ones.
     pub messages: Vec<Message>,
     pub session_name: String,
     pub owner: String,
     pub tree_node: DialogTreeNode,
     pub top_prompt_path: Option<String>,
+    /// In a session record: the dialog starts with this many messages of its
+    /// parent dialog, which are not repeated here (a fork shares its parent's
+    /// history; writing it out again made records quadratic in tool rounds).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inherited: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
+}
+
+/// Leaves out of each dialog the messages it shares with the start of its
+/// parent (when the parent is among `records`); `expand_shared_prefixes`
+/// puts them back.
+pub fn share_prefixes(records: &mut [DialogRecord]) {
+    let position: std::collections::HashMap<&str, usize> = records
+        .iter()
+        .enumerate()
+        .map(|(index, record)| (record.tree_node.dialog_id.as_str(), index))
+        .collect();
+    let shared: Vec<usize> = records
+        .iter()
+        .map(|record| {
+            let Some(&parent) = record
+                .tree_node
+                .parent_id
+                .as_deref()
+                .and_then(|parent| position.get(parent))
+            else {
+                return 0;
+            };
+            let parent = &records[parent];
+            if parent.inherited != 0 || record.inherited != 0 {
+                return 0;
+            }
+            record
+                .messages
+                .iter()
+                .zip(&parent.messages)
+                .take_while(|(ours, theirs)| ours == theirs)
+                .count()
+        })
+        .collect();
+    for (record, shared) in records.iter_mut().zip(shared) {
+        if shared > 0 {
+            record.messages.drain(..shared);
+            record.inherited = shared;
+        }
+    }
+}
+
+/// Restores the messages `share_prefixes` left out. A dialog whose parent is
+/// missing keeps what it has.
+pub fn expand_shared_prefixes(records: &mut [DialogRecord]) {
+    // Parents before children: a parent may have inherited from its own parent.
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    order.sort_by_key(|&index| records[index].tree_node.depth);
+    for index in order {
+        let inherited = records[index].inherited;
+        if inherited == 0 {
+            continue;
+        }
+        let parent_id = records[index].tree_node.parent_id.clone();
+        let prefix: Option<Vec<Message>> = records
+            .iter()
+            .find(|record| Some(&record.tree_node.dialog_id) == parent_id.as_ref())
+            .filter(|parent| parent.inherited == 0 && parent.messages.len() >= inherited)
+            .map(|parent| parent.messages[..inherited].to_vec());
+        if let Some(mut prefix) = prefix {
+            let record = &mut records[index];
+            prefix.append(&mut record.messages);
+            record.messages = prefix;
+            record.inherited = 0;
+        }
+    }
 }
 
 impl Dialog {
@@ -301,6 +377,7 @@ impl Dialog {
             owner: self.owner.clone(),
             tree_node: self.tree_node.clone(),
             top_prompt_path: self.top_prompt.as_ref().map(|prompt| prompt.path.clone()),
+            inherited: 0,
         }
     }
 
@@ -312,6 +389,7 @@ impl Dialog {
             session_name: self.session_name,
             owner: self.owner,
             tree_node: self.tree_node,
+            inherited: 0,
         }
     }
 

@@ -224,3 +224,32 @@ fn cost_sums_messages_and_overview_previews() {
         "{overview}"
     );
 }
+
+#[test]
+fn records_leave_out_what_forks_share_with_their_parent_and_get_it_back() {
+    let mut root = dialog_with(3);
+    let mut child = root.fork(0, 1);
+    child.append(Message::user("child only"));
+    let mut grandchild = child.fork(0, 1);
+    grandchild.append(Message::user("grandchild only"));
+    // A fork of the tail only shares nothing from the start.
+    let tail = root.fork(1, 0);
+    let full: Vec<DialogRecord> = [&root, &child, &grandchild, &tail]
+        .iter()
+        .map(|dialog| dialog.to_record())
+        .collect();
+
+    let mut records = full.clone();
+    share_prefixes(&mut records);
+    let kept: Vec<(usize, usize)> = records
+        .iter()
+        .map(|record| (record.inherited, record.messages.len()))
+        .collect();
+    assert_eq!(kept, [(0, 3), (3, 1), (4, 1), (0, 1)]);
+
+    // Any order on disk: children may come before their parents.
+    records.reverse();
+    expand_shared_prefixes(&mut records);
+    records.reverse();
+    assert_eq!(records, full);
+}

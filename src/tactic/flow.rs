@@ -117,6 +117,7 @@ pub(super) async fn run(
         .sum();
     let mut dialogs = dialog_records(tactic, std::mem::take(&mut run.agents));
     dialogs.append(&mut run.branch_dialogs);
+    crate::dialog::share_prefixes(&mut dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),
         session_id: record::new_session_id(),

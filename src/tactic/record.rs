@@ -133,6 +133,16 @@ impl SessionRecord {
         own + nested
     }
 
+    /// Puts back the messages each fork shares with its parent, which a
+    /// written record leaves out (`DialogRecord::inherited`), here and in the
+    /// sub-tactic sessions. Call it on a record read from disk.
+    pub fn expand_dialogs(&mut self) {
+        crate::dialog::expand_shared_prefixes(&mut self.dialogs);
+        for sub in &mut self.sub_tactic_sessions {
+            sub.expand_dialogs();
+        }
+    }
+
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
     /// old file or the new one, never half of one.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
