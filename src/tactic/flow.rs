@@ -655,36 +655,18 @@ enum Check<'a> {
 fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
     for node in nodes {
         match node {
-            Node::Step(step) => {
-                if let Some(condition) = &step.condition {
-                    checks.push(Check::Condition(
-                        condition,
-                        format!("step `{}` `if`", step.name),
-                    ));
-                }
-                checks.push(Check::Step(step));
-                if let Some(stop) = &step.stop {
-                    checks.push(Check::Condition(
-                        stop,
-                        format!("step `{}` `stop`", step.name),
-                    ));
-                }
-            }
-            Node::Tactic(step) => {
-                if let Some(condition) = &step.condition {
-                    checks.push(Check::Condition(
-                        condition,
-                        format!("step `{}` `if`", step.name),
-                    ));
-                }
-                checks.push(Check::Tactic(step));
-                if let Some(stop) = &step.stop {
-                    checks.push(Check::Condition(
-                        stop,
-                        format!("step `{}` `stop`", step.name),
-                    ));
-                }
-            }
+            Node::Step(step) => gated(
+                checks,
+                &step.name,
+                [&step.condition, &step.stop],
+                Check::Step(step),
+            ),
+            Node::Tactic(step) => gated(
+                checks,
+                &step.name,
+                [&step.condition, &step.stop],
+                Check::Tactic(step),
+            ),
             Node::Parallel {
                 foreach,
                 item,
@@ -706,6 +688,22 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                 }
             }
         }
+    }
+}
+
+/// A step's checks in evaluation order: its `if`, the step, its `stop`.
+fn gated<'a>(
+    checks: &mut Vec<Check<'a>>,
+    name: &str,
+    [condition, stop]: [&'a Option<Condition>; 2],
+    step: Check<'a>,
+) {
+    if let Some(condition) = condition {
+        checks.push(Check::Condition(condition, format!("step `{name}` `if`")));
+    }
+    checks.push(step);
+    if let Some(stop) = stop {
+        checks.push(Check::Condition(stop, format!("step `{name}` `stop`")));
     }
 }
 

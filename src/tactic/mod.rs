@@ -693,18 +693,7 @@ fn build_sub_tactic(
             .map(Arc::new)
     });
     let args = template_args(&step.name, &step.args, problems);
-    let condition = step.condition.as_ref().and_then(|source| {
-        problems.take(flow::Condition::new(
-            source,
-            &format!("step `{}` `if`", step.name),
-        ))
-    });
-    let stop = step.stop.as_ref().and_then(|source| {
-        problems.take(flow::Condition::new(
-            source,
-            &format!("step `{}` `stop`", step.name),
-        ))
-    });
+    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
     Some(SubStep {
         name: step.name.clone(),
         tactic: Arc::new(tactic),
@@ -713,6 +702,24 @@ fn build_sub_tactic(
         condition,
         stop,
     })
+}
+
+/// A step's `if` and `stop` expressions, compiled.
+fn step_conditions(
+    name: &str,
+    condition: &Option<String>,
+    stop: &Option<String>,
+    problems: &mut Problems,
+) -> (Option<flow::Condition>, Option<flow::Condition>) {
+    let mut compile = |source: &Option<String>, key: &str| {
+        source.as_ref().and_then(|source| {
+            problems.take(flow::Condition::new(
+                source,
+                &format!("step `{name}` `{key}`"),
+            ))
+        })
+    };
+    (compile(condition, "if"), compile(stop, "stop"))
 }
 
 /// A step's `args`: strings are templates, anything else a literal value.
@@ -808,18 +815,7 @@ fn build_nodes(
                 .map(Arc::new),
         };
         let args = template_args(&step.name, &step.args, problems);
-        let condition = step.condition.as_ref().and_then(|source| {
-            problems.take(flow::Condition::new(
-                source,
-                &format!("step `{}` `if`", step.name),
-            ))
-        });
-        let stop = step.stop.as_ref().and_then(|source| {
-            problems.take(flow::Condition::new(
-                source,
-                &format!("step `{}` `stop`", step.name),
-            ))
-        });
+        let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
         let Some(prompt) = prompt else { continue };
         check_prompt_tools(config, toolbox, &prompt, problems);
         prompts.insert(prompt.path.clone(), prompt.clone());

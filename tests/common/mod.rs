@@ -85,12 +85,7 @@ impl Test {
             let mut stdin = child.stdin.take().expect("stdin");
             stdin.write_all(text.as_bytes()).expect("write stdin");
         }
-        let output = child.wait_with_output().expect("wait for lllm");
-        Output {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
+        Output::of(child.wait_with_output().expect("wait for lllm"))
     }
 
     pub fn read_json(&self, relative: &str) -> Value {
@@ -187,19 +182,6 @@ fn uuid_like() -> String {
 impl Test {
     /// Starts `lllm` with `args` like `run`, without waiting (to signal or kill it).
     pub fn spawn(&self, args: &[&str]) -> Child {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lllm"));
-        command
-            .args(args)
-            .current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (key, value) in &self.env {
-            command.env(key, value);
-        }
-        command.spawn().expect("start lllm")
+        self.command(args).spawn().expect("start lllm")
     }
 }
