@@ -4,8 +4,9 @@
 use clap::Parser;
 
 /// mimalloc instead of the system allocator: a batch allocates and frees a
-/// session record's worth of small objects per task, and glibc's malloc cost a
-/// quarter of the runner's CPU in `bench/batch.sh` profiles.
+/// session record's worth of small objects per task from many threads, where
+/// glibc's malloc showed high in `bench/batch.sh` profiles (the measured gain
+/// on the whole run was within the noise of a shared 2-core machine).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
