@@ -282,3 +282,31 @@ fn a_failed_sub_tactic_fails_the_step_and_is_kept_in_the_record() {
     assert_eq!(record["state"], "failure");
     assert_eq!(record["sub_tactic_sessions"][0]["state"], "failure");
 }
+
+#[test]
+fn a_model_override_reaches_sub_tactics() {
+    // The sub-tactic names a server that does not exist; `--model` replaces it.
+    let sub = "global: {model_name: nowhere/model}\nproviders:\n  nowhere: {api: openai, base_url: \"http://127.0.0.1:9/v1\"}\nagent_configs:\n  - name: shortener\nflow:\n  - {step: cut, agent: shortener, text: \"{{ style }}: {{ task }}\"}\n";
+    let test = Test::new()
+        .file("parent.yaml", &parent(SUB_STEP))
+        .file("sub/shorten.yaml", sub);
+    let output = test.run(&[
+        "run",
+        "parent.yaml",
+        "--task",
+        "owls",
+        "--model",
+        "mock/echo",
+        "--record",
+        "r.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "final: terse: draft of owls\n");
+    let record = test.read_json("r.json");
+    let sub = &record["sub_tactic_sessions"][0];
+    assert_eq!(sub["agent_calls"][0]["model"], "mock/echo");
+    assert_eq!(
+        sub["tactic"]["config"]["agent_configs"][0]["model_name"],
+        "mock/echo"
+    );
+}

@@ -77,8 +77,7 @@ impl Tactics {
             config.override_model(model);
         }
         if let Some(prices) = &self.prices {
-            let tactic_prices = config.pricing.take().unwrap_or(Value::Null);
-            config.pricing = Some(crate::config::merge(tactic_prices, prices.clone()));
+            config.override_prices(prices.clone());
         }
         for warning in &config.warnings {
             crate::report::warn(&format!("{}: {warning}", path.display()));

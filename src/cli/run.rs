@@ -19,8 +19,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     }
     if let Some(path) = &args.prices {
         let prices = crate::provider::models::read_price_file(path).map_err(Error::Usage)?;
-        let tactic_prices = config.pricing.take().unwrap_or(Value::Null);
-        config.pricing = Some(crate::config::merge(tactic_prices, prices));
+        config.override_prices(prices);
     }
     for warning in &config.warnings {
         crate::report::warn(warning);

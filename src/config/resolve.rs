@@ -34,6 +34,10 @@ pub struct TacticConfig {
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
     pub resolved: Value,
+    /// `--model` and `--prices` as given on the command line: they hold for
+    /// the tactics this one's steps run too.
+    pub model_override: Option<String>,
+    pub price_overrides: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +132,7 @@ pub struct McpServerConfig {
 impl TacticConfig {
     /// `--model`: every agent uses `model`; the resolved document says so too.
     pub fn override_model(&mut self, model: &str) {
+        self.model_override = Some(model.to_string());
         for agent in &mut self.agents {
             agent.model_name = model.to_string();
         }
@@ -140,6 +145,13 @@ impl TacticConfig {
                 agent.insert("model_name".into(), Value::String(model.into()));
             }
         }
+    }
+
+    /// `--prices`: `prices` over the tactic's own `pricing`.
+    pub fn override_prices(&mut self, prices: Value) {
+        let own = self.pricing.take().unwrap_or(Value::Null);
+        self.pricing = Some(merge(own, prices.clone()));
+        self.price_overrides = Some(prices);
     }
 
     pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
@@ -402,6 +414,8 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         pricing: raw.pricing,
         warnings,
         resolved,
+        model_override: None,
+        price_overrides: None,
     })
 }
 

@@ -647,6 +647,7 @@ fn canonical(path: &Path) -> PathBuf {
 /// Loads and builds the tactic a step runs; its problems are this tactic's,
 /// each naming the step and the file.
 fn build_sub_tactic(
+    parent: &TacticConfig,
     step: &SubTacticConfig,
     builder: &Builder<'_>,
     problems: &mut Problems,
@@ -666,7 +667,7 @@ fn build_sub_tactic(
         ));
         return None;
     }
-    let config = match crate::config::load(&step.path) {
+    let mut config = match crate::config::load(&step.path) {
         Ok(config) => config,
         Err(error) => {
             for line in error.to_string().lines() {
@@ -677,6 +678,12 @@ fn build_sub_tactic(
     };
     for warning in &config.warnings {
         crate::report::warn(&format!("{place}: {warning}"));
+    }
+    if let Some(model) = &parent.model_override {
+        config.override_model(model);
+    }
+    if let Some(prices) = &parent.price_overrides {
+        config.override_prices(prices.clone());
     }
     let tactic = match Tactic::build_inner(config, builder) {
         Ok(tactic) => tactic,
@@ -797,7 +804,7 @@ fn build_nodes(
                 continue;
             }
             FlowItem::Tactic(step) => {
-                nodes.extend(build_sub_tactic(step, builder, problems).map(Node::Tactic));
+                nodes.extend(build_sub_tactic(config, step, builder, problems).map(Node::Tactic));
                 continue;
             }
             FlowItem::Step(step) => step,
