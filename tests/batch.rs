@@ -625,3 +625,28 @@ fn ctrl_c_stops_with_130_and_resume_completes_the_run() {
     assert_eq!(results.len(), 300);
     assert!(results.values().all(|line| line["state"] == "success"));
 }
+
+#[test]
+fn an_output_directory_that_cannot_be_made_is_bad_usage() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(3, |_| ""))
+        .file("taken", "a file, not a directory\n");
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "taken/out",
+    ]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("cannot write to `taken/out`"),
+        "{}",
+        output.stderr
+    );
+    assert!(server.requests().is_empty(), "nothing was sent");
+}

@@ -138,10 +138,11 @@ pub async fn run(options: Options) -> Result<Outcome> {
             for tactic in tactics.values() {
                 tactic.shutdown().await;
             }
-            return Err(Error::Write {
-                path: options.output.display().to_string(),
-                source,
-            });
+            // Nothing was sent yet: bad usage (exit 2), not a failed run.
+            return Err(Error::Usage(format!(
+                "cannot write to `{}`: {source}",
+                options.output.display()
+            )));
         }
     };
     let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
