@@ -20,6 +20,9 @@ pub struct Tactics {
     built: HashMap<PathBuf, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<PathBuf, String>,
+    /// Paths as task lines give them → `key` (canonicalizing is a syscall
+    /// per component; pre-flight asks once per line).
+    keys: HashMap<PathBuf, PathBuf>,
 }
 
 impl Tactics {
@@ -35,13 +38,18 @@ impl Tactics {
             prices,
             built: HashMap::new(),
             failed: HashMap::new(),
+            keys: HashMap::new(),
         })
     }
 
     /// The tactic at `path`, built on first use. `Err` holds its error; the
     /// `bool` says whether this is the first time it was asked for.
     pub fn get(&mut self, path: &Path) -> std::result::Result<Arc<Tactic>, (String, bool)> {
-        let path = &key(path);
+        let path = &self
+            .keys
+            .entry(path.to_path_buf())
+            .or_insert_with(|| key(path))
+            .clone();
         if let Some(tactic) = self.built.get(path) {
             return Ok(tactic.clone());
         }

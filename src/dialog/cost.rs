@@ -19,17 +19,33 @@ pub struct InvokeCost {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    // Zero detail counts and rates are left out of records (read back as 0).
+    #[serde(skip_serializing_if = "is_zero")]
     pub cached_prompt_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub audio_prompt_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub audio_completion_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero_rate")]
     pub input_cost_per_token: f64,
+    #[serde(skip_serializing_if = "is_zero_rate")]
     pub output_cost_per_token: f64,
+    #[serde(skip_serializing_if = "is_zero_rate")]
     pub cache_read_input_token_cost: f64,
     pub prompt_cost: f64,
     pub completion_cost: f64,
     pub cost: Option<f64>,
     pub cost_known: bool,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+fn is_zero_rate(rate: &f64) -> bool {
+    *rate == 0.0
 }
 
 impl Default for InvokeCost {

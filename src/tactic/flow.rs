@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
-use super::record::{self, PromptInfo, RunState, SessionRecord, StepRecord, TacticInfo};
+use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::{Dialog, DialogRecord, InvokeCost};
@@ -136,17 +136,7 @@ pub(super) async fn run(
         state,
         delivery,
         error,
-        prompts: tactic
-            .prompts
-            .iter()
-            .map(|(key, prompt)| {
-                let info = PromptInfo {
-                    sha256: prompt.sha256(),
-                    template: prompt.template.clone(),
-                };
-                (key.clone(), info)
-            })
-            .collect(),
+        prompts: tactic.recorded_prompts.clone(),
         steps: run.steps,
         dialogs,
         cost_known: cost.cost_known,

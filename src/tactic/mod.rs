@@ -117,10 +117,10 @@ pub struct Tactic {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) nodes: Vec<Node>,
     pub(crate) result: Option<Arc<Prompt>>,
-    /// Prompts used by the run, for the record (`key → prompt`).
-    pub(crate) prompts: BTreeMap<String, Arc<Prompt>>,
-    /// The resolved config as every record of this tactic holds it.
+    /// The resolved config and the prompts used (`key → prompt`) as every
+    /// record of this tactic holds them (made once, not per run).
     pub(crate) recorded_config: record::SharedJson,
+    pub(crate) recorded_prompts: BTreeMap<String, record::PromptInfo>,
 }
 
 /// Problems are collected, not returned at the first one: the user sees them all.
@@ -356,15 +356,25 @@ impl Tactic {
             prices,
             price_warnings: UnknownPriceWarnings::default(),
         });
+        let recorded_prompts = prompts
+            .iter()
+            .map(|(key, prompt)| {
+                let info = record::PromptInfo {
+                    sha256: prompt.sha256(),
+                    template: prompt.template.clone(),
+                };
+                (key.clone(), info)
+            })
+            .collect();
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
+            recorded_prompts,
             config,
             registry: Arc::new(registry),
             agents,
             runtime,
             nodes,
             result,
-            prompts,
         };
         Ok(tactic)
     }
