@@ -106,7 +106,7 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
             path: label,
             message: format!("`{}`: {}", error.path(), error.inner()),
         })?;
-    record.expand_dialogs();
+    record.expand();
     Ok(record)
 }
 

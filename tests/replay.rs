@@ -104,6 +104,17 @@ fn json_and_jsonl_and_bad_records() {
             short["messages"].as_array().unwrap()[..]
         );
     }
+    // Each call's delivery is its last response: written once, shown with both.
+    let calls = normalized["agent_calls"].as_array_mut().unwrap();
+    for (call, written) in calls
+        .iter_mut()
+        .zip(compact["agent_calls"].as_array().unwrap())
+    {
+        assert!(written.get("delivery").is_none());
+        let last = written["invokes"].as_array().unwrap().last().unwrap();
+        assert_eq!(call["delivery"].take(), last["response"]);
+        call.as_object_mut().unwrap().remove("delivery");
+    }
     assert_eq!(normalized, compact, "--json prints the record as read");
 
     let lines = format!(

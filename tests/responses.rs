@@ -55,7 +55,9 @@ fn a_tool_loop_over_the_responses_api() {
     assert_eq!(result["type"], "function_call_output");
     assert!(result["output"].as_str().unwrap().contains("HEY"));
     let record = test.read_json("record.json");
-    assert_eq!(record["agent_calls"][0]["delivery"]["api_type"], "response");
+    let invokes = record["agent_calls"][0]["invokes"].as_array().unwrap();
+    let delivered = &invokes.last().unwrap()["response"];
+    assert_eq!(delivered["api_type"], "response");
 }
 
 #[test]

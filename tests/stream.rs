@@ -13,15 +13,16 @@ use lllm::provider::{ChatRequest, ErrorKind, Provider};
 use serde_json::Map;
 
 fn provider(server: &MockServer) -> OpenAiProvider {
-    OpenAiProvider {
-        client: lllm::provider::http::client(Duration::from_secs(5)).unwrap(),
-        base_url: server.base_url(),
-        api_key: None,
-        extra_headers: Vec::new(),
-        options: WireOptions::default(),
-        timeout: Duration::from_secs(5),
-        limiter: Arc::new(lllm::provider::limit::Limiter::new(Default::default())),
-    }
+    OpenAiProvider::new(
+        lllm::provider::http::client(Duration::from_secs(5)).unwrap(),
+        server.base_url(),
+        None,
+        &[],
+        WireOptions::default(),
+        Duration::from_secs(5),
+        Arc::new(lllm::provider::limit::Limiter::new(Default::default())),
+    )
+    .unwrap()
 }
 
 #[tokio::test]

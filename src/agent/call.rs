@@ -101,11 +101,12 @@ impl Call<'_> {
                     return;
                 }
             };
-            dialog.append(reply.clone());
             if !reply.is_function_call() {
-                session.success(reply);
+                dialog.append(reply);
+                session.success();
                 return;
             }
+            dialog.append(reply.clone());
             // The calls of one turn run concurrently; results go back in call
             // order. A call identical to an earlier one of the same turn is not
             // run twice: it gets the repeat answer.

@@ -31,9 +31,20 @@ pub struct RequestDigest {
     pub dialog_id: String,
     pub messages: usize,
     pub model: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
     pub format: bool,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub model_args: Map<String, Value>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl RequestDigest {
@@ -78,9 +89,8 @@ pub fn request_sha256(request: &ChatRequest<'_>) -> String {
         feed(&tool.parameters.to_string());
     }
     feed(&request.format.map(Value::to_string).unwrap_or_default());
-    feed(&Value::Object(request.model_args.clone()).to_string());
-    let digest = hasher.finalize();
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    feed(&serde_json::to_string(request.model_args).unwrap_or_default());
+    format!("{:x}", hasher.finalize())
 }
 
 /// One attempt at the provider: a reply (which may still fail to parse) or an error.
@@ -91,12 +101,16 @@ pub struct InvokeTrace {
     /// 1-based attempt within one request (provider retries).
     pub attempt: u32,
     pub request: RequestDigest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProviderError>,
     /// Why the reply was rejected by the prompt's parser, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parse_error: Option<String>,
     pub latency_ms: u64,
     /// How long the retry loop waited before the next attempt.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub waited_ms: u64,
 }
 
@@ -131,11 +145,20 @@ pub struct AgentCallSession {
     pub max_exception_retry: u32,
     pub max_interrupt_steps: u32,
     pub max_llm_recall: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exception_retries: Vec<Repair>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interrupts: Vec<ToolRound>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub llm_recalls: Vec<Recall>,
     pub invokes: Vec<InvokeTrace>,
+    /// The accepted reply: always the last invoke's response, so a call
+    /// keeps it there only and this field is left out of written records
+    /// (`delivery()` reads it; `restore_delivery` fills the field in for
+    /// readers of a record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Message>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub cost: InvokeCost,
     pub started_at: String,
@@ -190,9 +213,32 @@ impl AgentCallSession {
         self.state = CallState::Interrupt;
     }
 
-    pub fn success(&mut self, delivery: Message) {
-        self.delivery = Some(delivery);
+    /// The call ends with the last invoke's response as its delivery.
+    pub fn success(&mut self) {
         self.state = CallState::Success;
+    }
+
+    /// The last response received, which a successful call delivers.
+    fn last_response(&self) -> Option<&Message> {
+        self.invokes
+            .iter()
+            .rev()
+            .find_map(|invoke| invoke.response.as_ref())
+    }
+
+    /// The accepted reply of a call that succeeded.
+    pub fn delivery(&self) -> Option<&Message> {
+        if !self.is_success() {
+            return None;
+        }
+        self.delivery.as_ref().or_else(|| self.last_response())
+    }
+
+    /// Fills in `delivery` from the last invoke's response.
+    pub fn restore_delivery(&mut self) {
+        if self.is_success() && self.delivery.is_none() {
+            self.delivery = self.last_response().cloned();
+        }
     }
 
     pub fn failure(&mut self, error: String) {

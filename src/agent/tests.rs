@@ -208,8 +208,8 @@ async fn a_plain_answer_is_appended_to_the_dialog() {
     fixture.agent.receive("hi", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
-    assert_eq!(session.delivery.as_ref().unwrap().content, "hello");
-    assert_eq!(session.delivery.as_ref().unwrap().name, "researcher");
+    assert_eq!(session.delivery().unwrap().content, "hello");
+    assert_eq!(session.delivery().unwrap().name, "researcher");
     assert_eq!(session.invokes.len(), 1);
     let dialog = fixture.agent.current_dialog().unwrap();
     assert_eq!(roles(dialog), [Role::System, Role::User, Role::Assistant]);
@@ -229,10 +229,7 @@ async fn a_bad_reply_is_repaired_on_a_working_fork() {
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.exception_retries.len(), 1);
-    assert_eq!(
-        session.delivery.as_ref().unwrap().parsed["answer"],
-        json!(42)
-    );
+    assert_eq!(session.delivery().unwrap().parsed["answer"], json!(42));
     assert!(session.invokes[0].parse_error.is_some());
     // The second request carried the bad reply and the repair prompt.
     let seen = fixture.provider.seen.lock().unwrap().clone();
@@ -409,7 +406,7 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
     fixture.agent.receive("go", None).unwrap();
     let session = fixture.agent.respond(None).await.unwrap();
     assert_eq!(session.state, CallState::Success);
-    assert_eq!(session.delivery.unwrap().content, "final");
+    assert_eq!(session.delivery().unwrap().content, "final");
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -128,13 +129,19 @@ impl Encoded {
     pub fn new(result: &ResultLine, record: Option<&SessionRecord>) -> serde_json::Result<Encoded> {
         let session = match record {
             Some(record) => {
-                let mut line = serde_json::to_vec(record)?;
+                // Records of one batch are alike in size: start where the last
+                // one ended, so the buffer is not regrown (and copied) on the way.
+                static LAST: AtomicUsize = AtomicUsize::new(4096);
+                let mut line = Vec::with_capacity(LAST.load(Ordering::Relaxed) + 256);
+                serde_json::to_writer(&mut line, record)?;
                 line.push(b'\n');
+                LAST.store(line.len(), Ordering::Relaxed);
                 Some(line)
             }
             None => None,
         };
-        let mut line = serde_json::to_vec(result)?;
+        let mut line = Vec::with_capacity(256);
+        serde_json::to_writer(&mut line, result)?;
         line.push(b'\n');
         Ok(Encoded {
             session,
@@ -312,6 +319,23 @@ pub fn repair(path: &Path) -> std::io::Result<u64> {
     }
 }
 
+/// What `read_previous` takes of a result line: the id (borrowed from the
+/// line when it can be), the rest of `Brief`; the delivery and the error are
+/// skipped over, not copied.
+#[derive(Deserialize)]
+struct BriefLine<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    state: TaskState,
+    cost: Option<f64>,
+    #[serde(default = "known")]
+    cost_known: bool,
+    #[serde(default)]
+    usage: Usage,
+    #[serde(default)]
+    calls: u64,
+}
+
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
@@ -330,11 +354,22 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<ResultLine>(&line) {
+        match serde_json::from_str::<BriefLine<'_>>(&line) {
             Ok(result) => {
-                let brief = Brief::from(&result);
+                let brief = Brief {
+                    state: result.state,
+                    cost: result.cost.unwrap_or(0.0),
+                    cost_known: result.cost_known && result.cost.is_some(),
+                    usage: result.usage,
+                    calls: result.calls,
+                };
                 previous.spent.add(&brief);
-                previous.latest.insert(result.id, brief);
+                match previous.latest.get_mut(result.id.as_ref()) {
+                    Some(latest) => *latest = brief,
+                    None => {
+                        previous.latest.insert(result.id.into_owned(), brief);
+                    }
+                }
             }
             Err(_) => previous.unreadable += 1,
         }

@@ -11,12 +11,16 @@ pub struct DialogTreeNode {
     /// Globally unique hex UUID.
     pub dialog_id: String,
     pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
     /// Messages kept from the parent at the fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_point: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_n: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_k: Option<usize>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children_ids: Vec<String>,
     /// Forks from the root (0 for a root).
     #[serde(default)]

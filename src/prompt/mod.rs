@@ -273,12 +273,7 @@ impl Prompt {
 
     /// Hex SHA-256 of the template.
     pub fn sha256(&self) -> String {
-        use std::fmt::Write;
-        let mut hex = String::with_capacity(64);
-        for byte in Sha256::digest(self.template.as_bytes()) {
-            let _ = write!(hex, "{byte:02x}");
-        }
-        hex
+        format!("{:x}", Sha256::digest(self.template.as_bytes()))
     }
 
     /// The repair prompt (`error_message`); keeps tools, parser and format (D2:

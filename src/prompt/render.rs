@@ -21,6 +21,8 @@ pub enum Renderer {
 #[derive(Clone)]
 pub(crate) enum Compiled {
     Jinja(Arc<Environment<'static>>),
+    /// A Jinja template without a single `{`: its text, rendered once.
+    Text(Arc<str>),
     Format(Arc<Vec<Segment>>),
 }
 
@@ -28,6 +30,7 @@ impl std::fmt::Debug for Compiled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Compiled::Jinja(_) => f.write_str("Compiled::Jinja"),
+            Compiled::Text(_) => f.write_str("Compiled::Text"),
             Compiled::Format(segments) => {
                 write!(f, "Compiled::Format({} segments)", segments.len())
             }
@@ -70,7 +73,14 @@ pub(crate) fn compile(
                 .get_template(TEMPLATE_NAME)
                 .map(|compiled| compiled.undeclared_variables(false).into_iter().collect())
                 .unwrap_or_default();
-            Ok((Compiled::Jinja(Arc::new(environment)), variables))
+            let compiled = Compiled::Jinja(Arc::new(environment));
+            if !template.contains('{') {
+                // No expression, statement or comment: every render gives the
+                // same text (minijinja's own, trailing-newline rule included).
+                let text = render(&compiled, &Map::new()).map_err(|message| (message, None))?;
+                return Ok((Compiled::Text(text.into()), variables));
+            }
+            Ok((compiled, variables))
         }
         Renderer::Format => {
             let segments = parse_format(template).map_err(|message| (message, None))?;
@@ -101,6 +111,7 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                         .map_or_else(|| error.to_string(), str::to_string)
                 })
         }
+        Compiled::Text(text) => Ok(text.to_string()),
         Compiled::Format(segments) => {
             let mut out = String::new();
             for segment in segments.iter() {
@@ -273,6 +284,20 @@ mod tests {
     fn render_case(template: &str, renderer: Renderer, values: Value, expected: &str) {
         let (compiled, _) = compile(template, renderer).unwrap();
         assert_eq!(render(&compiled, &args(values)).unwrap(), expected);
+    }
+
+    #[test]
+    fn plain_text_renders_as_minijinja_would_without_being_walked() {
+        for template in ["Answer in one word.", "two lines\nend\n", "", "50% off\r\n"] {
+            let (compiled, _) = compile(template, Renderer::Jinja).unwrap();
+            assert!(matches!(compiled, Compiled::Text(_)), "{template:?}");
+            let mut environment = Environment::new();
+            environment.add_template("t", template).unwrap();
+            let expected = environment.get_template("t").unwrap().render(()).unwrap();
+            assert_eq!(render(&compiled, &Map::new()).unwrap(), expected);
+        }
+        let (compiled, _) = compile("{# note #}text", Renderer::Jinja).unwrap();
+        assert!(matches!(compiled, Compiled::Jinja(_)));
     }
 
     #[test]

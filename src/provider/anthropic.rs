@@ -320,29 +320,43 @@ pub struct AnthropicProvider {
     pub client: reqwest::Client,
     /// `…/v1`; requests go to `{base_url}/messages`.
     pub base_url: String,
-    pub api_key: Option<super::registry::Secret>,
-    pub extra_headers: Vec<(String, String)>,
+    /// `{base_url}/messages` with the version, the key and extra headers.
+    messages: http::Endpoint,
     pub timeout: Duration,
     pub limiter: Arc<Limiter>,
 }
 
 impl AnthropicProvider {
-    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let body = build_request(&request);
-        let mut pairs: Vec<(&str, &str)> = self
-            .extra_headers
+    /// A provider at `base_url` (`…/v1`); the key goes in `x-api-key`.
+    /// An unusable URL or header is an error naming it (never a value).
+    pub fn new(
+        client: reqwest::Client,
+        base_url: String,
+        api_key: Option<&super::registry::Secret>,
+        extra_headers: &[(String, String)],
+        timeout: Duration,
+        limiter: Arc<Limiter>,
+    ) -> Result<AnthropicProvider, String> {
+        let pairs = extra_headers
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()))
-            .collect();
-        pairs.push(("anthropic-version", API_VERSION));
-        if let Some(key) = &self.api_key {
-            pairs.push(("x-api-key", key.expose()));
-        }
-        let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
-        let url = format!("{}/messages", self.base_url.trim_end_matches('/'));
+            .chain([("anthropic-version", API_VERSION)])
+            .chain(api_key.map(|key| ("x-api-key", key.expose())));
+        let url = format!("{}/messages", base_url.trim_end_matches('/'));
+        Ok(AnthropicProvider {
+            client,
+            messages: http::Endpoint::new(&url, pairs)?,
+            base_url,
+            timeout,
+            limiter,
+        })
+    }
+
+    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
+        let body = build_request(&request);
         let target = Target {
             client: &self.client,
-            url: &url,
+            endpoint: &self.messages,
             timeout: self.timeout,
             limiter: &self.limiter,
         };
@@ -360,7 +374,7 @@ impl AnthropicProvider {
             parse_response,
             parse_error,
         };
-        exchange::<StreamAssembler>(target, headers, &body, estimate, request.stream, &wire).await
+        exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await
     }
 }
 

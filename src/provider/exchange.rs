@@ -27,7 +27,7 @@ pub struct Wire {
 /// Where and how to send.
 pub struct Target<'a> {
     pub client: &'a reqwest::Client,
-    pub url: &'a str,
+    pub endpoint: &'a http::Endpoint,
     pub timeout: std::time::Duration,
     pub limiter: &'a Limiter,
 }
@@ -36,7 +36,6 @@ pub struct Target<'a> {
 /// streamed through `A`; `estimate` is the token estimate for the `tpm` budget.
 pub async fn exchange<A: Assembler>(
     target: Target<'_>,
-    headers: reqwest::header::HeaderMap,
     body: &Value,
     estimate: u64,
     sink: Option<TextSink<'_>>,
@@ -52,22 +51,14 @@ pub async fn exchange<A: Assembler>(
     let (message, reply_headers) = if sink.is_some() {
         let mut assembler = A::default();
         let feed = |data: &str| assembler.feed(data, sink);
-        if let Some(reply) = http::post_sse(
-            target.client,
-            target.url,
-            headers,
-            body,
-            target.timeout,
-            feed,
-        )
-        .await?
+        if let Some(reply) =
+            http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await?
         {
             return Err(failed((wire.parse_error)(&reply)));
         }
         (assembler.finish()?, Default::default())
     } else {
-        let reply =
-            http::post_json(target.client, target.url, headers, body, target.timeout).await?;
+        let reply = http::post_json(target.client, target.endpoint, body, target.timeout).await?;
         if !(200..300).contains(&reply.status) {
             return Err(failed((wire.parse_error)(&reply)));
         }

@@ -50,22 +50,55 @@ where
     Ok(map)
 }
 
+/// Where a provider's requests go and the headers they carry, parsed and
+/// checked once when the provider is built: a bad URL or header is a
+/// configuration error, and no request pays for parsing them again.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub url: reqwest::Url,
+    pub headers: HeaderMap,
+}
+
+impl Endpoint {
+    pub fn new<'a, I>(url: &str, pairs: I) -> Result<Endpoint, String>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|error| format!("invalid URL `{}`: {error}", strip_query(url)))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "invalid URL `{}`: not http or https",
+                strip_query(url)
+            ));
+        }
+        Ok(Endpoint {
+            url: parsed,
+            headers: headers(pairs)?,
+        })
+    }
+
+    /// The URL as errors show it: without its query.
+    fn place(&self) -> &str {
+        strip_query(self.url.as_str())
+    }
+}
+
 /// POSTs `body` as JSON and reads the whole reply. Network failures are
 /// transient errors; HTTP statuses are the caller's to classify.
 pub async fn post_json(
     client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
+    endpoint: &Endpoint,
     body: &Value,
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
-    let response = send(client, url, headers, body, timeout).await?;
+    let response = send(client, endpoint, body, timeout).await?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response
         .text()
         .await
-        .map_err(|error| network_error(error, url, timeout))?;
+        .map_err(|error| network_error(error, endpoint, timeout))?;
     Ok(HttpReply {
         status,
         headers,
@@ -78,8 +111,7 @@ pub async fn post_json(
 /// `on_data` returns `false` to stop reading (the stream's end marker).
 pub async fn post_sse<F>(
     client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
+    endpoint: &Endpoint,
     body: &Value,
     timeout: Duration,
     mut on_data: F,
@@ -87,14 +119,14 @@ pub async fn post_sse<F>(
 where
     F: FnMut(&str) -> Result<bool, ProviderError>,
 {
-    let mut response = send(client, url, headers, body, timeout).await?;
+    let mut response = send(client, endpoint, body, timeout).await?;
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let headers = response.headers().clone();
         let body = response
             .text()
             .await
-            .map_err(|error| network_error(error, url, timeout))?;
+            .map_err(|error| network_error(error, endpoint, timeout))?;
         return Ok(Some(HttpReply {
             status,
             headers,
@@ -106,7 +138,7 @@ where
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|error| network_error(error, url, timeout))?
+        .map_err(|error| network_error(error, endpoint, timeout))?
     {
         pending.extend_from_slice(&chunk);
         while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
@@ -135,23 +167,22 @@ where
 
 async fn send(
     client: &reqwest::Client,
-    url: &str,
-    headers: HeaderMap,
+    endpoint: &Endpoint,
     body: &Value,
     timeout: Duration,
 ) -> Result<reqwest::Response, ProviderError> {
     client
-        .post(url)
-        .headers(headers)
+        .post(endpoint.url.clone())
+        .headers(endpoint.headers.clone())
         .json(body)
         .timeout(timeout)
         .send()
         .await
-        .map_err(|error| network_error(error, url, timeout))
+        .map_err(|error| network_error(error, endpoint, timeout))
 }
 
-fn network_error(error: reqwest::Error, url: &str, timeout: Duration) -> ProviderError {
-    let place = strip_query(url);
+fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) -> ProviderError {
+    let place = endpoint.place();
     let message = if error.is_timeout() {
         format!(
             "no reply from `{place}` within {:.1} s",
@@ -261,6 +292,21 @@ mod tests {
         assert!(!format!("{headers:?}").contains("sk-1"));
         let error = super::headers([("x-key", "bad\nvalue")]).unwrap_err();
         assert_eq!(error, "invalid value for header `x-key`");
+    }
+
+    #[test]
+    fn endpoints_are_checked_once_without_echoing_secrets() {
+        let endpoint = Endpoint::new(
+            "http://127.0.0.1:9/v1/chat",
+            [("authorization", "Bearer sk-1")],
+        )
+        .unwrap();
+        assert_eq!(endpoint.place(), "http://127.0.0.1:9/v1/chat");
+        assert!(endpoint.headers["authorization"].is_sensitive());
+        let error = Endpoint::new("not a url?key=sk-2", []).err().unwrap();
+        assert!(error.starts_with("invalid URL `not a url`"), "{error}");
+        let error = Endpoint::new("ftp://host/v1?key=sk-3", []).err().unwrap();
+        assert_eq!(error, "invalid URL `ftp://host/v1`: not http or https");
     }
 
     #[test]

@@ -247,16 +247,23 @@ fn nearly_spent(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
     let text = |name: &str| headers.get(name)?.to_str().ok().map(str::to_string);
     let mut wait = None;
-    for kind in ["requests", "tokens"] {
-        let (Some(limit), Some(remaining)) = (
-            number(&format!("x-ratelimit-limit-{kind}")),
-            number(&format!("x-ratelimit-remaining-{kind}")),
-        ) else {
+    for [limit, remaining, reset] in [
+        [
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ],
+        [
+            "x-ratelimit-limit-tokens",
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+        ],
+    ] {
+        let (Some(limit), Some(remaining)) = (number(limit), number(remaining)) else {
             continue;
         };
         if limit > 0.0 && remaining / limit < LOW_REMAINING {
-            let reset =
-                text(&format!("x-ratelimit-reset-{kind}")).and_then(|reset| parse_reset(&reset));
+            let reset = text(reset).and_then(|reset| parse_reset(&reset));
             let reset = reset
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(60));

@@ -389,8 +389,10 @@ pub struct OpenAiProvider {
     pub client: reqwest::Client,
     /// `…/v1`; requests go to `{base_url}/chat/completions`.
     pub base_url: String,
-    pub api_key: Option<super::registry::Secret>,
-    pub extra_headers: Vec<(String, String)>,
+    /// `{base_url}/chat/completions` with the key and extra headers.
+    chat: http::Endpoint,
+    /// `{base_url}/responses`, the same headers.
+    responses: http::Endpoint,
     pub options: WireOptions,
     pub timeout: Duration,
     /// Concurrency, rpm and tpm limits shared by every user of this provider.
@@ -398,6 +400,36 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
+    /// A provider at `base_url` (`…/v1`); the key goes in as a bearer token.
+    /// An unusable URL or header is an error naming it (never a value).
+    pub fn new(
+        client: reqwest::Client,
+        base_url: String,
+        api_key: Option<&super::registry::Secret>,
+        extra_headers: &[(String, String)],
+        options: WireOptions,
+        timeout: Duration,
+        limiter: Arc<Limiter>,
+    ) -> Result<OpenAiProvider, String> {
+        let bearer = api_key.map(|key| format!("Bearer {}", key.expose()));
+        let pairs = || {
+            extra_headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .chain(bearer.as_deref().map(|bearer| ("authorization", bearer)))
+        };
+        let base = base_url.trim_end_matches('/');
+        Ok(OpenAiProvider {
+            client,
+            chat: http::Endpoint::new(&format!("{base}/chat/completions"), pairs())?,
+            responses: http::Endpoint::new(&format!("{base}/responses"), pairs())?,
+            base_url,
+            options,
+            timeout,
+            limiter,
+        })
+    }
+
     fn wire(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         let (endpoint, body) = if request.api_type == ApiType::Response {
             let body = super::responses::build_request(request, self.options.developer_role);
@@ -411,23 +443,15 @@ impl OpenAiProvider {
 
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let responses = request.api_type == ApiType::Response;
-        let super::WireRequest { url, body } = self.wire(&request);
-        let bearer = self
-            .api_key
-            .as_ref()
-            .map(|key| format!("Bearer {}", key.expose()));
-        let mut pairs: Vec<(&str, &str)> = self
-            .extra_headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str()))
-            .collect();
-        if let Some(bearer) = &bearer {
-            pairs.push(("authorization", bearer));
-        }
-        let headers = http::headers(pairs).map_err(ProviderError::permanent)?;
+        let (endpoint, body) = if responses {
+            let body = super::responses::build_request(&request, self.options.developer_role);
+            (&self.responses, body)
+        } else {
+            (&self.chat, build_request(&request, &self.options))
+        };
         let target = Target {
             client: &self.client,
-            url: &url,
+            endpoint,
             timeout: self.timeout,
             limiter: &self.limiter,
         };
@@ -439,7 +463,6 @@ impl OpenAiProvider {
             };
             exchange::<super::responses::StreamAssembler>(
                 target,
-                headers,
                 &body,
                 estimate,
                 request.stream,
@@ -451,8 +474,7 @@ impl OpenAiProvider {
                 parse_response,
                 parse_error,
             };
-            exchange::<StreamAssembler>(target, headers, &body, estimate, request.stream, &wire)
-                .await
+            exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await
         }
     }
 }

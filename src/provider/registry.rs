@@ -373,17 +373,17 @@ impl Providers {
                 provider: name.into(),
             });
         }
-        Ok(AnthropicProvider {
-            client: self.client_for(name, config)?,
-            base_url: explicit.unwrap_or_else(|| ANTHROPIC_BASE_URL.into()),
-            api_key,
-            extra_headers: config
-                .map(|c| c.headers.clone().into_iter().collect())
-                .unwrap_or_default(),
-            timeout: Duration::from_secs_f64(
-                config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
-            ),
-            limiter: Arc::new(Limiter::new(limits(config))),
+        AnthropicProvider::new(
+            self.client_for(name, config)?,
+            explicit.unwrap_or_else(|| ANTHROPIC_BASE_URL.into()),
+            api_key.as_ref(),
+            &extra_headers(config),
+            timeout(config),
+            Arc::new(Limiter::new(limits(config))),
+        )
+        .map_err(|message| Error::Invalid {
+            provider: name.into(),
+            message,
         })
     }
 
@@ -421,20 +421,35 @@ impl Providers {
         let options = WireOptions {
             developer_role: config.and_then(|c| c.system_role.as_deref()) == Some("developer"),
         };
-        Ok(OpenAiProvider {
-            client: self.client_for(name, config)?,
+        OpenAiProvider::new(
+            self.client_for(name, config)?,
             base_url,
-            api_key,
-            extra_headers: config
-                .map(|c| c.headers.clone().into_iter().collect())
-                .unwrap_or_default(),
+            api_key.as_ref(),
+            &extra_headers(config),
             options,
-            timeout: Duration::from_secs_f64(
-                config.and_then(|c| c.timeout_s).unwrap_or(600.0).max(0.001),
-            ),
-            limiter: Arc::new(Limiter::new(limits(config))),
+            timeout(config),
+            Arc::new(Limiter::new(limits(config))),
+        )
+        .map_err(|message| Error::Invalid {
+            provider: name.into(),
+            message,
         })
     }
+}
+
+fn extra_headers(config: Option<&ProviderConfig>) -> Vec<(String, String)> {
+    config
+        .map(|config| config.headers.clone().into_iter().collect())
+        .unwrap_or_default()
+}
+
+fn timeout(config: Option<&ProviderConfig>) -> Duration {
+    Duration::from_secs_f64(
+        config
+            .and_then(|config| config.timeout_s)
+            .unwrap_or(600.0)
+            .max(0.001),
+    )
 }
 
 #[cfg(test)]

@@ -481,7 +481,7 @@ impl Run<'_> {
         dialog: &str,
         session: AgentCallSession,
     ) -> Result<String, String> {
-        let outcome = match (&session.delivery, &session.error) {
+        let outcome = match (session.delivery(), &session.error) {
             (Some(delivery), _) if session.is_success() => {
                 self.context.insert(
                     step.to_string(),

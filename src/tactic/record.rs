@@ -133,13 +133,18 @@ impl SessionRecord {
         own + nested
     }
 
-    /// Puts back the messages each fork shares with its parent, which a
-    /// written record leaves out (`DialogRecord::inherited`), here and in the
-    /// sub-tactic sessions. Call it on a record read from disk.
-    pub fn expand_dialogs(&mut self) {
+    /// Puts back what a written record leaves out because it repeats
+    /// something else in it: the messages each fork shares with its parent
+    /// (`DialogRecord::inherited`) and each call's delivery (the last
+    /// invoke's response), here and in the sub-tactic sessions. Call it on a
+    /// record read from disk.
+    pub fn expand(&mut self) {
         crate::dialog::expand_shared_prefixes(&mut self.dialogs);
+        for call in &mut self.agent_calls {
+            call.restore_delivery();
+        }
         for sub in &mut self.sub_tactic_sessions {
-            sub.expand_dialogs();
+            sub.expand();
         }
     }
 
@@ -167,12 +172,8 @@ impl SessionRecord {
 
 /// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
 pub fn new_session_id() -> String {
-    let stamp = chrono::Utc::now().format("%Y%m%d_%H%M%S");
-    let suffix: String = uuid::Uuid::new_v4()
-        .simple()
-        .to_string()
-        .chars()
-        .take(8)
-        .collect();
-    format!("{stamp}_{suffix}")
+    let mut id = chrono::Utc::now().format("%Y%m%d_%H%M%S_").to_string();
+    let mut buffer = uuid::Uuid::encode_buffer();
+    id.push_str(&uuid::Uuid::new_v4().simple().encode_lower(&mut buffer)[..8]);
+    id
 }
