@@ -226,6 +226,14 @@ impl Message {
         InvokeCost::from_usage(&self.usage)
     }
 
+    /// Tokens this reply used, as `cost().total_tokens` counts them.
+    pub fn total_tokens(&self) -> u64 {
+        let count = |key: &str| self.usage.get(key).and_then(Value::as_u64);
+        count("total_tokens").unwrap_or_else(|| {
+            count("prompt_tokens").unwrap_or(0) + count("completion_tokens").unwrap_or(0)
+        })
+    }
+
     pub fn is_function_call(&self) -> bool {
         !self.function_calls.is_empty()
     }

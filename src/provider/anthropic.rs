@@ -371,7 +371,7 @@ impl AnthropicProvider {
             .unwrap_or(DEFAULT_MAX_TOKENS);
         let estimate = text.div_ceil(4) as u64 + reply_budget;
         let wire = Wire {
-            parse_response,
+            parse_body: |body| parse_response(&super::exchange::parse_json(body)?),
             parse_error,
         };
         exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await

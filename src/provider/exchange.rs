@@ -10,6 +10,12 @@ use super::limit::Limiter;
 use super::{ErrorKind, ProviderError, TextSink};
 use crate::dialog::Message;
 
+/// A reply body as JSON; a body that is not JSON is a transient error.
+pub fn parse_json(body: &str) -> Result<Value, ProviderError> {
+    serde_json::from_str(body)
+        .map_err(|error| ProviderError::transient(format!("malformed reply: not JSON ({error})")))
+}
+
 /// Rebuilds a streamed reply from its `data:` payloads.
 pub trait Assembler: Default {
     /// Takes one payload; `false` once the stream says it is complete.
@@ -20,7 +26,8 @@ pub trait Assembler: Default {
 
 /// How one wire API reads replies.
 pub struct Wire {
-    pub parse_response: fn(&Value) -> Result<Message, ProviderError>,
+    /// A whole (non-streamed) reply body to a message.
+    pub parse_body: fn(&str) -> Result<Message, ProviderError>,
     pub parse_error: fn(&HttpReply) -> ProviderError,
 }
 
@@ -62,13 +69,10 @@ pub async fn exchange<A: Assembler>(
         if !(200..300).contains(&reply.status) {
             return Err(failed((wire.parse_error)(&reply)));
         }
-        let value: Value = serde_json::from_str(&reply.body).map_err(|error| {
-            ProviderError::transient(format!("malformed reply: not JSON ({error})"))
-        })?;
-        ((wire.parse_response)(&value)?, reply.headers)
+        ((wire.parse_body)(&reply.body)?, reply.headers)
     };
     target
         .limiter
-        .on_success(&reply_headers, message.cost().total_tokens, estimate);
+        .on_success(&reply_headers, message.total_tokens(), estimate);
     Ok(message)
 }

@@ -2,13 +2,14 @@
 //! against fixtures), and the provider that sends them through `http`.
 //! Any OpenAI-compatible server (vLLM, llama.cpp, Ollama, LiteLLM, …) speaks this.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Target, Wire, exchange};
+use super::exchange::{self, Target, Wire, exchange};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
@@ -115,6 +116,91 @@ fn wire_message(message: &Message, options: &WireOptions) -> Value {
             json!({"role": "user", "content": content, "name": message.sanitized_name()})
         }
     }
+}
+
+/// A chat-completions reply in its usual shape, read without building a JSON
+/// tree (strings are borrowed from the body where they have no escapes).
+#[derive(serde::Deserialize)]
+struct Reply<'a> {
+    #[serde(borrow)]
+    choices: Vec<Choice<'a>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<Map<String, Value>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    message: ReplyMessage<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReplyMessage<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ReplyCall<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReplyCall<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    function: ReplyFunction<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReplyFunction<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// An assistant message from a chat-completions reply body as received. The
+/// usual shape is read directly; anything else (a missing field, a value of
+/// an unexpected type) goes through `parse_response`, which is lenient.
+pub fn parse_body(body: &str) -> Result<Message, ProviderError> {
+    let Ok(reply) = serde_json::from_str::<Reply<'_>>(body) else {
+        return parse_response(&exchange::parse_json(body)?);
+    };
+    let Some(choice) = reply.choices.into_iter().next() else {
+        return Err(ProviderError::transient("malformed reply: no `choices`"));
+    };
+    let content = choice.message.content.unwrap_or_default();
+    let mut message = Message::new(Role::Assistant, "assistant", content);
+    for call in choice.message.tool_calls.into_iter().flatten() {
+        message.function_calls.push(FunctionCall::from_model(
+            call.id.unwrap_or_default(),
+            call.function.name.unwrap_or_default(),
+            call.function.arguments.as_deref().unwrap_or_default(),
+        ));
+    }
+    if let Some(tokens) = choice
+        .logprobs
+        .as_ref()
+        .and_then(|logprobs| logprobs.get("content"))
+        .and_then(Value::as_array)
+    {
+        message.logprobs = tokens.iter().map(token_logprob).collect();
+    }
+    message.model = reply.model.map(Cow::into_owned);
+    if let Some(finish) = choice.finish_reason {
+        message
+            .metadata
+            .insert("finish_reason".into(), Value::String(finish.into_owned()));
+    }
+    if let Some(usage) = &reply.usage {
+        message.usage = normalize_usage(usage);
+    }
+    Ok(message)
 }
 
 /// An assistant message from a chat-completions reply body.
@@ -458,7 +544,7 @@ impl OpenAiProvider {
         let estimate = estimate_tokens(&request);
         if responses {
             let wire = Wire {
-                parse_response: super::responses::parse_response,
+                parse_body: |body| super::responses::parse_response(&exchange::parse_json(body)?),
                 parse_error,
             };
             exchange::<super::responses::StreamAssembler>(
@@ -471,7 +557,7 @@ impl OpenAiProvider {
             .await
         } else {
             let wire = Wire {
-                parse_response,
+                parse_body,
                 parse_error,
             };
             exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await

@@ -270,3 +270,31 @@ fn streamed_chunks_assemble_to_the_same_message() {
         "a stream without its end is cut off"
     );
 }
+
+#[test]
+fn the_direct_reader_agrees_with_the_lenient_one() {
+    let bodies = [
+        json!({"model": "m-1", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Hi \"there\"\n"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+        json!({"choices": [{"finish_reason": "tool_calls", "message": {"content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
+            {"type": "function", "function": {"name": "g", "arguments": "not json"}}]},
+            "logprobs": {"content": [{"token": "x", "logprob": -0.1}]}}], "usage": null}),
+        // Shapes the direct reader leaves to the lenient one.
+        json!({"choices": [{"message": {"content": ["parts"]}}], "model": 7, "usage": 3}),
+        json!({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]}),
+        json!({"choices": []}),
+        json!({"choices": [{}]}),
+        json!({"error": "x"}),
+    ];
+    for body in bodies {
+        let text = body.to_string();
+        let direct = parse_body(&text).map_err(|error| error.message);
+        let lenient = parse_response(&body).map_err(|error| error.message);
+        assert_eq!(direct, lenient, "{text}");
+    }
+    let error = parse_body("<html>").unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Transient);
+    assert!(error.message.starts_with("malformed reply: not JSON"));
+}
