@@ -1051,3 +1051,37 @@ fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
     assert_eq!(calls.len(), 1, "the finished call is kept");
     assert_eq!(calls[0]["invokes"][0]["response"]["content"], "first done");
 }
+
+#[test]
+fn a_bad_provider_header_or_url_is_bad_config_and_nothing_is_sent() {
+    let server_dir = tempfile::tempdir().unwrap();
+    let server = MockServer::start(server_dir.path(), "replies:\n  - text: never\n");
+    let header = format!(
+        "global: {{model_name: local/m}}\nagent_configs:\n  - {{name: a, system_prompt: Hi.}}\n\
+         providers:\n  local: {{api: openai, base_url: \"{}\", api_key_env: KEY, headers: {{x-extra: \"bad\\nvalue\"}}}}\n",
+        server.base_url()
+    );
+    let test = Test::new()
+        .file("header.yaml", &header)
+        .file(
+            "url.yaml",
+            "global: {model_name: local/m}\nagent_configs:\n  - {name: a, system_prompt: Hi.}\n\
+             providers:\n  local: {api: openai, base_url: \"localhost:9/v1?key=sk-in-url\"}\n",
+        )
+        .env("KEY", "sk-from-env");
+    let output = test.run(&["run", "header.yaml", "--task", "x"]);
+    output.expect_code(2);
+    assert_eq!(
+        output.stderr.trim(),
+        "error: provider `local`: invalid value for header `x-extra`"
+    );
+    let output = test.run(&["run", "url.yaml", "--task", "x"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("invalid URL `localhost:9/v1`"),
+        "{}",
+        output.stderr
+    );
+    assert!(!output.stderr.contains("sk-"), "{}", output.stderr);
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
