@@ -318,8 +318,6 @@ impl super::exchange::Assembler for StreamAssembler {
 
 pub struct AnthropicProvider {
     pub client: reqwest::Client,
-    /// `…/v1`; requests go to `{base_url}/messages`.
-    pub base_url: String,
     /// `{base_url}/messages` with the version, the key and extra headers.
     messages: http::Endpoint,
     pub timeout: Duration,
@@ -346,7 +344,6 @@ impl AnthropicProvider {
         Ok(AnthropicProvider {
             client,
             messages: http::Endpoint::new(&url, pairs)?,
-            base_url,
             timeout,
             limiter,
         })
@@ -388,7 +385,7 @@ impl Provider for AnthropicProvider {
 
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         super::WireRequest {
-            url: format!("{}/messages", self.base_url.trim_end_matches('/')),
+            url: self.messages.url.to_string(),
             body: build_request(request),
         }
     }

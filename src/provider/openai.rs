@@ -473,8 +473,6 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
 /// An OpenAI-compatible endpoint.
 pub struct OpenAiProvider {
     pub client: reqwest::Client,
-    /// `…/v1`; requests go to `{base_url}/chat/completions`.
-    pub base_url: String,
     /// `{base_url}/chat/completions` with the key and extra headers.
     chat: http::Endpoint,
     /// `{base_url}/responses`, the same headers.
@@ -509,32 +507,25 @@ impl OpenAiProvider {
             client,
             chat: http::Endpoint::new(&format!("{base}/chat/completions"), pairs())?,
             responses: http::Endpoint::new(&format!("{base}/responses"), pairs())?,
-            base_url,
             options,
             timeout,
             limiter,
         })
     }
 
-    fn wire(&self, request: &ChatRequest<'_>) -> super::WireRequest {
-        let (endpoint, body) = if request.api_type == ApiType::Response {
+    /// Where `request` goes and its body.
+    fn wire(&self, request: &ChatRequest<'_>) -> (&http::Endpoint, Value) {
+        if request.api_type == ApiType::Response {
             let body = super::responses::build_request(request, self.options.developer_role);
-            ("responses", body)
+            (&self.responses, body)
         } else {
-            ("chat/completions", build_request(request, &self.options))
-        };
-        let url = format!("{}/{endpoint}", self.base_url.trim_end_matches('/'));
-        super::WireRequest { url, body }
+            (&self.chat, build_request(request, &self.options))
+        }
     }
 
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let responses = request.api_type == ApiType::Response;
-        let (endpoint, body) = if responses {
-            let body = super::responses::build_request(&request, self.options.developer_role);
-            (&self.responses, body)
-        } else {
-            (&self.chat, build_request(&request, &self.options))
-        };
+        let (endpoint, body) = self.wire(&request);
         let target = Target {
             client: &self.client,
             endpoint,
@@ -574,7 +565,11 @@ impl Provider for OpenAiProvider {
     }
 
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
-        self.wire(request)
+        let (endpoint, body) = self.wire(request);
+        super::WireRequest {
+            url: endpoint.url.to_string(),
+            body,
+        }
     }
 
     fn limiter(&self) -> Option<&Limiter> {
