@@ -19,7 +19,7 @@ pub enum Error {
     Read { path: String, message: String },
     #[error(
         "`{path}` is a `{found}` record; this lllm reads `{}` (re-run the tactic, or use the lllm that wrote it)",
-        record::FORMAT
+        record::READS.join("` and `")
     )]
     Format { path: String, found: String },
     #[error("`{path}` is not a valid `{}` record: {message}", record::FORMAT)]
@@ -98,7 +98,7 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
         .and_then(Value::as_str)
         .unwrap_or("unversioned")
         .to_string();
-    if found != record::FORMAT {
+    if !record::READS.contains(&found.as_str()) {
         return Err(Error::Format { path: label, found });
     }
     let mut record: SessionRecord =

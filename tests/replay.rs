@@ -104,18 +104,61 @@ fn json_and_jsonl_and_bad_records() {
             short["messages"].as_array().unwrap()[..]
         );
     }
-    // Each call's delivery is its last response: written once, shown with both.
+    // Each invoke's response is written once, as the message after the
+    // request's in its working dialog, and each call's delivery is its last
+    // response: `--json` shows both in place.
+    let held = |request: &Value| {
+        let dialog = expanded
+            .iter()
+            .find(|dialog| dialog["tree_node"]["dialog_id"] == request["dialog_id"])
+            .unwrap();
+        let mut message =
+            dialog["messages"][request["messages"].as_u64().unwrap() as usize].clone();
+        let metadata = message["metadata"].as_object_mut().unwrap();
+        metadata.shift_remove("dialog_id");
+        if metadata.is_empty() {
+            message.as_object_mut().unwrap().remove("metadata");
+        }
+        message
+    };
+    let mut shared = 0;
     let calls = normalized["agent_calls"].as_array_mut().unwrap();
     for (call, written) in calls
         .iter_mut()
-        .zip(compact["agent_calls"].as_array().unwrap())
+        .zip(compact["agent_calls"].as_array_mut().unwrap())
     {
         assert!(written.get("delivery").is_none());
-        let last = written["invokes"].as_array().unwrap().last().unwrap();
-        assert_eq!(call["delivery"].take(), last["response"]);
+        let invokes = written["invokes"].as_array_mut().unwrap();
+        for (shown, invoke) in call["invokes"].as_array().unwrap().iter().zip(invokes) {
+            if invoke["response_in_dialog"] == true {
+                shared += 1;
+                assert!(invoke.get("response").is_none());
+                assert_eq!(shown["response"], held(&invoke["request"]));
+                let invoke = invoke.as_object_mut().unwrap();
+                invoke.remove("response_in_dialog");
+                invoke.insert("response".into(), shown["response"].clone());
+            }
+        }
+        let last = call["invokes"].as_array().unwrap().last().unwrap()["response"].clone();
+        assert_eq!(call["delivery"].take(), last);
         call.as_object_mut().unwrap().remove("delivery");
     }
+    assert_eq!(
+        shared, 3,
+        "every reply of the example is held by its working dialog"
+    );
     assert_eq!(normalized, compact, "--json prints the record as read");
+
+    // A version-1 record (everything written out) reads the same.
+    let mut version_1: Value = serde_json::from_str(&output.stdout).unwrap();
+    version_1["format"] = Value::String("lllm.session/1".into());
+    std::fs::write(test.path("v1.json"), version_1.to_string()).unwrap();
+    let output = test.run(&["replay", "v1.json", "--json"]);
+    output.expect_code(0);
+    assert_eq!(
+        serde_json::from_str::<Value>(&output.stdout).unwrap(),
+        version_1
+    );
 
     let lines = format!(
         "{}\n{}\n",
@@ -150,9 +193,9 @@ fn json_and_jsonl_and_bad_records() {
     let output = test.run(&["replay", "old.json"]);
     output.expect_code(2);
     assert!(
-        output
-            .stderr
-            .contains("is a `lllm.session/0` record; this lllm reads `lllm.session/1`"),
+        output.stderr.contains(
+            "is a `lllm.session/0` record; this lllm reads `lllm.session/1` and `lllm.session/2`"
+        ),
         "{}",
         output.stderr
     );

@@ -54,7 +54,9 @@ fn a_tool_loop_over_the_responses_api() {
     let result = input.last().unwrap();
     assert_eq!(result["type"], "function_call_output");
     assert!(result["output"].as_str().unwrap().contains("HEY"));
-    let record = test.read_json("record.json");
+    let output = test.run(&["replay", "record.json", "--json"]);
+    output.expect_code(0);
+    let record: serde_json::Value = serde_json::from_str(&output.stdout).unwrap();
     let invokes = record["agent_calls"][0]["invokes"].as_array().unwrap();
     let delivered = &invokes.last().unwrap()["response"];
     assert_eq!(delivered["api_type"], "response");

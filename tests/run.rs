@@ -27,6 +27,14 @@ fn record(test: &Test) -> Value {
     test.read_json("record.json")
 }
 
+/// `record.json` as `lllm replay --json` shows it: with what the written
+/// form keeps only once (shared history, responses, deliveries) in place.
+fn expanded_record(test: &Test) -> Value {
+    let output = test.run(&["replay", "record.json", "--json"]);
+    output.expect_code(0);
+    serde_json::from_str(&output.stdout).unwrap()
+}
+
 #[test]
 fn answers_on_stdout_and_writes_a_complete_record() {
     let test = Test::new();
@@ -55,7 +63,7 @@ fn answers_on_stdout_and_writes_a_complete_record() {
     );
 
     let record = record(&test);
-    assert_eq!(record["format"], "lllm.session/1");
+    assert_eq!(record["format"], "lllm.session/2");
     assert_eq!(record["state"], "success");
     assert_eq!(record["delivery"], "Paris.");
     assert_eq!(record["task"], "Capital of France?");
@@ -193,11 +201,18 @@ fn repairs_a_reply_that_does_not_parse() {
     ]);
     output.expect_code(0);
     assert_eq!(output.stdout, "<answer>42</answer>\n");
-    let record = record(&test);
+    let written = record(&test);
+    // The delivery is the last response, which the working fork holds: the
+    // written record keeps it there only.
+    assert!(written["agent_calls"][0].get("delivery").is_none());
+    assert_eq!(
+        written["agent_calls"][0]["invokes"][1]["response_in_dialog"],
+        true
+    );
+    let record = expanded_record(&test);
     let call = &record["agent_calls"][0];
     assert_eq!(call["exception_retries"].as_array().unwrap().len(), 1);
-    // The delivery is the last response (a record keeps it there only).
-    assert!(call.get("delivery").is_none());
+    assert_eq!(call["delivery"]["parsed"]["xml_tags"]["answer"][0], "42");
     let delivered = &call["invokes"][1]["response"];
     assert_eq!(delivered["parsed"]["xml_tags"]["answer"][0], "42");
     assert!(
@@ -1044,12 +1059,12 @@ fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
     let output = common::Output::of(child.wait_with_output().expect("wait"));
     output.expect_code(130);
     assert!(output.stderr.contains("interrupted"), "{}", output.stderr);
-    let record = record(&test);
+    let record = expanded_record(&test);
     assert_eq!(record["state"], "failure");
     assert_eq!(record["error"], "interrupted");
     let calls = record["agent_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "the finished call is kept");
-    assert_eq!(calls[0]["invokes"][0]["response"]["content"], "first done");
+    assert_eq!(calls[0]["delivery"]["content"], "first done");
 }
 
 #[test]

@@ -103,6 +103,11 @@ pub struct InvokeTrace {
     pub request: RequestDigest,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<Message>,
+    /// In a written record: the response is left out here because it is
+    /// message `request.messages` of dialog `request.dialog_id` (the reply
+    /// appended to the working fork), less that message's `dialog_id`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub response_in_dialog: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProviderError>,
     /// Why the reply was rejected by the prompt's parser, if it was.

@@ -108,7 +108,7 @@ pub fn share_prefixes(records: &mut [DialogRecord]) {
                 .messages
                 .iter()
                 .zip(&parent.messages)
-                .take_while(|(ours, theirs)| ours == theirs)
+                .take_while(|(ours, theirs)| ours.is_copy_of(theirs))
                 .count()
         })
         .collect();

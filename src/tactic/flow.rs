@@ -117,6 +117,7 @@ pub(super) async fn run(
         .sum();
     let mut dialogs = dialog_records(tactic, std::mem::take(&mut run.agents));
     dialogs.append(&mut run.branch_dialogs);
+    record::share_responses(&mut run.calls, &dialogs);
     crate::dialog::share_prefixes(&mut dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),

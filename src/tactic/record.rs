@@ -1,11 +1,14 @@
-//! The session record (DESIGN §5, `format: lllm.session/1`): one self-contained
+//! The session record (DESIGN §5, `format: lllm.session/2`): one self-contained
 //! JSON document per tactic run, holding the resolved config, every prompt
 //! used, every dialog of the fork tree and every agent call with all invokes.
 //!
 //! Bump `FORMAT` when a field changes meaning or goes away; adding a field
-//! keeps the version (readers ignore what they do not know).
+//! keeps the version (readers ignore what they do not know). Version 2 is
+//! version 1 without the parts that repeat others (each invoke's response
+//! held by its working dialog, each call's delivery); `expand` puts them
+//! back, so every version in `READS` reads the same.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -15,9 +18,13 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agent::AgentCallSession;
-use crate::dialog::{DialogRecord, InvokeCost};
+use crate::agent::session::InvokeTrace;
+use crate::dialog::{DialogRecord, InvokeCost, Message};
 
-pub const FORMAT: &str = "lllm.session/1";
+pub const FORMAT: &str = "lllm.session/2";
+
+/// The versions this lllm reads.
+pub const READS: [&str; 2] = ["lllm.session/1", FORMAT];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -140,6 +147,7 @@ impl SessionRecord {
     /// record read from disk.
     pub fn expand(&mut self) {
         crate::dialog::expand_shared_prefixes(&mut self.dialogs);
+        restore_responses(&mut self.agent_calls, &self.dialogs);
         for call in &mut self.agent_calls {
             call.restore_delivery();
         }
@@ -167,6 +175,72 @@ impl SessionRecord {
         file.write_all(b"\n")?;
         file.sync_all()?;
         std::fs::rename(&temporary, path)
+    }
+}
+
+/// The metadata key `Dialog::append` stamps on each message.
+const DIALOG_ID: &str = "dialog_id";
+
+/// The message each invoke's response became: the one after the request's
+/// messages in the request's dialog (the working fork).
+fn held_reply<'a>(
+    invoke: &InvokeTrace,
+    index: &HashMap<&str, usize>,
+    dialogs: &'a [DialogRecord],
+) -> Option<&'a Message> {
+    let at = *index.get(invoke.request.dialog_id.as_str())?;
+    dialogs[at].messages.get(invoke.request.messages)
+}
+
+fn dialog_index(dialogs: &[DialogRecord]) -> HashMap<&str, usize> {
+    dialogs
+        .iter()
+        .enumerate()
+        .map(|(at, dialog)| (dialog.tree_node.dialog_id.as_str(), at))
+        .collect()
+}
+
+/// Leaves out each invoke's response that its working dialog holds (every
+/// reply the loop received: it is appended to the fork it was asked from),
+/// so a record holds it once. `dialogs` must be whole (before
+/// `share_prefixes`); `restore_responses` puts the responses back.
+pub(crate) fn share_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
+    let index = dialog_index(dialogs);
+    for invoke in calls.iter_mut().flat_map(|call| &mut call.invokes) {
+        let Some(held) = held_reply(invoke, &index, dialogs) else {
+            continue;
+        };
+        let Some(response) = invoke.response.as_mut() else {
+            continue;
+        };
+        if response.metadata.contains_key(DIALOG_ID) {
+            continue;
+        }
+        // The held copy differs only by the dialog id `append` stamped on it.
+        let id = Value::String(invoke.request.dialog_id.clone());
+        response.metadata.insert(DIALOG_ID.into(), id);
+        if response.is_copy_of(held) {
+            invoke.response = None;
+            invoke.response_in_dialog = true;
+        } else {
+            response.metadata.shift_remove(DIALOG_ID);
+        }
+    }
+}
+
+/// Puts back the responses `share_responses` left out (`dialogs` whole).
+fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
+    let index = dialog_index(dialogs);
+    for invoke in calls.iter_mut().flat_map(|call| &mut call.invokes) {
+        if !invoke.response_in_dialog {
+            continue;
+        }
+        if let Some(held) = held_reply(invoke, &index, dialogs) {
+            let mut response = held.clone();
+            response.metadata.shift_remove(DIALOG_ID);
+            invoke.response = Some(response);
+            invoke.response_in_dialog = false;
+        }
     }
 }
 
