@@ -54,10 +54,12 @@ impl ModelTable {
     /// or `-latest`, then the part after the last `/` (`openrouter/openai/gpt-4o`).
     pub fn lookup(&self, _provider: &str, model: &str) -> Option<&ModelInfo> {
         let base = model.rsplit('/').next().unwrap_or(model);
-        [model, base]
-            .into_iter()
-            .flat_map(|name| [name.to_string(), strip_version(name)])
-            .find_map(|name| self.models.get(&name))
+        // The name as given is found without building other names.
+        [model, base].into_iter().find_map(|name| {
+            self.models
+                .get(name)
+                .or_else(|| self.models.get(&strip_version(name)))
+        })
     }
 
     /// This table with `overrides` (`{model: {input_per_million, output_per_million, …}}`) on top.
