@@ -264,15 +264,33 @@ pub struct Brief {
     pub calls: u64,
 }
 
+impl Brief {
+    fn new(
+        state: TaskState,
+        cost: Option<f64>,
+        cost_known: bool,
+        usage: Usage,
+        calls: u64,
+    ) -> Brief {
+        Brief {
+            state,
+            cost: cost.unwrap_or(0.0),
+            cost_known: cost_known && cost.is_some(),
+            usage,
+            calls,
+        }
+    }
+}
+
 impl From<&ResultLine> for Brief {
     fn from(result: &ResultLine) -> Brief {
-        Brief {
-            state: result.state,
-            cost: result.cost.unwrap_or(0.0),
-            cost_known: result.cost_known && result.cost.is_some(),
-            usage: result.usage,
-            calls: result.calls,
-        }
+        Brief::new(
+            result.state,
+            result.cost,
+            result.cost_known,
+            result.usage,
+            result.calls,
+        )
     }
 }
 
@@ -356,13 +374,13 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
         }
         match serde_json::from_str::<BriefLine<'_>>(&line) {
             Ok(result) => {
-                let brief = Brief {
-                    state: result.state,
-                    cost: result.cost.unwrap_or(0.0),
-                    cost_known: result.cost_known && result.cost.is_some(),
-                    usage: result.usage,
-                    calls: result.calls,
-                };
+                let brief = Brief::new(
+                    result.state,
+                    result.cost,
+                    result.cost_known,
+                    result.usage,
+                    result.calls,
+                );
                 previous.spent.add(&brief);
                 match previous.latest.get_mut(result.id.as_ref()) {
                     Some(latest) => *latest = brief,

@@ -251,3 +251,82 @@ pub fn new_session_id() -> String {
     id.push_str(&uuid::Uuid::new_v4().simple().encode_lower(&mut buffer)[..8]);
     id
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::session::{CallState, RequestDigest};
+    use crate::dialog::{Dialog, Role};
+
+    fn invoke(dialog: &Dialog, messages: usize, response: Message) -> InvokeTrace {
+        InvokeTrace {
+            step: 0,
+            attempt: 1,
+            request: RequestDigest {
+                sha256: String::new(),
+                dialog_id: dialog.dialog_id().to_string(),
+                messages,
+                model: "m".into(),
+                tools: Vec::new(),
+                format: false,
+                model_args: Map::new(),
+            },
+            response: Some(response),
+            response_in_dialog: false,
+            error: None,
+            parse_error: None,
+            latency_ms: 0,
+            waited_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_response_its_dialog_holds_is_written_once_and_read_back() {
+        let mut working = Dialog::new("a", "main");
+        working.append(Message::user("hi"));
+        let reply = Message::new(Role::Assistant, "a", "hello");
+        working.append(reply.clone());
+        let mut edited = reply.clone();
+        edited.content = "not what the dialog holds".into();
+        let call = AgentCallSession {
+            agent: "a".into(),
+            model: "p/m".into(),
+            dialog_alias: "main".into(),
+            dialog_id: working.dialog_id().to_string(),
+            state: CallState::Success,
+            max_exception_retry: 0,
+            max_interrupt_steps: 0,
+            max_llm_recall: 0,
+            exception_retries: Vec::new(),
+            interrupts: Vec::new(),
+            llm_recalls: Vec::new(),
+            invokes: vec![
+                invoke(&working, 1, reply.clone()),
+                invoke(&working, 1, edited.clone()),
+            ],
+            delivery: None,
+            error: None,
+            cost: InvokeCost::default(),
+            started_at: String::new(),
+            ended_at: None,
+            latency_ms: 0,
+        };
+        let dialogs = vec![working.into_record()];
+        let mut calls = vec![call.clone()];
+        share_responses(&mut calls, &dialogs);
+        assert!(calls[0].invokes[0].response.is_none());
+        assert!(calls[0].invokes[0].response_in_dialog);
+        assert_eq!(
+            calls[0].invokes[1].response.as_ref(),
+            Some(&edited),
+            "kept: not a copy"
+        );
+        assert!(!calls[0].invokes[1].response_in_dialog);
+        restore_responses(&mut calls, &dialogs);
+        assert_eq!(calls[0], call, "read back as it was");
+        assert_eq!(
+            calls[0].delivery().map(|message| &message.content),
+            Some(&"not what the dialog holds".to_string())
+        );
+    }
+}
