@@ -526,6 +526,45 @@ fn preflight_reports_every_bad_line_at_once_and_sends_nothing() {
 }
 
 #[test]
+fn progress_says_when_tasks_wait_out_a_back_off_before_retrying() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 503, message: busy}\ndefault: {echo: true}\n",
+    );
+    let tactic = tactic(&server.base_url())
+        .replace("max_llm_recall: 0", "max_llm_recall: 1")
+        .replace(
+            "retry_base_ms: 10, retry_cap_ms: 50",
+            "retry_base_ms: 600, retry_cap_ms: 600",
+        );
+    let test = test
+        .file("t.yaml", &tactic)
+        .file("tasks.jsonl", &task_lines(1, |_| ""));
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--progress-interval",
+        "0.05",
+    ]);
+    output.expect_code(0);
+    assert_eq!(server.requests().len(), 2, "one retry");
+    assert!(
+        output
+            .stderr
+            .lines()
+            .any(|line| line.starts_with("lllm batch: 0/1 done")
+                && line.ends_with("waiting: back-off before retrying")),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
 fn progress_is_plain_lines_when_not_a_terminal_and_silent_when_quiet() {
     let test = Test::new();
     let server = MockServer::start(test.dir.path(), "latency_ms: 25\ndefault: {echo: true}\n");

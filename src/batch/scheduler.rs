@@ -157,6 +157,7 @@ impl Shared {
                 .map(|waiting| match waiting {
                     Waiting::RateLimit => "rate limit",
                     Waiting::BackOff => "back-off after a 429",
+                    Waiting::Retry => "back-off before retrying",
                     Waiting::Concurrency => "provider concurrency",
                 })
         };

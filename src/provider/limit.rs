@@ -70,6 +70,8 @@ struct State {
     requests: Option<Bucket>,
     tokens: Option<Bucket>,
     paused_until: Option<Instant>,
+    /// Requests sleeping in the retry loop before their next attempt.
+    retrying: usize,
 }
 
 #[derive(Debug)]
@@ -91,12 +93,27 @@ impl Drop for Permit<'_> {
     }
 }
 
+/// A request waiting out its back-off before a retry; dropping it ends the wait.
+pub struct Retrying<'a> {
+    limiter: &'a Limiter,
+}
+
+impl Drop for Retrying<'_> {
+    fn drop(&mut self) {
+        self.limiter.lock().retrying -= 1;
+    }
+}
+
 /// Why a request is waiting (for progress displays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
     Concurrency,
     RateLimit,
+    /// Everyone paused by a 429 (its `Retry-After`) or a nearly spent window.
     BackOff,
+    /// Most requests are sleeping out their back-off before a retry (5xx,
+    /// timeouts, 429s): at least as many as are in flight.
+    Retry,
 }
 
 impl Limiter {
@@ -107,6 +124,7 @@ impl Limiter {
             max_concurrency,
             state: Mutex::new(State {
                 in_flight: 0,
+                retrying: 0,
                 allowed: max_concurrency as f64,
                 requests: limits.rpm.map(|rpm| Bucket::per_minute(rpm as f64, now)),
                 tokens: limits.tpm.map(|tpm| Bucket::per_minute(tpm as f64, now)),
@@ -187,8 +205,16 @@ impl Limiter {
     /// Why the next request would wait right now, if it would.
     pub fn waiting(&self) -> Option<Waiting> {
         let mut state = self.lock();
+        let retrying = state.retrying > 0 && state.retrying >= state.in_flight;
         self.blocked(&mut state, 0, Instant::now())
             .map(|(why, _)| why)
+            .or(retrying.then_some(Waiting::Retry))
+    }
+
+    /// Marks a request as sleeping before its retry until the guard is dropped.
+    pub fn retrying(&self) -> Retrying<'_> {
+        self.lock().retrying += 1;
+        Retrying { limiter: self }
     }
 
     /// A 429 arrived: halve the concurrency and pause everyone for `retry_after`.
@@ -342,6 +368,24 @@ mod tests {
             Duration::from_secs(1),
             "1,000 tokens per second"
         );
+    }
+
+    #[tokio::test]
+    async fn retries_sleeping_out_their_back_off_are_a_reason_once_they_are_most() {
+        let limiter = Limiter::new(Limits::default());
+        assert_eq!(limiter.waiting(), None);
+        let first = limiter.retrying();
+        assert_eq!(limiter.waiting(), Some(Waiting::Retry));
+        let (one, two) = (limiter.acquire(0).await, limiter.acquire(0).await);
+        assert_eq!(
+            limiter.waiting(),
+            None,
+            "more requests in flight than retrying"
+        );
+        let second = limiter.retrying();
+        assert_eq!(limiter.waiting(), Some(Waiting::Retry));
+        drop((one, two, first, second));
+        assert_eq!(limiter.waiting(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::Message;
 
@@ -113,6 +114,7 @@ where
                 attempts: attempt,
             });
         }
+        let _retrying = provider.limiter().map(Limiter::retrying);
         tokio::time::sleep(waited).await;
         attempt += 1;
     }
