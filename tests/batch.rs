@@ -149,6 +149,53 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
 }
 
 #[test]
+fn several_threads_run_the_same_batch_and_zero_is_refused() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "latency_ms: {min: 1, max: 10}\ndefault: {echo: true}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(60, |_| ""));
+    let batch = |dir: &str, threads: &str| {
+        test.run(&[
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            dir,
+            "-j",
+            "16",
+            "--threads",
+            threads,
+        ])
+    };
+    batch("one", "1").expect_code(0);
+    batch("three", "3").expect_code(0);
+    let deliveries = |dir: &str| -> BTreeMap<String, Value> {
+        results_once(&test, dir)
+            .into_iter()
+            .map(|(id, line)| {
+                assert_eq!(line["state"], "success", "{line}");
+                (id, line["delivery"].clone())
+            })
+            .collect()
+    };
+    let one = deliveries("one");
+    assert_eq!(one.len(), 60);
+    assert_eq!(one, deliveries("three"));
+    assert_eq!(read_lines(&test, "three/sessions.jsonl").len(), 60);
+    assert_eq!(server.requests().len(), 120);
+
+    let zero = batch("zero", "0");
+    zero.expect_code(2);
+    assert!(zero.stderr.contains("--threads"), "{}", zero.stderr);
+    assert!(!test.path("zero").exists());
+}
+
+#[test]
 fn resume_after_a_kill_finishes_every_task_exactly_once() {
     let test = Test::new();
     let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");

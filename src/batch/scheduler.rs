@@ -323,7 +323,9 @@ async fn run_task(
         let _ = stop.wait_for(|stop| matches!(stop, Stop::Cancel(_))).await;
         cancelled.store(true, Ordering::SeqCst);
     };
-    let record = tactic.run_until(task.input, None, cancel).await;
+    // Boxed: the run's state is kilobytes, and a task's future is moved on
+    // its way into the runtime (a copy each time) unless it stays small.
+    let record = Box::pin(tactic.run_until(task.input, None, cancel)).await;
     let mut result = ResultLine::from_record(id, &record);
     if cancelled.load(Ordering::SeqCst) {
         let reason = shared.stop.borrow().reason().unwrap_or(Reason::Interrupted);
