@@ -136,6 +136,17 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
     );
     assert_eq!(summary["calls"], 43);
     assert_eq!(summary["cost_known"], true);
+    // The run's own totals are the directory's: the same as counting the file.
+    let tokens: u64 = results
+        .values()
+        .map(|line| line["usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    let cost: f64 = results
+        .values()
+        .map(|line| line["cost"].as_f64().unwrap())
+        .sum();
+    assert_eq!(summary["tokens"]["total_tokens"], tokens);
+    assert!((summary["cost"].as_f64().unwrap() - cost).abs() < 1e-12);
     assert!(
         output.stderr.contains("lllm batch summary"),
         "{}",

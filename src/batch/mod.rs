@@ -191,7 +191,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
     })?;
 
     let stopped = shared.stop.borrow().reason();
-    let summary = write_summary(&options, &plan, &shared, started, stopped)?;
+    let summary = write_summary(&options, &plan, &previous, &shared, started, stopped)?;
     if !options.quiet {
         eprint!("{}", summary.table(&options.output.display().to_string()));
     }
@@ -278,28 +278,41 @@ async fn tick(
     }
 }
 
+/// Writes `summary.json` over the whole output directory. A run that started
+/// on an empty one wrote every line there, once per id, so its own totals are
+/// the directory's; after `--resume` the results file is read again (later
+/// lines replace earlier ones of the same id).
 fn write_summary(
     options: &Options,
     plan: &preflight::Plan,
+    previous: &Previous,
     shared: &Shared,
     started: Instant,
     stopped: Option<Reason>,
 ) -> Result<Summary> {
-    let results = options.output.join(output::RESULTS);
-    let write_error = |source| Error::Write {
-        path: results.display().to_string(),
-        source,
+    let this_run = shared.totals();
+    let (latest, spent) = if previous.is_empty() {
+        (this_run, this_run)
+    } else {
+        let results = options.output.join(output::RESULTS);
+        let everything = output::read_previous(&results).map_err(|source| Error::Write {
+            path: results.display().to_string(),
+            source,
+        })?;
+        (everything.latest_totals(), everything.spent)
     };
-    let everything = output::read_previous(&results).map_err(write_error)?;
-    let summary = Summary::new(
-        plan.in_run,
-        &everything,
-        &shared.totals(),
-        started.elapsed().as_secs_f64(),
-        options.shard.map(|shard| shard.to_string()),
-        stopped.map(|reason| reason.text().to_string()),
-        stopped == Some(Reason::Interrupted),
-    );
+    let summary = Summary {
+        shard: options.shard.map(|shard| shard.to_string()),
+        stopped: stopped.map(|reason| reason.text().to_string()),
+        interrupted: stopped == Some(Reason::Interrupted),
+        ..Summary::new(
+            plan.in_run,
+            &latest,
+            &spent,
+            &this_run,
+            started.elapsed().as_secs_f64(),
+        )
+    };
     let path = options.output.join(output::SUMMARY);
     let temporary = options.output.join(format!(".{}.tmp", output::SUMMARY));
     let text = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";

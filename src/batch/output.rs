@@ -304,6 +304,22 @@ pub struct Previous {
     pub unreadable: usize,
 }
 
+impl Previous {
+    /// No result line at all (a fresh output directory).
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty() && self.unreadable == 0 && self.spent.tasks == 0
+    }
+
+    /// Totals over each id's latest result.
+    pub fn latest_totals(&self) -> super::summary::Totals {
+        let mut totals = super::summary::Totals::default();
+        for brief in self.latest.values() {
+            totals.add(brief);
+        }
+        totals
+    }
+}
+
 /// Cuts a torn last line (no final newline) off `path`, so appending starts on
 /// a fresh line. Returns how many bytes were cut.
 pub fn repair(path: &Path) -> std::io::Result<u64> {

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::output::{Brief, Previous, TaskState, Usage};
+use super::output::{Brief, TaskState, Usage};
 
 pub const FORMAT: &str = "lllm.batch-summary/1";
 
@@ -93,19 +93,15 @@ pub struct ThisRun {
 }
 
 impl Summary {
+    /// `latest`: over each id's latest result; `spent`: over every result
+    /// line; `this_run`: over the lines this invocation wrote.
     pub fn new(
         total: u64,
-        everything: &Previous,
+        latest: &Totals,
+        spent: &Totals,
         this_run: &Totals,
         wall_time_s: f64,
-        shard: Option<String>,
-        stopped: Option<String>,
-        interrupted: bool,
     ) -> Summary {
-        let mut latest = Totals::default();
-        for brief in everything.latest.values() {
-            latest.add(brief);
-        }
         let ran = this_run.tasks - this_run.skipped;
         let rate = |count: u64| {
             if wall_time_s > 0.0 {
@@ -121,10 +117,10 @@ impl Summary {
             failure: latest.failure,
             skipped: latest.skipped,
             not_run: total.saturating_sub(latest.tasks),
-            tokens: everything.spent.usage,
-            cost: everything.spent.cost,
-            cost_known: everything.spent.cost_known,
-            calls: everything.spent.calls,
+            tokens: spent.usage,
+            cost: spent.cost,
+            cost_known: spent.cost_known,
+            calls: spent.calls,
             this_run: ThisRun {
                 tasks: this_run.tasks,
                 calls: this_run.calls,
@@ -133,9 +129,9 @@ impl Summary {
                 tasks_per_s: rate(ran),
                 calls_per_s: rate(this_run.calls),
             },
-            shard,
-            interrupted,
-            stopped,
+            shard: None,
+            interrupted: false,
+            stopped: None,
         }
     }
 
