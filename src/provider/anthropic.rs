@@ -371,7 +371,8 @@ impl AnthropicProvider {
             parse_body: |body| parse_response(&super::exchange::parse_json(body)?),
             parse_error,
         };
-        exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await
+        let body = http::json_body(&body)?;
+        exchange::<StreamAssembler>(target, body, estimate, request.stream, &wire).await
     }
 }
 

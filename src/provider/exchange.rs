@@ -43,7 +43,7 @@ pub struct Target<'a> {
 /// streamed through `A`; `estimate` is the token estimate for the `tpm` budget.
 pub async fn exchange<A: Assembler>(
     target: Target<'_>,
-    body: &Value,
+    body: Vec<u8>,
     estimate: u64,
     sink: Option<TextSink<'_>>,
     wire: &Wire,

@@ -6,10 +6,19 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde_json::Value;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::{ErrorKind, ProviderError};
+
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// A JSON request body: `value` serialized. Serializing a tree of strings and
+/// numbers cannot fail; if it ever did, nothing is sent.
+pub fn json_body<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ProviderError> {
+    serde_json::to_vec(value).map_err(|error| {
+        ProviderError::permanent(format!("cannot write the request as JSON: {error}"))
+    })
+}
 
 /// A reply as received: status, headers and body text.
 pub struct HttpReply {
@@ -89,7 +98,7 @@ impl Endpoint {
 pub async fn post_json(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    body: &Value,
+    body: Vec<u8>,
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
     let response = send(client, endpoint, body, timeout).await?;
@@ -112,7 +121,7 @@ pub async fn post_json(
 pub async fn post_sse<F>(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    body: &Value,
+    body: Vec<u8>,
     timeout: Duration,
     mut on_data: F,
 ) -> Result<Option<HttpReply>, ProviderError>
@@ -168,13 +177,14 @@ where
 async fn send(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    body: &Value,
+    body: Vec<u8>,
     timeout: Duration,
 ) -> Result<reqwest::Response, ProviderError> {
     client
         .post(endpoint.url.clone())
         .headers(endpoint.headers.clone())
-        .json(body)
+        .header(CONTENT_TYPE, JSON)
+        .body(body)
         .timeout(timeout)
         .send()
         .await

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::exchange::{self, Target, Wire, exchange};
@@ -22,100 +24,243 @@ pub struct WireOptions {
     pub developer_role: bool,
 }
 
-/// The chat-completions body for `request`.
+/// The chat-completions body for `request`, as a JSON tree (`--dry-run`,
+/// tests). The provider writes the same body straight to bytes (`ChatBody`).
 pub fn build_request(request: &ChatRequest<'_>, options: &WireOptions) -> Value {
-    let messages: Vec<Value> = request
-        .messages
-        .iter()
-        .map(|message| wire_message(message, options))
-        .collect();
-    let mut body = Map::new();
-    body.insert("model".into(), json!(request.model));
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({"type": "function", "function": {
-                    "name": tool.name, "description": tool.description, "parameters": tool.parameters}})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if request.stream.is_some() {
-        body.insert("stream".into(), json!(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    if let Some(schema) = request.format {
-        body.insert(
-            "response_format".into(),
-            json!({"type": "json_schema", "json_schema": {"name": "response", "schema": schema, "strict": true}}),
-        );
-    }
-    for (key, value) in request.model_args {
-        if key != "model" && key != "messages" {
-            body.insert(key.clone(), value.clone());
-        }
-    }
-    Value::Object(body)
+    serde_json::to_value(ChatBody { request, options }).unwrap_or_default()
 }
 
-fn wire_message(message: &Message, options: &WireOptions) -> Value {
-    match message.role {
-        Role::System => {
-            let role = if options.developer_role {
-                "developer"
-            } else {
-                "system"
-            };
-            json!({"role": role, "content": message.content})
+/// The chat-completions body for `request`, serialized from the dialog's
+/// messages as they are: no JSON tree is built for a request on its way out.
+///
+/// Fields in order: `model`, `messages`, then `tools`, `stream` and
+/// `stream_options`, `response_format` when the request has them, then the
+/// model arguments. A model argument named like one of those fields takes its
+/// place (a `response_format` argument is sent as given when no schema is
+/// set); `model` and `messages` arguments are ignored.
+pub struct ChatBody<'r, 'a> {
+    pub request: &'r ChatRequest<'a>,
+    pub options: &'r WireOptions,
+}
+
+impl Serialize for ChatBody<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = self.request;
+        let arguments = request.model_args;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("model", request.model)?;
+        let messages = request.messages.iter().map(|message| WireMessage {
+            message,
+            options: self.options,
+        });
+        map.serialize_entry("messages", &Seq(messages))?;
+        // Fields written so far that a model argument may have taken over.
+        let mut written: Vec<&'static str> = Vec::new();
+        if !request.tools.is_empty() {
+            let tools = request.tools.iter().map(|tool| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            });
+            field(&mut map, arguments, &mut written, "tools", &Seq(tools))?;
         }
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": message.tool_call_id().unwrap_or_default(),
-            "content": message.content,
-        }),
-        Role::Assistant | Role::ToolCall => {
-            let mut wire = Map::new();
-            wire.insert("role".into(), json!("assistant"));
-            let content = if message.content.is_empty() && message.is_function_call() {
-                Value::Null
-            } else {
-                json!(message.content)
+        if request.stream.is_some() {
+            field(&mut map, arguments, &mut written, "stream", &true)?;
+            let options = StreamOptions {
+                include_usage: true,
             };
-            wire.insert("content".into(), content);
-            if message.is_function_call() {
-                let calls: Vec<Value> = message
-                    .function_calls
-                    .iter()
-                    .map(|call| {
-                        json!({"id": call.id, "type": "function",
-                               "function": {"name": call.name, "arguments": call.arguments_text()}})
-                    })
-                    .collect();
-                wire.insert("tool_calls".into(), Value::Array(calls));
+            field(
+                &mut map,
+                arguments,
+                &mut written,
+                "stream_options",
+                &options,
+            )?;
+        }
+        if let Some(schema) = request.format {
+            let format = ResponseFormat {
+                kind: "json_schema",
+                json_schema: JsonSchema {
+                    name: "response",
+                    schema,
+                    strict: true,
+                },
+            };
+            field(
+                &mut map,
+                arguments,
+                &mut written,
+                "response_format",
+                &format,
+            )?;
+        }
+        for (key, value) in arguments {
+            if key != "model" && key != "messages" && !written.contains(&key.as_str()) {
+                map.serialize_entry(key, value)?;
             }
-            wire.insert("name".into(), json!(message.sanitized_name()));
-            Value::Object(wire)
         }
-        Role::User => {
-            let content = match message.modality {
-                Modality::Text => json!(message.content),
-                Modality::Image => {
-                    let mime = message.mime_type().unwrap_or("image/png");
-                    let mut parts = Vec::new();
-                    if let Some(caption) = message.metadata.get("caption").and_then(Value::as_str) {
-                        parts.push(json!({"type": "text", "text": caption}));
-                    }
-                    parts.push(json!({"type": "image_url",
-                                      "image_url": {"url": format!("data:{mime};base64,{}", message.content)}}));
-                    Value::Array(parts)
-                }
-            };
-            json!({"role": "user", "content": content, "name": message.sanitized_name()})
-        }
+        map.end()
     }
+}
+/// Writes field `key`: the model argument of that name if there is one,
+/// else `value`.
+fn field<M: SerializeMap, V: Serialize>(
+    map: &mut M,
+    arguments: &Map<String, Value>,
+    written: &mut Vec<&'static str>,
+    key: &'static str,
+    value: &V,
+) -> Result<(), M::Error> {
+    written.push(key);
+    match arguments.get(key) {
+        Some(given) => map.serialize_entry(key, given),
+        None => map.serialize_entry(key, value),
+    }
+}
+
+/// Serializes the items of an iterator as a JSON array (the iterator is
+/// cloned, so it is walked only when written).
+struct Seq<I>(I);
+
+impl<I> Serialize for Seq<I>
+where
+    I: Iterator + Clone,
+    I::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: JsonSchema<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchema<'a> {
+    name: &'static str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+/// One message as chat completions takes it.
+struct WireMessage<'a> {
+    message: &'a Message,
+    options: &'a WireOptions,
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let message = self.message;
+        let mut map = serializer.serialize_map(None)?;
+        match message.role {
+            Role::System => {
+                let role = if self.options.developer_role {
+                    "developer"
+                } else {
+                    "system"
+                };
+                map.serialize_entry("role", role)?;
+                map.serialize_entry("content", &message.content)?;
+            }
+            Role::Tool => {
+                map.serialize_entry("role", "tool")?;
+                map.serialize_entry("tool_call_id", message.tool_call_id().unwrap_or_default())?;
+                map.serialize_entry("content", &message.content)?;
+            }
+            Role::Assistant | Role::ToolCall => {
+                map.serialize_entry("role", "assistant")?;
+                if message.content.is_empty() && message.is_function_call() {
+                    map.serialize_entry("content", &())?;
+                } else {
+                    map.serialize_entry("content", &message.content)?;
+                }
+                if message.is_function_call() {
+                    let calls = message.function_calls.iter().map(|call| WireCall {
+                        id: &call.id,
+                        kind: "function",
+                        function: WireArguments {
+                            name: &call.name,
+                            arguments: call.arguments_text(),
+                        },
+                    });
+                    map.serialize_entry("tool_calls", &Seq(calls))?;
+                }
+                map.serialize_entry("name", &message.sanitized_name())?;
+            }
+            Role::User => {
+                map.serialize_entry("role", "user")?;
+                match message.modality {
+                    Modality::Text => map.serialize_entry("content", &message.content)?,
+                    Modality::Image => {
+                        let mime = message.mime_type().unwrap_or("image/png");
+                        let url = format!("data:{mime};base64,{}", message.content);
+                        let caption = message.metadata.get("caption").and_then(Value::as_str);
+                        let parts = caption
+                            .map(|text| ImagePart::Text { text })
+                            .into_iter()
+                            .chain([ImagePart::ImageUrl {
+                                image_url: ImageUrl { url: &url },
+                            }]);
+                        map.serialize_entry("content", &Seq(parts))?;
+                    }
+                }
+                map.serialize_entry("name", &message.sanitized_name())?;
+            }
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireArguments<'a>,
+}
+
+#[derive(Serialize)]
+struct WireArguments<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImagePart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl<'a> },
+}
+
+#[derive(Clone, Serialize)]
+struct ImageUrl<'a> {
+    url: &'a str,
 }
 
 /// A chat-completions reply in its usual shape, read without building a JSON
@@ -513,7 +658,7 @@ impl OpenAiProvider {
         })
     }
 
-    /// Where `request` goes and its body.
+    /// Where `request` goes and its body as a JSON tree (`--dry-run`).
     fn wire(&self, request: &ChatRequest<'_>) -> (&http::Endpoint, Value) {
         if request.api_type == ApiType::Response {
             let body = super::responses::build_request(request, self.options.developer_role);
@@ -525,7 +670,16 @@ impl OpenAiProvider {
 
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let responses = request.api_type == ApiType::Response;
-        let (endpoint, body) = self.wire(&request);
+        let (endpoint, body) = if responses {
+            let body = super::responses::build_request(&request, self.options.developer_role);
+            (&self.responses, http::json_body(&body)?)
+        } else {
+            let body = ChatBody {
+                request: &request,
+                options: &self.options,
+            };
+            (&self.chat, http::json_body(&body)?)
+        };
         let target = Target {
             client: &self.client,
             endpoint,
@@ -540,7 +694,7 @@ impl OpenAiProvider {
             };
             exchange::<super::responses::StreamAssembler>(
                 target,
-                &body,
+                body,
                 estimate,
                 request.stream,
                 &wire,
@@ -551,7 +705,7 @@ impl OpenAiProvider {
                 parse_body,
                 parse_error,
             };
-            exchange::<StreamAssembler>(target, &body, estimate, request.stream, &wire).await
+            exchange::<StreamAssembler>(target, body, estimate, request.stream, &wire).await
         }
     }
 }

@@ -93,6 +93,79 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
 }
 
 #[test]
+fn the_body_is_written_in_a_fixed_order_and_model_arguments_take_their_fields_place() {
+    let messages = [Message::system("S"), Message::user("U")];
+    let schema = json!({"type": "object"});
+    let sink = |_: &str| {};
+    let keys = |body: &[u8]| -> Vec<String> {
+        let value: Value = serde_json::from_slice(body).unwrap();
+        value.as_object().unwrap().keys().cloned().collect()
+    };
+    let write = |request: &ChatRequest<'_>| {
+        let bytes = http::json_body(&ChatBody {
+            request,
+            options: &WireOptions::default(),
+        })
+        .unwrap();
+        // The bytes sent and the tree `--dry-run` shows are one body.
+        let tree = build_request(request, &WireOptions::default());
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), tree);
+        assert_eq!(serde_json::to_vec(&tree).unwrap(), bytes);
+        bytes
+    };
+    // A schema and streaming: a `stream` argument and a `response_format`
+    // argument replace the built-in values in their places.
+    let model_args = args(
+        json!({"temperature": 0, "response_format": {"type": "json_object"},
+                                 "stream": false, "messages": "ignored"}),
+    );
+    let request = ChatRequest {
+        model: "m",
+        messages: &messages,
+        tools: &[],
+        format: Some(&schema),
+        model_args: &model_args,
+        api_type: Default::default(),
+        stream: Some(&sink),
+    };
+    let body = write(&request);
+    assert_eq!(
+        keys(&body),
+        [
+            "model",
+            "messages",
+            "stream",
+            "stream_options",
+            "response_format",
+            "temperature"
+        ]
+    );
+    let value: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(value["stream"], false);
+    assert_eq!(value["response_format"], json!({"type": "json_object"}));
+    assert_eq!(
+        value["messages"][1],
+        json!({"role": "user", "content": "U", "name": "user"})
+    );
+    // Without them, the arguments follow in their own order.
+    let plain = write(&ChatRequest {
+        format: None,
+        stream: None,
+        ..request
+    });
+    assert_eq!(
+        keys(&plain),
+        [
+            "model",
+            "messages",
+            "temperature",
+            "response_format",
+            "stream"
+        ]
+    );
+}
+
+#[test]
 fn malformed_tool_arguments_go_back_verbatim() {
     let mut call = Message::assistant("a", "");
     call.function_calls = vec![FunctionCall::from_model("c", "f", "{\"x\": ")];
