@@ -3,10 +3,12 @@
 #
 #   bench/batch.sh [N tasks] [C concurrency] [L latency ms]      (defaults: 5000 256 50)
 #   NO_BUILD=1 bench/batch.sh 100000 256 0                       (reuse the release build)
+#   ROUNDS=5 bench/batch.sh …                                     (rounds; default 3)
 #
 # Reports tasks/s against the ideal C / L, CPU time per LLM call of the runner
 # (user + system of the `lllm` process over the calls it made) and its peak
-# RSS. Session records and results are written as in any run ("logging on").
+# RSS, beside an HTTP floor measured in the same rounds. Session records and
+# results are written as in any run ("logging on").
 set -euo pipefail
 N=${1:-5000}
 C=${2:-256}
@@ -37,30 +39,53 @@ pricing:
 YAML
 awk -v n="$N" 'BEGIN { for (i = 0; i < n; i++) printf "{\"id\":\"t%d\",\"task\":\"What is %d plus one?\"}\n", i, i }' > "$work/tasks.jsonl"
 
-/usr/bin/time -f '%U %S %M %e' -o "$work/time" \
-    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q
-read -r user system rss_kb elapsed < "$work/time"
-# The floor: the same HTTP client, runtime and concurrency doing only the
-# requests (no agent loop, no records), against the same server.
-/usr/bin/time -f '%U %S' -o "$work/floor_time" "$root/target/release/examples/http_floor" "$url" "$N" "$C" > /dev/null
-read -r floor_user floor_system < "$work/floor_time"
-python3 - "$work/out/summary.json" "$N" "$C" "$L" "$user" "$system" "$rss_kb" "$elapsed" "$floor_user" "$floor_system" <<'PY'
+# ROUNDS runs of each, alternating, so both see the same moments of a shared
+# machine; the report gives the median and the best round.
+: > "$work/runs"
+: > "$work/floors"
+for round in $(seq "${ROUNDS:-3}"); do
+    rm -rf "$work/out"
+    /usr/bin/time -f '%U %S %M %e' -o "$work/time" \
+        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q
+    python3 - "$work/out/summary.json" "$(cat "$work/time")" >> "$work/runs" <<'PY'
 import json, sys
 summary = json.load(open(sys.argv[1]))
-n, c, l = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-user, system, rss_kb, elapsed, floor_user, floor_system = map(float, sys.argv[5:11])
 run = summary["this_run"]
-calls = max(run["calls"], 1)
-print(f"tasks {n} · concurrency {c} · latency {l:g} ms · success {summary['success']}/{summary['total']}")
-rate = run["tasks_per_s"]
+print(json.dumps({"time": sys.argv[2].split(), "calls": run["calls"], "tasks_per_s": run["tasks_per_s"],
+                  "calls_per_s": run["calls_per_s"], "wall": run["wall_time_s"],
+                  "success": summary["success"], "total": summary["total"]}))
+PY
+    # The floor: the same HTTP client, runtime and concurrency doing only the
+    # requests (no agent loop, no records), against the same server.
+    /usr/bin/time -f '%U %S' -o "$work/floor_time" "$bin/examples/http_floor" "$url" "$N" "$C" > /dev/null
+    cat "$work/floor_time" >> "$work/floors"
+done
+python3 - "$work/runs" "$work/floors" "$N" "$C" "$L" <<'PY'
+import json, statistics, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+floors = [list(map(float, line.split())) for line in open(sys.argv[2])]
+n, c, l = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+def cpu(run):
+    user, system = float(run["time"][0]), float(run["time"][1])
+    return 1e6 * (user + system) / max(run["calls"], 1)
+per_call = [cpu(run) for run in runs]
+floor = [1e6 * (user + system) / n for user, system in floors]
+ratios = [a / b for a, b in zip(per_call, floor)]
+med = statistics.median
+print(f"tasks {n} · concurrency {c} · latency {l:g} ms · {len(runs)} round(s) · "
+      f"success {min(run['success'] for run in runs)}/{runs[0]['total']} in every round")
+rates = [run["tasks_per_s"] for run in runs]
 if l > 0:
     ideal = c / (l / 1000)
-    print(f"throughput   {rate:,.0f} tasks/s (ideal C/L = {ideal:,.0f}: {100 * rate / ideal:.1f} %)")
+    print(f"throughput   median {med(rates):,.0f} tasks/s (ideal C/L = {ideal:,.0f}: "
+          f"{100 * med(rates) / ideal:.1f} %; best round {100 * max(rates) / ideal:.1f} %)")
 else:
-    print(f"throughput   {rate:,.0f} tasks/s · {run['calls_per_s']:,.0f} LLM calls/s")
-print(f"runner CPU   {1e6 * (user + system) / calls:.1f} µs per LLM call (user {user:.2f} s + sys {system:.2f} s)")
-per_call = 1e6 * (user + system) / calls
-floor = 1e6 * (floor_user + floor_system) / n
-print(f"HTTP floor   {floor:.1f} µs per request (same client, runtime and C; no agent, no records) · runner/floor {per_call / floor:.1f}×")
-print(f"peak RSS     {rss_kb / 1024:.1f} MB · wall {elapsed:.2f} s (process) / {run['wall_time_s']:.2f} s (run)")
+    calls = [run["calls_per_s"] for run in runs]
+    print(f"throughput   median {med(calls):,.0f} LLM calls/s (best {max(calls):,.0f})")
+print(f"runner CPU   median {med(per_call):.1f} µs per LLM call (best {min(per_call):.1f}; "
+      f"user + sys of the lllm process / calls)")
+print(f"HTTP floor   median {med(floor):.1f} µs per request (best {min(floor):.1f}; same client, "
+      f"runtime and C; no agent, no records) · runner/floor median {med(ratios):.1f}×")
+rss = max(float(run["time"][2]) for run in runs) / 1024
+print(f"peak RSS     {rss:.1f} MB (largest round) · wall median {med([run['wall'] for run in runs]):.2f} s")
 PY
