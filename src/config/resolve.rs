@@ -382,15 +382,18 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                 }
             }
         }
-        // So may the environment of an MCP server (tokens for the service it wraps).
-        if let Some(Value::Array(servers)) = map.get_mut("mcp_servers") {
-            for env in servers
-                .iter_mut()
-                .filter_map(|server| server.get_mut("env"))
-                .filter_map(Value::as_object_mut)
-            {
-                for value in env.values_mut() {
-                    *value = Value::String("***".into());
+        // So may the environment of a command tool or an MCP server (tokens
+        // for the service it wraps).
+        for section in ["tools", "mcp_servers"] {
+            if let Some(Value::Array(entries)) = map.get_mut(section) {
+                for env in entries
+                    .iter_mut()
+                    .filter_map(|entry| entry.get_mut("env"))
+                    .filter_map(Value::as_object_mut)
+                {
+                    for value in env.values_mut() {
+                        *value = Value::String("***".into());
+                    }
                 }
             }
         }

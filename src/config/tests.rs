@@ -374,6 +374,24 @@ fn mcp_servers_resolve_their_paths_and_hide_their_env() {
 }
 
 #[test]
+fn command_tools_get_their_env_but_records_never_show_it() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\ntools:\n  - name: fetch\n    command: [./fetch]\n    env: {API_TOKEN: sk-tool-secret, MODE: fast}\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(
+        config.tools[0].env["API_TOKEN"], "sk-tool-secret",
+        "still given"
+    );
+    assert_eq!(
+        config.resolved["tools"][0]["env"],
+        serde_json::json!({"API_TOKEN": "***", "MODE": "***"})
+    );
+    assert!(!config.resolved.to_string().contains("sk-tool-secret"));
+}
+
+#[test]
 fn bad_mcp_server_entries_are_named() {
     let files = Files::new(&[(
         "t.yaml",
