@@ -100,6 +100,7 @@ fn the_model_calls_mcp_tools_and_reads_their_results() {
       - {id: c1, name: add, arguments: {a: 2, b: 3}}
       - {id: c2, name: shout, arguments: {text: hi}}
       - {id: c3, name: greet, arguments: {name: Ann}}
+      - {id: c4, name: text_reverse, arguments: {text: abc}}
   - text: "The sum is 5."
 "#,
     );
@@ -111,10 +112,11 @@ fn the_model_calls_mcp_tools_and_reads_their_results() {
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
-    // Every tool of the server, from both pages of `tools/list`.
+    // Every tool of the server, from both pages of `tools/list`; the
+    // server's `text.reverse` under a name chat APIs accept.
     assert_eq!(
         tool_names(&requests[0]),
-        ["add", "shout", "greet", "fail", "crash"]
+        ["add", "shout", "greet", "fail", "crash", "text_reverse"]
     );
     assert_eq!(
         requests[0]["body"]["tools"][0]["function"]["parameters"]["required"],
@@ -126,6 +128,7 @@ fn the_model_calls_mcp_tools_and_reads_their_results() {
             "Return of calling function add with arguments {\"a\":2,\"b\":3}:\n---\n5\n---\n",
             "Return of calling function shout with arguments {\"text\":\"hi\"}:\n---\nHI\n!\n---\n",
             "Return of calling function greet with arguments {\"name\":\"Ann\"}:\n---\nAhoy, Ann\n---\n",
+            "Return of calling function text_reverse with arguments {\"text\":\"abc\"}:\n---\ncba\n---\n",
         ]
     );
 
@@ -214,7 +217,7 @@ fn tools_follow_the_prompt_that_names_the_server() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     assert!(tool_names(&requests[0]).is_empty());
-    assert_eq!(tool_names(&requests[1]).len(), 5);
+    assert_eq!(tool_names(&requests[1]).len(), 6);
     assert_shut_down(&test);
 }
 

@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 
 use super::Tool;
 use crate::config::McpServerConfig;
+use crate::dialog::sanitize_name;
 use crate::provider::ToolSpec;
 
 type Client = RunningService<RoleClient, InitializeRequestParams>;
@@ -198,13 +199,14 @@ impl McpServer {
             .into_iter()
             .map(|tool| McpTool {
                 spec: ToolSpec {
-                    name: tool.name.to_string(),
+                    name: sanitize_name(&tool.name),
                     description: tool
                         .description
                         .map(|text| text.to_string())
                         .unwrap_or_default(),
                     parameters: Value::Object(tool.input_schema.as_ref().clone()),
                 },
+                remote: tool.name.to_string(),
                 server: server.clone(),
                 timeout,
             })
@@ -250,9 +252,14 @@ impl McpServer {
     }
 }
 
-/// One tool of an MCP server, called through `tools/call`.
+/// One tool of an MCP server, called through `tools/call`. Models are offered
+/// it under a name chat APIs accept (`spec.name`: characters outside
+/// `[A-Za-z0-9_-]` become `_`, at most 64 of them); the server is called with
+/// its own name.
 pub struct McpTool {
     pub(super) spec: ToolSpec,
+    /// The tool's name on its server.
+    pub(super) remote: String,
     server: Arc<McpServer>,
     timeout: Duration,
 }
@@ -264,7 +271,7 @@ impl McpTool {
 
     async fn run(&self, arguments: &Map<String, Value>) -> Result<String, String> {
         let params =
-            CallToolRequestParams::new(self.spec.name.clone()).with_arguments(arguments.clone());
+            CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments.clone());
         let result =
             match tokio::time::timeout(self.timeout, self.server.peer.call_tool(params)).await {
                 Ok(Ok(result)) => result,
@@ -279,7 +286,7 @@ impl McpTool {
                     return Err(format!(
                         "MCP server `{}`: `{}` timed out after {:.1} s",
                         self.server.name,
-                        self.spec.name,
+                        self.remote,
                         self.timeout.as_secs_f64()
                     ));
                 }
@@ -414,8 +421,14 @@ pub(super) mod tests {
             .collect();
         assert_eq!(
             names,
-            ["add", "shout", "greet", "fail", "crash"],
-            "both pages"
+            ["add", "shout", "greet", "fail", "crash", "text_reverse"],
+            "both pages; a name chat APIs refuse is offered in a form they take"
+        );
+        // Called under the server's own name, `text.reverse`.
+        let reverse = servers.tool("text_reverse").unwrap();
+        assert_eq!(
+            reverse.call(&args(json!({"text": "abc"}))).await,
+            Ok("cba".into())
         );
         let add = servers.tool("add").unwrap();
         assert_eq!(

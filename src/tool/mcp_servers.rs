@@ -59,7 +59,7 @@ impl McpServers {
         let mut owners: HashMap<String, String> = self
             .other_tools
             .iter()
-            .map(|(name, source)| (name.clone(), format!("`{source}`")))
+            .map(|(name, source)| (name.clone(), format!("tool `{name}` of `{source}`")))
             .collect();
         for outcome in outcomes {
             let (server, tools) = match outcome {
@@ -71,15 +71,21 @@ impl McpServers {
             };
             for tool in &tools {
                 let name = &tool.spec.name;
-                let owner = format!("MCP server `{}`", server.name);
+                // A name the server spells otherwise is shown both ways.
+                let ours = if tool.remote == *name {
+                    format!("tool `{name}` of MCP server `{}`", server.name)
+                } else {
+                    format!(
+                        "tool `{}` of MCP server `{}` (offered as `{name}`)",
+                        tool.remote, server.name
+                    )
+                };
                 match owners.get(name) {
                     Some(other) => problems.push(format!(
-                        "tool `{name}` of MCP server `{}` clashes with tool `{name}` of {other}; \
-                         a tool name must be unique in a tactic",
-                        server.name
+                        "{ours} clashes with {other}; a tool name must be unique in a tactic"
                     )),
                     None => {
-                        owners.insert(name.clone(), owner);
+                        owners.insert(name.clone(), ours);
                     }
                 }
             }
@@ -144,13 +150,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut calc = config(&["--pid-file", "pid.txt"], 10.0);
         calc.cwd = dir.path().to_path_buf();
-        let servers = McpServers::new(vec![calc, broken], vec![("shout".into(), "tools:")]);
+        let others = vec![
+            ("shout".into(), "tools:"),
+            ("text_reverse".into(), "builtin_tools:"),
+        ];
+        let servers = McpServers::new(vec![calc, broken], others);
         let problems = servers.start().await.unwrap_err();
         assert_eq!(
             problems,
             [
                 "tool `shout` of MCP server `calc` clashes with tool `shout` of `tools:`; \
                  a tool name must be unique in a tactic",
+                "tool `text.reverse` of MCP server `calc` (offered as `text_reverse`) clashes \
+                 with tool `text_reverse` of `builtin_tools:`; a tool name must be unique in a tactic",
                 "MCP server `broken`: cannot start `/nonexistent/mcp-server`: \
                  No such file or directory (os error 2)",
             ]
