@@ -81,9 +81,14 @@ impl Endpoint {
                 strip_query(url)
             ));
         }
+        let mut headers = headers(pairs)?;
+        // Every body we send is JSON; a configured `Content-Type` stays.
+        if !headers.contains_key(CONTENT_TYPE) {
+            headers.insert(CONTENT_TYPE, JSON);
+        }
         Ok(Endpoint {
             url: parsed,
-            headers: headers(pairs)?,
+            headers,
         })
     }
 
@@ -183,7 +188,6 @@ async fn send(
     client
         .post(endpoint.url.clone())
         .headers(endpoint.headers.clone())
-        .header(CONTENT_TYPE, JSON)
         .body(body)
         .timeout(timeout)
         .send()
@@ -313,6 +317,11 @@ mod tests {
         .unwrap();
         assert_eq!(endpoint.place(), "http://127.0.0.1:9/v1/chat");
         assert!(endpoint.headers["authorization"].is_sensitive());
+        assert_eq!(endpoint.headers["content-type"], "application/json");
+        let own = Endpoint::new("http://h/v1", [("Content-Type", "application/json; v=2")]);
+        let own = own.unwrap().headers;
+        assert_eq!(own.get_all("content-type").iter().count(), 1);
+        assert_eq!(own["content-type"], "application/json; v=2");
         let error = Endpoint::new("not a url?key=sk-2", []).err().unwrap();
         assert!(error.starts_with("invalid URL `not a url`"), "{error}");
         let error = Endpoint::new("ftp://host/v1?key=sk-3", []).err().unwrap();
