@@ -69,20 +69,16 @@ impl Default for InvokeCost {
     }
 }
 
-fn count(usage: &Map<String, Value>, key: &str) -> u64 {
-    usage.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-fn detail(usage: &Map<String, Value>, section: &str, key: &str) -> u64 {
-    usage
-        .get(section)
-        .and_then(|details| details.get(key))
-        .and_then(Value::as_u64)
+/// The count `key` of a `*_tokens_details` object (0 if absent).
+fn detail(details: &Value, key: &str) -> u64 {
+    let Value::Object(details) = details else {
+        return 0;
+    };
+    details
+        .iter()
+        .find(|(name, _)| *name == key)
+        .and_then(|(_, value)| value.as_u64())
         .unwrap_or(0)
-}
-
-fn dollars(usage: &Map<String, Value>, key: &str) -> f64 {
-    usage.get(key).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
 impl InvokeCost {
@@ -98,27 +94,40 @@ impl InvokeCost {
         if usage.is_empty() {
             return InvokeCost::default();
         }
-        let prompt_tokens = count(usage, "prompt_tokens");
-        let completion_tokens = count(usage, "completion_tokens");
-        let cost = usage.get("response_cost").and_then(Value::as_f64);
+        // One pass over the entries: a usage holds a dozen at most, and
+        // matching names costs less than hashing each name for a lookup.
+        let mut read = InvokeCost::default();
+        let mut total = None;
+        let mut cost = None;
+        let count = |value: &Value| value.as_u64().unwrap_or(0);
+        let dollars = |value: &Value| value.as_f64().unwrap_or(0.0);
+        for (key, value) in usage {
+            match key.as_str() {
+                "prompt_tokens" => read.prompt_tokens = count(value),
+                "completion_tokens" => read.completion_tokens = count(value),
+                "total_tokens" => total = value.as_u64(),
+                "prompt_tokens_details" => {
+                    read.cached_prompt_tokens = detail(value, "cached_tokens");
+                    read.audio_prompt_tokens = detail(value, "audio_tokens");
+                }
+                "completion_tokens_details" => {
+                    read.reasoning_tokens = detail(value, "reasoning_tokens");
+                    read.audio_completion_tokens = detail(value, "audio_tokens");
+                }
+                "input_cost_per_token" => read.input_cost_per_token = dollars(value),
+                "output_cost_per_token" => read.output_cost_per_token = dollars(value),
+                "cache_read_input_token_cost" => read.cache_read_input_token_cost = dollars(value),
+                "prompt_cost" => read.prompt_cost = dollars(value),
+                "completion_cost" => read.completion_cost = dollars(value),
+                "response_cost" => cost = value.as_f64(),
+                _ => {}
+            }
+        }
         InvokeCost {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: usage
-                .get("total_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(prompt_tokens + completion_tokens),
-            cached_prompt_tokens: detail(usage, "prompt_tokens_details", "cached_tokens"),
-            reasoning_tokens: detail(usage, "completion_tokens_details", "reasoning_tokens"),
-            audio_prompt_tokens: detail(usage, "prompt_tokens_details", "audio_tokens"),
-            audio_completion_tokens: detail(usage, "completion_tokens_details", "audio_tokens"),
-            input_cost_per_token: dollars(usage, "input_cost_per_token"),
-            output_cost_per_token: dollars(usage, "output_cost_per_token"),
-            cache_read_input_token_cost: dollars(usage, "cache_read_input_token_cost"),
-            prompt_cost: dollars(usage, "prompt_cost"),
-            completion_cost: dollars(usage, "completion_cost"),
+            total_tokens: total.unwrap_or(read.prompt_tokens + read.completion_tokens),
             cost,
             cost_known: cost.is_some(),
+            ..read
         }
     }
 

@@ -442,24 +442,31 @@ fn token_logprob(entry: &Value) -> TokenLogprob {
 
 /// Keeps the counters `InvokeCost` reads, in OpenAI's shape.
 fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
-    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let prompt = count("prompt_tokens");
-    let completion = count("completion_tokens");
+    // One pass over the entries (a usage is small: matching names costs less
+    // than hashing them for lookups).
+    let (mut prompt, mut completion, mut total) = (0, 0, None);
+    let mut details: [Option<&Map<String, Value>>; 2] = [None, None];
+    for (key, value) in usage {
+        match (key.as_str(), value) {
+            ("prompt_tokens", value) => prompt = value.as_u64().unwrap_or(0),
+            ("completion_tokens", value) => completion = value.as_u64().unwrap_or(0),
+            ("total_tokens", value) => total = value.as_u64(),
+            ("prompt_tokens_details", Value::Object(section)) => details[0] = Some(section),
+            ("completion_tokens_details", Value::Object(section)) => details[1] = Some(section),
+            _ => {}
+        }
+    }
     let mut normalized = Map::new();
     normalized.insert("prompt_tokens".into(), json!(prompt));
     normalized.insert("completion_tokens".into(), json!(completion));
     normalized.insert(
         "total_tokens".into(),
-        json!(
-            usage
-                .get("total_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(prompt + completion)
-        ),
+        json!(total.unwrap_or(prompt + completion)),
     );
-    for section in ["prompt_tokens_details", "completion_tokens_details"] {
-        if let Some(Value::Object(details)) = usage.get(section) {
-            normalized.insert(section.into(), Value::Object(details.clone()));
+    let names = ["prompt_tokens_details", "completion_tokens_details"];
+    for (name, section) in names.into_iter().zip(details) {
+        if let Some(section) = section {
+            normalized.insert(name.into(), Value::Object(section.clone()));
         }
     }
     normalized

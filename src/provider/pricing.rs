@@ -16,12 +16,9 @@ pub fn apply(
     model: &str,
     usage: &mut Map<String, Value>,
 ) -> bool {
-    let tokens = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let prompt = tokens("prompt_tokens");
-    let completion = tokens("completion_tokens");
-    let cached = usage
-        .pointer_get("/prompt_tokens_details/cached_tokens")
-        .min(prompt);
+    let counts = crate::dialog::InvokeCost::from_usage(usage);
+    let (prompt, completion) = (counts.prompt_tokens, counts.completion_tokens);
+    let cached = counts.cached_prompt_tokens.min(prompt);
     let (input, output, cached_rate) = if provider == "mock" {
         (0.0, 0.0, 0.0)
     } else {
@@ -50,21 +47,6 @@ pub fn apply(
     usage.insert("completion_cost".into(), json!(completion_cost));
     usage.insert("response_cost".into(), json!(prompt_cost + completion_cost));
     true
-}
-
-trait PointerGet {
-    fn pointer_get(&self, pointer: &str) -> u64;
-}
-
-impl PointerGet for Map<String, Value> {
-    fn pointer_get(&self, pointer: &str) -> u64 {
-        let mut parts = pointer.trim_start_matches('/').split('/');
-        let first = parts.next().and_then(|key| self.get(key));
-        parts
-            .fold(first, |value, key| value.and_then(|value| value.get(key)))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    }
 }
 
 /// One warning per unknown model, however many calls or tasks hit it.
