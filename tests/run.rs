@@ -68,6 +68,12 @@ fn answers_on_stdout_and_writes_a_complete_record() {
     assert_eq!(record["delivery"], "Paris.");
     assert_eq!(record["task"], "Capital of France?");
     assert_eq!(record["tactic"]["name"], "test");
+    // Every prompt of the tactic, with its hash and template.
+    let prompts = record["prompts"].as_object().unwrap();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    let (_, prompt) = prompts.iter().next().unwrap();
+    assert_eq!(prompt["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(prompt["template"], "You are terse.");
     let call = &record["agent_calls"][0];
     assert_eq!(call["agent"], "assistant");
     assert_eq!(call["state"], "success");

@@ -120,7 +120,7 @@ pub struct Tactic {
     /// The resolved config and the prompts used (`key → prompt`) as every
     /// record of this tactic holds them (made once, not per run).
     pub(crate) recorded_config: record::SharedJson,
-    pub(crate) recorded_prompts: BTreeMap<String, record::PromptInfo>,
+    pub(crate) recorded_prompts: record::SharedJson,
 }
 
 /// Problems are collected, not returned at the first one: the user sees them all.
@@ -356,19 +356,19 @@ impl Tactic {
             prices,
             price_warnings: UnknownPriceWarnings::default(),
         });
-        let recorded_prompts = prompts
+        let recorded_prompts: BTreeMap<&String, record::PromptInfo> = prompts
             .iter()
             .map(|(key, prompt)| {
                 let info = record::PromptInfo {
                     sha256: prompt.sha256(),
                     template: prompt.template.clone(),
                 };
-                (key.clone(), info)
+                (key, info)
             })
             .collect();
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
-            recorded_prompts,
+            recorded_prompts: record::SharedJson::new(&recorded_prompts),
             config,
             registry: Arc::new(registry),
             agents,

@@ -8,7 +8,7 @@
 //! held by its working dialog, each call's delivery); `expand` puts them
 //! back, so every version in `READS` reads the same.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -41,14 +41,14 @@ pub struct TacticInfo {
     pub config: SharedJson,
 }
 
-/// A JSON value serialized once and shared by every record that holds it: a
-/// batch's tactic config is the same for all its tasks, so it is neither
-/// copied nor serialized again per task.
+/// A part of a record serialized once and shared by every record that holds
+/// it: a tactic's resolved config and its prompts are the same for all the
+/// tasks of a batch, so they are neither copied nor serialized again per task.
 #[derive(Debug, Clone)]
 pub struct SharedJson(Arc<RawValue>);
 
 impl SharedJson {
-    pub fn new(value: &Value) -> SharedJson {
+    pub fn new<T: Serialize + ?Sized>(value: &T) -> SharedJson {
         let raw = serde_json::value::to_raw_value(value)
             .unwrap_or_else(|_| RawValue::from_string("null".into()).expect("valid JSON"));
         SharedJson(Arc::from(raw))
@@ -116,7 +116,8 @@ pub struct SessionRecord {
     pub state: RunState,
     pub delivery: Option<String>,
     pub error: Option<String>,
-    pub prompts: BTreeMap<String, PromptInfo>,
+    /// Every prompt of the tactic: `key → PromptInfo` (its SHA-256 and template).
+    pub prompts: SharedJson,
     pub steps: Vec<StepRecord>,
     pub dialogs: Vec<DialogRecord>,
     pub agent_calls: Vec<AgentCallSession>,
