@@ -484,15 +484,19 @@ impl Run<'_> {
     ) -> Result<String, String> {
         let outcome = match (session.delivery(), &session.error) {
             (Some(delivery), _) if session.is_success() => {
-                self.context.insert(
-                    step.to_string(),
-                    json!({
-                        "content": delivery.content,
-                        "parsed": delivery.parsed,
-                        "model": delivery.model,
-                        "cost": session.cost.cost,
-                    }),
-                );
+                // The step's output is context for later steps and `result`;
+                // a tactic without a flow has neither.
+                if !self.tactic.nodes.is_empty() {
+                    self.context.insert(
+                        step.to_string(),
+                        json!({
+                            "content": delivery.content,
+                            "parsed": delivery.parsed,
+                            "model": delivery.model,
+                            "cost": session.cost.cost,
+                        }),
+                    );
+                }
                 Ok(delivery.content.clone())
             }
             (_, Some(error)) => Err(format!("step `{step}`: {error}")),
