@@ -247,7 +247,21 @@ fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
 
 /// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
 pub fn new_session_id() -> String {
-    let mut id = chrono::Utc::now().format("%Y%m%d_%H%M%S_").to_string();
+    use chrono::{Datelike, Timelike};
+    use std::fmt::Write;
+    let now = chrono::Utc::now();
+    let mut id = String::with_capacity(24);
+    // Fields written directly: a `format` string would be parsed per id.
+    let _ = write!(
+        id,
+        "{:04}{:02}{:02}_{:02}{:02}{:02}_",
+        now.year(),
+        now.month(),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
     let mut buffer = uuid::Uuid::encode_buffer();
     id.push_str(&uuid::Uuid::new_v4().simple().encode_lower(&mut buffer)[..8]);
     id
@@ -279,6 +293,19 @@ mod tests {
             latency_ms: 0,
             waited_ms: 0,
         }
+    }
+
+    #[test]
+    fn session_ids_are_time_then_random() {
+        let before = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
+        let id = new_session_id();
+        let after = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
+        assert_eq!(id.len(), 24, "{id}");
+        let (time, suffix) = id.split_at(15);
+        assert!(before.as_str() <= time && time <= after.as_str(), "{id}");
+        assert!(suffix.starts_with('_'));
+        assert!(suffix[1..].chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        assert_ne!(new_session_id(), new_session_id());
     }
 
     #[test]
