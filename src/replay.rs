@@ -331,9 +331,22 @@ pub async fn rerun(
     use crate::provider::replay::ReplayProvider;
     use std::sync::Arc;
 
-    let path = tactic
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| Path::new(&record.tactic.path).to_path_buf());
+    let path = match tactic {
+        Some(path) => path.to_path_buf(),
+        None => {
+            // Recorded as given on the command line of the run: relative to
+            // the directory it ran in.
+            let recorded = Path::new(&record.tactic.path);
+            if !recorded.exists() {
+                return Err(crate::error::Error::Usage(format!(
+                    "the record's tactic `{}` is not here (a relative path is taken from \
+                     the directory the run started in); run from there or pass `--tactic FILE`",
+                    record.tactic.path
+                )));
+            }
+            recorded.to_path_buf()
+        }
+    };
     let config = crate::config::load(&path)?;
     let provider = Arc::new(ReplayProvider::from_record(record));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone())?;

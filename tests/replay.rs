@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Test;
+use common::{Output, Test};
 use serde_json::Value;
 
 /// Replaces what changes from run to run: hex ids, session ids, timings.
@@ -247,6 +247,28 @@ fn rerun_is_identical_until_a_prompt_changes() {
         output.stdout,
         "identical: 3 model call(s) replayed, same delivery\n"
     );
+
+    // From another directory the recorded (relative) tactic path is not
+    // there: one line saying so and how to name the file.
+    std::fs::create_dir(test.path("elsewhere")).unwrap();
+    let elsewhere = |args: &[&str]| {
+        let mut command = test.command(args);
+        command.current_dir(test.path("elsewhere"));
+        Output::of(command.output().unwrap())
+    };
+    let output = elsewhere(&["replay", "../r.json", "--rerun"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("`tactics/summarize.yaml` is not here")
+            && output.stderr.contains("--tactic FILE")
+            && output.stderr.lines().count() == 1,
+        "{}",
+        output.stderr
+    );
+    let tactic = ["--tactic", "../tactics/summarize.yaml"];
+    elsewhere(&[&["replay", "../r.json", "--rerun"][..], &tactic[..]].concat()).expect_code(0);
 
     // Edit the critic's prompt: the first two calls still match, the third does not.
     let review = std::fs::read_to_string(test.path("prompts/summarize/review.md")).unwrap();
