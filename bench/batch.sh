@@ -71,6 +71,7 @@ def cpu(run):
 per_call = [cpu(run) for run in runs]
 floor = [1e6 * (user + system) / n for user, system in floors]
 ratios = [a / b for a, b in zip(per_call, floor)]
+own = [a - b for a, b in zip(per_call, floor)]
 med = statistics.median
 print(f"tasks {n} · concurrency {c} · latency {l:g} ms · {len(runs)} round(s) · "
       f"success {min(run['success'] for run in runs)}/{runs[0]['total']} in every round")
@@ -86,6 +87,7 @@ print(f"runner CPU   median {med(per_call):.1f} µs per LLM call (best {min(per_
       f"user + sys of the lllm process / calls)")
 print(f"HTTP floor   median {med(floor):.1f} µs per request (best {min(floor):.1f}; same client, "
       f"runtime and C; no agent, no records) · runner/floor median {med(ratios):.1f}×")
+print(f"runner's own median {med(own):.1f} µs per call above the floor (agent loop, records, output, pre-flight)")
 rss = max(float(run["time"][2]) for run in runs) / 1024
 print(f"peak RSS     {rss:.1f} MB (largest round) · wall median {med([run['wall'] for run in runs]):.2f} s")
 PY
