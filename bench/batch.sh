@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of `lllm batch` against `lllm-mock` with a fixed latency.
 #
-#   bench/batch.sh [N tasks] [C concurrency] [L latency ms]      (defaults: 5000 256 50)
+#   bench/batch.sh [N tasks] [C concurrency] [L latency ms]      (defaults: 20000 256 50)
 #   NO_BUILD=1 bench/batch.sh 100000 256 0                       (reuse the release build)
 #   ROUNDS=5 bench/batch.sh …                                     (rounds; default 3)
 #
@@ -10,7 +10,7 @@
 # RSS, beside an HTTP floor measured in the same rounds. Session records and
 # results are written as in any run ("logging on").
 set -euo pipefail
-N=${1:-5000}
+N=${1:-20000}
 C=${2:-256}
 L=${3:-50}
 root=$(cd "$(dirname "$0")/.." && pwd)
