@@ -31,7 +31,7 @@ async fn a_streamed_reply_equals_the_whole_one() {
     let script = "replies:\n  - text: \"streams arrive in pieces\"\n  - text: \"streams arrive in pieces\"\n  - fault: cut_stream\n";
     let server = MockServer::start(dir.path(), script);
     let provider = provider(&server);
-    let messages = [Message::user("go")];
+    let messages = [Arc::new(Message::user("go"))];
     let model_args = Map::new();
     let request = ChatRequest {
         model: "m",

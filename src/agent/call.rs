@@ -101,12 +101,12 @@ impl Call<'_> {
                     return;
                 }
             };
+            // The call's dialog gets its own copy: `append` stamps its id.
+            dialog.append(Message::clone(&reply));
             if !reply.is_function_call() {
-                dialog.append(reply);
                 session.success();
                 return;
             }
-            dialog.append(reply.clone());
             // The calls of one turn run concurrently; results go back in call
             // order. A call identical to an earlier one of the same turn is not
             // run twice: it gets the repeat answer.
@@ -218,7 +218,7 @@ impl Call<'_> {
         top: &Arc<Prompt>,
         tools: &[ToolSpec],
         step: u32,
-    ) -> Result<Message, String> {
+    ) -> Result<Arc<Message>, String> {
         let mut working = dialog.fork(0, 1);
         if let Some(manager) = &self.spec.context_manager
             && let Some(pruned) = manager.apply(&mut working)
@@ -239,7 +239,7 @@ impl Call<'_> {
         top: &Arc<Prompt>,
         tools: &[ToolSpec],
         step: u32,
-    ) -> Result<Message, String> {
+    ) -> Result<Arc<Message>, String> {
         let model = &self.spec.model;
         loop {
             let request = ChatRequest {
@@ -314,18 +314,19 @@ impl Call<'_> {
                     Err(failure) => Some(failure.to_string()),
                 }
             };
+            // The trace shares the reply the working fork holds.
+            let reply = Arc::clone(working.append(reply));
             session.record(InvokeTrace {
                 step,
                 attempt: attempted.attempts,
                 request: digest,
-                response: Some(reply.clone()),
+                response: Some(Arc::clone(&reply)),
                 response_in_dialog: false,
                 error: None,
                 parse_error: parse_error.clone(),
                 latency_ms: attempted.latency.as_millis() as u64,
                 waited_ms: 0,
             });
-            working.append(reply.clone());
             let Some(error) = parse_error else {
                 return Ok(reply);
             };

@@ -84,7 +84,7 @@ impl ContextManagers {
 }
 
 /// Groups of message indices that must stay together: a tool call with its results.
-fn groups(messages: &[Message]) -> Vec<Vec<usize>> {
+fn groups(messages: &[Arc<Message>]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (index, message) in messages.iter().enumerate() {
         let joins_previous = message.role == Role::Tool
@@ -182,7 +182,7 @@ impl ContextManager for DefaultContextManager {
         let newest_user = messages
             .iter()
             .rposition(|message| message.role == Role::User);
-        let mut keep: Vec<Option<Message>> = vec![None; messages.len()];
+        let mut keep: Vec<Option<Arc<Message>>> = vec![None; messages.len()];
         let mut used = 0;
         if let Some(index) = system {
             keep[index] = Some(messages[index].clone());
@@ -196,7 +196,7 @@ impl ContextManager for DefaultContextManager {
             } else {
                 let cut = self
                     .truncate(&messages[index], room)
-                    .unwrap_or_else(|| messages[index].clone());
+                    .map_or_else(|| messages[index].clone(), Arc::new);
                 used = budget;
                 Some(cut)
             };
@@ -218,7 +218,7 @@ impl ContextManager for DefaultContextManager {
                 && messages[index].function_calls.is_empty()
                 && messages[index].role != Role::Tool
             {
-                keep[index] = self.truncate(&messages[index], budget - used);
+                keep[index] = self.truncate(&messages[index], budget - used).map(Arc::new);
             }
             break;
         }
@@ -248,7 +248,7 @@ impl ContextManager for LastN {
         while start < messages.len() && messages[start].role == Role::Tool {
             start += 1;
         }
-        let mut kept: Vec<Message> = Vec::new();
+        let mut kept: Vec<Arc<Message>> = Vec::new();
         if messages[0].role == Role::System {
             kept.push(messages[0].clone());
         }

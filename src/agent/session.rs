@@ -4,6 +4,8 @@
 //!
 //! Failed calls are recorded as completely as successful ones (D7).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -101,8 +103,10 @@ pub struct InvokeTrace {
     /// 1-based attempt within one request (provider retries).
     pub attempt: u32,
     pub request: RequestDigest,
+    /// In memory, the very message appended to the working fork (dialog id
+    /// and all), shared with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response: Option<Message>,
+    pub response: Option<Arc<Message>>,
     /// In a written record: the response is left out here because it is
     /// message `request.messages` of dialog `request.dialog_id` (the reply
     /// appended to the working fork), less that message's `dialog_id`.
@@ -228,7 +232,7 @@ impl AgentCallSession {
         self.invokes
             .iter()
             .rev()
-            .find_map(|invoke| invoke.response.as_ref())
+            .find_map(|invoke| invoke.response.as_deref())
     }
 
     /// The accepted reply of a call that succeeded.

@@ -34,7 +34,7 @@ impl Provider for FakeProvider {
         request: ChatRequest<'a>,
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
         self.seen.lock().unwrap().push(Seen {
-            messages: request.messages.to_vec(),
+            messages: request.messages.iter().map(|m| Message::clone(m)).collect(),
             tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
         });
         let reply = self
@@ -213,6 +213,20 @@ async fn a_plain_answer_is_appended_to_the_dialog() {
     assert_eq!(session.invokes.len(), 1);
     let dialog = fixture.agent.current_dialog().unwrap();
     assert_eq!(roles(dialog), [Role::System, Role::User, Role::Assistant]);
+    // One reply in memory for the trace and the working fork; the history
+    // the fork was asked with is shared, not copied.
+    let working = fixture.agent.all_dialogs().last().unwrap();
+    let held = &working.messages()[2];
+    assert!(Arc::ptr_eq(
+        session.invokes[0].response.as_ref().unwrap(),
+        held
+    ));
+    assert!(Arc::ptr_eq(&working.messages()[0], &dialog.messages()[0]));
+    assert!(
+        !Arc::ptr_eq(&dialog.messages()[2], held),
+        "stamped with its own dialog id"
+    );
+    assert_eq!(dialog.messages()[2].content, "hello");
 }
 
 #[tokio::test]

@@ -57,14 +57,15 @@ pub struct Dialog {
     pub owner: String,
     pub top_prompt: Option<Arc<Prompt>>,
     pub tree_node: DialogTreeNode,
-    messages: Vec<Message>,
+    /// Shared, not copied, by forks: a message never changes once appended.
+    messages: Vec<Arc<Message>>,
 }
 
 /// The JSON form of a dialog: messages, tree node and the key of the top prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DialogRecord {
     /// The messages after the first `inherited` ones.
-    pub messages: Vec<Message>,
+    pub messages: Vec<Arc<Message>>,
     pub session_name: String,
     pub owner: String,
     pub tree_node: DialogTreeNode,
@@ -108,7 +109,7 @@ pub fn share_prefixes(records: &mut [DialogRecord]) {
                 .messages
                 .iter()
                 .zip(&parent.messages)
-                .take_while(|(ours, theirs)| ours.is_copy_of(theirs))
+                .take_while(|(ours, theirs)| Arc::ptr_eq(ours, theirs) || ours.is_copy_of(theirs))
                 .count()
         })
         .collect();
@@ -132,7 +133,7 @@ pub fn expand_shared_prefixes(records: &mut [DialogRecord]) {
             continue;
         }
         let parent_id = records[index].tree_node.parent_id.clone();
-        let prefix: Option<Vec<Message>> = records
+        let prefix: Option<Vec<Arc<Message>>> = records
             .iter()
             .find(|record| Some(&record.tree_node.dialog_id) == parent_id.as_ref())
             .filter(|parent| parent.inherited == 0 && parent.messages.len() >= inherited)
@@ -162,7 +163,7 @@ impl Dialog {
         &self.tree_node.dialog_id
     }
 
-    pub fn messages(&self) -> &[Message] {
+    pub fn messages(&self) -> &[Arc<Message>] {
         &self.messages
     }
 
@@ -176,21 +177,21 @@ impl Dialog {
 
     /// The first message, usually the system prompt.
     pub fn head(&self) -> Option<&Message> {
-        self.messages.first()
+        self.messages.first().map(|message| &**message)
     }
 
     /// The last message, usually the newest reply.
     pub fn tail(&self) -> Option<&Message> {
-        self.messages.last()
+        self.messages.last().map(|message| &**message)
     }
 
     /// Appends, stamping `dialog_id` into the message's metadata.
-    pub fn append(&mut self, mut message: Message) -> &Message {
+    pub fn append(&mut self, mut message: Message) -> &Arc<Message> {
         message.metadata.insert(
             "dialog_id".into(),
             Value::String(self.dialog_id().to_string()),
         );
-        self.messages.push(message);
+        self.messages.push(Arc::new(message));
         self.messages.last().expect("just pushed")
     }
 
@@ -301,13 +302,13 @@ impl Dialog {
 
     /// Replaces the messages of a dialog just forked for pruning (context
     /// managers). The canonical dialogs of a run are never rewritten.
-    pub fn replace_messages(&mut self, messages: Vec<Message>) {
+    pub fn replace_messages(&mut self, messages: Vec<Arc<Message>>) {
         self.messages = messages;
     }
 
     /// The summed cost of every message (rates zeroed).
     pub fn cost(&self) -> InvokeCost {
-        self.messages.iter().map(Message::cost).sum()
+        self.messages.iter().map(|message| message.cost()).sum()
     }
 
     /// One line per message: `[i. name (role)]: preview`, cut at `max_length` characters.

@@ -5,6 +5,7 @@
 //! `http` is the one place that talks HTTP and `retry` the one retry loop
 //! (DESIGN §4). Prices and model limits live in `models` and `pricing`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -30,7 +31,7 @@ pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 pub struct ChatRequest<'a> {
     /// The provider's own model id (`gpt-4o-mini`, not `openai/gpt-4o-mini`).
     pub model: &'a str,
-    pub messages: &'a [Message],
+    pub messages: &'a [Arc<Message>],
     pub tools: &'a [ToolSpec],
     /// JSON schema the reply must follow (structured output, D9).
     pub format: Option<&'a Value>,

@@ -3,7 +3,7 @@
 //! where (agent, dialog, round) and how (`lllm replay --rerun`).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 
@@ -18,7 +18,7 @@ struct Recorded {
     dialog: String,
     round: u32,
     sha256: String,
-    messages: Vec<Message>,
+    messages: Vec<Arc<Message>>,
     outcome: Result<Message, ProviderError>,
 }
 
@@ -170,7 +170,7 @@ fn enqueue_call(
             })
             .unwrap_or_default();
         let outcome = match (&invoke.response, &invoke.error) {
-            (Some(reply), _) => Ok(reply.clone()),
+            (Some(reply), _) => Ok(Message::clone(reply)),
             (None, Some(error)) => Err(ProviderError {
                 retry_after: None,
                 ..error.clone()
@@ -214,7 +214,7 @@ fn around_first_difference(before: &str, after: &str) -> (String, String) {
 }
 
 /// The first difference between the recorded request and this one.
-fn difference(recorded: &[Message], request: &ChatRequest<'_>) -> String {
+fn difference(recorded: &[Arc<Message>], request: &ChatRequest<'_>) -> String {
     let now = request.messages;
     for (index, (before, after)) in recorded.iter().zip(now).enumerate() {
         let same = before.role == after.role

@@ -207,6 +207,8 @@ impl super::exchange::Assembler for StreamAssembler {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::provider::ToolSpec;
     use crate::provider::exchange::Assembler;
@@ -224,7 +226,8 @@ mod tests {
             Message::user("Owls?"),
             call,
             Message::tool("lookup", "call_1", "birds"),
-        ];
+        ]
+        .map(Arc::new);
         let tools = [ToolSpec {
             name: "lookup".into(),
             description: "d".into(),

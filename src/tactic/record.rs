@@ -188,7 +188,7 @@ fn held_reply<'a>(
     invoke: &InvokeTrace,
     index: &HashMap<&str, usize>,
     dialogs: &'a [DialogRecord],
-) -> Option<&'a Message> {
+) -> Option<&'a Arc<Message>> {
     let at = *index.get(invoke.request.dialog_id.as_str())?;
     dialogs[at].messages.get(invoke.request.messages)
 }
@@ -211,20 +211,21 @@ pub(crate) fn share_responses(calls: &mut [AgentCallSession], dialogs: &[DialogR
         let Some(held) = held_reply(invoke, &index, dialogs) else {
             continue;
         };
-        let Some(response) = invoke.response.as_mut() else {
+        let Some(response) = &invoke.response else {
             continue;
         };
-        if response.metadata.contains_key(DIALOG_ID) {
-            continue;
-        }
-        // The held copy differs only by the dialog id `append` stamped on it.
-        let id = Value::String(invoke.request.dialog_id.clone());
-        response.metadata.insert(DIALOG_ID.into(), id);
-        if response.is_copy_of(held) {
+        // A live run's trace shares the very message; otherwise the held copy
+        // must differ only by the dialog id `append` stamped on it.
+        let held_copy = Arc::ptr_eq(response, held)
+            || (!response.metadata.contains_key(DIALOG_ID) && {
+                let mut stamped = Message::clone(response);
+                let id = Value::String(invoke.request.dialog_id.clone());
+                stamped.metadata.insert(DIALOG_ID.into(), id);
+                stamped.is_copy_of(held)
+            });
+        if held_copy {
             invoke.response = None;
             invoke.response_in_dialog = true;
-        } else {
-            response.metadata.shift_remove(DIALOG_ID);
         }
     }
 }
@@ -237,9 +238,9 @@ fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
             continue;
         }
         if let Some(held) = held_reply(invoke, &index, dialogs) {
-            let mut response = held.clone();
+            let mut response = Message::clone(held);
             response.metadata.shift_remove(DIALOG_ID);
-            invoke.response = Some(response);
+            invoke.response = Some(Arc::new(response));
             invoke.response_in_dialog = false;
         }
     }
@@ -286,7 +287,7 @@ mod tests {
                 format: false,
                 model_args: Map::new(),
             },
-            response: Some(response),
+            response: Some(Arc::new(response)),
             response_in_dialog: false,
             error: None,
             parse_error: None,
@@ -346,7 +347,7 @@ mod tests {
         assert!(calls[0].invokes[0].response_in_dialog);
         assert_eq!(
             calls[0].invokes[1].response.as_ref(),
-            Some(&edited),
+            Some(&Arc::new(edited.clone())),
             "kept: not a copy"
         );
         assert!(!calls[0].invokes[1].response_in_dialog);

@@ -1,5 +1,7 @@
 //! Wire-format fixtures for the Anthropic Messages API, both directions.
 
+use std::sync::Arc;
+
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
@@ -24,7 +26,8 @@ fn builds_system_tools_tool_results_and_alternating_turns() {
         call,
         Message::tool("lookup", "toolu_1", "Owls are birds."),
         Message::tool("lookup", "toolu_2", "Error: bad arguments"),
-    ];
+    ]
+    .map(Arc::new);
     let tools = [ToolSpec {
         name: "lookup".into(),
         description: "Look up".into(),

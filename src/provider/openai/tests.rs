@@ -1,5 +1,7 @@
 //! Wire-format fixtures for OpenAI chat completions, both directions.
 
+use std::sync::Arc;
+
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
@@ -94,7 +96,7 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
 
 #[test]
 fn the_body_is_written_in_a_fixed_order_and_model_arguments_take_their_fields_place() {
-    let messages = [Message::system("S"), Message::user("U")];
+    let messages = [Message::system("S"), Message::user("U")].map(Arc::new);
     let schema = json!({"type": "object"});
     let sink = |_: &str| {};
     let keys = |body: &[u8]| -> Vec<String> {
@@ -169,7 +171,7 @@ fn the_body_is_written_in_a_fixed_order_and_model_arguments_take_their_fields_pl
 fn malformed_tool_arguments_go_back_verbatim() {
     let mut call = Message::assistant("a", "");
     call.function_calls = vec![FunctionCall::from_model("c", "f", "{\"x\": ")];
-    let messages = [call];
+    let messages = [call].map(Arc::new);
     let model_args = Map::new();
     let request = ChatRequest {
         model: "m",
