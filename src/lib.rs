@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod dialog;
 pub mod error;
+pub mod json;
 pub mod mock;
 pub mod prompt;
 pub mod provider;

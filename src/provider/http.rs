@@ -15,7 +15,7 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 /// A JSON request body: `value` serialized. Serializing a tree of strings and
 /// numbers cannot fail; if it ever did, nothing is sent.
 pub fn json_body<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ProviderError> {
-    serde_json::to_vec(value).map_err(|error| {
+    crate::json::to_vec(value).map_err(|error| {
         ProviderError::permanent(format!("cannot write the request as JSON: {error}"))
     })
 }
