@@ -456,7 +456,8 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
             _ => {}
         }
     }
-    let mut normalized = Map::new();
+    // Room for the counts and the six fields `pricing::apply` adds.
+    let mut normalized = Map::with_capacity(9);
     normalized.insert("prompt_tokens".into(), json!(prompt));
     normalized.insert("completion_tokens".into(), json!(completion));
     normalized.insert(
