@@ -29,7 +29,7 @@ pub(super) struct Call<'a> {
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    crate::tactic::record::timestamp()
 }
 
 fn one_arg(name: &str, value: String) -> Map<String, Value> {

@@ -92,7 +92,15 @@ pub fn request_sha256(request: &ChatRequest<'_>) -> String {
     }
     feed(&request.format.map(Value::to_string).unwrap_or_default());
     feed(&serde_json::to_string(request.model_args).unwrap_or_default());
-    format!("{:x}", hasher.finalize())
+    // Hex digits written directly: `format!("{:x}")` goes through the
+    // formatting machinery once per byte.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(64);
+    for byte in hasher.finalize() {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xF)]));
+    }
+    text
 }
 
 /// One attempt at the provider: a reply (which may still fail to parse) or an error.

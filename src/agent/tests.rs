@@ -558,3 +558,28 @@ async fn the_calls_of_a_turn_really_run_at_the_same_time() {
         .unwrap();
     assert_eq!(session.state, CallState::Success);
 }
+
+#[test]
+fn a_request_digest_is_the_hex_sha256_of_its_parts() {
+    use sha2::{Digest, Sha256};
+    let messages = [Arc::new(Message::user("hi"))];
+    let model_args = Map::new();
+    let request = ChatRequest {
+        model: "m",
+        messages: &messages,
+        tools: &[],
+        format: None,
+        model_args: &model_args,
+        api_type: crate::dialog::ApiType::Completion,
+        stream: None,
+    };
+    let mut hasher = Sha256::new();
+    for part in ["m", "user", "user", "hi", "", "", "{}"] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    assert_eq!(
+        session::request_sha256(&request),
+        format!("{:x}", hasher.finalize())
+    );
+}

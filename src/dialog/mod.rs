@@ -222,7 +222,7 @@ impl Dialog {
     ) -> &Message {
         let mut message = Message::new(role, name, text);
         message.metadata = metadata;
-        self.top_prompt = Some(Arc::new(Prompt::bare("__text")));
+        self.top_prompt = Some(text_prompt());
         self.append(message)
     }
 
@@ -398,8 +398,8 @@ impl Dialog {
     /// when it is not there (a bare `__text` prompt is recreated).
     pub fn from_record(record: DialogRecord, registry: Option<&Registry>) -> Dialog {
         let top_prompt = record.top_prompt_path.as_deref().and_then(|path| {
-            if path == "__text" {
-                return Some(Arc::new(Prompt::bare("__text")));
+            if path == TEXT_PROMPT {
+                return Some(text_prompt());
             }
             registry
                 .and_then(|registry| registry.get(path).ok())
@@ -422,6 +422,15 @@ impl Serialize for Dialog {
     ) -> std::result::Result<S::Ok, S::Error> {
         self.to_record().serialize(serializer)
     }
+}
+
+/// The key of the bare prompt that governs the turn after `put_text`.
+const TEXT_PROMPT: &str = "__text";
+
+/// That bare prompt: one for the whole process, shared by every dialog.
+fn text_prompt() -> Arc<Prompt> {
+    static TEXT: std::sync::OnceLock<Arc<Prompt>> = std::sync::OnceLock::new();
+    Arc::clone(TEXT.get_or_init(|| Arc::new(Prompt::bare(TEXT_PROMPT))))
 }
 
 fn preview(text: &str, max_length: usize) -> String {

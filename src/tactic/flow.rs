@@ -84,7 +84,7 @@ pub(super) async fn run(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
     let started = Instant::now();
-    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let started_at = record::timestamp();
     let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = {
@@ -132,7 +132,7 @@ pub(super) async fn run(
         args: task.args,
         tags: task.tags,
         started_at,
-        ended_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        ended_at: record::timestamp(),
         latency_ms: started.elapsed().as_millis() as u64,
         state,
         delivery,

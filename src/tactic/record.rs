@@ -249,23 +249,61 @@ fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
 /// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
 pub fn new_session_id() -> String {
     use chrono::{Datelike, Timelike};
-    use std::fmt::Write;
     let now = chrono::Utc::now();
     let mut id = String::with_capacity(24);
-    // Fields written directly: a `format` string would be parsed per id.
-    let _ = write!(
-        id,
-        "{:04}{:02}{:02}_{:02}{:02}{:02}_",
-        now.year(),
-        now.month(),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second()
-    );
+    // Digits written directly: a `format` string would be parsed per id.
+    push_digits(&mut id, now.year().clamp(0, 9999) as u32, 4);
+    push_digits(&mut id, now.month(), 2);
+    push_digits(&mut id, now.day(), 2);
+    id.push('_');
+    push_digits(&mut id, now.hour(), 2);
+    push_digits(&mut id, now.minute(), 2);
+    push_digits(&mut id, now.second(), 2);
+    id.push('_');
     let mut buffer = uuid::Uuid::encode_buffer();
     id.push_str(&uuid::Uuid::new_v4().simple().encode_lower(&mut buffer)[..8]);
     id
+}
+
+/// Now as a record writes times: `2026-11-22T08:15:00.123Z`.
+pub fn timestamp() -> String {
+    format_timestamp(chrono::Utc::now())
+}
+
+/// RFC 3339 in UTC with milliseconds, as chrono's
+/// `to_rfc3339_opts(SecondsFormat::Millis, true)` writes it (records have
+/// four per agent call and run; chrono's way costs several times more).
+fn format_timestamp(time: chrono::DateTime<chrono::Utc>) -> String {
+    use chrono::{Datelike, Timelike};
+    if !(0..=9999).contains(&time.year()) {
+        return time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    }
+    let mut text = String::with_capacity(24);
+    push_digits(&mut text, time.year() as u32, 4);
+    text.push('-');
+    push_digits(&mut text, time.month(), 2);
+    text.push('-');
+    push_digits(&mut text, time.day(), 2);
+    text.push('T');
+    push_digits(&mut text, time.hour(), 2);
+    text.push(':');
+    push_digits(&mut text, time.minute(), 2);
+    text.push(':');
+    // A leap second (nanoseconds past one second) shows as second 60.
+    let nanos = time.nanosecond();
+    push_digits(&mut text, time.second() + nanos / 1_000_000_000, 2);
+    text.push('.');
+    push_digits(&mut text, nanos % 1_000_000_000 / 1_000_000, 3);
+    text.push('Z');
+    text
+}
+
+/// `value` in exactly `width` decimal digits (zero-padded; higher digits cut).
+fn push_digits(text: &mut String, value: u32, width: u32) {
+    for place in (0..width).rev() {
+        let digit = value / 10u32.pow(place) % 10;
+        text.push(char::from(b'0' + digit as u8));
+    }
 }
 
 #[cfg(test)]
@@ -307,6 +345,31 @@ mod tests {
         assert!(suffix.starts_with('_'));
         assert!(suffix[1..].chars().all(|c| c.is_ascii_hexdigit()), "{id}");
         assert_ne!(new_session_id(), new_session_id());
+    }
+
+    #[test]
+    fn time_stamps_read_as_chrono_writes_them() {
+        use chrono::{NaiveDate, TimeZone, Utc};
+        let at = |y, mo, d, h, mi, s, ms| {
+            let time = NaiveDate::from_ymd_opt(y, mo, d)
+                .and_then(|date| date.and_hms_milli_opt(h, mi, s, ms))
+                .unwrap();
+            Utc.from_utc_datetime(&time)
+        };
+        let mut times = vec![
+            at(2026, 11, 22, 8, 15, 0, 123),
+            at(1999, 1, 2, 3, 4, 5, 6),
+            at(2000, 12, 31, 23, 59, 59, 999),
+            at(2016, 12, 31, 23, 59, 59, 1500), // a leap second
+            at(12, 1, 1, 0, 0, 0, 0),
+            at(10000, 1, 1, 0, 0, 0, 0),
+            Utc::now(),
+        ];
+        times.push(times[0] + chrono::Duration::nanoseconds(999_999));
+        for time in times {
+            let chrono = time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            assert_eq!(format_timestamp(time), chrono);
+        }
     }
 
     #[test]
