@@ -179,12 +179,18 @@ impl Run<'_> {
             .next()
             .cloned()
             .ok_or_else(|| "the tactic has no agents".to_string())?;
-        let context = self.context.clone();
         let sink = self.sink.clone();
+        // Lent to `open`, not copied: the agent is borrowed from `self` too.
+        let context = std::mem::take(&mut self.context);
+        let opened = self.agent(&name).and_then(|agent| {
+            agent
+                .open(DEFAULT_DIALOG, &context, true)
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        });
+        self.context = context;
+        opened?;
         let agent = self.agent(&name)?;
-        agent
-            .open(DEFAULT_DIALOG, &context, true)
-            .map_err(|error| error.to_string())?;
         agent
             .receive(&task.text(), None)
             .map_err(|error| error.to_string())?;

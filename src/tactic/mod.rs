@@ -454,7 +454,6 @@ impl Tactic {
     pub fn check_task(&self, task: &TaskInput) -> Result<()> {
         let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
         self.check(&arg_names)?;
-        let context = flow::base_context(task);
         let mut templates: Vec<&Prompt> = self
             .agents
             .values()
@@ -462,6 +461,15 @@ impl Tactic {
             .collect();
         collect_templates(&self.nodes, &mut templates);
         templates.extend(self.result.as_deref());
+        // Templates without variables need no context (often all of them).
+        let needs_context = templates
+            .iter()
+            .any(|template| !template.template_vars().is_empty());
+        let context = if needs_context {
+            flow::base_context(task)
+        } else {
+            Map::new()
+        };
         let mut problems = Vec::new();
         for template in templates {
             let ready = template
