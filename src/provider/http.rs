@@ -98,6 +98,17 @@ impl Endpoint {
     }
 }
 
+/// A reply body as text. JSON is UTF-8 (RFC 8259), whatever a
+/// `Content-Type` charset says; bytes that are not become U+FFFD, so an error
+/// body still reads. Checked as a whole first: a reply is almost always valid,
+/// and the lossy decoder walks it in small steps.
+fn utf8_text(body: &[u8]) -> String {
+    match std::str::from_utf8(body) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    }
+}
+
 /// POSTs `body` as JSON and reads the whole reply. Network failures are
 /// transient errors; HTTP statuses are the caller's to classify.
 pub async fn post_json(
@@ -110,9 +121,10 @@ pub async fn post_json(
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response
-        .text()
+        .bytes()
         .await
         .map_err(|error| network_error(error, endpoint, timeout))?;
+    let body = utf8_text(&body);
     Ok(HttpReply {
         status,
         headers,
@@ -138,9 +150,10 @@ where
     if !(200..300).contains(&status) {
         let headers = response.headers().clone();
         let body = response
-            .text()
+            .bytes()
             .await
             .map_err(|error| network_error(error, endpoint, timeout))?;
+        let body = utf8_text(&body);
         return Ok(Some(HttpReply {
             status,
             headers,
@@ -257,6 +270,13 @@ mod tests {
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         headers(pairs.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn bodies_read_as_utf8_and_bad_bytes_do_not_fail_them() {
+        assert_eq!(utf8_text("{\"a\": \"é😀\"}".as_bytes()), "{\"a\": \"é😀\"}");
+        assert_eq!(utf8_text(b"bad \xff gateway"), "bad \u{fffd} gateway");
+        assert_eq!(utf8_text(b""), "");
     }
 
     #[test]
