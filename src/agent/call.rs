@@ -101,8 +101,7 @@ impl Call<'_> {
                     return;
                 }
             };
-            // The call's dialog gets its own copy: `append` stamps its id.
-            dialog.append(Message::clone(&reply));
+            dialog.append_shared(Arc::clone(&reply));
             if !reply.is_function_call() {
                 session.success();
                 return;
@@ -226,15 +225,17 @@ impl Call<'_> {
             archive.push(std::mem::replace(&mut working, pruned));
         }
         let result = self
-            .repair_loop(&mut working, session, top, tools, step)
+            .repair_loop(&mut working, dialog.dialog_id(), session, top, tools, step)
             .await;
         archive.push(working);
         result
     }
 
+    /// `dialog_id` is the call's dialog, which takes the accepted reply.
     async fn repair_loop(
         &self,
         working: &mut Dialog,
+        dialog_id: &str,
         session: &mut AgentCallSession,
         top: &Arc<Prompt>,
         tools: &[ToolSpec],
@@ -314,8 +315,15 @@ impl Call<'_> {
                     Err(failure) => Some(failure.to_string()),
                 }
             };
-            // The trace shares the reply the working fork holds.
-            let reply = Arc::clone(working.append(reply));
+            // The trace shares the reply the working fork holds. A reply
+            // that parses goes on to the call's dialog too: one message for
+            // both, stamped with the call's dialog (as appending one object
+            // to both does in the Python loop).
+            let reply = Arc::clone(if parse_error.is_none() {
+                working.append_shared(Dialog::stamp(reply, dialog_id))
+            } else {
+                working.append(reply)
+            });
             session.record(InvokeTrace {
                 step,
                 attempt: attempted.attempts,

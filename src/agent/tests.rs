@@ -213,8 +213,9 @@ async fn a_plain_answer_is_appended_to_the_dialog() {
     assert_eq!(session.invokes.len(), 1);
     let dialog = fixture.agent.current_dialog().unwrap();
     assert_eq!(roles(dialog), [Role::System, Role::User, Role::Assistant]);
-    // One reply in memory for the trace and the working fork; the history
-    // the fork was asked with is shared, not copied.
+    // One reply in memory for the trace, the working fork and the call's
+    // dialog (stamped with the call's dialog); the history the fork was asked
+    // with is shared, not copied.
     let working = fixture.agent.all_dialogs().last().unwrap();
     let held = &working.messages()[2];
     assert!(Arc::ptr_eq(
@@ -222,11 +223,8 @@ async fn a_plain_answer_is_appended_to_the_dialog() {
         held
     ));
     assert!(Arc::ptr_eq(&working.messages()[0], &dialog.messages()[0]));
-    assert!(
-        !Arc::ptr_eq(&dialog.messages()[2], held),
-        "stamped with its own dialog id"
-    );
-    assert_eq!(dialog.messages()[2].content, "hello");
+    assert!(Arc::ptr_eq(&dialog.messages()[2], held));
+    assert_eq!(held.metadata["dialog_id"], json!(dialog.dialog_id()));
 }
 
 #[tokio::test]

@@ -186,12 +186,26 @@ impl Dialog {
     }
 
     /// Appends, stamping `dialog_id` into the message's metadata.
-    pub fn append(&mut self, mut message: Message) -> &Arc<Message> {
-        message.metadata.insert(
-            "dialog_id".into(),
-            Value::String(self.dialog_id().to_string()),
-        );
-        self.messages.push(Arc::new(message));
+    pub fn append(&mut self, message: Message) -> &Arc<Message> {
+        self.messages
+            .push(Dialog::stamp(message, &self.tree_node.dialog_id));
+        self.messages.last().expect("just pushed")
+    }
+
+    /// `message` as `append` stamps it for dialog `dialog_id`, ready to be
+    /// shared by more than one dialog (`append_shared`).
+    pub fn stamp(mut message: Message, dialog_id: &str) -> Arc<Message> {
+        message
+            .metadata
+            .insert("dialog_id".into(), Value::String(dialog_id.to_string()));
+        Arc::new(message)
+    }
+
+    /// Appends a message as it is, shared with the other dialogs that hold it
+    /// (the agent loop's accepted reply: its working fork and the call's
+    /// dialog hold one message, stamped with the call's dialog).
+    pub fn append_shared(&mut self, message: Arc<Message>) -> &Arc<Message> {
+        self.messages.push(message);
         self.messages.last().expect("just pushed")
     }
 
