@@ -249,7 +249,8 @@ fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
 /// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
 pub fn new_session_id() -> String {
     use chrono::{Datelike, Timelike};
-    let now = chrono::Utc::now();
+    // Fields of the naive time: `DateTime`'s getters each re-apply the offset.
+    let now = chrono::Utc::now().naive_utc();
     let mut id = String::with_capacity(24);
     // Digits written directly: a `format` string would be parsed per id.
     push_digits(&mut id, now.year().clamp(0, 9999) as u32, 4);
@@ -278,6 +279,7 @@ fn format_timestamp(time: chrono::DateTime<chrono::Utc>) -> String {
     if !(0..=9999).contains(&time.year()) {
         return time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     }
+    let time = time.naive_utc();
     let mut text = String::with_capacity(24);
     push_digits(&mut text, time.year() as u32, 4);
     text.push('-');
@@ -300,9 +302,15 @@ fn format_timestamp(time: chrono::DateTime<chrono::Utc>) -> String {
 
 /// `value` in exactly `width` decimal digits (zero-padded; higher digits cut).
 fn push_digits(text: &mut String, value: u32, width: u32) {
-    for place in (0..width).rev() {
-        let digit = value / 10u32.pow(place) % 10;
-        text.push(char::from(b'0' + digit as u8));
+    // Constant divisors: each digit is a multiply, not a division.
+    let digits = [
+        value / 1000 % 10,
+        value / 100 % 10,
+        value / 10 % 10,
+        value % 10,
+    ];
+    for digit in &digits[4 - width as usize..] {
+        text.push(char::from(b'0' + *digit as u8));
     }
 }
 
