@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The CPU cost of `lllm batch` as instructions per LLM call, beside the HTTP
+# floor: deterministic where timings on a shared machine are not (they move
+# by ±20 % with the host's other tenants; these repeat to within 1 %).
+#
+#   bench/instructions.sh [N tasks]          (default 3000; needs valgrind)
+#   NO_BUILD=1 bench/instructions.sh 3000    (reuse the release build)
+#
+# Both run under callgrind against `lllm-mock` with no latency, at
+# concurrency 256, writing records and results as any run does; user-space
+# instructions only (the kernel's share, TCP and file writes, is not counted).
+set -euo pipefail
+N=${1:-3000}
+C=256
+command -v valgrind > /dev/null || { echo "bench/instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/target/release
+if [ -z "${NO_BUILD:-}" ]; then
+    (cd "$root" && cargo build --release --bins --example http_floor --quiet)
+fi
+work=$(mktemp -d)
+trap 'kill "$mock_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+printf 'default: {echo: true}\n' > "$work/mock.yaml"
+"$bin/lllm-mock" --script "$work/mock.yaml" --latency-ms 0 > "$work/banner" &
+mock_pid=$!
+for _ in $(seq 100); do [ -s "$work/banner" ] && break; sleep 0.05; done
+url=$(sed 's/^listening on //' "$work/banner")
+
+cat > "$work/tactic.yaml" <<YAML
+tactic_type: bench
+global: {model_name: local/bench-model, max_llm_recall: 0}
+agent_configs:
+  - {name: a, system_prompt: "Answer in one word."}
+providers:
+  local: {api: openai, base_url: "$url/v1", max_concurrency: $C}
+pricing:
+  bench-model: {input_per_million: 0.15, output_per_million: 0.60}
+YAML
+awk -v n="$N" 'BEGIN { for (i = 0; i < n; i++) printf "{\"id\":\"t%d\",\"task\":\"What is %d plus one?\"}\n", i, i }' > "$work/tasks.jsonl"
+
+instructions() {
+    grep -E '^(summary|totals):' "$1" | head -1 | awk '{print $2}'
+}
+valgrind --tool=callgrind --callgrind-out-file="$work/runner.out" \
+    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/runner.err"
+valgrind --tool=callgrind --callgrind-out-file="$work/floor.out" \
+    "$bin/examples/http_floor" "$url" "$N" "$C" > /dev/null 2> "$work/floor.err"
+results=$(wc -l < "$work/out/results.jsonl")
+[ "$results" -eq "$N" ] || { echo "bench/instructions.sh: $results of $N results" >&2; exit 1; }
+runner=$(instructions "$work/runner.out")
+floor=$(instructions "$work/floor.out")
+python3 - "$runner" "$floor" "$N" <<'PY'
+import sys
+runner, floor, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+print(f"tasks {n} · concurrency 256 · latency 0 ms · user-space instructions (callgrind)")
+print(f"runner       {runner / n:,.0f} per LLM call (lllm batch: pre-flight, agent loop, HTTP, records, output)")
+print(f"HTTP floor   {floor / n:,.0f} per request (same client, runtime and C; no agent, no records)")
+print(f"runner/floor {runner / floor:.2f}× · runner's own {(runner - floor) / n:,.0f} per call above the floor")
+PY
