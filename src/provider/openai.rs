@@ -272,7 +272,24 @@ struct Reply<'a> {
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
-    usage: Option<Map<String, Value>>,
+    usage: Option<ReplyUsage>,
+}
+
+/// The counters of a reply's `usage`; another shape of them (a float, a
+/// string) fails the typed read, and the reply is read as a tree instead
+/// (`parse_response`), which counts it as 0.
+#[derive(serde::Deserialize)]
+struct ReplyUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Map<String, Value>>,
+    #[serde(default)]
+    completion_tokens_details: Option<Map<String, Value>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -342,8 +359,13 @@ pub fn parse_body(body: &str) -> Result<Message, ProviderError> {
             .metadata
             .insert("finish_reason".into(), Value::String(finish.into_owned()));
     }
-    if let Some(usage) = &reply.usage {
-        message.usage = normalize_usage(usage);
+    if let Some(usage) = reply.usage {
+        message.usage = usage_map(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.total_tokens,
+            [usage.prompt_tokens_details, usage.completion_tokens_details],
+        );
     }
     Ok(message)
 }
@@ -456,21 +478,37 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
             _ => {}
         }
     }
+    usage_map(
+        prompt,
+        completion,
+        total,
+        details.map(|section| section.cloned()),
+    )
+}
+
+/// A message's usage in OpenAI's shape: the counts, then the detail sections
+/// there are.
+fn usage_map(
+    prompt: u64,
+    completion: u64,
+    total: Option<u64>,
+    details: [Option<Map<String, Value>>; 2],
+) -> Map<String, Value> {
     // Room for the counts and the six fields `pricing::apply` adds.
-    let mut normalized = Map::with_capacity(9);
-    normalized.insert("prompt_tokens".into(), json!(prompt));
-    normalized.insert("completion_tokens".into(), json!(completion));
-    normalized.insert(
+    let mut usage = Map::with_capacity(9);
+    usage.insert("prompt_tokens".into(), json!(prompt));
+    usage.insert("completion_tokens".into(), json!(completion));
+    usage.insert(
         "total_tokens".into(),
         json!(total.unwrap_or(prompt + completion)),
     );
     let names = ["prompt_tokens_details", "completion_tokens_details"];
     for (name, section) in names.into_iter().zip(details) {
         if let Some(section) = section {
-            normalized.insert(name.into(), Value::Object(section.clone()));
+            usage.insert(name.into(), Value::Object(section));
         }
     }
-    normalized
+    usage
 }
 
 /// Builds the reply of a streamed chat completion from its chunks: text

@@ -356,8 +356,13 @@ fn the_direct_reader_agrees_with_the_lenient_one() {
             {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
             {"type": "function", "function": {"name": "g", "arguments": "not json"}}]},
             "logprobs": {"content": [{"token": "x", "logprob": -0.1}]}}], "usage": null}),
+        json!({"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": 9,
+            "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 8},
+            "completion_tokens_details": {"reasoning_tokens": 1}, "extra": true}}),
         // Shapes the direct reader leaves to the lenient one.
         json!({"choices": [{"message": {"content": ["parts"]}}], "model": 7, "usage": 3}),
+        json!({"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": 2.0,
+            "completion_tokens": null, "total_tokens": "5", "prompt_tokens_details": 1}}),
         json!({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]}),
         json!({"choices": []}),
         json!({"choices": [{}]}),
