@@ -13,31 +13,7 @@ set -euo pipefail
 N=${1:-20000}
 C=${2:-256}
 L=${3:-50}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release
-if [ -z "${NO_BUILD:-}" ]; then
-    (cd "$root" && cargo build --release --bins --example http_floor --quiet)
-fi
-work=$(mktemp -d)
-trap 'kill "$mock_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-
-printf 'default: {echo: true}\n' > "$work/mock.yaml"
-"$bin/lllm-mock" --script "$work/mock.yaml" --latency-ms "$L" > "$work/banner" &
-mock_pid=$!
-for _ in $(seq 100); do [ -s "$work/banner" ] && break; sleep 0.05; done
-url=$(sed 's/^listening on //' "$work/banner")
-
-cat > "$work/tactic.yaml" <<YAML
-tactic_type: bench
-global: {model_name: local/bench-model, max_llm_recall: 0}
-agent_configs:
-  - {name: a, system_prompt: "Answer in one word."}
-providers:
-  local: {api: openai, base_url: "$url/v1", max_concurrency: $C}
-pricing:
-  bench-model: {input_per_million: 0.15, output_per_million: 0.60}
-YAML
-awk -v n="$N" 'BEGIN { for (i = 0; i < n; i++) printf "{\"id\":\"t%d\",\"task\":\"What is %d plus one?\"}\n", i, i }' > "$work/tasks.jsonl"
+source "$(dirname "$0")/setup.sh"
 
 # ROUNDS runs of each, alternating, so both see the same moments of a shared
 # machine; the report gives the median and the best round.

@@ -10,34 +10,11 @@
 # concurrency 256, writing records and results as any run does; user-space
 # instructions only (the kernel's share, TCP and file writes, is not counted).
 set -euo pipefail
+command -v valgrind > /dev/null || { echo "bench/instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 N=${1:-3000}
 C=256
-command -v valgrind > /dev/null || { echo "bench/instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release
-if [ -z "${NO_BUILD:-}" ]; then
-    (cd "$root" && cargo build --release --bins --example http_floor --quiet)
-fi
-work=$(mktemp -d)
-trap 'kill "$mock_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-
-printf 'default: {echo: true}\n' > "$work/mock.yaml"
-"$bin/lllm-mock" --script "$work/mock.yaml" --latency-ms 0 > "$work/banner" &
-mock_pid=$!
-for _ in $(seq 100); do [ -s "$work/banner" ] && break; sleep 0.05; done
-url=$(sed 's/^listening on //' "$work/banner")
-
-cat > "$work/tactic.yaml" <<YAML
-tactic_type: bench
-global: {model_name: local/bench-model, max_llm_recall: 0}
-agent_configs:
-  - {name: a, system_prompt: "Answer in one word."}
-providers:
-  local: {api: openai, base_url: "$url/v1", max_concurrency: $C}
-pricing:
-  bench-model: {input_per_million: 0.15, output_per_million: 0.60}
-YAML
-awk -v n="$N" 'BEGIN { for (i = 0; i < n; i++) printf "{\"id\":\"t%d\",\"task\":\"What is %d plus one?\"}\n", i, i }' > "$work/tasks.jsonl"
+L=0
+source "$(dirname "$0")/setup.sh"
 
 instructions() {
     grep -E '^(summary|totals):' "$1" | head -1 | awk '{print $2}'

@@ -528,13 +528,100 @@ impl ser::SerializeStructVariant for Compound<'_, '_> {
     }
 }
 
-/// A map key: a string (or a unit variant or newtype around one) is written
-/// here; every other key goes to serde_json, which quotes or refuses it.
-struct KeyWriter<'a, 'b> {
-    writer: &'a mut Writer<'b>,
-}
+/// The parts of a `Serializer` that only takes a string (a map key, the text
+/// of a raw value): every other shape is left to serde_json. The impl adds
+/// `serialize_str`, `serialize_unit_variant` and `serialize_newtype_struct`.
+macro_rules! strings_only {
+    () => {
+        type Ok = ();
+        type Error = Fallback;
+        type SerializeSeq = Impossible<(), Fallback>;
+        type SerializeTuple = Impossible<(), Fallback>;
+        type SerializeTupleStruct = Impossible<(), Fallback>;
+        type SerializeTupleVariant = Impossible<(), Fallback>;
+        type SerializeMap = Impossible<(), Fallback>;
+        type SerializeStruct = Impossible<(), Fallback>;
+        type SerializeStructVariant = Impossible<(), Fallback>;
 
-macro_rules! unsupported {
+        strings_only!(
+            serialize_bool(bool),
+            serialize_i8(i8),
+            serialize_i16(i16),
+            serialize_i32(i32),
+            serialize_i64(i64),
+            serialize_i128(i128),
+            serialize_u8(u8),
+            serialize_u16(u16),
+            serialize_u32(u32),
+            serialize_u64(u64),
+            serialize_u128(u128),
+            serialize_f32(f32),
+            serialize_f64(f64),
+            serialize_char(char),
+            serialize_bytes(&[u8]),
+            serialize_none(),
+            serialize_unit(),
+            serialize_unit_struct(&'static str),
+        );
+
+        fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_tuple_struct(
+            self,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleStruct> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleVariant> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct> {
+            Err(Fallback::Unsupported)
+        }
+
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeStructVariant> {
+            Err(Fallback::Unsupported)
+        }
+    };
     ($($method:ident($($argument:ty),*)),* $(,)?) => {
         $(fn $method(self, $(_: $argument),*) -> Result<Self::Ok> {
             Err(Fallback::Unsupported)
@@ -542,16 +629,14 @@ macro_rules! unsupported {
     };
 }
 
+/// A map key: a string (or a unit variant or newtype around one) is written
+/// here; every other key goes to serde_json, which quotes or refuses it.
+struct KeyWriter<'a, 'b> {
+    writer: &'a mut Writer<'b>,
+}
+
 impl ser::Serializer for KeyWriter<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-    type SerializeSeq = Impossible<(), Fallback>;
-    type SerializeTuple = Impossible<(), Fallback>;
-    type SerializeTupleStruct = Impossible<(), Fallback>;
-    type SerializeTupleVariant = Impossible<(), Fallback>;
-    type SerializeMap = Impossible<(), Fallback>;
-    type SerializeStruct = Impossible<(), Fallback>;
-    type SerializeStructVariant = Impossible<(), Fallback>;
+    strings_only!();
 
     fn serialize_str(self, value: &str) -> Result {
         self.writer.string(value);
@@ -566,85 +651,6 @@ impl ser::Serializer for KeyWriter<'_, '_> {
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Result {
         value.serialize(self)
     }
-
-    unsupported!(
-        serialize_bool(bool),
-        serialize_i8(i8),
-        serialize_i16(i16),
-        serialize_i32(i32),
-        serialize_i64(i64),
-        serialize_i128(i128),
-        serialize_u8(u8),
-        serialize_u16(u16),
-        serialize_u32(u32),
-        serialize_u64(u64),
-        serialize_u128(u128),
-        serialize_f32(f32),
-        serialize_f64(f64),
-        serialize_char(char),
-        serialize_bytes(&[u8]),
-        serialize_none(),
-        serialize_unit(),
-        serialize_unit_struct(&'static str),
-    );
-
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant> {
-        Err(Fallback::Unsupported)
-    }
 }
 
 /// The JSON text inside a `RawValue`, copied as it is.
@@ -653,105 +659,18 @@ struct RawText<'a> {
 }
 
 impl ser::Serializer for RawText<'_> {
-    type Ok = ();
-    type Error = Fallback;
-    type SerializeSeq = Impossible<(), Fallback>;
-    type SerializeTuple = Impossible<(), Fallback>;
-    type SerializeTupleStruct = Impossible<(), Fallback>;
-    type SerializeTupleVariant = Impossible<(), Fallback>;
-    type SerializeMap = Impossible<(), Fallback>;
-    type SerializeStruct = Impossible<(), Fallback>;
-    type SerializeStructVariant = Impossible<(), Fallback>;
+    strings_only!();
 
     fn serialize_str(self, value: &str) -> Result {
         self.out.extend_from_slice(value.as_bytes());
         Ok(())
     }
 
-    unsupported!(
-        serialize_bool(bool),
-        serialize_i8(i8),
-        serialize_i16(i16),
-        serialize_i32(i32),
-        serialize_i64(i64),
-        serialize_i128(i128),
-        serialize_u8(u8),
-        serialize_u16(u16),
-        serialize_u32(u32),
-        serialize_u64(u64),
-        serialize_u128(u128),
-        serialize_f32(f32),
-        serialize_f64(f64),
-        serialize_char(char),
-        serialize_bytes(&[u8]),
-        serialize_none(),
-        serialize_unit(),
-        serialize_unit_struct(&'static str),
-    );
-
     fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result {
         Err(Fallback::Unsupported)
     }
 
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct> {
-        Err(Fallback::Unsupported)
-    }
-
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant> {
         Err(Fallback::Unsupported)
     }
 }
