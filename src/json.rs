@@ -8,7 +8,7 @@
 //! buffer. Numbers are written by `itoa` and, for floats, by serde_json itself,
 //! so every value reads the same. Anything this writer does not handle the way
 //! serde_json does (a map key that is not a string, bytes, 128-bit integers)
-//! makes `to_vec` start over with serde_json, so the output is always
+//! makes `write` start over with serde_json, so the output is always
 //! serde_json's.
 
 use serde::ser::{self, Impossible, Serialize};
