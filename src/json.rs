@@ -428,56 +428,32 @@ impl<'a, 'b> Compound<'a, 'b> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
+/// The array and object parts of `Compound`: each entry goes to
+/// `element` (arrays) or `field` (structs), and `end` closes.
+macro_rules! compound {
+    ($($trait:ident: $method:ident($($key:ident: $key_type:ty,)?) => $entry:ident;)*) => {
+        $(impl ser::$trait for Compound<'_, '_> {
+            type Ok = ();
+            type Error = Fallback;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
+            fn $method<T: Serialize + ?Sized>(&mut self, $($key: $key_type,)? value: &T) -> Result {
+                self.$entry($($key,)? value)
+            }
 
-    fn end(self) -> Result {
-        self.close()
-    }
+            fn end(self) -> Result {
+                self.close()
+            }
+        })*
+    };
 }
 
-impl ser::SerializeTuple for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close()
-    }
+compound! {
+    SerializeSeq: serialize_element() => element;
+    SerializeTuple: serialize_element() => element;
+    SerializeTupleStruct: serialize_field() => element;
+    SerializeTupleVariant: serialize_field() => element;
+    SerializeStruct: serialize_field(key: &'static str,) => field;
+    SerializeStructVariant: serialize_field(key: &'static str,) => field;
 }
 
 impl ser::SerializeMap for Compound<'_, '_> {
@@ -495,32 +471,6 @@ impl ser::SerializeMap for Compound<'_, '_> {
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
         value.serialize(&mut *self.writer)
-    }
-
-    fn end(self) -> Result {
-        self.close()
-    }
-}
-
-impl ser::SerializeStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
-        self.field(key, value)
-    }
-
-    fn end(self) -> Result {
-        self.close()
-    }
-}
-
-impl ser::SerializeStructVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Fallback;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result {
-        self.field(key, value)
     }
 
     fn end(self) -> Result {
