@@ -13,6 +13,7 @@ pub mod json;
 pub mod mock;
 pub mod prompt;
 pub mod provider;
+pub mod redact;
 pub mod replay;
 pub mod report;
 pub mod suggest;
