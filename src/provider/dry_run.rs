@@ -1,6 +1,7 @@
 //! `lllm run --dry-run`: every provider is wrapped so that a request is
-//! captured as it would go on the wire (endpoint and body, never headers) and
-//! not sent. The call then fails, so a run stops after its first turns.
+//! captured as it would go on the wire (endpoint and body; never headers,
+//! credentials or query values) and not sent. The call then fails, so a run
+//! stops after its first turns.
 
 use std::sync::{Arc, Mutex};
 
@@ -47,9 +48,12 @@ impl Provider for DryRunProvider {
         &'a self,
         request: ChatRequest<'a>,
     ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        let mut wire = self.inner.wire_request(&request);
+        // Shown as every URL is: no credentials, no query values.
+        wire.url = crate::redact::url(&wire.url).into_owned();
         let captured = Captured {
             sha256: request_sha256(&request),
-            wire: self.inner.wire_request(&request),
+            wire,
         };
         self.log
             .captured

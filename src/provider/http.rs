@@ -2,15 +2,24 @@
 //! network errors classified for the retry loop, and `Retry-After` parsing.
 //! Provider modules build bodies and read replies; they never see a socket.
 //!
-//! Error texts carry no URL query and no header, so no key can leak into them.
+//! What leaves and what comes back is kept clean here, so that no caller can
+//! forget: error texts name a URL only as `redact::place` shows it (no
+//! credentials, no query) and never a header; credentials in a URL travel
+//! only as a basic-auth header; a redirect is followed only within the
+//! endpoint's origin (`follow`); every reply body is scrubbed of the secrets
+//! the endpoint sends before anyone reads it.
 
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION};
 
 use super::{ErrorKind, ProviderError};
+use crate::redact::{self, Secrets};
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// Same-origin redirects followed for one request, at most.
+const MAX_REDIRECTS: usize = 10;
 
 /// A JSON request body: `value` serialized. Serializing a tree of strings and
 /// numbers cannot fail; if it ever did, nothing is sent.
@@ -20,7 +29,8 @@ pub fn json_body<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ProviderErro
     })
 }
 
-/// A reply as received: status, headers and body text.
+/// A reply as received: status, headers and body text (scrubbed of the
+/// endpoint's secrets).
 pub struct HttpReply {
     pub status: u16,
     pub headers: HeaderMap,
@@ -28,10 +38,12 @@ pub struct HttpReply {
 }
 
 /// One client per run: connections are pooled across every agent and task.
+/// It follows no redirect by itself: `send` decides (see `follow`).
 pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .pool_max_idle_per_host(1024)
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|error| format!("cannot build the HTTP client: {error}"))
 }
@@ -62,10 +74,19 @@ where
 /// Where a provider's requests go and the headers they carry, parsed and
 /// checked once when the provider is built: a bad URL or header is a
 /// configuration error, and no request pays for parsing them again.
+///
+/// `url` holds no credentials: `user:password@` in the given URL becomes an
+/// `Authorization: Basic` header (as reqwest would send it; an explicit
+/// `Authorization` header wins), so nothing that prints `url` can show them.
 #[derive(Clone)]
 pub struct Endpoint {
     pub url: reqwest::Url,
     pub headers: HeaderMap,
+    /// What this endpoint sends that must not come back into text: every
+    /// header value but the public ones, and the URL's credentials.
+    pub secrets: Secrets,
+    /// The URL as errors name it (`redact::place`).
+    place: String,
 }
 
 impl Endpoint {
@@ -73,29 +94,64 @@ impl Endpoint {
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|error| format!("invalid URL `{}`: {error}", strip_query(url)))?;
+        let place = redact::place(url);
+        let mut parsed =
+            reqwest::Url::parse(url).map_err(|error| format!("invalid URL `{place}`: {error}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!(
-                "invalid URL `{}`: not http or https",
-                strip_query(url)
-            ));
+            return Err(format!("invalid URL `{place}`: not http or https"));
         }
         let mut headers = headers(pairs)?;
+        let decode = |text: &str| {
+            percent_encoding::percent_decode_str(text)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let user = decode(parsed.username());
+        let password = parsed.password().map(decode);
+        if !user.is_empty() || password.is_some() {
+            if !headers.contains_key(AUTHORIZATION) {
+                headers.insert(AUTHORIZATION, basic_auth(&user, password.as_deref()));
+            }
+            // Setting these cannot fail on an http(s) URL, checked above.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+        }
         // Every body we send is JSON; a configured `Content-Type` stays.
         if !headers.contains_key(CONTENT_TYPE) {
             headers.insert(CONTENT_TYPE, JSON);
         }
+        let mut secrets = Secrets::new();
+        for (name, value) in &headers {
+            if let Ok(value) = value.to_str() {
+                secrets.add_header(name.as_str(), value);
+            }
+        }
+        secrets.add_url(url);
         Ok(Endpoint {
             url: parsed,
             headers,
+            secrets,
+            place,
         })
     }
 
-    /// The URL as errors show it: without its query.
-    fn place(&self) -> &str {
-        strip_query(self.url.as_str())
+    /// The URL as errors show it: without credentials (`***@` marks where
+    /// they were) and without its query.
+    pub fn place(&self) -> &str {
+        &self.place
     }
+}
+
+/// `Basic base64(user:password)`, as reqwest makes it from a URL.
+fn basic_auth(user: &str, password: Option<&str>) -> HeaderValue {
+    use base64::Engine;
+    let credentials = format!("{user}:{}", password.unwrap_or_default());
+    let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+    // Base64 is always a valid header value.
+    let mut value = HeaderValue::from_str(&format!("Basic {encoded}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("Basic"));
+    value.set_sensitive(true);
+    value
 }
 
 /// A reply body as text. JSON is UTF-8 (RFC 8259), whatever a
@@ -124,7 +180,8 @@ pub async fn post_json(
         .bytes()
         .await
         .map_err(|error| network_error(error, endpoint, timeout))?;
-    let body = utf8_text(&body);
+    let mut body = utf8_text(&body);
+    endpoint.secrets.scrub_string(&mut body);
     Ok(HttpReply {
         status,
         headers,
@@ -153,7 +210,8 @@ where
             .bytes()
             .await
             .map_err(|error| network_error(error, endpoint, timeout))?;
-        let body = utf8_text(&body);
+        let mut body = utf8_text(&body);
+        endpoint.secrets.scrub_string(&mut body);
         return Ok(Some(HttpReply {
             status,
             headers,
@@ -174,7 +232,9 @@ where
             let line = line.trim_end_matches(['\r', '\n']);
             if line.is_empty() {
                 // A blank line ends an event.
-                if !data.is_empty() && !on_data(&std::mem::take(&mut data))? {
+                if !data.is_empty()
+                    && !on_data(&endpoint.secrets.scrub(&std::mem::take(&mut data)))?
+                {
                     return Ok(None);
                 }
             } else if let Some(payload) = line.strip_prefix("data:") {
@@ -187,25 +247,104 @@ where
         }
     }
     if !data.is_empty() {
-        on_data(&data)?;
+        on_data(&endpoint.secrets.scrub(&data))?;
     }
     Ok(None)
 }
 
+/// Sends the request, following redirects only as `follow` allows.
 async fn send(
     client: &reqwest::Client,
     endpoint: &Endpoint,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<reqwest::Response, ProviderError> {
-    client
-        .post(endpoint.url.clone())
-        .headers(endpoint.headers.clone())
-        .body(body)
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|error| network_error(error, endpoint, timeout))
+    // Shared, not copied, when a redirect makes us send it again.
+    let body = bytes::Bytes::from(body);
+    let mut url = endpoint.url.clone();
+    let mut redirects = 0;
+    loop {
+        let response = client
+            .post(url)
+            .headers(endpoint.headers.clone())
+            .body(body.clone())
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|error| network_error(error, endpoint, timeout))?;
+        if !matches!(response.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
+            return Ok(response);
+        }
+        url = follow(endpoint, &response, redirects)?;
+        redirects += 1;
+    }
+}
+
+/// Where a redirect leads, if lllm follows it; otherwise a permanent error
+/// naming where it led (never sent there).
+///
+/// - To another origin (scheme, host or port differ, `http` to `https`
+///   included): never followed. The request would carry the prompt, the key
+///   and the configured headers to a server nobody configured.
+/// - 307 and 308 within the origin: followed, at most `MAX_REDIRECTS` times,
+///   with the same method, body and headers (what those statuses mean).
+/// - 301, 302 and 303 within the origin: not followed. Clients turn them
+///   into a GET without a body, which no chat API answers; the error names
+///   the new place so the configuration can point there.
+fn follow(
+    endpoint: &Endpoint,
+    response: &reqwest::Response,
+    redirects: usize,
+) -> Result<reqwest::Url, ProviderError> {
+    let status = response.status().as_u16();
+    let from = response.url();
+    let error = |message: String| ProviderError {
+        kind: ErrorKind::Permanent,
+        status: Some(status),
+        code: None,
+        message,
+        retry_after: None,
+    };
+    let target = response
+        .headers()
+        .get(LOCATION)
+        .and_then(|location| location.to_str().ok())
+        .and_then(|location| from.join(location.trim()).ok())
+        .filter(|target| matches!(target.scheme(), "http" | "https"));
+    let Some(mut target) = target else {
+        return Err(error(format!(
+            "`{}` answered with a redirect without a usable `Location`",
+            redact::place(from.as_str())
+        )));
+    };
+    // Credentials offered by the server are not ours to use.
+    let _ = target.set_username("");
+    let _ = target.set_password(None);
+    let origin = endpoint.url.origin();
+    if target.origin() != origin {
+        return Err(error(format!(
+            "the server at `{}` redirected to `{}`, another origin; not followed, so neither the \
+             request nor its key and headers were sent there; hint: if that server is the right \
+             one, point `base_url` (or the base-URL variable) at it",
+            redact::place(&origin.ascii_serialization()),
+            redact::place(target.as_str()),
+        )));
+    }
+    if !matches!(status, 307 | 308) {
+        return Err(error(format!(
+            "`{}` redirected to `{}`, which would turn the POST into a GET without its body; \
+             not followed; hint: point `base_url` at the new place",
+            redact::place(from.as_str()),
+            redact::place(target.as_str()),
+        )));
+    }
+    if redirects >= MAX_REDIRECTS {
+        return Err(error(format!(
+            "`{}`: more than {MAX_REDIRECTS} redirects",
+            endpoint.place()
+        )));
+    }
+    Ok(target)
 }
 
 fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) -> ProviderError {
@@ -228,10 +367,6 @@ fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) 
         format!("connection to `{place}` failed: {text}")
     };
     ProviderError::new(ErrorKind::Transient, message)
-}
-
-fn strip_query(url: &str) -> &str {
-    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 /// What the server asked us to wait: `retry-after-ms`, else `Retry-After` in
@@ -349,10 +484,42 @@ mod tests {
     }
 
     #[test]
-    fn urls_lose_their_query_in_messages() {
+    fn url_credentials_become_basic_auth_and_never_show() {
+        let endpoint = Endpoint::new(
+            "http://user:pa%40ss-word@127.0.0.1:9/v1/chat?key=sk-in-query",
+            [("x-custom", "custom-header-secret")],
+        )
+        .unwrap();
+        assert_eq!(endpoint.place(), "http://***@127.0.0.1:9/v1/chat");
         assert_eq!(
-            strip_query("https://h/v1/chat?key=secret"),
-            "https://h/v1/chat"
+            endpoint.url.as_str(),
+            "http://127.0.0.1:9/v1/chat?key=sk-in-query"
         );
+        // reqwest's own encoding of the same URL: `user:pa@ss-word`.
+        assert_eq!(
+            endpoint.headers["authorization"],
+            "Basic dXNlcjpwYUBzcy13b3Jk"
+        );
+        assert!(endpoint.headers["authorization"].is_sensitive());
+        assert_eq!(
+            endpoint
+                .secrets
+                .scrub("pa@ss-word pa%40ss-word custom-header-secret dXNlcjpwYUBzcy13b3Jk"),
+            "*** *** *** ***"
+        );
+        // An explicit key wins over the URL's credentials, as with reqwest.
+        let keyed = Endpoint::new("http://u:p@h/v1", [("Authorization", "Bearer sk-x")]);
+        assert_eq!(keyed.unwrap().headers["authorization"], "Bearer sk-x");
+        let error = Endpoint::new("http://user:PASSWORD@[::1/v1", [])
+            .err()
+            .unwrap();
+        assert!(
+            error.starts_with("invalid URL `http://***@[::1/v1`"),
+            "{error}"
+        );
+        assert!(!error.contains("PASSWORD"), "{error}");
     }
 }
+
+#[cfg(test)]
+mod against_servers;

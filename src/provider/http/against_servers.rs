@@ -1,0 +1,297 @@
+//! `send`'s redirect policy, basic auth from URL credentials and the scrubbing
+//! of reply bodies, against real HTTP servers on 127.0.0.1 that each test
+//! starts (two ports are two origins).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// One request as a test server read it.
+#[derive(Clone, Debug)]
+struct Received {
+    /// Request line and headers.
+    head: String,
+    body: String,
+}
+
+impl Received {
+    fn path(&self) -> &str {
+        self.head.split(' ').nth(1).unwrap_or_default()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    }
+}
+
+/// A server that answers every request with `answer(request)` (a whole
+/// HTTP response) and keeps what it received, in order.
+struct Server {
+    origin: String,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Server {
+    async fn start(answer: impl Fn(&Received) -> String + Send + Sync + 'static) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let kept = received.clone();
+        let answer = Arc::new(answer);
+        // One connection at a time, so what was received is complete and in
+        // order once a later request has been answered.
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let Some(request) = read_request(&mut stream).await else {
+                    continue;
+                };
+                kept.lock().unwrap().push(request.clone());
+                let _ = stream.write_all(answer(&request).as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        Server { origin, received }
+    }
+
+    /// Every request received before this call: asks the server itself
+    /// for `/sentinel` and returns what came before it.
+    async fn received_before_now(&self) -> Vec<Received> {
+        // Our client: it follows no redirect the server may answer with.
+        let client = client(Duration::from_secs(30)).unwrap();
+        let sentinel = format!("{}/sentinel", self.origin);
+        client.get(sentinel).send().await.unwrap();
+        let mut received = self.received.lock().unwrap().clone();
+        assert_eq!(received.pop().unwrap().path(), "/sentinel");
+        received.retain(|request| request.path() != "/sentinel");
+        received
+    }
+}
+
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Received> {
+    let mut bytes = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = bytes.windows(4).position(|window| window == b"\r\n\r\n") {
+            break at;
+        }
+        let read = stream.read(&mut buffer).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&buffer[..read]);
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+    let mut request = Received {
+        head,
+        body: String::new(),
+    };
+    let length: usize = request
+        .header("content-length")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    let mut body = bytes[head_end + 4..].to_vec();
+    while body.len() < length {
+        let read = stream.read(&mut buffer).await.ok()?;
+        if read == 0 {
+            break;
+        }
+        body.extend_from_slice(&buffer[..read]);
+    }
+    request.body = String::from_utf8_lossy(&body).into_owned();
+    Some(request)
+}
+
+fn response(status: u16, headers: &[(&str, &str)], body: &str) -> String {
+    let mut text = format!(
+        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    text
+}
+
+const KEY: &str = "sk-ant-very-secret-key";
+const CUSTOM: &str = "custom-header-secret";
+
+fn endpoint(url: &str) -> Endpoint {
+    Endpoint::new(url, [("x-api-key", KEY), ("x-custom", CUSTOM)]).unwrap()
+}
+
+async fn post(endpoint: &Endpoint) -> Result<HttpReply, ProviderError> {
+    let client = client(Duration::from_secs(30)).unwrap();
+    let body = br#"{"messages": [{"role": "user", "content": "the prompt"}]}"#.to_vec();
+    post_json(&client, endpoint, body, Duration::from_secs(60)).await
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_refused_and_nothing_reaches_it() {
+    let elsewhere = Server::start(|_| response(200, &[], "{}")).await;
+    for status in [301, 302, 303, 307, 308] {
+        let target = format!("{}/v1/messages", elsewhere.origin);
+        let first = Server::start(move |_| response(status, &[("location", &target)], "")).await;
+        let error = post(&endpoint(&format!("{}/v1/messages", first.origin)))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(error.kind, ErrorKind::Permanent);
+        assert_eq!(error.status, Some(status));
+        let text = error.to_string();
+        assert!(text.contains(&format!("`{}`", first.origin)), "{text}");
+        assert!(
+            text.contains(&format!(
+                "`{}/v1/messages`, another origin",
+                elsewhere.origin
+            )),
+            "{text}"
+        );
+        assert!(text.contains("not followed"), "{text}");
+        assert_eq!(first.received_before_now().await.len(), 1);
+    }
+    let reached = elsewhere.received_before_now().await;
+    assert!(reached.is_empty(), "the other origin got {reached:?}");
+}
+
+#[tokio::test]
+async fn a_307_within_the_origin_is_followed_with_its_body_and_headers() {
+    let server = Server::start(|request| match request.path() {
+        "/v1/messages" => response(307, &[("location", "/v2/messages")], ""),
+        _ => response(200, &[], r#"{"ok": true}"#),
+    })
+    .await;
+    let reply = post(&endpoint(&format!("{}/v1/messages", server.origin)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (200, r#"{"ok": true}"#)
+    );
+    let received = server.received_before_now().await;
+    assert_eq!(received.len(), 2);
+    let (first, second) = (&received[0], &received[1]);
+    assert!(second.head.starts_with("POST /v2/messages "), "{second:?}");
+    assert_eq!(second.body, first.body);
+    assert!(second.body.contains("the prompt"));
+    assert_eq!(second.header("x-api-key"), Some(KEY));
+    assert_eq!(second.header("x-custom"), Some(CUSTOM));
+}
+
+#[tokio::test]
+async fn a_redirect_that_would_drop_the_body_or_loop_is_an_error() {
+    let moved = Server::start(|_| response(301, &[("location", "/v2/messages?x=1")], "")).await;
+    let error = post(&endpoint(&format!("{}/v1/messages", moved.origin)))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        (error.kind, error.status),
+        (ErrorKind::Permanent, Some(301))
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("redirected to `{}/v2/messages`", moved.origin)),
+        "{text}"
+    );
+    assert!(
+        text.contains("hint: point `base_url` at the new place"),
+        "{text}"
+    );
+    assert_eq!(moved.received_before_now().await.len(), 1);
+
+    let looping = Server::start(|_| response(308, &[("location", "/v1/messages")], "")).await;
+    let error = post(&endpoint(&format!("{}/v1/messages", looping.origin)))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("more than 10 redirects"),
+        "{error}"
+    );
+    assert_eq!(looping.received_before_now().await.len(), 11);
+
+    let nowhere = Server::start(|_| response(307, &[], "")).await;
+    let error = post(&endpoint(&format!("{}/v1/messages", nowhere.origin)))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("without a usable `Location`"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn url_credentials_authenticate_and_echoed_secrets_are_scrubbed() {
+    // The server echoes every credential it was sent, as some proxies do in
+    // their error pages.
+    let server = Server::start(|request| {
+        let echo = format!(
+            "{{\"error\": {{\"message\": \"denied: authorization={} x-api-key={} x-custom={}\"}}}}",
+            request.header("authorization").unwrap_or_default(),
+            request.header("x-api-key").unwrap_or_default(),
+            request.header("x-custom").unwrap_or_default(),
+        );
+        response(401, &[], &echo)
+    })
+    .await;
+    let address = server.origin.trim_start_matches("http://");
+    let endpoint = endpoint(&format!("http://user:PASSWORD-1234@{address}/v1/messages"));
+    let reply = post(&endpoint).await.unwrap();
+    assert_eq!(reply.status, 401);
+    assert_eq!(
+        reply.body,
+        r#"{"error": {"message": "denied: authorization=Basic *** x-api-key=*** x-custom=***"}}"#
+    );
+    let received = server.received_before_now().await;
+    assert_eq!(
+        received[0].header("authorization"),
+        Some("Basic dXNlcjpQQVNTV09SRC0xMjM0")
+    );
+    assert!(received[0].head.starts_with("POST /v1/messages "));
+    assert!(!received[0].head.contains("PASSWORD"), "{:?}", received[0]);
+}
+
+#[tokio::test]
+async fn streamed_payloads_are_scrubbed_before_they_are_read() {
+    let events = format!(
+        "data: {{\"text\": \"{KEY}\"}}\n\ndata: {{\"text\": \"{}\"}}\n\n",
+        CUSTOM.replace('-', "\\u002d")
+    );
+    let server =
+        Server::start(move |_| response(200, &[("content-type", "text/event-stream")], &events))
+            .await;
+    let client = client(Duration::from_secs(30)).unwrap();
+    let endpoint = endpoint(&format!("{}/v1/messages", server.origin));
+    let mut payloads = Vec::new();
+    let reply = post_sse(
+        &client,
+        &endpoint,
+        b"{}".to_vec(),
+        Duration::from_secs(60),
+        |data| {
+            payloads.push(data.to_string());
+            Ok(true)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(reply.is_none());
+    // A value escaped beyond what JSON needs is left to the parsed-text
+    // scrubbing of `provider::scrub`.
+    assert_eq!(
+        payloads,
+        [
+            "{\"text\": \"***\"}".to_string(),
+            format!("{{\"text\": \"{}\"}}", CUSTOM.replace('-', "\\u002d"))
+        ]
+    );
+}
