@@ -81,6 +81,8 @@ pub enum ProviderApi {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderConfig {
     pub api: ProviderApi,
+    /// Serialized without its credentials and query values (`redact::url`).
+    #[serde(serialize_with = "redacted_url")]
     pub base_url: Option<String>,
     pub api_key_env: Option<String>,
     pub max_concurrency: Option<usize>,
@@ -92,7 +94,26 @@ pub struct ProviderConfig {
     pub retry_base_ms: Option<u64>,
     pub retry_cap_ms: Option<u64>,
     pub script: Option<PathBuf>,
+    /// Serialized as `***` each: a header value may be a key.
+    #[serde(serialize_with = "masked_values")]
     pub headers: BTreeMap<String, String>,
+}
+
+fn redacted_url<S: serde::Serializer>(
+    url: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => serializer.serialize_some(&crate::redact::url(url)),
+        None => serializer.serialize_none(),
+    }
+}
+
+fn masked_values<S: serde::Serializer>(
+    values: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(values.keys().map(|name| (name, crate::redact::MASK)))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -369,13 +390,14 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
     let mut resolved = document;
     if let Value::Object(map) = &mut resolved {
         map.insert("agent_configs".into(), Value::Array(resolved_agents));
-        // Header values may hold credentials; records and --show-config never show them.
+        // Header values and a URL's credentials may be keys; records and
+        // --show-config never show them.
         if let Some(Value::Object(providers)) = map.get_mut("providers") {
-            for headers in providers
-                .values_mut()
-                .filter_map(|provider| provider.get_mut("headers"))
-            {
-                if let Value::Object(headers) = headers {
+            for provider in providers.values_mut().filter_map(Value::as_object_mut) {
+                if let Some(Value::String(url)) = provider.get_mut("base_url") {
+                    *url = crate::redact::url(url).into_owned();
+                }
+                if let Some(Value::Object(headers)) = provider.get_mut("headers") {
                     for value in headers.values_mut() {
                         *value = Value::String("***".into());
                     }

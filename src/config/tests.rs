@@ -342,6 +342,38 @@ fn header_values_never_reach_the_resolved_document() {
 }
 
 #[test]
+fn url_credentials_never_reach_the_resolved_document() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m}\nagent_configs:\n  - name: a\nproviders:\n  p: {base_url: \"http://user:PASSWORD@127.0.0.1:1/v1?key=sk-q\", headers: {X-Key: sk-header}}\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    let url = config.providers["p"].base_url.as_deref();
+    assert_eq!(
+        url,
+        Some("http://user:PASSWORD@127.0.0.1:1/v1?key=sk-q"),
+        "still used"
+    );
+    assert_eq!(
+        config.resolved["providers"]["p"]["base_url"],
+        "http://***@127.0.0.1:1/v1?key=***"
+    );
+    // The resolved types serialize the same way, for library users.
+    let typed = serde_json::to_string(&config.providers).unwrap();
+    assert!(
+        typed.contains(r#""base_url":"http://***@127.0.0.1:1/v1?key=***""#),
+        "{typed}"
+    );
+    assert!(typed.contains(r#""headers":{"X-Key":"***"}"#), "{typed}");
+    for shown in [config.resolved.to_string(), typed] {
+        assert!(
+            !shown.contains("PASSWORD") && !shown.contains("sk-"),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
 fn mcp_servers_resolve_their_paths_and_hide_their_env() {
     let files = Files::new(&[(
         "sub/t.yaml",
