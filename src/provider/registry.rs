@@ -180,6 +180,8 @@ pub struct Providers {
     replacement: Option<Arc<dyn Provider>>,
     /// Captures requests instead of sending them (`--dry-run`).
     dry_run: Option<Arc<super::dry_run::DryRun>>,
+    /// Taken out of everything a provider returns (`scrub`).
+    secrets: Arc<crate::redact::Secrets>,
 }
 
 impl Providers {
@@ -228,6 +230,7 @@ impl Providers {
             .into_iter()
             .map(|name| (name.clone(), env(&name).filter(|v| !v.is_empty())))
             .collect();
+        let secrets = Arc::new(super::scrub::known_secrets(configs, &env));
         Ok(Providers {
             configs: configs.clone(),
             built: Default::default(),
@@ -235,6 +238,7 @@ impl Providers {
             env,
             replacement: None,
             dry_run: None,
+            secrets,
         })
     }
 
@@ -336,6 +340,7 @@ impl Providers {
             ProviderApi::OpenAi => Arc::new(self.openai(name, model_name)?),
             ProviderApi::Anthropic => Arc::new(self.anthropic(name, model_name)?),
         };
+        let provider = super::scrub::wrap(provider, &self.secrets);
         built.insert(key, provider.clone());
         Ok(provider)
     }
