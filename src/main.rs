@@ -1,5 +1,6 @@
-//! The `lllm` binary: parse arguments, run the command, print the error once,
-//! exit with the code DESIGN §7 fixes.
+//! The `lllm` binary: parse arguments, run the command, print the error once
+//! (one `error:` line per line of it, control characters escaped), exit with
+//! the code DESIGN §7 fixes.
 
 use clap::Parser;
 
@@ -16,7 +17,7 @@ fn main() {
         Ok(outcome) => outcome.exit_code(),
         Err(error) => {
             for line in error.to_string().lines() {
-                eprintln!("error: {line}");
+                eprintln!("error: {}", lllm::redact::terminal_line(line));
             }
             error.exit_code()
         }

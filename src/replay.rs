@@ -1,7 +1,9 @@
 //! `lllm replay`: read a session record (a `.json` file, or one line of a
 //! `sessions.jsonl` by id) and render it for a person — the dialog tree, every
 //! agent call with its invokes, tool rounds, repairs and retries, each dialog's
-//! messages, and the delivery or the error.
+//! messages, and the delivery or the error. The rendering is for a terminal:
+//! control characters in recorded text (a model's, a tool's, a server's) are
+//! escaped; `--json` is the data.
 
 use std::fmt::Write;
 use std::io::BufRead;
@@ -126,8 +128,18 @@ fn one_line(text: &str, max: usize) -> String {
     }
 }
 
-/// The human-readable rendering of a record.
+/// The human-readable rendering of a record, safe to print on a terminal
+/// (`redact::terminal_text`: newlines and tabs stay, every other control
+/// character is escaped).
 pub fn render(record: &SessionRecord) -> String {
+    let out = render_raw(record);
+    match crate::redact::terminal_text(&out) {
+        std::borrow::Cow::Borrowed(_) => out,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
+fn render_raw(record: &SessionRecord) -> String {
     let mut out = String::new();
     let state = match record.state {
         RunState::Success => "success",
@@ -361,7 +373,8 @@ pub async fn rerun(
     let rerun = built.run(task).await;
     built.shutdown().await;
     if let Some(divergence) = provider.divergence() {
-        eprintln!("lllm replay: {divergence}");
+        let line = format!("lllm replay: {divergence}");
+        eprintln!("{}", crate::redact::terminal_line(&line));
         return Ok(Outcome::Failed);
     }
     let remaining = provider.remaining();
@@ -373,11 +386,12 @@ pub async fn rerun(
         return Ok(Outcome::Failed);
     }
     if rerun.delivery != record.delivery || rerun.state != record.state {
-        eprintln!(
+        let line = format!(
             "lllm replay: every model call matched, but the outcome differs (tools or templates): recorded {:?}, now {:?}",
             record.delivery.as_deref().or(record.error.as_deref()),
             rerun.delivery.as_deref().or(rerun.error.as_deref())
         );
+        eprintln!("{}", crate::redact::terminal_line(&line));
         return Ok(Outcome::Failed);
     }
     println!(

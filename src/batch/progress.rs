@@ -1,7 +1,8 @@
 //! Showing a batch's progress. The scheduler hands a `Snapshot` to a
 //! `Reporter` at its interval; only this module knows indicatif. A bar on a
 //! terminal, a plain line every few seconds otherwise (logs, CI, Slurm output
-//! files), nothing with `--quiet`.
+//! files), nothing with `--quiet`. Every line is escaped for the terminal
+//! (`redact::terminal_line`), whatever text a waiting reason comes to hold.
 
 use std::time::Duration;
 
@@ -114,12 +115,13 @@ impl Reporter for Lines {
     }
 
     fn update(&self, snapshot: &Snapshot) {
-        eprintln!(
+        let line = format!(
             "lllm batch: {}/{} done · {}",
             snapshot.done.tasks,
             snapshot.total,
             snapshot.details()
         );
+        eprintln!("{}", crate::redact::terminal_line(&line));
     }
 
     fn finish(&self, snapshot: &Snapshot) {
@@ -156,11 +158,9 @@ impl Reporter for Bar {
     fn update(&self, snapshot: &Snapshot) {
         self.bar.set_length(snapshot.total);
         self.bar.set_position(snapshot.done.tasks);
-        self.bar.set_message(format!(
-            "{} in flight · {}",
-            snapshot.in_flight,
-            snapshot.details()
-        ));
+        let message = format!("{} in flight · {}", snapshot.in_flight, snapshot.details());
+        self.bar
+            .set_message(crate::redact::terminal_line(&message).into_owned());
     }
 
     fn finish(&self, snapshot: &Snapshot) {

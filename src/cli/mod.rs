@@ -150,7 +150,7 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
     }
     if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        println!("{text}");
+        println!("{}", crate::redact::json_controls(&text));
     } else {
         print!("{}", crate::replay::render(&record));
     }

@@ -1,8 +1,12 @@
 //! `lllm run`: one task through a tactic. The delivery goes to stdout, a
 //! one-line summary to stderr, the session record to disk.
+//!
+//! What a model or a server wrote reaches a terminal with its control
+//! characters escaped (`redact`): always on stderr; on stdout only when it is
+//! a terminal, since a pipe or a file gets the delivery byte for byte.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -26,7 +30,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     }
     if args.show_config {
         let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
-        println!("{text}");
+        println!("{}", crate::redact::json_controls(&text));
         return Ok(Outcome::Success);
     }
     let task = TaskInput {
@@ -52,12 +56,20 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     // Servers start after every check passed and before the first request.
     tactic.start().await?;
 
+    let terminal = std::io::stdout().is_terminal();
+    let shown = move |text: &str| -> String {
+        if terminal {
+            crate::redact::terminal_text(text).into_owned()
+        } else {
+            text.to_string()
+        }
+    };
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let sink = args.stream.then(|| {
         let seen = streamed.clone();
         let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
             let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.write_all(shown(text).as_bytes());
             let _ = stdout.flush();
             seen.lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -105,12 +117,13 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         if !streamed.is_empty() {
             let _ = writeln!(stdout);
         }
-        let _ = writeln!(stdout, "{delivery}");
+        let _ = writeln!(stdout, "{}", shown(delivery));
     }
     let _ = stdout.flush();
     drop(stdout);
     if !args.quiet || record.state == RunState::Failure {
-        eprintln!("{}", summary(&record, record_path.as_deref()));
+        let line = summary(&record, record_path.as_deref());
+        eprintln!("{}", crate::redact::terminal_line(&line));
     }
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,
@@ -129,18 +142,20 @@ fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome
             })
             .unwrap_or_default();
         let body = serde_json::to_string_pretty(&request.wire.body).unwrap_or_default();
+        let head = format!("── request {} of {}{place}", index + 1, captured.len());
         let _ = writeln!(
             stdout,
-            "── request {} of {}{place}\nPOST {}\n{body}\n",
-            index + 1,
-            captured.len(),
-            request.wire.url
+            "{}\nPOST {}\n{}\n",
+            crate::redact::terminal_line(&head),
+            crate::redact::terminal_line(&request.wire.url),
+            crate::redact::json_controls(&body)
         );
     }
     let _ = stdout.flush();
     match record.error.as_deref() {
         Some(error) if !error.contains(NOT_SENT) => {
-            eprintln!("lllm: dry run: the run failed before sending: {error}");
+            let line = format!("lllm: dry run: the run failed before sending: {error}");
+            eprintln!("{}", crate::redact::terminal_line(&line));
             Ok(Outcome::Failed)
         }
         _ => {
