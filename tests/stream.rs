@@ -15,7 +15,11 @@ use serde_json::Map;
 fn provider(server: &MockServer) -> OpenAiProvider {
     OpenAiProvider::new(
         lllm::provider::http::client(Duration::from_secs(5)).unwrap(),
-        server.base_url(),
+        lllm::provider::registry::BaseUrl {
+            url: server.base_url(),
+            source: "the test".into(),
+            explicit: true,
+        },
         None,
         &[],
         WireOptions::default(),

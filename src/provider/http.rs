@@ -92,8 +92,9 @@ impl Endpoint {
         })
     }
 
-    /// The URL as errors show it: without its query.
-    fn place(&self) -> &str {
+    /// The URL as errors show it: without its query. Every message that
+    /// names an endpoint shows it through this.
+    pub fn place(&self) -> &str {
         strip_query(self.url.as_str())
     }
 }
