@@ -555,4 +555,55 @@ mod tests {
         let secret = Secret::new("sk-very-secret".into());
         assert_eq!(format!("{secret} {secret:?}"), "*** ***");
     }
+
+    #[test]
+    fn anthropic_credentials_follow_the_sdk() {
+        let token_only = providers(&[], &[("ANTHROPIC_AUTH_TOKEN", "t")]);
+        assert!(
+            token_only.resolve("anthropic/claude-haiku-4-5").is_ok(),
+            "an auth token is a credential"
+        );
+        // A provider with its own `api_key_env` never takes the user's
+        // Anthropic token: it is asked for its own key.
+        let mut own = local(None);
+        own.api = ProviderApi::Anthropic;
+        own.api_key_env = Some("PROXY_KEY".into());
+        let proxy = providers(&[("proxy", own)], &[("ANTHROPIC_AUTH_TOKEN", "t")]);
+        assert!(error(&proxy, "proxy/claude").starts_with("PROXY_KEY is not set"));
+        let moved = providers(&[], &[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")]);
+        assert!(
+            moved.resolve("anthropic/claude").is_ok(),
+            "an explicit endpoint may need no key"
+        );
+    }
+
+    #[test]
+    fn bad_base_url_variables_are_named() {
+        let bad = providers(&[], &[("OLLAMA_HOST", "myhost:port")]);
+        assert_eq!(
+            error(&bad, "ollama/llama3"),
+            "provider `ollama`: OLLAMA_HOST: `myhost:port` has an invalid port `port`"
+        );
+    }
+
+    #[test]
+    fn services_come_from_where_requests_go() {
+        let keyed = providers(
+            &[("local", local(Some("http://127.0.0.1:1/v1")))],
+            &[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")],
+        );
+        let service = |model: &str| keyed.resolve(model).ok().unwrap().service;
+        assert_eq!(service("openai/gpt-4o"), Some("openai"));
+        assert_eq!(service("anthropic/claude-haiku-4-5"), Some("anthropic"));
+        assert_eq!(service("local/gpt-4o"), None);
+        assert_eq!(service("ollama/llama3"), None);
+        let moved = providers(
+            &[],
+            &[
+                ("OPENAI_API_KEY", "k"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            ],
+        );
+        assert_eq!(moved.resolve("openai/gpt-4o").ok().unwrap().service, None);
+    }
 }
