@@ -89,8 +89,10 @@ pub struct RunArgs {
     /// and JSON, no headers) without sending anything; no record is written.
     #[arg(long, conflicts_with_all = ["show_config", "stream"])]
     pub dry_run: bool,
-    /// Print the final turn's text as it arrives (the delivery follows if a
-    /// `result` template makes it different).
+    /// On a terminal, print the final turn's text as it arrives, marking
+    /// attempts that were discarded (the delivery follows if a `result`
+    /// template makes it different). Into a pipe or file, stdout gets the
+    /// delivery once, at the end.
     #[arg(long)]
     pub stream: bool,
     /// Print only the delivery (no summary line on stderr).
