@@ -73,11 +73,13 @@ pub async fn exchange<A: Assembler>(
         }
         error
     };
-    // A transport failure (no connection, a timeout, a reset) names the URL
-    // already; it gains the setting the address came from.
+    // A transport failure (no connection, a timeout, a reset: no status)
+    // names the URL already; it gains the setting the address came from.
     let unreachable = |mut error: ProviderError| {
-        error.message = format!("{} (base URL from {})", error.message, target.source);
-        error
+        if error.status.is_none() {
+            error.message = format!("{} (base URL from {})", error.message, target.source);
+        }
+        failed(error)
     };
     let (message, reply_headers) = if let Some(sink) = sink {
         // A new attempt starts: a display drops what earlier attempts streamed.
