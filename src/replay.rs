@@ -333,11 +333,14 @@ fn message_line(position: usize, message: &Message) -> String {
 }
 
 /// Re-executes the record's task with its (or an edited) tactic, answering
-/// model calls from the record. Success: every request matched and every
-/// recorded call was used. A divergence is reported on stderr, exit 1.
+/// model calls from the record. The agents use `model` if given, else the
+/// `--model` the run was given (the record keeps it), else the tactic's own.
+/// Success: every request matched and every recorded call was used. A
+/// divergence is reported on stderr, exit 1.
 pub async fn rerun(
     record: &SessionRecord,
     tactic: Option<&Path>,
+    model: Option<&str>,
 ) -> crate::error::Result<crate::error::Outcome> {
     use crate::error::Outcome;
     use crate::provider::replay::ReplayProvider;
@@ -359,7 +362,10 @@ pub async fn rerun(
             recorded.to_path_buf()
         }
     };
-    let config = crate::config::load(&path)?;
+    let mut config = crate::config::load(&path)?;
+    if let Some(model) = model.or(record.tactic.model.as_deref()) {
+        config.override_model(model);
+    }
     let provider = Arc::new(ReplayProvider::from_record(record));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone())?;
     built.check(&record.args.keys().cloned().collect())?;

@@ -1,5 +1,7 @@
 //! The native Anthropic provider end to end: the real binary against
-//! `lllm-mock`'s Messages API on 127.0.0.1 — a tool loop, 529 recovery, streaming.
+//! `lllm-mock`'s Messages API on 127.0.0.1 — a tool loop, 529 recovery,
+//! streaming, and the SDKs' conventions: the base URL is a host
+//! (`ANTHROPIC_BASE_URL`), `ANTHROPIC_AUTH_TOKEN` is a bearer token.
 
 mod common;
 
@@ -34,8 +36,9 @@ fn a_tool_loop_over_the_messages_api_recovers_from_529() {
   - text: "Two words."
 "#,
     );
+    // The base URL is a host, as Anthropic's SDKs take it.
     let test = test
-        .file("t.yaml", &tactic(&server.base_url()))
+        .file("t.yaml", &tactic(&server.url))
         .env("TEST_KEY", "sk-ant-secret");
     let output = test.run(&[
         "run",
@@ -83,6 +86,7 @@ fn streams_over_the_messages_api() {
         test.dir.path(),
         "default: {text: \"streamed from claude\"}\n",
     );
+    // A base URL ending in `/v1` (the form lllm once documented) means the same.
     let test = test
         .file("t.yaml", &tactic(&server.base_url()))
         .env("TEST_KEY", "k");
@@ -105,4 +109,56 @@ fn a_missing_anthropic_key_is_reported_before_sending() {
         "{}",
         output.stderr
     );
+}
+
+fn fingerprint(header: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(header.as_bytes());
+    let hex: String = digest[..6]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+#[test]
+fn anthropic_base_url_is_a_host_and_auth_token_is_a_bearer_token() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: \"hi there\"}\n");
+    let test = test
+        .file(
+            "t.yaml",
+            "global: {model_name: anthropic/claude-haiku-4-5}\nagent_configs:\n  - name: a\n",
+        )
+        .env("ANTHROPIC_BASE_URL", &server.url)
+        .env("ANTHROPIC_AUTH_TOKEN", "gateway-token");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "hi there\n");
+    let request = &server.requests()[0];
+    assert_eq!(request["path"], "/v1/messages");
+    // As the SDK sends it: `Authorization: Bearer …`.
+    assert_eq!(request["auth"], fingerprint("Bearer gateway-token"));
+    assert!(!output.stderr.contains("gateway-token"));
+}
+
+#[test]
+fn a_wrong_anthropic_base_url_names_the_url_and_the_variable() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: never}\n");
+    let test = test
+        .file(
+            "t.yaml",
+            "global: {model_name: anthropic/claude-haiku-4-5}\nagent_configs:\n  - name: a\n",
+        )
+        .env("ANTHROPIC_BASE_URL", &format!("{}/api", server.url))
+        .env("ANTHROPIC_API_KEY", "sk-ant-k");
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(1);
+    let expected = format!(
+        "HTTP 404 from {}/api/v1/messages (base URL from ANTHROPIC_BASE_URL)",
+        server.url
+    );
+    assert!(output.stderr.contains(&expected), "{}", output.stderr);
+    assert_eq!(server.requests()[0]["auth"], fingerprint("sk-ant-k"));
 }

@@ -18,7 +18,7 @@ agent_configs:
     model_name: claude/claude-haiku-4-5
 providers:
   local: {{api: openai, base_url: "{url}", api_key_env: TEST_KEY}}
-  claude: {{api: anthropic, base_url: "{url}", api_key_env: TEST_KEY}}
+  claude: {{api: anthropic, base_url: "{host}", api_key_env: TEST_KEY}}
 flow:
   - parallel:
     steps:
@@ -26,7 +26,8 @@ flow:
       - {{step: check, agent: critic, text: "Check {{{{ task }}}}"}}
   - {{step: late, agent: writer, text: "{{{{ draft.content }}}}"}}
 "#,
-        url = server.base_url()
+        url = server.base_url(),
+        host = server.url
     );
     let test = test
         .file("t.yaml", &yaml)
@@ -53,7 +54,7 @@ flow:
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("POST {}/messages", server.base_url())),
+        stdout.contains(&format!("POST {}/v1/messages", server.url)),
         "{stdout}"
     );
     assert!(

@@ -70,6 +70,7 @@ impl Mock {
         reqwest::Client::new()
             .post(self.endpoint(path))
             .header("authorization", format!("Bearer {KEY}"))
+            .header("anthropic-version", "2023-06-01")
             .json(&body)
             .send()
             .await
@@ -463,6 +464,17 @@ async fn models_and_unknown_routes() {
             .unwrap_or_default()
             .contains("/v1/chat/completions")
     );
+    // Only the real APIs' paths: without `/v1` there is nothing.
+    for path in ["/chat/completions", "/responses", "/messages"] {
+        assert_eq!(mock.post(path, ask("x")).await.status(), 404, "{path}");
+    }
+    assert_eq!(
+        reqwest::get(mock.endpoint("/models"))
+            .await
+            .expect("response")
+            .status(),
+        404
+    );
     let not_json = reqwest::Client::new()
         .post(mock.endpoint("/v1/chat/completions"))
         .body("{oops")
@@ -498,6 +510,21 @@ async fn the_responses_api() {
     assert!(body["usage"]["input_tokens"].as_u64().is_some());
     assert!(body["usage"]["output_tokens"].as_u64().is_some());
 
+    // An assistant item without `"type": "message"` is refused, as
+    // llama-server refuses it.
+    let typeless = mock
+        .post(
+            "/v1/responses",
+            json!({"model": "m", "input": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "let me check"}]},
+                {"role": "user", "content": "and?"}
+            ]}),
+        )
+        .await;
+    assert_eq!(typeless.status(), 400);
+    let body: Value = typeless.json().await.expect("JSON");
+    assert_eq!(body["error"]["message"], "Cannot determine type of 'item'");
     let tool_output = json!({"model": "m", "stream": true, "input": [
         {"role": "user", "content": "hi"},
         {"type": "function_call", "call_id": "call_7", "name": "f", "arguments": "{}"},
@@ -530,9 +557,36 @@ async fn the_anthropic_messages_api() {
         "replies:\n  - text: hello\n    tool_calls: [{id: toolu_1, name: f, arguments: {a: 1}}]\n  - text: streamed answer here\n  - fault: {status: 529}\n",
     );
     let request = json!({"model": "claude", "max_tokens": 100, "system": "be nice", "messages": [{"role": "user", "content": "hi"}]});
-    let response = reqwest::Client::new()
+    let client = reqwest::Client::new();
+    // What the real API refuses, before the script is consulted.
+    let unversioned = client
         .post(mock.endpoint("/v1/messages"))
         .header("x-api-key", KEY)
+        .json(&request)
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(unversioned.status(), 400);
+    let keyless = client
+        .post(mock.endpoint("/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(&request)
+        .send()
+        .await
+        .expect("response");
+    assert_eq!(keyless.status(), 401);
+    let body: Value = keyless.json().await.expect("JSON");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    // The path without `/v1` is not the API's (Anthropic's SDKs add `/v1`).
+    let unversioned_path = mock.post("/messages", request.clone()).await;
+    assert_eq!(unversioned_path.status(), 404);
+    let body: Value = unversioned_path.json().await.expect("JSON");
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "not_found_error");
+    let response = client
+        .post(mock.endpoint("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
         .json(&request)
         .send()
         .await

@@ -315,3 +315,39 @@ fn rerun_replays_recorded_errors_offline() {
         output.stderr
     );
 }
+
+#[test]
+fn rerun_uses_the_model_the_run_was_given() {
+    // The tactic names one model; the run used `--model`. The record knows
+    // it, so `--rerun` asks for the same model and matches; `replay
+    // --model` overrides it (and a different model is a divergence).
+    let test = Test::new()
+        .file("script.yaml", "replies:\n  - text: \"scripted answer\"\n")
+        .file(
+            "m.yaml",
+            "global: {model_name: openai/gpt-4o-mini}\nagent_configs:\n  - {name: a, system_prompt: Be brief.}\nproviders:\n  mock: {api: mock, script: script.yaml}\n",
+        );
+    test.run(&[
+        "run",
+        "m.yaml",
+        "--task",
+        "hi",
+        "--model",
+        "mock/script",
+        "--record",
+        "r.json",
+    ])
+    .expect_code(0);
+    assert_eq!(test.read_json("r.json")["tactic"]["model"], "mock/script");
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical"), "{}", output.stdout);
+    let same = test.run(&["replay", "r.json", "--rerun", "--model", "mock/script"]);
+    same.expect_code(0);
+    let other = test.run(&["replay", "r.json", "--rerun", "--model", "mock/echo"]);
+    other.expect_code(1);
+    assert!(other.stderr.contains("lllm replay:"), "{}", other.stderr);
+    // `--model` belongs to `--rerun`.
+    test.run(&["replay", "r.json", "--model", "mock/echo"])
+        .expect_code(2);
+}

@@ -75,3 +75,45 @@ fn streams_over_the_responses_api() {
     assert_eq!(output.stdout, "streamed response text\n");
     assert_eq!(server.requests()[0]["body"]["stream"], true);
 }
+
+#[test]
+fn the_second_turn_sends_the_first_answer_as_a_typed_message_item() {
+    // llama-server refuses an input item it cannot place ("Cannot determine
+    // type of 'item'"), and so does lllm-mock: the assistant's first answer
+    // must go back as `{"type": "message", "role": "assistant", …}`.
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - text: \"First answer.\"\n  - text: \"Second answer.\"\n",
+    );
+    let yaml = format!(
+        r#"global: {{model_name: local/gpt-4.1, api_type: response}}
+agent_configs:
+  - name: assistant
+    system_prompt: "You are terse."
+providers:
+  local: {{base_url: "{}", retry_base_ms: 10}}
+flow:
+  - {{step: first, agent: assistant, text: "One?"}}
+  - {{step: second, agent: assistant, text: "Two?"}}
+"#,
+        server.base_url()
+    );
+    let test = test.file("t.yaml", &yaml);
+    let output = test.run(&["run", "t.yaml", "--task", "go", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "Second answer.\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "no request was refused: {requests:?}");
+    let input = requests[1]["body"]["input"].as_array().unwrap().clone();
+    assert!(
+        input.iter().all(|item| item["type"].is_string()),
+        "every item has a type: {input:?}"
+    );
+    assert_eq!(
+        input[2],
+        serde_json::json!({"type": "message", "role": "assistant",
+                           "content": [{"type": "output_text", "text": "First answer.", "annotations": []}]})
+    );
+    assert!(input.iter().all(|item| item.get("name").is_none()));
+}

@@ -256,7 +256,8 @@ fn url_credentials_authenticate_and_are_never_shown_or_recorded() {
     assert!(show.stdout.contains(&shown), "{}", show.stdout);
     let dry = test.run(&["run", "t.yaml", "--task", "hi", "--dry-run"]);
     dry.expect_code(0);
-    let post = format!("POST http://{}/v1/chat/completions\n", server.address());
+    // The dry run names the endpoint as errors do: credentials marked, not shown.
+    let post = format!("POST http://***@{}/v1/chat/completions\n", server.address());
     assert!(dry.stdout.contains(&post), "{}", dry.stdout);
     let batch = test.run(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
     batch.expect_code(0);

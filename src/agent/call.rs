@@ -290,6 +290,7 @@ impl Call<'_> {
             if !pricing::apply(
                 &self.runtime.prices,
                 &model.provider_name,
+                model.service,
                 &model.model,
                 &mut reply.usage,
             ) && let Some(warning) = self

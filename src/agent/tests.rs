@@ -152,6 +152,7 @@ fn fixture_with(
                 cap: Duration::from_millis(2),
                 jitter: 0.0,
             },
+            service: None,
         },
         model_args: Map::new(),
         mcp_servers: Vec::new(),

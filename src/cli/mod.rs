@@ -50,6 +50,10 @@ pub struct ReplayArgs {
     /// With `--rerun`: the (possibly edited) tactic to run instead of the recorded path.
     #[arg(long, requires = "rerun")]
     pub tactic: Option<PathBuf>,
+    /// With `--rerun`: use this model (`provider/model`) for every agent,
+    /// instead of the `--model` the run was given (or the tactic's models).
+    #[arg(long, requires = "rerun")]
+    pub model: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -85,8 +89,10 @@ pub struct RunArgs {
     /// and JSON, no headers) without sending anything; no record is written.
     #[arg(long, conflicts_with_all = ["show_config", "stream"])]
     pub dry_run: bool,
-    /// Print the final turn's text as it arrives (the delivery follows if a
-    /// `result` template makes it different).
+    /// On a terminal, print the final turn's text as it arrives, marking
+    /// attempts that were discarded (the delivery follows if a `result`
+    /// template makes it different). Into a pipe or file, stdout gets the
+    /// delivery once, at the end.
     #[arg(long)]
     pub stream: bool,
     /// Print only the delivery (no summary line on stderr).
@@ -146,7 +152,11 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
 fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
     let record = crate::replay::load(&args.record, args.id.as_deref())?;
     if args.rerun {
-        return runtime.block_on(crate::replay::rerun(&record, args.tactic.as_deref()));
+        return runtime.block_on(crate::replay::rerun(
+            &record,
+            args.tactic.as_deref(),
+            args.model.as_deref(),
+        ));
     }
     if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();

@@ -56,24 +56,15 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     // Servers start after every check passed and before the first request.
     tactic.start().await?;
 
-    let terminal = std::io::stdout().is_terminal();
-    let shown = move |text: &str| -> String {
-        if terminal {
-            crate::redact::terminal_text(text).into_owned()
-        } else {
-            text.to_string()
-        }
-    };
-    let streamed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let streamed = std::sync::Arc::new(std::sync::Mutex::new(Streamed::new(
+        std::io::stdout().is_terminal(),
+    )));
     let sink = args.stream.then(|| {
         let seen = streamed.clone();
         let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(shown(text).as_bytes());
-            let _ = stdout.flush();
             seen.lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push_str(text);
+                .piece(text, &mut std::io::stdout().lock());
         });
         sink
     });
@@ -100,27 +91,10 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         })?;
         Some(path)
     };
-    let streamed = streamed
+    streamed
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone();
-    let mut stdout = std::io::stdout().lock();
-    if !streamed.is_empty() {
-        let _ = writeln!(stdout);
-    }
-    // The delivery, unless it is exactly what was streamed already.
-    if let Some(delivery) = record
-        .delivery
-        .as_ref()
-        .filter(|delivery| **delivery != streamed)
-    {
-        if !streamed.is_empty() {
-            let _ = writeln!(stdout);
-        }
-        let _ = writeln!(stdout, "{}", shown(delivery));
-    }
-    let _ = stdout.flush();
-    drop(stdout);
+        .finish(record.delivery.as_deref(), &mut std::io::stdout().lock());
     if !args.quiet || record.state == RunState::Failure {
         let line = summary(&record, record_path.as_deref());
         eprintln!("{}", crate::redact::terminal_line(&line));
@@ -130,6 +104,75 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         RunState::Success => Outcome::Success,
         RunState::Failure => Outcome::Failed,
     })
+}
+
+/// What `lllm run` prints on stdout, streamed or not. On a terminal
+/// (`--stream`) the text is shown as it arrives, and a marker line follows
+/// the text of an attempt that turned out not to be the answer (a retry after
+/// a failure, a repair, a tool round), so attempts never run together; the
+/// delivery follows at the end only if it differs from the last attempt's
+/// text (a `result` template). Anywhere else (a pipe, a file) text already
+/// written cannot be taken back, so nothing is streamed: stdout gets the
+/// delivery once, at the end, as without `--stream`.
+struct Streamed {
+    terminal: bool,
+    /// The text of the attempt streaming now.
+    attempt: String,
+}
+
+/// Printed on a terminal after the text of an attempt that was discarded.
+const DISCARDED: &str =
+    "[lllm: the text above is not the answer (retried, repaired or a tool round)]";
+
+impl Streamed {
+    fn new(terminal: bool) -> Streamed {
+        Streamed {
+            terminal,
+            attempt: String::new(),
+        }
+    }
+
+    /// One piece of streamed text; an empty one starts a new attempt
+    /// (`provider::TextSink`).
+    fn piece(&mut self, text: &str, out: &mut dyn Write) {
+        if text.is_empty() {
+            if !self.attempt.is_empty() && self.terminal {
+                let _ = writeln!(out, "\n{DISCARDED}");
+                let _ = out.flush();
+            }
+            self.attempt.clear();
+            return;
+        }
+        self.attempt.push_str(text);
+        if self.terminal {
+            let _ = out.write_all(crate::redact::terminal_text(text).as_bytes());
+            let _ = out.flush();
+        }
+    }
+
+    /// Ends the output with the delivery, printed unless the terminal
+    /// shows it already as the last attempt's text.
+    fn finish(&mut self, delivery: Option<&str>, out: &mut dyn Write) {
+        let shown = self.terminal && !self.attempt.is_empty();
+        if shown {
+            let _ = writeln!(out);
+        }
+        match delivery {
+            Some(delivery) if shown && delivery == self.attempt => {}
+            Some(delivery) => {
+                if shown {
+                    let _ = writeln!(out);
+                }
+                if self.terminal {
+                    let _ = writeln!(out, "{}", crate::redact::terminal_text(delivery));
+                } else {
+                    let _ = writeln!(out, "{delivery}");
+                }
+            }
+            None => {}
+        }
+        let _ = out.flush();
+    }
 }
 
 /// Prints each captured request, named by the agent and dialog that made it.
@@ -256,6 +299,47 @@ fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What stdout holds after `pieces` were streamed and `delivery` delivered.
+    #[track_caller]
+    fn printed(terminal: bool, pieces: &[&str], delivery: Option<&str>) -> String {
+        let mut out = Vec::new();
+        let mut streamed = Streamed::new(terminal);
+        for piece in pieces {
+            streamed.piece(piece, &mut out);
+        }
+        streamed.finish(delivery, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn streamed_attempts_are_marked_and_the_delivery_is_printed_once() {
+        // A cut attempt, then the answer: on a terminal the cut text is
+        // marked, the answer is not repeated.
+        let pieces = ["", "this reply is ", "", "The ", "answer."];
+        assert_eq!(
+            printed(true, &pieces, Some("The answer.")),
+            format!("this reply is \n{DISCARDED}\nThe answer.\n")
+        );
+        // A pipe gets the delivery once, nothing of the attempts.
+        assert_eq!(
+            printed(false, &pieces, Some("The answer.")),
+            "The answer.\n"
+        );
+        // A `result` template: the delivery follows after a blank line.
+        assert_eq!(
+            printed(true, &["", "draft"], Some("Final: draft")),
+            "draft\n\nFinal: draft\n"
+        );
+        // Attempts that failed before any text print no marker.
+        assert_eq!(printed(true, &["", "", "ok"], Some("ok")), "ok\n");
+        // A failed run: what was streamed, ended with a newline.
+        assert_eq!(printed(true, &["", "part"], None), "part\n");
+        assert_eq!(printed(false, &["", "part"], None), "");
+        // Not streamed at all.
+        assert_eq!(printed(false, &[], Some("x")), "x\n");
+        assert_eq!(printed(true, &[], Some("x")), "x\n");
+    }
 
     #[test]
     fn vars_parse_and_reject_bad_pairs() {

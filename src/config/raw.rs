@@ -99,6 +99,7 @@ pub struct RawProvider {
     pub timeout_s: Option<f64>,
     pub connect_timeout_s: Option<f64>,
     pub system_role: Option<String>,
+    pub send_name: Option<bool>,
     pub retry_base_ms: Option<u64>,
     pub retry_cap_ms: Option<u64>,
     pub script: Option<String>,

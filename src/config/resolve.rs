@@ -91,6 +91,9 @@ pub struct ProviderConfig {
     pub timeout_s: Option<f64>,
     pub connect_timeout_s: Option<f64>,
     pub system_role: Option<String>,
+    /// Send each message's `name` (chat completions); the default depends
+    /// on the server (see `provider::registry`).
+    pub send_name: Option<bool>,
     pub retry_base_ms: Option<u64>,
     pub retry_cap_ms: Option<u64>,
     pub script: Option<PathBuf>,
@@ -277,6 +280,7 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                 timeout_s: provider.timeout_s,
                 connect_timeout_s: provider.connect_timeout_s,
                 system_role: provider.system_role,
+                send_name: provider.send_name,
                 retry_base_ms: provider.retry_base_ms,
                 retry_cap_ms: provider.retry_cap_ms,
                 script: provider.script.map(PathBuf::from),

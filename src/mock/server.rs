@@ -170,15 +170,13 @@ impl Server {
         let shared = self.shared.clone();
         let mut stopped = shared.stopping.subscribe();
         let stopping = shared.stopping.clone();
+        // Only the paths the real APIs have: a client that builds another
+        // URL (`/messages` without `/v1`) gets the 404 the real one would.
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
-            .route("/chat/completions", post(chat))
             .route("/v1/responses", post(responses))
-            .route("/responses", post(responses))
             .route("/v1/messages", post(messages))
-            .route("/messages", post(messages))
             .route("/v1/models", get(models))
-            .route("/models", get(models))
             .fallback(unknown_route)
             // Long dialogs make big requests; a test server takes them all.
             .layer(DefaultBodyLimit::disable())
@@ -280,7 +278,13 @@ async fn unknown_route(
     );
     entry.status = Some(404);
     shared.record(entry);
-    json_response(404, Api::Chat.error_body(404, Some("not_found"), &message))
+    // An Anthropic client gets Anthropic's error shape, others OpenAI's.
+    let api = if headers.contains_key("anthropic-version") {
+        Api::Anthropic
+    } else {
+        Api::Chat
+    };
+    json_response(404, api.error_body(404, Some("not_found_error"), &message))
 }
 
 impl Shared {
@@ -317,6 +321,11 @@ async fn answer(
         entry.status = Some(400);
         shared.record(entry);
         return json_response(400, api.error_body(400, Some("invalid_json"), message));
+    }
+    if let Some((status, code, message)) = refusal(api, &headers, &entry.body) {
+        entry.status = Some(status);
+        shared.record(entry);
+        return json_response(status, api.error_body(status, Some(code), &message));
     }
     let incoming = api.read(&entry.body);
     let served = shared.script.next(&ScriptRequest {
@@ -390,6 +399,33 @@ async fn answer(
             connection.reset();
             StatusCode::SERVICE_UNAVAILABLE.into_response()
         }
+    }
+}
+
+/// What the real API refuses before it looks at the script: Anthropic
+/// without `anthropic-version` or a credential (`x-api-key` or a bearer
+/// token), a Responses input item that llama-server cannot place.
+fn refusal(api: Api, headers: &HeaderMap, body: &Value) -> Option<(u16, &'static str, String)> {
+    match api {
+        Api::Anthropic if !headers.contains_key("anthropic-version") => Some((
+            400,
+            "invalid_request_error",
+            "anthropic-version: header is required".into(),
+        )),
+        Api::Anthropic
+            if !headers.contains_key("x-api-key")
+                && !headers.contains_key(header::AUTHORIZATION) =>
+        {
+            Some((
+                401,
+                "authentication_error",
+                "x-api-key header is required".into(),
+            ))
+        }
+        Api::Responses => super::wire::responses::check(body)
+            .err()
+            .map(|message| (400, "invalid_request_error", message)),
+        _ => None,
     }
 }
 

@@ -1,6 +1,9 @@
 //! The Anthropic Messages API, native: the system prompt as the top-level
 //! `system`, `tool_use` / `tool_result` blocks, images, a default `max_tokens`,
 //! usage with cache tokens, 529 "overloaded" as a transient error, streaming.
+//! The base URL is a host, as in Anthropic's SDKs (`ANTHROPIC_BASE_URL`,
+//! default `https://api.anthropic.com`); requests go to `{base}/v1/messages`.
+//! Messages carry no `name`: the Messages API has no such field.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +11,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Target, Wire, exchange};
+use super::exchange::{Target, Wire, error_object, exchange};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
@@ -119,6 +122,9 @@ fn user_blocks(message: &Message) -> Vec<Value> {
 
 /// An assistant message from a Messages API reply.
 pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
+    if body.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(error_object(body.get("error").unwrap_or(body)));
+    }
     let blocks = body
         .get("content")
         .and_then(Value::as_array)
@@ -127,12 +133,14 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
     let mut calls = Vec::new();
     for block in blocks {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(
-                block
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-            ),
+            Some("text") => match block.get("text") {
+                Some(Value::String(piece)) => text.push_str(piece),
+                _ => {
+                    return Err(ProviderError::transient(
+                        "malformed reply: a `text` block without text",
+                    ));
+                }
+            },
             Some("tool_use") => {
                 let input = block.get("input").cloned().unwrap_or(json!({}));
                 calls.push(FunctionCall::from_model(
@@ -207,6 +215,7 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
         } else {
             http::retry_after(&reply.headers)
         },
+        endpoint: None,
     }
 }
 
@@ -253,7 +262,7 @@ impl super::exchange::Assembler for StreamAssembler {
                             .unwrap_or_default()
                             .to_string();
                         block["text"] = json!(existing + text);
-                        if let Some(sink) = sink {
+                        if let (Some(sink), false) = (sink, text.is_empty()) {
                             sink(text);
                         }
                     }
@@ -288,18 +297,11 @@ impl super::exchange::Assembler for StreamAssembler {
                 return Ok(false);
             }
             Some("error") => {
-                let message = event
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("stream error");
-                let overloaded = event.pointer("/error/type").and_then(Value::as_str)
-                    == Some("overloaded_error");
-                let kind = if overloaded {
-                    ErrorKind::Transient
-                } else {
-                    ErrorKind::Permanent
-                };
-                return Err(ProviderError::new(kind, message));
+                // `{"type": "error", "error": {"type": "overloaded_error", …}}`,
+                // classified by its type like an HTTP error of that type.
+                let mut error = error_object(event.get("error").unwrap_or(&event));
+                error.message = format!("the stream failed: {}", error.message);
+                return Err(error);
             }
             _ => {}
         }
@@ -316,34 +318,51 @@ impl super::exchange::Assembler for StreamAssembler {
     }
 }
 
+/// Where the Messages API of `base` is: `{base}/v1/messages`, as Anthropic's
+/// SDKs build it from a host (`https://api.anthropic.com`). A base that ends
+/// in `/v1` already (the form lllm once documented) means the same.
+pub fn messages_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    let base = base.strip_suffix("/v1").unwrap_or(base);
+    format!("{base}/v1/messages")
+}
+
 pub struct AnthropicProvider {
     pub client: reqwest::Client,
-    /// `{base_url}/messages` with the version, the key and extra headers.
+    /// `{base_url}/v1/messages` with the version, the credentials and extra headers.
     messages: http::Endpoint,
+    /// Where the base URL came from, for errors that mean a wrong address.
+    source: String,
     pub timeout: Duration,
     pub limiter: Arc<Limiter>,
 }
 
 impl AnthropicProvider {
-    /// A provider at `base_url` (`…/v1`); the key goes in `x-api-key`.
-    /// An unusable URL or header is an error naming it (never a value).
+    /// A provider at `base_url` (a host; see [`messages_url`]). As in
+    /// Anthropic's SDKs, the key goes in `x-api-key` and an auth token
+    /// (`ANTHROPIC_AUTH_TOKEN`) as `Authorization: Bearer`; both are sent when
+    /// both are set. An unusable URL or header is an error naming it (never
+    /// a value).
     pub fn new(
         client: reqwest::Client,
-        base_url: String,
+        base_url: super::registry::BaseUrl,
         api_key: Option<&super::registry::Secret>,
+        auth_token: Option<&super::registry::Secret>,
         extra_headers: &[(String, String)],
         timeout: Duration,
         limiter: Arc<Limiter>,
     ) -> Result<AnthropicProvider, String> {
+        let bearer = auth_token.map(|token| format!("Bearer {}", token.expose()));
         let pairs = extra_headers
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .chain([("anthropic-version", API_VERSION)])
-            .chain(api_key.map(|key| ("x-api-key", key.expose())));
-        let url = format!("{}/messages", base_url.trim_end_matches('/'));
+            .chain(api_key.map(|key| ("x-api-key", key.expose())))
+            .chain(bearer.as_deref().map(|bearer| ("authorization", bearer)));
         Ok(AnthropicProvider {
             client,
-            messages: http::Endpoint::new(&url, pairs)?,
+            messages: http::Endpoint::new(&messages_url(&base_url.url), pairs)?,
+            source: base_url.source,
             timeout,
             limiter,
         })
@@ -354,6 +373,7 @@ impl AnthropicProvider {
         let target = Target {
             client: &self.client,
             endpoint: &self.messages,
+            source: &self.source,
             timeout: self.timeout,
             limiter: &self.limiter,
         };
@@ -386,7 +406,7 @@ impl Provider for AnthropicProvider {
 
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         super::WireRequest {
-            url: self.messages.url.to_string(),
+            url: self.messages.place().to_string(),
             body: build_request(request),
         }
     }

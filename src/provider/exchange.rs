@@ -2,6 +2,11 @@
 //! a limiter permit, the POST (whole JSON or server-sent events), the reply
 //! parsed or the error classified, and the outcome reported to the limiter.
 //! Provider modules supply only the translation functions.
+//!
+//! Also the rules every wire API shares about what a reply must hold: an
+//! error object inside a 200 reply or a stream is an error, classified the
+//! same way everywhere, and a reply with neither text nor a tool call is an
+//! error, never an empty answer.
 
 use serde_json::Value;
 
@@ -35,6 +40,10 @@ pub struct Wire {
 pub struct Target<'a> {
     pub client: &'a reqwest::Client,
     pub endpoint: &'a http::Endpoint,
+    /// Where the endpoint's base URL came from (`OLLAMA_HOST`,
+    /// `` `providers.local.base_url` ``, …), named by errors that mean a wrong
+    /// address.
+    pub source: &'a str,
     pub timeout: std::time::Duration,
     pub limiter: &'a Limiter,
 }
@@ -49,30 +58,281 @@ pub async fn exchange<A: Assembler>(
     wire: &Wire,
 ) -> Result<Message, ProviderError> {
     let _permit = target.limiter.acquire(estimate).await;
-    let failed = |error: ProviderError| {
+    let failed = |mut error: ProviderError| {
         if error.kind == ErrorKind::RateLimit {
             target.limiter.on_rate_limited(error.retry_after);
         }
+        // A path the server does not have: say where the request went and
+        // which setting chose that address, so the user knows what to fix.
+        if matches!(error.status, Some(404 | 405)) {
+            error.endpoint = Some(format!(
+                "{} (base URL from {})",
+                target.endpoint.place(),
+                target.source
+            ));
+        }
         error
     };
-    let (message, reply_headers) = if sink.is_some() {
-        let mut assembler = A::default();
-        let feed = |data: &str| assembler.feed(data, sink);
-        if let Some(reply) =
-            http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await?
-        {
-            return Err(failed((wire.parse_error)(&reply)));
+    // A transport failure (no connection, a timeout, a reset: no status)
+    // names the URL already; it gains the setting the address came from.
+    let unreachable = |mut error: ProviderError| {
+        if error.status.is_none() {
+            error.message = format!("{} (base URL from {})", error.message, target.source);
         }
-        (assembler.finish()?, Default::default())
+        failed(error)
+    };
+    let (message, reply_headers) = if let Some(sink) = sink {
+        // A new attempt starts: a display drops what earlier attempts streamed.
+        sink("");
+        let mut assembler = A::default();
+        let mut stream_failed = false;
+        let feed = |data: &str| {
+            let fed = assembler.feed(data, Some(sink));
+            stream_failed = fed.is_err();
+            fed
+        };
+        let posted =
+            http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await;
+        match posted {
+            Ok(Some(reply)) => return Err(failed((wire.parse_error)(&reply))),
+            Ok(None) => {}
+            Err(error) if stream_failed => return Err(failed(error)),
+            Err(error) => return Err(unreachable(error)),
+        }
+        (assembler.finish().map_err(failed)?, Default::default())
     } else {
-        let reply = http::post_json(target.client, target.endpoint, body, target.timeout).await?;
+        let reply = http::post_json(target.client, target.endpoint, body, target.timeout)
+            .await
+            .map_err(unreachable)?;
         if !(200..300).contains(&reply.status) {
             return Err(failed((wire.parse_error)(&reply)));
         }
-        ((wire.parse_body)(&reply.body)?, reply.headers)
+        (
+            (wire.parse_body)(&reply.body).map_err(failed)?,
+            reply.headers,
+        )
     };
     target
         .limiter
         .on_success(&reply_headers, message.total_tokens(), estimate);
-    Ok(message)
+    require_output(message)
+}
+
+/// A reply must carry text or a tool call: one with neither would pass as an
+/// empty answer. When the reply says why it is empty (a length limit, a
+/// refusal, a content filter) the same request would end the same way, so
+/// the error is permanent; otherwise the reply is faulty and worth a retry.
+pub fn require_output(message: Message) -> Result<Message, ProviderError> {
+    if !message.content.is_empty() || !message.function_calls.is_empty() {
+        return Ok(message);
+    }
+    let text = |key: &str| message.metadata.get(key).and_then(Value::as_str);
+    if let Some(refusal) = text("refusal").filter(|refusal| !refusal.is_empty()) {
+        let mut error = ProviderError::permanent(format!("the model refused: {refusal}"));
+        error.code = Some("refusal".into());
+        return Err(error);
+    }
+    let reason = text("finish_reason").unwrap_or_default();
+    let (kind, hint) = match reason {
+        "length" | "max_tokens" | "max_output_tokens" | "model_context_window_exceeded" => (
+            ErrorKind::Permanent,
+            "; hint: raise `max_tokens` (reasoning models spend it before they answer)",
+        ),
+        "content_filter" | "refusal" | "safety" => (ErrorKind::Permanent, ""),
+        _ => (ErrorKind::Transient, ""),
+    };
+    let because = if reason.is_empty() {
+        String::new()
+    } else {
+        format!(" (finish reason `{reason}`)")
+    };
+    let mut error = ProviderError::new(
+        kind,
+        format!("the reply has no text and no tool call{because}{hint}"),
+    );
+    error.code = Some("empty_reply".into());
+    Err(error)
+}
+
+/// The error object a provider put in a 200 reply or a stream event (`{"error":
+/// {"message", "type", "code"}}`, Anthropic's `{"type": "error", "error":
+/// {…}}`, a Responses `response.error`), classified for the retry loop: a
+/// numeric code is an HTTP status; otherwise the code or type names it. An
+/// error we cannot place is transient, so the retry budget bounds it.
+pub fn error_object(error: &Value) -> ProviderError {
+    let text = |key: &str| error.get(key).and_then(Value::as_str);
+    let mut message: String = text("message")
+        .filter(|message| !message.trim().is_empty())
+        .unwrap_or("the provider reported an error while answering")
+        .chars()
+        .take(500)
+        .collect();
+    if let Some(plain) = error.as_str() {
+        // Some servers send the error as a bare string.
+        message = plain.chars().take(500).collect();
+    }
+    let status = ["code", "status"].into_iter().find_map(|key| {
+        error
+            .get(key)
+            .and_then(Value::as_u64)
+            .and_then(|number| u16::try_from(number).ok())
+            .filter(|number| (400..=599).contains(number))
+    });
+    let code = text("code").or_else(|| text("type")).map(str::to_string);
+    let kind = match (status, code.as_deref()) {
+        (_, Some(code)) if code.contains("quota") || code.contains("context_length") => {
+            ErrorKind::Permanent
+        }
+        (Some(status), _) => http::classify_status(status),
+        (None, Some(code)) => classify_code(code),
+        (None, None) => ErrorKind::Transient,
+    };
+    ProviderError {
+        kind,
+        status,
+        code,
+        message,
+        retry_after: None,
+        endpoint: None,
+    }
+}
+
+/// The retry class of an error code or type without a status: OpenAI's
+/// (`server_error`, `rate_limit_exceeded`, `invalid_prompt`, `invalid_image`,
+/// …) and Anthropic's (`overloaded_error`, `api_error`, `invalid_request_error`,
+/// …).
+fn classify_code(code: &str) -> ErrorKind {
+    const PERMANENT: &[&str] = &[
+        "invalid",
+        "authentication",
+        "permission",
+        "not_found",
+        "billing",
+        "content_policy",
+        "too_large",
+        "too_small",
+        "unsupported",
+        "parse_error",
+        "empty_image",
+        "failed_to_download",
+    ];
+    if code.contains("rate_limit") {
+        ErrorKind::RateLimit
+    } else if PERMANENT.iter().any(|part| code.contains(part)) {
+        ErrorKind::Permanent
+    } else {
+        // `server_error`, `api_error`, `overloaded_error`, timeouts, and
+        // names we do not know: the server failed, not the request.
+        ErrorKind::Transient
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::dialog::Role;
+
+    #[track_caller]
+    fn classified(error: Value, kind: ErrorKind, status: Option<u16>) {
+        let found = error_object(&error);
+        assert_eq!((found.kind, found.status), (kind, status), "{error}");
+    }
+
+    #[test]
+    fn error_objects_are_classified_by_status_then_code() {
+        classified(
+            json!({"code": 500, "message": "boom", "type": "server_error"}),
+            ErrorKind::Transient,
+            Some(500),
+        );
+        classified(
+            json!({"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}),
+            ErrorKind::Permanent,
+            Some(400),
+        );
+        classified(json!({"code": 429}), ErrorKind::RateLimit, Some(429));
+        classified(
+            json!({"code": "rate_limit_exceeded", "message": "slow"}),
+            ErrorKind::RateLimit,
+            None,
+        );
+        classified(
+            json!({"code": "server_error", "message": "x"}),
+            ErrorKind::Transient,
+            None,
+        );
+        classified(
+            json!({"code": "invalid_prompt", "message": "x"}),
+            ErrorKind::Permanent,
+            None,
+        );
+        classified(
+            json!({"type": "overloaded_error", "message": "Overloaded"}),
+            ErrorKind::Transient,
+            None,
+        );
+        classified(
+            json!({"type": "invalid_request_error", "message": "x"}),
+            ErrorKind::Permanent,
+            None,
+        );
+        classified(
+            json!({"code": "insufficient_quota", "message": "x"}),
+            ErrorKind::Permanent,
+            None,
+        );
+        classified(json!({"message": "?"}), ErrorKind::Transient, None);
+        assert_eq!(error_object(&json!("plain text")).message, "plain text");
+        assert_eq!(
+            error_object(&json!({})).message,
+            "the provider reported an error while answering"
+        );
+    }
+
+    #[track_caller]
+    fn empty(finish_reason: Option<&str>, refusal: Option<&str>) -> ProviderError {
+        let mut message = Message::new(Role::Assistant, "assistant", "");
+        if let Some(reason) = finish_reason {
+            message
+                .metadata
+                .insert("finish_reason".into(), json!(reason));
+        }
+        if let Some(refusal) = refusal {
+            message.metadata.insert("refusal".into(), json!(refusal));
+        }
+        require_output(message).unwrap_err()
+    }
+
+    #[test]
+    fn a_reply_without_text_or_tool_call_is_an_error_classified_by_its_reason() {
+        let plain = empty(None, None);
+        assert_eq!(plain.kind, ErrorKind::Transient);
+        assert_eq!(plain.message, "the reply has no text and no tool call");
+        let cut = empty(Some("length"), None);
+        assert_eq!(cut.kind, ErrorKind::Permanent);
+        assert!(
+            cut.message.contains("raise `max_tokens`"),
+            "{}",
+            cut.message
+        );
+        assert_eq!(
+            empty(Some("content_filter"), None).kind,
+            ErrorKind::Permanent
+        );
+        assert_eq!(empty(Some("stop"), None).kind, ErrorKind::Transient);
+        let refused = empty(Some("stop"), Some("I can't help with that."));
+        assert_eq!(refused.kind, ErrorKind::Permanent);
+        assert_eq!(
+            refused.message,
+            "the model refused: I can't help with that."
+        );
+        let text = Message::new(Role::Assistant, "assistant", "hi");
+        assert!(require_output(text).is_ok());
+        let mut call = Message::new(Role::Assistant, "assistant", "");
+        call.function_calls
+            .push(crate::dialog::FunctionCall::from_model("c", "f", "{}"));
+        assert!(require_output(call).is_ok());
+    }
 }

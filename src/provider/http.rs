@@ -136,7 +136,8 @@ impl Endpoint {
     }
 
     /// The URL as errors show it: without credentials (`***@` marks where
-    /// they were) and without its query.
+    /// they were) and without its query. Every message that names an
+    /// endpoint shows it through this.
     pub fn place(&self) -> &str {
         &self.place
     }
@@ -304,6 +305,7 @@ fn follow(
         code: None,
         message,
         retry_after: None,
+        endpoint: None,
     };
     let target = response
         .headers()

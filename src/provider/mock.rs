@@ -50,8 +50,12 @@ impl MockProvider {
             .iter()
             .map(|message| message.content.len())
             .sum();
+        if let Some(sink) = request.stream {
+            // A new attempt starts (see `TextSink`).
+            sink("");
+        }
         let Some(script) = &self.script else {
-            if let Some(sink) = request.stream {
+            if let (Some(sink), false) = (request.stream, last_user.is_empty()) {
                 sink(last_user);
             }
             return Ok(reply(
@@ -81,7 +85,9 @@ impl MockProvider {
                     .usage
                     .map(|usage| (usage.prompt_tokens, usage.completion_tokens));
                 // Offline replies arrive whole: one piece for a streaming caller.
-                if let (Some(sink), Some(text)) = (request.stream, message.text.as_deref()) {
+                if let (Some(sink), Some(text)) = (request.stream, message.text.as_deref())
+                    && !text.is_empty()
+                {
                     sink(text);
                 }
                 Ok(reply(
@@ -110,6 +116,7 @@ impl MockProvider {
                     retry_after: retry_after_ms
                         .map(std::time::Duration::from_millis)
                         .or(retry_after_s.map(std::time::Duration::from_secs_f64)),
+                    endpoint: None,
                 })
             }
             Reply::Fault(fault) => Err(ProviderError::transient(

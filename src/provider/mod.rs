@@ -23,7 +23,10 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
-/// Called with each piece of text as a streamed reply arrives.
+/// Called with each piece of text as a streamed reply arrives. An empty
+/// piece says a new attempt starts streaming: the text handed over before it
+/// belongs to an attempt that is not this reply (a retry after a failure, a
+/// repair, a tool round), so a display can mark it as discarded.
 pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// One request to a model: everything a provider needs to build its wire request.
@@ -65,6 +68,12 @@ pub struct ProviderError {
     /// What the server asked us to wait (`retry-after-ms` / `Retry-After`).
     #[serde(with = "optional_millis", default)]
     pub retry_after: Option<Duration>,
+    /// Where the request went and where that address came from, for errors
+    /// that mean a wrong address (404, 405): `http://…/v1/chat/completions
+    /// (base URL from OLLAMA_HOST)`. Shown through `http::Endpoint`, so
+    /// without credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 impl ProviderError {
@@ -75,6 +84,7 @@ impl ProviderError {
             code: None,
             message: message.into(),
             retry_after: None,
+            endpoint: None,
         }
     }
 
@@ -92,8 +102,12 @@ impl ProviderError {
 
     fn describe(&self) -> String {
         let mut text = String::new();
-        if let Some(status) = self.status {
-            text.push_str(&format!("HTTP {status}: "));
+        match (self.status, &self.endpoint) {
+            (Some(status), Some(endpoint)) => {
+                text.push_str(&format!("HTTP {status} from {endpoint}: "))
+            }
+            (Some(status), None) => text.push_str(&format!("HTTP {status}: ")),
+            (None, _) => {}
         }
         text.push_str(&self.message);
         if let Some(code) = &self.code {
@@ -158,6 +172,7 @@ mod optional_millis {
 
 pub mod anthropic;
 pub mod dry_run;
+pub mod endpoints;
 pub mod exchange;
 pub mod http;
 pub mod limit;

@@ -1,6 +1,11 @@
 //! The model table: prices (USD per 1M tokens), input context windows and
 //! tokenizers of current OpenAI, Anthropic and Gemini models, bundled from
 //! `models.json` and overridable by a tactic's `pricing:`.
+//!
+//! A price belongs to a provider and a model: the bundled entries name the
+//! service whose published price they are (`provider: openai`), and apply
+//! only to a provider whose endpoint is that service. `local/gpt-4o-mini`
+//! on a self-hosted server has no bundled price; `pricing:` gives it one.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -50,16 +55,65 @@ impl ModelTable {
         })
     }
 
-    /// `model` as given, then without a date suffix (`-2024-08-06`, `-20250929`)
-    /// or `-latest`, then the part after the last `/` (`openrouter/openai/gpt-4o`).
-    pub fn lookup(&self, _provider: &str, model: &str) -> Option<&ModelInfo> {
+    /// What is known of a model, whoever serves it (its context window and
+    /// tokenizer; not its price, see [`ModelTable::price`]): the entry
+    /// `provider/model`, else `model` as given, then without a date suffix
+    /// (`-2024-08-06`, `-20250929`) or `-latest`, then the part after the
+    /// last `/` (`openrouter/openai/gpt-4o`).
+    pub fn lookup(&self, provider: &str, model: &str) -> Option<&ModelInfo> {
+        if let Some(info) = self.qualified(provider, model) {
+            return Some(info);
+        }
         let base = model.rsplit('/').next().unwrap_or(model);
         // The name as given is found without building other names.
-        [model, base].into_iter().find_map(|name| {
-            self.models
-                .get(name)
-                .or_else(|| self.models.get(&strip_version(name)))
-        })
+        [model, base].into_iter().find_map(|name| self.named(name))
+    }
+
+    /// The price of `model` on provider `provider`, whose endpoint is the
+    /// hosted `service` (`None`: a local server, a proxy, any other host):
+    /// 1. an entry `provider/model` (from `pricing:` or `--prices`): the user
+    ///    priced this provider's model;
+    /// 2. an entry `model` (as given, then without a date suffix) that names
+    ///    no provider (a user's own `pricing: {my-model: …}`, for any
+    ///    provider) or names `service` (the bundled prices: OpenAI's apply to
+    ///    api.openai.com only);
+    /// 3. on a router that charges what the upstream provider does
+    ///    (`openrouter/openai/gpt-4o`), the upstream's entry for `gpt-4o`.
+    pub fn price(&self, provider: &str, service: Option<&str>, model: &str) -> Option<&ModelInfo> {
+        if let Some(info) = self.qualified(provider, model) {
+            return Some(info);
+        }
+        let belongs = |info: &&ModelInfo, service: Option<&str>| match &info.provider {
+            None => true,
+            Some(owner) => Some(owner.as_str()) == service,
+        };
+        if let Some(info) = self.named(model).filter(|info| belongs(info, service)) {
+            return Some(info);
+        }
+        match (service, model.split_once('/')) {
+            (Some("openrouter"), Some((upstream, name))) => self
+                .named(name)
+                .filter(|info| info.provider.as_deref() == Some(upstream)),
+            _ => None,
+        }
+    }
+
+    /// The entry `provider/model` (or without the model's date suffix).
+    fn qualified(&self, provider: &str, model: &str) -> Option<&ModelInfo> {
+        if self.models.is_empty() {
+            return None;
+        }
+        let key = format!("{provider}/{model}");
+        self.models
+            .get(&key)
+            .or_else(|| self.models.get(&strip_version(&key)))
+    }
+
+    /// The entry named `name`, or `name` without a date suffix.
+    fn named(&self, name: &str) -> Option<&ModelInfo> {
+        self.models
+            .get(name)
+            .or_else(|| self.models.get(&strip_version(name)))
     }
 
     /// This table with `overrides` (`{model: {input_per_million, output_per_million, …}}`) on top.
@@ -70,13 +124,8 @@ impl ModelTable {
             })?;
         let mut table = self.clone();
         for (name, info) in overrides {
-            // `openai/my-model` is also found as `my-model`, unless that name has its own entry.
-            if let Some((_, base)) = name.rsplit_once('/') {
-                table
-                    .models
-                    .entry(base.to_string())
-                    .or_insert_with(|| info.clone());
-            }
+            // `local/my-model` prices that provider's model only: it is not
+            // also `my-model`, which would price every provider's.
             table.models.insert(name, info);
         }
         Ok(table)
@@ -109,6 +158,15 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
             number("output_cost_per_token"),
         ) {
             let mut info = serde_json::json!({"input_per_million": input * 1e6, "output_per_million": output * 1e6});
+            // Whose price it is: LiteLLM's provider names, ours where they differ.
+            if let Some(provider) = entry.get("litellm_provider").and_then(Value::as_str) {
+                let provider = match provider {
+                    "together_ai" => "together",
+                    "text-completion-openai" => "openai",
+                    other => other,
+                };
+                info["provider"] = serde_json::json!(provider);
+            }
             if let Some(cached) = number("cache_read_input_token_cost") {
                 info["cached_input_per_million"] = serde_json::json!(cached * 1e6);
             }
@@ -199,7 +257,10 @@ mod tests {
         let prices = read_price_file(&litellm).unwrap();
         assert_eq!(prices.as_object().unwrap().len(), 1);
         let table = ModelTable::bundled().with_overrides(&prices).unwrap();
-        let info = table.lookup("local", "my-model").unwrap();
+        // LiteLLM's `openai/my-model` is OpenAI's price: not another provider's.
+        assert!(table.price("local", None, "my-model").is_none());
+        let info = table.price("openai", Some("openai"), "my-model").unwrap();
+        assert_eq!(info.provider.as_deref(), Some("openai"));
         assert!(
             (info.input_per_million - 2.0).abs() < 1e-9
                 && (info.output_per_million - 8.0).abs() < 1e-9

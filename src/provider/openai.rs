@@ -22,6 +22,11 @@ use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role, TokenLogprob
 pub struct WireOptions {
     /// Send the system prompt as `developer` (newer OpenAI models) instead of `system` (D10).
     pub developer_role: bool,
+    /// Send each user and assistant message's `name` (the agent's name). OpenAI
+    /// accepts it; Mistral, vLLM in Mistral mode and xAI refuse the whole
+    /// request over it, so it is sent only where a provider says so
+    /// (`send_name` under `providers:`, on by default for api.openai.com).
+    pub send_name: bool,
 }
 
 /// The chat-completions body for `request`, as a JSON tree (`--dry-run`,
@@ -211,7 +216,9 @@ impl Serialize for WireMessage<'_> {
                     });
                     map.serialize_entry("tool_calls", &Seq(calls))?;
                 }
-                map.serialize_entry("name", &message.sanitized_name())?;
+                if self.options.send_name {
+                    map.serialize_entry("name", &message.sanitized_name())?;
+                }
             }
             Role::User => {
                 map.serialize_entry("role", "user")?;
@@ -230,7 +237,9 @@ impl Serialize for WireMessage<'_> {
                         map.serialize_entry("content", &Seq(parts))?;
                     }
                 }
-                map.serialize_entry("name", &message.sanitized_name())?;
+                if self.options.send_name {
+                    map.serialize_entry("name", &message.sanitized_name())?;
+                }
             }
         }
         map.end()
@@ -269,6 +278,9 @@ struct ImageUrl<'a> {
 struct Reply<'a> {
     #[serde(borrow)]
     choices: Vec<Choice<'a>>,
+    /// Some proxies answer 200 with an error object (OpenRouter, LiteLLM).
+    #[serde(default)]
+    error: Option<Value>,
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -302,10 +314,14 @@ struct Choice<'a> {
     logprobs: Option<Value>,
 }
 
+/// `content` as a string (or null); a list of parts fails this read and
+/// goes to the lenient one, which joins their text.
 #[derive(serde::Deserialize)]
 struct ReplyMessage<'a> {
     #[serde(default, borrow)]
     content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ReplyCall<'a>>>,
 }
@@ -333,11 +349,19 @@ pub fn parse_body(body: &str) -> Result<Message, ProviderError> {
     let Ok(reply) = serde_json::from_str::<Reply<'_>>(body) else {
         return parse_response(&exchange::parse_json(body)?);
     };
+    if let Some(error) = reply.error.as_ref().filter(|error| !error.is_null()) {
+        return Err(exchange::error_object(error));
+    }
     let Some(choice) = reply.choices.into_iter().next() else {
         return Err(ProviderError::transient("malformed reply: no `choices`"));
     };
     let content = choice.message.content.unwrap_or_default();
     let mut message = Message::new(Role::Assistant, "assistant", content);
+    if let Some(refusal) = choice.message.refusal {
+        message
+            .metadata
+            .insert("refusal".into(), Value::String(refusal.into_owned()));
+    }
     for call in choice.message.tool_calls.into_iter().flatten() {
         message.function_calls.push(FunctionCall::from_model(
             call.id.unwrap_or_default(),
@@ -373,6 +397,9 @@ pub fn parse_body(body: &str) -> Result<Message, ProviderError> {
 /// An assistant message from a chat-completions reply body.
 pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
     let malformed = |what: &str| ProviderError::transient(format!("malformed reply: {what}"));
+    if let Some(error) = body.get("error").filter(|error| !error.is_null()) {
+        return Err(exchange::error_object(error));
+    }
     let choice = body
         .get("choices")
         .and_then(Value::as_array)
@@ -381,11 +408,15 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
     let wire = choice
         .get("message")
         .ok_or_else(|| malformed("no `choices[0].message`"))?;
-    let content = wire
-        .get("content")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let content = match wire.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(content) => content_text(content)
+            .ok_or_else(|| malformed("`content` is neither text nor a list of parts"))?,
+    };
     let mut message = Message::new(Role::Assistant, "assistant", content);
+    if let Some(refusal) = wire.get("refusal").and_then(Value::as_str) {
+        message.metadata.insert("refusal".into(), json!(refusal));
+    }
     if let Some(calls) = wire.get("tool_calls").and_then(Value::as_array) {
         for call in calls {
             let function = call
@@ -423,6 +454,37 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
         message.usage = normalize_usage(usage);
     }
     Ok(message)
+}
+
+/// The text of a message's `content`: a string, or the `text` of its parts
+/// (`[{"type": "text", "text": …}]`, as several OpenAI-compatible servers
+/// send it) joined as they come; parts that carry no text (images, audio)
+/// add nothing. `None` for any other shape.
+fn content_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match part {
+                    Value::String(piece) => text.push_str(piece),
+                    Value::Object(fields) => {
+                        let kind = fields.get("type").and_then(Value::as_str);
+                        if matches!(kind, None | Some("text" | "output_text")) {
+                            match fields.get("text") {
+                                Some(Value::String(piece)) => text.push_str(piece),
+                                None | Some(Value::Null) => {}
+                                Some(_) => return None,
+                            }
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+            Some(text)
+        }
+        _ => None,
+    }
 }
 
 fn token_logprob(entry: &Value) -> TokenLogprob {
@@ -520,6 +582,7 @@ pub struct StreamAssembler {
     content: String,
     calls: Vec<(String, String, String)>,
     finish_reason: Option<String>,
+    refusal: String,
     done: bool,
 }
 
@@ -537,6 +600,11 @@ impl super::exchange::Assembler for StreamAssembler {
         let chunk: Value = serde_json::from_str(data).map_err(|error| {
             ProviderError::transient(format!("malformed stream chunk: {error}"))
         })?;
+        // A server that fails mid-stream says so in a chunk of its own
+        // (vLLM, llama.cpp, OpenRouter), sometimes followed by `[DONE]`.
+        if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
+            return Err(exchange::error_object(error));
+        }
         if let Some(model) = chunk.get("model") {
             self.chunks.insert("model".into(), model.clone());
         }
@@ -554,11 +622,22 @@ impl super::exchange::Assembler for StreamAssembler {
             self.finish_reason = Some(reason.to_string());
         }
         let delta = choice.get("delta").unwrap_or(&Value::Null);
-        if let Some(text) = delta.get("content").and_then(Value::as_str) {
-            self.content.push_str(text);
-            if let (Some(sink), false) = (sink, text.is_empty()) {
-                sink(text);
+        let text = match delta.get("content") {
+            None | Some(Value::Null) => None,
+            Some(content) => Some(content_text(content).ok_or_else(|| {
+                ProviderError::transient(
+                    "malformed stream chunk: `content` is neither text nor a list of parts",
+                )
+            })?),
+        };
+        if let Some(text) = text.filter(|text| !text.is_empty()) {
+            self.content.push_str(&text);
+            if let Some(sink) = sink {
+                sink(&text);
             }
+        }
+        if let Some(refusal) = delta.get("refusal").and_then(Value::as_str) {
+            self.refusal.push_str(refusal);
         }
         for call in delta
             .get("tool_calls")
@@ -596,6 +675,9 @@ impl super::exchange::Assembler for StreamAssembler {
             .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
             .collect();
         let mut message = json!({"role": "assistant", "content": self.content});
+        if !self.refusal.is_empty() {
+            message["refusal"] = Value::String(self.refusal);
+        }
         if !tool_calls.is_empty() {
             message["tool_calls"] = Value::Array(tool_calls);
         }
@@ -658,6 +740,7 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
         } else {
             http::retry_after(&reply.headers)
         },
+        endpoint: None,
     }
 }
 
@@ -668,6 +751,8 @@ pub struct OpenAiProvider {
     chat: http::Endpoint,
     /// `{base_url}/responses`, the same headers.
     responses: http::Endpoint,
+    /// Where the base URL came from, for errors that mean a wrong address.
+    source: String,
     pub options: WireOptions,
     pub timeout: Duration,
     /// Concurrency, rpm and tpm limits shared by every user of this provider.
@@ -675,11 +760,12 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    /// A provider at `base_url` (`…/v1`); the key goes in as a bearer token.
-    /// An unusable URL or header is an error naming it (never a value).
+    /// A provider at `base_url` (`…/v1`, used as given, as openai-python
+    /// does); the key goes in as a bearer token. An unusable URL or header is
+    /// an error naming it (never a value).
     pub fn new(
         client: reqwest::Client,
-        base_url: String,
+        base_url: super::registry::BaseUrl,
         api_key: Option<&super::registry::Secret>,
         extra_headers: &[(String, String)],
         options: WireOptions,
@@ -693,11 +779,12 @@ impl OpenAiProvider {
                 .map(|(name, value)| (name.as_str(), value.as_str()))
                 .chain(bearer.as_deref().map(|bearer| ("authorization", bearer)))
         };
-        let base = base_url.trim_end_matches('/');
+        let base = base_url.url.trim_end_matches('/');
         Ok(OpenAiProvider {
             client,
             chat: http::Endpoint::new(&format!("{base}/chat/completions"), pairs())?,
             responses: http::Endpoint::new(&format!("{base}/responses"), pairs())?,
+            source: base_url.source,
             options,
             timeout,
             limiter,
@@ -729,6 +816,7 @@ impl OpenAiProvider {
         let target = Target {
             client: &self.client,
             endpoint,
+            source: &self.source,
             timeout: self.timeout,
             limiter: &self.limiter,
         };
@@ -767,7 +855,7 @@ impl Provider for OpenAiProvider {
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         let (endpoint, body) = self.wire(request);
         super::WireRequest {
-            url: endpoint.url.to_string(),
+            url: endpoint.place().to_string(),
             body,
         }
     }

@@ -1,6 +1,8 @@
 //! Prices usage: writes per-token rates and dollar costs into a message's
-//! normalized usage, from the model table. An unknown model gets
-//! `response_cost: null` (never a silent $0) and one warning per run.
+//! normalized usage, from the model table. A price belongs to a provider and
+//! a model (`ModelTable::price`): an unknown one gets `response_cost: null`
+//! (never a silent $0, and never another provider's price) and one warning
+//! per run.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -9,10 +11,12 @@ use serde_json::{Map, Value, json};
 
 use super::models::ModelTable;
 
-/// Prices `usage` in place; returns whether the price was known.
+/// Prices `usage` of `model` on `provider` (whose endpoint is the hosted
+/// `service`, if any) in place; returns whether the price was known.
 pub fn apply(
     table: &ModelTable,
     provider: &str,
+    service: Option<&str>,
     model: &str,
     usage: &mut Map<String, Value>,
 ) -> bool {
@@ -22,7 +26,7 @@ pub fn apply(
     let (input, output, cached_rate) = if provider == "mock" {
         (0.0, 0.0, 0.0)
     } else {
-        match table.lookup(provider, model) {
+        match table.price(provider, service, model) {
             Some(info) => {
                 let input = info.input_per_million / 1e6;
                 (
@@ -63,7 +67,7 @@ impl UnknownPriceWarnings {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         warned.insert(name.clone()).then(|| {
-            format!("no price known for `{name}`; its cost is reported as unknown (add it under `pricing:`)")
+            format!("no price known for `{name}`; its cost is reported as unknown (add `{name}` under `pricing:`)")
         })
     }
 }
@@ -84,6 +88,7 @@ mod tests {
         assert!(apply(
             ModelTable::bundled(),
             "openai",
+            Some("openai"),
             "gpt-4o-mini",
             &mut usage
         ));
@@ -100,6 +105,7 @@ mod tests {
         assert!(!apply(
             ModelTable::bundled(),
             "local",
+            None,
             "my-model",
             &mut unknown
         ));
@@ -108,7 +114,89 @@ mod tests {
         assert!(warnings.warn_once("local", "my-model").is_some());
         assert!(warnings.warn_once("local", "my-model").is_none());
         let mut free = usage(json!({"prompt_tokens": 5}));
-        assert!(apply(ModelTable::bundled(), "mock", "echo", &mut free));
+        assert!(apply(
+            ModelTable::bundled(),
+            "mock",
+            None,
+            "echo",
+            &mut free
+        ));
         assert_eq!(free["response_cost"], json!(0.0));
+    }
+
+    #[track_caller]
+    fn priced(
+        table: &ModelTable,
+        provider: &str,
+        service: Option<&str>,
+        model: &str,
+    ) -> Option<f64> {
+        let mut counted = usage(json!({"prompt_tokens": 1_000_000, "completion_tokens": 0}));
+        apply(table, provider, service, model, &mut counted)
+            .then(|| counted["response_cost"].as_f64().unwrap_or_default())
+    }
+
+    #[test]
+    fn prices_belong_to_a_provider_and_a_model() {
+        let bundled = ModelTable::bundled();
+        // OpenAI's price applies to api.openai.com, whatever the provider is called.
+        assert_eq!(
+            priced(bundled, "openai", Some("openai"), "gpt-4o-mini"),
+            Some(0.15)
+        );
+        assert_eq!(
+            priced(bundled, "myopenai", Some("openai"), "gpt-4o-mini"),
+            Some(0.15)
+        );
+        // A self-hosted server (or OPENAI_BASE_URL moved elsewhere) is not OpenAI.
+        assert_eq!(priced(bundled, "local", None, "gpt-4o-mini"), None);
+        assert_eq!(priced(bundled, "openai", None, "gpt-4o-mini"), None);
+        assert_eq!(priced(bundled, "groq", Some("groq"), "gpt-4o-mini"), None);
+        // Anthropic's and Gemini's where they are served.
+        assert_eq!(
+            priced(bundled, "anthropic", Some("anthropic"), "claude-haiku-4-5"),
+            priced(
+                bundled,
+                "claude",
+                Some("anthropic"),
+                "claude-haiku-4-5-20251001"
+            )
+        );
+        assert!(priced(bundled, "anthropic", Some("anthropic"), "claude-haiku-4-5").is_some());
+        assert!(priced(bundled, "proxy", None, "claude-haiku-4-5").is_none());
+        assert!(priced(bundled, "gemini", Some("gemini"), "gemini-2.5-flash").is_some());
+        // A router charges the upstream's price.
+        assert_eq!(
+            priced(
+                bundled,
+                "openrouter",
+                Some("openrouter"),
+                "openai/gpt-4o-mini"
+            ),
+            Some(0.15)
+        );
+        assert_eq!(
+            priced(bundled, "openrouter", Some("openrouter"), "gpt-4o-mini"),
+            None
+        );
+        // The user's prices: `provider/model` for that provider only, a bare
+        // name for any provider.
+        let own = bundled
+            .with_overrides(&json!({
+                "local/gpt-4o-mini": {"input_per_million": 0.01, "output_per_million": 0.02},
+                "my-finetune": {"input_per_million": 2.0, "output_per_million": 4.0}
+            }))
+            .unwrap();
+        assert_eq!(priced(&own, "local", None, "gpt-4o-mini"), Some(0.01));
+        assert_eq!(priced(&own, "other", None, "gpt-4o-mini"), None);
+        assert_eq!(
+            priced(&own, "openai", Some("openai"), "gpt-4o-mini"),
+            Some(0.15)
+        );
+        assert_eq!(priced(&own, "vllm", None, "my-finetune"), Some(2.0));
+        assert_eq!(
+            priced(&own, "openai", Some("openai"), "my-finetune"),
+            Some(2.0)
+        );
     }
 }

@@ -1,12 +1,15 @@
 //! Model names to providers: `provider/model` (a bare name means `openai/`),
 //! built once per run from the tactic's `providers:` and the environment.
-//! Keys are read here, held as `Secret`s, and never printed.
+//! Keys are read here, held as `Secret`s, and never printed. Where each
+//! provider's requests go is `endpoints`' to decide.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::anthropic::AnthropicProvider;
+pub use super::endpoints::BaseUrl;
+use super::endpoints::{self, PRESETS, preset};
 use super::limit::{Limiter, Limits};
 use super::mock::MockProvider;
 use super::openai::{OpenAiProvider, WireOptions};
@@ -15,81 +18,6 @@ use super::{Provider, http};
 use crate::config::{ProviderApi, ProviderConfig};
 use crate::suggest;
 
-/// An OpenAI-compatible service users name directly (`groq/llama-3.3-70b`).
-pub struct Preset {
-    pub name: &'static str,
-    pub base_url: &'static str,
-    pub key_variable: &'static str,
-    /// Local servers run without a key; hosted services need one.
-    pub key_required: bool,
-}
-
-/// Built-in OpenAI-compatible providers; each default is overridable under
-/// `providers:`, and `<NAME>_BASE_URL` in the environment moves the endpoint.
-pub const PRESETS: &[Preset] = &[
-    Preset {
-        name: "openai",
-        base_url: "https://api.openai.com/v1",
-        key_variable: "OPENAI_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "ollama",
-        base_url: "http://localhost:11434/v1",
-        key_variable: "OLLAMA_API_KEY",
-        key_required: false,
-    },
-    Preset {
-        name: "vllm",
-        base_url: "http://localhost:8000/v1",
-        key_variable: "VLLM_API_KEY",
-        key_required: false,
-    },
-    Preset {
-        name: "llamacpp",
-        base_url: "http://localhost:8080/v1",
-        key_variable: "LLAMACPP_API_KEY",
-        key_required: false,
-    },
-    Preset {
-        name: "openrouter",
-        base_url: "https://openrouter.ai/api/v1",
-        key_variable: "OPENROUTER_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "groq",
-        base_url: "https://api.groq.com/openai/v1",
-        key_variable: "GROQ_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "deepseek",
-        base_url: "https://api.deepseek.com/v1",
-        key_variable: "DEEPSEEK_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "together",
-        base_url: "https://api.together.xyz/v1",
-        key_variable: "TOGETHER_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "mistral",
-        base_url: "https://api.mistral.ai/v1",
-        key_variable: "MISTRAL_API_KEY",
-        key_required: true,
-    },
-    Preset {
-        name: "gemini",
-        base_url: "https://generativelanguage.googleapis.com/v1beta/openai",
-        key_variable: "GEMINI_API_KEY",
-        key_required: true,
-    },
-];
-
-const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 const DEFAULT_CONNECT_TIMEOUT: f64 = 10.0;
 
 fn limits(config: Option<&ProviderConfig>) -> Limits {
@@ -98,14 +26,6 @@ fn limits(config: Option<&ProviderConfig>) -> Limits {
         rpm: config.and_then(|c| c.rpm),
         tpm: config.and_then(|c| c.tpm),
     }
-}
-
-fn preset(name: &str) -> Option<&'static Preset> {
-    PRESETS.iter().find(|preset| preset.name == name)
-}
-
-fn base_url_variable(name: &str) -> String {
-    format!("{}_BASE_URL", name.to_ascii_uppercase())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +87,10 @@ pub struct Resolved {
     /// The provider's own model id.
     pub model: String,
     pub retry: RetryPolicy,
+    /// The hosted service this provider's endpoint belongs to (`openai`,
+    /// `anthropic`, `groq`, …), whose published prices apply to it; `None`
+    /// for a local server, a proxy or any other host (see `pricing`).
+    pub service: Option<&'static str>,
 }
 
 /// Every provider of a run. Providers are made once per name, so limits
@@ -209,18 +133,12 @@ impl Providers {
                 message,
             })?;
         // Read the variables a provider may need now, so later lookups are pure.
-        let mut names: Vec<String> = [
-            "ANTHROPIC_API_KEY".to_string(),
-            "ANTHROPIC_BASE_URL".to_string(),
-        ]
-        .into_iter()
-        .chain(PRESETS.iter().flat_map(|preset| {
-            [
-                preset.key_variable.to_string(),
-                base_url_variable(preset.name),
-            ]
-        }))
-        .collect();
+        let mut names: Vec<String> = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"]
+            .into_iter()
+            .chain(endpoints::variables())
+            .chain(PRESETS.iter().map(|preset| preset.key_variable))
+            .map(str::to_string)
+            .collect();
         names.extend(
             configs
                 .values()
@@ -258,12 +176,15 @@ impl Providers {
                 cap: Duration::ZERO,
                 jitter: 0.0,
             };
+            // Priced as the provider the run used would be.
+            let service = self.service(provider_name);
             let (provider_name, model) = (provider_name.to_string(), model.to_string());
             return Ok(Resolved {
                 provider: provider.clone(),
                 provider_name,
                 model,
                 retry,
+                service,
             });
         }
         let config = self.configs.get(provider_name);
@@ -288,16 +209,67 @@ impl Providers {
             provider_name: provider_name.to_string(),
             model: model.to_string(),
             retry,
+            service: self.service(provider_name),
         })
     }
 
+    /// The API provider `name` speaks, if it is known.
+    fn api(&self, name: &str) -> Option<ProviderApi> {
+        match (self.configs.get(name), name) {
+            (Some(config), _) => Some(config.api),
+            (None, "mock") => Some(ProviderApi::Mock),
+            (None, "anthropic") => Some(ProviderApi::Anthropic),
+            (None, name) if preset(name).is_some() => Some(ProviderApi::OpenAi),
+            (None, _) => None,
+        }
+    }
+
+    /// Where provider `name` sends its requests (`None` for offline ones).
+    fn base_url(&self, name: &str) -> Result<Option<BaseUrl>> {
+        let configured = self
+            .configs
+            .get(name)
+            .and_then(|config| config.base_url.as_deref());
+        let variable = |key: &str| self.env.get(key).cloned().flatten();
+        let found = match self.api(name) {
+            Some(ProviderApi::Anthropic) => endpoints::resolve(
+                name,
+                configured,
+                endpoints::ANTHROPIC_VARIABLES,
+                Some(endpoints::ANTHROPIC_BASE_URL),
+                "",
+                &variable,
+            ),
+            Some(ProviderApi::OpenAi) => {
+                let preset = preset(name);
+                let default = preset.map(|preset| preset.base_url);
+                endpoints::resolve(
+                    name,
+                    configured,
+                    preset.map_or(&[], |preset| preset.variables),
+                    default,
+                    &default.map(endpoints::default_path).unwrap_or_default(),
+                    &variable,
+                )
+            }
+            Some(ProviderApi::Mock) | None => Ok(None),
+        };
+        found.map_err(|message| Error::Invalid {
+            provider: name.into(),
+            message,
+        })
+    }
+
+    /// The hosted service behind provider `name` (see `Resolved::service`).
+    fn service(&self, name: &str) -> Option<&'static str> {
+        let base_url = self.base_url(name).ok().flatten()?;
+        endpoints::service(&base_url.url)
+    }
+
     fn provider(&self, name: &str, model_name: &str, model: &str) -> Result<Arc<dyn Provider>> {
-        let api = match (self.configs.get(name), name) {
-            (Some(config), _) => config.api,
-            (None, "mock") => ProviderApi::Mock,
-            (None, "anthropic") => ProviderApi::Anthropic,
-            (None, name) if preset(name).is_some() => ProviderApi::OpenAi,
-            (None, _) => {
+        let api = match self.api(name) {
+            Some(api) => api,
+            None => {
                 let known: Vec<&str> = ["mock", "anthropic"]
                     .into_iter()
                     .chain(PRESETS.iter().map(|preset| preset.name))
@@ -364,31 +336,45 @@ impl Providers {
     fn anthropic(&self, name: &str, model_name: &str) -> Result<AnthropicProvider> {
         let config = self.configs.get(name);
         let variable = |key: &str| self.env.get(key).cloned().flatten();
-        let explicit = config
-            .and_then(|config| config.base_url.clone())
-            .or_else(|| variable("ANTHROPIC_BASE_URL"));
-        let key_variable = config
-            .and_then(|config| config.api_key_env.clone())
+        let Some(base_url) = self.base_url(name)? else {
+            return Err(Error::Invalid {
+                provider: name.into(),
+                message: "an Anthropic provider needs a `base_url`".into(),
+            });
+        };
+        // Anthropic's SDKs read both: the key (`x-api-key`) and an auth token
+        // (`Authorization: Bearer`, for gateways). A provider that names its
+        // own `api_key_env` gets that variable only, never the user's
+        // Anthropic credentials.
+        let own_key = config.and_then(|config| config.api_key_env.clone());
+        let key_variable = own_key
+            .clone()
             .unwrap_or_else(|| "ANTHROPIC_API_KEY".into());
         let api_key = variable(&key_variable).map(Secret::new);
-        if api_key.is_none() && explicit.is_none() {
+        let auth_token = match own_key {
+            Some(_) => None,
+            None => variable("ANTHROPIC_AUTH_TOKEN").map(Secret::new),
+        };
+        if api_key.is_none() && auth_token.is_none() && !base_url.explicit {
             return Err(Error::MissingKey {
                 variable: key_variable,
                 model: model_name.into(),
                 provider: name.into(),
             });
         }
+        let source = base_url.source.clone();
         AnthropicProvider::new(
             self.client_for(name, config)?,
-            explicit.unwrap_or_else(|| ANTHROPIC_BASE_URL.into()),
+            base_url,
             api_key.as_ref(),
+            auth_token.as_ref(),
             &extra_headers(config),
             timeout(config),
             Arc::new(Limiter::new(limits(config))),
         )
         .map_err(|message| Error::Invalid {
             provider: name.into(),
-            message,
+            message: naming_source(message, &source),
         })
     }
 
@@ -396,36 +382,40 @@ impl Providers {
         let config = self.configs.get(name);
         let variable = |key: &str| self.env.get(key).cloned().flatten();
         let preset = preset(name);
-        let base_url = config
-            .and_then(|config| config.base_url.clone())
-            .or_else(|| variable(&base_url_variable(name)))
-            .or_else(|| preset.map(|preset| preset.base_url.to_string()));
         let key_variable = config
             .and_then(|config| config.api_key_env.clone())
             .or_else(|| preset.map(|preset| preset.key_variable.to_string()));
         let api_key = key_variable.as_deref().and_then(variable).map(Secret::new);
-        let Some(base_url) = base_url else {
+        let Some(base_url) = self.base_url(name)? else {
             return Err(Error::Invalid {
                 provider: name.into(),
                 message: "an OpenAI-compatible provider needs a `base_url`".into(),
             });
         };
-        if api_key.is_none() && preset.is_some_and(|preset| preset.key_required) {
-            // Hosted services need a key; catch its absence before sending anything.
-            // A `base_url` set explicitly may point at a local stand-in that needs none.
-            let explicit = config.and_then(|config| config.base_url.as_ref()).is_some()
-                || variable(&base_url_variable(name)).is_some();
-            if !explicit {
-                return Err(Error::MissingKey {
-                    variable: key_variable.unwrap_or_default(),
-                    model: model_name.into(),
-                    provider: name.into(),
-                });
-            }
+        // Hosted services need a key; catch its absence before sending
+        // anything. A base URL set explicitly may point at a local stand-in
+        // that needs none.
+        if api_key.is_none()
+            && preset.is_some_and(|preset| preset.key_required)
+            && !base_url.explicit
+        {
+            return Err(Error::MissingKey {
+                variable: key_variable.unwrap_or_default(),
+                model: model_name.into(),
+                provider: name.into(),
+            });
         }
+        let service = endpoints::service(&base_url.url);
         let options = WireOptions {
             developer_role: config.and_then(|c| c.system_role.as_deref()) == Some("developer"),
+            // `name` is documented by OpenAI; other servers ignore it at best
+            // and refuse the request at worst (Mistral, xAI, vLLM in Mistral
+            // mode), so it goes only to api.openai.com unless configured.
+            send_name: config
+                .and_then(|config| config.send_name)
+                .unwrap_or(service == Some("openai")),
         };
+        let source = base_url.source.clone();
         OpenAiProvider::new(
             self.client_for(name, config)?,
             base_url,
@@ -437,8 +427,17 @@ impl Providers {
         )
         .map_err(|message| Error::Invalid {
             provider: name.into(),
-            message,
+            message: naming_source(message, &source),
         })
+    }
+}
+
+/// A URL problem names the setting the URL came from; others stay as they are.
+fn naming_source(message: String, source: &str) -> String {
+    if message.starts_with("invalid URL") {
+        format!("{message} (base URL from {source})")
+    } else {
+        message
     }
 }
 
@@ -484,6 +483,7 @@ mod tests {
             timeout_s: None,
             connect_timeout_s: None,
             system_role: None,
+            send_name: None,
             retry_base_ms: Some(5),
             retry_cap_ms: None,
             script: None,
@@ -559,5 +559,56 @@ mod tests {
     fn secrets_never_print() {
         let secret = Secret::new("sk-very-secret".into());
         assert_eq!(format!("{secret} {secret:?}"), "*** ***");
+    }
+
+    #[test]
+    fn anthropic_credentials_follow_the_sdk() {
+        let token_only = providers(&[], &[("ANTHROPIC_AUTH_TOKEN", "t")]);
+        assert!(
+            token_only.resolve("anthropic/claude-haiku-4-5").is_ok(),
+            "an auth token is a credential"
+        );
+        // A provider with its own `api_key_env` never takes the user's
+        // Anthropic token: it is asked for its own key.
+        let mut own = local(None);
+        own.api = ProviderApi::Anthropic;
+        own.api_key_env = Some("PROXY_KEY".into());
+        let proxy = providers(&[("proxy", own)], &[("ANTHROPIC_AUTH_TOKEN", "t")]);
+        assert!(error(&proxy, "proxy/claude").starts_with("PROXY_KEY is not set"));
+        let moved = providers(&[], &[("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")]);
+        assert!(
+            moved.resolve("anthropic/claude").is_ok(),
+            "an explicit endpoint may need no key"
+        );
+    }
+
+    #[test]
+    fn bad_base_url_variables_are_named() {
+        let bad = providers(&[], &[("OLLAMA_HOST", "myhost:port")]);
+        assert_eq!(
+            error(&bad, "ollama/llama3"),
+            "provider `ollama`: OLLAMA_HOST: `myhost:port` has an invalid port `port`"
+        );
+    }
+
+    #[test]
+    fn services_come_from_where_requests_go() {
+        let keyed = providers(
+            &[("local", local(Some("http://127.0.0.1:1/v1")))],
+            &[("OPENAI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")],
+        );
+        let service = |model: &str| keyed.resolve(model).ok().unwrap().service;
+        assert_eq!(service("openai/gpt-4o"), Some("openai"));
+        assert_eq!(service("anthropic/claude-haiku-4-5"), Some("anthropic"));
+        assert_eq!(service("local/gpt-4o"), None);
+        assert_eq!(service("ollama/llama3"), None);
+        let moved = providers(
+            &[],
+            &[
+                ("OPENAI_API_KEY", "k"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            ],
+        );
+        assert_eq!(moved.resolve("openai/gpt-4o").ok().unwrap().service, None);
     }
 }

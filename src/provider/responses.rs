@@ -2,10 +2,16 @@
 //! `function_call` / `function_call_output`, structured output as
 //! `text.format`, usage in input/output tokens, streamed events. Pure
 //! translation; `openai` sends it.
+//!
+//! Every input item carries its `type` as OpenAI documents it (`message`,
+//! `function_call`, `function_call_output`): servers that translate the API
+//! (llama-server) cannot place an assistant item without it. No item has a
+//! `name`; the Responses API has no such field.
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, ProviderError};
+use super::exchange::error_object;
+use super::{ChatRequest, ErrorKind, ProviderError};
 use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role};
 
 pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
@@ -18,7 +24,7 @@ pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
                 } else {
                     "system"
                 };
-                input.push(json!({"role": role, "content": message.content}));
+                input.push(json!({"type": "message", "role": role, "content": message.content}));
             }
             Role::User => {
                 let content = match message.modality {
@@ -35,11 +41,15 @@ pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
                         Value::Array(parts)
                     }
                 };
-                input.push(json!({"role": "user", "content": content}));
+                input.push(json!({"type": "message", "role": "user", "content": content}));
             }
             Role::Assistant | Role::ToolCall => {
                 if !message.content.is_empty() {
-                    input.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": message.content}]}));
+                    // An output message as the API returned it (`annotations`
+                    // is required in an `output_text` part).
+                    input.push(json!({"type": "message", "role": "assistant",
+                                      "content": [{"type": "output_text", "text": message.content,
+                                                   "annotations": []}]}));
                 }
                 for call in &message.function_calls {
                     input.push(
@@ -91,13 +101,36 @@ pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
     Value::Object(body)
 }
 
-/// An assistant message from a `response` object.
+/// An assistant message from a `response` object. A `failed` or
+/// `cancelled` response is an error (classified by its `error.code`); an
+/// `incomplete` one keeps what it produced, with the reason as its finish
+/// reason (`length` or `content_filter`, as chat completions say it), and is
+/// an error only when it produced nothing (`exchange::require_output`).
 pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
+    if let Some(error) = body.get("error").filter(|error| !error.is_null())
+        && body.get("output").is_none()
+    {
+        // An error body in place of a response (some servers answer 200).
+        return Err(error_object(error));
+    }
+    let status = body.get("status").and_then(Value::as_str);
+    if let Some(status @ ("failed" | "cancelled")) = status {
+        let mut error = match body.get("error").filter(|error| error.is_object()) {
+            Some(error) => error_object(error),
+            None => ProviderError::transient("the response failed without saying why"),
+        };
+        error.message = format!("the response {status}: {}", error.message);
+        if status == "cancelled" {
+            error.kind = ErrorKind::Permanent;
+        }
+        return Err(error);
+    }
     let output = body
         .get("output")
         .and_then(Value::as_array)
         .ok_or_else(|| ProviderError::transient("malformed reply: no `output`"))?;
     let mut text = String::new();
+    let mut refusal = String::new();
     let mut calls = Vec::new();
     for item in output {
         match item.get("type").and_then(Value::as_str) {
@@ -108,8 +141,21 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
                     .into_iter()
                     .flatten()
                 {
-                    if part.get("type").and_then(Value::as_str) == Some("output_text") {
-                        text.push_str(part.get("text").and_then(Value::as_str).unwrap_or_default());
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("output_text") => match part.get("text") {
+                            Some(Value::String(piece)) => text.push_str(piece),
+                            _ => {
+                                return Err(ProviderError::transient(
+                                    "malformed reply: an `output_text` part without text",
+                                ));
+                            }
+                        },
+                        Some("refusal") => {
+                            if let Some(piece) = part.get("refusal").and_then(Value::as_str) {
+                                refusal.push_str(piece);
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -132,6 +178,21 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
         .get("model")
         .and_then(Value::as_str)
         .map(str::to_string);
+    if !refusal.is_empty() {
+        message.metadata.insert("refusal".into(), json!(refusal));
+    }
+    if status == Some("incomplete") {
+        let reason = match body
+            .pointer("/incomplete_details/reason")
+            .and_then(Value::as_str)
+        {
+            Some("max_output_tokens") | None => "length",
+            Some(other) => other,
+        };
+        message
+            .metadata
+            .insert("finish_reason".into(), json!(reason));
+    }
     if let Some(Value::Object(usage)) = body.get("usage") {
         let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
         let detail = |section: &str, key: &str| {
@@ -156,8 +217,9 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
     Ok(message)
 }
 
-/// Streamed events: text deltas go to the sink; `response.completed` carries
-/// the whole response, which becomes the message.
+/// Streamed events: text deltas go to the sink; `response.completed` (or
+/// `response.incomplete`) carries the whole response, which becomes the
+/// message; `response.failed` and `error` events are errors.
 #[derive(Default)]
 pub struct StreamAssembler {
     completed: Option<Value>,
@@ -176,21 +238,26 @@ impl super::exchange::Assembler for StreamAssembler {
             Some("response.output_text.delta") => {
                 if let (Some(sink), Some(delta)) =
                     (sink, event.get("delta").and_then(Value::as_str))
+                    && !delta.is_empty()
                 {
                     sink(delta);
                 }
             }
-            Some("response.completed") => {
-                self.completed = event.get("response").cloned();
+            Some("response.completed" | "response.incomplete" | "response.failed") => {
+                // The whole response, whose status says how it ended.
+                let Some(response) = event.get("response").filter(|value| value.is_object()) else {
+                    return Err(ProviderError::transient(
+                        "malformed stream event: no `response` in its final event",
+                    ));
+                };
+                self.completed = Some(response.clone());
                 return Ok(false);
             }
-            Some("response.failed") | Some("error") => {
-                let message = event
-                    .pointer("/response/error/message")
-                    .or_else(|| event.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("the response failed");
-                return Err(ProviderError::transient(message.to_string()));
+            Some("error") => {
+                // `{"type": "error", "code", "message", "param"}`.
+                let mut error = error_object(event.get("error").unwrap_or(&event));
+                error.message = format!("the stream failed: {}", error.message);
+                return Err(error);
             }
             _ => {}
         }
@@ -215,7 +282,7 @@ mod tests {
 
     #[test]
     fn builds_input_items_and_parses_output_items() {
-        let mut call = Message::assistant("a", "");
+        let mut call = Message::assistant("a", "Let me look.");
         call.function_calls = vec![FunctionCall::from_model(
             "call_1",
             "lookup",
@@ -249,8 +316,10 @@ mod tests {
             json!({
                 "model": "gpt-4.1",
                 "input": [
-                    {"role": "system", "content": "Be brief."},
-                    {"role": "user", "content": [{"type": "input_text", "text": "Owls?"}]},
+                    {"type": "message", "role": "system", "content": "Be brief."},
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Owls?"}]},
+                    {"type": "message", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]},
                     {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{\"q\":\"owls\"}"},
                     {"type": "function_call_output", "call_id": "call_1", "output": "birds"}
                 ],

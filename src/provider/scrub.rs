@@ -147,6 +147,9 @@ pub fn scrub_error(secrets: &Secrets, error: &mut ProviderError) {
     if let Some(code) = &mut error.code {
         secrets.scrub_string(code);
     }
+    if let Some(endpoint) = &mut error.endpoint {
+        secrets.scrub_string(endpoint);
+    }
 }
 
 /// A stream sink that passes text on scrubbed. Text that could be the start
@@ -161,6 +164,17 @@ struct HeldStream<'s> {
 
 impl HeldStream<'_> {
     fn push(&self, text: &str) {
+        if text.is_empty() {
+            // An empty piece starts a new attempt (`TextSink`): what is held
+            // belongs to the attempt being discarded and may be the start of a
+            // secret, so it is dropped rather than shown; the marker goes on.
+            self.pending
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clear();
+            (self.outer)("");
+            return;
+        }
         let ready = {
             let mut pending = self
                 .pending
@@ -285,6 +299,7 @@ mod tests {
             code: Some(format!("bad_{KEY}")),
             message: format!("invalid key {KEY}"),
             retry_after: None,
+            endpoint: None,
         };
         let scripted = Arc::new(Scripted {
             pieces: Vec::new(),

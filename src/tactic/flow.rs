@@ -126,6 +126,7 @@ pub(super) async fn run(
             name: tactic.config.name.clone(),
             path: tactic.config.path.display().to_string(),
             config: tactic.recorded_config.clone(),
+            model: tactic.config.model_override.clone(),
         },
         task_id: task.id,
         task: task.task,

@@ -502,8 +502,13 @@ impl Tactic {
             .agents
             .values()
             .filter(|agent| {
-                let (provider, model) = split_model(&agent.model_name);
-                provider != "mock" && self.runtime.prices.lookup(provider, model).is_none()
+                let model = &agent.model;
+                model.provider_name != "mock"
+                    && self
+                        .runtime
+                        .prices
+                        .price(&model.provider_name, model.service, &model.model)
+                        .is_none()
             })
             .map(|agent| agent.model_name.clone())
             .collect();

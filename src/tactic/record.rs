@@ -39,6 +39,10 @@ pub struct TacticInfo {
     pub path: String,
     /// The resolved tactic (after `base`, merges and defaults); holds no secrets.
     pub config: SharedJson,
+    /// The `--model` the run was given (every agent used it), so that
+    /// `lllm replay --rerun` runs the tactic with it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// A part of a record serialized once and shared by every record that holds

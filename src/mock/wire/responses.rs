@@ -7,6 +7,68 @@ use serde_json::{Map, Value, json};
 use super::{Event, Incoming, Reference, Usage, finish_reason, halves, pieces, text_of};
 use crate::mock::script::ScriptMessage;
 
+/// Refuses an `input` that llama-server's Responses endpoint refuses (it
+/// translates items to chat messages and must recognise each one): an item
+/// is a user, system or developer message (`content` text or `input_*`
+/// parts; `type` may be left out), an assistant message with `"type":
+/// "message"` and `output_text` parts, a `function_call`, a
+/// `function_call_output` or a `reasoning` item. OpenAI itself is more
+/// lenient; a client that passes here passes there too.
+pub fn check(request: &Value) -> Result<(), String> {
+    let items = match request.get("input") {
+        Some(Value::String(_)) => return Ok(()),
+        Some(Value::Array(items)) => items,
+        _ => return Err("'input' must be a string or array of objects".into()),
+    };
+    let text = |item: &Value, key: &str| item.get(key).and_then(Value::as_str).map(str::to_string);
+    for item in items {
+        let kind = text(item, "type");
+        let role = text(item, "role");
+        let content = match item.get("content") {
+            Some(Value::String(_)) => Some(vec![json!({"type": "input_text"})]),
+            Some(Value::Array(parts)) => Some(parts.clone()),
+            _ => None,
+        };
+        let part_types = |parts: &[Value]| -> Vec<String> {
+            parts
+                .iter()
+                .map(|part| text(part, "type").unwrap_or_default())
+                .collect()
+        };
+        match (kind.as_deref(), role.as_deref(), content) {
+            (_, Some("user" | "system" | "developer"), Some(parts)) => {
+                if let Some(bad) = part_types(&parts).into_iter().find(|kind| {
+                    !matches!(kind.as_str(), "input_text" | "input_image" | "input_file")
+                }) {
+                    return Err(format!(
+                        "'type' must be one of 'input_text', 'input_image', or 'input_file', not '{bad}'"
+                    ));
+                }
+            }
+            (Some("message"), Some("assistant"), Some(parts)) => {
+                for part in &parts {
+                    if text(part, "type").as_deref() != Some("output_text") {
+                        return Err("'type' must be 'output_text'".into());
+                    }
+                    if text(part, "text").is_none() {
+                        return Err("'Output text' requires 'text'".into());
+                    }
+                }
+            }
+            (Some("function_call"), _, _)
+                if ["arguments", "call_id", "name"]
+                    .iter()
+                    .all(|key| text(item, key).is_some()) => {}
+            (Some("function_call_output"), _, _)
+                if text(item, "call_id").is_some()
+                    && matches!(item.get("output"), Some(Value::String(_) | Value::Array(_))) => {}
+            (Some("reasoning"), _, _) if item.get("summary").is_some_and(Value::is_array) => {}
+            _ => return Err("Cannot determine type of 'item'".into()),
+        }
+    }
+    Ok(())
+}
+
 pub fn read(request: &Value) -> Incoming {
     let instructions = request
         .get("instructions")
@@ -248,6 +310,45 @@ mod tests {
             ),
             (text, role, count)
         );
+    }
+
+    #[test]
+    fn items_are_checked_as_llama_server_does() {
+        let ok = json!({"input": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "message", "role": "user", "content": "typed"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "42"}
+        ]});
+        assert_eq!(check(&ok), Ok(()));
+        assert_eq!(check(&json!({"input": "hello"})), Ok(()));
+        for (bad, error) in [
+            (
+                json!({"role": "assistant", "content": [{"type": "output_text", "text": "a"}]}),
+                "Cannot determine type of 'item'",
+            ),
+            (
+                json!({"type": "message", "role": "assistant", "content": "a"}),
+                "'type' must be 'output_text'",
+            ),
+            (
+                json!({"type": "message", "role": "assistant", "content": [{"type": "input_text", "text": "a"}]}),
+                "'type' must be 'output_text'",
+            ),
+            (
+                json!({"call_id": "c", "output": "42"}),
+                "Cannot determine type of 'item'",
+            ),
+            (
+                json!({"role": "user", "content": [{"type": "output_text", "text": "a"}]}),
+                "'type' must be one of 'input_text', 'input_image', or 'input_file', not 'output_text'",
+            ),
+        ] {
+            assert_eq!(check(&json!({"input": [bad]})), Err(error.to_string()));
+        }
+        assert!(check(&json!({"input": 3})).is_err());
     }
 
     #[test]

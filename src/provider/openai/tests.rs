@@ -56,6 +56,7 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
         &request,
         &WireOptions {
             developer_role: true,
+            send_name: true,
         },
     );
     assert_eq!(
@@ -91,6 +92,11 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
         &WireOptions::default(),
     );
     assert_eq!(plain["messages"][0]["role"], "system");
+    // Without `send_name` (every server but api.openai.com by default), no
+    // message carries a `name`: Mistral and xAI refuse the request over it.
+    for message in plain["messages"].as_array().unwrap() {
+        assert!(message.get("name").is_none(), "{message}");
+    }
     assert!(plain.get("tools").is_none() && plain.get("response_format").is_none());
 }
 
@@ -147,7 +153,7 @@ fn the_body_is_written_in_a_fixed_order_and_model_arguments_take_their_fields_pl
     assert_eq!(value["response_format"], json!({"type": "json_object"}));
     assert_eq!(
         value["messages"][1],
-        json!({"role": "user", "content": "U", "name": "user"})
+        json!({"role": "user", "content": "U"})
     );
     // Without them, the arguments follow in their own order.
     let plain = write(&ChatRequest {
