@@ -88,7 +88,9 @@ pub(super) async fn run(
     let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = {
-        let work = async {
+        // Each run serves its offline `mock/script` replies from the start
+        // (a script describes one run, whatever else runs at once).
+        let work = crate::mock::script::with_own_positions(async {
             // MCP servers start once per tactic, before the first request;
             // `lllm run` starts them earlier (a server that cannot start is
             // bad input there).
@@ -99,7 +101,7 @@ pub(super) async fn run(
             } else {
                 run.steps().await
             }
-        };
+        });
         tokio::select! {
             outcome = work => outcome,
             () = interrupt => Err(INTERRUPTED.to_string()),
