@@ -157,6 +157,7 @@ mod optional_millis {
 }
 
 pub mod anthropic;
+pub mod budget;
 pub mod dry_run;
 pub mod exchange;
 pub mod http;
