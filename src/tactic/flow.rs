@@ -84,6 +84,8 @@ pub(super) async fn run(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
     let started = Instant::now();
+    // Made at the start, so ids sort by when runs began.
+    let session_id = record::new_session_id();
     let started_at = record::timestamp();
     let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
@@ -123,7 +125,7 @@ pub(super) async fn run(
     crate::dialog::share_prefixes(&mut dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),
-        session_id: record::new_session_id(),
+        session_id,
         tactic: TacticInfo {
             name: tactic.config.name.clone(),
             path: tactic.config.path.display().to_string(),
