@@ -629,49 +629,53 @@ fn progress_is_plain_lines_when_not_a_terminal_and_silent_when_quiet() {
 
 #[cfg(unix)]
 #[test]
-fn ctrl_c_stops_with_130_and_resume_completes_the_run() {
+fn ctrl_c_or_sigterm_stops_with_130_and_resume_completes_the_run() {
     let test = Test::new();
     let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");
     let test = test
         .file("t.yaml", &tactic(&server.base_url()))
         .file("tasks.jsonl", &task_lines(300, |_| ""));
-    let args = [
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        "out",
-        "-j",
-        "4",
-    ];
-    let child = test.spawn(&args);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while read_lines(&test, "out/results.jsonl").len() < 10 {
-        assert!(Instant::now() < deadline, "no progress");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary = test.read_json("out/summary.json");
-    assert_eq!(summary["interrupted"], true);
-    assert!(summary["not_run"].as_u64().unwrap() > 0);
+    // SIGTERM is what `kill`, Slurm at its time limit and container stops send.
+    for signal in ["INT", "TERM"] {
+        let dir = format!("out-{signal}");
+        let args = [
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            &dir,
+            "-j",
+            "4",
+        ];
+        let child = test.spawn(&args);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while read_lines(&test, &format!("{dir}/results.jsonl")).len() < 10 {
+            assert!(Instant::now() < deadline, "no progress");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(130),
+            "{signal}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let summary = test.read_json(&format!("{dir}/summary.json"));
+        assert_eq!(summary["interrupted"], true);
+        assert!(summary["not_run"].as_u64().unwrap() > 0);
 
-    test.run(&[&args[..], &["--resume", "-q"]].concat())
-        .expect_code(0);
-    let results = results_once(&test, "out");
-    assert_eq!(results.len(), 300);
-    assert!(results.values().all(|line| line["state"] == "success"));
+        test.run(&[&args[..], &["--resume", "-q"]].concat())
+            .expect_code(0);
+        let results = results_once(&test, &dir);
+        assert_eq!(results.len(), 300);
+        assert!(results.values().all(|line| line["state"] == "success"));
+    }
 }
 
 #[test]
