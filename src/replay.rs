@@ -38,9 +38,53 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Loads a record; in a JSONL file, the line whose session id or task id is `id`
-/// (or the only line).
+/// Loads a record; in a JSONL file, the session `id` names (see
+/// [`load_choosing`]), or the only line.
 pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
+    load_choosing(path, id).map(|loaded| loaded.record)
+}
+
+/// A record picked out of a file, with what the person choosing should know.
+pub struct Loaded {
+    pub record: SessionRecord,
+    /// Lines for stderr: the other sessions of the same task id, lines skipped.
+    pub notes: Vec<String>,
+}
+
+/// What `--id` needs of a line of `sessions.jsonl` (the rest is skipped).
+#[derive(serde::Deserialize)]
+struct Heading {
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    started_at: Option<String>,
+}
+
+impl Heading {
+    /// `019a… (failure, started 2026-…)`
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}, started {})",
+            self.session_id.as_deref().unwrap_or("?"),
+            self.state.as_deref().unwrap_or("?"),
+            self.started_at.as_deref().unwrap_or("?")
+        )
+    }
+}
+
+/// Sessions of one task listed in a note.
+const LISTED: usize = 10;
+
+/// Loads a record. In a JSONL file (`sessions.jsonl` of a batch) `id` is a
+/// session id, or a task id: a task run again (`--retry-errors`, `--resume`)
+/// has a session per run, and the latest (the last line) is the one shown,
+/// with a note naming the others and how to pick one. Lines that are not
+/// records (a torn last line of a killed run) are skipped with a note.
+pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
     let label = path.display().to_string();
     let read_error = |error: std::io::Error| Error::Read {
         path: label.clone(),
@@ -49,37 +93,79 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
     let is_lines = path
         .extension()
         .is_some_and(|extension| extension == "jsonl");
+    let mut notes = Vec::new();
     let value: Value = if is_lines {
         let file = std::fs::File::open(path).map_err(read_error)?;
-        let mut chosen = None;
-        let mut count = 0;
-        for line in std::io::BufReader::new(file).lines() {
+        // The chosen line's text (parsed in full once, at the end) and heading.
+        let mut chosen: Option<(String, Heading)> = None;
+        let mut by_session_id = false;
+        let mut same_task: Vec<Heading> = Vec::new();
+        let (mut count, mut unreadable) = (0, Vec::new());
+        for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line.map_err(read_error)?;
             if line.trim().is_empty() {
                 continue;
             }
-            count += 1;
-            let value: Value = serde_json::from_str(&line).map_err(|error| Error::Invalid {
-                path: format!("{label}:{count}"),
-                message: error.to_string(),
-            })?;
-            let matches = match id {
-                Some(id) => [value.get("session_id"), value.get("task_id")]
-                    .into_iter()
-                    .flatten()
-                    .any(|field| field == id),
-                None => true,
+            let Ok(heading) = serde_json::from_str::<Heading>(&line) else {
+                unreadable.push(number + 1);
+                continue;
             };
-            if matches && (id.is_some() || chosen.is_none()) {
-                chosen = Some(value);
-                if id.is_some() {
+            count += 1;
+            match id {
+                None if chosen.is_none() => chosen = Some((line, heading)),
+                None => {}
+                Some(id) if heading.session_id.as_deref() == Some(id) => {
+                    chosen = Some((line, heading));
+                    by_session_id = true;
                     break;
                 }
+                Some(id) if heading.task_id.as_deref() == Some(id) => {
+                    // A later line of the task is a later run: it wins.
+                    if let Some((_, earlier)) = chosen.replace((line, heading)) {
+                        same_task.push(earlier);
+                    }
+                }
+                Some(_) => {}
             }
+        }
+        if !unreadable.is_empty() {
+            let shown: Vec<String> = unreadable
+                .iter()
+                .take(LISTED)
+                .map(usize::to_string)
+                .collect();
+            notes.push(format!(
+                "`{label}`: skipped {} line(s) that are not session records (line {})",
+                unreadable.len(),
+                shown.join(", ")
+            ));
         }
         match (chosen, id) {
             (Some(_), None) if count > 1 => return Err(Error::Ambiguous { path: label, count }),
-            (Some(value), _) => value,
+            (Some((line, heading)), id) => {
+                if let (Some(id), false, false) = (id, by_session_id, same_task.is_empty()) {
+                    let mut others: Vec<String> = same_task
+                        .iter()
+                        .rev()
+                        .take(LISTED)
+                        .map(Heading::describe)
+                        .collect();
+                    if same_task.len() > LISTED {
+                        others.push(format!("… {} more", same_task.len() - LISTED));
+                    }
+                    notes.push(format!(
+                        "task `{id}` has {} sessions in `{label}`; showing the latest, {}; \
+                         earlier: {}; hint: pick one with `--id SESSION_ID`",
+                        same_task.len() + 1,
+                        heading.describe(),
+                        others.join(", ")
+                    ));
+                }
+                serde_json::from_str(&line).map_err(|error| Error::Invalid {
+                    path: label.clone(),
+                    message: error.to_string(),
+                })?
+            }
             (None, id) => {
                 return Err(Error::NoSuchSession {
                     path: label,
@@ -109,7 +195,7 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
             message: format!("`{}`: {}", error.path(), error.inner()),
         })?;
     record.expand();
-    Ok(record)
+    Ok(Loaded { record, notes })
 }
 
 fn cost_text(cost: &InvokeCost) -> String {

@@ -63,3 +63,64 @@ fn map_then_summarize_runs_one_branch_per_topic() {
         output.stderr
     );
 }
+
+/// `examples/tasks.jsonl` runs every shipped tactic under `lllm batch`,
+/// offline, several tasks each and all at once: each task (each tactic run)
+/// is served its tactic's mock script from the start, as `lllm run` is.
+#[test]
+fn every_shipped_tactic_runs_in_a_batch() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let tasks_file = format!("{root}/examples/tasks.jsonl");
+    let tasks: Vec<serde_json::Value> = std::fs::read_to_string(&tasks_file)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // Every shipped tactic is in the file, more than once.
+    let mut shipped: Vec<String> = std::fs::read_dir(format!("{root}/tactics"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml") && !name.ends_with(".mock.yaml"))
+        .collect();
+    shipped.sort();
+    assert_eq!(shipped.len(), 4, "{shipped:?}");
+    for tactic in &shipped {
+        let uses = tasks
+            .iter()
+            .filter(|task| task["tactic"] == format!("../tactics/{tactic}"))
+            .count();
+        assert!(
+            uses >= 2,
+            "`{tactic}` has {uses} task(s) in examples/tasks.jsonl"
+        );
+    }
+
+    let test = Test::new();
+    let output = test.run(&["batch", &tasks_file, "-o", "out", "-j", "8", "-q"]);
+    output.expect_code(0);
+    let results: Vec<serde_json::Value> = std::fs::read_to_string(test.path("out/results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(results.len(), tasks.len());
+    for result in &results {
+        assert_eq!(result["state"], "success", "{result}");
+        let id = result["id"].as_str().unwrap();
+        let delivery = result["delivery"].as_str().unwrap();
+        let calls = result["calls"].as_u64().unwrap();
+        // What `lllm run` of the same tactic delivers (the tests above).
+        let (expected, expected_calls) = match id.split('-').next().unwrap() {
+            "summarize" => ("Critic: ok.", 3),
+            "critique" => ("collision", 4),
+            "research" => ("due on 30 June 2027 (source: parks-project.md)", 3),
+            "map" => (
+                "Three notes were written in parallel and summarized here.",
+                4,
+            ),
+            other => panic!("unexpected task `{other}`"),
+        };
+        assert!(delivery.contains(expected), "{id}: {delivery}");
+        assert_eq!(calls, expected_calls, "{id}");
+    }
+}

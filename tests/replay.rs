@@ -23,7 +23,7 @@ fn normalize(text: &str) -> String {
                 word.replace(bare, "<t>")
             } else if bare.len() == 8 && bare.chars().all(|c| c.is_ascii_hexdigit()) {
                 word.replace(bare, "<id>")
-            } else if bare.len() == 24 && bare.starts_with("20") && bare.as_bytes()[8] == b'_' {
+            } else if is_session_id(bare) {
                 word.replace(bare, "<session>")
             } else {
                 word.to_string()
@@ -34,6 +34,15 @@ fn normalize(text: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A session id: a hyphenated UUID (8-4-4-4-12 hex digits).
+fn is_session_id(word: &str) -> bool {
+    let parts: Vec<&str> = word.split('-').collect();
+    parts.iter().map(|part| part.len()).eq([8, 4, 4, 4, 12])
+        && parts
+            .iter()
+            .all(|part| part.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn example_run(test: &Test, record: &str) {

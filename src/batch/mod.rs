@@ -1,14 +1,16 @@
 //! `lllm batch` (DESIGN §6): many tasks through tactics, in parallel,
 //! resumable, budgeted, observable.
 //!
-//! The pipeline, top to bottom: read what the output directory already holds
-//! (`--resume`), build the tactics, pre-flight every line (nothing is sent for a
-//! file with problems), run the selected tasks under one scheduler, then write
-//! `summary.json` and show the summary. `tasks` parses lines, `preflight`
-//! checks them, `scheduler` runs them, `output` owns the files, `budget` the
-//! `--max-cost` accounting, `shard` the partitions, `progress` the display.
+//! The pipeline, top to bottom: lock the output directory and check the run
+//! it holds (its shard), read its results (`--resume`), build the tactics,
+//! pre-flight every line (nothing is sent for a file with problems), run the
+//! selected tasks under one scheduler, then write `summary.json` and show the
+//! summary. `directory` guards the output directory, `tasks` parses lines,
+//! `preflight` checks them, `scheduler` runs them, `output` owns the files,
+//! `shard` the partitions, `progress` the display; `--max-cost` is kept by
+//! `provider::budget`, which every call passes.
 
-pub mod budget;
+pub mod directory;
 pub mod output;
 pub mod preflight;
 pub mod progress;
@@ -24,10 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Outcome, Result};
+use crate::provider::budget::CostBudget;
 use output::{Previous, TaskState};
 use preflight::Selector;
 use scheduler::{Reason, Shared};
-use shard::Shard;
+use shard::{Requested, Shard};
 use summary::Summary;
 
 /// A batch as the command line asked for it.
@@ -43,7 +46,8 @@ pub struct Options {
     pub fail_fast: bool,
     pub max_cost: Option<f64>,
     pub limit: Option<u64>,
-    pub shard: Option<Shard>,
+    /// `--shard K/N` or `--shards N`; settled against the output directory.
+    pub shard: Requested,
     pub skip_invalid: bool,
     pub model: Option<String>,
     pub prices: Option<PathBuf>,
@@ -58,6 +62,22 @@ const MAX_PROBLEMS: usize = 50;
 
 pub async fn run(options: Options) -> Result<Outcome> {
     let started = Instant::now();
+    // Held until the run ends: no other `lllm batch` writes this directory.
+    let _lock = directory::lock(&options.output).map_err(Error::Usage)?;
+    let tasks_sha256 = directory::file_sha256(&options.tasks_file).map_err(|error| {
+        Error::Usage(format!(
+            "cannot read `{}`: {error}",
+            options.tasks_file.display()
+        ))
+    })?;
+    let recorded = directory::read_identity(&options.output).map_err(Error::Usage)?;
+    let shard = directory::settle_shard(
+        &options.output,
+        &options.shard,
+        recorded.as_ref(),
+        &tasks_sha256,
+    )
+    .map_err(Error::Usage)?;
     let previous = previous_results(&options)?;
     let done = |id: &str| {
         previous
@@ -70,11 +90,18 @@ pub async fn run(options: Options) -> Result<Outcome> {
             })
     };
 
-    let mut tactics = tactics::Tactics::new(options.model.clone(), options.prices.as_deref())?;
+    let budget = options
+        .max_cost
+        .map(|max| Arc::new(CostBudget::new(max, previous.spent.cost)));
+    let mut tactics = tactics::Tactics::new(
+        options.model.clone(),
+        options.prices.as_deref(),
+        budget.clone(),
+    )?;
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }
-    let selector = Selector::new(options.shard, options.limit);
+    let selector = Selector::new(shard, options.limit);
     let plan = preflight::run(
         preflight::Inputs {
             tasks_file: &options.tasks_file,
@@ -114,13 +141,13 @@ pub async fn run(options: Options) -> Result<Outcome> {
         .all()
         .map(|(path, tactic)| (path.clone(), tactic.clone()))
         .collect();
-    let budget = match options.max_cost {
-        Some(max) => {
-            check_prices(&tactics)?;
-            Some(budget::Budget::new(max, previous.spent.cost))
-        }
-        None => None,
-    };
+    // What the directory holds from now on (a `--resume` of another shard is refused).
+    let identity = directory::Identity::new(&options.tasks_file, tasks_sha256, shard);
+    if recorded.as_ref() != Some(&identity) {
+        directory::write_identity(&options.output, &identity).map_err(|(path, source)| {
+            Error::Usage(format!("cannot write `{}`: {source}", path.display()))
+        })?;
+    }
 
     // MCP servers start once per tactic, after every check and before the
     // first request; one that cannot start is bad input (nothing was sent).
@@ -177,9 +204,19 @@ pub async fn run(options: Options) -> Result<Outcome> {
     signals.abort();
     ticker.abort();
     reporter.finish(&shared.snapshot(plan.to_run, started, &all_tactics));
-    if let Err(source) = shared.finish_writing() {
+    if let Err(failure) = shared.finish_writing() {
+        // The run stopped there: lines written before are whole (at most a
+        // torn last one, which `--resume` cuts), so nothing committed is lost.
+        let source = std::io::Error::new(
+            failure.source.kind(),
+            format!(
+                "{}; the batch stopped, and what was written before is intact; hint: make \
+                 room, then pass `--resume` to finish the run",
+                failure.source
+            ),
+        );
         return Err(Error::Write {
-            path: options.output.join(output::RESULTS).display().to_string(),
+            path: options.output.join(failure.file).display().to_string(),
             source,
         });
     }
@@ -191,7 +228,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
     })?;
 
     let stopped = shared.stop.borrow().reason();
-    let summary = write_summary(&options, &plan, &previous, &shared, started, stopped)?;
+    let summary = write_summary(&options, shard, &plan, &previous, &shared, started, stopped)?;
     if !options.quiet {
         let table = summary.table(&options.output.display().to_string());
         eprint!("{}", crate::redact::terminal_text(&table));
@@ -209,6 +246,16 @@ pub async fn run(options: Options) -> Result<Outcome> {
 /// no results (two runs must not mix silently); with it, a torn last line
 /// left by a kill is cut off first.
 fn previous_results(options: &Options) -> Result<Previous> {
+    // A pipe or a device in their place would block or never end a read.
+    for name in [output::RESULTS, output::SESSIONS] {
+        let path = options.output.join(name);
+        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(Error::Usage(format!(
+                "`{}` is not a regular file; hint: move it away, or choose another `-o` directory",
+                path.display()
+            )));
+        }
+    }
     let results = options.output.join(output::RESULTS);
     let resuming = options.resume || options.retry_errors;
     let has_results = std::fs::metadata(&results).is_ok_and(|meta| meta.len() > 0);
@@ -247,25 +294,6 @@ fn previous_results(options: &Options) -> Result<Previous> {
     Ok(previous)
 }
 
-/// `--max-cost` needs a price for every model that may be called.
-fn check_prices(tactics: &HashMap<PathBuf, Arc<crate::tactic::Tactic>>) -> Result<()> {
-    let mut problems = Vec::new();
-    for (path, tactic) in tactics {
-        for model in tactic.unpriced_models() {
-            problems.push(format!(
-                "`--max-cost` needs prices, and model `{model}` of `{}` has none; hint: add it under \
-                 `pricing:` in the tactic or pass `--prices FILE`",
-                path.display()
-            ));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Usage(problems.join("\n")))
-    }
-}
-
 async fn tick(
     shared: Arc<Shared>,
     reporter: Arc<dyn progress::Reporter>,
@@ -285,6 +313,7 @@ async fn tick(
 /// lines replace earlier ones of the same id).
 fn write_summary(
     options: &Options,
+    shard: Option<Shard>,
     plan: &preflight::Plan,
     previous: &Previous,
     shared: &Shared,
@@ -303,7 +332,7 @@ fn write_summary(
         (everything.latest_totals(), everything.spent)
     };
     let summary = Summary {
-        shard: options.shard.map(|shard| shard.to_string()),
+        shard: shard.map(|shard| shard.to_string()),
         stopped: stopped.map(|reason| reason.text().to_string()),
         interrupted: stopped == Some(Reason::Interrupted),
         ..Summary::new(
@@ -319,9 +348,12 @@ fn write_summary(
     let text = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
     std::fs::write(&temporary, text)
         .and_then(|()| std::fs::rename(&temporary, &path))
-        .map_err(|source| Error::Write {
-            path: path.display().to_string(),
-            source,
+        .map_err(|source| {
+            let _ = std::fs::remove_file(&temporary);
+            Error::Write {
+                path: path.display().to_string(),
+                source,
+            }
         })?;
     Ok(summary)
 }

@@ -158,7 +158,17 @@ impl Encoded {
 pub struct Writer {
     /// `None` asks the thread to finish.
     sender: std::sync::mpsc::SyncSender<Option<Encoded>>,
-    thread: std::sync::Mutex<Option<std::thread::JoinHandle<std::io::Result<()>>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), WriteFailure>>>>,
+}
+
+/// A write that failed (a full disk, a file size limit, an I/O error): which
+/// file, and why. Nothing is written after it, so the lines before it stay
+/// whole; the failed write may leave a torn last line, which `--resume` cuts.
+#[derive(Debug)]
+pub struct WriteFailure {
+    /// `RESULTS` or `SESSIONS`.
+    pub file: &'static str,
+    pub source: std::io::Error,
 }
 
 /// Lines queued before a finishing task waits for the disk.
@@ -191,7 +201,7 @@ impl Writer {
     }
 
     /// Writes what is queued and stops; the first write error, if any.
-    pub fn finish(&self) -> std::io::Result<()> {
+    pub fn finish(&self) -> Result<(), WriteFailure> {
         let _ = self.sender.send(None);
         let thread = self
             .thread
@@ -201,7 +211,10 @@ impl Writer {
         match thread.map(std::thread::JoinHandle::join) {
             None => Ok(()),
             Some(Ok(result)) => result,
-            Some(Err(_)) => Err(std::io::Error::other("the writer thread panicked")),
+            Some(Err(_)) => Err(WriteFailure {
+                file: RESULTS,
+                source: std::io::Error::other("the writer thread panicked"),
+            }),
         }
     }
 }
@@ -216,7 +229,7 @@ fn write_loop(
     receiver: &std::sync::mpsc::Receiver<Option<Encoded>>,
     mut results: File,
     mut sessions: File,
-) -> std::io::Result<()> {
+) -> Result<(), WriteFailure> {
     let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
     let mut finished = false;
     while !finished {
@@ -241,8 +254,19 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        sessions.write_all(&session_lines)?;
-        results.write_all(&result_lines)?;
+        // Records first: a result line (the commit mark) never goes without its record.
+        sessions
+            .write_all(&session_lines)
+            .map_err(|source| WriteFailure {
+                file: SESSIONS,
+                source,
+            })?;
+        results
+            .write_all(&result_lines)
+            .map_err(|source| WriteFailure {
+                file: RESULTS,
+                source,
+            })?;
         if !finished {
             // Let lines gather for a moment instead of waking for each task: at
             // thousands of tasks a second this turns into a few writes per

@@ -1,29 +1,36 @@
 //! The run: task lines streamed from the file a second time (pre-flight has
-//! validated them), each started as a tokio task once a `-j` slot and, with
-//! `--max-cost`, its budget reservation are free; results appended as tasks
-//! finish. At most `-j` tasks exist at any moment, however long the file.
+//! validated them), each started as a tokio task once a `-j` slot is free;
+//! results appended as tasks finish. At most `-j` tasks exist at any moment,
+//! however long the file.
 //!
 //! Stopping: `--fail-fast` (at the first failed task) and a second Ctrl-C or
 //! the end of the grace period cancel in-flight tasks; the budget and a first
-//! Ctrl-C only stop scheduling. Tasks that will not run because of fail-fast
-//! or the budget get a `skipped` result with the reason; after Ctrl-C the
-//! unstarted ones are left without a result, for `--resume`.
+//! Ctrl-C only stop scheduling. `--max-cost` is kept call by call
+//! (`provider::budget`): a task one of whose calls the budget refused ends
+//! `skipped`, and no task starts after that. Tasks that will not run because
+//! of fail-fast or the budget get a `skipped` result with the reason; after
+//! Ctrl-C the unstarted ones are left without a result, for `--resume`.
+//!
+//! A task that panics (a bug) is caught at its own future: it gets a `failure`
+//! result saying so, and the run goes on.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use futures_util::FutureExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::budget::{Budget, Reservation};
-use super::output::{Brief, Encoded, ResultLine, TaskState, Writer};
+use super::output::{Brief, Encoded, ResultLine, TaskState, WriteFailure, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::summary::Totals;
 use super::tasks::{self, Lines, Task};
+use crate::provider::budget::{CostBudget, REFUSED_CODE};
 use crate::provider::limit::Waiting;
 use crate::tactic::{RunState, Tactic};
 
@@ -71,12 +78,9 @@ pub struct Shared {
     /// Whether the writer still takes lines (false after a write error).
     writing: AtomicBool,
     totals: Mutex<Totals>,
-    budget: Option<Mutex<Budget>>,
-    /// A task ended (a budget reservation may have been freed).
-    settled: Notify,
+    budget: Option<Arc<CostBudget>>,
     pub stop: watch::Sender<Stop>,
     in_flight: AtomicU64,
-    waiting_for_budget: AtomicBool,
     write_error: Mutex<Option<std::io::Error>>,
     fail_fast: bool,
 }
@@ -88,16 +92,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(writer: Writer, budget: Option<Budget>, fail_fast: bool) -> Shared {
+    pub fn new(writer: Writer, budget: Option<Arc<CostBudget>>, fail_fast: bool) -> Shared {
         Shared {
             writer,
             writing: AtomicBool::new(true),
             totals: Mutex::new(Totals::default()),
-            budget: budget.map(Mutex::new),
-            settled: Notify::new(),
+            budget,
             stop: watch::Sender::new(Stop::Running),
             in_flight: AtomicU64::new(0),
-            waiting_for_budget: AtomicBool::new(false),
             write_error: Mutex::new(None),
             fail_fast,
         }
@@ -108,10 +110,13 @@ impl Shared {
     }
 
     /// Writes what is queued; the first write error, if any.
-    pub fn finish_writing(&self) -> std::io::Result<()> {
+    pub fn finish_writing(&self) -> Result<(), WriteFailure> {
         let finished = self.writer.finish();
         match lock(&self.write_error).take() {
-            Some(error) => Err(error),
+            Some(source) => Err(WriteFailure {
+                file: super::output::RESULTS,
+                source,
+            }),
             None => finished,
         }
     }
@@ -148,7 +153,11 @@ impl Shared {
     }
 
     pub fn snapshot(&self, total: u64, started: Instant, tactics: &[Arc<Tactic>]) -> Snapshot {
-        let waiting = if self.waiting_for_budget.load(Ordering::Relaxed) {
+        let waiting = if self
+            .budget
+            .as_ref()
+            .is_some_and(|budget| budget.is_waiting())
+        {
             Some("budget")
         } else {
             tactics
@@ -252,7 +261,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                 continue;
             }
         };
-        let Some((permit, reservation)) = admit(&shared, &slots, &mut stop).await else {
+        let Some(permit) = admit(&shared, &slots, &mut stop).await else {
             // Stopped while waiting: account for this task like the ones after it.
             let reason = shared.stop.borrow().reason();
             if let Some(reason @ (Reason::FailFast | Reason::Budget)) = reason {
@@ -261,57 +270,41 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             }
             break;
         };
-        running.spawn(run_task(shared.clone(), tactic, task, permit, reservation));
+        running.spawn(run_task(shared.clone(), tactic, task, permit));
     }
     while running.join_next().await.is_some() {}
     Ok(())
 }
 
-/// Waits for a slot and a budget reservation; `None` when the run stops first.
+/// Waits for a slot; `None` when the run stops first (or the budget is
+/// spent: a task would only be refused its first call).
 async fn admit(
     shared: &Shared,
     slots: &Arc<Semaphore>,
     stop: &mut watch::Receiver<Stop>,
-) -> Option<(OwnedSemaphorePermit, f64)> {
+) -> Option<OwnedSemaphorePermit> {
     let permit = tokio::select! {
         biased;
         _ = stop.wait_for(|stop| *stop != Stop::Running) => return None,
         permit = slots.clone().acquire_owned() => permit.ok()?,
     };
-    let Some(budget) = &shared.budget else {
-        return Some((permit, 0.0));
-    };
-    loop {
-        let settled = shared.settled.notified();
-        tokio::pin!(settled);
-        settled.as_mut().enable();
-        match lock(budget).reserve() {
-            Reservation::Granted(amount) => {
-                shared.waiting_for_budget.store(false, Ordering::Relaxed);
-                return Some((permit, amount));
-            }
-            Reservation::Exhausted => {
-                shared.waiting_for_budget.store(false, Ordering::Relaxed);
-                shared.request_stop(Stop::Drain(Reason::Budget));
-                return None;
-            }
-            Reservation::Wait => shared.waiting_for_budget.store(true, Ordering::Relaxed),
-        }
-        tokio::select! {
-            biased;
-            _ = stop.wait_for(|stop| *stop != Stop::Running) => return None,
-            _ = &mut settled => {}
-        }
+    if shared
+        .budget
+        .as_ref()
+        .is_some_and(|budget| budget.is_spent() || budget.refused() > 0)
+    {
+        shared.request_stop(Stop::Drain(Reason::Budget));
+        return None;
     }
+    Some(permit)
 }
 
-/// One task: run it (unless cancelled), record it, free its slot and budget.
+/// One task: run it (unless cancelled), record it, free its slot.
 async fn run_task(
     shared: Arc<Shared>,
     tactic: Arc<Tactic>,
     task: Task,
     permit: OwnedSemaphorePermit,
-    reservation: f64,
 ) {
     shared.in_flight.fetch_add(1, Ordering::Relaxed);
     let mut stop = shared.stop.subscribe();
@@ -325,30 +318,78 @@ async fn run_task(
     };
     // Boxed: the run's state is kilobytes, and a task's future is moved on
     // its way into the runtime (a copy each time) unless it stays small.
-    let record = Box::pin(tactic.run_until(task.input, None, cancel)).await;
+    // A panic (a bug: nothing a user or a server sends should cause one)
+    // ends this task only, as a failure, instead of losing its result.
+    let run = Box::pin(tactic.run_until(task.input, None, cancel));
+    let record = match AssertUnwindSafe(run).catch_unwind().await {
+        Ok(record) => record,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_string());
+            let text = format!(
+                "internal error: the task panicked ({message}); this is a bug in lllm, please \
+                 report it; the task's record is lost, and `--retry-errors` runs it again"
+            );
+            shared.record(&ResultLine::invalid(id, &text), None);
+            shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+            return;
+        }
+    };
     let mut result = ResultLine::from_record(id, &record);
+    let refused = refused_calls(&record);
     if cancelled.load(Ordering::SeqCst) {
         let reason = shared.stop.borrow().reason().unwrap_or(Reason::Interrupted);
         result.state = TaskState::Skipped;
         result.error = Some(reason.text().to_string());
         result.delivery = None;
+    } else if refused > 0 {
+        // A call the budget did not send: the task stops short, like the
+        // ones the budget keeps from starting; `--resume` runs it again.
+        result.state = TaskState::Skipped;
+        result.error = Some(format!(
+            "{}: {}",
+            Reason::Budget.text(),
+            record.error.as_deref().unwrap_or_default()
+        ));
+        result.delivery = None;
+        result.calls = result.calls.saturating_sub(refused);
+        shared.request_stop(Stop::Drain(Reason::Budget));
     } else if record.state == RunState::Failure && shared.fail_fast {
         shared.request_stop(Stop::Cancel(Reason::FailFast));
     }
     shared.record(&result, Some(&record));
-    let cost = Some(record.cost.cost.unwrap_or(0.0));
-    if let Some(budget) = &shared.budget {
-        lock(budget).settle(reservation, cost);
-    }
     shared.in_flight.fetch_sub(1, Ordering::Relaxed);
     drop(permit);
-    shared.settled.notify_waiters();
+}
+
+/// Calls of a record the budget refused (recorded as invokes, never sent).
+fn refused_calls(record: &crate::tactic::SessionRecord) -> u64 {
+    let own = record
+        .agent_calls
+        .iter()
+        .flat_map(|call| &call.invokes)
+        .filter(|invoke| {
+            invoke
+                .error
+                .as_ref()
+                .is_some_and(|error| error.code.as_deref() == Some(REFUSED_CODE))
+        })
+        .count() as u64;
+    own + record
+        .sub_tactic_sessions
+        .iter()
+        .map(refused_calls)
+        .sum::<u64>()
 }
 
 /// Ctrl-C (or SIGTERM): stop scheduling, give running tasks `grace` to finish
 /// (a second signal ends it at once), then cancel them.
 pub async fn watch_signals(shared: Arc<Shared>, grace: Duration, reporter: Arc<dyn Reporter>) {
-    if signal().await.is_err() {
+    if stop_signal().await.is_err() {
         return;
     }
     shared.request_stop(Stop::Drain(Reason::Interrupted));
@@ -359,22 +400,118 @@ pub async fn watch_signals(shared: Arc<Shared>, grace: Duration, reporter: Arc<d
     ));
     tokio::select! {
         _ = tokio::time::sleep(grace) => {}
-        _ = signal() => {}
+        _ = stop_signal() => {}
     }
     shared.request_stop(Stop::Cancel(Reason::Interrupted));
 }
 
-#[cfg(unix)]
-async fn signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result,
-        _ = terminate.recv() => Ok(()),
+/// Completes at Ctrl-C or SIGTERM (what `kill`, Slurm at its time limit,
+/// Kubernetes and `docker stop` send): both stop a run the same way.
+/// SIGTERM's handler is installed when this is called, Ctrl-C's when the
+/// future is first polled.
+pub fn stop_signal() -> impl std::future::Future<Output = std::io::Result<()>> {
+    #[cfg(unix)]
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    async move {
+        #[cfg(unix)]
+        {
+            let mut terminate = terminate?;
+            tokio::select! {
+                result = tokio::signal::ctrl_c() => result,
+                _ = terminate.recv() => Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await
+        }
     }
 }
 
-#[cfg(not(unix))]
-async fn signal() -> std::io::Result<()> {
-    tokio::signal::ctrl_c().await
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use futures_util::future::BoxFuture;
+
+    use super::*;
+    use crate::dialog::{Message, Role};
+    use crate::provider::{ChatRequest, Provider, ProviderError};
+
+    /// Echoes the task, and panics (a stand-in for any bug) on `boom`.
+    struct PanicsOnBoom;
+
+    impl Provider for PanicsOnBoom {
+        fn invoke<'a>(
+            &'a self,
+            request: ChatRequest<'a>,
+        ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+            let text = request
+                .messages
+                .last()
+                .map(|message| message.content.clone())
+                .unwrap_or_default();
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                assert!(text != "boom", "a bug in a provider");
+                Ok(Message::new(Role::Assistant, "a", text))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_panics_gets_a_failure_result_and_the_others_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let tactic_path = dir.path().join("t.yaml");
+        std::fs::write(
+            &tactic_path,
+            "tactic_type: t\nglobal: {model_name: mock/echo}\nagent_configs:\n  - {name: a}\n",
+        )
+        .unwrap();
+        let tasks_file = dir.path().join("tasks.jsonl");
+        std::fs::write(&tasks_file, "\"fine\"\n\"boom\"\n\"fine too\"\n").unwrap();
+        let config = crate::config::load(&tactic_path).unwrap();
+        let tactic = Tactic::build_replaying(config, Arc::new(PanicsOnBoom)).unwrap();
+        let tactics = HashMap::from([(super::super::tactics::key(&tactic_path), Arc::new(tactic))]);
+        let plan = Plan {
+            problems: Vec::new(),
+            invalid: HashMap::new(),
+            in_run: 3,
+            to_run: 3,
+        };
+        let writer = Writer::open(&dir.path().join("out")).unwrap();
+        let shared = Arc::new(Shared::new(writer, None, false));
+        let ran = run(
+            Run {
+                tasks_file: &tasks_file,
+                default_tactic: Some(&tactic_path),
+                tactics: &tactics,
+                plan: &plan,
+                selector: Selector::new(None, None),
+                done: &|_| false,
+                concurrency: 2,
+            },
+            shared.clone(),
+        )
+        .await;
+        ran.unwrap();
+        shared.finish_writing().unwrap();
+        assert_eq!(shared.in_flight.load(Ordering::Relaxed), 0);
+        let text = std::fs::read_to_string(dir.path().join("out/results.jsonl")).unwrap();
+        let results: HashMap<String, ResultLine> = text
+            .lines()
+            .map(|line| serde_json::from_str::<ResultLine>(line).unwrap())
+            .map(|result| (result.id.clone(), result))
+            .collect();
+        assert_eq!(results.len(), 3);
+        let boom = &results["line-2"];
+        assert_eq!(boom.state, TaskState::Failure);
+        let error = boom.error.as_deref().unwrap();
+        assert!(
+            error.starts_with("internal error: the task panicked (a bug in a provider)"),
+            "{error}"
+        );
+        assert_eq!(results["line-1"].state, TaskState::Success);
+        assert_eq!(results["line-3"].delivery.as_deref(), Some("fine too"));
+    }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::provider::budget::CostBudget;
 use crate::tactic::Tactic;
 
 /// Loads tactics the way `lllm run` does, with the batch's `--model` and
@@ -17,6 +18,8 @@ use crate::tactic::Tactic;
 pub struct Tactics {
     model: Option<String>,
     prices: Option<Value>,
+    /// `--max-cost`: every call of every tactic passes it.
+    budget: Option<Arc<CostBudget>>,
     built: HashMap<PathBuf, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<PathBuf, String>,
@@ -26,7 +29,11 @@ pub struct Tactics {
 }
 
 impl Tactics {
-    pub fn new(model: Option<String>, prices: Option<&Path>) -> Result<Tactics> {
+    pub fn new(
+        model: Option<String>,
+        prices: Option<&Path>,
+        budget: Option<Arc<CostBudget>>,
+    ) -> Result<Tactics> {
         let prices = match prices {
             Some(path) => {
                 Some(crate::provider::models::read_price_file(path).map_err(Error::Usage)?)
@@ -36,6 +43,7 @@ impl Tactics {
         Ok(Tactics {
             model,
             prices,
+            budget,
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
@@ -90,7 +98,11 @@ impl Tactics {
         for warning in &config.warnings {
             crate::report::warn(&format!("{}: {warning}", path.display()));
         }
-        Ok(Tactic::build(config, &|name| std::env::var(name).ok())?)
+        let env = |name: &str| std::env::var(name).ok();
+        Ok(match &self.budget {
+            Some(budget) => Tactic::build_with_budget(config, &env, budget.clone())?,
+            None => Tactic::build(config, &env)?,
+        })
     }
 
     /// Every tactic built so far.

@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::batch::{self, shard::Shard};
+use crate::batch::{
+    self,
+    shard::{Requested, Shard},
+};
 use crate::error::{Error, Outcome, Result};
 
 #[derive(Debug, clap::Args)]
@@ -31,8 +34,10 @@ pub struct BatchArgs {
     /// At the first failed task, cancel the running ones and skip the rest.
     #[arg(long)]
     pub fail_fast: bool,
-    /// Never start a task that could take the run's cost over USD; the tasks
-    /// left are recorded as skipped. Needs a price for every model.
+    /// Spend at most USD: a call is sent only when its worst case (its
+    /// `max_tokens` of output, its request's size as input) fits in what is
+    /// left; the tasks left are recorded as skipped. Needs a price and a reply
+    /// bound for every model.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
     /// Run only the first N tasks (of the shard).
@@ -41,8 +46,9 @@ pub struct BatchArgs {
     /// Run the K-th of N stable partitions of the task ids (1-based: `1/4` … `4/4`).
     #[arg(long, value_name = "K/N", conflicts_with = "shards")]
     pub shard: Option<String>,
-    /// Split into N shards, this one's index taken from the job array:
-    /// `SLURM_ARRAY_TASK_ID` (minus `SLURM_ARRAY_TASK_MIN`) or `JOB_COMPLETION_INDEX`.
+    /// Split into N shards, this one's place taken from the job array: Slurm's
+    /// `SLURM_ARRAY_TASK_ID` within `SLURM_ARRAY_TASK_MIN`/`_STEP`/`_COUNT`
+    /// (any evenly spaced array of N tasks), or Kubernetes' `JOB_COMPLETION_INDEX`.
     #[arg(long, value_name = "N")]
     pub shards: Option<u64>,
     /// Record bad task lines as failed and run the others (duplicate ids stay an error).
@@ -73,11 +79,11 @@ pub struct BatchArgs {
 
 pub async fn run(args: BatchArgs) -> Result<Outcome> {
     let shard = match (&args.shard, args.shards) {
-        (Some(text), _) => Some(Shard::parse(text).map_err(Error::Usage)?),
+        (Some(text), _) => Requested::Given(Shard::parse(text).map_err(Error::Usage)?),
         (None, Some(count)) => {
-            Some(Shard::from_env(count, &|name| std::env::var(name).ok()).map_err(Error::Usage)?)
+            Shard::from_env(count, &|name| std::env::var(name).ok()).map_err(Error::Usage)?
         }
-        (None, None) => None,
+        (None, None) => Requested::Whole,
     };
     if args
         .max_cost

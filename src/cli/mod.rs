@@ -37,7 +37,8 @@ pub enum Command {
 pub struct ReplayArgs {
     /// A session record (`.json`) or a `sessions.jsonl` file.
     pub record: PathBuf,
-    /// In a `.jsonl` file: the session id or task id of the session to show.
+    /// In a `.jsonl` file: the session id, or the task id (its latest session),
+    /// of the session to show.
     #[arg(long)]
     pub id: Option<String>,
     /// Print the normalized record as JSON instead of the rendering.
@@ -150,7 +151,11 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
 }
 
 fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
-    let record = crate::replay::load(&args.record, args.id.as_deref())?;
+    let loaded = crate::replay::load_choosing(&args.record, args.id.as_deref())?;
+    for note in &loaded.notes {
+        eprintln!("note: {note}");
+    }
+    let record = loaded.record;
     if args.rerun {
         return runtime.block_on(crate::replay::rerun(
             &record,

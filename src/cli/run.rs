@@ -68,9 +68,12 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         });
         sink
     });
+    // Ctrl-C, or SIGTERM (a job engine's or a container's stop): the run
+    // stops where it is and its record is written.
     let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let stop_signal = crate::batch::scheduler::stop_signal();
     let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+        if stop_signal.await.is_err() {
             std::future::pending::<()>().await;
         }
         interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -79,17 +82,25 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     // No MCP server outlives the run, however it ended.
     tactic.shutdown().await;
     let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
-    let record_path = if args.no_record {
-        None
+    // A record that cannot be written (a full disk, a path that is not a
+    // directory) does not hide the delivery: it is printed, then one error
+    // line says what was not written, and the exit code is 1.
+    let (record_path, record_error) = if args.no_record {
+        (None, None)
     } else {
         let path = args.record.clone().unwrap_or_else(|| {
             PathBuf::from("sessions").join(format!("{}.json", record.session_id))
         });
-        record.write(&path).map_err(|source| Error::Write {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Some(path)
+        match record.write(&path) {
+            Ok(()) => (Some(path), None),
+            Err(source) => (
+                None,
+                Some(Error::Write {
+                    path: path.display().to_string(),
+                    source,
+                }),
+            ),
+        }
     };
     streamed
         .lock()
@@ -98,6 +109,13 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     if !args.quiet || record.state == RunState::Failure {
         let line = summary(&record, record_path.as_deref());
         eprintln!("{}", crate::redact::terminal_line(&line));
+    }
+    if let Some(error) = record_error {
+        if interrupted {
+            eprintln!("error: the record was not written: {error}");
+            return Ok(Outcome::Interrupted);
+        }
+        return Err(error);
     }
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,

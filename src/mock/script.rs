@@ -19,9 +19,18 @@
 //!     times: 2
 //! default: {text: ok}         # once `replies` run out
 //! ```
+//!
+//! A script describes one run: where it is (the next reply, the uses of each
+//! rule, the generated tool-call ids) is kept per run. Inside
+//! [`with_own_positions`] — every tactic run: each `lllm run`, each task of
+//! a batch — a script starts from its beginning, shared by the agents and
+//! sub-tactic steps of that run; elsewhere (the `lllm-mock` server) one
+//! position serves every request.
 
+use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -207,13 +216,14 @@ struct Rule {
     last_role: Option<String>,
     step: Step,
     times: Option<usize>,
-    used: AtomicUsize,
 }
 
 /// A loaded script. [`Script::next`] takes `&self` and is safe to call from
 /// many tasks at once: counters are atomics, nothing is locked.
 #[derive(Debug)]
 pub struct Script {
+    /// Tells this script's positions apart in a run's [`RunPositions`].
+    id: u64,
     origin: String,
     latency: Option<Latency>,
     /// `--latency-ms`: replaces every latency of the script.
@@ -221,9 +231,50 @@ pub struct Script {
     rules: Vec<Rule>,
     replies: Vec<Step>,
     default: Option<Step>,
+    /// Where requests outside any run scope are (the server's).
+    shared: Arc<Position>,
+}
+
+/// How far a script has been served: requests, the next reply, the uses of
+/// each rule, the tool-call ids generated.
+#[derive(Debug)]
+struct Position {
     requests: AtomicUsize,
-    position: AtomicUsize,
+    next_reply: AtomicUsize,
+    rule_uses: Vec<AtomicUsize>,
     generated_ids: AtomicUsize,
+}
+
+impl Position {
+    fn new(rules: usize) -> Position {
+        Position {
+            requests: AtomicUsize::new(0),
+            next_reply: AtomicUsize::new(0),
+            rule_uses: (0..rules).map(|_| AtomicUsize::new(0)).collect(),
+            generated_ids: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The positions of the scripts one run has used, by script id.
+#[derive(Default)]
+pub struct RunPositions {
+    positions: RefCell<Vec<(u64, Arc<Position>)>>,
+}
+
+tokio::task_local! {
+    static RUN_POSITIONS: RunPositions;
+}
+
+/// Runs `future` with its own script positions: every script it serves from
+/// starts at its beginning and moves on for this future only. Inside another
+/// such future (a sub-tactic run), the outer positions are kept.
+pub async fn with_own_positions<F: std::future::Future>(future: F) -> F::Output {
+    if RUN_POSITIONS.try_with(|_| ()).is_ok() {
+        future.await
+    } else {
+        RUN_POSITIONS.scope(RunPositions::default(), future).await
+    }
 }
 
 impl Script {
@@ -263,16 +314,16 @@ impl Script {
             place: problem.place,
             message: problem.message,
         })?;
+        static SCRIPTS: AtomicU64 = AtomicU64::new(0);
         Ok(Script {
+            id: SCRIPTS.fetch_add(1, Ordering::Relaxed),
             origin: origin.to_string(),
             latency: parts.latency,
             latency_override: None,
+            shared: Arc::new(Position::new(parts.rules.len())),
             rules: parts.rules,
             replies: parts.replies,
             default: parts.default,
-            requests: AtomicUsize::new(0),
-            position: AtomicUsize::new(0),
-            generated_ids: AtomicUsize::new(0),
         })
     }
 
@@ -290,13 +341,15 @@ impl Script {
     /// The answer to the next request: the first rule that matches (and has
     /// uses left), else the next reply, else the default, else `Exhausted`.
     pub fn next(&self, request: &ScriptRequest<'_>) -> Served {
-        let index = self.requests.fetch_add(1, Ordering::Relaxed);
+        let position = self.position();
+        let index = position.requests.fetch_add(1, Ordering::Relaxed);
         let step = self
             .rules
             .iter()
-            .find(|rule| rule.claim(request))
-            .map(|rule| &rule.step)
-            .or_else(|| self.take_reply())
+            .zip(&position.rule_uses)
+            .find(|(rule, uses)| rule.claim(request, uses))
+            .map(|(rule, _)| &rule.step)
+            .or_else(|| self.take_reply(&position))
             .or(self.default.as_ref());
         let Some(step) = step else {
             return Served {
@@ -315,14 +368,30 @@ impl Script {
             .map_or(Duration::ZERO, Latency::sample);
         Served {
             index,
-            reply: self.resolve(&step.planned, request),
+            reply: self.resolve(&step.planned, request, &position),
             delay,
         }
     }
 
-    fn take_reply(&self) -> Option<&Step> {
+    /// The position of the run this request belongs to, or the shared one.
+    fn position(&self) -> Arc<Position> {
+        RUN_POSITIONS
+            .try_with(|run| {
+                let mut positions = run.positions.borrow_mut();
+                if let Some((_, position)) = positions.iter().find(|(id, _)| *id == self.id) {
+                    return position.clone();
+                }
+                let position = Arc::new(Position::new(self.rules.len()));
+                positions.push((self.id, position.clone()));
+                position
+            })
+            .unwrap_or_else(|_| self.shared.clone())
+    }
+
+    fn take_reply(&self, position: &Position) -> Option<&Step> {
         let count = self.replies.len();
-        self.position
+        position
+            .next_reply
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |position| {
                 (position < count).then_some(position + 1)
             })
@@ -330,7 +399,12 @@ impl Script {
             .and_then(|position| self.replies.get(position))
     }
 
-    fn resolve(&self, planned: &Planned, request: &ScriptRequest<'_>) -> Reply {
+    fn resolve(
+        &self,
+        planned: &Planned,
+        request: &ScriptRequest<'_>,
+        position: &Position,
+    ) -> Reply {
         match planned {
             Planned::Fault(fault) => Reply::Fault(fault.clone()),
             Planned::Message {
@@ -350,7 +424,7 @@ impl Script {
                     .map(|call| ScriptToolCall {
                         // Generated per serve, so a repeated reply never repeats an id.
                         id: call.id.clone().unwrap_or_else(|| {
-                            let number = self.generated_ids.fetch_add(1, Ordering::Relaxed) + 1;
+                            let number = position.generated_ids.fetch_add(1, Ordering::Relaxed) + 1;
                             format!("call_{number}")
                         }),
                         name: call.name.clone(),
@@ -365,8 +439,8 @@ impl Script {
 }
 
 impl Rule {
-    /// Whether the rule answers `request`; counts a use when it has a limit.
-    fn claim(&self, request: &ScriptRequest<'_>) -> bool {
+    /// Whether the rule answers `request`; counts a use in `used` when it has a limit.
+    fn claim(&self, request: &ScriptRequest<'_>, used: &AtomicUsize) -> bool {
         let fits = self
             .contains
             .as_ref()
@@ -388,8 +462,7 @@ impl Rule {
         }
         match self.times {
             None => true,
-            Some(limit) => self
-                .used
+            Some(limit) => used
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                     (used < limit).then_some(used + 1)
                 })

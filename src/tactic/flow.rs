@@ -84,11 +84,15 @@ pub(super) async fn run(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
     let started = Instant::now();
+    // Made at the start, so ids sort by when runs began.
+    let session_id = record::new_session_id();
     let started_at = record::timestamp();
     let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
     let outcome = {
-        let work = async {
+        // Each run serves its offline `mock/script` replies from the start
+        // (a script describes one run, whatever else runs at once).
+        let work = crate::mock::script::with_own_positions(async {
             // MCP servers start once per tactic, before the first request;
             // `lllm run` starts them earlier (a server that cannot start is
             // bad input there).
@@ -99,7 +103,7 @@ pub(super) async fn run(
             } else {
                 run.steps().await
             }
-        };
+        });
         tokio::select! {
             outcome = work => outcome,
             () = interrupt => Err(INTERRUPTED.to_string()),
@@ -121,7 +125,7 @@ pub(super) async fn run(
     crate::dialog::share_prefixes(&mut dialogs);
     SessionRecord {
         format: record::FORMAT.to_string(),
-        session_id: record::new_session_id(),
+        session_id,
         tactic: TacticInfo {
             name: tactic.config.name.clone(),
             path: tactic.config.path.display().to_string(),

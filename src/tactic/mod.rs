@@ -22,6 +22,7 @@ use crate::agent::{AgentSpec, Limits, Runtime};
 use crate::config::{FlowItem, StepInput, SubTacticConfig, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
 use crate::provider::ToolSpec;
+use crate::provider::budget::{BudgetedProvider, CostBudget};
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
@@ -162,6 +163,7 @@ impl Tactic {
                 context_managers,
                 replacement: None,
                 dry_run: None,
+                budget: None,
                 stack: Vec::new(),
             },
         )
@@ -179,6 +181,7 @@ impl Tactic {
                 context_managers: &ContextManagers::with_builtins(),
                 replacement: Some(provider),
                 dry_run: None,
+                budget: None,
                 stack: Vec::new(),
             },
         )
@@ -198,6 +201,28 @@ impl Tactic {
                 context_managers: &ContextManagers::with_builtins(),
                 replacement: None,
                 dry_run: Some(log),
+                budget: None,
+                stack: Vec::new(),
+            },
+        )
+    }
+
+    /// `build` with every model call (sub-tactics' included) passing
+    /// `budget`: a call whose worst case does not fit is not sent. Every
+    /// model must then have a price and a bound on its replies.
+    pub fn build_with_budget(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        budget: Arc<CostBudget>,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                context_managers: &ContextManagers::with_builtins(),
+                replacement: None,
+                dry_run: None,
+                budget: Some(budget),
                 stack: Vec::new(),
             },
         )
@@ -217,6 +242,7 @@ impl Tactic {
             stack,
             replacement: replacement.clone(),
             dry_run: dry_run.clone(),
+            budget: builder.budget.clone(),
             ..*builder
         };
         let mut problems = Problems(Vec::new());
@@ -237,6 +263,16 @@ impl Tactic {
                     (None, Some(log)) => providers.dry_run(log),
                     (None, None) => providers,
                 });
+        let prices = match &config.pricing {
+            Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
+                Ok(table) => Arc::new(table),
+                Err(error) => {
+                    problems.push(format!("`pricing`: {error}"));
+                    Arc::new(ModelTable::bundled().clone())
+                }
+            },
+            None => Arc::new(ModelTable::bundled().clone()),
+        };
         let mut prompts = BTreeMap::new();
 
         let mut agents = IndexMap::new();
@@ -254,9 +290,24 @@ impl Tactic {
                     problems.take(Prompt::new(key, text.clone())).map(Arc::new)
                 }
             };
-            let model = providers
+            let mut model = providers
                 .as_ref()
                 .and_then(|providers| problems.take(providers.resolve(&agent.model_name)));
+            if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
+                let budgeted = BudgetedProvider::new(
+                    resolved.provider.clone(),
+                    budget.clone(),
+                    prices.clone(),
+                    &resolved.provider_name,
+                    resolved.service,
+                    &resolved.model,
+                    &agent.model_args,
+                );
+                match budgeted {
+                    Ok(budgeted) => resolved.provider = Arc::new(budgeted),
+                    Err(problem) => problems.push(problem),
+                }
+            }
             for server in &agent.mcp_servers {
                 check_server(
                     &config,
@@ -328,17 +379,6 @@ impl Tactic {
                 problems: problems.0,
             });
         }
-        let prices = match &config.pricing {
-            Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
-                Ok(table) => Arc::new(table),
-                Err(error) => {
-                    return Err(Error {
-                        problems: vec![format!("`pricing`: {error}")],
-                    });
-                }
-            },
-            None => Arc::new(ModelTable::bundled().clone()),
-        };
         let other_tools = config
             .tools
             .iter()
@@ -495,27 +535,6 @@ impl Tactic {
             .find_map(|agent| agent.model.provider.limiter()?.waiting())
     }
 
-    /// The models of this tactic's agents that have no price (the mock
-    /// provider is free), as `provider/model`.
-    pub fn unpriced_models(&self) -> Vec<String> {
-        let mut models: Vec<String> = self
-            .agents
-            .values()
-            .filter(|agent| {
-                let model = &agent.model;
-                model.provider_name != "mock"
-                    && self
-                        .runtime
-                        .prices
-                        .price(&model.provider_name, model.service, &model.model)
-                        .is_none()
-            })
-            .map(|agent| agent.model_name.clone())
-            .collect();
-        models.dedup();
-        models
-    }
-
     /// Runs one task to its session record.
     pub async fn run(&self, task: TaskInput) -> SessionRecord {
         flow::run(self, task, None, std::future::pending()).await
@@ -659,6 +678,8 @@ struct Builder<'a> {
     context_managers: &'a ContextManagers,
     replacement: Option<Arc<dyn crate::provider::Provider>>,
     dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
+    /// Every call passes this spending cap (`lllm batch --max-cost`).
+    budget: Option<Arc<CostBudget>>,
     /// The tactic files being built, outermost first (to find cycles).
     stack: Vec<PathBuf>,
 }

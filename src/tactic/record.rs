@@ -162,7 +162,8 @@ impl SessionRecord {
     }
 
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
-    /// old file or the new one, never half of one.
+    /// old file or the new one, never half of one. When writing fails (a full
+    /// disk, a path that is a directory), the temporary file is removed.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         if let Some(parent) = path
             .parent()
@@ -175,11 +176,17 @@ impl SessionRecord {
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_default();
         let temporary = path.with_file_name(format!(".{file_name}.tmp"));
+        let mut text = serde_json::to_vec_pretty(self)?;
+        text.push(b'\n');
         let mut file = std::fs::File::create(&temporary)?;
-        serde_json::to_writer_pretty(&mut file, self)?;
-        file.write_all(b"\n")?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
+        let written = file
+            .write_all(&text)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&temporary, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        written
     }
 }
 
@@ -250,24 +257,21 @@ fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
     }
 }
 
-/// `20261122_081500_ab12cd34`: sortable by start time, unique by its suffix.
+/// A time-ordered UUID (version 7, RFC 9562), hyphenated:
+/// `019a2b3c-4d5e-7f60-8a1b-2c3d4e5f6a7b`. The first 48 bits are the Unix time
+/// in milliseconds, so ids sort by start time as text; the other 74 bits are a
+/// counter seeded at random each millisecond plus random bits, so ids made in
+/// one process are strictly increasing and ids made anywhere else collide with
+/// negligible probability (the former `20261122_081500_ab12cd34` form had 32
+/// random bits per second: likely to repeat within a 100k-task batch).
+/// Readers take any string as a session id, so records with the old form
+/// still read and replay.
 pub fn new_session_id() -> String {
-    use chrono::{Datelike, Timelike};
-    // Fields of the naive time: `DateTime`'s getters each re-apply the offset.
-    let now = chrono::Utc::now().naive_utc();
-    let mut id = String::with_capacity(24);
-    // Digits written directly: a `format` string would be parsed per id.
-    push_digits(&mut id, now.year().clamp(0, 9999) as u32, 4);
-    push_digits(&mut id, now.month(), 2);
-    push_digits(&mut id, now.day(), 2);
-    id.push('_');
-    push_digits(&mut id, now.hour(), 2);
-    push_digits(&mut id, now.minute(), 2);
-    push_digits(&mut id, now.second(), 2);
-    id.push('_');
     let mut buffer = uuid::Uuid::encode_buffer();
-    id.push_str(&uuid::Uuid::new_v4().simple().encode_lower(&mut buffer)[..8]);
-    id
+    uuid::Uuid::now_v7()
+        .hyphenated()
+        .encode_lower(&mut buffer)
+        .to_string()
 }
 
 /// Now as a record writes times: `2026-11-22T08:15:00.123Z`.
@@ -347,16 +351,39 @@ mod tests {
     }
 
     #[test]
-    fn session_ids_are_time_then_random() {
-        let before = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
-        let id = new_session_id();
-        let after = chrono::Utc::now().format("%Y%m%d_%H%M%S").to_string();
-        assert_eq!(id.len(), 24, "{id}");
-        let (time, suffix) = id.split_at(15);
-        assert!(before.as_str() <= time && time <= after.as_str(), "{id}");
-        assert!(suffix.starts_with('_'));
-        assert!(suffix[1..].chars().all(|c| c.is_ascii_hexdigit()), "{id}");
-        assert_ne!(new_session_id(), new_session_id());
+    fn session_ids_are_unique_and_ordered_even_within_one_millisecond() {
+        let before = chrono::Utc::now().timestamp_millis() as u64;
+        // Far more ids than one millisecond holds: many share their time stamp.
+        let ids: Vec<String> = (0..200_000).map(|_| new_session_id()).collect();
+        let after = chrono::Utc::now().timestamp_millis() as u64;
+        let mut same_millisecond = 0;
+        for pair in ids.windows(2) {
+            assert!(pair[0] < pair[1], "{} then {}", pair[0], pair[1]);
+            same_millisecond += usize::from(pair[0][..13] == pair[1][..13]);
+        }
+        assert!(same_millisecond > 1000, "{same_millisecond}");
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        for id in [&ids[0], &ids[ids.len() - 1]] {
+            let uuid = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(uuid.get_version_num(), 7, "{id}");
+            assert_eq!(id.len(), 36);
+            let (seconds, nanos) = uuid.get_timestamp().unwrap().to_unix();
+            let millis = seconds * 1000 + u64::from(nanos) / 1_000_000;
+            assert!(before <= millis && millis <= after, "{id}");
+        }
+        // Ids from several threads at once are unique too.
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| (0..20_000).map(|_| new_session_id()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for thread in threads {
+            for id in thread.join().unwrap() {
+                assert!(all.insert(id));
+            }
+        }
     }
 
     #[test]

@@ -3,8 +3,6 @@
 //! key a typo meant. Hand-written rather than serde-derived so that every
 //! unknown key, in every nested mapping, gets a "did you mean".
 
-use std::sync::atomic::AtomicUsize;
-
 use serde_json::{Map, Value};
 
 use super::{Fault, Latency, Planned, PlannedCall, Rule, ScriptUsage, Step};
@@ -127,7 +125,6 @@ fn rule(value: &Value, place: &str) -> Checked<Rule> {
         last_role,
         step: reply(reply_value, &child(place, "reply"))?,
         times: times.map(|times| usize::try_from(times).unwrap_or(usize::MAX)),
-        used: AtomicUsize::new(0),
     })
 }
 

@@ -367,3 +367,52 @@ fn load_names_the_file() {
         )
     );
 }
+
+/// What one serve gave, in a word: the text, or the generated tool-call id.
+fn served_word(served: Served) -> String {
+    match served.reply {
+        Reply::Message(message) => match message.tool_calls.first() {
+            Some(call) => call.id.clone(),
+            None => message.text.unwrap_or_default(),
+        },
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn each_run_serves_the_script_from_its_start() {
+    let script = parse(
+        "rules:\n  - when: {contains: x}\n    reply: once\n    times: 1\n\
+         replies: [a, b]\ndefault: {tool_calls: [{name: f}]}\n",
+    );
+    let script = &script;
+    // Four requests of one run, taking turns with the other run's.
+    let run = || {
+        with_own_positions(async move {
+            let mut words = Vec::new();
+            for _ in 0..4 {
+                words.push(served_word(script.next(&request("x", "user"))));
+                tokio::task::yield_now().await;
+            }
+            words
+        })
+    };
+    let (first, second) = tokio::join!(run(), run());
+    assert_eq!(first, ["once", "a", "b", "call_1"]);
+    assert_eq!(second, first, "the other run starts from the beginning too");
+    // A run inside a run (a sub-tactic) goes on from where its parent is.
+    let nested = with_own_positions(async {
+        let outer = served_word(script.next(&request("x", "user")));
+        let inner =
+            with_own_positions(async { served_word(script.next(&request("x", "user"))) }).await;
+        (outer, inner)
+    })
+    .await;
+    assert_eq!(nested, ("once".to_string(), "a".to_string()));
+    // Outside any run (the server), one position serves every request.
+    let shared: Vec<String> = (0..4)
+        .map(|_| served_word(script.next(&request("x", "user"))))
+        .collect();
+    assert_eq!(shared, ["once", "a", "b", "call_1"]);
+    assert_eq!(served_word(script.next(&request("x", "user"))), "call_2");
+}

@@ -1,0 +1,339 @@
+//! `lllm batch`: nothing lost, nothing done twice. Two processes on one
+//! output directory (the second is refused, naming the first), SIGTERM
+//! handled like Ctrl-C, a full disk in the middle of a run, and `replay --id`
+//! on a task that ran more than once. Real processes against `lllm-mock`;
+//! the tests wait for what they need to see, never for a time.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{MockServer, Output, Test};
+use serde_json::{Value, json};
+
+fn tactic(base_url: &str) -> String {
+    format!(
+        r#"tactic_type: test
+global:
+  model_name: local/test-model
+  max_llm_recall: 0
+agent_configs:
+  - name: assistant
+    system_prompt: "You are terse."
+providers:
+  local: {{api: openai, base_url: "{base_url}"}}
+"#
+    )
+}
+
+fn task_lines(count: usize, text: impl Fn(usize) -> String) -> String {
+    (0..count)
+        .map(|i| json!({"id": format!("t{i:02}"), "task": text(i)}).to_string() + "\n")
+        .collect()
+}
+
+fn read_lines(test: &Test, relative: &str) -> Vec<Value> {
+    std::fs::read_to_string(test.path(relative))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect()
+}
+
+/// Each id's latest result.
+fn latest(test: &Test, dir: &str) -> BTreeMap<String, Value> {
+    read_lines(test, &format!("{dir}/results.jsonl"))
+        .into_iter()
+        .map(|line| (line["id"].as_str().unwrap().to_string(), line))
+        .collect()
+}
+
+/// Waits (up to a generous deadline) until `ready` holds.
+#[track_caller]
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_second_batch_on_one_directory_is_refused_and_nothing_is_lost_or_paid_twice() {
+    let test = Test::new();
+    // Task t10 is held by the server (once) until its client gives up, so
+    // the first batch is certainly still running when the second starts.
+    let server = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: hold}\n    reply: {fault: timeout}\n    times: 1\ndefault: {echo: true}\n",
+    );
+    let test = test.file("t.yaml", &tactic(&server.base_url())).file(
+        "tasks.jsonl",
+        &task_lines(20, |i| {
+            if i == 10 {
+                "hold".into()
+            } else {
+                format!("task {i}")
+            }
+        }),
+    );
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "1",
+        "--grace",
+        "0",
+    ];
+    let first = test.spawn(&args);
+    wait_for("ten results and the held request", || {
+        read_lines(&test, "out/results.jsonl").len() == 10 && server.requests().len() == 11
+    });
+    let committed = std::fs::read(test.path("out/results.jsonl")).unwrap();
+
+    let first_pid = first.id();
+    let pid = format!("pid {first_pid}");
+    for extra in [&["--resume"][..], &["--retry-errors"][..], &[][..]] {
+        let second = test.run(&[&args[..], extra].concat());
+        second.expect_code(2);
+        assert!(
+            second
+                .stderr
+                .contains("is being written by another `lllm batch`")
+                && second.stderr.contains(&pid),
+            "{}",
+            second.stderr
+        );
+        assert_eq!(second.stderr.lines().count(), 1, "{}", second.stderr);
+    }
+    assert_eq!(
+        std::fs::read(test.path("out/results.jsonl")).unwrap(),
+        committed,
+        "the second run touched nothing"
+    );
+    assert_eq!(server.requests().len(), 11, "the second run sent nothing");
+
+    // SIGTERM (a job engine's stop) ends the first like Ctrl-C: the held task
+    // is cancelled (`--grace 0`) with its result, the summary says so, 130.
+    signal(&first, "TERM");
+    let stopped = Output::of(first.wait_with_output().unwrap());
+    stopped.expect_code(130);
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    assert_eq!(latest(&test, "out")["t10"]["state"], "skipped");
+
+    // Its lock file stays behind, and does not block the next run.
+    let lock = std::fs::read_to_string(test.path("out/.lock")).unwrap();
+    assert!(lock.contains(&format!("\"pid\":{first_pid}")), "{lock}");
+    test.run(&[&args[..], &["--resume", "-q"]].concat())
+        .expect_code(0);
+    let results = latest(&test, "out");
+    assert_eq!(results.len(), 20);
+    assert!(results.values().all(|line| line["state"] == "success"));
+    // 10 before, the held one, then t10 again and the 9 after it: every
+    // task was sent once, but for the one cancelled in flight.
+    assert_eq!(server.requests().len(), 21);
+}
+
+#[test]
+fn a_lock_left_by_a_killed_batch_does_not_block() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: hold}\n    reply: {fault: timeout}\n    times: 1\ndefault: {echo: true}\n",
+    );
+    let test = test.file("t.yaml", &tactic(&server.base_url())).file(
+        "tasks.jsonl",
+        &task_lines(6, |i| {
+            if i == 3 {
+                "hold".into()
+            } else {
+                format!("task {i}")
+            }
+        }),
+    );
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "1",
+        "-q",
+    ];
+    let mut killed = test.spawn(&args);
+    wait_for("the held request", || server.requests().len() == 4);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let lock = std::fs::read_to_string(test.path("out/.lock")).unwrap();
+    assert!(lock.contains(&format!("\"pid\":{}", killed.id())), "{lock}");
+    test.run(&[&args[..], &["--resume"]].concat())
+        .expect_code(0);
+    assert_eq!(latest(&test, "out").len(), 6);
+}
+
+/// `lllm` run by `sh` with a file size limit of `blocks` × 512 bytes: a
+/// write past it fails (EFBIG, as on a full disk) instead of killing it.
+fn run_with_file_limit(test: &Test, blocks: u32, args: &[&str]) -> Output {
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_lllm"))
+        .args(args)
+        .current_dir(test.dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", test.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Output::of(output)
+}
+
+#[test]
+fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committed() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(40, |i| format!("task {i}")));
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "2",
+        "-q",
+    ];
+    // 8 KiB per file: a few session records fit, then writes fail.
+    let output = run_with_file_limit(&test, 16, &args);
+    output.expect_code(1);
+    assert!(!output.stderr.contains("panicked"), "{}", output.stderr);
+    let errors: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", output.stderr);
+    assert!(
+        errors[0].contains("cannot write `out/sessions.jsonl`")
+            && errors[0].contains("what was written before is intact")
+            && errors[0].contains("`--resume`"),
+        "{}",
+        errors[0]
+    );
+    // Every committed result has its record; at most the last record is torn.
+    let results = read_lines(&test, "out/results.jsonl");
+    assert!(
+        !results.is_empty() && results.len() < 40,
+        "{}",
+        results.len()
+    );
+    let sessions = std::fs::read_to_string(test.path("out/sessions.jsonl")).unwrap();
+    let records: Vec<Value> = sessions
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    assert!(sessions.lines().count() <= records.len() + 1);
+    for result in &results {
+        assert!(
+            records
+                .iter()
+                .any(|record| record["session_id"] == result["session_id"]),
+            "no record for {result}"
+        );
+    }
+
+    // With room again, `--resume` cuts the torn line and finishes the run.
+    let output = test.run(&[&args[..], &["--resume"]].concat());
+    output.expect_code(0);
+    let results = latest(&test, "out");
+    assert_eq!(results.len(), 40);
+    assert!(results.values().all(|line| line["state"] == "success"));
+}
+
+#[test]
+fn replay_of_a_task_run_again_shows_its_latest_session_and_names_the_others() {
+    let test = Test::new();
+    // t1 fails the first time (a 400 is never retried), then succeeds.
+    let server = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: \"task 1\"}\n    reply: {fault: {status: 400}}\n    times: 1\ndefault: {echo: true}\n",
+    );
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(3, |i| format!("task {i}")));
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-q",
+    ];
+    test.run(&args).expect_code(1);
+    test.run(&[&args[..], &["--retry-errors"]].concat())
+        .expect_code(0);
+    let sessions = read_lines(&test, "out/sessions.jsonl");
+    let t1: Vec<&Value> = sessions.iter().filter(|s| s["task_id"] == "t01").collect();
+    assert_eq!(t1.len(), 2);
+    let (old, new) = (
+        t1[0]["session_id"].as_str().unwrap(),
+        t1[1]["session_id"].as_str().unwrap(),
+    );
+    assert_eq!(t1[0]["state"], "failure");
+
+    let output = test.run(&["replay", "out/sessions.jsonl", "--id", "t01"]);
+    output.expect_code(0);
+    assert!(
+        output.stdout.starts_with(&format!("session {new} ")),
+        "{}",
+        output.stdout
+    );
+    assert!(output.stdout.contains("· success ·"), "{}", output.stdout);
+    let note = output.stderr.trim();
+    assert!(
+        note.starts_with("note: task `t01` has 2 sessions"),
+        "{note}"
+    );
+    assert!(
+        note.contains(&format!("showing the latest, {new} (success")),
+        "{note}"
+    );
+    assert!(note.contains(&format!("earlier: {old} (failure")), "{note}");
+    assert!(note.contains("--id SESSION_ID"), "{note}");
+    assert_eq!(output.stderr.lines().count(), 1);
+
+    // The older one by its session id, without a note.
+    let output = test.run(&["replay", "out/sessions.jsonl", "--id", old]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with(&format!("session {old} ")));
+    assert!(output.stdout.contains("· failure ·"), "{}", output.stdout);
+    assert_eq!(output.stderr, "");
+    // A task that ran once: no note.
+    let output = test.run(&["replay", "out/sessions.jsonl", "--id", "t00"]);
+    output.expect_code(0);
+    assert_eq!(output.stderr, "");
+}

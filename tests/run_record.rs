@@ -1,0 +1,144 @@
+//! `lllm run` and its session record at the edges: stopped by SIGTERM (a job
+//! engine's or a container's stop) it writes the record as Ctrl-C does, and a
+//! record that cannot be written (a path under a file, a path that is a
+//! directory, a full disk) neither hides the delivery nor leaves a
+//! temporary file behind.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{MockServer, Output, Test};
+use serde_json::Value;
+
+fn tactic(base_url: &str) -> String {
+    format!(
+        "tactic_type: test\nglobal: {{model_name: local/m, max_llm_recall: 0}}\nagent_configs:\n  - {{name: a, system_prompt: \"Be brief.\"}}\nproviders:\n  local: {{api: openai, base_url: \"{base_url}\"}}\n"
+    )
+}
+
+const ECHO: &str =
+    "tactic_type: echo\nglobal: {model_name: mock/echo}\nagent_configs:\n  - {name: a}\n";
+
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_a_run_like_ctrl_c_and_its_record_is_written() {
+    let test = Test::new();
+    // The request is held until the client gives up: the run is in flight.
+    let server = MockServer::start(test.dir.path(), "default: {fault: timeout}\n");
+    let test = test.file("t.yaml", &tactic(&server.base_url()));
+    for signal in ["TERM", "INT"] {
+        let record = format!("{signal}.json");
+        let child = test.spawn(&["run", "t.yaml", "--task", "hello", "--record", &record]);
+        let sent = server.requests().len();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.requests().len() == sent {
+            assert!(Instant::now() < deadline, "the request never arrived");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let output = Output::of(child.wait_with_output().unwrap());
+        output.expect_code(130);
+        assert!(
+            output.stderr.contains("failure: interrupted"),
+            "{}",
+            output.stderr
+        );
+        let record = test.read_json(&record);
+        assert_eq!(record["state"], "failure");
+        assert_eq!(record["error"], "interrupted");
+        assert_eq!(record["task"], "hello");
+    }
+}
+
+/// Entries of `dir` whose name ends with `.tmp`.
+fn temporary_files(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect()
+}
+
+#[track_caller]
+fn delivered_without_record(output: &Output, path: &str) {
+    output.expect_code(1);
+    assert_eq!(output.stdout, "deliver me\n", "the delivery is printed");
+    let errors: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", output.stderr);
+    assert!(
+        errors[0].starts_with(&format!("error: cannot write `{path}`: ")),
+        "{}",
+        errors[0]
+    );
+    assert!(output.stderr.contains("lllm: success"), "{}", output.stderr);
+}
+
+#[test]
+fn a_record_that_cannot_be_written_still_delivers_and_leaves_no_temporary_file() {
+    let test = Test::new()
+        .file("echo.yaml", ECHO)
+        .file("taken", "a file, not a directory\n");
+    std::fs::create_dir(test.path("a-directory")).unwrap();
+    let run = |record: &str| {
+        test.run(&[
+            "run",
+            "echo.yaml",
+            "--task",
+            "deliver me",
+            "--record",
+            record,
+        ])
+    };
+
+    // Its directory cannot be made: a file is in the way.
+    delivered_without_record(&run("taken/r.json"), "taken/r.json");
+    // The path is a directory: the temporary file is written, the rename fails.
+    delivered_without_record(&run("a-directory"), "a-directory");
+    assert_eq!(temporary_files(test.dir.path()), Vec::<String>::new());
+
+    // A full disk: no more than 512 bytes may be written (as root too).
+    let output = Output::of(
+        Command::new("sh")
+            .arg("-c")
+            .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_lllm"))
+            .args([
+                "run",
+                "echo.yaml",
+                "--task",
+                "deliver me",
+                "--record",
+                "full/r.json",
+            ])
+            .current_dir(test.dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap(),
+    );
+    delivered_without_record(&output, "full/r.json");
+    assert!(
+        output.stderr.contains("File too large"),
+        "{}",
+        output.stderr
+    );
+    assert_eq!(temporary_files(&test.path("full")), Vec::<String>::new());
+    assert!(!test.path("full/r.json").exists());
+
+    // The same run with room writes its record.
+    let output = run("ok/r.json");
+    output.expect_code(0);
+    let record: Value = test.read_json("ok/r.json");
+    assert_eq!(record["delivery"], "deliver me");
+}
