@@ -5,5 +5,5 @@
 
 pub fn warn(text: &str) {
     let text = text.strip_prefix("warning: ").unwrap_or(text);
-    eprintln!("warning: {text}");
+    crate::output::stderr_line(&format!("warning: {text}"));
 }

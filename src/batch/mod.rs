@@ -193,7 +193,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
     let stopped = shared.stop.borrow().reason();
     let summary = write_summary(&options, &plan, &previous, &shared, started, stopped)?;
     if !options.quiet {
-        eprint!("{}", summary.table(&options.output.display().to_string()));
+        crate::output::stderr(&summary.table(&options.output.display().to_string()));
     }
     Ok(if stopped == Some(Reason::Interrupted) {
         Outcome::Interrupted

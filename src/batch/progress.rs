@@ -114,12 +114,12 @@ impl Reporter for Lines {
     }
 
     fn update(&self, snapshot: &Snapshot) {
-        eprintln!(
+        crate::output::stderr_line(&format!(
             "lllm batch: {}/{} done · {}",
             snapshot.done.tasks,
             snapshot.total,
             snapshot.details()
-        );
+        ));
     }
 
     fn finish(&self, snapshot: &Snapshot) {

@@ -148,11 +148,11 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
     if args.rerun {
         return runtime.block_on(crate::replay::rerun(&record, args.tactic.as_deref()));
     }
-    if args.json {
-        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        println!("{text}");
+    let text = if args.json {
+        serde_json::to_string_pretty(&record).unwrap_or_default() + "\n"
     } else {
-        print!("{}", crate::replay::render(&record));
-    }
+        crate::replay::render(&record)
+    };
+    crate::output::stdout(&text)?;
     Ok(Outcome::Success)
 }

@@ -26,7 +26,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     }
     if args.show_config {
         let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
-        println!("{text}");
+        crate::output::stdout(&(text + "\n"))?;
         return Ok(Outcome::Success);
     }
     let task = TaskInput {
@@ -92,9 +92,9 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .clone();
-    let mut stdout = std::io::stdout().lock();
+    let mut text = String::new();
     if !streamed.is_empty() {
-        let _ = writeln!(stdout);
+        text.push('\n');
     }
     // The delivery, unless it is exactly what was streamed already.
     if let Some(delivery) = record
@@ -103,15 +103,18 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         .filter(|delivery| **delivery != streamed)
     {
         if !streamed.is_empty() {
-            let _ = writeln!(stdout);
+            text.push('\n');
         }
-        let _ = writeln!(stdout, "{delivery}");
+        text.push_str(delivery);
+        text.push('\n');
     }
-    let _ = stdout.flush();
-    drop(stdout);
+    // A reader that closed the pipe early is no failure of the run; a
+    // delivery that could not be written is, once the summary is out.
+    let delivered = crate::output::stdout(&text);
     if !args.quiet || record.state == RunState::Failure {
-        eprintln!("{}", summary(&record, record_path.as_deref()));
+        crate::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
+    delivered?;
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,
         RunState::Success => Outcome::Success,
@@ -121,7 +124,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
 
 /// Prints each captured request, named by the agent and dialog that made it.
 fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome> {
-    let mut stdout = std::io::stdout().lock();
+    let mut text = String::new();
     for (index, request) in captured.iter().enumerate() {
         let place = who_sent(record, &request.sha256)
             .map(|(agent, dialog, model)| {
@@ -129,25 +132,26 @@ fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome
             })
             .unwrap_or_default();
         let body = serde_json::to_string_pretty(&request.wire.body).unwrap_or_default();
-        let _ = writeln!(
-            stdout,
-            "── request {} of {}{place}\nPOST {}\n{body}\n",
+        text.push_str(&format!(
+            "── request {} of {}{place}\nPOST {}\n{body}\n\n",
             index + 1,
             captured.len(),
             request.wire.url
-        );
+        ));
     }
-    let _ = stdout.flush();
+    crate::output::stdout(&text)?;
     match record.error.as_deref() {
         Some(error) if !error.contains(NOT_SENT) => {
-            eprintln!("lllm: dry run: the run failed before sending: {error}");
+            crate::output::stderr_line(&format!(
+                "lllm: dry run: the run failed before sending: {error}"
+            ));
             Ok(Outcome::Failed)
         }
         _ => {
-            eprintln!(
+            crate::output::stderr_line(&format!(
                 "lllm: dry run: {} request(s) shown, nothing sent; later turns need model replies",
                 captured.len()
-            );
+            ));
             Ok(Outcome::Success)
         }
     }
