@@ -4,6 +4,7 @@
 //! to the exit code.
 
 mod batch;
+mod numbers;
 mod run;
 
 use std::path::PathBuf;
@@ -102,11 +103,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
     // caches). Pre-flight (rayon) and the output writer have threads of their
     // own either way.
     let threads = match &cli.command {
-        Command::Batch(args) if args.threads == 0 => {
-            return Err(crate::error::Error::Usage(
-                "`--threads` must be at least 1".into(),
-            ));
-        }
+        // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
         Command::Run(_) | Command::Replay(_) => None,
     };

@@ -12,7 +12,6 @@ pub mod record;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
@@ -323,6 +322,11 @@ impl Tactic {
                 .map(Arc::new)
         });
 
+        if let Some(overrides) = &config.pricing {
+            for problem in crate::provider::pricing::check_table(overrides) {
+                problems.push(format!("{}: `pricing`: {problem}", config.path.display()));
+            }
+        }
         if !problems.0.is_empty() {
             return Err(Error {
                 problems: problems.0,
@@ -627,7 +631,7 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
         toolbox.insert(Arc::new(CommandTool::new(
             spec,
             tool.command.clone(),
-            Duration::from_secs_f64(tool.timeout_s.max(0.001)),
+            crate::config::numbers::seconds(tool.timeout_s),
             tool.cwd.clone(),
             tool.env.clone(),
         )));
