@@ -51,19 +51,18 @@ pub async fn exchange<A: Assembler>(
     let _permit = target.limiter.acquire(estimate).await;
     let failed = |error: ProviderError| {
         if error.kind == ErrorKind::RateLimit {
-            target.limiter.on_rate_limited(error.retry_after);
+            target.limiter.on_rate_limited();
         }
         error
     };
     let (message, reply_headers) = if sink.is_some() {
         let mut assembler = A::default();
         let feed = |data: &str| assembler.feed(data, sink);
-        if let Some(reply) =
-            http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await?
-        {
-            return Err(failed((wire.parse_error)(&reply)));
+        // A streamed reply's headers count too: its rate-limit windows.
+        match http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await? {
+            http::Streamed::Refused(reply) => return Err(failed((wire.parse_error)(&reply))),
+            http::Streamed::Read(headers) => (assembler.finish()?, headers),
         }
-        (assembler.finish()?, Default::default())
     } else {
         let reply = http::post_json(target.client, target.endpoint, body, target.timeout).await?;
         if !(200..300).contains(&reply.status) {
