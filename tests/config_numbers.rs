@@ -123,7 +123,9 @@ fn negative_and_non_finite_prices_are_refused_in_every_price_source() {
     ]));
     assert_eq!(
         errors,
-        ["error: `ours.yaml`: `bad`: `output_per_million: -.inf` must be a number from 0 to 1000000 (USD per 1M tokens)"]
+        [
+            "error: `ours.yaml`: `bad`: `output_per_million: -.inf` must be a number from 0 to 1000000 (USD per 1M tokens)"
+        ]
     );
     assert!(!test.path("out").exists());
 }
@@ -135,7 +137,11 @@ fn numeric_flags_out_of_range_name_the_flag_and_the_range() {
         .file("tasks.jsonl", "\"one\"\n");
     for (flag, value, range) in [
         ("-j", "0", "a whole number from 1 to 100000"),
-        ("-j", "18446744073709551615", "a whole number from 1 to 100000"),
+        (
+            "-j",
+            "18446744073709551615",
+            "a whole number from 1 to 100000",
+        ),
         ("--threads", "0", "a whole number from 1 to 1024"),
         ("--threads", "100000", "a whole number from 1 to 1024"),
         ("--grace", "1e20", "a number from 0 to 86400 (seconds)"),

@@ -327,3 +327,52 @@ fn a_streamed_reply_s_rate_limit_headers_count_too() {
         "the second request came {waited:?} after the first"
     );
 }
+
+#[test]
+fn a_batch_paused_by_a_429_says_so_while_it_waits() {
+    use std::io::{BufRead, BufReader};
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 429, retry_after_s: 999999}\ndefault: {text: ok}\n",
+    );
+    let test = test
+        // Long enough that the test, not the pause, decides when it ends.
+        .file("t.yaml", &tactic("openai", &server.base_url(), 1, 600_000))
+        .file("tasks.jsonl", "\"one\"\n\"two\"\n")
+        .env("TEST_KEY", "k");
+    let mut child = test.spawn(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "1",
+        "--progress-interval",
+        "0.05",
+    ]);
+    let stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match receiver.recv_timeout(left) {
+            Ok(line) if line.ends_with("waiting: back-off after a 429") => break true,
+            Ok(line) => seen.push(line),
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found, "no waiting reason shown:\n{}", seen.join("\n"));
+}
