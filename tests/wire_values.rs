@@ -376,3 +376,34 @@ fn a_batch_paused_by_a_429_says_so_while_it_waits() {
     let _ = child.wait();
     assert!(found, "no waiting reason shown:\n{}", seen.join("\n"));
 }
+
+#[test]
+fn token_counts_at_the_edge_of_u64_saturate_instead_of_crashing() {
+    for api in ["openai", "anthropic"] {
+        let test = Test::new();
+        let server = MockServer::start(
+            test.dir.path(),
+            "default: {text: ok, usage: {prompt_tokens: 18446744073709551615, completion_tokens: 18446744073709551615}}\n",
+        );
+        let test = test
+            .file("t.yaml", &tactic(api, &server.base_url(), 0, 50))
+            .file("tasks.jsonl", "\"one\"\n\"two\"\n")
+            .env("TEST_KEY", "k");
+        let output = finish(test.spawn(&[
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            "out",
+            "-j",
+            "1",
+            "-q",
+        ]));
+        output.expect_code(0);
+        let summary = test.read_json("out/summary.json");
+        assert_eq!(summary["success"], 2, "{api}: {summary}");
+        let text = summary.to_string();
+        assert!(text.contains("18446744073709551615"), "{api}: {text}");
+    }
+}
