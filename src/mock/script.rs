@@ -280,7 +280,8 @@ impl Script {
         let value: Value = if text.trim().is_empty() {
             Value::Object(Map::new())
         } else {
-            serde_yaml_ng::from_str(text).map_err(|error| {
+            // `.inf` and `.nan` stay text, so a number field rejects them by name.
+            crate::config::numbers::parse_yaml(text).map_err(|error| {
                 let location = error.location();
                 let message = error.to_string();
                 // The location goes in front, like every `file:line:column` error.
