@@ -11,6 +11,7 @@ pub mod dialog;
 pub mod error;
 pub mod json;
 pub mod mock;
+pub mod output;
 pub mod prompt;
 pub mod provider;
 pub mod redact;

@@ -17,7 +17,7 @@ fn main() {
         Ok(outcome) => outcome.exit_code(),
         Err(error) => {
             for line in error.to_string().lines() {
-                eprintln!("error: {}", lllm::redact::terminal_line(line));
+                lllm::output::stderr_line(&format!("error: {line}"));
             }
             error.exit_code()
         }

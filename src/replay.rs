@@ -465,35 +465,33 @@ pub async fn rerun(
     let rerun = built.run(task).await;
     built.shutdown().await;
     if let Some(divergence) = provider.divergence() {
-        let line = format!("lllm replay: {divergence}");
-        eprintln!("{}", crate::redact::terminal_line(&line));
+        crate::output::stderr_line(&format!("lllm replay: {divergence}"));
         return Ok(Outcome::Failed);
     }
     let remaining = provider.remaining();
     if remaining > 0 {
-        eprintln!(
+        crate::output::stderr_line(&format!(
             "lllm replay: the re-run made {} model call(s); the record has {remaining} more",
             provider.served()
-        );
+        ));
         return Ok(Outcome::Failed);
     }
     if rerun.delivery != record.delivery || rerun.state != record.state {
-        let line = format!(
+        crate::output::stderr_line(&format!(
             "lllm replay: every model call matched, but the outcome differs (tools or templates): recorded {:?}, now {:?}",
             record.delivery.as_deref().or(record.error.as_deref()),
             rerun.delivery.as_deref().or(rerun.error.as_deref())
-        );
-        eprintln!("{}", crate::redact::terminal_line(&line));
+        ));
         return Ok(Outcome::Failed);
     }
-    println!(
-        "identical: {} model call(s) replayed, same {}",
+    crate::output::stdout(&format!(
+        "identical: {} model call(s) replayed, same {}\n",
         provider.served(),
         if rerun.delivery.is_some() {
             "delivery"
         } else {
             "error"
         }
-    );
+    ))?;
     Ok(Outcome::Success)
 }

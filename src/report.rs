@@ -7,5 +7,5 @@
 
 pub fn warn(text: &str) {
     let text = text.strip_prefix("warning: ").unwrap_or(text);
-    eprintln!("warning: {}", crate::redact::terminal_line(text));
+    crate::output::stderr_line(&format!("warning: {text}"));
 }

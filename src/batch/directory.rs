@@ -30,6 +30,24 @@ const IDENTITY_FORMAT: &str = "lllm.batch/1";
 #[derive(Debug)]
 pub struct Lock {
     _file: File,
+    /// The directory, when this run created it.
+    created: Option<PathBuf>,
+}
+
+impl Lock {
+    /// For a run refused before anything was sent (exit 2): a directory this
+    /// run created goes away again, with the lock file and `batch.json` it
+    /// wrote, so a refused command leaves nothing behind. Removed while the
+    /// lock is still held, so no other run can be writing it. A directory
+    /// that existed before stays as it is.
+    pub fn discard(self) {
+        if let Some(dir) = &self.created {
+            let _ = std::fs::remove_file(dir.join(IDENTITY));
+            let _ = std::fs::remove_file(dir.join(LOCK));
+            // Fails, and keeps the directory, if anything else is in it.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 /// Who holds a lock, as the holder wrote it.
@@ -46,6 +64,7 @@ struct Holder {
 /// line to show: the directory is held by another run, or cannot be written.
 pub fn lock(dir: &Path) -> Result<Lock, String> {
     let cannot = |error: std::io::Error| format!("cannot write to `{}`: {error}", dir.display());
+    let created = (!dir.exists()).then(|| dir.to_path_buf());
     std::fs::create_dir_all(dir).map_err(cannot)?;
     let path = dir.join(LOCK);
     let mut file = OpenOptions::new()
@@ -92,7 +111,10 @@ pub fn lock(dir: &Path) -> Result<Lock, String> {
     file.set_len(0)
         .and_then(|()| file.write_all(text.as_bytes()))
         .map_err(cannot)?;
-    Ok(Lock { _file: file })
+    Ok(Lock {
+        _file: file,
+        created,
+    })
 }
 
 /// This machine's name, when the system says it (jobs on a cluster share

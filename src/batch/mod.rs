@@ -61,9 +61,19 @@ pub struct Options {
 const MAX_PROBLEMS: usize = 50;
 
 pub async fn run(options: Options) -> Result<Outcome> {
-    let started = Instant::now();
     // Held until the run ends: no other `lllm batch` writes this directory.
-    let _lock = directory::lock(&options.output).map_err(Error::Usage)?;
+    let lock = directory::lock(&options.output).map_err(Error::Usage)?;
+    let outcome = run_locked(options).await;
+    if outcome.as_ref().is_err_and(|error| error.exit_code() == 2) {
+        // Refused before anything was sent: leave no new directory behind.
+        lock.discard();
+    }
+    outcome
+}
+
+/// The run, once the output directory is this process's.
+async fn run_locked(options: Options) -> Result<Outcome> {
+    let started = Instant::now();
     let tasks_sha256 = directory::file_sha256(&options.tasks_file).map_err(|error| {
         Error::Usage(format!(
             "cannot read `{}`: {error}",
@@ -230,8 +240,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
     let stopped = shared.stop.borrow().reason();
     let summary = write_summary(&options, shard, &plan, &previous, &shared, started, stopped)?;
     if !options.quiet {
-        let table = summary.table(&options.output.display().to_string());
-        eprint!("{}", crate::redact::terminal_text(&table));
+        crate::output::stderr(&summary.table(&options.output.display().to_string()));
     }
     Ok(if stopped == Some(Reason::Interrupted) {
         Outcome::Interrupted

@@ -115,13 +115,12 @@ impl Reporter for Lines {
     }
 
     fn update(&self, snapshot: &Snapshot) {
-        let line = format!(
+        crate::output::stderr_line(&format!(
             "lllm batch: {}/{} done · {}",
             snapshot.done.tasks,
             snapshot.total,
             snapshot.details()
-        );
-        eprintln!("{}", crate::redact::terminal_line(&line));
+        ));
     }
 
     fn finish(&self, snapshot: &Snapshot) {

@@ -50,9 +50,19 @@ impl Totals {
             TaskState::Skipped => self.skipped += 1,
         }
         self.calls += brief.calls;
-        self.usage.prompt_tokens += brief.usage.prompt_tokens;
-        self.usage.completion_tokens += brief.usage.completion_tokens;
-        self.usage.total_tokens += brief.usage.total_tokens;
+        // Token counts come from servers: saturate rather than overflow.
+        self.usage.prompt_tokens = self
+            .usage
+            .prompt_tokens
+            .saturating_add(brief.usage.prompt_tokens);
+        self.usage.completion_tokens = self
+            .usage
+            .completion_tokens
+            .saturating_add(brief.usage.completion_tokens);
+        self.usage.total_tokens = self
+            .usage
+            .total_tokens
+            .saturating_add(brief.usage.total_tokens);
         self.cost += brief.cost;
         self.cost_known &= brief.cost_known;
     }

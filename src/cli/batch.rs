@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::numbers;
 use crate::batch::{
     self,
     shard::{Requested, Shard},
@@ -22,7 +23,7 @@ pub struct BatchArgs {
     #[arg(long, short)]
     pub output: PathBuf,
     /// Tasks running at once.
-    #[arg(long, short = 'j', default_value_t = 16)]
+    #[arg(long, short = 'j', default_value_t = 16, value_parser = numbers::concurrency, allow_negative_numbers = true)]
     pub concurrency: usize,
     /// Continue the run in the output directory: skip tasks that already have a
     /// result (success or failure); run the rest.
@@ -38,10 +39,10 @@ pub struct BatchArgs {
     /// `max_tokens` of output, its request's size as input) fits in what is
     /// left; the tasks left are recorded as skipped. Needs a price and a reply
     /// bound for every model.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", value_parser = numbers::max_cost, allow_negative_numbers = true)]
     pub max_cost: Option<f64>,
     /// Run only the first N tasks (of the shard).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = numbers::limit, allow_negative_numbers = true)]
     pub limit: Option<u64>,
     /// Run the K-th of N stable partitions of the task ids (1-based: `1/4` … `4/4`).
     #[arg(long, value_name = "K/N", conflicts_with = "shards")]
@@ -49,7 +50,7 @@ pub struct BatchArgs {
     /// Split into N shards, this one's place taken from the job array: Slurm's
     /// `SLURM_ARRAY_TASK_ID` within `SLURM_ARRAY_TASK_MIN`/`_STEP`/`_COUNT`
     /// (any evenly spaced array of N tasks), or Kubernetes' `JOB_COMPLETION_INDEX`.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = numbers::shards, allow_negative_numbers = true)]
     pub shards: Option<u64>,
     /// Record bad task lines as failed and run the others (duplicate ids stay an error).
     #[arg(long)]
@@ -61,10 +62,10 @@ pub struct BatchArgs {
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
     /// Seconds between progress lines when stderr is not a terminal.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::progress_interval, allow_negative_numbers = true)]
     pub progress_interval: f64,
     /// Seconds running tasks get to finish after Ctrl-C.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::grace, allow_negative_numbers = true)]
     pub grace: f64,
     /// No progress display and no summary table.
     #[arg(long, short)]
@@ -73,7 +74,7 @@ pub struct BatchArgs {
     /// per LLM call and keeps up with thousands of calls a second; more help
     /// only when the runner itself is the bottleneck (very large prompts or
     /// records at a high call rate).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = numbers::threads, allow_negative_numbers = true)]
     pub threads: usize,
 }
 
@@ -84,26 +85,6 @@ pub async fn run(args: BatchArgs) -> Result<Outcome> {
             Shard::from_env(count, &|name| std::env::var(name).ok()).map_err(Error::Usage)?
         }
         (None, None) => Requested::Whole,
-    };
-    if args
-        .max_cost
-        .is_some_and(|max| !(max >= 0.0 && max.is_finite()))
-    {
-        return Err(Error::Usage(
-            "`--max-cost` must be a non-negative amount of USD".into(),
-        ));
-    }
-    if args.concurrency == 0 {
-        return Err(Error::Usage("`-j/--concurrency` must be at least 1".into()));
-    }
-    let seconds = |value: f64, flag: &str| {
-        if value.is_finite() && value >= 0.0 {
-            Ok(Duration::from_secs_f64(value))
-        } else {
-            Err(Error::Usage(format!(
-                "`{flag}` must be a non-negative number of seconds"
-            )))
-        }
     };
     let options = batch::Options {
         tasks_file: args.tasks,
@@ -120,9 +101,9 @@ pub async fn run(args: BatchArgs) -> Result<Outcome> {
         model: args.model,
         prices: args.prices,
         quiet: args.quiet,
-        progress_interval: seconds(args.progress_interval, "--progress-interval")?
-            .max(Duration::from_millis(50)),
-        grace: seconds(args.grace, "--grace")?,
+        // Both checked against their ranges (`numbers`) when parsed.
+        progress_interval: Duration::from_secs_f64(args.progress_interval),
+        grace: Duration::from_secs_f64(args.grace),
     };
     batch::run(options).await
 }

@@ -4,6 +4,7 @@
 //! to the exit code.
 
 mod batch;
+mod numbers;
 mod run;
 
 use std::path::PathBuf;
@@ -109,11 +110,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
     // caches). Pre-flight (rayon) and the output writer have threads of their
     // own either way.
     let threads = match &cli.command {
-        Command::Batch(args) if args.threads == 0 => {
-            return Err(crate::error::Error::Usage(
-                "`--threads` must be at least 1".into(),
-            ));
-        }
+        // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
         Command::Run(_) | Command::Replay(_) => None,
     };
@@ -153,7 +150,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
 fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
     let loaded = crate::replay::load_choosing(&args.record, args.id.as_deref())?;
     for note in &loaded.notes {
-        eprintln!("note: {note}");
+        crate::output::stderr_line(&format!("note: {note}"));
     }
     let record = loaded.record;
     if args.rerun {
@@ -163,11 +160,12 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
             args.model.as_deref(),
         ));
     }
-    if args.json {
+    let text = if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        println!("{}", crate::redact::json_controls(&text));
+        crate::redact::json_controls(&text).into_owned() + "\n"
     } else {
-        print!("{}", crate::replay::render(&record));
-    }
+        crate::replay::render(&record)
+    };
+    crate::output::stdout(&text)?;
     Ok(Outcome::Success)
 }

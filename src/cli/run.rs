@@ -30,7 +30,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     }
     if args.show_config {
         let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
-        println!("{}", crate::redact::json_controls(&text));
+        crate::output::stdout(&(crate::redact::json_controls(&text).into_owned() + "\n"))?;
         return Ok(Outcome::Success);
     }
     let task = TaskInput {
@@ -102,21 +102,24 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
             ),
         }
     };
-    streamed
+    let text = streamed
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .finish(record.delivery.as_deref(), &mut std::io::stdout().lock());
+        .finish(record.delivery.as_deref());
+    // A reader that closed the pipe early is no failure of the run; a
+    // delivery that could not be written is, once the summary is out.
+    let delivered = crate::output::stdout(&text);
     if !args.quiet || record.state == RunState::Failure {
-        let line = summary(&record, record_path.as_deref());
-        eprintln!("{}", crate::redact::terminal_line(&line));
+        crate::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
     if let Some(error) = record_error {
         if interrupted {
-            eprintln!("error: the record was not written: {error}");
+            crate::output::stderr_line(&format!("error: the record was not written: {error}"));
             return Ok(Outcome::Interrupted);
         }
         return Err(error);
     }
+    delivered?;
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,
         RunState::Success => Outcome::Success,
@@ -168,34 +171,37 @@ impl Streamed {
         }
     }
 
-    /// Ends the output with the delivery, printed unless the terminal
-    /// shows it already as the last attempt's text.
-    fn finish(&mut self, delivery: Option<&str>, out: &mut dyn Write) {
+    /// What ends the output: the delivery, unless the terminal shows it
+    /// already as the last attempt's text. Written by the caller, which
+    /// decides what a failed write means (`output::stdout`).
+    fn finish(&mut self, delivery: Option<&str>) -> String {
         let shown = self.terminal && !self.attempt.is_empty();
+        let mut text = String::new();
         if shown {
-            let _ = writeln!(out);
+            text.push('\n');
         }
         match delivery {
             Some(delivery) if shown && delivery == self.attempt => {}
             Some(delivery) => {
                 if shown {
-                    let _ = writeln!(out);
+                    text.push('\n');
                 }
                 if self.terminal {
-                    let _ = writeln!(out, "{}", crate::redact::terminal_text(delivery));
+                    text.push_str(&crate::redact::terminal_text(delivery));
                 } else {
-                    let _ = writeln!(out, "{delivery}");
+                    text.push_str(delivery);
                 }
+                text.push('\n');
             }
             None => {}
         }
-        let _ = out.flush();
+        text
     }
 }
 
 /// Prints each captured request, named by the agent and dialog that made it.
 fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome> {
-    let mut stdout = std::io::stdout().lock();
+    let mut text = String::new();
     for (index, request) in captured.iter().enumerate() {
         let place = who_sent(record, &request.sha256)
             .map(|(agent, dialog, model)| {
@@ -204,26 +210,26 @@ fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome
             .unwrap_or_default();
         let body = serde_json::to_string_pretty(&request.wire.body).unwrap_or_default();
         let head = format!("── request {} of {}{place}", index + 1, captured.len());
-        let _ = writeln!(
-            stdout,
-            "{}\nPOST {}\n{}\n",
+        text.push_str(&format!(
+            "{}\nPOST {}\n{}\n\n",
             crate::redact::terminal_line(&head),
             crate::redact::terminal_line(&request.wire.url),
             crate::redact::json_controls(&body)
-        );
+        ));
     }
-    let _ = stdout.flush();
+    crate::output::stdout(&text)?;
     match record.error.as_deref() {
         Some(error) if !error.contains(NOT_SENT) => {
-            let line = format!("lllm: dry run: the run failed before sending: {error}");
-            eprintln!("{}", crate::redact::terminal_line(&line));
+            crate::output::stderr_line(&format!(
+                "lllm: dry run: the run failed before sending: {error}"
+            ));
             Ok(Outcome::Failed)
         }
         _ => {
-            eprintln!(
+            crate::output::stderr_line(&format!(
                 "lllm: dry run: {} request(s) shown, nothing sent; later turns need model replies",
                 captured.len()
-            );
+            ));
             Ok(Outcome::Success)
         }
     }
@@ -326,8 +332,9 @@ mod tests {
         for piece in pieces {
             streamed.piece(piece, &mut out);
         }
-        streamed.finish(delivery, &mut out);
-        String::from_utf8(out).unwrap()
+        let mut printed = String::from_utf8(out).unwrap();
+        printed.push_str(&streamed.finish(delivery));
+        printed
     }
 
     #[test]

@@ -133,15 +133,19 @@ impl FlowParser<'_> {
                 "`{label}.loop`: unknown key `{key}` (a loop takes `max` and `until`)"
             ));
         }
-        let max = settings
-            .get("max")
-            .and_then(Value::as_u64)
-            .filter(|max| *max >= 1);
-        let Some(max) = max else {
-            self.problems.push(format!(
-                "`{label}.loop` needs `max: N` (at least 1) so it always ends"
-            ));
-            return None;
+        let max = match settings.get("max").filter(|max| !max.is_null()) {
+            None => {
+                self.problems.push(format!(
+                    "`{label}.loop` needs `max: N` (at least 1) so it always ends"
+                ));
+                None
+            }
+            Some(max) => super::numbers::read_whole(
+                Some(max),
+                &super::numbers::LOOP_MAX,
+                &format!("`{label}.loop`"),
+                self.problems,
+            ),
         };
         let until = match settings.get("until") {
             None | Some(Value::Null) => None,
@@ -166,7 +170,8 @@ impl FlowParser<'_> {
         };
         let steps = self.parse(steps, &format!("{label}.steps"));
         Some(FlowItem::Loop(LoopConfig {
-            max: max.min(u32::MAX as u64) as u32,
+            // In range, so the cast is exact.
+            max: max? as u32,
             until,
             steps,
         }))

@@ -7,6 +7,7 @@
 
 mod flow;
 mod merge;
+pub mod numbers;
 mod raw;
 mod resolve;
 
@@ -126,7 +127,7 @@ fn parse_yaml(text: &str, path: &str) -> Result<Value> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    serde_yaml_ng::from_str::<Value>(text).map_err(|error| {
+    numbers::parse_yaml(text).map_err(|error| {
         let (line, column) = error
             .location()
             .map_or((1, 1), |location| (location.line(), location.column()));

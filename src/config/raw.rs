@@ -78,9 +78,11 @@ pub struct RawAgent {
     pub tools: Option<Vec<String>>,
     /// Names of `mcp_servers` entries whose tools the agent is offered.
     pub mcp_servers: Option<Vec<String>>,
-    pub max_exception_retry: Option<u32>,
-    pub max_interrupt_steps: Option<u32>,
-    pub max_llm_recall: Option<u32>,
+    // Numbers are read as written and checked by `numbers`, so that every
+    // problem is listed, not only serde's first.
+    pub max_exception_retry: Option<Value>,
+    pub max_interrupt_steps: Option<Value>,
+    pub max_llm_recall: Option<Value>,
     /// A mapping with `type`, or null.
     pub context_manager: Option<Value>,
     pub api_type: Option<String>,
@@ -93,15 +95,16 @@ pub struct RawProvider {
     pub api: Option<String>,
     pub base_url: Option<String>,
     pub api_key_env: Option<String>,
-    pub max_concurrency: Option<usize>,
-    pub rpm: Option<u32>,
-    pub tpm: Option<u64>,
-    pub timeout_s: Option<f64>,
-    pub connect_timeout_s: Option<f64>,
+    // Numbers as written; `numbers` checks them.
+    pub max_concurrency: Option<Value>,
+    pub rpm: Option<Value>,
+    pub tpm: Option<Value>,
+    pub timeout_s: Option<Value>,
+    pub connect_timeout_s: Option<Value>,
     pub system_role: Option<String>,
     pub send_name: Option<bool>,
-    pub retry_base_ms: Option<u64>,
-    pub retry_cap_ms: Option<u64>,
+    pub retry_base_ms: Option<Value>,
+    pub retry_cap_ms: Option<Value>,
     pub script: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
 }
@@ -113,7 +116,8 @@ pub struct RawTool {
     pub description: Option<String>,
     pub parameters: Option<Value>,
     pub command: Option<Vec<String>>,
-    pub timeout_s: Option<f64>,
+    /// As written; `numbers` checks it.
+    pub timeout_s: Option<Value>,
     pub cwd: Option<String>,
     pub env: Option<BTreeMap<String, String>>,
 }
@@ -126,7 +130,8 @@ pub struct RawMcpServer {
     pub args: Option<Vec<String>>,
     pub env: Option<BTreeMap<String, String>>,
     pub cwd: Option<String>,
-    pub timeout_s: Option<f64>,
+    /// As written; `numbers` checks it.
+    pub timeout_s: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::flow::{FlowItem, FlowParser};
 use super::merge::merge;
+use super::numbers::{self, read, read_whole};
 use super::raw::{AGENT_KEYS, RawAgent, RawTactic};
 use crate::dialog::ApiType;
 use crate::suggest;
@@ -212,6 +213,7 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         .into_iter()
         .enumerate()
     {
+        let own_keys = numeric_keys_set(&entry);
         let merged = merge(Value::Object(global.clone()), Value::Object(entry));
         let Value::Object(merged) = merged else {
             continue;
@@ -223,7 +225,7 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         let merged = move_unknown_keys(merged, &label, &mut warnings);
         resolved_agents.push(Value::Object(merged.clone()));
         match typed::<RawAgent>(Value::Object(merged), &format!("agent_configs[{index}]")) {
-            Ok(agent) => match agent_config(agent, index) {
+            Ok(agent) => match agent_config(agent, index, &own_keys, &mut problems) {
                 Ok(agent) => agents.push(agent),
                 Err(problem) => problems.push(problem),
             },
@@ -259,6 +261,49 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                 continue;
             }
         };
+        let place = format!("provider `{name}`");
+        let number = |value: &Option<Value>, range, problems: &mut Vec<String>| {
+            read_whole(value.as_ref(), range, &place, problems)
+        };
+        let seconds = |value: &Option<Value>, range, problems: &mut Vec<String>| {
+            read(value.as_ref(), range, &place, problems)
+        };
+        let max_concurrency = number(
+            &provider.max_concurrency,
+            &numbers::MAX_CONCURRENCY,
+            &mut problems,
+        );
+        let rpm = number(&provider.rpm, &numbers::RPM, &mut problems);
+        let tpm = number(&provider.tpm, &numbers::TPM, &mut problems);
+        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S, &mut problems);
+        let connect_timeout_s = seconds(
+            &provider.connect_timeout_s,
+            &numbers::CONNECT_TIMEOUT_S,
+            &mut problems,
+        );
+        let retry_base_ms = number(
+            &provider.retry_base_ms,
+            &numbers::RETRY_BASE_MS,
+            &mut problems,
+        );
+        let retry_cap_ms = number(
+            &provider.retry_cap_ms,
+            &numbers::RETRY_CAP_MS,
+            &mut problems,
+        );
+        if let Some(base) = retry_base_ms {
+            let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
+            if base > cap {
+                let default = if retry_cap_ms.is_none() {
+                    ", the default"
+                } else {
+                    ""
+                };
+                problems.push(format!(
+                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
+                ));
+            }
+        }
         if let Some(role) = provider
             .system_role
             .as_deref()
@@ -274,15 +319,16 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                 api,
                 base_url: provider.base_url,
                 api_key_env: provider.api_key_env,
-                max_concurrency: provider.max_concurrency,
-                rpm: provider.rpm,
-                tpm: provider.tpm,
-                timeout_s: provider.timeout_s,
-                connect_timeout_s: provider.connect_timeout_s,
+                // In range, so the casts are exact.
+                max_concurrency: max_concurrency.map(|value| value as usize),
+                rpm: rpm.map(|value| value as u32),
+                tpm,
+                timeout_s,
+                connect_timeout_s,
                 system_role: provider.system_role,
                 send_name: provider.send_name,
-                retry_base_ms: provider.retry_base_ms,
-                retry_cap_ms: provider.retry_cap_ms,
+                retry_base_ms,
+                retry_cap_ms,
                 script: provider.script.map(PathBuf::from),
                 headers: provider.headers.unwrap_or_default(),
             },
@@ -309,13 +355,19 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
             ));
             continue;
         }
+        let timeout_s = read(
+            tool.timeout_s.as_ref(),
+            &numbers::TOOL_TIMEOUT_S,
+            &format!("tool `{name}`"),
+            &mut problems,
+        );
         tools.push(ToolConfig {
             description: tool.description.unwrap_or_else(|| name.clone()),
             parameters: tool
                 .parameters
                 .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
             command,
-            timeout_s: tool.timeout_s.unwrap_or(30.0),
+            timeout_s: timeout_s.unwrap_or(30.0),
             cwd: tool
                 .cwd
                 .map(PathBuf::from)
@@ -355,12 +407,13 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
                     ));
                     continue;
                 }
-                let timeout_s = server.timeout_s.unwrap_or(60.0);
-                if timeout_s.is_nan() || timeout_s <= 0.0 {
-                    problems.push(format!(
-                        "MCP server `{name}`: `timeout_s` must be a positive number of seconds"
-                    ));
-                }
+                let timeout_s = read(
+                    server.timeout_s.as_ref(),
+                    &numbers::TOOL_TIMEOUT_S,
+                    &format!("MCP server `{name}`"),
+                    &mut problems,
+                )
+                .unwrap_or(60.0);
                 mcp_servers.push(McpServerConfig {
                     command,
                     args: server.args.unwrap_or_default(),
@@ -389,6 +442,9 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
     .parse(raw.flow.clone().unwrap_or_default(), "flow");
 
     if !problems.is_empty() {
+        // A number set under `global` is reported once, not once per agent.
+        let mut seen = BTreeSet::new();
+        problems.retain(|problem| seen.insert(problem.clone()));
         return Err(problems);
     }
     let mut resolved = document;
@@ -486,11 +542,59 @@ fn move_unknown_keys(
     agent
 }
 
-fn agent_config(agent: RawAgent, index: usize) -> Result<AgentConfig, String> {
+/// The numeric keys an agent entry sets itself (`context_manager.max_tokens`
+/// for the nested one); the others it has from `global`.
+fn numeric_keys_set(entry: &Map<String, Value>) -> BTreeSet<&'static str> {
+    let mut keys: BTreeSet<&'static str> = [
+        numbers::MAX_EXCEPTION_RETRY.key,
+        numbers::MAX_INTERRUPT_STEPS.key,
+        numbers::MAX_LLM_RECALL.key,
+    ]
+    .into_iter()
+    .filter(|key| entry.contains_key(*key))
+    .collect();
+    if entry
+        .get("context_manager")
+        .and_then(|manager| manager.get("max_tokens"))
+        .is_some()
+    {
+        keys.insert(numbers::CONTEXT_MAX_TOKENS.key);
+    }
+    keys
+}
+
+/// Builds one agent; problems with its numbers go to `problems` (named after
+/// the agent, or `global` for a number it has from there), the first other
+/// problem is the error.
+fn agent_config(
+    agent: RawAgent,
+    index: usize,
+    own_keys: &BTreeSet<&'static str>,
+    problems: &mut Vec<String>,
+) -> Result<AgentConfig, String> {
     let name = agent
         .name
         .filter(|name| !name.trim().is_empty())
         .ok_or_else(|| format!("`agent_configs[{index}]` has no `name`"))?;
+    let place = |range: &numbers::Range| {
+        if own_keys.contains(range.key) {
+            format!("agent `{name}`")
+        } else {
+            "`global`".to_string()
+        }
+    };
+    let mut count = |value: Option<&Value>, range: &numbers::Range| {
+        read_whole(value, range, &place(range), problems).map(|value| value as u32)
+    };
+    let max_exception_retry = count(
+        agent.max_exception_retry.as_ref(),
+        &numbers::MAX_EXCEPTION_RETRY,
+    );
+    let max_interrupt_steps = count(
+        agent.max_interrupt_steps.as_ref(),
+        &numbers::MAX_INTERRUPT_STEPS,
+    );
+    let max_llm_recall = count(agent.max_llm_recall.as_ref(), &numbers::MAX_LLM_RECALL);
     let model_name = agent
         .model_name
         .filter(|model| !model.trim().is_empty())
@@ -507,12 +611,12 @@ fn agent_config(agent: RawAgent, index: usize) -> Result<AgentConfig, String> {
         Some(Value::Object(mut settings)) => match settings.remove("type") {
             None | Some(Value::Null) => None,
             Some(Value::String(kind)) => {
-                let max_tokens = match settings.remove("max_tokens") {
-                    None | Some(Value::Null) => None,
-                    Some(value) => Some(value.as_u64().ok_or_else(|| {
-                        format!("agent `{name}`: `context_manager.max_tokens` must be a positive integer")
-                    })?),
-                };
+                let max_tokens = read_whole(
+                    settings.remove("max_tokens").as_ref(),
+                    &numbers::CONTEXT_MAX_TOKENS,
+                    &place(&numbers::CONTEXT_MAX_TOKENS),
+                    problems,
+                );
                 Some(ContextManagerConfig {
                     kind,
                     max_tokens,
@@ -546,9 +650,9 @@ fn agent_config(agent: RawAgent, index: usize) -> Result<AgentConfig, String> {
         model_args: agent.model_args.unwrap_or_default(),
         tools: agent.tools.unwrap_or_default(),
         mcp_servers: agent.mcp_servers.unwrap_or_default(),
-        max_exception_retry: agent.max_exception_retry.unwrap_or(3),
-        max_interrupt_steps: agent.max_interrupt_steps.unwrap_or(5),
-        max_llm_recall: agent.max_llm_recall.unwrap_or(3),
+        max_exception_retry: max_exception_retry.unwrap_or(3),
+        max_interrupt_steps: max_interrupt_steps.unwrap_or(5),
+        max_llm_recall: max_llm_recall.unwrap_or(3),
         context_manager,
         api_type,
         stream: agent.stream.unwrap_or(false),

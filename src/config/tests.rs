@@ -132,7 +132,7 @@ fn unknown_keys_and_type_errors_are_named() {
     );
     let error = files.error("b.yaml");
     assert!(
-        error.contains("`agent_configs[0].max_exception_retry`"),
+        error.contains("agent `a`: `max_exception_retry: lots` must be a whole number"),
         "{error}"
     );
     let error = files.error("c.yaml");
@@ -436,9 +436,99 @@ fn bad_mcp_server_entries_are_named() {
         [
             "MCP server `s` is defined twice under `mcp_servers:`",
             "`mcp_servers[2]` needs a `name` and a non-empty `command`",
-            "MCP server `u`: `timeout_s` must be a positive number of seconds",
+            "MCP server `u`: `timeout_s: 0` must be a number from 0.001 to 86400 (seconds)",
         ]
         .map(|problem| format!("{path}: {problem}"))
         .join("\n")
     );
+}
+
+#[test]
+fn every_number_out_of_range_is_listed_at_once_with_its_place_and_range() {
+    let files = Files::new(&[(
+        "t.yaml",
+        r#"global:
+  model_name: m
+  max_llm_recall: -1
+  context_manager: {type: default, max_tokens: 0}
+agent_configs:
+  - name: a
+  - name: b
+    max_exception_retry: 1000
+    max_interrupt_steps: 2.5
+providers:
+  p: {max_concurrency: 0, rpm: 0, tpm: 0, timeout_s: 1e20, connect_timeout_s: -1,
+      retry_base_ms: 1e30, retry_cap_ms: .inf}
+  q: {timeout_s: .nan, retry_base_ms: 120000}
+  r: {retry_base_ms: 500, retry_cap_ms: 100}
+tools:
+  - {name: t, command: [x], timeout_s: -1}
+mcp_servers:
+  - {name: s, command: [y], timeout_s: 1e20}
+flow:
+  - loop: {max: 100000}
+    steps: [{step: one, agent: a, text: hi}]
+"#,
+    )]);
+    let error = files.error("t.yaml");
+    let path = files.0.path().join("t.yaml").display().to_string();
+    let expected = [
+        "`global`: `max_llm_recall: -1` must be a whole number from 0 to 100 (retries)",
+        "`global`: `context_manager.max_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
+        "agent `b`: `max_exception_retry: 1000` must be a whole number from 0 to 100 (repairs)",
+        "agent `b`: `max_interrupt_steps: 2.5` must be a whole number from 0 to 100 (tool rounds; 0 is the cap of 100)",
+        "provider `p`: `max_concurrency: 0` must be a whole number from 1 to 100000 (requests at once)",
+        "provider `p`: `rpm: 0` must be a whole number from 1 to 1000000000 (requests per minute)",
+        "provider `p`: `tpm: 0` must be a whole number from 1 to 1000000000000 (tokens per minute)",
+        "provider `p`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
+        "provider `p`: `connect_timeout_s: -1` must be a number from 0.001 to 3600 (seconds)",
+        "provider `p`: `retry_base_ms: 1e+30` must be a whole number from 0 to 3600000 (milliseconds)",
+        "provider `p`: `retry_cap_ms: .inf` must be a whole number from 0 to 3600000 (milliseconds)",
+        "provider `q`: `timeout_s: .nan` must be a number from 0.001 to 86400 (seconds)",
+        "provider `q`: `retry_base_ms: 120000` is above `retry_cap_ms` (60000, the default); the first back-off cannot be longer than the longest",
+        "provider `r`: `retry_base_ms: 500` is above `retry_cap_ms` (100); the first back-off cannot be longer than the longest",
+        "tool `t`: `timeout_s: -1` must be a number from 0.001 to 86400 (seconds)",
+        "MCP server `s`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
+        "`flow[0].loop`: `max: 100000` must be a whole number from 1 to 10000 (rounds)",
+    ];
+    let mut lines: Vec<&str> = error.lines().collect();
+    lines.sort();
+    let mut expected: Vec<String> = expected
+        .iter()
+        .map(|problem| format!("{path}: {problem}"))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        lines, expected,
+        "once each, `global` problems not per agent"
+    );
+}
+
+#[test]
+fn numbers_in_range_are_taken_as_written() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: m, max_llm_recall: 0, max_interrupt_steps: 100}\nagent_configs:\n  - name: a\n    context_manager: {type: default, max_tokens: 2000000}\nproviders:\n  p: {max_concurrency: 8, rpm: 1, tpm: 1000.0, timeout_s: 0.5, connect_timeout_s: 2, retry_base_ms: 0, retry_cap_ms: 0}\ntools:\n  - {name: t, command: [x], timeout_s: 86400}\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    let agent = &config.agents[0];
+    assert_eq!((agent.max_llm_recall, agent.max_interrupt_steps), (0, 100));
+    assert_eq!(
+        agent.context_manager.as_ref().unwrap().max_tokens,
+        Some(2_000_000)
+    );
+    let provider = &config.providers["p"];
+    assert_eq!(
+        (provider.max_concurrency, provider.rpm, provider.tpm),
+        (Some(8), Some(1), Some(1000))
+    );
+    assert_eq!(
+        (provider.timeout_s, provider.connect_timeout_s),
+        (Some(0.5), Some(2.0))
+    );
+    assert_eq!(
+        (provider.retry_base_ms, provider.retry_cap_ms),
+        (Some(0), Some(0))
+    );
+    assert_eq!(config.tools[0].timeout_s, 86400.0);
 }

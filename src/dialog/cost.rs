@@ -124,7 +124,9 @@ impl InvokeCost {
             }
         }
         InvokeCost {
-            total_tokens: total.unwrap_or(read.prompt_tokens + read.completion_tokens),
+            // Counts come from servers: they saturate rather than overflow.
+            total_tokens: total
+                .unwrap_or(read.prompt_tokens.saturating_add(read.completion_tokens)),
             cost,
             cost_known: cost.is_some(),
             ..read
@@ -163,13 +165,21 @@ impl Add for InvokeCost {
             (None, None) => None,
         };
         InvokeCost {
-            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
-            completion_tokens: self.completion_tokens + other.completion_tokens,
-            total_tokens: self.total_tokens + other.total_tokens,
-            cached_prompt_tokens: self.cached_prompt_tokens + other.cached_prompt_tokens,
-            reasoning_tokens: self.reasoning_tokens + other.reasoning_tokens,
-            audio_prompt_tokens: self.audio_prompt_tokens + other.audio_prompt_tokens,
-            audio_completion_tokens: self.audio_completion_tokens + other.audio_completion_tokens,
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            cached_prompt_tokens: self
+                .cached_prompt_tokens
+                .saturating_add(other.cached_prompt_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_add(other.reasoning_tokens),
+            audio_prompt_tokens: self
+                .audio_prompt_tokens
+                .saturating_add(other.audio_prompt_tokens),
+            audio_completion_tokens: self
+                .audio_completion_tokens
+                .saturating_add(other.audio_completion_tokens),
             input_cost_per_token: 0.0,
             output_cost_per_token: 0.0,
             cache_read_input_token_cost: 0.0,

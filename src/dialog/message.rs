@@ -266,7 +266,9 @@ impl Message {
     pub fn total_tokens(&self) -> u64 {
         let count = |key: &str| self.usage.get(key).and_then(Value::as_u64);
         count("total_tokens").unwrap_or_else(|| {
-            count("prompt_tokens").unwrap_or(0) + count("completion_tokens").unwrap_or(0)
+            count("prompt_tokens")
+                .unwrap_or(0)
+                .saturating_add(count("completion_tokens").unwrap_or(0))
         })
     }
 

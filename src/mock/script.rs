@@ -13,6 +13,9 @@
 //!   - tool_calls: [{name: f, arguments: {a: 1}, id: call_1}]
 //!   - echo: true              # the last message's text
 //!   - fault: {status: 429, retry_after_s: 1}   # or timeout / malformed / reset / cut_stream
+//!   - text: slow down
+//!     headers: {retry-after: inf}         # sent as written, on any reply or fault
+//!     rate_limit: {requests: {limit: 50, remaining: 0, reset_s: 2}}   # in the API's own headers
 //! rules:                      # checked first; a match does not consume a reply
 //!   - when: {contains: weather, regex: "^Q:", model: gpt-4o, last_role: tool}
 //!     reply: {text: sunny}
@@ -141,6 +144,40 @@ pub struct Served {
     pub reply: Reply,
     /// The sampled latency to wait before answering.
     pub delay: Duration,
+    /// Response headers the reply adds.
+    pub headers: ReplyHeaders,
+}
+
+/// Response headers a reply adds (`headers:` and `rate_limit:`), so tests can
+/// see what a client makes of what real servers and proxies send.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplyHeaders {
+    /// Sent exactly as written, whatever they say (`retry-after: inf`).
+    pub raw: Vec<(String, String)>,
+    /// Rate-limit windows, sent in the headers of the API the request came
+    /// in on: OpenAI's `x-ratelimit-*` or Anthropic's `anthropic-ratelimit-*`.
+    pub rate_limits: Vec<RateLimitWindow>,
+}
+
+/// What a rate-limit window counts (`rate_limit: {requests: …}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    Requests,
+    Tokens,
+    /// Anthropic only, as on the real APIs.
+    InputTokens,
+    /// Anthropic only.
+    OutputTokens,
+}
+
+/// One rate-limit window as a server reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimitWindow {
+    pub kind: WindowKind,
+    pub limit: u64,
+    pub remaining: u64,
+    /// Until the window is replenished, from the moment of the reply.
+    pub reset: Duration,
 }
 
 /// A latency in milliseconds: fixed, uniform in `[min, max]`, or normal
@@ -206,6 +243,7 @@ struct PlannedCall {
 struct Step {
     planned: Planned,
     delay: Option<Latency>,
+    headers: ReplyHeaders,
 }
 
 #[derive(Debug)]
@@ -293,7 +331,8 @@ impl Script {
         let value: Value = if text.trim().is_empty() {
             Value::Object(Map::new())
         } else {
-            serde_yaml_ng::from_str(text).map_err(|error| {
+            // `.inf` and `.nan` stay text, so a number field rejects them by name.
+            crate::config::numbers::parse_yaml(text).map_err(|error| {
                 let location = error.location();
                 let message = error.to_string();
                 // The location goes in front, like every `file:line:column` error.
@@ -358,6 +397,7 @@ impl Script {
                     served: self.replies.len(),
                 },
                 delay: Duration::ZERO,
+                headers: ReplyHeaders::default(),
             };
         };
         let delay = self
@@ -370,6 +410,7 @@ impl Script {
             index,
             reply: self.resolve(&step.planned, request, &position),
             delay,
+            headers: step.headers.clone(),
         }
     }
 

@@ -34,6 +34,7 @@ use connection::{ConnectionHandle, Listener};
 use log::{LogEntry, RequestLog};
 
 mod connection;
+mod headers;
 mod log;
 
 /// How long a stopping server waits for requests still in flight.
@@ -349,7 +350,7 @@ async fn answer(
     entry.index = Some(served.index);
     entry.stream = incoming.stream;
     entry.model = Some(incoming.model.clone());
-    let outcome = match &served.reply {
+    let mut outcome = match &served.reply {
         Reply::Message(message) => {
             let usage = usage_of(message, &incoming);
             let response = if incoming.stream {
@@ -378,8 +379,14 @@ async fn answer(
             }
         }
     };
-    if let Outcome::Respond { status, .. } = &outcome {
+    if let Outcome::Respond { status, response } = &mut outcome {
         entry.status = Some(*status);
+        headers::add(
+            response.headers_mut(),
+            api,
+            &served.headers,
+            chrono::Utc::now(),
+        );
     }
     shared.record(entry);
     match outcome {

@@ -177,12 +177,15 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
 fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     let cached = count("cache_read_input_tokens");
-    let prompt = count("input_tokens") + cached + count("cache_creation_input_tokens");
+    // Counts come from the server: saturate rather than overflow.
+    let prompt = count("input_tokens")
+        .saturating_add(cached)
+        .saturating_add(count("cache_creation_input_tokens"));
     let completion = count("output_tokens");
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": prompt + completion,
+        "total_tokens": prompt.saturating_add(completion),
         "prompt_tokens_details": {"cached_tokens": cached},
         "cache_creation_input_tokens": count("cache_creation_input_tokens"),
     })
@@ -386,7 +389,7 @@ impl AnthropicProvider {
             .get("max_tokens")
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_MAX_TOKENS);
-        let estimate = text.div_ceil(4) as u64 + reply_budget;
+        let estimate = (text.div_ceil(4) as u64).saturating_add(reply_budget);
         let wire = Wire {
             parse_body: |body| parse_response(&super::exchange::parse_json(body)?),
             parse_error,

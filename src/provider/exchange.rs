@@ -60,7 +60,7 @@ pub async fn exchange<A: Assembler>(
     let _permit = target.limiter.acquire(estimate).await;
     let failed = |mut error: ProviderError| {
         if error.kind == ErrorKind::RateLimit {
-            target.limiter.on_rate_limited(error.retry_after);
+            target.limiter.on_rate_limited();
         }
         // A path the server does not have: say where the request went and
         // which setting chose that address, so the user knows what to fix.
@@ -93,13 +93,14 @@ pub async fn exchange<A: Assembler>(
         };
         let posted =
             http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await;
-        match posted {
-            Ok(Some(reply)) => return Err(failed((wire.parse_error)(&reply))),
-            Ok(None) => {}
+        // A streamed reply's headers count too: its rate-limit windows.
+        let headers = match posted {
+            Ok(http::Streamed::Refused(reply)) => return Err(failed((wire.parse_error)(&reply))),
+            Ok(http::Streamed::Read(headers)) => headers,
             Err(error) if stream_failed => return Err(failed(error)),
             Err(error) => return Err(unreachable(error)),
-        }
-        (assembler.finish().map_err(failed)?, Default::default())
+        };
+        (assembler.finish().map_err(failed)?, headers)
     } else {
         let reply = http::post_json(target.client, target.endpoint, body, target.timeout)
             .await

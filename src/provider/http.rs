@@ -1,5 +1,6 @@
 //! The one module that talks HTTP: a pooled client, a JSON POST with timeouts,
-//! network errors classified for the retry loop, and `Retry-After` parsing.
+//! network errors classified for the retry loop. Reading `Retry-After` and
+//! the rate-limit headers is `rate_headers`'s.
 //! Provider modules build bodies and read replies; they never see a socket.
 //!
 //! What leaves and what comes back is kept clean here, so that no caller can
@@ -190,6 +191,14 @@ pub async fn post_json(
     })
 }
 
+/// How a streamed POST ended.
+pub enum Streamed {
+    /// The stream was read; the reply's headers (rate-limit windows).
+    Read(HeaderMap),
+    /// A non-2xx status, read as a whole reply.
+    Refused(HttpReply),
+}
+
 /// POSTs `body` and hands each server-sent-event `data:` payload to `on_data`
 /// as it arrives. A non-2xx status is returned as a whole reply instead.
 /// `on_data` returns `false` to stop reading (the stream's end marker).
@@ -199,7 +208,7 @@ pub async fn post_sse<F>(
     body: Vec<u8>,
     timeout: Duration,
     mut on_data: F,
-) -> Result<Option<HttpReply>, ProviderError>
+) -> Result<Streamed, ProviderError>
 where
     F: FnMut(&str) -> Result<bool, ProviderError>,
 {
@@ -213,12 +222,13 @@ where
             .map_err(|error| network_error(error, endpoint, timeout))?;
         let mut body = utf8_text(&body);
         endpoint.secrets.scrub_string(&mut body);
-        return Ok(Some(HttpReply {
+        return Ok(Streamed::Refused(HttpReply {
             status,
             headers,
             body,
         }));
     }
+    let headers = response.headers().clone();
     let mut pending: Vec<u8> = Vec::new();
     let mut data = String::new();
     while let Some(chunk) = response
@@ -236,7 +246,7 @@ where
                 if !data.is_empty()
                     && !on_data(&endpoint.secrets.scrub(&std::mem::take(&mut data)))?
                 {
-                    return Ok(None);
+                    return Ok(Streamed::Read(headers));
                 }
             } else if let Some(payload) = line.strip_prefix("data:") {
                 if !data.is_empty() {
@@ -250,7 +260,7 @@ where
     if !data.is_empty() {
         on_data(&endpoint.secrets.scrub(&data))?;
     }
-    Ok(None)
+    Ok(Streamed::Read(headers))
 }
 
 /// Sends the request, following redirects only as `follow` allows.
@@ -371,25 +381,10 @@ fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) 
     ProviderError::new(ErrorKind::Transient, message)
 }
 
-/// What the server asked us to wait: `retry-after-ms`, else `Retry-After` in
-/// seconds (fractions allowed) or as an HTTP date.
+/// What the server asked us to wait, validated and clamped
+/// (`rate_headers::retry_after`: a nonsense value is ignored, never trusted).
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|value| value.to_str().ok())
-            .map(str::trim)
-    };
-    if let Some(millis) = text("retry-after-ms").and_then(|value| value.parse::<f64>().ok()) {
-        return (millis >= 0.0).then(|| Duration::from_secs_f64(millis / 1000.0));
-    }
-    let value = text("retry-after")?;
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
-    }
-    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(wait.to_std().unwrap_or(Duration::ZERO))
+    super::rate_headers::retry_after(headers, std::time::SystemTime::now())
 }
 
 /// The retry class of an HTTP status (DESIGN §4), before looking at the body.
@@ -414,28 +409,6 @@ mod tests {
         assert_eq!(utf8_text("{\"a\": \"é😀\"}".as_bytes()), "{\"a\": \"é😀\"}");
         assert_eq!(utf8_text(b"bad \xff gateway"), "bad \u{fffd} gateway");
         assert_eq!(utf8_text(b""), "");
-    }
-
-    #[test]
-    fn retry_after_reads_every_form() {
-        assert_eq!(
-            retry_after(&map(&[("retry-after-ms", "250")])),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(
-            retry_after(&map(&[("retry-after", "1.5")])),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            retry_after(&map(&[("retry-after-ms", "20"), ("retry-after", "9")])),
-            Some(Duration::from_millis(20))
-        );
-        assert_eq!(
-            retry_after(&map(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")])),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(retry_after(&map(&[("retry-after", "soon")])), None);
-        assert_eq!(retry_after(&map(&[])), None);
     }
 
     #[test]

@@ -1,26 +1,45 @@
 //! Per-provider limits shared by every agent and task of a run: a concurrency
 //! cap that halves when 429s arrive and recovers gradually, `rpm` / `tpm`
-//! token buckets, and a pause when `x-ratelimit-remaining-*` headers run low.
-//! Providers take a `Permit` before each HTTP attempt and report how it went.
+//! token buckets, and pauses: everyone waits out a 429's `Retry-After` while
+//! its request is retried, and waits for a window to reset when the
+//! rate-limit headers (`x-ratelimit-*`, `anthropic-ratelimit-*`) run low.
+//! No pause is longer than `Limits::max_pause` (the provider's retry cap),
+//! whatever a server asks. Providers take a `Permit` before each HTTP attempt
+//! and report how it went.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Limits as configured (`providers: {name: {max_concurrency, rpm, tpm}}`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Limits as configured (`providers: {name: {max_concurrency, rpm, tpm,
+/// retry_cap_ms}}`).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     pub max_concurrency: Option<usize>,
     pub rpm: Option<u32>,
     pub tpm: Option<u64>,
+    /// The longest pause a server can impose on everyone (a 429's
+    /// `Retry-After`, a window's reset): the provider's retry cap.
+    pub max_pause: Duration,
 }
 
-/// When the remaining requests or tokens fall under this share of the window,
-/// wait for the window to reset instead of running into 429s.
-const LOW_REMAINING: f64 = 0.05;
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_concurrency: None,
+            rpm: None,
+            tpm: None,
+            max_pause: super::retry::RetryPolicy::default().cap,
+        }
+    }
+}
+
+/// The longest a bucket makes a request wait, whatever it holds (a bucket
+/// refilling at a sane configured rate never needs this long).
+const LONGEST_BUCKET_WAIT: Duration = Duration::from_secs(3600);
 
 /// A refilling budget; holds at most one second's worth (so an `rpm` limit is
 /// never exceeded by a burst).
@@ -34,7 +53,9 @@ struct Bucket {
 
 impl Bucket {
     fn per_minute(per_minute: f64, now: Instant) -> Bucket {
-        let per_second = per_minute / 60.0;
+        // The config allows no rate under 1 per minute; a library caller's 0
+        // must not divide by zero below.
+        let per_second = per_minute.max(1.0) / 60.0;
         let capacity = per_second.max(1.0);
         Bucket {
             per_second,
@@ -57,7 +78,8 @@ impl Bucket {
         if self.level >= amount {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64((amount - self.level) / self.per_second)
+            Duration::try_from_secs_f64((amount - self.level) / self.per_second)
+                .map_or(LONGEST_BUCKET_WAIT, |wait| wait.min(LONGEST_BUCKET_WAIT))
         }
     }
 }
@@ -69,7 +91,8 @@ struct State {
     allowed: f64,
     requests: Option<Bucket>,
     tokens: Option<Bucket>,
-    paused_until: Option<Instant>,
+    /// Everyone waits until then, and why (`BackOff` or `RateLimit`).
+    paused_until: Option<(Instant, Waiting)>,
     /// Requests sleeping in the retry loop before their next attempt.
     retrying: usize,
 }
@@ -77,6 +100,7 @@ struct State {
 #[derive(Debug)]
 pub struct Limiter {
     max_concurrency: usize,
+    max_pause: Duration,
     state: Mutex<State>,
     freed: Notify,
 }
@@ -108,8 +132,9 @@ impl Drop for Retrying<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
     Concurrency,
+    /// The `rpm` / `tpm` budget, or a window the server says is nearly spent.
     RateLimit,
-    /// Everyone paused by a 429 (its `Retry-After`) or a nearly spent window.
+    /// Everyone paused while a 429's request waits out its `Retry-After`.
     BackOff,
     /// Most requests are sleeping out their back-off before a retry (5xx,
     /// timeouts, 429s): at least as many as are in flight.
@@ -122,6 +147,7 @@ impl Limiter {
         let max_concurrency = limits.max_concurrency.unwrap_or(usize::MAX / 2).max(1);
         Limiter {
             max_concurrency,
+            max_pause: limits.max_pause,
             state: Mutex::new(State {
                 in_flight: 0,
                 retrying: 0,
@@ -181,9 +207,9 @@ impl Limiter {
         tokens: u64,
         now: Instant,
     ) -> Option<(Waiting, Option<Duration>)> {
-        if let Some(until) = state.paused_until {
+        if let Some((until, why)) = state.paused_until {
             if until > now {
-                return Some((Waiting::BackOff, Some(until - now)));
+                return Some((why, Some(until - now)));
             }
             state.paused_until = None;
         }
@@ -217,8 +243,9 @@ impl Limiter {
         Retrying { limiter: self }
     }
 
-    /// A 429 arrived: halve the concurrency and pause everyone for `retry_after`.
-    pub fn on_rate_limited(&self, retry_after: Option<Duration>) {
+    /// A 429 arrived: halve the concurrency. Whether everyone also pauses is
+    /// the retry loop's call (`pause`): only while the request is retried.
+    pub fn on_rate_limited(&self) {
         let mut state = self.lock();
         state.allowed = (state
             .allowed
@@ -226,34 +253,45 @@ impl Limiter {
             .min(state.in_flight.max(1) as f64)
             / 2.0)
             .max(1.0);
-        if let Some(wait) = retry_after {
-            let until = Instant::now() + wait;
-            state.paused_until = Some(
-                state
-                    .paused_until
-                    .map_or(until, |current| current.max(until)),
-            );
+    }
+
+    /// Everyone waits `wait` (at most `max_pause`) before their next request:
+    /// a 429's request is retried after its `Retry-After`.
+    pub fn pause(&self, wait: Duration) {
+        self.pause_for(wait, Waiting::BackOff);
+    }
+
+    fn pause_for(&self, wait: Duration, why: Waiting) {
+        let wait = wait.min(self.max_pause);
+        if wait.is_zero() {
+            return;
+        }
+        let until = Instant::now() + wait;
+        let mut state = self.lock();
+        if state
+            .paused_until
+            .is_none_or(|(current, _)| current < until)
+        {
+            state.paused_until = Some((until, why));
         }
     }
 
     /// A request succeeded: grow back towards the configured concurrency, and
-    /// pause if the server says its window is nearly spent.
+    /// pause if the server says a window is nearly spent.
     pub fn on_success(&self, headers: &HeaderMap, used_tokens: u64, estimated_tokens: u64) {
-        let mut state = self.lock();
-        if state.allowed < self.max_concurrency as f64 {
-            state.allowed = (state.allowed + 1.0 / state.allowed).min(self.max_concurrency as f64);
+        {
+            let mut state = self.lock();
+            if state.allowed < self.max_concurrency as f64 {
+                state.allowed =
+                    (state.allowed + 1.0 / state.allowed).min(self.max_concurrency as f64);
+            }
+            if let Some(bucket) = &mut state.tokens {
+                // Settle the estimate against what was really used.
+                bucket.level -= used_tokens as f64 - (estimated_tokens as f64).min(bucket.capacity);
+            }
         }
-        if let Some(bucket) = &mut state.tokens {
-            // Settle the estimate against what was really used.
-            bucket.level -= used_tokens as f64 - (estimated_tokens as f64).min(bucket.capacity);
-        }
-        if let Some(wait) = nearly_spent(headers) {
-            let until = Instant::now() + wait;
-            state.paused_until = Some(
-                state
-                    .paused_until
-                    .map_or(until, |current| current.max(until)),
-            );
+        if let Some(wait) = super::rate_headers::spent_window_reset(headers, SystemTime::now()) {
+            self.pause_for(wait, Waiting::RateLimit);
         }
     }
 
@@ -265,67 +303,6 @@ impl Limiter {
     pub fn allowed(&self) -> usize {
         self.lock().allowed.floor() as usize
     }
-}
-
-/// From OpenAI-style headers: the wait until reset when the remaining requests
-/// or tokens are under `LOW_REMAINING` of the limit.
-fn nearly_spent(headers: &HeaderMap) -> Option<Duration> {
-    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
-    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::to_string);
-    let mut wait = None;
-    for [limit, remaining, reset] in [
-        [
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-reset-requests",
-        ],
-        [
-            "x-ratelimit-limit-tokens",
-            "x-ratelimit-remaining-tokens",
-            "x-ratelimit-reset-tokens",
-        ],
-    ] {
-        let (Some(limit), Some(remaining)) = (number(limit), number(remaining)) else {
-            continue;
-        };
-        if limit > 0.0 && remaining / limit < LOW_REMAINING {
-            let reset = text(reset).and_then(|reset| parse_reset(&reset));
-            let reset = reset
-                .unwrap_or(Duration::from_secs(1))
-                .min(Duration::from_secs(60));
-            wait = Some(wait.map_or(reset, |current: Duration| current.max(reset)));
-        }
-    }
-    wait
-}
-
-/// `1s`, `6m0s`, `250ms`, `1.5s`, or plain seconds.
-fn parse_reset(text: &str) -> Option<Duration> {
-    if let Ok(seconds) = text.parse::<f64>() {
-        return Some(Duration::from_secs_f64(seconds.max(0.0)));
-    }
-    let mut total = 0.0;
-    let mut number = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let value: f64 = number.parse().ok()?;
-        number.clear();
-        total += match c {
-            'h' => value * 3600.0,
-            'm' if chars.peek() == Some(&'s') => {
-                chars.next();
-                value / 1000.0
-            }
-            'm' => value * 60.0,
-            's' => value,
-            _ => return None,
-        };
-    }
-    number.is_empty().then(|| Duration::from_secs_f64(total))
 }
 
 #[cfg(test)]
@@ -397,7 +374,8 @@ mod tests {
         let permits: Vec<_> =
             futures_util::future::join_all((0..4).map(|_| limiter.acquire(0))).await;
         assert_eq!(limiter.waiting(), Some(Waiting::Concurrency));
-        limiter.on_rate_limited(Some(Duration::from_secs(2)));
+        limiter.on_rate_limited();
+        limiter.pause(Duration::from_secs(2));
         drop(permits);
         assert_eq!(limiter.allowed(), 2);
         assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
@@ -430,11 +408,65 @@ mod tests {
             0,
             0,
         );
+        assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
         let started = Instant::now();
         drop(limiter.acquire(0).await);
         assert_eq!(started.elapsed(), Duration::from_millis(1500));
-        assert_eq!(parse_reset("6m0s"), Some(Duration::from_secs(360)));
-        assert_eq!(parse_reset("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_reset("soon"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_server_pauses_anyone_longer_than_max_pause() {
+        let limiter = Limiter::new(Limits {
+            max_pause: Duration::from_secs(5),
+            ..Limits::default()
+        });
+        limiter.pause(Duration::from_secs(999_999));
+        assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
+        let started = Instant::now();
+        drop(limiter.acquire(0).await);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(5),
+            "a 429 asking days"
+        );
+        limiter.on_success(
+            &headers(&[
+                ("anthropic-ratelimit-tokens-limit", "1000"),
+                ("anthropic-ratelimit-tokens-remaining", "0"),
+                ("anthropic-ratelimit-tokens-reset", "9999-12-31T23:59:59Z"),
+            ]),
+            0,
+            0,
+        );
+        assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
+        let started = Instant::now();
+        drop(limiter.acquire(0).await);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(5),
+            "a window reset far away"
+        );
+        // A shorter pause never shortens a longer one in force.
+        limiter.pause(Duration::from_secs(4));
+        limiter.pause(Duration::from_secs(1));
+        let started = Instant::now();
+        drop(limiter.acquire(0).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_rates_from_a_library_caller_wait_instead_of_panicking() {
+        let limiter = Limiter::new(Limits {
+            rpm: Some(0),
+            tpm: Some(0),
+            ..Limits::default()
+        });
+        let started = Instant::now();
+        drop(limiter.acquire(u64::MAX).await);
+        drop(limiter.acquire(u64::MAX).await);
+        assert!(
+            started.elapsed() >= Duration::from_secs(60),
+            "as 1 per minute"
+        );
     }
 }

@@ -113,9 +113,14 @@ impl MockProvider {
                     status: Some(status),
                     code,
                     message: message.unwrap_or_else(|| format!("mock fault {status}")),
-                    retry_after: retry_after_ms
-                        .map(std::time::Duration::from_millis)
-                        .or(retry_after_s.map(std::time::Duration::from_secs_f64)),
+                    // A script's seconds are finite and non-negative, but may be huge.
+                    retry_after: retry_after_ms.map(std::time::Duration::from_millis).or(
+                        retry_after_s.map(|seconds| {
+                            std::time::Duration::try_from_secs_f64(seconds)
+                                .unwrap_or(super::rate_headers::LONGEST)
+                                .min(super::rate_headers::LONGEST)
+                        }),
+                    ),
                     endpoint: None,
                 })
             }

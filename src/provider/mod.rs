@@ -181,6 +181,7 @@ pub mod mock;
 pub mod models;
 pub mod openai;
 pub mod pricing;
+pub mod rate_headers;
 pub mod registry;
 pub mod replay;
 pub mod responses;

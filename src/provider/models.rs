@@ -118,6 +118,10 @@ impl ModelTable {
 
     /// This table with `overrides` (`{model: {input_per_million, output_per_million, …}}`) on top.
     pub fn with_overrides(&self, overrides: &Value) -> Result<ModelTable, String> {
+        let problems = super::pricing::check_table(overrides);
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
         let overrides: BTreeMap<String, ModelInfo> = serde_json::from_value(overrides.clone())
             .map_err(|error| {
                 format!("expected `model: {{input_per_million, output_per_million}}`: {error}")
@@ -136,13 +140,15 @@ impl ModelTable {
 /// LiteLLM's `model_prices_and_context_window.json` (`{model:
 /// {input_cost_per_token, output_cost_per_token, cache_read_input_token_cost,
 /// max_input_tokens, max_output_tokens}}`), returned in our format, ready for
-/// `with_overrides`. Entries without prices (LiteLLM's `sample_spec`, image
-/// models) are skipped.
+/// `with_overrides`. Entries without prices (image models) and LiteLLM's
+/// `sample_spec` (its documentation of the format) are skipped. A price or
+/// token limit out of range in any entry is an error naming the file, the
+/// model and the key, all of them listed at once.
 pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
     let document: Value = serde_json::from_str(&text)
-        .or_else(|_| serde_yaml_ng::from_str(&text))
+        .or_else(|_| crate::config::numbers::parse_yaml(&text))
         .map_err(|error| format!("`{}` is not JSON or YAML: {error}", path.display()))?;
     let Value::Object(entries) = document else {
         return Err(format!(
@@ -150,6 +156,15 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
             path.display()
         ));
     };
+    let problems: Vec<String> = entries
+        .iter()
+        .filter(|(model, _)| model.as_str() != "sample_spec")
+        .flat_map(|(model, entry)| super::pricing::check_entry(model, entry))
+        .map(|problem| format!("`{}`: {problem}", path.display()))
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems.join("\n"));
+    }
     let mut prices = serde_json::Map::new();
     for (model, entry) in entries {
         let number = |key: &str| entry.get(key).and_then(Value::as_f64);

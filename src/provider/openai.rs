@@ -562,7 +562,7 @@ fn usage_map(
     usage.insert("completion_tokens".into(), json!(completion));
     usage.insert(
         "total_tokens".into(),
-        json!(total.unwrap_or(prompt + completion)),
+        json!(total.unwrap_or(prompt.saturating_add(completion))),
     );
     let names = ["prompt_tokens_details", "completion_tokens_details"];
     for (name, section) in names.into_iter().zip(details) {
@@ -703,7 +703,7 @@ fn estimate_tokens(request: &ChatRequest<'_>) -> u64 {
         .iter()
         .find_map(|key| request.model_args.get(*key).and_then(Value::as_u64))
         .unwrap_or(256);
-    text.div_ceil(4) as u64 + reply
+    (text.div_ceil(4) as u64).saturating_add(reply)
 }
 
 /// A classified error from a non-2xx reply.

@@ -3,6 +3,11 @@
 //! a model (`ModelTable::price`): an unknown one gets `response_cost: null`
 //! (never a silent $0, and never another provider's price) and one warning
 //! per run.
+//!
+//! Also the ranges of every number in a price table (a tactic's `pricing:`,
+//! `--prices` in our format or LiteLLM's): a negative price would make
+//! `--max-cost` budget a run that spends money as one that earns it, so
+//! prices are checked when they are read, every problem named.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -10,6 +15,90 @@ use std::sync::Mutex;
 use serde_json::{Map, Value, json};
 
 use super::models::ModelTable;
+use crate::config::numbers::Range;
+
+/// Our format: USD per million tokens, up to a dollar a token.
+const PER_MILLION: [Range; 3] = [
+    per_million("input_per_million"),
+    per_million("output_per_million"),
+    per_million("cached_input_per_million"),
+];
+/// LiteLLM's: USD per token.
+const PER_TOKEN: [Range; 3] = [
+    per_token("input_cost_per_token"),
+    per_token("output_cost_per_token"),
+    per_token("cache_read_input_token_cost"),
+];
+/// Token limits in either format (a model's window, its reply limit).
+const LIMITS: [Range; 4] = [
+    tokens("context_window"),
+    tokens("max_output_tokens"),
+    tokens("max_input_tokens"),
+    tokens("max_tokens"),
+];
+
+const fn per_million(key: &'static str) -> Range {
+    Range {
+        key,
+        min: 0.0,
+        max: 1e6,
+        whole: false,
+        unit: "USD per 1M tokens",
+    }
+}
+
+const fn per_token(key: &'static str) -> Range {
+    Range {
+        key,
+        min: 0.0,
+        max: 1.0,
+        whole: false,
+        unit: "USD per token",
+    }
+}
+
+const fn tokens(key: &'static str) -> Range {
+    Range {
+        key,
+        min: 1.0,
+        max: 1e8,
+        whole: true,
+        unit: "tokens",
+    }
+}
+
+/// Every number of one price entry out of range, as `` `model`: `key: value` must be … ``.
+/// Keys other than prices and token limits are not this module's business.
+pub fn check_entry(model: &str, entry: &Value) -> Vec<String> {
+    let Some(entry) = entry.as_object() else {
+        return Vec::new();
+    };
+    PER_MILLION
+        .iter()
+        .chain(&PER_TOKEN)
+        .chain(&LIMITS)
+        .filter_map(|range| {
+            let value = entry.get(range.key).filter(|value| !value.is_null())?;
+            range
+                .check(value)
+                .err()
+                .map(|problem| format!("`{model}`: {problem}"))
+        })
+        .collect()
+}
+
+/// [`check_entry`] for every entry of a table `{model: {…}}`.
+pub fn check_table(table: &Value) -> Vec<String> {
+    table
+        .as_object()
+        .map(|entries| {
+            entries
+                .iter()
+                .flat_map(|(model, entry)| check_entry(model, entry))
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// Prices `usage` of `model` on `provider` (whose endpoint is the hosted
 /// `service`, if any) in place; returns whether the price was known.
@@ -97,6 +186,33 @@ mod tests {
         assert!((cost.prompt_cost - expected_prompt).abs() < 1e-12);
         assert!((cost.completion_cost - 100.0 * 0.6e-6).abs() < 1e-12);
         assert!(cost.cost_known);
+    }
+
+    #[test]
+    fn every_price_and_limit_out_of_range_is_named() {
+        let table = json!({
+            "ours": {"input_per_million": -1, "output_per_million": ".inf",
+                     "cached_input_per_million": 2e6, "context_window": 0},
+            "litellm": {"input_cost_per_token": -1e-6, "output_cost_per_token": 2,
+                        "cache_read_input_token_cost": "free", "max_input_tokens": 1.5,
+                        "max_output_tokens": -3, "litellm_provider": "openai"},
+            "fine": {"input_per_million": 0, "output_per_million": 1e6, "max_tokens": 100000000,
+                     "tokenizer": "o200k"},
+        });
+        assert_eq!(
+            check_table(&table),
+            [
+                "`ours`: `input_per_million: -1` must be a number from 0 to 1000000 (USD per 1M tokens)",
+                "`ours`: `output_per_million: .inf` must be a number from 0 to 1000000 (USD per 1M tokens)",
+                "`ours`: `cached_input_per_million: 2000000.0` must be a number from 0 to 1000000 (USD per 1M tokens)",
+                "`ours`: `context_window: 0` must be a whole number from 1 to 100000000 (tokens)",
+                "`litellm`: `input_cost_per_token: -1e-6` must be a number from 0 to 1 (USD per token)",
+                "`litellm`: `output_cost_per_token: 2` must be a number from 0 to 1 (USD per token)",
+                "`litellm`: `cache_read_input_token_cost: free` must be a number from 0 to 1 (USD per token)",
+                "`litellm`: `max_output_tokens: -3` must be a whole number from 1 to 100000000 (tokens)",
+                "`litellm`: `max_input_tokens: 1.5` must be a whole number from 1 to 100000000 (tokens)",
+            ]
+        );
     }
 
     #[test]

@@ -25,6 +25,20 @@ fn limits(config: Option<&ProviderConfig>) -> Limits {
         max_concurrency: config.and_then(|c| c.max_concurrency),
         rpm: config.and_then(|c| c.rpm),
         tpm: config.and_then(|c| c.tpm),
+        // No server pauses a provider longer than its requests wait to retry.
+        max_pause: retry_policy(config).cap,
+    }
+}
+
+fn retry_policy(config: Option<&ProviderConfig>) -> RetryPolicy {
+    RetryPolicy {
+        base: config
+            .and_then(|c| c.retry_base_ms)
+            .map_or(RetryPolicy::default().base, Duration::from_millis),
+        cap: config
+            .and_then(|c| c.retry_cap_ms)
+            .map_or(RetryPolicy::default().cap, Duration::from_millis),
+        ..RetryPolicy::default()
     }
 }
 
@@ -187,16 +201,7 @@ impl Providers {
                 service,
             });
         }
-        let config = self.configs.get(provider_name);
-        let retry = RetryPolicy {
-            base: config
-                .and_then(|c| c.retry_base_ms)
-                .map_or(RetryPolicy::default().base, Duration::from_millis),
-            cap: config
-                .and_then(|c| c.retry_cap_ms)
-                .map_or(RetryPolicy::default().cap, Duration::from_millis),
-            ..RetryPolicy::default()
-        };
+        let retry = retry_policy(self.configs.get(provider_name));
         let mut provider = self.provider(provider_name, model_name, model)?;
         if let Some(log) = &self.dry_run {
             provider = Arc::new(super::dry_run::DryRunProvider {
@@ -322,7 +327,7 @@ impl Providers {
     fn client_for(&self, name: &str, config: Option<&ProviderConfig>) -> Result<reqwest::Client> {
         match config.and_then(|config| config.connect_timeout_s) {
             Some(seconds) => {
-                http::client(Duration::from_secs_f64(seconds.max(0.001))).map_err(|message| {
+                http::client(crate::config::numbers::seconds(seconds)).map_err(|message| {
                     Error::Invalid {
                         provider: name.into(),
                         message,
@@ -448,12 +453,7 @@ fn extra_headers(config: Option<&ProviderConfig>) -> Vec<(String, String)> {
 }
 
 fn timeout(config: Option<&ProviderConfig>) -> Duration {
-    Duration::from_secs_f64(
-        config
-            .and_then(|config| config.timeout_s)
-            .unwrap_or(600.0)
-            .max(0.001),
-    )
+    crate::config::numbers::seconds(config.and_then(|config| config.timeout_s).unwrap_or(600.0))
 }
 
 #[cfg(test)]

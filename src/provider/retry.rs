@@ -1,21 +1,22 @@
 //! The one retry loop (DESIGN §4, D6): transient and rate-limit errors are
 //! retried with exponential backoff and jitter, honouring what the server asks
-//! (`retry-after-ms` / `Retry-After`); permanent errors return at once.
-//! Every failed attempt is reported so the session records it.
+//! (`retry-after-ms` / `Retry-After`) up to the policy's cap; permanent errors
+//! return at once. Every failed attempt is reported so the session records it.
+//!
+//! A 429 pauses the whole provider only while its request is retried: with
+//! no retry left (`max_llm_recall: 0`) the request fails and nobody waits.
 
 use std::time::{Duration, Instant};
 
-use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::Message;
-
-/// A server may ask for a long pause; we honour it up to this much.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
     /// Backoff before the first retry; doubles each time.
     pub base: Duration,
+    /// The longest wait before a retry, a server's `Retry-After` included (as
+    /// Anthropic's and OpenAI's SDKs, which honour it up to 60 s).
     pub cap: Duration,
     /// ± fraction applied to each backoff.
     pub jitter: f64,
@@ -35,16 +36,17 @@ impl RetryPolicy {
     /// How long to wait after failed attempt number `attempt` (1-based).
     pub fn delay(&self, attempt: u32, error: &ProviderError) -> Duration {
         if let Some(asked) = error.retry_after {
-            return asked.min(MAX_RETRY_AFTER);
+            return asked.min(self.cap);
         }
         let exponent = attempt.saturating_sub(1).min(30);
         let backoff = self.base.saturating_mul(1u32 << exponent).min(self.cap);
-        let spread = if self.jitter > 0.0 {
-            (fastrand::f64() * 2.0 - 1.0) * self.jitter
+        let spread = if self.jitter.is_finite() && self.jitter > 0.0 {
+            (fastrand::f64() * 2.0 - 1.0) * self.jitter.min(1.0)
         } else {
             0.0
         };
-        backoff.mul_f64((1.0 + spread).max(0.0))
+        // Never a panic, whatever a library caller puts in the policy.
+        Duration::try_from_secs_f64(backoff.as_secs_f64() * (1.0 + spread)).unwrap_or(backoff)
     }
 }
 
@@ -114,7 +116,15 @@ where
                 attempts: attempt,
             });
         }
-        let _retrying = provider.limiter().map(Limiter::retrying);
+        let limiter = provider.limiter();
+        if let Some(limiter) =
+            limiter.filter(|_| error.kind == ErrorKind::RateLimit && error.retry_after.is_some())
+        {
+            // Everyone waits with this request, so that the others do not
+            // run into the same 429 meanwhile.
+            limiter.pause(waited);
+        }
+        let _retrying = limiter.map(|limiter| limiter.retrying());
         tokio::time::sleep(waited).await;
         attempt += 1;
     }
@@ -243,5 +253,86 @@ mod tests {
             let delay = jittered.delay(3, &transient).as_secs_f64();
             assert!((3.2..=4.8).contains(&delay), "{delay}");
         }
+    }
+
+    /// A sequence behind a limiter, as HTTP providers are.
+    struct Limited {
+        replies: Sequence,
+        limiter: crate::provider::limit::Limiter,
+    }
+
+    impl Provider for Limited {
+        fn invoke<'a>(
+            &'a self,
+            request: ChatRequest<'a>,
+        ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+            self.replies.invoke(request)
+        }
+
+        fn limiter(&self) -> Option<&crate::provider::limit::Limiter> {
+            Some(&self.limiter)
+        }
+    }
+
+    fn limited(replies: Vec<Result<Message, ProviderError>>) -> Limited {
+        Limited {
+            replies: Sequence(Mutex::new(replies.into())),
+            limiter: crate::provider::limit::Limiter::new(crate::provider::limit::Limits {
+                max_pause: POLICY.cap,
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_server_s_retry_after_is_honoured_up_to_the_cap() {
+        let asking_days = ProviderError {
+            retry_after: Some(Duration::from_secs(999_999)),
+            ..ProviderError::new(ErrorKind::RateLimit, "x")
+        };
+        assert_eq!(POLICY.delay(1, &asking_days), POLICY.cap);
+        let jittery = RetryPolicy {
+            jitter: f64::INFINITY,
+            cap: Duration::MAX,
+            base: Duration::MAX,
+        };
+        // Nonsense from a library caller bends nothing into a panic.
+        assert_eq!(
+            jittery.delay(40, &ProviderError::transient("x")),
+            Duration::MAX
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_429_pauses_the_provider_only_while_its_request_is_retried() {
+        use crate::provider::limit::Waiting;
+        let args = Map::new();
+        let provider = limited(vec![error(ErrorKind::RateLimit, Some(999_999))]);
+        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 0, |_| {})
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(failed.attempts, 1);
+        assert_eq!(
+            provider.limiter.waiting(),
+            None,
+            "no retry (max_llm_recall: 0): nobody waits"
+        );
+
+        let provider = limited(vec![
+            error(ErrorKind::RateLimit, Some(999_999)),
+            Ok(Message::assistant("m", "ok")),
+        ]);
+        let started = tokio::time::Instant::now();
+        let retried = invoke_with_retry(&provider, request(&args), &POLICY, 1, |attempt| {
+            assert_eq!(attempt.waited, POLICY.cap);
+        });
+        let (result, waiting) = tokio::join!(retried, async {
+            tokio::task::yield_now().await;
+            provider.limiter.waiting()
+        });
+        assert!(result.is_ok());
+        assert_eq!(waiting, Some(Waiting::BackOff), "everyone waits with it");
+        assert_eq!(started.elapsed(), POLICY.cap);
     }
 }

@@ -12,7 +12,6 @@ pub mod record;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
@@ -267,7 +266,16 @@ impl Tactic {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
                 Ok(table) => Arc::new(table),
                 Err(error) => {
-                    problems.push(format!("`pricing`: {error}"));
+                    // Every number out of range is its own problem; a table
+                    // of the wrong shape is one.
+                    let place = config.path.display();
+                    let checked = crate::provider::pricing::check_table(overrides);
+                    if checked.is_empty() {
+                        problems.push(format!("{place}: `pricing`: {error}"));
+                    }
+                    for problem in checked {
+                        problems.push(format!("{place}: `pricing`: {problem}"));
+                    }
                     Arc::new(ModelTable::bundled().clone())
                 }
             },
@@ -651,7 +659,7 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
         toolbox.insert(Arc::new(CommandTool::new(
             spec,
             tool.command.clone(),
-            Duration::from_secs_f64(tool.timeout_s.max(0.001)),
+            crate::config::numbers::seconds(tool.timeout_s),
             tool.cwd.clone(),
             tool.env.clone(),
         )));

@@ -152,7 +152,7 @@ impl McpServer {
         if let Some(stderr) = stderr {
             tail.collect(stderr);
         }
-        let timeout = Duration::from_secs_f64(config.timeout_s);
+        let timeout = crate::config::numbers::seconds(config.timeout_s);
         let client = match tokio::time::timeout(timeout, client_info().serve(transport)).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {

@@ -5,7 +5,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{Fault, Latency, Planned, PlannedCall, Rule, ScriptUsage, Step};
+use super::{
+    Fault, Latency, Planned, PlannedCall, RateLimitWindow, ReplyHeaders, Rule, ScriptUsage, Step,
+    WindowKind,
+};
 
 const SCRIPT_KEYS: &[&str] = &["latency_ms", "replies", "rules", "default"];
 const REPLY_KEYS: &[&str] = &[
@@ -16,6 +19,8 @@ const REPLY_KEYS: &[&str] = &[
     "usage",
     "delay_ms",
     "finish_reason",
+    "headers",
+    "rate_limit",
 ];
 const TOOL_CALL_KEYS: &[&str] = &["name", "arguments", "id"];
 const USAGE_KEYS: &[&str] = &["prompt_tokens", "completion_tokens"];
@@ -29,6 +34,8 @@ const FAULT_KEYS: &[&str] = &[
 const FAULT_NAMES: &[&str] = &["timeout", "malformed", "reset", "cut_stream"];
 const RULE_KEYS: &[&str] = &["when", "reply", "times"];
 const WHEN_KEYS: &[&str] = &["contains", "regex", "model", "last_role"];
+const WINDOW_NAMES: &[&str] = &["requests", "tokens", "input_tokens", "output_tokens"];
+const WINDOW_KEYS: &[&str] = &["limit", "remaining", "reset_s"];
 const LATENCY_KEYS: &[&str] = &["min", "max", "mean", "stddev"];
 const ROLES: &[&str] = &["user", "assistant", "tool", "system", "developer"];
 
@@ -140,9 +147,20 @@ fn reply(value: &Value, place: &str) -> Checked<Step> {
                 finish_reason: None,
             },
             delay: None,
+            headers: ReplyHeaders::default(),
         });
     }
     let map = mapping(value, place, "a reply", REPLY_KEYS)?;
+    let headers = ReplyHeaders {
+        raw: field(map, "headers")
+            .map(|value| raw_headers(value, &child(place, "headers")))
+            .transpose()?
+            .unwrap_or_default(),
+        rate_limits: field(map, "rate_limit")
+            .map(|value| rate_limits(value, &child(place, "rate_limit")))
+            .transpose()?
+            .unwrap_or_default(),
+    };
     let echo = match field(map, "echo") {
         None => false,
         Some(Value::Bool(echo)) => *echo,
@@ -178,6 +196,7 @@ fn reply(value: &Value, place: &str) -> Checked<Step> {
         return Ok(Step {
             planned: Planned::Fault(self::fault(fault_value, &child(place, "fault"))?),
             delay,
+            headers,
         });
     }
     let calls_place = child(place, "tool_calls");
@@ -204,7 +223,66 @@ fn reply(value: &Value, place: &str) -> Checked<Step> {
             finish_reason,
         },
         delay,
+        headers,
     })
+}
+
+/// `headers: {name: value}`: any value a header can carry, sent as written.
+fn raw_headers(value: &Value, place: &str) -> Checked<Vec<(String, String)>> {
+    let Some(map) = value.as_object() else {
+        return Err(problem(
+            place,
+            format!(
+                "`headers` must be a mapping of names to values, found {}",
+                describe(value)
+            ),
+        ));
+    };
+    map.iter()
+        .map(|(name, value)| {
+            let at = child(place, name);
+            let text = scalar(value, &at)?;
+            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(problem(&at, format!("`{name}` is not an HTTP header name")));
+            }
+            if axum::http::HeaderValue::from_str(&text).is_err() {
+                return Err(problem(&at, "the value is not valid in an HTTP header"));
+            }
+            Ok((name.clone(), text))
+        })
+        .collect()
+}
+
+/// `rate_limit: {requests: {limit, remaining, reset_s}, tokens: …}`.
+fn rate_limits(value: &Value, place: &str) -> Checked<Vec<RateLimitWindow>> {
+    let map = mapping(value, place, "`rate_limit`", WINDOW_NAMES)?;
+    let mut windows = Vec::new();
+    for (name, value) in map {
+        let at = child(place, name);
+        let window = mapping(value, &at, "a rate-limit window", WINDOW_KEYS)?;
+        let number = |key: &str| match field(window, key) {
+            Some(value) => Ok(value),
+            None => Err(problem(
+                &at,
+                "a rate-limit window needs `limit`, `remaining` and `reset_s`",
+            )),
+        };
+        let kind = match name.as_str() {
+            "requests" => WindowKind::Requests,
+            "tokens" => WindowKind::Tokens,
+            "input_tokens" => WindowKind::InputTokens,
+            _ => WindowKind::OutputTokens,
+        };
+        windows.push(RateLimitWindow {
+            kind,
+            limit: count(number("limit")?, &child(&at, "limit"))?,
+            remaining: count(number("remaining")?, &child(&at, "remaining"))?,
+            reset: std::time::Duration::from_secs_f64(
+                millis(number("reset_s")?, &child(&at, "reset_s"))?.min(86_400.0),
+            ),
+        });
+    }
+    Ok(windows)
 }
 
 fn tool_call(value: &Value, place: &str) -> Checked<PlannedCall> {

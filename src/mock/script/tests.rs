@@ -272,7 +272,7 @@ fn bad_scripts_are_explained() {
     );
     bad_case(
         "replies:\n  - {zzz: 1}",
-        "s.yaml: replies[0]: unknown key `zzz`; expected one of `text`, `tool_calls`, `echo`, `fault`, `usage`, `delay_ms`, `finish_reason`",
+        "s.yaml: replies[0]: unknown key `zzz`; expected one of `text`, `tool_calls`, `echo`, `fault`, `usage`, `delay_ms`, `finish_reason`, `headers`, `rate_limit`",
     );
     bad_case(
         "replies:\n  - fault: crash",
@@ -325,6 +325,46 @@ fn bad_scripts_are_explained() {
     bad_case(
         "replies: [",
         "s.yaml:2:1: did not find expected node content",
+    );
+    bad_case(
+        "replies:\n  - fault: {status: 429, retry_after_s: .inf}",
+        "s.yaml: replies[0].fault.retry_after_s: expected a number ≥ 0, found `.inf`",
+    );
+    bad_case(
+        "replies:\n  - text: a\n    headers: {\"bad name\": x}",
+        "s.yaml: replies[0].headers.bad name: `bad name` is not an HTTP header name",
+    );
+    bad_case(
+        "replies:\n  - text: a\n    rate_limit: {requests: {limit: 5}}",
+        "s.yaml: replies[0].rate_limit.requests: a rate-limit window needs `limit`, `remaining` and `reset_s`",
+    );
+    bad_case(
+        "replies:\n  - text: a\n    rate_limit: {request: {limit: 5}}",
+        "s.yaml: replies[0].rate_limit: unknown key `request`; did you mean `requests`?",
+    );
+}
+
+#[test]
+fn replies_carry_their_headers() {
+    let script = parse(
+        "replies:\n  - text: a\n    headers: {retry-after: inf, x-n: 5}\n    rate_limit: {input_tokens: {limit: 10, remaining: 0, reset_s: 1.5}}\n",
+    );
+    let served = script.next(&request("q", "user"));
+    assert_eq!(
+        served.headers.raw,
+        [
+            ("retry-after".to_string(), "inf".to_string()),
+            ("x-n".to_string(), "5".to_string())
+        ]
+    );
+    assert_eq!(
+        served.headers.rate_limits,
+        [RateLimitWindow {
+            kind: WindowKind::InputTokens,
+            limit: 10,
+            remaining: 0,
+            reset: std::time::Duration::from_millis(1500),
+        }]
     );
 }
 

@@ -45,7 +45,7 @@ fn usage_value(usage: Usage) -> Value {
     json!({
         "prompt_tokens": usage.input,
         "completion_tokens": usage.output,
-        "total_tokens": usage.input + usage.output,
+        "total_tokens": usage.input.saturating_add(usage.output),
     })
 }
 

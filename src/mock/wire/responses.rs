@@ -176,7 +176,7 @@ fn response(
             "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": usage.output,
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage.input + usage.output,
+            "total_tokens": usage.input.saturating_add(usage.output),
         })),
     })
 }

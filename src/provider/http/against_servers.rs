@@ -284,7 +284,7 @@ async fn streamed_payloads_are_scrubbed_before_they_are_read() {
     )
     .await
     .unwrap();
-    assert!(reply.is_none());
+    assert!(matches!(reply, Streamed::Read(_)));
     // A value escaped beyond what JSON needs is left to the parsed-text
     // scrubbing of `provider::scrub`.
     assert_eq!(

@@ -1,0 +1,65 @@
+//! Writing to stdout and stderr when the reader may have gone away.
+//!
+//! Rust ignores SIGPIPE, so a write to a pipe whose reader closed early
+//! (`lllm replay … | head`) fails with `BrokenPipe`, and `println!` turns
+//! that into a panic (exit 101; issue 12). Here a closed stdout simply ends
+//! the output: the reader took what it wanted, which is not an error, and the
+//! command's exit code stays what it would have been (as ripgrep does, rather
+//! than dying by the signal as the 141 of shells would say). Every other
+//! write error (a full disk behind `>`) is reported. Writes to stderr never
+//! fail a command: there is nowhere left to report that they failed.
+
+use std::io::{ErrorKind, Write};
+
+use crate::error::Error;
+
+/// Writes `text` to stdout and flushes it. `Ok` also when the reader has
+/// closed the pipe; other failures are an error naming stdout.
+pub fn stdout(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    quiet_on_closed_pipe(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+/// The result of a write to stdout, with a closed pipe taken as the end of
+/// the output rather than a failure.
+pub fn quiet_on_closed_pipe(result: std::io::Result<()>) -> Result<(), Error> {
+    match result {
+        Err(error) if error.kind() != ErrorKind::BrokenPipe => Err(Error::Write {
+            path: "stdout".into(),
+            source: error,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// One line on stderr (`eprintln!` that cannot panic), control characters
+/// escaped (`redact::terminal_line`): what a provider or a model wrote can
+/// neither drive the terminal nor break the line.
+pub fn stderr_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", crate::redact::terminal_line(text));
+}
+
+/// Text on stderr (`eprint!` that cannot panic), laid out over lines as it
+/// is but with other control characters escaped (`redact::terminal_text`).
+pub fn stderr(text: &str) {
+    let text = crate::redact::terminal_text(text);
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_pipe_ends_the_output_and_other_failures_are_errors() {
+        assert!(quiet_on_closed_pipe(Ok(())).is_ok());
+        assert!(quiet_on_closed_pipe(Err(ErrorKind::BrokenPipe.into())).is_ok());
+        let full = quiet_on_closed_pipe(Err(std::io::Error::from_raw_os_error(28)));
+        let error = full
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(error.starts_with("cannot write `stdout`: "), "{error}");
+    }
+}

@@ -1,0 +1,354 @@
+//! What a provider's reply headers ask of us, read defensively: how long to
+//! wait before retrying (`retry-after-ms`, `Retry-After` in seconds or as an
+//! HTTP date) and whether a rate-limit window is nearly spent (OpenAI's
+//! `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`).
+//!
+//! Headers come from servers and proxies we do not control (issue 12:
+//! `Retry-After: inf` and `1e20` crashed the run). A value that is not a
+//! finite, non-negative number, duration or date is ignored, as if absent; a
+//! huge one is clamped to [`LONGEST`]. How long anyone actually waits is
+//! capped again by the retry loop and the limiter (the provider's
+//! `retry_cap_ms`); this module only guarantees that every value is sane.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+
+/// The longest wait any header can ask for; larger values are clamped to it.
+pub const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// When the remaining requests or tokens fall under this share of the window,
+/// the window counts as nearly spent.
+pub const LOW_REMAINING: f64 = 0.05;
+
+/// How long to wait when a nearly spent window does not say when it resets.
+const UNKNOWN_RESET: Duration = Duration::from_secs(1);
+
+/// The wait a reply asks for: `retry-after-ms` (OpenAI's and Anthropic's
+/// SDKs read it first), else `Retry-After` as seconds (fractions allowed, as
+/// those SDKs allow them) or as an HTTP date, in any of the three forms RFC
+/// 9110 makes recipients accept. A date in the past asks for no wait. `None`
+/// when no header gives a usable value.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let millis = text(headers, "retry-after-ms").and_then(|value| seconds(value, 1e-3));
+    millis.or_else(|| {
+        let value = text(headers, "retry-after")?;
+        seconds(value, 1.0).or_else(|| http_date(value, now))
+    })
+}
+
+/// When a reply says a rate-limit window is nearly spent (remaining under
+/// [`LOW_REMAINING`] of the limit): the wait until the latest such window
+/// resets. OpenAI spells the reset as a duration (`6m0s`, `1.5s`, `250ms`),
+/// Anthropic as an RFC 3339 time; a nearly spent window whose reset cannot be
+/// read waits a second.
+pub fn spent_window_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let openai = ["requests", "tokens"].map(|family| {
+        window(
+            headers,
+            &format!("x-ratelimit-limit-{family}"),
+            &format!("x-ratelimit-remaining-{family}"),
+            &format!("x-ratelimit-reset-{family}"),
+            go_duration,
+        )
+    });
+    let anthropic = ["requests", "tokens", "input-tokens", "output-tokens"].map(|family| {
+        window(
+            headers,
+            &format!("anthropic-ratelimit-{family}-limit"),
+            &format!("anthropic-ratelimit-{family}-remaining"),
+            &format!("anthropic-ratelimit-{family}-reset"),
+            |reset| rfc3339(reset, now),
+        )
+    });
+    openai.into_iter().chain(anthropic).flatten().max()
+}
+
+/// One window: `Some(wait)` when it is nearly spent.
+fn window(
+    headers: &HeaderMap,
+    limit: &str,
+    remaining: &str,
+    reset: &str,
+    read_reset: impl Fn(&str) -> Option<Duration>,
+) -> Option<Duration> {
+    let limit = text(headers, limit).and_then(number)?;
+    let remaining = text(headers, remaining).and_then(number)?;
+    if limit <= 0.0 || remaining / limit >= LOW_REMAINING {
+        return None;
+    }
+    Some(
+        text(headers, reset)
+            .and_then(read_reset)
+            .unwrap_or(UNKNOWN_RESET),
+    )
+}
+
+fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name)?.to_str().ok().map(str::trim)
+}
+
+/// A finite, non-negative number (`inf`, `NaN` and negatives are not counts).
+fn number(text: &str) -> Option<f64> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|number| number.is_finite() && *number >= 0.0)
+}
+
+/// `text` as a number of `unit` seconds, clamped to [`LONGEST`].
+fn seconds(text: &str, unit: f64) -> Option<Duration> {
+    number(text).map(|value| clamped(value * unit))
+}
+
+/// Seconds as a `Duration`, at most [`LONGEST`]. `value` is finite and
+/// non-negative (a product of two such can still overflow to infinity, which
+/// `min` brings back).
+fn clamped(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.min(LONGEST.as_secs_f64())).unwrap_or(LONGEST)
+}
+
+/// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 850 or asctime form)
+/// as the wait from `now`: zero when it has passed.
+fn http_date(text: &str, now: SystemTime) -> Option<Duration> {
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(until(at, now))
+}
+
+/// An RFC 3339 time (`2025-08-21T12:40:59Z`) as the wait from `now`.
+fn rfc3339(text: &str, now: SystemTime) -> Option<Duration> {
+    let at = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    let now = chrono::DateTime::<chrono::Utc>::from(now);
+    // chrono's dates span ±262,143 years, well inside a `TimeDelta`.
+    let wait = at.with_timezone(&chrono::Utc) - now;
+    Some(wait.to_std().unwrap_or(Duration::ZERO).min(LONGEST))
+}
+
+fn until(at: SystemTime, now: SystemTime) -> Duration {
+    at.duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .min(LONGEST)
+}
+
+/// A Go duration as OpenAI sends resets (`6m0s`, `1.5s`, `250ms`, `1h2m3s`,
+/// also `µs`/`us` and `ns`), or plain seconds.
+fn go_duration(text: &str) -> Option<Duration> {
+    if let Some(plain) = seconds(text, 1.0) {
+        return Some(plain);
+    }
+    let mut rest = text;
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&end| end > 0)?;
+        let value = number(&rest[..digits])?;
+        rest = &rest[digits..];
+        let (unit, length) = [
+            ("h", 3600.0),
+            ("ms", 1e-3),
+            ("m", 60.0),
+            ("s", 1.0),
+            ("µs", 1e-6),
+            ("us", 1e-6),
+            ("ns", 1e-9),
+        ]
+        .into_iter()
+        .find(|(unit, _)| rest.starts_with(unit))
+        .map(|(unit, scale)| (scale, unit.len()))?;
+        total += value * unit;
+        rest = &rest[length..];
+    }
+    (!text.is_empty()).then(|| clamped(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        super::super::http::headers(pairs.iter().copied()).unwrap()
+    }
+
+    /// 2026-01-01T00:00:00Z.
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600)
+    }
+
+    #[track_caller]
+    fn asks(pairs: &[(&str, &str)], expected: Option<Duration>) {
+        assert_eq!(retry_after(&map(pairs), now()), expected, "{pairs:?}");
+    }
+
+    #[test]
+    fn retry_after_reads_every_form_and_refuses_nonsense() {
+        let ms = Duration::from_millis;
+        asks(&[("retry-after-ms", "250")], Some(ms(250)));
+        asks(&[("retry-after", "1.5")], Some(ms(1500)));
+        asks(&[("retry-after", " 2 ")], Some(ms(2000)));
+        asks(
+            &[("retry-after-ms", "20"), ("retry-after", "9")],
+            Some(ms(20)),
+        );
+        // A bad `retry-after-ms` falls back to `Retry-After`, as the SDKs do.
+        asks(
+            &[("retry-after-ms", "nan"), ("retry-after", "3")],
+            Some(ms(3000)),
+        );
+        for nonsense in ["inf", "-inf", "NaN", "-5", "soon", "", "0x10", "1,5"] {
+            asks(&[("retry-after", nonsense)], None);
+            asks(&[("retry-after-ms", nonsense)], None);
+        }
+        for huge in ["1e20", "999999", "1e308", "18446744073709551616"] {
+            asks(&[("retry-after", huge)], Some(LONGEST));
+        }
+        asks(&[("retry-after-ms", "1e30")], Some(LONGEST));
+        asks(&[], None);
+    }
+
+    #[test]
+    fn retry_after_dates_in_all_three_http_forms() {
+        for date in [
+            "Thu, 01 Jan 2026 00:00:30 GMT",
+            "Thursday, 01-Jan-26 00:00:30 GMT",
+            "Thu Jan  1 00:00:30 2026",
+        ] {
+            asks(&[("retry-after", date)], Some(Duration::from_secs(30)));
+        }
+        asks(
+            &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")],
+            Some(Duration::ZERO),
+        );
+        asks(
+            &[("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT")],
+            Some(LONGEST),
+        );
+        asks(&[("retry-after", "Thu, 32 Jan 2026 00:00:30 GMT")], None);
+    }
+
+    #[test]
+    fn go_durations_as_openai_sends_them() {
+        let ms = Duration::from_millis;
+        for (text, expected) in [
+            ("1s", Some(ms(1000))),
+            ("6m0s", Some(ms(360_000))),
+            ("250ms", Some(ms(250))),
+            ("1.5s", Some(ms(1500))),
+            ("1h2m3s", Some(ms(3_723_000))),
+            ("9ms", Some(ms(9))),
+            ("1500us", Some(ms(1) + Duration::from_micros(500))),
+            ("2", Some(ms(2000))),
+            ("99999999999999999999h", Some(LONGEST)),
+            ("inf", None),
+            ("-1s", None),
+            ("NaN", None),
+            ("soon", None),
+            ("1x", None),
+            ("s", None),
+            ("", None),
+            ("1.2.3s", None),
+        ] {
+            assert_eq!(go_duration(text), expected, "{text}");
+        }
+    }
+
+    #[track_caller]
+    fn spent(pairs: &[(&str, &str)], expected: Option<Duration>) {
+        assert_eq!(
+            spent_window_reset(&map(pairs), now()),
+            expected,
+            "{pairs:?}"
+        );
+    }
+
+    #[test]
+    fn openai_windows_nearly_spent_wait_for_their_reset() {
+        spent(
+            &[
+                ("x-ratelimit-limit-requests", "1000"),
+                ("x-ratelimit-remaining-requests", "10"),
+                ("x-ratelimit-reset-requests", "1.5s"),
+            ],
+            Some(Duration::from_millis(1500)),
+        );
+        spent(
+            &[
+                ("x-ratelimit-limit-requests", "1000"),
+                ("x-ratelimit-remaining-requests", "999"),
+                ("x-ratelimit-reset-requests", "1.5s"),
+            ],
+            None,
+        );
+        // The latest reset of the spent windows.
+        spent(
+            &[
+                ("x-ratelimit-limit-requests", "1000"),
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "1s"),
+                ("x-ratelimit-limit-tokens", "1000"),
+                ("x-ratelimit-remaining-tokens", "1"),
+                ("x-ratelimit-reset-tokens", "6m0s"),
+            ],
+            Some(Duration::from_secs(360)),
+        );
+        for (reset, expected) in [
+            ("1e20", LONGEST),
+            ("inf", UNKNOWN_RESET),
+            ("1e20s", UNKNOWN_RESET),
+            ("NaN", UNKNOWN_RESET),
+            ("-1s", UNKNOWN_RESET),
+            ("soon", UNKNOWN_RESET),
+        ] {
+            spent(
+                &[
+                    ("x-ratelimit-limit-tokens", "100"),
+                    ("x-ratelimit-remaining-tokens", "0"),
+                    ("x-ratelimit-reset-tokens", reset),
+                ],
+                Some(expected),
+            );
+        }
+        // Counts that are not counts are no window at all.
+        for (limit, remaining) in [("inf", "0"), ("0", "0"), ("NaN", "0"), ("100", "-1")] {
+            spent(
+                &[
+                    ("x-ratelimit-limit-requests", limit),
+                    ("x-ratelimit-remaining-requests", remaining),
+                ],
+                None,
+            );
+        }
+    }
+
+    #[test]
+    fn anthropic_windows_nearly_spent_wait_for_their_reset() {
+        for family in ["requests", "tokens", "input-tokens", "output-tokens"] {
+            let name = |part: &str| format!("anthropic-ratelimit-{family}-{part}");
+            let (limit, remaining, reset) = (name("limit"), name("remaining"), name("reset"));
+            let headers = |left: &str, at: &str| {
+                map(&[
+                    (limit.as_str(), "50"),
+                    (remaining.as_str(), left),
+                    (reset.as_str(), at),
+                ])
+            };
+            let wait = |left: &str, at: &str| spent_window_reset(&headers(left, at), now());
+            assert_eq!(
+                wait("1", "2026-01-01T00:00:02Z"),
+                Some(Duration::from_secs(2)),
+                "{family}"
+            );
+            assert_eq!(
+                wait("0", "2026-01-01T00:00:00.250Z"),
+                Some(Duration::from_millis(250))
+            );
+            assert_eq!(
+                wait("0", "2026-01-01T01:00:00+01:00"),
+                Some(Duration::ZERO),
+                "a reset that has passed"
+            );
+            assert_eq!(wait("0", "9999-12-31T23:59:59Z"), Some(LONGEST));
+            assert_eq!(wait("0", "tomorrow"), Some(UNKNOWN_RESET));
+            assert_eq!(wait("49", "2026-01-01T00:00:02Z"), None, "room left");
+        }
+    }
+}
