@@ -163,6 +163,7 @@ impl Tactic {
                 replacement: None,
                 dry_run: None,
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -180,6 +181,7 @@ impl Tactic {
                 replacement: Some(provider),
                 dry_run: None,
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -199,6 +201,7 @@ impl Tactic {
                 replacement: None,
                 dry_run: Some(log),
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -213,8 +216,18 @@ impl Tactic {
         let dry_run = builder.dry_run.clone();
         let mut stack = builder.stack.clone();
         stack.push(canonical(&config.path));
+        // Tools never see a key any tactic of the run reads (issue 12); a
+        // sub-tactic's tools hide its parents' `api_key_env` names too.
+        let mut hidden_variables = builder.hidden_variables.clone();
+        hidden_variables.extend(
+            config
+                .providers
+                .values()
+                .filter_map(|provider| provider.api_key_env.clone()),
+        );
         let builder = Builder {
             stack,
+            hidden_variables,
             replacement: replacement.clone(),
             dry_run: dry_run.clone(),
             ..*builder
@@ -228,7 +241,7 @@ impl Tactic {
             Registry::empty()
         };
 
-        let toolbox = build_toolbox(&config, &mut problems);
+        let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let providers =
             problems
                 .take(Providers::new(&config.providers, env))
@@ -352,7 +365,8 @@ impl Tactic {
             .collect();
         let runtime = Arc::new(Runtime {
             toolbox,
-            mcp: McpServers::new(config.mcp_servers.clone(), other_tools),
+            mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
+                .hide_variables(builder.hidden_variables.clone()),
             prices,
             price_warnings: UnknownPriceWarnings::default(),
         });
@@ -609,7 +623,7 @@ fn collect_templates<'a>(nodes: &'a [Node], templates: &mut Vec<&'a Prompt>) {
     }
 }
 
-fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
+fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Problems) -> Toolbox {
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
@@ -624,13 +638,16 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
             description: tool.description.clone(),
             parameters: tool.parameters.clone(),
         };
-        toolbox.insert(Arc::new(CommandTool::new(
-            spec,
-            tool.command.clone(),
-            Duration::from_secs_f64(tool.timeout_s.max(0.001)),
-            tool.cwd.clone(),
-            tool.env.clone(),
-        )));
+        toolbox.insert(Arc::new(
+            CommandTool::new(
+                spec,
+                tool.command.clone(),
+                Duration::from_secs_f64(tool.timeout_s.max(0.001)),
+                tool.cwd.clone(),
+                tool.env.clone(),
+            )
+            .hide_variables(hidden.iter().cloned()),
+        ));
     }
     for builtin in &config.builtin_tools {
         if toolbox.contains(&builtin.name) {
@@ -656,6 +673,8 @@ struct Builder<'a> {
     dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
     /// The tactic files being built, outermost first (to find cycles).
     stack: Vec<PathBuf>,
+    /// The `api_key_env` names of those tactics: no tool inherits them.
+    hidden_variables: Vec<String>,
 }
 
 fn canonical(path: &Path) -> PathBuf {
