@@ -6,7 +6,7 @@
 
 mod parser;
 mod registry;
-mod render;
+pub(crate) mod render;
 
 use std::collections::BTreeSet;
 
@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 pub use parser::{JsonParser, ParseFailure, Parser, TagParser};
 pub use registry::Registry;
-pub use render::Renderer;
+pub use render::{OUT_OF_FUEL, RENDER_FUEL, Renderer};
 
 use render::Compiled;
 
@@ -42,6 +42,10 @@ pub enum Error {
     Render { prompt: String, message: String },
     #[error("unknown prompt `{key}`{hint}")]
     UnknownPrompt { key: String, hint: String },
+    /// The key's file exists but failed to load (its problem is reported by
+    /// `Registry::load_all`).
+    #[error("prompt `{key}` could not be loaded")]
+    Broken { key: String },
     #[error("{path}: {message}")]
     File { path: String, message: String },
     #[error("prompt `{path}`: {message}")]

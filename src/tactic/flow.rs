@@ -753,9 +753,7 @@ impl Condition {
                 format!(
                     "`{}`: {}",
                     self.source,
-                    error
-                        .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
+                    crate::prompt::render::error_text(&error)
                 )
             })?;
         serde_json::to_value(&value).map_err(|error| format!("`{}`: {error}", self.source))
@@ -773,9 +771,7 @@ impl Condition {
                 format!(
                     "`{}`: {}",
                     self.source,
-                    error
-                        .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
+                    crate::prompt::render::error_text(&error)
                 )
             })?;
         Ok(value.is_true())
@@ -783,7 +779,5 @@ impl Condition {
 }
 
 fn condition_environment() -> minijinja::Environment<'static> {
-    let mut environment = minijinja::Environment::new();
-    environment.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    environment
+    crate::prompt::render::environment()
 }

@@ -234,9 +234,12 @@ impl Tactic {
         };
         let mut problems = Problems(Vec::new());
         let registry = if config.prompts_dir.is_dir() {
-            problems
-                .take(Registry::load(&config.prompts_dir))
-                .unwrap_or_else(Registry::empty)
+            // Every bad prompt file at once; the good ones stay usable.
+            let (registry, load_problems) = Registry::load_all(&config.prompts_dir);
+            for problem in load_problems {
+                problems.push(problem);
+            }
+            registry
         } else {
             Registry::empty()
         };
@@ -255,13 +258,12 @@ impl Tactic {
         let mut agents = IndexMap::new();
         for agent in &config.agents {
             let system_prompt = match &agent.system_prompt {
-                SystemPrompt::Key(key) => problems
-                    .take(
-                        registry
-                            .get(key)
-                            .map_err(|error| format!("agent `{}`: {error}", agent.name)),
-                    )
-                    .map(|prompt| Arc::new(prompt.clone())),
+                SystemPrompt::Key(key) => lookup(
+                    &registry,
+                    key,
+                    &format!("agent `{}`", agent.name),
+                    &mut problems,
+                ),
                 SystemPrompt::Inline(text) => {
                     let key = format!("{}/system (inline)", agent.name);
                     problems.take(Prompt::new(key, text.clone())).map(Arc::new)
@@ -549,6 +551,24 @@ impl Tactic {
         interrupt: impl std::future::Future<Output = ()>,
     ) -> SessionRecord {
         flow::run(self, task, sink, interrupt).await
+    }
+}
+
+/// The prompt `key` of the registry, for `who`. A key whose file failed to
+/// load was reported with the file's problem; it is not reported again.
+fn lookup(
+    registry: &Registry,
+    key: &str,
+    who: &str,
+    problems: &mut Problems,
+) -> Option<Arc<Prompt>> {
+    match registry.get(key) {
+        Ok(prompt) => Some(Arc::new(prompt.clone())),
+        Err(crate::prompt::Error::Broken { .. }) => None,
+        Err(error) => {
+            problems.push(format!("{who}: {error}"));
+            None
+        }
     }
 }
 
@@ -847,13 +867,9 @@ fn build_nodes(
             FlowItem::Step(step) => step,
         };
         let prompt = match &step.input {
-            StepInput::Prompt(key) => problems
-                .take(
-                    registry
-                        .get(key)
-                        .map_err(|error| format!("step `{}`: {error}", step.name)),
-                )
-                .map(|prompt| Arc::new(prompt.clone())),
+            StepInput::Prompt(key) => {
+                lookup(registry, key, &format!("step `{}`", step.name), problems)
+            }
             StepInput::Text(text) => problems
                 .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
                 .map(Arc::new),
