@@ -1022,7 +1022,8 @@ flow:
 
     std::fs::write(test.path("t.yaml"), "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - parallel: {foreach: \"task\"}\n    steps:\n      - {step: s, agent: a, text: x}\n").unwrap();
     let output = test.run(&["run", "t.yaml", "--task", "not a list", "--no-record"]);
-    output.expect_code(1);
+    // Known from the task alone: bad input, found before anything is sent.
+    output.expect_code(2);
     assert!(
         output.stderr.contains("`task` is not a list"),
         "{}",

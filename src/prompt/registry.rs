@@ -353,14 +353,42 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
     }
     if let Some(handler) = front.get("handler") {
         prompt.handler = handler_texts(handler, renderer).map_err(invalid)?;
-        for text in [
-            &prompt.handler.exception,
-            &prompt.handler.interrupt,
-            &prompt.handler.interrupt_final,
-        ] {
-            prompt
+        // Each handler text sees one value (or none); it is rendered with a
+        // sample of it now, so a text that cannot render is reported before
+        // anything is sent, not when a repair or a tool result needs it.
+        let handlers = [
+            (
+                "exception",
+                &prompt.handler.exception,
+                Some("error_message"),
+            ),
+            ("interrupt", &prompt.handler.interrupt, Some("call_results")),
+            ("interrupt_final", &prompt.handler.interrupt_final, None),
+        ];
+        for (name, text, sees) in handlers {
+            let handler = prompt
                 .with_template(text.clone())
-                .map_err(|error| invalid(format!("`handler`: {error}")))?;
+                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
+            let unknown: Vec<String> = handler
+                .template_vars()
+                .iter()
+                .filter(|variable| Some(variable.as_str()) != sees)
+                .map(|variable| format!("`{variable}`"))
+                .collect();
+            if !unknown.is_empty() {
+                let seen = sees.map_or("nothing".to_string(), |sees| format!("only `{sees}`"));
+                return Err(invalid(format!(
+                    "`handler.{name}` needs {}, but it sees {seen}",
+                    unknown.join(", ")
+                )));
+            }
+            let mut sample = Map::new();
+            if let Some(sees) = sees {
+                sample.insert(sees.to_string(), Value::String("…".into()));
+            }
+            handler
+                .render(&sample)
+                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
         }
     }
     Ok(prompt)

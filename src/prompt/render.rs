@@ -85,11 +85,20 @@ pub(crate) fn error_text(error: &minijinja::Error) -> String {
         .map_or_else(|| error.to_string(), str::to_string)
 }
 
-/// Compiles `template`; `Err` carries the message and, when known, the line.
+/// What compiling a template found: the top-level names it needs and the
+/// attributes it reads on them (`draft.content` → (`draft`, `content`)).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Needs {
+    pub variables: BTreeSet<String>,
+    pub attributes: BTreeSet<(String, String)>,
+}
+
+/// Compiles `template` and checks it (`check.rs`); `Err` carries the message
+/// (every problem, `; `-separated) and, when known, the line of the first.
 pub(crate) fn compile(
     template: &str,
     renderer: Renderer,
-) -> Result<(Compiled, BTreeSet<String>), (String, Option<usize>)> {
+) -> Result<(Compiled, Needs), (String, Option<usize>)> {
     match renderer {
         Renderer::Jinja => {
             let mut environment = environment();
@@ -101,29 +110,45 @@ pub(crate) fn compile(
                         error.line(),
                     )
                 })?;
-            let variables = environment
-                .get_template(TEMPLATE_NAME)
-                .map(|compiled| compiled.undeclared_variables(false).into_iter().collect())
-                .unwrap_or_default();
+            let analysis = super::check::template(template).map_err(|error| {
+                (
+                    error.detail().unwrap_or("syntax error").to_string(),
+                    error.line(),
+                )
+            })?;
+            if let Some((_, line)) = analysis.problems.first() {
+                let messages: Vec<&str> = analysis
+                    .problems
+                    .iter()
+                    .map(|(message, _)| message.as_str())
+                    .collect();
+                return Err((messages.join("; "), Some(*line).filter(|line| *line > 0)));
+            }
+            let needs = Needs {
+                variables: analysis.required,
+                attributes: analysis.attributes,
+            };
             let compiled = Compiled::Jinja(Arc::new(environment));
             if !template.contains('{') {
                 // No expression, statement or comment: every render gives the
                 // same text (minijinja's own, trailing-newline rule included).
                 let text = render(&compiled, &Map::new()).map_err(|message| (message, None))?;
-                return Ok((Compiled::Text(text.into()), variables));
+                return Ok((Compiled::Text(text.into()), needs));
             }
-            Ok((compiled, variables))
+            Ok((compiled, needs))
         }
         Renderer::Format => {
             let segments = parse_format(template).map_err(|message| (message, None))?;
-            let variables = segments
-                .iter()
-                .filter_map(|segment| match segment {
-                    Segment::Field { name, .. } => Some(name.clone()),
-                    Segment::Literal(_) => None,
-                })
-                .collect();
-            Ok((Compiled::Format(Arc::new(segments)), variables))
+            let mut needs = Needs::default();
+            for segment in &segments {
+                if let Segment::Field { name, path } = segment {
+                    needs.variables.insert(name.clone());
+                    if let Some(Accessor::Key(key)) = path.first() {
+                        needs.attributes.insert((name.clone(), key.clone()));
+                    }
+                }
+            }
+            Ok((Compiled::Format(Arc::new(segments)), needs))
         }
     }
 }
@@ -280,7 +305,8 @@ mod tests {
 
     #[track_caller]
     fn vars_case(template: &str, renderer: Renderer, expected: &[&str]) {
-        let (_, variables) = compile(template, renderer).unwrap();
+        let (_, needs) = compile(template, renderer).unwrap();
+        let variables = needs.variables;
         let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
         assert_eq!(variables, expected, "{template}");
     }

@@ -6,7 +6,9 @@
 //! never sends a request for a tactic that cannot finish. `Tactic::run` never
 //! fails: a failed run is a record in state `failure` (STYLE 8).
 
+mod check;
 mod flow;
+mod load;
 pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +30,7 @@ use crate::provider::registry::Providers;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
 pub use flow::INTERRUPTED;
+pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
 
 /// Everything wrong with a tactic, one problem per line.
@@ -123,20 +126,56 @@ pub struct Tactic {
     pub(crate) recorded_prompts: record::SharedJson,
 }
 
-/// Problems are collected, not returned at the first one: the user sees them all.
-struct Problems(Vec<String>);
+/// Problems are collected, not returned at the first one: the user sees them
+/// all. Each is marked as about prompts and templates (`push`, `take`) or
+/// about the rest of the tactic (`push_other`, `take_other`): when the config
+/// itself has problems, only the first kind is worth adding to them (the rest
+/// may be their consequences, like a tool the config dropped).
+#[derive(Default)]
+struct Problems {
+    lines: Vec<String>,
+    /// Indexes of the lines that are not about prompts and templates.
+    others: Vec<usize>,
+}
 
 impl Problems {
-    /// Adds a problem once (two agents on one unusable model make one line).
+    /// Adds a problem about prompts or templates once (two agents on one
+    /// unusable prompt make one line).
     fn push(&mut self, problem: impl std::fmt::Display) {
         let problem = problem.to_string();
-        if !self.0.contains(&problem) {
-            self.0.push(problem);
+        if !self.lines.contains(&problem) {
+            self.lines.push(problem);
+        }
+    }
+
+    /// Adds a problem about anything else (providers, tools, servers).
+    fn push_other(&mut self, problem: impl std::fmt::Display) {
+        let problem = problem.to_string();
+        if !self.lines.contains(&problem) {
+            self.others.push(self.lines.len());
+            self.lines.push(problem);
         }
     }
 
     fn take<T, E: std::fmt::Display>(&mut self, result: std::result::Result<T, E>) -> Option<T> {
         result.map_err(|error| self.push(error)).ok()
+    }
+
+    fn take_other<T, E: std::fmt::Display>(
+        &mut self,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result.map_err(|error| self.push_other(error)).ok()
+    }
+
+    /// The problems about prompts and templates only.
+    fn of_templates(self) -> Vec<String> {
+        self.lines
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !self.others.contains(index))
+            .map(|(_, line)| line)
+            .collect()
     }
 }
 
@@ -207,6 +246,20 @@ impl Tactic {
     }
 
     fn build_inner(config: TacticConfig, builder: &Builder<'_>) -> Result<Tactic> {
+        let (tactic, problems) = Tactic::assemble(config, builder);
+        if problems.lines.is_empty() {
+            Ok(tactic)
+        } else {
+            Err(Error {
+                problems: problems.lines,
+            })
+        }
+    }
+
+    /// Builds what `config` allows, with every problem found on the way. The
+    /// tactic is only fit to run without problems; with them it still holds
+    /// every template that compiled, for the checks of a later phase.
+    fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
         let Builder {
             env,
             context_managers,
@@ -232,7 +285,7 @@ impl Tactic {
             dry_run: dry_run.clone(),
             ..*builder
         };
-        let mut problems = Problems(Vec::new());
+        let mut problems = Problems::default();
         let registry = if config.prompts_dir.is_dir() {
             // Every bad prompt file at once; the good ones stay usable.
             let (registry, load_problems) = Registry::load_all(&config.prompts_dir);
@@ -245,14 +298,13 @@ impl Tactic {
         };
 
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
-        let providers =
-            problems
-                .take(Providers::new(&config.providers, env))
-                .map(|providers| match (replacement, dry_run) {
-                    (Some(provider), _) => providers.serve_all_with(provider),
-                    (None, Some(log)) => providers.dry_run(log),
-                    (None, None) => providers,
-                });
+        let providers = problems
+            .take_other(Providers::new(&config.providers, env))
+            .map(|providers| match (replacement, dry_run) {
+                (Some(provider), _) => providers.serve_all_with(provider),
+                (None, Some(log)) => providers.dry_run(log),
+                (None, None) => providers,
+            });
         let mut prompts = BTreeMap::new();
 
         let mut agents = IndexMap::new();
@@ -271,7 +323,7 @@ impl Tactic {
             };
             let model = providers
                 .as_ref()
-                .and_then(|providers| problems.take(providers.resolve(&agent.model_name)));
+                .and_then(|providers| problems.take_other(providers.resolve(&agent.model_name)));
             for server in &agent.mcp_servers {
                 check_server(
                     &config,
@@ -282,7 +334,7 @@ impl Tactic {
             }
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
-                    problems.push(format!(
+                    problems.push_other(format!(
                         "agent `{}` names tool `{tool}`, which is not defined under `tools:`{}",
                         agent.name,
                         crate::suggest::hint(tool, toolbox.names())
@@ -291,7 +343,7 @@ impl Tactic {
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take(context_managers.build(&ContextSettings {
+                problems.take_other(context_managers.build(&ContextSettings {
                     kind: settings.kind.clone(),
                     model_provider: provider.to_string(),
                     model: model.to_string(),
@@ -338,18 +390,12 @@ impl Tactic {
                 .map(Arc::new)
         });
 
-        if !problems.0.is_empty() {
-            return Err(Error {
-                problems: problems.0,
-            });
-        }
         let prices = match &config.pricing {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
                 Ok(table) => Arc::new(table),
                 Err(error) => {
-                    return Err(Error {
-                        problems: vec![format!("`pricing`: {error}")],
-                    });
+                    problems.push_other(format!("`pricing`: {error}"));
+                    Arc::new(ModelTable::bundled().clone())
                 }
             },
             None => Arc::new(ModelTable::bundled().clone()),
@@ -392,13 +438,13 @@ impl Tactic {
             nodes,
             result,
         };
-        Ok(tactic)
+        (tactic, problems)
     }
 
     /// Checks that every template the flow reaches has its variables, given the
     /// task argument names. All problems at once.
     pub fn check(&self, arg_names: &BTreeSet<String>) -> Result<()> {
-        let problems = flow::check_variables(self, arg_names);
+        let problems = check::check_variables(self, arg_names);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -461,39 +507,18 @@ impl Tactic {
         &self.runtime.mcp
     }
 
-    /// Pre-flight of one task (`lllm batch`): `check` with its argument names,
-    /// then every template that needs nothing but the task (system prompts,
-    /// step arguments and prompts naming no earlier step, `result`) is rendered
-    /// with the task's values, so a template that fails on them (an attribute
-    /// the value lacks, a filter on the wrong type) is reported before anything
-    /// is sent. Templates that need a step's output cannot be rendered yet.
+    /// Pre-flight of one task: `check` with its argument names, then every
+    /// template and expression that needs nothing but the task is rendered
+    /// with the task's values, in flow order, so a template that fails on them
+    /// (an attribute the value lacks, a filter on the wrong type) is reported
+    /// before anything is sent. Templates that need a step's output cannot be
+    /// rendered yet. All problems of both at once.
     pub fn check_task(&self, task: &TaskInput) -> Result<()> {
         let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
-        self.check(&arg_names)?;
-        let mut templates: Vec<&Prompt> = self
-            .agents
-            .values()
-            .map(|agent| agent.system_prompt.as_ref())
-            .collect();
-        collect_templates(&self.nodes, &mut templates);
-        templates.extend(self.result.as_deref());
-        // Templates without variables need no context (often all of them).
-        let needs_context = templates
-            .iter()
-            .any(|template| !template.template_vars().is_empty());
-        let context = if needs_context {
-            flow::base_context(task)
-        } else {
-            Map::new()
-        };
-        let mut problems = Vec::new();
-        for template in templates {
-            let ready = template
-                .template_vars()
-                .iter()
-                .all(|name| context.contains_key(name));
-            if ready && let Err(error) = template.render(&context) {
-                problems.push(error.to_string());
+        let mut problems = check::check_variables(self, &arg_names);
+        for problem in check::trial(self, task) {
+            if !problems.contains(&problem) {
+                problems.push(problem);
             }
         }
         if problems.is_empty() {
@@ -586,7 +611,7 @@ fn check_prompt_tools(
 ) {
     for tool in &prompt.tools {
         if !toolbox.contains(tool) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "prompt `{}` names tool `{tool}`, which is not defined under `tools:`{}",
                 prompt.path,
                 crate::suggest::hint(tool, toolbox.names())
@@ -606,40 +631,10 @@ fn check_prompt_tools(
 fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
     let names = config.mcp_servers.iter().map(|server| server.name.as_str());
     if !names.clone().any(|name| name == server) {
-        problems.push(format!(
+        problems.push_other(format!(
             "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
             crate::suggest::hint(server, names)
         ));
-    }
-}
-
-/// Every template of the flow's steps: argument templates, then the prompt
-/// (for a sub-tactic step, its `task`).
-fn collect_templates<'a>(nodes: &'a [Node], templates: &mut Vec<&'a Prompt>) {
-    for node in nodes {
-        match node {
-            Node::Step(step) => {
-                for (_, value) in &step.args {
-                    if let ArgValue::Template(template) = value {
-                        templates.push(template);
-                    }
-                }
-                templates.push(&step.prompt);
-            }
-            // A sub-tactic's own templates see its task, rendered later; here
-            // only the step's `task` and `args` templates.
-            Node::Tactic(step) => {
-                for (_, value) in &step.args {
-                    if let ArgValue::Template(template) = value {
-                        templates.push(template);
-                    }
-                }
-                templates.extend(step.task.as_deref());
-            }
-            Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => {
-                collect_templates(nodes, templates)
-            }
-        }
     }
 }
 
@@ -647,7 +642,7 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
@@ -671,13 +666,14 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     }
     for builtin in &config.builtin_tools {
         if toolbox.contains(&builtin.name) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "tool `{}` is both under `tools:` and `builtin_tools:`",
                 builtin.name
             ));
             continue;
         }
-        if let Some(tool) = problems.take(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
+        if let Some(tool) =
+            problems.take_other(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
         {
             toolbox.insert(Arc::new(tool));
         }
@@ -686,7 +682,7 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
 }
 
 /// What building a tactic passes on to the tactics its steps run.
-struct Builder<'a> {
+pub(super) struct Builder<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
     context_managers: &'a ContextManagers,
     replacement: Option<Arc<dyn crate::provider::Provider>>,
@@ -710,6 +706,15 @@ fn build_sub_tactic(
     problems: &mut Problems,
 ) -> Option<SubStep> {
     let place = format!("step `{}` (tactic `{}`)", step.name, step.path.display());
+    // The step's own templates are checked whatever becomes of the tactic
+    // it runs, so their problems are listed with the tactic's.
+    let task = step.task.as_ref().and_then(|text| {
+        problems
+            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
+            .map(Arc::new)
+    });
+    let args = template_args(&step.name, &step.args, problems);
+    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
     let path = canonical(&step.path);
     if builder.stack.contains(&path) {
         let mut chain: Vec<String> = builder
@@ -724,25 +729,18 @@ fn build_sub_tactic(
         ));
         return None;
     }
-    let mut config = match crate::config::load(&step.path) {
-        Ok(config) => config,
-        Err(error) => {
-            for line in error.to_string().lines() {
-                problems.push(format!("{place}: {line}"));
-            }
-            return None;
+    let adjust = |config: &mut TacticConfig| {
+        for warning in &config.warnings {
+            crate::report::warn(&format!("{place}: {warning}"));
+        }
+        if let Some(model) = &parent.model_override {
+            config.override_model(model);
+        }
+        if let Some(prices) = &parent.price_overrides {
+            config.override_prices(prices.clone());
         }
     };
-    for warning in &config.warnings {
-        crate::report::warn(&format!("{place}: {warning}"));
-    }
-    if let Some(model) = &parent.model_override {
-        config.override_model(model);
-    }
-    if let Some(prices) = &parent.price_overrides {
-        config.override_prices(prices.clone());
-    }
-    let tactic = match Tactic::build_inner(config, builder) {
+    let tactic = match load::load_config(&step.path, adjust, builder, None) {
         Ok(tactic) => tactic,
         Err(error) => {
             for problem in error.problems {
@@ -751,13 +749,6 @@ fn build_sub_tactic(
             return None;
         }
     };
-    let task = step.task.as_ref().and_then(|text| {
-        problems
-            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
-            .map(Arc::new)
-    });
-    let args = template_args(&step.name, &step.args, problems);
-    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
     Some(SubStep {
         name: step.name.clone(),
         tactic: Arc::new(tactic),
@@ -795,14 +786,16 @@ fn template_args(
     let mut args = Vec::new();
     for (name, value) in values {
         let value = match value {
+            // A template that does not compile is reported here; its name
+            // stays, so the step's prompt is not also said to lack it.
             Value::String(text) => problems
                 .take(Prompt::new(format!("{step}.args.{name}"), text.clone()))
-                .map(|prompt| ArgValue::Template(Arc::new(prompt))),
-            other => Some(ArgValue::Literal(other.clone())),
+                .map_or(ArgValue::Literal(Value::Null), |prompt| {
+                    ArgValue::Template(Arc::new(prompt))
+                }),
+            other => ArgValue::Literal(other.clone()),
         };
-        if let Some(value) = value {
-            args.push((name.clone(), value));
-        }
+        args.push((name.clone(), value));
     }
     args
 }
