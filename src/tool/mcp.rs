@@ -431,7 +431,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_server_starts_answers_and_shuts_down() {
-        let servers = McpServers::new(vec![config(&[], 10.0)], Vec::new());
+        let servers = McpServers::new(vec![config(&[], 60.0)], Vec::new());
         assert!(
             servers.tools_of("calc").is_empty(),
             "nothing before the start"
@@ -481,7 +481,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_server_that_ignores_eof_is_terminated() {
-        let servers = McpServers::new(vec![config(&["--ignore-eof"], 10.0)], Vec::new());
+        let servers = McpServers::new(vec![config(&["--ignore-eof"], 60.0)], Vec::new());
         servers.start().await.unwrap();
         let pid = servers.servers()[0].pid();
         let started = std::time::Instant::now();

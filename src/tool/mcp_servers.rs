@@ -158,11 +158,11 @@ mod tests {
 
     #[tokio::test]
     async fn clashing_names_and_failed_starts_leave_nothing_running() {
-        let mut broken = config(&[], 10.0);
+        let mut broken = config(&[], 60.0);
         broken.name = "broken".into();
         broken.command = vec!["/nonexistent/mcp-server".into()];
         let dir = tempfile::tempdir().unwrap();
-        let mut calc = config(&["--pid-file", "pid.txt"], 10.0);
+        let mut calc = config(&["--pid-file", "pid.txt"], 60.0);
         calc.cwd = dir.path().to_path_buf();
         let others = vec![
             ("shout".into(), "tools:"),
