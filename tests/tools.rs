@@ -145,3 +145,64 @@ fn mcp_servers_start_without_the_keys_lllm_reads() {
     assert_eq!(passing["ANTHROPIC_AUTH_TOKEN"], "anthropic-token-secret");
     assert!(!passing.contains_key("OPENAI_API_KEY"));
 }
+
+/// Whether process `pid`, started as `program`, has ended: gone, a zombie its
+/// reaper has not collected yet, or its id taken by another program.
+#[cfg(unix)]
+fn ended(pid: u32, program: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
+    let command_line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    state.starts_with('Z') || !String::from_utf8_lossy(&command_line).contains(program)
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_ends_a_running_tool_and_everything_it_started() {
+    use std::time::{Duration, Instant};
+    let tactic = r#"global: {model_name: mock/script}
+agent_configs:
+  - name: a
+    tools: [slow]
+providers:
+  mock: {script: replies.yaml}
+tools:
+  - name: slow
+    command: [sh, -c, "sleep 987656 & echo \"$$ $!\" > pids.tmp && mv pids.tmp pids; wait"]
+    timeout_s: 3600
+"#;
+    let replies = "replies:\n  - tool_calls: [{name: slow, arguments: {}}]\n  - text: done\n";
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("replies.yaml", replies);
+    let child = test.spawn(&["run", "t.yaml", "--task", "go", "--no-record"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pids = loop {
+        if let Ok(text) = std::fs::read_to_string(test.path("pids")) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the tool did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = common::Output::of(child.wait_with_output().unwrap());
+    output.expect_code(130);
+    let (shell, sleeper) = pids.trim().split_once(' ').unwrap();
+    for (pid, program) in [(shell, "sh"), (sleeper, "987656")] {
+        let pid: u32 = pid.parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ended(pid, program) {
+            assert!(
+                Instant::now() < deadline,
+                "`{program}` ({pid}) outlived lllm"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
