@@ -2,9 +2,11 @@
 //! per task into a session record.
 //!
 //! `Tactic::build` does everything that can fail on bad input — prompt lookup,
-//! provider resolution, tools, context managers, template variables — so a run
-//! never sends a request for a tactic that cannot finish. `Tactic::run` never
-//! fails: a failed run is a record in state `failure` (STYLE 8).
+//! provider resolution, tools, context managers, template checks — and
+//! `check_task` what needs the task (`check.rs`), so a run never sends a
+//! request for a tactic that cannot finish; `load` (`load.rs`) does all of it
+//! from a file, every phase's problems at once. `Tactic::run` never fails: a
+//! failed run is a record in state `failure` (STYLE 8).
 
 mod check;
 mod flow;
