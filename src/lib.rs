@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod dialog;
 pub mod error;
+mod file;
 pub mod json;
 pub mod mock;
 pub mod output;

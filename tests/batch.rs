@@ -13,6 +13,16 @@ use serde_json::{Value, json};
 
 /// A one-agent tactic on an OpenAI-compatible mock server, priced at $1 per
 /// million input tokens and $2 per million output tokens.
+/// A mock script that echoes `count` requests and holds every later one
+/// (no answer until the client gives up), so a test can stop a run in its
+/// middle without racing it.
+fn answers_then_hold(count: usize) -> String {
+    format!(
+        "replies:\n{}default: {{fault: timeout}}\n",
+        "  - {echo: true}\n".repeat(count)
+    )
+}
+
 fn tactic(base_url: &str) -> String {
     format!(
         r#"tactic_type: test
@@ -209,7 +219,9 @@ fn several_threads_run_the_same_batch_and_zero_is_refused() {
 #[test]
 fn resume_after_a_kill_finishes_every_task_exactly_once() {
     let test = Test::new();
-    let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");
+    // Twenty answers, then requests are held: the kill always lands in the
+    // middle of the run, however fast or slow the machine is.
+    let server = MockServer::start(test.dir.path(), &answers_then_hold(20));
     let test = test
         .file("t.yaml", &tactic(&server.base_url()))
         .file("tasks.jsonl", &task_lines(200, |_| ""));
@@ -240,6 +252,10 @@ fn resume_after_a_kill_finishes_every_task_exactly_once() {
     torn.push_str("{\"id\": \"t199\", \"sta");
     std::fs::write(test.path("out/results.jsonl"), torn).unwrap();
 
+    // The rest is answered by a server that holds nothing.
+    let held = server.requests().len();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    std::fs::write(test.path("t.yaml"), tactic(&server.base_url())).unwrap();
     let output = test.run(&[&args[..], &["--resume"]].concat());
     output.expect_code(0);
     assert!(
@@ -252,7 +268,7 @@ fn resume_after_a_kill_finishes_every_task_exactly_once() {
     assert_eq!(states(&results)["success"], 200);
     // Only tasks in flight at the kill (4), or finished but not yet written
     // (a few), may have been sent twice.
-    let requests = server.requests().len();
+    let requests = held + server.requests().len();
     assert!(requests <= 200 + 8, "{requests} requests");
     let summary = test.read_json("out/summary.json");
     assert_eq!(summary["success"], 200);
@@ -627,18 +643,22 @@ fn progress_is_plain_lines_when_not_a_terminal_and_silent_when_quiet() {
 #[test]
 fn ctrl_c_or_sigterm_stops_with_130_and_resume_completes_the_run() {
     let test = Test::new();
-    let server = MockServer::start(test.dir.path(), "latency_ms: 20\ndefault: {echo: true}\n");
+    let answering = MockServer::start(test.dir.path(), "default: {echo: true}\n");
     let test = test
-        .file("t.yaml", &tactic(&server.base_url()))
+        .file("resume.yaml", &tactic(&answering.base_url()))
         .file("tasks.jsonl", &task_lines(300, |_| ""));
     // SIGTERM is what `kill`, Slurm at its time limit and container stops send.
     for signal in ["INT", "TERM"] {
+        // Requests past the tenth are held, so the signal always comes mid-run.
+        let held = MockServer::start(test.dir.path(), &answers_then_hold(10));
+        let tactic_file = format!("t-{signal}.yaml");
+        std::fs::write(test.path(&tactic_file), tactic(&held.base_url())).unwrap();
         let dir = format!("out-{signal}");
         let args = [
             "batch",
             "tasks.jsonl",
             "--tactic",
-            "t.yaml",
+            &tactic_file,
             "-o",
             &dir,
             "-j",
@@ -666,11 +686,39 @@ fn ctrl_c_or_sigterm_stops_with_130_and_resume_completes_the_run() {
         assert_eq!(summary["interrupted"], true);
         assert!(summary["not_run"].as_u64().unwrap() > 0);
 
-        test.run(&[&args[..], &["--resume", "-q"]].concat())
-            .expect_code(0);
-        let results = results_once(&test, &dir);
+        // The held requests would hold the resume too: it runs on a server
+        // that answers everything.
+        let resume = [
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "resume.yaml",
+            "-o",
+            &dir,
+            "-j",
+            "4",
+            "--resume",
+            "-q",
+        ];
+        test.run(&resume).expect_code(0);
+        // The tasks in flight at the signal (held by the server) were recorded
+        // as interrupted and ran again; every other task has one line.
+        let mut results: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for line in read_lines(&test, &format!("{dir}/results.jsonl")) {
+            let id = line["id"].as_str().unwrap().to_string();
+            results.entry(id).or_default().push(line);
+        }
         assert_eq!(results.len(), 300);
-        assert!(results.values().all(|line| line["state"] == "success"));
+        for (id, lines) in &results {
+            let (last, earlier) = lines.split_last().unwrap();
+            assert_eq!(last["state"], "success", "{id}");
+            assert!(
+                earlier
+                    .iter()
+                    .all(|line| line["state"] == "skipped" && line["error"] == "interrupted"),
+                "{id} ran twice: {lines:?}"
+            );
+        }
     }
 }
 

@@ -266,7 +266,8 @@ fn a_failed_sub_tactic_fails_the_step_and_is_kept_in_the_record() {
         .file("parent.yaml", &parent("  - step: short\n    tactic: sub/fails.yaml"))
         .file(
             "sub/fails.yaml",
-            "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - parallel: {foreach: \"task\"}\n    steps:\n      - {step: s, agent: a, text: x}\n",
+            // Fails on a step's output, which no pre-flight can know.
+            "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - {step: first, agent: a, text: x}\n  - parallel: {foreach: \"first.content\"}\n    steps:\n      - {step: s, agent: a, text: x}\n",
         );
     let output = test.run(&["run", "parent.yaml", "--task", "owls", "--record", "r.json"]);
     output.expect_code(1);

@@ -88,21 +88,16 @@ impl Tactics {
 
     /// Loads and builds one tactic; warnings go to stderr once.
     fn load(&self, path: &Path) -> Result<Tactic> {
-        let mut config = crate::config::load(path)?;
-        if let Some(model) = &self.model {
-            config.override_model(model);
-        }
-        if let Some(prices) = &self.prices {
-            config.override_prices(prices.clone());
-        }
-        for warning in &config.warnings {
-            crate::report::warn(&format!("{}: {warning}", path.display()));
-        }
-        let env = |name: &str| std::env::var(name).ok();
-        Ok(match &self.budget {
-            Some(budget) => Tactic::build_with_budget(config, &env, budget.clone())?,
-            None => Tactic::build(config, &env)?,
-        })
+        // Config and build in one pre-flight: every problem of both at once.
+        let options = crate::tactic::LoadOptions {
+            model: self.model.as_deref(),
+            prices: self.prices.as_ref(),
+            env: &|name| std::env::var(name).ok(),
+            dry_run: None,
+            warn: &|warning| crate::report::warn(&format!("{}: {warning}", path.display())),
+            budget: self.budget.clone(),
+        };
+        Ok(crate::tactic::load(path, &options, None)?)
     }
 
     /// Every tactic built so far.

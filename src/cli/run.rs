@@ -5,7 +5,6 @@
 //! characters escaped (`redact`): always on stderr; on stdout only when it is
 //! a terminal, since a pipe or a file gets the delivery byte for byte.
 
-use std::collections::BTreeSet;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -14,21 +13,24 @@ use serde_json::{Map, Value};
 use super::RunArgs;
 use crate::error::{Error, Outcome, Result};
 use crate::provider::dry_run::{Captured, DryRun, NOT_SENT};
-use crate::tactic::{RunState, SessionRecord, Tactic, TaskInput};
+use crate::tactic::{RunState, SessionRecord, TaskInput};
 
 pub async fn run(args: RunArgs) -> Result<Outcome> {
-    let mut config = crate::config::load(&args.tactic)?;
-    if let Some(model) = &args.model {
-        config.override_model(model);
-    }
-    if let Some(path) = &args.prices {
-        let prices = crate::provider::models::read_price_file(path).map_err(Error::Usage)?;
-        config.override_prices(prices);
-    }
-    for warning in &config.warnings {
-        crate::report::warn(warning);
-    }
+    let prices = match &args.prices {
+        Some(path) => Some(crate::provider::models::read_price_file(path).map_err(Error::Usage)?),
+        None => None,
+    };
     if args.show_config {
+        let mut config = crate::config::load(&args.tactic)?;
+        if let Some(model) = &args.model {
+            config.override_model(model);
+        }
+        if let Some(prices) = prices {
+            config.override_prices(prices);
+        }
+        for warning in &config.warnings {
+            crate::report::warn(warning);
+        }
         let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
         crate::output::stdout(&(crate::redact::json_controls(&text).into_owned() + "\n"))?;
         return Ok(Outcome::Success);
@@ -40,19 +42,25 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         tags: Map::new(),
     };
     let env = |name: &str| std::env::var(name).ok();
-    if args.dry_run {
-        let log = std::sync::Arc::new(DryRun::default());
-        let tactic = Tactic::build_dry_run(config, &env, log.clone())?;
-        tactic.check(&task.args.keys().cloned().collect())?;
+    let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
+    // Config, build and this task's check in one pre-flight: every problem
+    // of every phase at once, and nothing sent unless there is none.
+    let options = crate::tactic::LoadOptions {
+        model: args.model.as_deref(),
+        prices: prices.as_ref(),
+        env: &env,
+        dry_run: dry_run.clone(),
+        warn: &|warning| crate::report::warn(warning),
+        budget: None,
+    };
+    let tactic = crate::tactic::load(&args.tactic, &options, Some(&task))?;
+    if let Some(log) = dry_run {
         // MCP servers start so that their tools are in the bodies shown.
         tactic.start().await?;
         let record = tactic.run(task).await;
         tactic.shutdown().await;
         return show_dry_run(&record, &log.captured());
     }
-    let tactic = Tactic::build(config, &env)?;
-    let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
-    tactic.check(&arg_names)?;
     // Servers start after every check passed and before the first request.
     tactic.start().await?;
 

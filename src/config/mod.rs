@@ -42,6 +42,15 @@ pub enum Error {
     Invalid { path: String, problems: Vec<String> },
     #[error("`base` files form a cycle: {chain}")]
     Cycle { chain: String },
+    /// `Invalid`, with what could be resolved despite the problems: a caller
+    /// can still look for problems of later phases (prompts, templates) in
+    /// `partial` and list them all at once. Shown as `Invalid` is.
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {problem}")).collect::<Vec<_>>().join("\n"))]
+    Incomplete {
+        path: String,
+        problems: Vec<String>,
+        partial: Box<TacticConfig>,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -55,9 +64,16 @@ pub fn load(path: &Path) -> Result<TacticConfig> {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    resolve::resolve(path, document).map_err(|problems| Error::Invalid {
-        path: path.display().to_string(),
-        problems,
+    resolve::resolve(path, document).map_err(|(problems, partial)| {
+        let path = path.display().to_string();
+        match partial {
+            Some(partial) => Error::Incomplete {
+                path,
+                problems,
+                partial,
+            },
+            None => Error::Invalid { path, problems },
+        }
     })
 }
 

@@ -198,10 +198,15 @@ pub(super) fn typed<T: serde::de::DeserializeOwned>(value: Value, at: &str) -> R
 }
 
 /// Resolves the merged document of `path`; problems are returned all together.
-pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<String>> {
+/// The resolved tactic, or its problems with what could be resolved despite
+/// them (so later phases can still report their own problems: issue 12).
+pub(super) fn resolve(
+    path: &Path,
+    document: Value,
+) -> Result<TacticConfig, (Vec<String>, Option<Box<TacticConfig>>)> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
-    let raw: RawTactic = typed(document.clone(), "").map_err(|error| vec![error])?;
+    let raw: RawTactic = typed(document.clone(), "").map_err(|error| (vec![error], None))?;
     let global = raw.global.clone().unwrap_or_default();
 
     let mut agents = Vec::new();
@@ -441,12 +446,9 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
     }
     .parse(raw.flow.clone().unwrap_or_default(), "flow");
 
-    if !problems.is_empty() {
-        // A number set under `global` is reported once, not once per agent.
-        let mut seen = BTreeSet::new();
-        problems.retain(|problem| seen.insert(problem.clone()));
-        return Err(problems);
-    }
+    // A number set under `global` is reported once, not once per agent.
+    let mut seen = BTreeSet::new();
+    problems.retain(|problem| seen.insert(problem.clone()));
     let mut resolved = document;
     if let Value::Object(map) = &mut resolved {
         map.insert("agent_configs".into(), Value::Array(resolved_agents));
@@ -480,7 +482,7 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
             }
         }
     }
-    Ok(TacticConfig {
+    let config = TacticConfig {
         name: raw.tactic_type.unwrap_or_else(|| {
             path.file_stem()
                 .map(|stem| stem.to_string_lossy().into_owned())
@@ -501,7 +503,12 @@ pub(super) fn resolve(path: &Path, document: Value) -> Result<TacticConfig, Vec<
         resolved,
         model_override: None,
         price_overrides: None,
-    })
+    };
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err((problems, Some(Box::new(config))))
+    }
 }
 
 /// D14: keys that are not agent settings become model arguments, with a

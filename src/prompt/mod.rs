@@ -4,19 +4,24 @@
 //! `render` compiles and renders templates, `parser` checks replies,
 //! `registry` loads prompt files; handler texts live here with the prompt.
 
+mod builtins;
+mod check;
+mod expression;
 mod parser;
 mod registry;
-mod render;
+pub(crate) mod render;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+pub use expression::Expression;
 pub use parser::{JsonParser, ParseFailure, Parser, TagParser};
 pub use registry::Registry;
-pub use render::Renderer;
+pub use render::{OUT_OF_FUEL, RENDER_FUEL, Renderer};
 
 use render::Compiled;
 
@@ -42,6 +47,10 @@ pub enum Error {
     Render { prompt: String, message: String },
     #[error("unknown prompt `{key}`{hint}")]
     UnknownPrompt { key: String, hint: String },
+    /// The key's file exists but failed to load (its problem is reported by
+    /// `Registry::load_all`).
+    #[error("prompt `{key}` could not be loaded")]
+    Broken { key: String },
     #[error("{path}: {message}")]
     File { path: String, message: String },
     #[error("prompt `{path}`: {message}")]
@@ -101,6 +110,8 @@ pub struct Prompt {
     pub renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
+    /// Attributes the template reads on context names (`draft.content`).
+    attributes: Arc<BTreeSet<(String, String)>>,
     format_parser: Option<JsonParser>,
 }
 
@@ -117,7 +128,7 @@ impl Prompt {
     ) -> Result<Prompt> {
         let path = path.into();
         let template = template.into();
-        let (compiled, template_vars) =
+        let (compiled, needs) =
             render::compile(&template, renderer).map_err(|(message, line)| Error::Syntax {
                 prompt: path.clone(),
                 line,
@@ -135,7 +146,8 @@ impl Prompt {
             handler: Handler::defaults(renderer),
             renderer,
             compiled,
-            template_vars,
+            template_vars: needs.variables,
+            attributes: Arc::new(needs.attributes),
             format_parser: None,
         })
     }
@@ -173,9 +185,16 @@ impl Prompt {
         Ok(())
     }
 
-    /// Top-level names the template needs.
+    /// Top-level names the template needs (a name it only reads behind
+    /// `is defined` or `| default` is not needed).
     pub fn template_vars(&self) -> &BTreeSet<String> {
         &self.template_vars
+    }
+
+    /// `(name, attribute)` pairs the template reads directly on context names
+    /// (`draft.content`, `draft['parsed']`).
+    pub fn attributes_read(&self) -> &BTreeSet<(String, String)> {
+        &self.attributes
     }
 
     /// The needed names `args` does not have, sorted.
@@ -243,7 +262,7 @@ impl Prompt {
     /// This prompt with another template (same renderer), recompiled.
     pub fn with_template(&self, template: impl Into<String>) -> Result<Prompt> {
         let template = template.into();
-        let (compiled, template_vars) =
+        let (compiled, needs) =
             render::compile(&template, self.renderer).map_err(|(message, line)| Error::Syntax {
                 prompt: self.path.clone(),
                 line,
@@ -252,7 +271,8 @@ impl Prompt {
         Ok(Prompt {
             template,
             compiled,
-            template_vars,
+            template_vars: needs.variables,
+            attributes: Arc::new(needs.attributes),
             ..self.clone()
         })
     }

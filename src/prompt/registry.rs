@@ -1,7 +1,13 @@
 //! The prompt registry: a directory of `.md` / `.txt` / `.j2` files, keyed by
 //! relative path without extension, each with optional YAML front matter.
+//!
+//! Loading never hangs and reports every bad file at once (issue 12): only
+//! regular files are read (a named pipe, socket or device with a prompt's
+//! extension is an error, never a wait), a symlinked directory that leads
+//! back to one being read is an error instead of an endless walk, and a file
+//! over `MAX_PROMPT_BYTES` is refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -10,6 +16,9 @@ use super::{Error, Handler, Parser, Prompt, Renderer, Result};
 use crate::suggest;
 
 const EXTENSIONS: &[&str] = &["md", "txt", "j2"];
+/// The largest prompt file read (a prompt past this is surely a mistake, and
+/// every request would carry it).
+const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
 const FRONT_MATTER_KEYS: &[&str] = &[
     "parser",
     "format",
@@ -25,6 +34,8 @@ const FRONT_MATTER_KEYS: &[&str] = &[
 pub struct Registry {
     directory: Option<PathBuf>,
     prompts: BTreeMap<String, Prompt>,
+    /// Keys of files that failed to load (their problem was reported).
+    broken: BTreeSet<String>,
 }
 
 impl Registry {
@@ -32,17 +43,33 @@ impl Registry {
         Registry::default()
     }
 
-    /// Loads every prompt file under `directory` (recursively, in sorted order).
+    /// Loads every prompt file under `directory` (recursively, in sorted
+    /// order); the first problem, if any. `load_all` reports them all.
     pub fn load(directory: &Path) -> Result<Registry> {
+        let (registry, mut problems) = Registry::load_all(directory);
+        if problems.is_empty() {
+            Ok(registry)
+        } else {
+            Err(problems.swap_remove(0))
+        }
+    }
+
+    /// Loads every prompt file under `directory` that is usable, with one
+    /// problem per file that is not. A key whose file failed is answered by
+    /// `get` with `Error::Broken`.
+    pub fn load_all(directory: &Path) -> (Registry, Vec<Error>) {
+        let mut problems = Vec::new();
         let mut files = Vec::new();
-        collect(directory, &mut files)?;
-        files.sort();
+        let mut ancestors = Vec::new();
+        collect(directory, &mut ancestors, &mut files, &mut problems);
+        files.sort_by(|(one, _), (other, _)| one.cmp(other));
         let mut registry = Registry {
             directory: Some(directory.to_path_buf()),
             prompts: BTreeMap::new(),
+            broken: BTreeSet::new(),
         };
         let mut origins: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for file in files {
+        for (file, unreadable) in files {
             let Ok(relative) = file.strip_prefix(directory) else {
                 continue;
             };
@@ -53,26 +80,39 @@ impl Registry {
                 .collect::<Vec<_>>()
                 .join("/");
             if let Some(first) = origins.get(&key) {
-                return Err(Error::File {
+                problems.push(Error::File {
                     path: file.display().to_string(),
                     message: format!(
                         "prompt key `{key}` is also defined by `{}`; keep one",
                         first.display()
                     ),
                 });
+                continue;
             }
-            let text = std::fs::read_to_string(&file).map_err(|error| Error::File {
-                path: file.display().to_string(),
-                message: error.to_string(),
-            })?;
-            let prompt = parse_file(&key, &text, &file)?;
-            origins.insert(key.clone(), file);
-            registry.prompts.insert(key, prompt);
+            origins.insert(key.clone(), file.clone());
+            let read = match unreadable {
+                Some(problem) => Err(problem),
+                None => read_prompt(&file),
+            };
+            match read.and_then(|text| parse_file(&key, &text, &file)) {
+                Ok(prompt) => {
+                    registry.prompts.insert(key, prompt);
+                }
+                Err(error) => {
+                    problems.push(error);
+                    registry.broken.insert(key);
+                }
+            }
         }
-        Ok(registry)
+        (registry, problems)
     }
 
     pub fn get(&self, key: &str) -> Result<&Prompt> {
+        if self.broken.contains(key) {
+            return Err(Error::Broken {
+                key: key.to_string(),
+            });
+        }
         self.prompts.get(key).ok_or_else(|| {
             let hint = match suggest::closest(key, self.prompts.keys().map(String::as_str)) {
                 Some(close) => format!("; did you mean `{close}`?"),
@@ -106,24 +146,122 @@ impl Registry {
     }
 }
 
-fn collect(directory: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
-    let entries = std::fs::read_dir(directory).map_err(|error| Error::File {
-        path: directory.display().to_string(),
-        message: format!("cannot read the prompt directory: {error}"),
-    })?;
-    for entry in entries.flatten() {
+/// The prompt files under `directory`, recursively, each with the reason it
+/// cannot be read, if any. `ancestors` are the directories being read (device
+/// and inode), so a symlink that leads back to one of them is reported
+/// instead of followed forever.
+fn collect(
+    directory: &Path,
+    ancestors: &mut Vec<(u64, u64)>,
+    files: &mut Vec<(PathBuf, Option<Error>)>,
+    problems: &mut Vec<Error>,
+) {
+    let problem = |path: &Path, message: String| Error::File {
+        path: path.display().to_string(),
+        message,
+    };
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(error) => {
+            problems.push(problem(
+                directory,
+                format!("cannot read the prompt directory: {error}"),
+            ));
+            return;
+        }
+    };
+    let identity = std::fs::metadata(directory)
+        .ok()
+        .map(|metadata| file_id(&metadata));
+    ancestors.extend(identity);
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(error) => {
+                problems.push(problem(directory, format!("cannot list: {error}")));
+                continue;
+            }
+        };
         let path = entry.path();
-        if path.is_dir() {
-            collect(&path, files)?;
-        } else if path
+        let is_prompt = path
             .extension()
             .and_then(|extension| extension.to_str())
-            .is_some_and(|extension| EXTENSIONS.contains(&extension))
-        {
-            files.push(path);
+            .is_some_and(|extension| EXTENSIONS.contains(&extension));
+        // Follows a symlink (to see what it leads to) without opening it.
+        let metadata = match std::fs::metadata(&path) {
+            Ok(metadata) => metadata,
+            // A dangling or self-referential link: an error only where a
+            // prompt was meant.
+            Err(error) => {
+                if is_prompt {
+                    let unreadable = problem(&path, format!("cannot read: {error}"));
+                    files.push((path, Some(unreadable)));
+                }
+                continue;
+            }
+        };
+        if metadata.is_dir() {
+            if ancestors.contains(&file_id(&metadata)) {
+                problems.push(problem(
+                    &path,
+                    "a symlink back to a directory that contains it (a loop); remove it".into(),
+                ));
+            } else {
+                collect(&path, ancestors, files, problems);
+            }
+        } else if is_prompt {
+            let unreadable = (!metadata.is_file()).then(|| {
+                problem(
+                    &path,
+                    format!(
+                        "{}, not a regular file; a prompt must be a regular file",
+                        crate::file::describe(&metadata.file_type())
+                    ),
+                )
+            });
+            files.push((path, unreadable));
         }
     }
-    Ok(())
+    if identity.is_some() {
+        ancestors.pop();
+    }
+}
+
+/// Device and inode: what a directory is, whatever path leads to it.
+fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (metadata.dev(), metadata.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = metadata;
+        (0, 0)
+    }
+}
+
+/// A prompt file's text: a regular file (checked on the open handle, so a
+/// pipe swapped in cannot block us), at most `MAX_PROMPT_BYTES`, UTF-8.
+fn read_prompt(file: &Path) -> Result<String> {
+    let problem = |message: String| Error::File {
+        path: file.display().to_string(),
+        message,
+    };
+    let (bytes, size) = crate::file::read_regular(file, MAX_PROMPT_BYTES + 1)
+        .map_err(|error| problem(error.to_string()))?;
+    if size > MAX_PROMPT_BYTES || bytes.len() as u64 > MAX_PROMPT_BYTES {
+        return Err(problem(format!(
+            "{size} bytes; a prompt file may have at most {} MiB",
+            MAX_PROMPT_BYTES / (1024 * 1024)
+        )));
+    }
+    String::from_utf8(bytes).map_err(|error| {
+        problem(format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            error.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// Splits `---` front matter from the template; returns (front matter, its
@@ -215,14 +353,42 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
     }
     if let Some(handler) = front.get("handler") {
         prompt.handler = handler_texts(handler, renderer).map_err(invalid)?;
-        for text in [
-            &prompt.handler.exception,
-            &prompt.handler.interrupt,
-            &prompt.handler.interrupt_final,
-        ] {
-            prompt
+        // Each handler text sees one value (or none); it is rendered with a
+        // sample of it now, so a text that cannot render is reported before
+        // anything is sent, not when a repair or a tool result needs it.
+        let handlers = [
+            (
+                "exception",
+                &prompt.handler.exception,
+                Some("error_message"),
+            ),
+            ("interrupt", &prompt.handler.interrupt, Some("call_results")),
+            ("interrupt_final", &prompt.handler.interrupt_final, None),
+        ];
+        for (name, text, sees) in handlers {
+            let handler = prompt
                 .with_template(text.clone())
-                .map_err(|error| invalid(format!("`handler`: {error}")))?;
+                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
+            let unknown: Vec<String> = handler
+                .template_vars()
+                .iter()
+                .filter(|variable| Some(variable.as_str()) != sees)
+                .map(|variable| format!("`{variable}`"))
+                .collect();
+            if !unknown.is_empty() {
+                let seen = sees.map_or("nothing".to_string(), |sees| format!("only `{sees}`"));
+                return Err(invalid(format!(
+                    "`handler.{name}` needs {}, but it sees {seen}",
+                    unknown.join(", ")
+                )));
+            }
+            let mut sample = Map::new();
+            if let Some(sees) = sees {
+                sample.insert(sees.to_string(), Value::String("…".into()));
+            }
+            handler
+                .render(&sample)
+                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
         }
     }
     Ok(prompt)
@@ -354,6 +520,55 @@ mod tests {
         for text in expected {
             assert!(error.contains(text), "expected {text:?} in {error}");
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn pipes_and_symlink_loops_are_reported_never_waited_on() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("good.md"), "hello").unwrap();
+        std::fs::write(root.join("sub/deep.md"), "deep").unwrap();
+        // Reading a pipe without a writer blocks forever.
+        nix::unistd::mkfifo(&root.join("pipe.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        symlink(root.join("self.md"), root.join("self.md")).unwrap();
+        symlink(root.join("nowhere.md"), root.join("dangling.md")).unwrap();
+        // Two links back up: 2^40 paths before the kernel's depth limit.
+        symlink("..", root.join("sub/up")).unwrap();
+        symlink("..", root.join("sub/again")).unwrap();
+        // Harmless: not a prompt's name, or a link to a directory outside.
+        nix::unistd::mkfifo(&root.join("notes"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        symlink(root.join("missing"), root.join("broken-link")).unwrap();
+        std::fs::write(root.join("bytes.md"), [0x66, 0xff, 0x66]).unwrap();
+        let (registry, problems) = Registry::load_all(root);
+        assert_eq!(registry.keys().collect::<Vec<_>>(), ["good", "sub/deep"]);
+        let mut problems: Vec<String> = problems
+            .iter()
+            .map(|problem| {
+                problem
+                    .to_string()
+                    .replace(&root.display().to_string(), "ROOT")
+            })
+            .collect();
+        problems.sort();
+        assert_eq!(
+            problems,
+            [
+                "ROOT/bytes.md: not UTF-8 text (invalid byte at offset 1)",
+                "ROOT/dangling.md: cannot read: No such file or directory (os error 2)",
+                "ROOT/pipe.md: a named pipe, not a regular file; a prompt must be a regular file",
+                "ROOT/self.md: cannot read: Too many levels of symbolic links (os error 40)",
+                "ROOT/sub/again: a symlink back to a directory that contains it (a loop); remove it",
+                "ROOT/sub/up: a symlink back to a directory that contains it (a loop); remove it",
+            ]
+        );
+        assert!(matches!(registry.get("pipe"), Err(Error::Broken { .. })));
+        assert!(matches!(
+            registry.get("nothing"),
+            Err(Error::UnknownPrompt { .. })
+        ));
     }
 
     #[test]

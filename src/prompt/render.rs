@@ -52,15 +52,56 @@ pub(crate) enum Accessor {
 
 const TEMPLATE_NAME: &str = "prompt";
 
-/// Compiles `template`; `Err` carries the message and, when known, the line.
+/// The work one render (or one expression) may do, in minijinja fuel: about
+/// one unit per instruction and per 64 bytes of data it makes. A template
+/// that loops without end or builds an enormous value fails with
+/// `OUT_OF_FUEL` instead of hanging. Measured: a 1 MB task inserted costs
+/// 16k, a loop over 10,000 items with two filters each 250k, a prompt with 50
+/// few-shot examples 1.2k; the limit leaves 40 times the largest of those
+/// (and stops at ~640 MB of text, far past any model's context window).
+pub const RENDER_FUEL: u64 = 10_000_000;
+
+/// The error when `RENDER_FUEL` runs out.
+pub const OUT_OF_FUEL: &str = "the template did more work than one render may (10 million steps \
+     or ~640 MB of text): a loop that does not end, or a value far too large";
+
+/// A minijinja environment as every template and expression is rendered in:
+/// strict undefined, bounded by `RENDER_FUEL`.
+pub(crate) fn environment() -> Environment<'static> {
+    let mut environment = Environment::new();
+    environment.set_undefined_behavior(UndefinedBehavior::Strict);
+    environment.set_fuel(Some(RENDER_FUEL));
+    environment
+}
+
+/// A minijinja error as one line: its detail (or the whole text), or
+/// `OUT_OF_FUEL`.
+pub(crate) fn error_text(error: &minijinja::Error) -> String {
+    if error.kind() == minijinja::ErrorKind::OutOfFuel {
+        return OUT_OF_FUEL.to_string();
+    }
+    error
+        .detail()
+        .map_or_else(|| error.to_string(), str::to_string)
+}
+
+/// What compiling a template found: the top-level names it needs and the
+/// attributes it reads on them (`draft.content` → (`draft`, `content`)).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Needs {
+    pub variables: BTreeSet<String>,
+    pub attributes: BTreeSet<(String, String)>,
+}
+
+/// Compiles `template` and checks it (`check.rs`); `Err` carries the message
+/// (every problem, `; `-separated) and, when known, the line of the first.
 pub(crate) fn compile(
     template: &str,
     renderer: Renderer,
-) -> Result<(Compiled, BTreeSet<String>), (String, Option<usize>)> {
+) -> Result<(Compiled, Needs), (String, Option<usize>)> {
     match renderer {
         Renderer::Jinja => {
-            let mut environment = Environment::new();
-            environment.set_undefined_behavior(UndefinedBehavior::Strict);
+            let mut environment = environment();
             environment
                 .add_template_owned(TEMPLATE_NAME, template.to_string())
                 .map_err(|error| {
@@ -69,29 +110,45 @@ pub(crate) fn compile(
                         error.line(),
                     )
                 })?;
-            let variables = environment
-                .get_template(TEMPLATE_NAME)
-                .map(|compiled| compiled.undeclared_variables(false).into_iter().collect())
-                .unwrap_or_default();
+            let analysis = super::check::template(template).map_err(|error| {
+                (
+                    error.detail().unwrap_or("syntax error").to_string(),
+                    error.line(),
+                )
+            })?;
+            if let Some((_, line)) = analysis.problems.first() {
+                let messages: Vec<&str> = analysis
+                    .problems
+                    .iter()
+                    .map(|(message, _)| message.as_str())
+                    .collect();
+                return Err((messages.join("; "), Some(*line).filter(|line| *line > 0)));
+            }
+            let needs = Needs {
+                variables: analysis.required,
+                attributes: analysis.attributes,
+            };
             let compiled = Compiled::Jinja(Arc::new(environment));
             if !template.contains('{') {
                 // No expression, statement or comment: every render gives the
                 // same text (minijinja's own, trailing-newline rule included).
                 let text = render(&compiled, &Map::new()).map_err(|message| (message, None))?;
-                return Ok((Compiled::Text(text.into()), variables));
+                return Ok((Compiled::Text(text.into()), needs));
             }
-            Ok((compiled, variables))
+            Ok((compiled, needs))
         }
         Renderer::Format => {
             let segments = parse_format(template).map_err(|message| (message, None))?;
-            let variables = segments
-                .iter()
-                .filter_map(|segment| match segment {
-                    Segment::Field { name, .. } => Some(name.clone()),
-                    Segment::Literal(_) => None,
-                })
-                .collect();
-            Ok((Compiled::Format(Arc::new(segments)), variables))
+            let mut needs = Needs::default();
+            for segment in &segments {
+                if let Segment::Field { name, path } = segment {
+                    needs.variables.insert(name.clone());
+                    if let Some(Accessor::Key(key)) = path.first() {
+                        needs.attributes.insert((name.clone(), key.clone()));
+                    }
+                }
+            }
+            Ok((Compiled::Format(Arc::new(segments)), needs))
         }
     }
 }
@@ -105,11 +162,7 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                 .map_err(|error| error.to_string())?;
             template
                 .render(minijinja::Value::from(minijinja::value::Serde(args)))
-                .map_err(|error| {
-                    error
-                        .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
-                })
+                .map_err(|error| error_text(&error))
         }
         Compiled::Text(text) => Ok(text.to_string()),
         Compiled::Format(segments) => {
@@ -252,7 +305,8 @@ mod tests {
 
     #[track_caller]
     fn vars_case(template: &str, renderer: Renderer, expected: &[&str]) {
-        let (_, variables) = compile(template, renderer).unwrap();
+        let (_, needs) = compile(template, renderer).unwrap();
+        let variables = needs.variables;
         let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
         assert_eq!(variables, expected, "{template}");
     }
@@ -317,6 +371,32 @@ mod tests {
             "text 2 b 3 {x}",
         );
         render_case("{draft.parsed}", Renderer::Format, values, "{\"n\":2}");
+    }
+
+    #[test]
+    fn runaway_templates_stop_at_the_render_limit() {
+        for template in [
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+            "{% set s = namespace(t='x') %}{% for i in range(60) %}{% set s.t = s.t ~ s.t %}{% endfor %}{{ s.t | length }}",
+            "{% macro grow(n) %}{{ n }}{{ grow(n) }}{{ grow(n) }}{% endmacro %}{{ grow(1) }}",
+        ] {
+            let (compiled, _) = compile(template, Renderer::Jinja).unwrap();
+            let error = render(&compiled, &Map::new()).unwrap_err();
+            assert!(
+                error == OUT_OF_FUEL || error.contains("recursion"),
+                "{template}: {error}"
+            );
+        }
+        // A realistic loop is far inside the limit.
+        let items: Vec<Value> = (0..10_000)
+            .map(|index| json!({"name": format!("item {index}"), "score": index}))
+            .collect();
+        let (compiled, _) = compile(
+            "{% for item in items %}{{ loop.index }}: {{ item.name | upper }} {{ item.score }}\n{% endfor %}",
+            Renderer::Jinja,
+        )
+        .unwrap();
+        assert!(render(&compiled, &args(json!({"items": items}))).is_ok());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! task argument at top level, every finished step by name, `task` and `args`,
 //! and (for a step's own prompt) the step's rendered `args`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -14,7 +14,6 @@ use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::{Dialog, DialogRecord, InvokeCost};
-use crate::prompt::Prompt;
 
 /// The dialog the first agent answers in when a tactic has no flow.
 const DEFAULT_DIALOG: &str = "main";
@@ -525,195 +524,8 @@ impl Run<'_> {
     }
 }
 
-/// Every variable every template of the flow needs, against what the flow will
-/// have at that point: `task`, `args`, the task's argument names, earlier steps
-/// and the step's own arguments.
-pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut problems_extra = Vec::new();
-    let mut known: BTreeSet<String> = arg_names.clone();
-    known.insert("task".into());
-    known.insert("args".into());
-    let mut missing = |prompt: &Prompt, available: &BTreeSet<String>, place: &str| {
-        let absent: Vec<String> = prompt
-            .template_vars()
-            .iter()
-            .filter(|name| !available.contains(name.as_str()))
-            .map(|name| format!("`{name}`"))
-            .collect();
-        if !absent.is_empty() {
-            let mut have: Vec<String> = available.iter().map(|name| format!("`{name}`")).collect();
-            have.truncate(12);
-            problems.push(format!(
-                "{place}: prompt `{}` needs {} (available: {})",
-                prompt.path,
-                absent.join(", "),
-                have.join(", ")
-            ));
-        }
-    };
-    let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
-    if tactic.nodes.is_empty()
-        && let Some(agent) = tactic.agents.values().next()
-    {
-        missing(
-            &agent.system_prompt,
-            &known,
-            &format!("agent `{}`", agent.name),
-        );
-    }
-    let mut checks = Vec::new();
-    flatten(&tactic.nodes, &mut checks);
-    for check in checks {
-        let step = match check {
-            Check::Condition(condition, place) => {
-                let absent: Vec<String> = condition
-                    .variables
-                    .iter()
-                    .filter(|name| !known.contains(*name))
-                    .map(|name| format!("`{name}`"))
-                    .collect();
-                if !absent.is_empty() {
-                    problems_extra.push(format!(
-                        "{place}: `{}` needs {}",
-                        condition.source,
-                        absent.join(", ")
-                    ));
-                }
-                continue;
-            }
-            Check::Names(names) => {
-                known.extend(names.into_iter().map(str::to_string));
-                continue;
-            }
-            Check::Tactic(step) => {
-                if let Some(task) = &step.task {
-                    missing(task, &known, &format!("step `{}` `task`", step.name));
-                }
-                let mut names = BTreeSet::new();
-                for (name, value) in &step.args {
-                    if let ArgValue::Template(template) = value {
-                        missing(
-                            template,
-                            &known,
-                            &format!("step `{}` argument `{name}`", step.name),
-                        );
-                    }
-                    names.insert(name.clone());
-                }
-                if let Err(error) = step.tactic.check(&names) {
-                    problems_extra.extend(error.problems.into_iter().map(|problem| {
-                        format!(
-                            "step `{}` (tactic `{}`): {problem}",
-                            step.name,
-                            step.tactic.config.path.display()
-                        )
-                    }));
-                }
-                known.insert(step.name.clone());
-                continue;
-            }
-            Check::Step(step) => step,
-        };
-        if opened.insert((step.agent.clone(), step.dialog.clone()))
-            && let Some(agent) = tactic.agents.get(&step.agent)
-        {
-            let place = format!(
-                "step `{}` (system prompt of agent `{}`)",
-                step.name, agent.name
-            );
-            missing(&agent.system_prompt, &known, &place);
-        }
-        let mut step_known = known.clone();
-        for (name, value) in &step.args {
-            if let ArgValue::Template(template) = value {
-                missing(
-                    template,
-                    &known,
-                    &format!("step `{}` argument `{name}`", step.name),
-                );
-            }
-            step_known.insert(name.clone());
-        }
-        missing(&step.prompt, &step_known, &format!("step `{}`", step.name));
-        known.insert(step.name.clone());
-    }
-    if let Some(result) = &tactic.result {
-        missing(result, &known, "`result`");
-    }
-    problems.extend(problems_extra);
-    problems
-}
-
-/// What `check_variables` looks at, in flow order. A condition is checked
-/// where it is evaluated: a step's `if` before the step, a loop's `until` after
-/// its body (so it may name the loop's steps).
-enum Check<'a> {
-    Step(&'a Step),
-    Tactic(&'a SubStep),
-    Condition(&'a Condition, String),
-    /// Names known from here on: a loop's steps inside it (from its second
-    /// round on they are defined; guard the first with `is defined`), a
-    /// `foreach` element's name inside its block.
-    Names(Vec<&'a str>),
-}
-
-fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
-    for node in nodes {
-        match node {
-            Node::Step(step) => gated(
-                checks,
-                &step.name,
-                [&step.condition, &step.stop],
-                Check::Step(step),
-            ),
-            Node::Tactic(step) => gated(
-                checks,
-                &step.name,
-                [&step.condition, &step.stop],
-                Check::Tactic(step),
-            ),
-            Node::Parallel {
-                foreach,
-                item,
-                nodes,
-            } => {
-                if let Some(foreach) = foreach {
-                    checks.push(Check::Condition(foreach, "parallel `foreach`".to_string()));
-                    checks.push(Check::Names(vec![item.as_str()]));
-                }
-                flatten(nodes, checks);
-            }
-            Node::Loop { until, nodes, .. } => {
-                let mut names = Vec::new();
-                step_names(nodes, &mut names);
-                checks.push(Check::Names(names));
-                flatten(nodes, checks);
-                if let Some(until) = until {
-                    checks.push(Check::Condition(until, "loop `until`".to_string()));
-                }
-            }
-        }
-    }
-}
-
-/// A step's checks in evaluation order: its `if`, the step, its `stop`.
-fn gated<'a>(
-    checks: &mut Vec<Check<'a>>,
-    name: &str,
-    [condition, stop]: [&'a Option<Condition>; 2],
-    step: Check<'a>,
-) {
-    if let Some(condition) = condition {
-        checks.push(Check::Condition(condition, format!("step `{name}` `if`")));
-    }
-    checks.push(step);
-    if let Some(stop) = stop {
-        checks.push(Check::Condition(stop, format!("step `{name}` `stop`")));
-    }
-}
-
-fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
+/// The names of the steps in `nodes`, at any depth.
+pub(super) fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
     for node in nodes {
         match node {
             Node::Step(step) => names.push(&step.name),
@@ -723,72 +535,5 @@ fn step_names<'a>(nodes: &'a [Node], names: &mut Vec<&'a str>) {
     }
 }
 
-/// A minijinja expression over the run context (`if:`, `until:`).
-pub(crate) struct Condition {
-    pub source: String,
-    pub variables: BTreeSet<String>,
-}
-
-impl Condition {
-    /// Compiles `source` to check it; `place` names it in errors.
-    pub fn new(source: &str, place: &str) -> Result<Condition, String> {
-        let environment = condition_environment();
-        let expression = environment.compile_expression(source).map_err(|error| {
-            format!(
-                "{place}: `{source}` is not an expression: {}",
-                error.detail().unwrap_or("syntax error")
-            )
-        })?;
-        let variables = expression.undeclared_variables(false).into_iter().collect();
-        Ok(Condition {
-            source: source.to_string(),
-            variables,
-        })
-    }
-
-    /// The expression's value over `context`, as JSON.
-    pub fn value(&self, context: &Map<String, Value>) -> Result<Value, String> {
-        let environment = condition_environment();
-        let expression = environment
-            .compile_expression(&self.source)
-            .map_err(|error| error.to_string())?;
-        let value = expression
-            .eval(minijinja::Value::from(minijinja::value::Serde(context)))
-            .map_err(|error| {
-                format!(
-                    "`{}`: {}",
-                    self.source,
-                    error
-                        .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
-                )
-            })?;
-        serde_json::to_value(&value).map_err(|error| format!("`{}`: {error}", self.source))
-    }
-
-    /// Whether the expression is true over `context`; an undefined name is an error.
-    pub fn holds(&self, context: &Map<String, Value>) -> Result<bool, String> {
-        let environment = condition_environment();
-        let expression = environment
-            .compile_expression(&self.source)
-            .map_err(|error| error.to_string())?;
-        let value = expression
-            .eval(minijinja::Value::from(minijinja::value::Serde(context)))
-            .map_err(|error| {
-                format!(
-                    "`{}`: {}",
-                    self.source,
-                    error
-                        .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
-                )
-            })?;
-        Ok(value.is_true())
-    }
-}
-
-fn condition_environment() -> minijinja::Environment<'static> {
-    let mut environment = minijinja::Environment::new();
-    environment.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    environment
-}
+/// A step's `if`/`stop`, a loop's `until`, a `parallel`'s `foreach`.
+pub(crate) use crate::prompt::Expression as Condition;

@@ -2,11 +2,15 @@
 //! per task into a session record.
 //!
 //! `Tactic::build` does everything that can fail on bad input — prompt lookup,
-//! provider resolution, tools, context managers, template variables — so a run
-//! never sends a request for a tactic that cannot finish. `Tactic::run` never
-//! fails: a failed run is a record in state `failure` (STYLE 8).
+//! provider resolution, tools, context managers, template checks — and
+//! `check_task` what needs the task (`check.rs`), so a run never sends a
+//! request for a tactic that cannot finish; `load` (`load.rs`) does all of it
+//! from a file, every phase's problems at once. `Tactic::run` never fails: a
+//! failed run is a record in state `failure` (STYLE 8).
 
+mod check;
 mod flow;
+mod load;
 pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +32,7 @@ use crate::provider::registry::Providers;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
 pub use flow::INTERRUPTED;
+pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
 
 /// Everything wrong with a tactic, one problem per line.
@@ -123,20 +128,56 @@ pub struct Tactic {
     pub(crate) recorded_prompts: record::SharedJson,
 }
 
-/// Problems are collected, not returned at the first one: the user sees them all.
-struct Problems(Vec<String>);
+/// Problems are collected, not returned at the first one: the user sees them
+/// all. Each is marked as about prompts and templates (`push`, `take`) or
+/// about the rest of the tactic (`push_other`, `take_other`): when the config
+/// itself has problems, only the first kind is worth adding to them (the rest
+/// may be their consequences, like a tool the config dropped).
+#[derive(Default)]
+struct Problems {
+    lines: Vec<String>,
+    /// Indexes of the lines that are not about prompts and templates.
+    others: Vec<usize>,
+}
 
 impl Problems {
-    /// Adds a problem once (two agents on one unusable model make one line).
+    /// Adds a problem about prompts or templates once (two agents on one
+    /// unusable prompt make one line).
     fn push(&mut self, problem: impl std::fmt::Display) {
         let problem = problem.to_string();
-        if !self.0.contains(&problem) {
-            self.0.push(problem);
+        if !self.lines.contains(&problem) {
+            self.lines.push(problem);
+        }
+    }
+
+    /// Adds a problem about anything else (providers, tools, servers).
+    fn push_other(&mut self, problem: impl std::fmt::Display) {
+        let problem = problem.to_string();
+        if !self.lines.contains(&problem) {
+            self.others.push(self.lines.len());
+            self.lines.push(problem);
         }
     }
 
     fn take<T, E: std::fmt::Display>(&mut self, result: std::result::Result<T, E>) -> Option<T> {
         result.map_err(|error| self.push(error)).ok()
+    }
+
+    fn take_other<T, E: std::fmt::Display>(
+        &mut self,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result.map_err(|error| self.push_other(error)).ok()
+    }
+
+    /// The problems about prompts and templates only.
+    fn of_templates(self) -> Vec<String> {
+        self.lines
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !self.others.contains(index))
+            .map(|(_, line)| line)
+            .collect()
     }
 }
 
@@ -164,6 +205,7 @@ impl Tactic {
                 dry_run: None,
                 budget: None,
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -182,6 +224,7 @@ impl Tactic {
                 dry_run: None,
                 budget: None,
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -202,6 +245,7 @@ impl Tactic {
                 dry_run: Some(log),
                 budget: None,
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
@@ -223,11 +267,26 @@ impl Tactic {
                 dry_run: None,
                 budget: Some(budget),
                 stack: Vec::new(),
+                hidden_variables: Vec::new(),
             },
         )
     }
 
     fn build_inner(config: TacticConfig, builder: &Builder<'_>) -> Result<Tactic> {
+        let (tactic, problems) = Tactic::assemble(config, builder);
+        if problems.lines.is_empty() {
+            Ok(tactic)
+        } else {
+            Err(Error {
+                problems: problems.lines,
+            })
+        }
+    }
+
+    /// Builds what `config` allows, with every problem found on the way. The
+    /// tactic is only fit to run without problems; with them it still holds
+    /// every template that compiled, for the checks of a later phase.
+    fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
         let Builder {
             env,
             context_managers,
@@ -237,31 +296,43 @@ impl Tactic {
         let dry_run = builder.dry_run.clone();
         let mut stack = builder.stack.clone();
         stack.push(canonical(&config.path));
+        // Tools never see a key any tactic of the run reads (issue 12); a
+        // sub-tactic's tools hide its parents' `api_key_env` names too.
+        let mut hidden_variables = builder.hidden_variables.clone();
+        hidden_variables.extend(
+            config
+                .providers
+                .values()
+                .filter_map(|provider| provider.api_key_env.clone()),
+        );
         let builder = Builder {
             stack,
+            hidden_variables,
             replacement: replacement.clone(),
             dry_run: dry_run.clone(),
             budget: builder.budget.clone(),
             ..*builder
         };
-        let mut problems = Problems(Vec::new());
+        let mut problems = Problems::default();
         let registry = if config.prompts_dir.is_dir() {
-            problems
-                .take(Registry::load(&config.prompts_dir))
-                .unwrap_or_else(Registry::empty)
+            // Every bad prompt file at once; the good ones stay usable.
+            let (registry, load_problems) = Registry::load_all(&config.prompts_dir);
+            for problem in load_problems {
+                problems.push(problem);
+            }
+            registry
         } else {
             Registry::empty()
         };
 
-        let toolbox = build_toolbox(&config, &mut problems);
-        let providers =
-            problems
-                .take(Providers::new(&config.providers, env))
-                .map(|providers| match (replacement, dry_run) {
-                    (Some(provider), _) => providers.serve_all_with(provider),
-                    (None, Some(log)) => providers.dry_run(log),
-                    (None, None) => providers,
-                });
+        let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
+        let providers = problems
+            .take_other(Providers::new(&config.providers, env))
+            .map(|providers| match (replacement, dry_run) {
+                (Some(provider), _) => providers.serve_all_with(provider),
+                (None, Some(log)) => providers.dry_run(log),
+                (None, None) => providers,
+            });
         let prices = match &config.pricing {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
                 Ok(table) => Arc::new(table),
@@ -271,10 +342,10 @@ impl Tactic {
                     let place = config.path.display();
                     let checked = crate::provider::pricing::check_table(overrides);
                     if checked.is_empty() {
-                        problems.push(format!("{place}: `pricing`: {error}"));
+                        problems.push_other(format!("{place}: `pricing`: {error}"));
                     }
                     for problem in checked {
-                        problems.push(format!("{place}: `pricing`: {problem}"));
+                        problems.push_other(format!("{place}: `pricing`: {problem}"));
                     }
                     Arc::new(ModelTable::bundled().clone())
                 }
@@ -286,13 +357,12 @@ impl Tactic {
         let mut agents = IndexMap::new();
         for agent in &config.agents {
             let system_prompt = match &agent.system_prompt {
-                SystemPrompt::Key(key) => problems
-                    .take(
-                        registry
-                            .get(key)
-                            .map_err(|error| format!("agent `{}`: {error}", agent.name)),
-                    )
-                    .map(|prompt| Arc::new(prompt.clone())),
+                SystemPrompt::Key(key) => lookup(
+                    &registry,
+                    key,
+                    &format!("agent `{}`", agent.name),
+                    &mut problems,
+                ),
                 SystemPrompt::Inline(text) => {
                     let key = format!("{}/system (inline)", agent.name);
                     problems.take(Prompt::new(key, text.clone())).map(Arc::new)
@@ -300,7 +370,7 @@ impl Tactic {
             };
             let mut model = providers
                 .as_ref()
-                .and_then(|providers| problems.take(providers.resolve(&agent.model_name)));
+                .and_then(|providers| problems.take_other(providers.resolve(&agent.model_name)));
             if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
                 let budgeted = BudgetedProvider::new(
                     resolved.provider.clone(),
@@ -313,7 +383,7 @@ impl Tactic {
                 );
                 match budgeted {
                     Ok(budgeted) => resolved.provider = Arc::new(budgeted),
-                    Err(problem) => problems.push(problem),
+                    Err(problem) => problems.push_other(problem),
                 }
             }
             for server in &agent.mcp_servers {
@@ -326,7 +396,7 @@ impl Tactic {
             }
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
-                    problems.push(format!(
+                    problems.push_other(format!(
                         "agent `{}` names tool `{tool}`, which is not defined under `tools:`{}",
                         agent.name,
                         crate::suggest::hint(tool, toolbox.names())
@@ -335,7 +405,7 @@ impl Tactic {
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take(context_managers.build(&ContextSettings {
+                problems.take_other(context_managers.build(&ContextSettings {
                     kind: settings.kind.clone(),
                     model_provider: provider.to_string(),
                     model: model.to_string(),
@@ -382,11 +452,6 @@ impl Tactic {
                 .map(Arc::new)
         });
 
-        if !problems.0.is_empty() {
-            return Err(Error {
-                problems: problems.0,
-            });
-        }
         let other_tools = config
             .tools
             .iter()
@@ -400,7 +465,8 @@ impl Tactic {
             .collect();
         let runtime = Arc::new(Runtime {
             toolbox,
-            mcp: McpServers::new(config.mcp_servers.clone(), other_tools),
+            mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
+                .hide_variables(builder.hidden_variables.clone()),
             prices,
             price_warnings: UnknownPriceWarnings::default(),
         });
@@ -424,13 +490,13 @@ impl Tactic {
             nodes,
             result,
         };
-        Ok(tactic)
+        (tactic, problems)
     }
 
     /// Checks that every template the flow reaches has its variables, given the
     /// task argument names. All problems at once.
     pub fn check(&self, arg_names: &BTreeSet<String>) -> Result<()> {
-        let problems = flow::check_variables(self, arg_names);
+        let problems = check::check_variables(self, arg_names);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -493,39 +559,18 @@ impl Tactic {
         &self.runtime.mcp
     }
 
-    /// Pre-flight of one task (`lllm batch`): `check` with its argument names,
-    /// then every template that needs nothing but the task (system prompts,
-    /// step arguments and prompts naming no earlier step, `result`) is rendered
-    /// with the task's values, so a template that fails on them (an attribute
-    /// the value lacks, a filter on the wrong type) is reported before anything
-    /// is sent. Templates that need a step's output cannot be rendered yet.
+    /// Pre-flight of one task: `check` with its argument names, then every
+    /// template and expression that needs nothing but the task is rendered
+    /// with the task's values, in flow order, so a template that fails on them
+    /// (an attribute the value lacks, a filter on the wrong type) is reported
+    /// before anything is sent. Templates that need a step's output cannot be
+    /// rendered yet. All problems of both at once.
     pub fn check_task(&self, task: &TaskInput) -> Result<()> {
         let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
-        self.check(&arg_names)?;
-        let mut templates: Vec<&Prompt> = self
-            .agents
-            .values()
-            .map(|agent| agent.system_prompt.as_ref())
-            .collect();
-        collect_templates(&self.nodes, &mut templates);
-        templates.extend(self.result.as_deref());
-        // Templates without variables need no context (often all of them).
-        let needs_context = templates
-            .iter()
-            .any(|template| !template.template_vars().is_empty());
-        let context = if needs_context {
-            flow::base_context(task)
-        } else {
-            Map::new()
-        };
-        let mut problems = Vec::new();
-        for template in templates {
-            let ready = template
-                .template_vars()
-                .iter()
-                .all(|name| context.contains_key(name));
-            if ready && let Err(error) = template.render(&context) {
-                problems.push(error.to_string());
+        let mut problems = check::check_variables(self, &arg_names);
+        for problem in check::trial(self, task) {
+            if !problems.contains(&problem) {
+                problems.push(problem);
             }
         }
         if problems.is_empty() {
@@ -570,6 +615,24 @@ impl Tactic {
     }
 }
 
+/// The prompt `key` of the registry, for `who`. A key whose file failed to
+/// load was reported with the file's problem; it is not reported again.
+fn lookup(
+    registry: &Registry,
+    key: &str,
+    who: &str,
+    problems: &mut Problems,
+) -> Option<Arc<Prompt>> {
+    match registry.get(key) {
+        Ok(prompt) => Some(Arc::new(prompt.clone())),
+        Err(crate::prompt::Error::Broken { .. }) => None,
+        Err(error) => {
+            problems.push(format!("{who}: {error}"));
+            None
+        }
+    }
+}
+
 /// `provider/model` → (`provider`, `model`); a bare name is an OpenAI model.
 pub fn split_model(model_name: &str) -> (&str, &str) {
     model_name.split_once('/').unwrap_or(("openai", model_name))
@@ -584,7 +647,7 @@ fn check_prompt_tools(
 ) {
     for tool in &prompt.tools {
         if !toolbox.contains(tool) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "prompt `{}` names tool `{tool}`, which is not defined under `tools:`{}",
                 prompt.path,
                 crate::suggest::hint(tool, toolbox.names())
@@ -604,48 +667,18 @@ fn check_prompt_tools(
 fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
     let names = config.mcp_servers.iter().map(|server| server.name.as_str());
     if !names.clone().any(|name| name == server) {
-        problems.push(format!(
+        problems.push_other(format!(
             "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
             crate::suggest::hint(server, names)
         ));
     }
 }
 
-/// Every template of the flow's steps: argument templates, then the prompt
-/// (for a sub-tactic step, its `task`).
-fn collect_templates<'a>(nodes: &'a [Node], templates: &mut Vec<&'a Prompt>) {
-    for node in nodes {
-        match node {
-            Node::Step(step) => {
-                for (_, value) in &step.args {
-                    if let ArgValue::Template(template) = value {
-                        templates.push(template);
-                    }
-                }
-                templates.push(&step.prompt);
-            }
-            // A sub-tactic's own templates see its task, rendered later; here
-            // only the step's `task` and `args` templates.
-            Node::Tactic(step) => {
-                for (_, value) in &step.args {
-                    if let ArgValue::Template(template) = value {
-                        templates.push(template);
-                    }
-                }
-                templates.extend(step.task.as_deref());
-            }
-            Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => {
-                collect_templates(nodes, templates)
-            }
-        }
-    }
-}
-
-fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
+fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Problems) -> Toolbox {
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
@@ -656,23 +689,27 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
             description: tool.description.clone(),
             parameters: tool.parameters.clone(),
         };
-        toolbox.insert(Arc::new(CommandTool::new(
-            spec,
-            tool.command.clone(),
-            crate::config::numbers::seconds(tool.timeout_s),
-            tool.cwd.clone(),
-            tool.env.clone(),
-        )));
+        toolbox.insert(Arc::new(
+            CommandTool::new(
+                spec,
+                tool.command.clone(),
+                crate::config::numbers::seconds(tool.timeout_s),
+                tool.cwd.clone(),
+                tool.env.clone(),
+            )
+            .hide_variables(hidden.iter().cloned()),
+        ));
     }
     for builtin in &config.builtin_tools {
         if toolbox.contains(&builtin.name) {
-            problems.push(format!(
+            problems.push_other(format!(
                 "tool `{}` is both under `tools:` and `builtin_tools:`",
                 builtin.name
             ));
             continue;
         }
-        if let Some(tool) = problems.take(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
+        if let Some(tool) =
+            problems.take_other(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
         {
             toolbox.insert(Arc::new(tool));
         }
@@ -681,7 +718,7 @@ fn build_toolbox(config: &TacticConfig, problems: &mut Problems) -> Toolbox {
 }
 
 /// What building a tactic passes on to the tactics its steps run.
-struct Builder<'a> {
+pub(super) struct Builder<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
     context_managers: &'a ContextManagers,
     replacement: Option<Arc<dyn crate::provider::Provider>>,
@@ -690,6 +727,8 @@ struct Builder<'a> {
     budget: Option<Arc<CostBudget>>,
     /// The tactic files being built, outermost first (to find cycles).
     stack: Vec<PathBuf>,
+    /// The `api_key_env` names of those tactics: no tool inherits them.
+    hidden_variables: Vec<String>,
 }
 
 fn canonical(path: &Path) -> PathBuf {
@@ -705,6 +744,15 @@ fn build_sub_tactic(
     problems: &mut Problems,
 ) -> Option<SubStep> {
     let place = format!("step `{}` (tactic `{}`)", step.name, step.path.display());
+    // The step's own templates are checked whatever becomes of the tactic
+    // it runs, so their problems are listed with the tactic's.
+    let task = step.task.as_ref().and_then(|text| {
+        problems
+            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
+            .map(Arc::new)
+    });
+    let args = template_args(&step.name, &step.args, problems);
+    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
     let path = canonical(&step.path);
     if builder.stack.contains(&path) {
         let mut chain: Vec<String> = builder
@@ -719,25 +767,18 @@ fn build_sub_tactic(
         ));
         return None;
     }
-    let mut config = match crate::config::load(&step.path) {
-        Ok(config) => config,
-        Err(error) => {
-            for line in error.to_string().lines() {
-                problems.push(format!("{place}: {line}"));
-            }
-            return None;
+    let adjust = |config: &mut TacticConfig| {
+        for warning in &config.warnings {
+            crate::report::warn(&format!("{place}: {warning}"));
+        }
+        if let Some(model) = &parent.model_override {
+            config.override_model(model);
+        }
+        if let Some(prices) = &parent.price_overrides {
+            config.override_prices(prices.clone());
         }
     };
-    for warning in &config.warnings {
-        crate::report::warn(&format!("{place}: {warning}"));
-    }
-    if let Some(model) = &parent.model_override {
-        config.override_model(model);
-    }
-    if let Some(prices) = &parent.price_overrides {
-        config.override_prices(prices.clone());
-    }
-    let tactic = match Tactic::build_inner(config, builder) {
+    let tactic = match load::load_config(&step.path, adjust, builder, None) {
         Ok(tactic) => tactic,
         Err(error) => {
             for problem in error.problems {
@@ -746,13 +787,6 @@ fn build_sub_tactic(
             return None;
         }
     };
-    let task = step.task.as_ref().and_then(|text| {
-        problems
-            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
-            .map(Arc::new)
-    });
-    let args = template_args(&step.name, &step.args, problems);
-    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
     Some(SubStep {
         name: step.name.clone(),
         tactic: Arc::new(tactic),
@@ -790,14 +824,16 @@ fn template_args(
     let mut args = Vec::new();
     for (name, value) in values {
         let value = match value {
+            // A template that does not compile is reported here; its name
+            // stays, so the step's prompt is not also said to lack it.
             Value::String(text) => problems
                 .take(Prompt::new(format!("{step}.args.{name}"), text.clone()))
-                .map(|prompt| ArgValue::Template(Arc::new(prompt))),
-            other => Some(ArgValue::Literal(other.clone())),
+                .map_or(ArgValue::Literal(Value::Null), |prompt| {
+                    ArgValue::Template(Arc::new(prompt))
+                }),
+            other => ArgValue::Literal(other.clone()),
         };
-        if let Some(value) = value {
-            args.push((name.clone(), value));
-        }
+        args.push((name.clone(), value));
     }
     args
 }
@@ -862,13 +898,9 @@ fn build_nodes(
             FlowItem::Step(step) => step,
         };
         let prompt = match &step.input {
-            StepInput::Prompt(key) => problems
-                .take(
-                    registry
-                        .get(key)
-                        .map_err(|error| format!("step `{}`: {error}", step.name)),
-                )
-                .map(|prompt| Arc::new(prompt.clone())),
+            StepInput::Prompt(key) => {
+                lookup(registry, key, &format!("step `{}`", step.name), problems)
+            }
             StepInput::Text(text) => problems
                 .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
                 .map(Arc::new),

@@ -3,6 +3,10 @@
 //! `nextCursor`), and each tool becomes an `McpTool` whose calls go to
 //! `tools/call`. The protocol itself is the `rmcp` client's.
 //!
+//! A server runs in its own process group, so stopping it stops the children
+//! it started too, and without lllm's credentials in its environment unless
+//! its `env` passes them (`process.rs`).
+//!
 //! A failure to start is an error for the caller (`McpServers`, in
 //! `mcp_servers.rs`, decides when servers start and stop); a failure after the
 //! start — the server crashed, a call timed out, the tool said `isError` — is a
@@ -25,6 +29,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinHandle;
 
 use super::Tool;
+use super::process::{ProcessGroup, set_environment};
 use crate::config::McpServerConfig;
 use crate::dialog::sanitize_name;
 use crate::provider::ToolSpec;
@@ -48,6 +53,9 @@ pub struct McpServer {
     client: tokio::sync::Mutex<Option<Client>>,
     stderr: Arc<StderrTail>,
     pid: Option<u32>,
+    /// The server's process group: what is left of it after `shutdown` (or
+    /// when the server is dropped) is killed.
+    group: ProcessGroup,
 }
 
 /// The end of a server's stderr. The server's log is not mixed into our output;
@@ -129,7 +137,12 @@ fn client_info() -> InitializeRequestParams {
 impl McpServer {
     /// Starts the server of `config` and lists its tools. The error is one line
     /// naming the server and the reason; `env` values never appear in it.
-    pub async fn start(config: &McpServerConfig) -> Result<(Arc<McpServer>, Vec<McpTool>), String> {
+    /// `hidden`: variables the server does not inherit besides the standard
+    /// credentials (the tactic's `api_key_env` names), unless its `env` passes them.
+    pub async fn start(
+        config: &McpServerConfig,
+        hidden: &[String],
+    ) -> Result<(Arc<McpServer>, Vec<McpTool>), String> {
         let name = &config.name;
         let Some((program, command_args)) = config.command.split_first() else {
             return Err(format!("MCP server `{name}` has an empty `command`"));
@@ -138,16 +151,20 @@ impl McpServer {
         command
             .args(command_args)
             .args(&config.args)
-            .envs(&config.env)
             .current_dir(&config.cwd)
             // The last resort against orphans: a server still running when we
             // drop it is killed (the normal way out is `shutdown`).
             .kill_on_drop(true);
+        set_environment(&mut command, &config.env, hidden);
+        let mut command = process_wrap::tokio::CommandWrap::from(command);
+        #[cfg(unix)]
+        command.wrap(process_wrap::tokio::ProcessGroup::leader());
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|error| format!("MCP server `{name}`: cannot start `{program}`: {error}"))?;
         let pid = transport.id();
+        let group = ProcessGroup::led_by(pid);
         let tail = Arc::new(StderrTail::default());
         if let Some(stderr) = stderr {
             tail.collect(stderr);
@@ -155,6 +172,8 @@ impl McpServer {
         let timeout = crate::config::numbers::seconds(config.timeout_s);
         let client = match tokio::time::timeout(timeout, client_info().serve(transport)).await {
             Ok(Ok(client)) => client,
+            // `group` is dropped on these ways out: the server and its
+            // children are killed.
             Ok(Err(error)) => {
                 return Err(format!(
                     "MCP server `{name}` did not start: {error}{}",
@@ -175,6 +194,7 @@ impl McpServer {
             client: tokio::sync::Mutex::new(Some(client)),
             stderr: tail,
             pid,
+            group,
         });
         let listed = tokio::time::timeout(timeout, server.peer.list_all_tools()).await;
         let listed = match listed {
@@ -223,8 +243,9 @@ impl McpServer {
         self.pid
     }
 
-    /// Ends the server: its stdin is closed, then (if it lingers) SIGTERM, then
-    /// SIGKILL. Calls made afterwards are tool errors. Idempotent.
+    /// Ends the server: its stdin is closed, then (if it lingers) SIGTERM to
+    /// its process group, then SIGKILL; what the server leaves running in its
+    /// group is killed. Calls made afterwards are tool errors. Idempotent.
     pub async fn shutdown(&self) {
         let client = self.client.lock().await.take();
         if let Some(mut client) = client
@@ -235,6 +256,7 @@ impl McpServer {
                 self.name
             ));
         }
+        self.group.kill();
     }
 
     /// Why a request failed, in words for the model and the record. Only a
@@ -348,6 +370,7 @@ impl Tool for McpTool {
 pub(super) mod tests {
     use super::*;
     use crate::tool::McpServers;
+    use crate::tool::process::tests::assert_ends;
     use serde_json::json;
     use std::collections::BTreeMap;
     use std::path::PathBuf;
@@ -408,7 +431,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_server_starts_answers_and_shuts_down() {
-        let servers = McpServers::new(vec![config(&[], 10.0)], Vec::new());
+        let servers = McpServers::new(vec![config(&[], 60.0)], Vec::new());
         assert!(
             servers.tools_of("calc").is_empty(),
             "nothing before the start"
@@ -458,7 +481,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_server_that_ignores_eof_is_terminated() {
-        let servers = McpServers::new(vec![config(&["--ignore-eof"], 10.0)], Vec::new());
+        let servers = McpServers::new(vec![config(&["--ignore-eof"], 60.0)], Vec::new());
         servers.start().await.unwrap();
         let pid = servers.servers()[0].pid();
         let started = std::time::Instant::now();
@@ -467,18 +490,67 @@ pub(super) mod tests {
         assert!(started.elapsed() < SHUTDOWN_LIMIT);
     }
 
+    /// The pid the test server's child wrote to `path` (there once the server
+    /// answered `initialize`: it is written first).
+    fn child_pid(path: &std::path::Path) -> u32 {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn stopping_a_server_stops_the_children_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child");
+        let option = pid_file.display().to_string();
+        let servers = McpServers::new(
+            vec![config(&["--child-pid-file", &option], 60.0)],
+            Vec::new(),
+        );
+        servers.start().await.unwrap();
+        let child = child_pid(&pid_file);
+        servers.shutdown().await;
+        assert_ends(child, "987655").await;
+
+        // A server dropped without `shutdown` (an early return, a panic)
+        // takes its children along too.
+        std::fs::remove_file(&pid_file).unwrap();
+        let servers = McpServers::new(
+            vec![config(&["--child-pid-file", &option], 60.0)],
+            Vec::new(),
+        );
+        servers.start().await.unwrap();
+        let child = child_pid(&pid_file);
+        let server = servers.servers()[0].pid();
+        drop(servers);
+        assert_ends(child, "987655").await;
+        assert_ends(server.unwrap(), "mcp_server.py").await;
+    }
+
     #[tokio::test]
     async fn a_slow_call_times_out_as_a_tool_error() {
-        let servers = McpServers::new(vec![config(&["--slow-calls", "2"], 0.3)], Vec::new());
+        // The server starts with a generous limit (a busy machine may take
+        // seconds to start Python); the call under test never gets an answer
+        // (the server sleeps for an hour), so it times out however fast the
+        // machine is, and its limit only sets how long the test takes.
+        let servers = McpServers::new(vec![config(&["--slow-calls", "3600"], 60.0)], Vec::new());
         servers.start().await.unwrap();
-        let error = servers
-            .tool("add")
-            .unwrap()
-            .call(&args(json!({"a": 1, "b": 2})))
-            .await
-            .unwrap_err();
+        let server = servers.servers()[0].clone();
+        let add = McpTool {
+            spec: ToolSpec {
+                name: "add".into(),
+                description: String::new(),
+                parameters: json!({"type": "object"}),
+            },
+            remote: "add".into(),
+            server: server.clone(),
+            timeout: Duration::from_millis(300),
+        };
+        let error = add.call(&args(json!({"a": 1, "b": 2}))).await.unwrap_err();
         assert_eq!(error, "MCP server `calc`: `add` timed out after 0.3 s");
-        let pid = servers.servers()[0].pid();
+        let pid = server.pid();
         servers.shutdown().await;
         assert_gone(pid);
     }

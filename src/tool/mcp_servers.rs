@@ -19,6 +19,8 @@ pub struct McpServers {
     /// Names of the run's other tools (`tools:`, `builtin_tools:`), with where
     /// they come from, for the name-clash check.
     other_tools: Vec<(String, &'static str)>,
+    /// Variables the servers do not inherit besides the standard credentials.
+    hidden: Vec<String>,
     started: tokio::sync::OnceCell<Result<Started, Vec<String>>>,
 }
 
@@ -36,8 +38,16 @@ impl McpServers {
         McpServers {
             configs,
             other_tools,
+            hidden: Vec::new(),
             started: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Also keeps these variables (the tactic's `api_key_env` names) from the
+    /// servers, unless a server's `env` passes them.
+    pub fn hide_variables(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.hidden.extend(names);
+        self
     }
 
     /// Starts every server and lists its tools; the servers start concurrently.
@@ -52,8 +62,12 @@ impl McpServers {
     }
 
     async fn start_all(&self) -> Result<Started, Vec<String>> {
-        let outcomes =
-            futures_util::future::join_all(self.configs.iter().map(McpServer::start)).await;
+        let outcomes = futures_util::future::join_all(
+            self.configs
+                .iter()
+                .map(|config| McpServer::start(config, &self.hidden)),
+        )
+        .await;
         let mut started = Started::default();
         let mut problems = Vec::new();
         let mut owners: HashMap<String, String> = self
@@ -144,11 +158,11 @@ mod tests {
 
     #[tokio::test]
     async fn clashing_names_and_failed_starts_leave_nothing_running() {
-        let mut broken = config(&[], 10.0);
+        let mut broken = config(&[], 60.0);
         broken.name = "broken".into();
         broken.command = vec!["/nonexistent/mcp-server".into()];
         let dir = tempfile::tempdir().unwrap();
-        let mut calc = config(&["--pid-file", "pid.txt"], 10.0);
+        let mut calc = config(&["--pid-file", "pid.txt"], 60.0);
         calc.cwd = dir.path().to_path_buf();
         let others = vec![
             ("shout".into(), "tools:"),

@@ -9,6 +9,7 @@ mod builtin;
 mod command;
 mod mcp;
 mod mcp_servers;
+mod process;
 
 use std::sync::Arc;
 

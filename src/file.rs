@@ -1,0 +1,106 @@
+//! Reading a file that a user or a model names, without ever blocking on
+//! something that is not a file (issue 12): a named pipe would block `open`
+//! until a writer comes, a device could be endless. The file is opened
+//! non-blocking and checked on the open handle, so nothing can be swapped in
+//! between the check and the read; only regular files are read.
+//!
+//! Used by prompt loading and the built-in file tools; how long a read may
+//! take is the caller's business.
+
+use std::fs::{File, FileType};
+use std::io::{self, Read};
+use std::path::Path;
+
+/// What a file that cannot be read as a regular file is, in words.
+pub fn describe(kind: &FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a named pipe";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() {
+            return "a character device";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` (following symlinks) for reading if it is a regular file,
+/// without blocking on a named pipe; with its size. Anything else is an
+/// `InvalidInput` error saying what it is.
+pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: opening a FIFO without a writer returns at once;
+        // O_NOCTTY: a terminal device never becomes our controlling terminal.
+        options.custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY);
+    }
+    let file = options.open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", describe(&metadata.file_type())),
+        ));
+    }
+    Ok((file, metadata.len()))
+}
+
+/// The first `cap` bytes of the regular file at `path`, and its size.
+pub fn read_regular(path: &Path, cap: u64) -> io::Result<(Vec<u8>, u64)> {
+    let (file, size) = open_regular(path)?;
+    let mut bytes = Vec::with_capacity(size.min(cap) as usize);
+    file.take(cap).read_to_end(&mut bytes)?;
+    Ok((bytes, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_regular_files_and_refuses_the_rest_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("a.txt");
+        std::fs::write(&text, "hello world").unwrap();
+        assert_eq!(
+            read_regular(&text, 5).unwrap(),
+            (b"hello".to_vec(), 11),
+            "cut at the cap, with the whole size"
+        );
+        let error = read_regular(dir.path(), 5).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(error.to_string(), "a directory, not a regular file");
+        #[cfg(unix)]
+        {
+            let fifo = dir.path().join("pipe");
+            nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            // Without O_NONBLOCK this open would wait for a writer forever.
+            let error = read_regular(&fifo, 5).unwrap_err();
+            assert_eq!(error.to_string(), "a named pipe, not a regular file");
+            let error = read_regular(Path::new("/dev/zero"), 5).unwrap_err();
+            assert_eq!(error.to_string(), "a character device, not a regular file");
+            let looping = dir.path().join("loop.md");
+            std::os::unix::fs::symlink(&looping, &looping).unwrap();
+            assert!(read_regular(&looping, 5).is_err());
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! A tactic file made ready for a run in one pre-flight: the config, the
+//! build, and (given a task) the task's check, with every problem of every
+//! phase listed at once (issue 12). A structural problem of the YAML (an
+//! unknown agent) no longer hides a broken template or prompt file, and a
+//! problem of the build no longer hides what the task's check finds.
+//!
+//! When the config itself has problems, what could be resolved is still
+//! built to find the problems of prompts and templates (their syntax, unknown
+//! filters, files that cannot be read, renders that fail on the task); the
+//! rest of the build is not reported then, since it may only echo the
+//! config's problems (a tool the config dropped, an agent without a model).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Builder, Error, Result, Tactic, TaskInput, check};
+use crate::agent::context::ContextManagers;
+use crate::config::TacticConfig;
+use crate::provider::budget::CostBudget;
+use crate::provider::dry_run::DryRun;
+
+/// How `load` builds a tactic: the command line's overrides, where keys and
+/// base URLs come from, and where warnings go.
+pub struct LoadOptions<'a> {
+    /// `--model`: every agent's model, sub-tactics' too.
+    pub model: Option<&'a str>,
+    /// `--prices`: prices over the tactic's own.
+    pub prices: Option<&'a Value>,
+    /// Reads environment variables (keys, base URLs).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// `--dry-run`: requests are captured here instead of sent.
+    pub dry_run: Option<Arc<DryRun>>,
+    /// Receives the config's warnings, one line each.
+    pub warn: &'a dyn Fn(&str),
+    /// `lllm batch --max-cost`: every call passes this spending cap.
+    pub budget: Option<Arc<CostBudget>>,
+}
+
+/// Loads, builds and (given `task`) checks the tactic at `path`; the error
+/// lists every problem found in every phase.
+pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&TaskInput>) -> Result<Tactic> {
+    let context_managers = ContextManagers::with_builtins();
+    let builder = Builder {
+        env: options.env,
+        context_managers: &context_managers,
+        replacement: None,
+        dry_run: options.dry_run.clone(),
+        budget: options.budget.clone(),
+        stack: Vec::new(),
+        hidden_variables: Vec::new(),
+    };
+    let adjust = |config: &mut TacticConfig| {
+        for warning in &config.warnings {
+            (options.warn)(warning);
+        }
+        if let Some(model) = options.model {
+            config.override_model(model);
+        }
+        if let Some(prices) = options.prices {
+            config.override_prices(prices.clone());
+        }
+    };
+    load_config(path, adjust, &builder, task)
+}
+
+/// `load` for a tactic file with `adjust` applied to its config (overrides,
+/// warnings) and `builder` passed on; sub-tactics load this way too.
+pub(super) fn load_config(
+    path: &Path,
+    adjust: impl FnOnce(&mut TacticConfig),
+    builder: &Builder<'_>,
+    task: Option<&TaskInput>,
+) -> Result<Tactic> {
+    let (mut config, config_problems) = match crate::config::load(path) {
+        Ok(config) => (config, Vec::new()),
+        Err(crate::config::Error::Incomplete {
+            path,
+            problems,
+            partial,
+        }) => {
+            let lines = problems
+                .iter()
+                .map(|problem| format!("{path}: {problem}"))
+                .collect();
+            (*partial, lines)
+        }
+        Err(other) => {
+            return Err(Error {
+                problems: other.to_string().lines().map(str::to_string).collect(),
+            });
+        }
+    };
+    adjust(&mut config);
+    let (tactic, built) = Tactic::assemble(config, builder);
+    let complete = config_problems.is_empty();
+    let mut problems = config_problems;
+    if complete {
+        problems.extend(built.lines);
+    } else {
+        problems.extend(built.of_templates());
+    }
+    if let Some(task) = task {
+        // A config with problems may have dropped steps that templates name:
+        // only what the task's values break is worth adding then.
+        let found = if complete {
+            let arg_names = task.args.keys().cloned().collect();
+            let mut found = check::check_variables(&tactic, &arg_names);
+            found.extend(check::trial(&tactic, task));
+            found
+        } else {
+            check::trial(&tactic, task)
+        };
+        for problem in found {
+            if !problems.contains(&problem) {
+                problems.push(problem);
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(tactic)
+    } else {
+        Err(Error { problems })
+    }
+}

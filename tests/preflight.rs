@@ -1,0 +1,359 @@
+//! Pre-flight end to end (issue 12): every place a template or an expression
+//! appears, times every way it can fail before anything is sent, is bad input
+//! (exit 2, one `error:` line naming the place) for `lllm run` and `lllm
+//! batch`; valid templates using minijinja's builtins pass; the problems of
+//! every phase are listed together; a prompt directory that would block or
+//! loop is an error, never a hang.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Test;
+
+/// Ways a template or an expression fails before anything is sent, as
+/// (name, template, expression). Each needs only the task (a string).
+const FAILURES: &[(&str, &str, &str)] = &[
+    ("syntax", "{{ task ", "task !"),
+    ("filter", "{{ task | nosuch }}", "task | nosuch"),
+    (
+        "test",
+        "{% if task is nosuch %}x{% endif %}",
+        "task is nosuch",
+    ),
+    ("function", "{{ nosuch() }}", "nosuch()"),
+    ("undefined", "{{ nothere }}", "nothere"),
+    ("type", "{{ task + 1 }}", "task + 1"),
+    ("attribute", "{{ task.foo.bar }}", "task.foo.bar"),
+    ("method", "{{ task.upper() }}", "task.upper()"),
+];
+
+/// Where templates and expressions appear; each yields the files of a tactic
+/// (`t.yaml` and what it needs) with `template` or `expression` there.
+const PLACES: &[&str] = &[
+    "prompt file",
+    "inline text",
+    "step argument",
+    "result",
+    "if",
+    "stop",
+    "until",
+    "foreach",
+    "inline system prompt",
+    "system prompt file",
+    "sub-tactic task",
+    "sub-tactic argument",
+    "handler",
+];
+
+fn files(place: &str, template: &str, expression: &str) -> Vec<(&'static str, String)> {
+    let quoted = |text: &str| serde_json::to_string(text).unwrap();
+    let (template, expression) = (quoted(template), quoted(expression));
+    let mut files = Vec::new();
+    let mut system = String::new();
+    let mut extra = String::new();
+    let flow = match place {
+        "prompt file" => {
+            files.push((
+                "prompts/p.md",
+                serde_json::from_str::<String>(&template).unwrap(),
+            ));
+            "  - {step: s, agent: a, prompt: p}\n".to_string()
+        }
+        "inline text" => format!("  - {{step: s, agent: a, text: {template}}}\n"),
+        "step argument" => {
+            format!("  - {{step: s, agent: a, text: 'x {{{{ v }}}}', args: {{v: {template}}}}}\n")
+        }
+        "result" => {
+            extra = format!("result: {template}\n");
+            "  - {step: s, agent: a, text: x}\n".to_string()
+        }
+        "if" => format!("  - {{step: s, agent: a, text: x, if: {expression}}}\n"),
+        "stop" => format!("  - {{step: s, agent: a, text: x, stop: {expression}}}\n"),
+        "until" => format!(
+            "  - loop: {{max: 2, until: {expression}}}\n    steps:\n      - {{step: s, agent: a, text: x}}\n"
+        ),
+        "foreach" => format!(
+            "  - parallel: {{foreach: {expression}}}\n    steps:\n      - {{step: s, agent: a, text: x}}\n"
+        ),
+        "inline system prompt" => {
+            system = format!("    system_prompt: {template}\n");
+            String::new()
+        }
+        "system prompt file" => {
+            files.push((
+                "prompts/sys.md",
+                serde_json::from_str::<String>(&template).unwrap(),
+            ));
+            system = "    system_prompt_path: sys\n".into();
+            String::new()
+        }
+        "sub-tactic task" => {
+            files.push((
+                "sub.yaml",
+                "global: {model_name: mock/echo}\nagent_configs:\n  - name: b\n".into(),
+            ));
+            format!("  - {{step: s, tactic: sub.yaml, task: {template}}}\n")
+        }
+        "sub-tactic argument" => {
+            files.push((
+                "sub.yaml",
+                "global: {model_name: mock/echo}\nagent_configs:\n  - name: b\nflow:\n  - {step: t, agent: b, text: '{{ v }}'}\n".into(),
+            ));
+            format!("  - {{step: s, tactic: sub.yaml, args: {{v: {template}}}}}\n")
+        }
+        "handler" => {
+            files.push((
+                "prompts/p.md",
+                format!("---\nhandler: {{exception: {template}}}\n---\nhi"),
+            ));
+            "  - {step: s, agent: a, prompt: p}\n".to_string()
+        }
+        other => panic!("no place {other}"),
+    };
+    let mut tactic =
+        format!("global: {{model_name: mock/echo}}\nagent_configs:\n  - name: a\n{system}");
+    if !flow.is_empty() {
+        tactic.push_str("flow:\n");
+        tactic.push_str(&flow);
+    }
+    tactic.push_str(&extra);
+    files.push(("t.yaml", tactic));
+    files
+}
+
+#[test]
+fn every_template_mistake_is_bad_input_before_anything_is_sent() {
+    let mut wrong = Vec::new();
+    for place in PLACES {
+        for (failure, template, expression) in FAILURES {
+            let mut test =
+                Test::new().file("tasks.jsonl", "{\"id\": \"1\", \"task\": \"hello\"}\n");
+            for (name, content) in files(place, template, expression) {
+                test = test.file(name, &content);
+            }
+            for command in [
+                &["run", "t.yaml", "--task", "hello", "--no-record"][..],
+                &["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"][..],
+            ] {
+                let output = test.run(command);
+                let errors: Vec<&str> = output
+                    .stderr
+                    .lines()
+                    .filter(|line| line.contains("error:") || line.contains("tasks.jsonl:"))
+                    .collect();
+                // Exit 2, and the one problem said once, not drowned in others.
+                if output.code != 2 || errors.is_empty() || output.stderr.lines().count() > 3 {
+                    wrong.push(format!(
+                        "{} · {place} · {failure}: exit {}\n{}",
+                        command[0], output.code, output.stderr
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} cases:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn valid_templates_with_minijinja_builtins_pass_and_render() {
+    let text = r#"{% set ns = namespace(total=0) %}{% for n in range(1, 4) %}{% set ns.total = ns.total + n %}{% endfor -%}
+{{ ns.total }} {{ dict(a=1).a }} {{ tone | default('plain') }} {{ missing | d('-') }}
+{%- if notes is defined %} {{ notes }}{% endif %}
+{% for word in task.split(' ') if false %}{% endfor -%}
+{% for word in task | split(' ') %}{{ loop.index }}{{ loop.cycle('a', 'b') }}{% if not loop.last %},{% endif %}{% endfor %}
+{% macro shout(text) %}{{ text | upper }}{{ caller() if caller is defined }}{% endmacro -%}
+{% call shout(task) %}!{% endcall %}
+{% set block %}{{ task | length }}{% endset %}{% with twice = block ~ block %}{{ twice }}{% endwith %}
+{% filter title %}{{ task }}{% endfilter %}"#;
+    // `task.split(' ')` sits in a loop whose filter is false: it never runs,
+    // but a method on a value can never work, so it is still reported. The
+    // rest is valid; check both.
+    let valid = text.replace(
+        "{% for word in task.split(' ') if false %}{% endfor -%}\n",
+        "",
+    );
+    let tactic = |text: &str| {
+        format!(
+            "global: {{model_name: mock/echo}}\nagent_configs:\n  - name: a\nflow:\n  - step: s\n    agent: a\n    text: {}\n",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let test = Test::new().file("t.yaml", &tactic(&valid));
+    let output = test.run(&["run", "t.yaml", "--task", "owls at night", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stdout,
+        "6 1 plain -\n1a,2b,3a\nOWLS AT NIGHT!\n1313\nOwls At Night\n"
+    );
+    let test = Test::new().file("t.yaml", &tactic(text));
+    let output = test.run(&["run", "t.yaml", "--task", "owls", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("`task.split()`"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn an_optional_task_argument_is_not_required() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - {step: s, agent: a, text: \"{{ task }} in a {{ tone | default('plain') }} tone{% if notes is defined %} ({{ notes }}){% endif %}\"}\n";
+    let test = Test::new().file("t.yaml", tactic).file(
+        "tasks.jsonl",
+        "{\"id\": \"1\", \"task\": \"owls\"}\n{\"id\": \"2\", \"task\": \"bats\", \"args\": {\"tone\": \"dry\", \"notes\": \"short\"}}\n",
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "owls", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "owls in a plain tone\n");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "bats",
+        "--var",
+        "tone=dry",
+        "--var",
+        "notes=short",
+        "--no-record",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "bats in a dry tone (short)\n");
+    let output = test.run(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
+    output.expect_code(0);
+}
+
+#[test]
+fn a_step_field_that_does_not_exist_is_named_with_the_ones_that_do() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - {step: draft, agent: a, text: x}\n  - {step: review, agent: a, text: \"{{ draft.contnet }}\"}\n  - parallel: {foreach: \"['a', 'b']\"}\n    steps:\n      - {step: note, agent: a, text: \"{{ item }}\"}\n  - {step: last, agent: a, text: \"{{ note.content }}\", if: \"draft.parsed.raw != ''\"}\n";
+    let test = Test::new().file("t.yaml", tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "t", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains(
+            "step `review`: prompt `review (inline)` reads `draft.contnet`, but a step's output has only `content`, `parsed`, `model` and `cost`; did you mean `content`?"
+        ),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("reads `note.content`, but step `note` ran once per `foreach` element, so it is a list of outputs"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn problems_of_every_phase_are_listed_at_once() {
+    // The config names an unknown agent; a prompt file and an inline text
+    // have template mistakes; a value the task breaks. All four lines.
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - {step: s, agent: nobody, text: x}\n  - {step: t, agent: a, prompt: p}\n  - {step: u, agent: a, text: \"{{ task | lenght }}\"}\n  - {step: v, agent: a, text: \"{{ task + 1 }}\"}\n";
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("prompts/p.md", "line one\n{% if %}\n");
+    let output = test.run(&["run", "t.yaml", "--task", "t", "--no-record"]);
+    output.expect_code(2);
+    for expected in [
+        "step `s` uses agent `nobody`, which is not in `agent_configs`",
+        "prompts/p.md:2:",
+        "unknown filter `lenght`; did you mean `length`?",
+        "tried to use + operator on unsupported types string and number",
+    ] {
+        assert!(
+            output.stderr.contains(expected),
+            "{expected}:\n{}",
+            output.stderr
+        );
+    }
+    // A build problem (an unknown tool) and the task's check (a variable no
+    // one provides) together too.
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    tools: [nosuch]\nflow:\n  - {step: s, agent: a, text: \"{{ topic }}\"}\n";
+    let test = Test::new().file("t.yaml", tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "t", "--no-record"]);
+    output.expect_code(2);
+    for expected in [
+        "agent `a` names tool `nosuch`, which is not defined under `tools:`",
+        "prompt `s (inline)` needs `topic`",
+    ] {
+        assert!(
+            output.stderr.contains(expected),
+            "{expected}:\n{}",
+            output.stderr
+        );
+    }
+}
+
+#[test]
+fn a_runaway_template_fails_at_the_render_limit_naming_its_prompt() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\nflow:\n  - {step: s, agent: a, text: \"{{ task }}{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}\"}\n";
+    let test = Test::new().file("t.yaml", tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "t", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("prompt `s (inline)`: the template did more work than one render may"),
+        "{}",
+        output.stderr
+    );
+}
+
+/// Runs `lllm` with `args` and waits at most a generous minute: a hang is a
+/// failure, not a stuck test.
+fn run_bounded(test: &Test, args: &[&str]) -> common::Output {
+    let mut child = test.spawn(args);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`lllm {}` hung", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    common::Output::of(child.wait_with_output().expect("output"))
+}
+
+#[cfg(unix)]
+#[test]
+fn a_prompt_directory_that_would_block_or_loop_is_an_error_not_a_hang() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    system_prompt_path: sys\n";
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("prompts/sys.md", "You are terse.")
+        .file("prompts/sub/deep.md", "deep");
+    let prompts = test.path("prompts");
+    let fifo = prompts.join("pipe.md");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::os::unix::fs::symlink(prompts.join("self.md"), prompts.join("self.md")).unwrap();
+    std::os::unix::fs::symlink("..", prompts.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("..", prompts.join("sub/again")).unwrap();
+    let output = run_bounded(&test, &["run", "t.yaml", "--task", "t", "--no-record"]);
+    output.expect_code(2);
+    for expected in [
+        "pipe.md: a named pipe, not a regular file",
+        "self.md: cannot read: Too many levels of symbolic links",
+        "sub/up: a symlink back to a directory that contains it",
+        "sub/again: a symlink back to a directory that contains it",
+    ] {
+        assert!(
+            output.stderr.contains(expected),
+            "{expected}:\n{}",
+            output.stderr
+        );
+    }
+    // The good prompts load: `sys` is not reported missing.
+    assert!(
+        !output.stderr.contains("unknown prompt"),
+        "{}",
+        output.stderr
+    );
+}
