@@ -169,3 +169,4 @@ pub mod registry;
 pub mod replay;
 pub mod responses;
 pub mod retry;
+pub mod sse;
