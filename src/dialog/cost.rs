@@ -124,7 +124,8 @@ impl InvokeCost {
             }
         }
         InvokeCost {
-            total_tokens: total.unwrap_or(read.prompt_tokens + read.completion_tokens),
+            total_tokens: total
+                .unwrap_or(read.prompt_tokens.saturating_add(read.completion_tokens)),
             cost,
             cost_known: cost.is_some(),
             ..read
@@ -162,14 +163,23 @@ impl Add for InvokeCost {
             (Some(a), None) | (None, Some(a)) => Some(a),
             (None, None) => None,
         };
+        // Token counts come from servers: a sum saturates, it never wraps or panics.
         InvokeCost {
-            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
-            completion_tokens: self.completion_tokens + other.completion_tokens,
-            total_tokens: self.total_tokens + other.total_tokens,
-            cached_prompt_tokens: self.cached_prompt_tokens + other.cached_prompt_tokens,
-            reasoning_tokens: self.reasoning_tokens + other.reasoning_tokens,
-            audio_prompt_tokens: self.audio_prompt_tokens + other.audio_prompt_tokens,
-            audio_completion_tokens: self.audio_completion_tokens + other.audio_completion_tokens,
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
+            cached_prompt_tokens: self
+                .cached_prompt_tokens
+                .saturating_add(other.cached_prompt_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_add(other.reasoning_tokens),
+            audio_prompt_tokens: self
+                .audio_prompt_tokens
+                .saturating_add(other.audio_prompt_tokens),
+            audio_completion_tokens: self
+                .audio_completion_tokens
+                .saturating_add(other.audio_completion_tokens),
             input_cost_per_token: 0.0,
             output_cost_per_token: 0.0,
             cache_read_input_token_cost: 0.0,
@@ -273,5 +283,16 @@ mod tests {
         let total: InvokeCost = vec![known.clone(), known].into_iter().sum();
         assert_eq!(total.cost, Some(1.0));
         assert!(total.cost_known);
+    }
+
+    #[test]
+    fn token_counts_from_the_wire_saturate() {
+        let huge = InvokeCost::from_usage(&usage(
+            json!({"prompt_tokens": u64::MAX, "completion_tokens": 5}),
+        ));
+        assert_eq!(huge.total_tokens, u64::MAX);
+        let sum = huge.clone() + huge;
+        assert_eq!(sum.prompt_tokens, u64::MAX);
+        assert_eq!(sum.total_tokens, u64::MAX);
     }
 }

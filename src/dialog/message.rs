@@ -266,7 +266,8 @@ impl Message {
     pub fn total_tokens(&self) -> u64 {
         let count = |key: &str| self.usage.get(key).and_then(Value::as_u64);
         count("total_tokens").unwrap_or_else(|| {
-            count("prompt_tokens").unwrap_or(0) + count("completion_tokens").unwrap_or(0)
+            let (prompt, completion) = (count("prompt_tokens"), count("completion_tokens"));
+            prompt.unwrap_or(0).saturating_add(completion.unwrap_or(0))
         })
     }
 

@@ -145,7 +145,7 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
         message.usage = json!({
             "prompt_tokens": input,
             "completion_tokens": output,
-            "total_tokens": usage.get("total_tokens").and_then(Value::as_u64).unwrap_or(input + output),
+            "total_tokens": usage.get("total_tokens").and_then(Value::as_u64).unwrap_or(input.saturating_add(output)),
             "prompt_tokens_details": {"cached_tokens": detail("input_tokens_details", "cached_tokens")},
             "completion_tokens_details": {"reasoning_tokens": detail("output_tokens_details", "reasoning_tokens")},
         })
