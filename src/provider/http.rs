@@ -225,12 +225,13 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|value| value.to_str().ok())
             .map(str::trim)
     };
+    // `try_from`: `inf`, `1e400` or `1e30` is no duration (it panicked).
     if let Some(millis) = text("retry-after-ms").and_then(|value| value.parse::<f64>().ok()) {
-        return (millis >= 0.0).then(|| Duration::from_secs_f64(millis / 1000.0));
+        return Duration::try_from_secs_f64(millis / 1000.0).ok();
     }
     let value = text("retry-after")?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+        return Duration::try_from_secs_f64(seconds).ok();
     }
     let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
     let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
@@ -280,6 +281,16 @@ mod tests {
             Some(Duration::ZERO)
         );
         assert_eq!(retry_after(&map(&[("retry-after", "soon")])), None);
+        // Found by fuzzing `anthropic_reply`: these panicked.
+        for (name, value) in [
+            ("retry-after-ms", "1e400"),
+            ("retry-after-ms", "1e30"),
+            ("retry-after-ms", "NaN"),
+            ("retry-after", "inf"),
+            ("retry-after", "-1"),
+        ] {
+            assert_eq!(retry_after(&map(&[(name, value)])), None, "{name}: {value}");
+        }
         assert_eq!(retry_after(&map(&[])), None);
     }
 
