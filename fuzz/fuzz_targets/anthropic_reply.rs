@@ -1,12 +1,12 @@
-//! Anthropic Messages API replies: a whole `message` body, a stream of
-//! `message_start` … `message_stop` events, or an error reply with headers.
-//! The first byte picks which; see `lllm_fuzz` for the shared checks.
+//! Anthropic Messages API replies: a whole `message` body with headers, a
+//! stream of `message_start` … `message_stop` events, or an error reply with
+//! headers. The first byte picks which; see `lllm_fuzz` for the shared checks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lllm::provider::anthropic::{self, StreamAssembler};
 use lllm::provider::exchange::parse_json;
-use lllm_fuzz::{assemble, check_body, check_error_reply, use_message};
+use lllm_fuzz::{assemble, check_error_reply, check_success, use_message};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -14,12 +14,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match mode % 3 {
         0 => {
-            let Ok(text) = std::str::from_utf8(rest) else {
-                return;
-            };
             // What `AnthropicProvider` reads a body with.
-            let reply = parse_json(text).and_then(|body| anthropic::parse_response(&body));
-            check_body("anthropic", &reply);
+            let parse =
+                |body: &str| parse_json(body).and_then(|body| anthropic::parse_response(&body));
+            let _ = check_success("anthropic", parse, rest);
         }
         1 => {
             let Some((&sizes, stream)) = rest.split_first() else {

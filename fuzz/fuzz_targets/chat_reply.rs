@@ -1,12 +1,12 @@
-//! OpenAI chat-completions replies: a whole body (the direct reader and the
-//! lenient one must agree), a server-sent-event stream of chunks, or an error
-//! reply with headers. The first byte picks which; see `lllm_fuzz` for the
+//! OpenAI chat-completions replies: a whole body with headers (the direct
+//! reader and the lenient one must agree), a server-sent-event stream of
+//! chunks, or an error reply with headers. The first byte picks which; see `lllm_fuzz` for the
 //! shared checks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lllm::provider::openai::{self, StreamAssembler};
-use lllm_fuzz::{assemble, check_body, check_error_reply, use_message};
+use lllm_fuzz::{assemble, check_error_reply, check_success, reply as reply_parts, use_message};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -20,14 +20,11 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn body(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let reply = openai::parse_body(text);
-    check_body("openai", &reply);
+    let reply = check_success("openai", openai::parse_body, data);
     // `parse_body` reads the usual shape directly and hands anything else to
     // `parse_response`; for a body both can read, they must agree.
-    if let (Ok(direct), Ok(value)) = (&reply, serde_json::from_str(text)) {
+    let (_, text) = reply_parts(data);
+    if let (Ok(direct), Ok(value)) = (&reply, serde_json::from_str(&text)) {
         let lenient = openai::parse_response(&value);
         let lenient = lenient.expect("the lenient reader refuses what the direct one read");
         assert_eq!(

@@ -1,13 +1,13 @@
-//! OpenAI Responses API replies: a whole `response` body, a stream of
-//! `response.*` events, or an error reply with headers. The first byte picks
-//! which; see `lllm_fuzz` for the shared checks.
+//! OpenAI Responses API replies: a whole `response` body with headers, a
+//! stream of `response.*` events, or an error reply with headers. The first
+//! byte picks which; see `lllm_fuzz` for the shared checks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lllm::provider::exchange::parse_json;
 use lllm::provider::openai;
 use lllm::provider::responses::{self, StreamAssembler};
-use lllm_fuzz::{assemble, check_body, check_error_reply, use_message};
+use lllm_fuzz::{assemble, check_error_reply, check_success, use_message};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -15,12 +15,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match mode % 3 {
         0 => {
-            let Ok(text) = std::str::from_utf8(rest) else {
-                return;
-            };
             // What `OpenAiProvider` reads a Responses body with.
-            let reply = parse_json(text).and_then(|body| responses::parse_response(&body));
-            check_body("openai", &reply);
+            let parse =
+                |body: &str| parse_json(body).and_then(|body| responses::parse_response(&body));
+            let _ = check_success("openai", parse, rest);
         }
         1 => {
             let Some((&sizes, stream)) = rest.split_first() else {

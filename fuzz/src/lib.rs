@@ -8,6 +8,7 @@ use lllm::dialog::{InvokeCost, Message};
 use lllm::provider::ProviderError;
 use lllm::provider::exchange::Assembler;
 use lllm::provider::http::HttpReply;
+use lllm::provider::limit::{Limiter, Limits};
 use lllm::provider::models::ModelTable;
 use lllm::provider::sse::SseDecoder;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -103,14 +104,21 @@ pub fn check_error_reply(parse_error: fn(&HttpReply) -> ProviderError, data: &[u
     let _ = error.to_string();
 }
 
-/// An error reply from bytes: two for the status, then header lines
-/// (`name: value`) up to a blank line, then the body.
+/// An error reply from bytes: two for the status, then the reply.
 fn error_reply(data: &[u8]) -> (u16, HeaderMap, String) {
     let (status, rest) = match data {
         [high, low, rest @ ..] => (u16::from_be_bytes([*high, *low]) % 600, rest),
         _ => (500, data),
     };
-    let text = String::from_utf8_lossy(rest);
+    let (headers, body) = reply(rest);
+    (status, headers, body)
+}
+
+/// A whole reply: header lines (`name: value`) up to the first blank line,
+/// then the body (all body when there is no blank line), read as `http` reads
+/// a body: bytes that are not UTF-8 become U+FFFD.
+pub fn reply(data: &[u8]) -> (HeaderMap, String) {
+    let text = String::from_utf8_lossy(data);
     let (head, body) = text.split_once("\n\n").unwrap_or(("", &text));
     let mut headers = HeaderMap::new();
     for line in head.lines() {
@@ -124,5 +132,27 @@ fn error_reply(data: &[u8]) -> (u16, HeaderMap, String) {
             headers.append(name, value);
         }
     }
-    (status, headers, body.to_string())
+    (headers, body.to_string())
+}
+
+/// A 2xx body: parsed by `parse_body`, then what `exchange` does with it:
+/// the provider's limiter reads the rate-limit headers and settles the tokens.
+pub fn check_success(
+    provider: &str,
+    parse_body: impl Fn(&str) -> Result<Message, ProviderError>,
+    data: &[u8],
+) -> Result<Message, ProviderError> {
+    let (headers, body) = reply(data);
+    let parsed = parse_body(&body);
+    check_body(provider, &parsed);
+    if let Ok(message) = &parsed {
+        let limiter = Limiter::new(Limits {
+            max_concurrency: Some(4),
+            rpm: Some(60),
+            tpm: Some(10_000),
+        });
+        limiter.on_success(&headers, message.total_tokens(), 256);
+        let _ = limiter.waiting();
+    }
+    parsed
 }

@@ -301,8 +301,9 @@ fn nearly_spent(headers: &HeaderMap) -> Option<Duration> {
 
 /// `1s`, `6m0s`, `250ms`, `1.5s`, or plain seconds.
 fn parse_reset(text: &str) -> Option<Duration> {
+    // `try_from`: `inf` or `1e400` is no duration (it panicked).
     if let Ok(seconds) = text.parse::<f64>() {
-        return Some(Duration::from_secs_f64(seconds.max(0.0)));
+        return Duration::try_from_secs_f64(seconds.max(0.0)).ok();
     }
     let mut total = 0.0;
     let mut number = String::new();
@@ -325,7 +326,10 @@ fn parse_reset(text: &str) -> Option<Duration> {
             _ => return None,
         };
     }
-    number.is_empty().then(|| Duration::from_secs_f64(total))
+    if !number.is_empty() {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 #[cfg(test)]
@@ -436,5 +440,22 @@ mod tests {
         assert_eq!(parse_reset("6m0s"), Some(Duration::from_secs(360)));
         assert_eq!(parse_reset("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_reset("soon"), None);
+        // The class fuzzing found in `Retry-After`: these panicked.
+        for reset in [
+            "inf",
+            "1e400",
+            "99999999999999999999999999999999999999999999999h",
+        ] {
+            assert_eq!(parse_reset(reset), None, "{reset}");
+        }
+        limiter.on_success(
+            &headers(&[
+                ("x-ratelimit-limit-tokens", "1000"),
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "inf"),
+            ]),
+            0,
+            0,
+        );
     }
 }
