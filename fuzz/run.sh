@@ -59,7 +59,7 @@ run() {
   # -timeout: an input that takes this long is a hang (generous: the machine
   # may be busy). -rss_limit_mb also caps any single allocation.
   "$bin/$target" "corpus/$target" "seeds/$target" \
-    -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 \
+    -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
     -dict="$dictionary" -artifact_prefix="artifacts/$target/" -print_final_stats=1 "$@"
 }
 

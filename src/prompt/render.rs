@@ -54,6 +54,10 @@ pub(crate) enum Accessor {
 
 const TEMPLATE_NAME: &str = "prompt";
 
+/// Steps one render may take (minijinja's fuel): far more than any prompt
+/// needs, far less than a hang (nested `range(9999)` loops ran for minutes).
+const RENDER_FUEL: u64 = 5_000_000;
+
 /// Compiles `template`; `Err` carries the message and, when known, the line.
 pub(crate) fn compile(
     template: &str,
@@ -63,6 +67,7 @@ pub(crate) fn compile(
         Renderer::Jinja => {
             let mut environment = Environment::new();
             environment.set_undefined_behavior(UndefinedBehavior::Strict);
+            environment.set_fuel(Some(RENDER_FUEL));
             environment
                 .add_template_owned(TEMPLATE_NAME, template.to_string())
                 .map_err(|error| {
@@ -107,10 +112,13 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                 .map_err(|error| error.to_string())?;
             template
                 .render(minijinja::Value::from(minijinja::value::Serde(args)))
-                .map_err(|error| {
-                    error
+                .map_err(|error| match error.kind() {
+                    minijinja::ErrorKind::OutOfFuel => format!(
+                        "rendering took more than {RENDER_FUEL} steps; is a loop too large?"
+                    ),
+                    _ => error
                         .detail()
-                        .map_or_else(|| error.to_string(), str::to_string)
+                        .map_or_else(|| error.to_string(), str::to_string),
                 })
         }
         Compiled::Text(text) => Ok(text.to_string()),
@@ -342,5 +350,19 @@ mod tests {
         assert!(compile("{}", Renderer::Format).is_err());
         let (_, line) = compile("ok\nok\n{% if %}", Renderer::Jinja).unwrap_err();
         assert_eq!(line, Some(3));
+    }
+
+    #[test]
+    fn a_render_that_would_run_for_minutes_stops() {
+        // 10^8 steps with no limit: it ran for minutes (issue 12).
+        let template =
+            "{% for a in range(9999) %}{% for b in range(9999) %}x{% endfor %}{% endfor %}";
+        let (compiled, _) = compile(template, Renderer::Jinja).unwrap();
+        let error = render(&compiled, &Map::new()).unwrap_err();
+        assert!(error.contains("more than 5000000 steps"), "{error}");
+        // A large but sensible loop still renders.
+        let (compiled, _) =
+            compile("{% for a in range(9999) %}x{% endfor %}", Renderer::Jinja).unwrap();
+        assert_eq!(render(&compiled, &Map::new()).unwrap().len(), 9999);
     }
 }
