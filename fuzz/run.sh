@@ -31,13 +31,20 @@ build() {
   local profile=${FUZZ_PROFILE:-dev}
   local directory=${CARGO_TARGET_DIR:-$PWD/../target}
   # rustc-sancov.sh instruments lllm and the targets only. The profile
-  # setting gives that lllm its own place beside `cargo test`'s (and makes it
-  # faster); overflow checks and debug assertions stay on in either profile.
+  # settings give that lllm its own place beside `cargo test`'s, make it
+  # faster to run (opt-level) and to build (no debug info: a crash's stack
+  # still names the functions); overflow checks and debug assertions stay on.
+  local package settings=()
+  for package in lllm lllm-fuzz; do
+    settings+=(
+      --config "profile.$profile.package.$package.opt-level=1"
+      --config "profile.$profile.package.$package.debug=false"
+      --config "profile.$profile.package.$package.overflow-checks=true"
+      --config "profile.$profile.package.$package.debug-assertions=true"
+    )
+  done
   RUSTC_WRAPPER="$PWD/rustc-sancov.sh" cargo build --locked --package lllm-fuzz --bins \
-    --profile "$profile" \
-    --config "profile.$profile.package.lllm.opt-level=2" \
-    --config "profile.$profile.package.lllm.overflow-checks=true" \
-    --config "profile.$profile.package.lllm.debug-assertions=true" >&2
+    --profile "$profile" "${settings[@]}" >&2
   if [[ $profile == dev ]]; then
     echo "$directory/debug"
   else
