@@ -27,7 +27,8 @@ usage() {
 build() {
   # Debug builds by default: every crate but lllm and the targets is shared
   # with `cargo test`'s build, so CI compiles little more. FUZZ_PROFILE=release
-  # runs several times faster, for long runs.
+  # optimizes the dependencies too (serde_json, minijinja, the YAML parser):
+  # longer to build, faster to run, for long runs.
   local profile=${FUZZ_PROFILE:-dev}
   local directory=${CARGO_TARGET_DIR:-$PWD/../target}
   # rustc-sancov.sh instruments lllm and the targets only. The profile
