@@ -1,6 +1,8 @@
 //! "Did you mean …" suggestions for names a user typed (prompt keys, agents,
-//! YAML keys, tools). Every layer that rejects a name asks here, so the hint
-//! reads the same everywhere.
+//! YAML keys, tools), and how such a name is shown in an error line. Every
+//! layer that rejects a name asks here, so the hint reads the same everywhere.
+
+use std::borrow::Cow;
 
 /// The candidate closest to `name`, if it is close enough to be a plausible typo.
 ///
@@ -29,9 +31,25 @@ where
     }
 }
 
+/// `text` (a name or field a user wrote) as an error line shows it: control
+/// characters written as escapes (`\n`, `\x1b`), so the error stays one line
+/// and a name cannot drive the terminal (`redact::terminal_line`, the one
+/// rule for everything shown to a person). Other text is unchanged.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    crate::redact::terminal_line(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_names_are_one_line() {
+        assert_eq!(printable("writer/draft é"), "writer/draft é");
+        assert_eq!(printable("a\nb\r\tc"), "a\\nb\\r\tc");
+        assert_eq!(printable("\u{1b}[31mred"), "\\x1b[31mred");
+        assert_eq!(printable("quote\"s"), "quote\"s");
+    }
 
     #[track_caller]
     fn case(name: &str, candidates: &[&str], expected: Option<&str>) {

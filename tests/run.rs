@@ -507,6 +507,25 @@ fn bad_inputs_fail_before_anything_is_sent() {
     assert_eq!(server.requests().len(), 0, "nothing was sent");
 }
 
+/// A name holding a line break or a terminal escape (the class fuzzing
+/// `prompt_file` found) is shown escaped: each problem stays on its line.
+#[test]
+fn names_holding_control_characters_keep_each_problem_on_its_line() {
+    let yaml = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    system_prompt_path: \"help\\nr\"\n    tools: [\"count\\u001b[2J\"]\n";
+    let test = Test::new().file("t.yaml", yaml);
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--no-record"]);
+    output.expect_code(2);
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per problem: {}", output.stderr);
+    assert!(
+        lines[0].contains("unknown prompt `help\\nr`"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("tool `count\\x1b[2J`"), "{}", lines[1]);
+    assert!(!output.stderr.contains('\u{1b}'));
+}
+
 #[test]
 fn a_hung_server_times_out_and_the_request_is_retried() {
     let test = Test::new();

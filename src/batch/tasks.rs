@@ -64,7 +64,8 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
     for key in object.keys() {
         if !KEYS.contains(&key.as_str()) {
             return Err(format!(
-                "unknown key `{key}` (a task line has {}){}",
+                "unknown key `{}` (a task line has {}){}",
+                crate::suggest::printable(key),
                 KEYS.map(|key| format!("`{key}`")).join(", "),
                 crate::suggest::hint(key, KEYS)
             ));
@@ -260,5 +261,11 @@ mod tests {
             "reserved",
         );
         err(r#"{"id": "a", "task": "x", "tactic": 3}"#, "path");
+        // A key holding a line break stays on the error's one line.
+        err(
+            r#"{"id": "a", "task": "x", "ar\ngs": {}}"#,
+            "unknown key `ar\\ngs`",
+        );
+        assert!(!parse_line(r#"{"a\nb": 1}"#, 1).unwrap_err().contains('\n'));
     }
 }

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::suggest::printable;
+
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
 };
@@ -31,21 +33,24 @@ pub enum Error {
     NotFound { path: String },
     #[error("cannot read `{path}`: {message}")]
     Read { path: String, message: String },
-    #[error("{path}:{line}:{column}: {message}")]
+    #[error("{path}:{line}:{column}: {}", printable(message))]
     Syntax {
         path: String,
         line: usize,
         column: usize,
         message: String,
     },
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {problem}")).collect::<Vec<_>>().join("\n"))]
+    /// One problem per line: a problem is one line by construction, so a line
+    /// break (or any control character) in one came from the file, in a name
+    /// it quotes, and is shown escaped.
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
     Invalid { path: String, problems: Vec<String> },
     #[error("`base` files form a cycle: {chain}")]
     Cycle { chain: String },
     /// `Invalid`, with what could be resolved despite the problems: a caller
     /// can still look for problems of later phases (prompts, templates) in
     /// `partial` and list them all at once. Shown as `Invalid` is.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {problem}")).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
     Incomplete {
         path: String,
         problems: Vec<String>,

@@ -532,3 +532,23 @@ fn numbers_in_range_are_taken_as_written() {
     );
     assert_eq!(config.tools[0].timeout_s, 86400.0);
 }
+
+#[test]
+fn names_holding_line_breaks_keep_one_problem_per_line() {
+    let files = Files::new(&[
+        ("top.yaml", "\"a\\nb\": 1\n"),
+        (
+            "agent.yaml",
+            "agent_configs:\n  - name: \"w\\nx\"\n    \"bad\\u001b[31m\": 1\n",
+        ),
+    ]);
+    let error = files.error("top.yaml");
+    assert!(error.ends_with("unknown key `a\\nb`"), "{error}");
+    for name in ["top.yaml", "agent.yaml"] {
+        let error = files.error(name);
+        for line in error.lines() {
+            assert!(line.contains(name), "a line not naming the file: {line:?}");
+            assert!(!line.contains('\u{1b}'), "{line:?}");
+        }
+    }
+}

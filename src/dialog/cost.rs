@@ -164,6 +164,7 @@ impl Add for InvokeCost {
             (Some(a), None) | (None, Some(a)) => Some(a),
             (None, None) => None,
         };
+        // Token counts come from servers: a sum saturates, it never wraps or panics.
         InvokeCost {
             prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
             completion_tokens: self
@@ -283,5 +284,16 @@ mod tests {
         let total: InvokeCost = vec![known.clone(), known].into_iter().sum();
         assert_eq!(total.cost, Some(1.0));
         assert!(total.cost_known);
+    }
+
+    #[test]
+    fn token_counts_from_the_wire_saturate() {
+        let huge = InvokeCost::from_usage(&usage(
+            json!({"prompt_tokens": u64::MAX, "completion_tokens": 5}),
+        ));
+        assert_eq!(huge.total_tokens, u64::MAX);
+        let sum = huge.clone() + huge;
+        assert_eq!(sum.prompt_tokens, u64::MAX);
+        assert_eq!(sum.total_tokens, u64::MAX);
     }
 }

@@ -62,7 +62,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 fn list(names: &[String]) -> String {
     names
         .iter()
-        .map(|name| format!("`{name}`"))
+        .map(|name| format!("`{}`", crate::suggest::printable(name)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -361,6 +361,18 @@ mod tests {
                 .render(&args(json!({"task": "t", "text": "x"})))
                 .unwrap(),
             "t: x"
+        );
+    }
+
+    #[test]
+    fn names_with_line_breaks_keep_the_error_on_one_line() {
+        // Found by fuzzing `prompt_file`: a `str.format` field may hold any
+        // text, and the error listed it raw over two lines.
+        let prompt = Prompt::with_renderer("p", "{a\nb} {c}", Renderer::Format).unwrap();
+        let error = prompt.render(&Map::new()).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "prompt `p` needs `a\\nb`, `c`; missing: `a\\nb`, `c` (pass it as a step argument, `--var`, or a task argument)"
         );
     }
 

@@ -9,6 +9,8 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::suggest::printable;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Renderer {
@@ -173,7 +175,7 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                     Segment::Field { name, path } => {
                         let mut value = args
                             .get(name)
-                            .ok_or_else(|| format!("undefined value `{name}`"))?;
+                            .ok_or_else(|| format!("undefined value `{}`", printable(name)))?;
                         for accessor in path {
                             value = match (accessor, value) {
                                 (Accessor::Key(key), Value::Object(map)) => map.get(key),
@@ -183,7 +185,13 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                                 }
                                 _ => None,
                             }
-                            .ok_or_else(|| format!("`{name}` has no `{}`", describe(path)))?;
+                            .ok_or_else(|| {
+                                format!(
+                                    "`{}` has no `{}`",
+                                    printable(name),
+                                    printable(&describe(path))
+                                )
+                            })?;
                         }
                         match value {
                             Value::String(text) => out.push_str(text),
@@ -258,11 +266,12 @@ fn parse_format(template: &str) -> Result<Vec<Segment>, String> {
 
 fn parse_field(field: &str, position: usize) -> Result<Segment, String> {
     let field = field.split(['!', ':']).next().unwrap_or_default().trim();
+    let shown = printable(field);
     let name_end = field.find(['.', '[']).unwrap_or(field.len());
     let name = &field[..name_end];
     if name.is_empty() {
         return Err(format!(
-            "empty or positional field `{{{field}}}` at byte {position}; name it"
+            "empty or positional field `{{{shown}}}` at byte {position}; name it"
         ));
     }
     let mut path = Vec::new();
@@ -275,7 +284,7 @@ fn parse_field(field: &str, position: usize) -> Result<Segment, String> {
         } else if let Some(after) = rest.strip_prefix('[') {
             let end = after
                 .find(']')
-                .ok_or_else(|| format!("unclosed `[` in field `{{{field}}}`"))?;
+                .ok_or_else(|| format!("unclosed `[` in field `{{{shown}}}`"))?;
             let key = &after[..end];
             path.push(match key.parse::<usize>() {
                 Ok(index) => Accessor::Index(index),
@@ -284,7 +293,7 @@ fn parse_field(field: &str, position: usize) -> Result<Segment, String> {
             rest = &after[end + 1..];
         } else {
             return Err(format!(
-                "cannot read field `{{{field}}}` at byte {position}"
+                "cannot read field `{{{shown}}}` at byte {position}"
             ));
         }
     }

@@ -222,11 +222,16 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
     }
 }
 
-/// Rebuilds a reply from Messages API stream events.
+/// Rebuilds a reply from Messages API stream events. Each block's text and
+/// input arrive in pieces; they are kept beside the blocks and joined once, at
+/// the end (joining into the block at every piece took time quadratic in its
+/// length). A block or usage that is not an object is kept as sent, never
+/// written into.
 #[derive(Default)]
 pub struct StreamAssembler {
     body: Map<String, Value>,
     blocks: Vec<Value>,
+    texts: Vec<String>,
     partial_inputs: Vec<String>,
     done: bool,
 }
@@ -249,22 +254,20 @@ impl super::exchange::Assembler for StreamAssembler {
             Some("content_block_start") => {
                 let block = event.get("content_block").cloned().unwrap_or(json!({}));
                 self.blocks.push(block);
+                self.texts.push(String::new());
                 self.partial_inputs.push(String::new());
             }
             Some("content_block_delta") => {
                 let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
                 let delta = event.get("delta").unwrap_or(&Value::Null);
-                if let (Some(block), Some(partial)) = (
-                    self.blocks.get_mut(index),
+                if let (Some(joined), Some(partial)) = (
+                    self.texts.get_mut(index),
                     self.partial_inputs.get_mut(index),
                 ) {
                     if let Some(text) = delta.get("text").and_then(Value::as_str) {
-                        let existing = block
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string();
-                        block["text"] = json!(existing + text);
+                        joined.push_str(text);
+                        // An empty piece would tell the display a new attempt
+                        // started (`TextSink`).
                         if let (Some(sink), false) = (sink, text.is_empty()) {
                             sink(text);
                         }
@@ -276,12 +279,16 @@ impl super::exchange::Assembler for StreamAssembler {
             }
             Some("content_block_stop") => {
                 let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-                if let (Some(block), Some(partial)) =
-                    (self.blocks.get_mut(index), self.partial_inputs.get(index))
-                    && !partial.is_empty()
+                if let (Some(Value::Object(block)), Some(partial)) = (
+                    self.blocks.get_mut(index),
+                    self.partial_inputs.get_mut(index),
+                ) && !partial.is_empty()
                 {
-                    block["input"] = serde_json::from_str(partial)
+                    // Read once: a repeated stop does not parse it again.
+                    let partial = std::mem::take(partial);
+                    let input = serde_json::from_str(&partial)
                         .unwrap_or_else(|_| json!({"_raw_arguments": partial}));
+                    block.insert("input".into(), input);
                 }
             }
             Some("message_delta") => {
@@ -289,9 +296,12 @@ impl super::exchange::Assembler for StreamAssembler {
                     self.body.insert("stop_reason".into(), reason.clone());
                 }
                 if let Some(Value::Object(usage)) = event.get("usage") {
-                    let merged = self.body.entry("usage").or_insert(json!({}));
-                    for (key, value) in usage {
-                        merged[key] = value.clone();
+                    match self.body.get_mut("usage") {
+                        Some(Value::Object(merged)) => merged.extend(usage.clone()),
+                        _ => {
+                            self.body
+                                .insert("usage".into(), Value::Object(usage.clone()));
+                        }
                     }
                 }
             }
@@ -314,6 +324,16 @@ impl super::exchange::Assembler for StreamAssembler {
     fn finish(mut self) -> Result<Message, ProviderError> {
         if !self.done {
             return Err(ProviderError::transient("stream cut off before its end"));
+        }
+        for (block, text) in self.blocks.iter_mut().zip(self.texts) {
+            if let (Value::Object(block), false) = (block, text.is_empty()) {
+                let start = block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let whole = Value::String(format!("{start}{text}"));
+                block.insert("text".into(), whole);
+            }
         }
         self.body
             .insert("content".into(), Value::Array(self.blocks));

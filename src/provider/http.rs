@@ -229,37 +229,19 @@ where
         }));
     }
     let headers = response.headers().clone();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut data = String::new();
+    let mut events = super::sse::SseDecoder::default();
+    // Payloads lose the endpoint's secrets before anything parses them.
+    let mut scrubbed = |data: &str| on_data(&endpoint.secrets.scrub(data));
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|error| network_error(error, endpoint, timeout))?
     {
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\r', '\n']);
-            if line.is_empty() {
-                // A blank line ends an event.
-                if !data.is_empty()
-                    && !on_data(&endpoint.secrets.scrub(&std::mem::take(&mut data)))?
-                {
-                    return Ok(Streamed::Read(headers));
-                }
-            } else if let Some(payload) = line.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
-                }
-                data.push_str(payload.strip_prefix(' ').unwrap_or(payload));
-            }
-            // `event:`, `id:`, `retry:` and `:` comments carry nothing we use.
+        if !events.push(&chunk, &mut scrubbed)? {
+            return Ok(Streamed::Read(headers));
         }
     }
-    if !data.is_empty() {
-        on_data(&endpoint.secrets.scrub(&data))?;
-    }
+    events.finish(&mut scrubbed)?;
     Ok(Streamed::Read(headers))
 }
 

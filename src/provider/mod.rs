@@ -187,3 +187,4 @@ pub mod replay;
 pub mod responses;
 pub mod retry;
 pub mod scrub;
+pub mod sse;

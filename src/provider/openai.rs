@@ -580,7 +580,9 @@ fn usage_map(
 pub struct StreamAssembler {
     chunks: Map<String, Value>,
     content: String,
-    calls: Vec<(String, String, String)>,
+    /// Tool calls by the `index` their deltas carry: (id, name, arguments).
+    /// A map, not a vector indexed by it: the index is the server's number.
+    calls: std::collections::BTreeMap<u64, (String, String, String)>,
     finish_reason: Option<String>,
     refusal: String,
     done: bool,
@@ -645,11 +647,8 @@ impl super::exchange::Assembler for StreamAssembler {
             .into_iter()
             .flatten()
         {
-            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-            if self.calls.len() <= index {
-                self.calls.resize(index + 1, Default::default());
-            }
-            let slot = &mut self.calls[index];
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let slot = self.calls.entry(index).or_default();
             if let Some(id) = call.get("id").and_then(Value::as_str) {
                 slot.0 = id.to_string();
             }
@@ -671,7 +670,7 @@ impl super::exchange::Assembler for StreamAssembler {
         }
         let tool_calls: Vec<Value> = self
             .calls
-            .into_iter()
+            .into_values()
             .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
             .collect();
         let mut message = json!({"role": "assistant", "content": self.content});

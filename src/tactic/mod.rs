@@ -35,9 +35,10 @@ pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
 
-/// Everything wrong with a tactic, one problem per line.
+/// Everything wrong with a tactic, one problem per line (a control character
+/// inside a problem came from a name it quotes, and is shown escaped).
 #[derive(Debug, thiserror::Error)]
-#[error("{}", problems.join("\n"))]
+#[error("{}", problems.iter().map(|problem| crate::suggest::printable(problem)).collect::<Vec<_>>().join("\n"))]
 pub struct Error {
     pub problems: Vec<String>,
 }

@@ -185,3 +185,34 @@ fn images_and_schemas_are_translated() {
             .contains("{\"type\":\"object\"}")
     );
 }
+
+#[test]
+fn stream_events_of_odd_shapes_are_kept_as_sent() {
+    // Blocks and usage that are not objects were written into (a panic), and
+    // each text piece copied the block's whole text (quadratic).
+    let mut events = vec![
+        r#"{"type":"message_start","message":{"model":"m","content":[],"usage":7}}"#.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":5}"#.into(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"text":"lost","partial_json":"{}"}}"#
+            .into(),
+        r#"{"type":"content_block_stop","index":0}"#.into(),
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":"A"}}"#
+            .into(),
+    ];
+    let piece =
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"b"}}"#;
+    events.extend(std::iter::repeat_n(piece.to_string(), 100_000));
+    events.extend([
+        r#"{"type":"content_block_stop","index":1}"#.into(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":18446744073709551615,"output_tokens":3}}"#.into(),
+        r#"{"type":"message_stop"}"#.into(),
+    ]);
+    let mut assembler = StreamAssembler::default();
+    for event in &events {
+        assembler.feed(event, None).unwrap();
+    }
+    let message = assembler.finish().unwrap();
+    assert_eq!(message.content, format!("A{}", "b".repeat(100_000)));
+    assert_eq!(message.usage["completion_tokens"], 3);
+    assert_eq!(message.total_tokens(), u64::MAX);
+}

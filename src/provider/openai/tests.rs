@@ -384,3 +384,29 @@ fn the_direct_reader_agrees_with_the_lenient_one() {
     assert_eq!(error.kind, ErrorKind::Transient);
     assert!(error.message.starts_with("malformed reply: not JSON"));
 }
+
+#[test]
+fn tool_call_indexes_and_token_counts_from_the_wire_are_not_trusted() {
+    // A tool call's `index` sized a vector (`u64::MAX` overflowed, 10^12 asked
+    // for terabytes) and counts near `u64::MAX` overflowed when summed.
+    let chunks = [
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":18446744073709551615,"id":"b","function":{"name":"g","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1000000000000,"id":"a","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":2}}"#,
+        "[DONE]",
+    ];
+    let mut assembler = StreamAssembler::default();
+    for chunk in chunks {
+        assembler.feed(chunk, None).unwrap();
+    }
+    let message = assembler.finish().unwrap();
+    let names: Vec<&str> = message
+        .function_calls
+        .iter()
+        .map(|call| call.name.as_str())
+        .collect();
+    assert_eq!(names, ["f", "g"], "in the order of their indexes, no gaps");
+    assert_eq!(message.total_tokens(), u64::MAX);
+    let body = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":1}}"#;
+    assert_eq!(parse_body(body).unwrap().total_tokens(), u64::MAX);
+}
