@@ -49,7 +49,7 @@ build() {
     )
   done
   RUSTC_WRAPPER="$PWD/rustc-sancov.sh" cargo build --locked --package lllm-fuzz --bins \
-    --profile "$profile" "${settings[@]}" >&2
+    --profile "$profile" "${settings[@]}" >&2 || exit # (errexit stops at no `$(build)`)
   if [[ $profile == dev ]]; then
     echo "$directory/debug"
   else

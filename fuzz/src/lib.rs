@@ -27,7 +27,14 @@ pub fn assert_one_line(text: &str) {
 pub fn use_message(provider: &str, message: &Message) {
     let mut usage = message.usage.clone();
     let model = message.model.as_deref().unwrap_or("gpt-4o-mini");
-    lllm::provider::pricing::apply(ModelTable::bundled(), provider, model, &mut usage);
+    // The provider's own service, so that the bundled prices apply.
+    lllm::provider::pricing::apply(
+        ModelTable::bundled(),
+        provider,
+        Some(provider),
+        model,
+        &mut usage,
+    );
     let cost = InvokeCost::from_usage(&usage);
     let _ = (message.total_tokens(), cost.total_tokens);
 }
@@ -150,6 +157,7 @@ pub fn check_success(
             max_concurrency: Some(4),
             rpm: Some(60),
             tpm: Some(10_000),
+            ..Limits::default()
         });
         limiter.on_success(&headers, message.total_tokens(), 256);
         let _ = limiter.waiting();
