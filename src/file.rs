@@ -72,6 +72,31 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<(Vec<u8>, u64)> {
     Ok((bytes, size))
 }
 
+/// The text of the regular file at `path`, which may hold at most `cap`
+/// bytes: a file that is not regular (a named pipe would block, a device could
+/// be endless), one larger than `cap` (`/proc` files say size 0, so the read
+/// itself is bounded) or one that is not UTF-8 is an error saying which.
+pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
+    let (bytes, size) = read_regular(path, cap.saturating_add(1))?;
+    let read = bytes.len() as u64;
+    if size > cap || read > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} bytes, more than the {} MiB such a file may have",
+                size.max(read),
+                cap >> 20
+            ),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// The most a tactic, a mock script or a price file may hold: LiteLLM's
+/// price file, the largest of them in use, is about 1.5 MiB.
+pub const CONFIG_CAP: u64 = 64 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +126,34 @@ mod tests {
             let looping = dir.path().join("loop.md");
             std::os::unix::fs::symlink(&looping, &looping).unwrap();
             assert!(read_regular(&looping, 5).is_err());
+        }
+    }
+
+    #[test]
+    fn text_files_are_bounded_and_must_be_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("t.yaml");
+        std::fs::write(&text, "a: 1\n").unwrap();
+        assert_eq!(read_text(&text, 5).unwrap(), "a: 1\n");
+        let error = read_text(&text, 4).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            error.to_string().starts_with("5 bytes, more than"),
+            "{error}"
+        );
+        std::fs::write(&text, b"\xff\xfe").unwrap();
+        assert_eq!(
+            read_text(&text, 5).unwrap_err().to_string(),
+            "not UTF-8 text"
+        );
+        #[cfg(unix)]
+        {
+            let fifo = dir.path().join("pipe.yaml");
+            nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            assert_eq!(
+                read_text(&fifo, 5).unwrap_err().to_string(),
+                "a named pipe, not a regular file"
+            );
         }
     }
 }

@@ -38,6 +38,10 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The largest single record `replay` reads (a `.jsonl` file is streamed and
+/// has no such limit): a record of thousands of calls is a few MiB.
+const RECORD_CAP: u64 = 1 << 30;
+
 /// Loads a record; in a JSONL file, the session `id` names (see
 /// [`load_choosing`]), or the only line.
 pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
@@ -95,7 +99,9 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
         .is_some_and(|extension| extension == "jsonl");
     let mut notes = Vec::new();
     let value: Value = if is_lines {
-        let file = std::fs::File::open(path).map_err(read_error)?;
+        // Read as a stream, a line at a time; a regular file only (a named
+        // pipe would block the open, a device could be endless).
+        let (file, _) = crate::file::open_regular(path).map_err(read_error)?;
         // The chosen line's text (parsed in full once, at the end) and heading.
         let mut chosen: Option<(String, Heading)> = None;
         let mut by_session_id = false;
@@ -175,7 +181,7 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
             }
         }
     } else {
-        let text = std::fs::read_to_string(path).map_err(read_error)?;
+        let text = crate::file::read_text(path, RECORD_CAP).map_err(read_error)?;
         serde_json::from_str(&text).map_err(|error| Error::Invalid {
             path: label.clone(),
             message: error.to_string(),

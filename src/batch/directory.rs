@@ -190,7 +190,9 @@ pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), (PathBuf, s
 
 /// The SHA-256 of a file, in hex, read in blocks.
 pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
+    // Read more than once (digest, pre-flight, run): a regular file only, and
+    // never an open that waits for a pipe's writer.
+    let (mut file, _) = crate::file::open_regular(path)?;
     let mut hasher = Sha256::new();
     let mut block = vec![0u8; 1 << 16];
     loop {

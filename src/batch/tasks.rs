@@ -182,7 +182,7 @@ pub struct Lines {
 
 impl Lines {
     pub fn open(path: &Path) -> std::io::Result<Lines> {
-        let file = std::fs::File::open(path)?;
+        let (file, _) = crate::file::open_regular(path)?;
         Ok(Lines {
             reader: Box::new(std::io::BufReader::with_capacity(1 << 16, file)),
             number: 0,

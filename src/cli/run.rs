@@ -259,6 +259,9 @@ fn who_sent(record: &SessionRecord, sha256: &str) -> Option<(String, String, Str
         .find_map(|sub| who_sent(sub, sha256))
 }
 
+/// The largest `--task-file`: far beyond any model's context window.
+const TASK_FILE_CAP: u64 = 256 << 20;
+
 fn read_task(args: &RunArgs) -> Result<String> {
     match (&args.task, &args.task_file) {
         (Some(text), _) if text == "-" => {
@@ -271,9 +274,11 @@ fn read_task(args: &RunArgs) -> Result<String> {
             Ok(text)
         }
         (Some(text), _) => Ok(text.clone()),
-        (None, Some(path)) => std::fs::read_to_string(path).map_err(|error| {
+        // A regular file (a pipe goes through `--task -`), of a size a model
+        // could take.
+        (None, Some(path)) => crate::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
             Error::Usage(format!(
-                "cannot read task file `{}`: {error}",
+                "cannot read task file `{}`: {error}; hint: pipe a stream into `--task -`",
                 path.display()
             ))
         }),

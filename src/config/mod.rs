@@ -112,10 +112,13 @@ fn load_document(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Value> {
     }
     chain.push(canonical);
     let label = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
-        path: label.clone(),
-        message: error.to_string(),
-    })?;
+    // A regular file only: `base: /dev/zero` or a named pipe must not hang
+    // or fill memory (issue 12).
+    let text =
+        crate::file::read_text(path, crate::file::CONFIG_CAP).map_err(|error| Error::Read {
+            path: label.clone(),
+            message: error.to_string(),
+        })?;
     let mut document = parse_yaml(&text, &label)?;
     let Value::Object(map) = &mut document else {
         return Err(Error::Invalid {

@@ -16,6 +16,9 @@ use serde_json::{Map, Value};
 
 use crate::prompt::{Prompt, Registry};
 
+/// The largest image file `put_image` reads.
+const IMAGE_CAP: u64 = 20 << 20;
+
 pub use cost::InvokeCost;
 pub use message::{
     ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob, sanitize_name,
@@ -252,10 +255,24 @@ impl Dialog {
         let engine = base64::engine::general_purpose::STANDARD;
         let (origin, bytes) = match image {
             ImageSource::Path(path) => {
-                let bytes = std::fs::read(path).map_err(|source| Error::ImageRead {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                // A regular file of at most the size the APIs take (OpenAI's
+                // 20 MB per image): a pipe or a device never blocks a run.
+                let (bytes, size) =
+                    crate::file::read_regular(path, IMAGE_CAP + 1).map_err(|source| {
+                        Error::ImageRead {
+                            path: path.display().to_string(),
+                            source,
+                        }
+                    })?;
+                if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
+                    return Err(Error::ImageRead {
+                        path: path.display().to_string(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{size} bytes, more than the 20 MiB an image may have"),
+                        ),
+                    });
+                }
                 (format!("`{}`", path.display()), bytes)
             }
             ImageSource::Base64(text) => {

@@ -319,9 +319,11 @@ impl Script {
     /// Reads a script file (YAML, or JSON, which is YAML too).
     pub fn load(path: &Path) -> Result<Script> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| ScriptError::Read {
-            path: origin.clone(),
-            message: error.to_string(),
+        let text = crate::file::read_text(path, crate::file::CONFIG_CAP).map_err(|error| {
+            ScriptError::Read {
+                path: origin.clone(),
+                message: error.to_string(),
+            }
         })?;
         Script::parse(&text, &origin)
     }

@@ -178,10 +178,7 @@ pub async fn post_json(
     let response = send(client, endpoint, body, timeout).await?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|error| network_error(error, endpoint, timeout))?;
+    let body = read_body(response, endpoint, timeout).await?;
     let mut body = utf8_text(&body);
     endpoint.secrets.scrub_string(&mut body);
     Ok(HttpReply {
@@ -189,6 +186,45 @@ pub async fn post_json(
         headers,
         body,
     })
+}
+
+/// The most a reply (a whole body, or all of a stream) may hold. A chat reply
+/// is kilobytes, one with logprobs of a long answer a few megabytes; a server
+/// that sends more is broken or hostile, and reading on would only fill the
+/// memory until the timeout.
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
+
+fn too_large(endpoint: &Endpoint) -> ProviderError {
+    ProviderError::permanent(format!(
+        "the reply from `{}` is larger than {} MiB; not read further",
+        endpoint.place(),
+        MAX_REPLY_BYTES >> 20
+    ))
+}
+
+/// A whole reply body, at most `MAX_REPLY_BYTES`. A body whose length the
+/// server announces is read in one piece (the usual case, and the cheapest);
+/// one sent in chunks is read chunk by chunk and stopped at the cap.
+async fn read_body(
+    mut response: reqwest::Response,
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Result<bytes::Bytes, ProviderError> {
+    let network = |error| network_error(error, endpoint, timeout);
+    match response.content_length() {
+        Some(length) if length > MAX_REPLY_BYTES as u64 => Err(too_large(endpoint)),
+        Some(_) => response.bytes().await.map_err(network),
+        None => {
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(network)? {
+                if body.len() + chunk.len() > MAX_REPLY_BYTES {
+                    return Err(too_large(endpoint));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body.into())
+        }
+    }
 }
 
 /// How a streamed POST ended.
@@ -216,10 +252,7 @@ where
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|error| network_error(error, endpoint, timeout))?;
+        let body = read_body(response, endpoint, timeout).await?;
         let mut body = utf8_text(&body);
         endpoint.secrets.scrub_string(&mut body);
         return Ok(Streamed::Refused(HttpReply {
@@ -232,11 +265,16 @@ where
     let mut events = super::sse::SseDecoder::default();
     // Payloads lose the endpoint's secrets before anything parses them.
     let mut scrubbed = |data: &str| on_data(&endpoint.secrets.scrub(data));
+    let mut streamed: usize = 0;
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|error| network_error(error, endpoint, timeout))?
     {
+        streamed = streamed.saturating_add(chunk.len());
+        if streamed > MAX_REPLY_BYTES {
+            return Err(too_large(endpoint));
+        }
         if !events.push(&chunk, &mut scrubbed)? {
             return Ok(Streamed::Read(headers));
         }

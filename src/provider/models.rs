@@ -145,7 +145,7 @@ impl ModelTable {
 /// token limit out of range in any entry is an error naming the file, the
 /// model and the key, all of them listed at once.
 pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::file::read_text(path, crate::file::CONFIG_CAP)
         .map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
     let document: Value = serde_json::from_str(&text)
         .or_else(|_| crate::config::numbers::parse_yaml(&text))

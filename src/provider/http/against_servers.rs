@@ -295,3 +295,86 @@ async fn streamed_payloads_are_scrubbed_before_they_are_read() {
         ]
     );
 }
+
+/// A server that answers one request with `head` and then `chunk` over and
+/// over, until the client hangs up (a body or stream without end).
+async fn endless(head: &'static str, chunk: Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            if read_request(&mut stream).await.is_none() {
+                continue;
+            }
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                continue;
+            }
+            while stream.write_all(&chunk).await.is_ok() {}
+        }
+    });
+    origin
+}
+
+#[tokio::test]
+async fn replies_without_end_stop_at_the_size_cap() {
+    let client = client(Duration::from_secs(30)).unwrap();
+    let megabyte = |prefix: &str| {
+        let mut text = format!("{:x}\r\n{prefix}", 1 << 20);
+        text.push_str(&"x".repeat((1 << 20) - prefix.len()));
+        text.push_str("\r\n");
+        text.into_bytes()
+    };
+    let chunked =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let origin = endless(chunked, megabyte("")).await;
+    let error = post_json(
+        &client,
+        &endpoint(&origin),
+        b"{}".to_vec(),
+        Duration::from_secs(300),
+    )
+    .await
+    .err()
+    .expect("an endless body is an error");
+    assert!(error.message.contains("larger than 64 MiB"), "{error}");
+    assert!(!error.is_retryable());
+
+    // A length announced past the cap is refused before it is read.
+    let announced =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 99999999999\r\n\r\n";
+    let origin = endless(announced, b"x".repeat(1 << 16)).await;
+    let error = post_json(
+        &client,
+        &endpoint(&origin),
+        b"{}".to_vec(),
+        Duration::from_secs(300),
+    )
+    .await
+    .err()
+    .expect("an announced giant is an error");
+    assert!(error.message.contains("larger than 64 MiB"), "{error}");
+
+    // A stream of events without end: each event is small, the whole is not.
+    let stream =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    let event = "data: {\"x\": 1}\n\n";
+    let mut chunk = format!("{:x}\r\n", event.len() * 4096);
+    chunk.push_str(&event.repeat(4096));
+    chunk.push_str("\r\n");
+    let origin = endless(stream, chunk.into_bytes()).await;
+    let mut events = 0usize;
+    let result = post_sse(
+        &client,
+        &endpoint(&origin),
+        b"{}".to_vec(),
+        Duration::from_secs(300),
+        |_| {
+            events += 1;
+            Ok(true)
+        },
+    )
+    .await;
+    let error = result.err().expect("an endless stream is an error");
+    assert!(error.message.contains("larger than 64 MiB"), "{error}");
+    assert!(events > 0, "the events before the cap were read");
+}
