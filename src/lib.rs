@@ -5,11 +5,11 @@
 
 pub mod agent;
 pub mod batch;
-pub mod cli;
 pub mod config;
 pub mod dialog;
 pub mod error;
-mod file;
+#[doc(hidden)]
+pub mod file;
 pub mod json;
 pub mod mock;
 pub mod output;

@@ -53,6 +53,10 @@ pub struct Options {
     pub prices: Option<PathBuf>,
     pub quiet: bool,
     pub progress_interval: Duration,
+    /// Shows progress instead of the default (plain lines every
+    /// `progress_interval`, nothing when `quiet`); the `lllm` binary passes a
+    /// bar when stderr is a terminal.
+    pub reporter: Option<Arc<dyn progress::Reporter>>,
     /// After Ctrl-C, how long running tasks may take to finish.
     pub grace: Duration,
 }
@@ -127,8 +131,10 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             options.tasks_file.display()
         ))
     })?;
-    let reporter: Arc<dyn progress::Reporter> =
-        Arc::from(progress::reporter(options.quiet, options.progress_interval));
+    let reporter: Arc<dyn progress::Reporter> = match &options.reporter {
+        Some(reporter) => reporter.clone(),
+        None => Arc::from(progress::reporter(options.quiet, options.progress_interval)),
+    };
     if !plan.problems.is_empty() {
         let report = plan.report(&options.tasks_file, MAX_PROBLEMS);
         if !options.skip_invalid || plan.has_fatal() {

@@ -1,12 +1,10 @@
 //! Showing a batch's progress. The scheduler hands a `Snapshot` to a
-//! `Reporter` at its interval; only this module knows indicatif. A bar on a
-//! terminal, a plain line every few seconds otherwise (logs, CI, Slurm output
-//! files), nothing with `--quiet`. Every line is escaped for the terminal
+//! `Reporter` at its interval: a plain line every few seconds by default
+//! (logs, CI, Slurm output files), nothing when quiet; the `lllm` binary puts
+//! a bar on a terminal (package `lllm-cli`, which holds indicatif). Every line is escaped for the terminal
 //! (`redact::terminal_line`), whatever text a waiting reason comes to hold.
 
 use std::time::Duration;
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::summary::{Totals, format_cost};
 
@@ -40,7 +38,7 @@ impl Snapshot {
     }
 
     /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`
-    fn details(&self) -> String {
+    pub fn details(&self) -> String {
         let mut text = format!(
             "{} failed · {} skipped · {} tokens · {} · {:.1} tasks/s",
             self.done.failure,
@@ -68,7 +66,7 @@ fn seconds(duration: Duration) -> String {
     }
 }
 
-pub trait Reporter: Send + Sync {
+pub trait Reporter: Send + Sync + std::fmt::Debug {
     /// How often the scheduler calls `update`.
     fn interval(&self) -> Duration;
     fn update(&self, snapshot: &Snapshot);
@@ -78,19 +76,16 @@ pub trait Reporter: Send + Sync {
     fn note(&self, text: &str);
 }
 
-/// Picks the reporter: nothing when quiet, a bar when stderr is a terminal,
-/// plain lines otherwise.
+/// Nothing when `quiet`, else a plain line every `interval`.
 pub fn reporter(quiet: bool, interval: Duration) -> Box<dyn Reporter> {
-    use std::io::IsTerminal;
     if quiet {
         Box::new(Quiet)
-    } else if std::io::stderr().is_terminal() {
-        Box::new(Bar::new())
     } else {
         Box::new(Lines { interval })
     }
 }
 
+#[derive(Debug)]
 struct Quiet;
 
 impl Reporter for Quiet {
@@ -105,6 +100,7 @@ impl Reporter for Quiet {
 }
 
 /// A plain line per interval, for logs.
+#[derive(Debug)]
 struct Lines {
     interval: Duration,
 }
@@ -129,46 +125,6 @@ impl Reporter for Lines {
 
     fn note(&self, text: &str) {
         crate::report::warn(text);
-    }
-}
-
-struct Bar {
-    bar: ProgressBar,
-}
-
-impl Bar {
-    fn new() -> Bar {
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        // No colours: nothing to strip for NO_COLOR, and it reads the same everywhere.
-        let style =
-            ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {pos}/{len}\n{msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> ");
-        bar.set_style(style);
-        Bar { bar }
-    }
-}
-
-impl Reporter for Bar {
-    fn interval(&self) -> Duration {
-        Duration::from_millis(200)
-    }
-
-    fn update(&self, snapshot: &Snapshot) {
-        self.bar.set_length(snapshot.total);
-        self.bar.set_position(snapshot.done.tasks);
-        let message = format!("{} in flight · {}", snapshot.in_flight, snapshot.details());
-        self.bar
-            .set_message(crate::redact::terminal_line(&message).into_owned());
-    }
-
-    fn finish(&self, snapshot: &Snapshot) {
-        self.update(snapshot);
-        self.bar.finish();
-    }
-
-    fn note(&self, text: &str) {
-        self.bar.suspend(|| crate::report::warn(text));
     }
 }
 

@@ -242,10 +242,10 @@ fn raw_headers(value: &Value, place: &str) -> Checked<Vec<(String, String)>> {
         .map(|(name, value)| {
             let at = child(place, name);
             let text = scalar(value, &at)?;
-            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(problem(&at, format!("`{name}` is not an HTTP header name")));
             }
-            if axum::http::HeaderValue::from_str(&text).is_err() {
+            if reqwest::header::HeaderValue::from_str(&text).is_err() {
                 return Err(problem(&at, "the value is not valid in an HTTP header"));
             }
             Ok((name.clone(), text))

@@ -6,7 +6,7 @@
 //! hung starting threads). The README's "Numbers and their ranges" table
 //! lists the same ranges.
 
-use crate::config::numbers::Range;
+use lllm::config::numbers::Range;
 
 const fn flag(min: f64, max: f64, whole: bool, unit: &'static str) -> Range {
     Range {

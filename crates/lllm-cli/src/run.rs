@@ -10,18 +10,18 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::RunArgs;
-use crate::error::{Error, Outcome, Result};
-use crate::provider::dry_run::{Captured, DryRun, NOT_SENT};
-use crate::tactic::{RunState, SessionRecord, TaskInput};
+use crate::RunArgs;
+use lllm::error::{Error, Outcome, Result};
+use lllm::provider::dry_run::{Captured, DryRun, NOT_SENT};
+use lllm::tactic::{RunState, SessionRecord, TaskInput};
 
 pub async fn run(args: RunArgs) -> Result<Outcome> {
     let prices = match &args.prices {
-        Some(path) => Some(crate::provider::models::read_price_file(path).map_err(Error::Usage)?),
+        Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
         None => None,
     };
     if args.show_config {
-        let mut config = crate::config::load(&args.tactic)?;
+        let mut config = lllm::config::load(&args.tactic)?;
         if let Some(model) = &args.model {
             config.override_model(model);
         }
@@ -29,10 +29,10 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
             config.override_prices(prices);
         }
         for warning in &config.warnings {
-            crate::report::warn(warning);
+            lllm::report::warn(warning);
         }
         let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
-        crate::output::stdout(&(crate::redact::json_controls(&text).into_owned() + "\n"))?;
+        lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
         return Ok(Outcome::Success);
     }
     let task = TaskInput {
@@ -45,15 +45,15 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
     // Config, build and this task's check in one pre-flight: every problem
     // of every phase at once, and nothing sent unless there is none.
-    let options = crate::tactic::LoadOptions {
+    let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         prices: prices.as_ref(),
         env: &env,
         dry_run: dry_run.clone(),
-        warn: &|warning| crate::report::warn(warning),
+        warn: &|warning| lllm::report::warn(warning),
         budget: None,
     };
-    let tactic = crate::tactic::load(&args.tactic, &options, Some(&task))?;
+    let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {
         // MCP servers start so that their tools are in the bodies shown.
         tactic.start().await?;
@@ -69,7 +69,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     )));
     let sink = args.stream.then(|| {
         let seen = streamed.clone();
-        let sink: crate::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
+        let sink: lllm::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
             seen.lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .piece(text, &mut std::io::stdout().lock());
@@ -79,7 +79,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
     // Ctrl-C, or SIGTERM (a job engine's or a container's stop): the run
     // stops where it is and its record is written.
     let interrupted = std::sync::atomic::AtomicBool::new(false);
-    let stop_signal = crate::batch::scheduler::stop_signal();
+    let stop_signal = lllm::batch::scheduler::stop_signal();
     let interrupt = async {
         if stop_signal.await.is_err() {
             std::future::pending::<()>().await;
@@ -116,13 +116,13 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         .finish(record.delivery.as_deref());
     // A reader that closed the pipe early is no failure of the run; a
     // delivery that could not be written is, once the summary is out.
-    let delivered = crate::output::stdout(&text);
+    let delivered = lllm::output::stdout(&text);
     if !args.quiet || record.state == RunState::Failure {
-        crate::output::stderr_line(&summary(&record, record_path.as_deref()));
+        lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
     if let Some(error) = record_error {
         if interrupted {
-            crate::output::stderr_line(&format!("error: the record was not written: {error}"));
+            lllm::output::stderr_line(&format!("error: the record was not written: {error}"));
             return Ok(Outcome::Interrupted);
         }
         return Err(error);
@@ -174,7 +174,7 @@ impl Streamed {
         }
         self.attempt.push_str(text);
         if self.terminal {
-            let _ = out.write_all(crate::redact::terminal_text(text).as_bytes());
+            let _ = out.write_all(lllm::redact::terminal_text(text).as_bytes());
             let _ = out.flush();
         }
     }
@@ -195,7 +195,7 @@ impl Streamed {
                     text.push('\n');
                 }
                 if self.terminal {
-                    text.push_str(&crate::redact::terminal_text(delivery));
+                    text.push_str(&lllm::redact::terminal_text(delivery));
                 } else {
                     text.push_str(delivery);
                 }
@@ -220,21 +220,21 @@ fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome
         let head = format!("── request {} of {}{place}", index + 1, captured.len());
         text.push_str(&format!(
             "{}\nPOST {}\n{}\n\n",
-            crate::redact::terminal_line(&head),
-            crate::redact::terminal_line(&request.wire.url),
-            crate::redact::json_controls(&body)
+            lllm::redact::terminal_line(&head),
+            lllm::redact::terminal_line(&request.wire.url),
+            lllm::redact::json_controls(&body)
         ));
     }
-    crate::output::stdout(&text)?;
+    lllm::output::stdout(&text)?;
     match record.error.as_deref() {
         Some(error) if !error.contains(NOT_SENT) => {
-            crate::output::stderr_line(&format!(
+            lllm::output::stderr_line(&format!(
                 "lllm: dry run: the run failed before sending: {error}"
             ));
             Ok(Outcome::Failed)
         }
         _ => {
-            crate::output::stderr_line(&format!(
+            lllm::output::stderr_line(&format!(
                 "lllm: dry run: {} request(s) shown, nothing sent; later turns need model replies",
                 captured.len()
             ));
@@ -276,7 +276,7 @@ fn read_task(args: &RunArgs) -> Result<String> {
         (Some(text), _) => Ok(text.clone()),
         // A regular file (a pipe goes through `--task -`), of a size a model
         // could take.
-        (None, Some(path)) => crate::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
+        (None, Some(path)) => lllm::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
             Error::Usage(format!(
                 "cannot read task file `{}`: {error}; hint: pipe a stream into `--task -`",
                 path.display()

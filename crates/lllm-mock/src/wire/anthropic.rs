@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::{
     Event, Incoming, Reference, Usage, arguments_value, finish_reason, halves, pieces, text_of,
 };
-use crate::mock::script::ScriptMessage;
+use lllm::mock::script::ScriptMessage;
 
 pub fn read(request: &Value) -> Incoming {
     let messages = request
@@ -190,7 +190,7 @@ pub fn error_body(status: u16, code: Option<&str>, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::script::ScriptToolCall;
+    use lllm::mock::script::ScriptToolCall;
 
     #[track_caller]
     fn read_case(request: Value, text: &str, role: &str) {

@@ -46,7 +46,7 @@ fn is_session_id(word: &str) -> bool {
 }
 
 fn example_run(test: &Test, record: &str) {
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let output = test.run(&[
         "run",
         &format!("{root}/tactics/summarize.yaml"),
@@ -64,7 +64,8 @@ fn renders_a_recorded_run() {
     example_run(&test, "record.json");
     let output = test.run(&["replay", "record.json"]);
     output.expect_code(0);
-    let rendered = normalize(&output.stdout).replace(env!("CARGO_MANIFEST_DIR"), "<root>");
+    let rendered =
+        normalize(&output.stdout).replace(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."), "<root>");
     let snapshot_path = format!(
         "{}/tests/snapshots/replay_summarize.txt",
         env!("CARGO_MANIFEST_DIR")
@@ -225,7 +226,7 @@ fn json_and_jsonl_and_bad_records() {
 
 /// Copies the shipped example into the test dir so its prompts can be edited.
 fn copy_example(test: &Test) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     for folder in ["tactics", "prompts/summarize", "tools", "examples"] {
         std::fs::create_dir_all(test.path(folder)).unwrap();
         for entry in std::fs::read_dir(root.join(folder)).unwrap() {

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Event, Incoming, Reference, Usage, finish_reason, halves, pieces, text_of};
-use crate::mock::script::ScriptMessage;
+use lllm::mock::script::ScriptMessage;
 
 pub fn read(request: &Value) -> Incoming {
     let messages = request
@@ -123,7 +123,7 @@ pub fn events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::script::ScriptToolCall;
+    use lllm::mock::script::ScriptToolCall;
 
     const REFERENCE: Reference<'static> = Reference {
         index: 3,

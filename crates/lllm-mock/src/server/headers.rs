@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::mock::script::{RateLimitWindow, ReplyHeaders, WindowKind};
-use crate::mock::wire::Api;
+use crate::wire::Api;
+use lllm::mock::script::{RateLimitWindow, ReplyHeaders, WindowKind};
 
 /// Adds `extra` to `headers`; `now` is the moment of the reply.
 pub(super) fn add(

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{Event, Incoming, Reference, Usage, finish_reason, halves, pieces, text_of};
-use crate::mock::script::ScriptMessage;
+use lllm::mock::script::ScriptMessage;
 
 /// Refuses an `input` that llama-server's Responses endpoint refuses (it
 /// translates items to chat messages and must recognise each one): an item
@@ -297,7 +297,7 @@ pub fn events(reference: Reference<'_>, message: &ScriptMessage, usage: Usage) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::script::ScriptToolCall;
+    use lllm::mock::script::ScriptToolCall;
 
     #[track_caller]
     fn read_case(request: Value, text: &str, role: &str, count: usize) {

@@ -104,7 +104,7 @@ tools:
 fn mcp_server_environment(env_line: &str) -> BTreeMap<String, Value> {
     let fixture = format!(
         "{}/tests/fixtures/mcp_server.py",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../..")
     );
     let tactic = format!(
         r#"global: {{model_name: mock/echo}}

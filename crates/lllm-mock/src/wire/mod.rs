@@ -10,7 +10,7 @@ pub mod responses;
 
 use serde_json::{Value, json};
 
-use super::script::ScriptMessage;
+use lllm::mock::script::ScriptMessage;
 
 /// Which API a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,17 +1,22 @@
-//! Command-line arguments (clap) and the dispatch to each command.
+//! The `lllm` command line: arguments (clap), the dispatch to each command,
+//! errors printed once and the exit codes of the README ("Exit codes").
 //!
-//! Each command lives in its own file and returns an `Outcome`; `main` maps it
-//! to the exit code.
+//! Each command lives in its own file and returns an `Outcome`; [`main`] maps
+//! it to the exit code.
 
 mod batch;
 mod numbers;
+mod progress;
 mod run;
 
 use std::path::PathBuf;
 
+use std::ffi::OsString;
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
-use crate::error::{Outcome, Result};
+use lllm::error::{Outcome, Result};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -127,7 +132,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
             .build(),
     }
     .map_err(|error| {
-        crate::error::Error::Usage(format!("cannot start the async runtime: {error}"))
+        lllm::error::Error::Usage(format!("cannot start the async runtime: {error}"))
     })?;
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
@@ -138,7 +143,7 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
             tokio::spawn(batch::run(args))
                 .await
                 .unwrap_or_else(|error| {
-                    Err(crate::error::Error::Usage(format!(
+                    Err(lllm::error::Error::Usage(format!(
                         "the batch stopped: {error}"
                     )))
                 })
@@ -148,13 +153,13 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
 }
 
 fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
-    let loaded = crate::replay::load_choosing(&args.record, args.id.as_deref())?;
+    let loaded = lllm::replay::load_choosing(&args.record, args.id.as_deref())?;
     for note in &loaded.notes {
-        crate::output::stderr_line(&format!("note: {note}"));
+        lllm::output::stderr_line(&format!("note: {note}"));
     }
     let record = loaded.record;
     if args.rerun {
-        return runtime.block_on(crate::replay::rerun(
+        return runtime.block_on(lllm::replay::rerun(
             &record,
             args.tactic.as_deref(),
             args.model.as_deref(),
@@ -162,10 +167,40 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
     }
     let text = if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        crate::redact::json_controls(&text).into_owned() + "\n"
+        lllm::redact::json_controls(&text).into_owned() + "\n"
     } else {
-        crate::replay::render(&record)
+        lllm::replay::render(&record)
     };
-    crate::output::stdout(&text)?;
+    lllm::output::stdout(&text)?;
     Ok(Outcome::Success)
+}
+
+/// The `lllm` command line on this process's arguments: parses them, runs the
+/// command, prints an error once (one `error:` line per line of it, control
+/// characters escaped) and returns the exit code.
+pub fn main() -> ExitCode {
+    run_with(std::env::args_os())
+}
+
+/// [`main`] on the given arguments (the first is the program's name).
+pub fn run_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // clap prints help and version to stdout (exit 0), usage errors to
+            // stderr (exit 2).
+            let _ = error.print();
+            return ExitCode::from(error.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    let code = match execute(cli) {
+        Ok(outcome) => outcome.exit_code(),
+        Err(error) => {
+            for line in error.to_string().lines() {
+                lllm::output::stderr_line(&format!("error: {line}"));
+            }
+            error.exit_code()
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
 }

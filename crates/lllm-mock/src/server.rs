@@ -26,11 +26,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::script::{
+use crate::wire::{Api, Event, Incoming, Reference, Usage};
+use connection::{ConnectionHandle, Listener};
+use lllm::mock::script::{
     Fault, Reply, Script, ScriptError, ScriptMessage, ScriptRequest, estimate_tokens,
 };
-use super::wire::{Api, Event, Incoming, Reference, Usage};
-use connection::{ConnectionHandle, Listener};
 use log::{LogEntry, RequestLog};
 
 mod connection;
@@ -429,7 +429,7 @@ fn refusal(api: Api, headers: &HeaderMap, body: &Value) -> Option<(u16, &'static
                 "x-api-key header is required".into(),
             ))
         }
-        Api::Responses => super::wire::responses::check(body)
+        Api::Responses => crate::wire::responses::check(body)
             .err()
             .map(|message| (400, "invalid_request_error", message)),
         _ => None,

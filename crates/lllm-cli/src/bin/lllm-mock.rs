@@ -35,7 +35,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let options = lllm::mock::server::ServerOptions {
+    let options = lllm_mock::server::ServerOptions {
         script: args.script,
         host: args.host,
         port: args.port,
@@ -48,7 +48,7 @@ fn main() {
         .build()
     {
         Ok(runtime) => runtime
-            .block_on(lllm::mock::server::run(options))
+            .block_on(lllm_mock::server::run(options))
             .map_err(|error| error.to_string()),
         Err(error) => Err(format!("cannot start the async runtime: {error}")),
     };

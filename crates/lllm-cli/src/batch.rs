@@ -1,15 +1,19 @@
 //! `lllm batch`: the arguments, turned into `batch::Options`; the library does
 //! the rest.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::numbers;
-use crate::batch::{
+use crate::numbers;
+use crate::progress;
+use lllm::batch::progress::Reporter;
+use lllm::batch::{
     self,
     shard::{Requested, Shard},
 };
-use crate::error::{Error, Outcome, Result};
+use lllm::error::{Error, Outcome, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct BatchArgs {
@@ -103,6 +107,8 @@ pub async fn run(args: BatchArgs) -> Result<Outcome> {
         quiet: args.quiet,
         // Both checked against their ranges (`numbers`) when parsed.
         progress_interval: Duration::from_secs_f64(args.progress_interval),
+        reporter: (!args.quiet && std::io::stderr().is_terminal())
+            .then(|| Arc::new(progress::Bar::new()) as Arc<dyn Reporter>),
         grace: Duration::from_secs_f64(args.grace),
     };
     batch::run(options).await

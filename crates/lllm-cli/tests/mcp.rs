@@ -14,7 +14,7 @@ const SECRET: &str = "sk-mcp-secret-42";
 fn fixture() -> String {
     format!(
         "{}/tests/fixtures/mcp_server.py",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../..")
     )
 }
 

@@ -6,7 +6,7 @@ mod common;
 use common::Test;
 
 fn run_example(tactic: &str, task: &str) -> common::Output {
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let test = Test::new();
     let output = test.run(&[
         "run",
@@ -69,7 +69,7 @@ fn map_then_summarize_runs_one_branch_per_topic() {
 /// is served its tactic's mock script from the start, as `lllm run` is.
 #[test]
 fn every_shipped_tactic_runs_in_a_batch() {
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let tasks_file = format!("{root}/examples/tasks.jsonl");
     let tasks: Vec<serde_json::Value> = std::fs::read_to_string(&tasks_file)
         .unwrap()

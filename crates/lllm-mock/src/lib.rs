@@ -1,0 +1,8 @@
+//! `lllm-mock`: an offline HTTP server that speaks the OpenAI chat
+//! completions, OpenAI Responses and Anthropic Messages APIs, answering from
+//! an lllm mock script (`lllm::mock::script`), as strict about paths, fields
+//! and headers as the real APIs. The `lllm-mock` binary (package `lllm-cli`)
+//! runs [`server::run`]; tests of any crate can run it too.
+
+pub mod server;
+pub mod wire;
