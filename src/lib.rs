@@ -16,8 +16,11 @@ pub mod output;
 pub mod prompt;
 pub mod provider;
 pub mod redact;
+pub mod registry;
 pub mod replay;
 pub mod report;
 pub mod suggest;
 pub mod tactic;
 pub mod tool;
+
+pub use registry::Registry;

@@ -433,6 +433,7 @@ pub async fn rerun(
     record: &SessionRecord,
     tactic: Option<&Path>,
     model: Option<&str>,
+    registry: &crate::Registry,
 ) -> crate::error::Result<crate::error::Outcome> {
     use crate::error::Outcome;
     use crate::provider::replay::ReplayProvider;
@@ -459,7 +460,7 @@ pub async fn rerun(
         config.override_model(model);
     }
     let provider = Arc::new(ReplayProvider::from_record(record));
-    let built = crate::tactic::Tactic::build_replaying(config, provider.clone())?;
+    let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
     let task = crate::tactic::TaskInput {

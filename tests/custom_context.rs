@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lllm::agent::context::{ContextManager, ContextManagers};
+use lllm::Registry;
+use lllm::agent::context::ContextManager;
 use lllm::dialog::Dialog;
 use lllm::tactic::{Tactic, TaskInput};
 
@@ -42,13 +43,10 @@ async fn a_registered_manager_is_picked_by_name() {
     );
 
     let calls = Arc::new(AtomicUsize::new(0));
-    let mut managers = ContextManagers::with_builtins();
     let counter = calls.clone();
-    managers.register(
-        "counting",
-        Box::new(move |_| Ok(Arc::new(Counting(counter.clone())))),
-    );
-    let tactic = Tactic::build_with(config, &env, &managers).unwrap();
+    let registry =
+        Registry::new().context_manager("counting", move |_| Ok(Counting(counter.clone())));
+    let tactic = Tactic::build_with(config, &env, &registry).unwrap();
     let record = tactic
         .run(TaskInput {
             task: "hello".into(),

@@ -34,9 +34,11 @@ pub struct ContextSettings {
 }
 
 pub type Factory =
-    Box<dyn Fn(&ContextSettings) -> Result<Arc<dyn ContextManager>, String> + Send + Sync>;
+    Arc<dyn Fn(&ContextSettings) -> Result<Arc<dyn ContextManager>, String> + Send + Sync>;
 
-/// Context managers by name.
+/// Context managers by name (a program adds its own through
+/// [`Registry::context_manager`](crate::Registry::context_manager)).
+#[derive(Clone)]
 pub struct ContextManagers {
     factories: BTreeMap<String, Factory>,
 }
@@ -48,11 +50,11 @@ impl ContextManagers {
         };
         managers.register(
             "default",
-            Box::new(|settings| Ok(Arc::new(DefaultContextManager::new(settings)))),
+            Arc::new(|settings| Ok(Arc::new(DefaultContextManager::new(settings)))),
         );
         managers.register(
             "last_n",
-            Box::new(|settings| {
+            Arc::new(|settings| {
                 let n = settings
                     .options
                     .get("n")
@@ -66,6 +68,17 @@ impl ContextManagers {
 
     pub fn register(&mut self, name: &str, factory: Factory) {
         self.factories.insert(name.to_string(), factory);
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &Factory)> {
+        self.factories
+            .iter()
+            .map(|(name, factory)| (name.as_str(), factory))
     }
 
     pub fn build(&self, settings: &ContextSettings) -> Result<Arc<dyn ContextManager>, String> {

@@ -57,6 +57,8 @@ pub struct Options {
     /// `progress_interval`, nothing when `quiet`); the `lllm` binary passes a
     /// bar when stderr is a terminal.
     pub reporter: Option<Arc<dyn progress::Reporter>>,
+    /// The extensions tactics may name (`Registry::new()`: built-ins).
+    pub registry: crate::Registry,
     /// After Ctrl-C, how long running tasks may take to finish.
     pub grace: Duration,
 }
@@ -111,6 +113,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         options.model.clone(),
         options.prices.as_deref(),
         budget.clone(),
+        options.registry.clone(),
     )?;
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;

@@ -471,7 +471,9 @@ mod tests {
         let tasks_file = dir.path().join("tasks.jsonl");
         std::fs::write(&tasks_file, "\"fine\"\n\"boom\"\n\"fine too\"\n").unwrap();
         let config = crate::config::load(&tactic_path).unwrap();
-        let tactic = Tactic::build_replaying(config, Arc::new(PanicsOnBoom)).unwrap();
+        let tactic =
+            Tactic::build_replaying(config, Arc::new(PanicsOnBoom), &crate::Registry::new())
+                .unwrap();
         let tactics = HashMap::from([(super::super::tactics::key(&tactic_path), Arc::new(tactic))]);
         let plan = Plan {
             problems: Vec::new(),

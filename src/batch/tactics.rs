@@ -20,6 +20,8 @@ pub struct Tactics {
     prices: Option<Value>,
     /// `--max-cost`: every call of every tactic passes it.
     budget: Option<Arc<CostBudget>>,
+    /// The extensions tactics may name.
+    registry: crate::Registry,
     built: HashMap<PathBuf, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<PathBuf, String>,
@@ -33,6 +35,7 @@ impl Tactics {
         model: Option<String>,
         prices: Option<&Path>,
         budget: Option<Arc<CostBudget>>,
+        registry: crate::Registry,
     ) -> Result<Tactics> {
         let prices = match prices {
             Some(path) => {
@@ -44,6 +47,7 @@ impl Tactics {
             model,
             prices,
             budget,
+            registry,
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
@@ -96,6 +100,7 @@ impl Tactics {
             dry_run: None,
             warn: &|warning| crate::report::warn(&format!("{}: {warning}", path.display())),
             budget: self.budget.clone(),
+            registry: &self.registry,
         };
         Ok(crate::tactic::load(path, &options, None)?)
     }

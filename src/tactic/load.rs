@@ -16,7 +16,6 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Builder, Error, Result, Tactic, TaskInput, check};
-use crate::agent::context::ContextManagers;
 use crate::config::TacticConfig;
 use crate::provider::budget::CostBudget;
 use crate::provider::dry_run::DryRun;
@@ -36,15 +35,16 @@ pub struct LoadOptions<'a> {
     pub warn: &'a dyn Fn(&str),
     /// `lllm batch --max-cost`: every call passes this spending cap.
     pub budget: Option<Arc<CostBudget>>,
+    /// The extensions the tactic may name (`Registry::new()`: built-ins).
+    pub registry: &'a crate::Registry,
 }
 
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
 /// lists every problem found in every phase.
 pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&TaskInput>) -> Result<Tactic> {
-    let context_managers = ContextManagers::with_builtins();
     let builder = Builder {
         env: options.env,
-        context_managers: &context_managers,
+        extensions: options.registry,
         replacement: None,
         dry_run: options.dry_run.clone(),
         budget: options.budget.clone(),

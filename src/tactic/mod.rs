@@ -20,7 +20,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use crate::agent::context::{ContextManagers, ContextSettings};
+use crate::agent::context::ContextSettings;
 use crate::agent::{AgentSpec, Limits, Runtime};
 use crate::config::{FlowItem, StepInput, SubTacticConfig, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
@@ -29,6 +29,7 @@ use crate::provider::budget::{BudgetedProvider, CostBudget};
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
+use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
 pub use flow::INTERRUPTED;
@@ -187,21 +188,21 @@ impl Tactic {
     /// with the task's argument names before running it. `env` reads
     /// environment variables (keys, base URLs); tests pass their own.
     pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
-        Tactic::build_with(config, env, &ContextManagers::with_builtins())
+        Tactic::build_with(config, env, &Extensions::new())
     }
 
-    /// `build` with your own context managers registered by name, so a tactic
-    /// can pick them with `context_manager: {type: NAME}`.
+    /// `build` with the extensions of `registry` (context managers and the
+    /// rest a tactic names).
     pub fn build_with(
         config: TacticConfig,
         env: &dyn Fn(&str) -> Option<String>,
-        context_managers: &ContextManagers,
+        registry: &Extensions,
     ) -> Result<Tactic> {
         Tactic::build_inner(
             config,
             &Builder {
                 env,
-                context_managers,
+                extensions: registry,
                 replacement: None,
                 dry_run: None,
                 budget: None,
@@ -215,12 +216,13 @@ impl Tactic {
     pub fn build_replaying(
         config: TacticConfig,
         provider: Arc<dyn crate::provider::Provider>,
+        registry: &Extensions,
     ) -> Result<Tactic> {
         Tactic::build_inner(
             config,
             &Builder {
                 env: &|_| None,
-                context_managers: &ContextManagers::with_builtins(),
+                extensions: registry,
                 replacement: Some(provider),
                 dry_run: None,
                 budget: None,
@@ -241,7 +243,7 @@ impl Tactic {
             config,
             &Builder {
                 env,
-                context_managers: &ContextManagers::with_builtins(),
+                extensions: &Extensions::new(),
                 replacement: None,
                 dry_run: Some(log),
                 budget: None,
@@ -263,7 +265,7 @@ impl Tactic {
             config,
             &Builder {
                 env,
-                context_managers: &ContextManagers::with_builtins(),
+                extensions: &Extensions::new(),
                 replacement: None,
                 dry_run: None,
                 budget: Some(budget),
@@ -289,9 +291,7 @@ impl Tactic {
     /// every template that compiled, for the checks of a later phase.
     fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
         let Builder {
-            env,
-            context_managers,
-            ..
+            env, extensions, ..
         } = *builder;
         let replacement = builder.replacement.clone();
         let dry_run = builder.dry_run.clone();
@@ -406,7 +406,7 @@ impl Tactic {
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take_other(context_managers.build(&ContextSettings {
+                problems.take_other(extensions.context_managers.build(&ContextSettings {
                     kind: settings.kind.clone(),
                     model_provider: provider.to_string(),
                     model: model.to_string(),
@@ -721,7 +721,7 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
 /// What building a tactic passes on to the tactics its steps run.
 pub(super) struct Builder<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
-    context_managers: &'a ContextManagers,
+    extensions: &'a Extensions,
     replacement: Option<Arc<dyn crate::provider::Provider>>,
     dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
     /// Every call passes this spending cap (`lllm batch --max-cost`).

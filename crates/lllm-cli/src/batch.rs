@@ -82,7 +82,7 @@ pub struct BatchArgs {
     pub threads: usize,
 }
 
-pub async fn run(args: BatchArgs) -> Result<Outcome> {
+pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
     let shard = match (&args.shard, args.shards) {
         (Some(text), _) => Requested::Given(Shard::parse(text).map_err(Error::Usage)?),
         (None, Some(count)) => {
@@ -109,6 +109,7 @@ pub async fn run(args: BatchArgs) -> Result<Outcome> {
         progress_interval: Duration::from_secs_f64(args.progress_interval),
         reporter: (!args.quiet && std::io::stderr().is_terminal())
             .then(|| Arc::new(progress::Bar::new()) as Arc<dyn Reporter>),
+        registry,
         grace: Duration::from_secs_f64(args.grace),
     };
     batch::run(options).await

@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lllm::Registry;
 
 use lllm::error::{Outcome, Result};
 
@@ -107,7 +108,8 @@ pub struct RunArgs {
     pub quiet: bool,
 }
 
-pub fn execute(cli: Cli) -> Result<Outcome> {
+/// Runs the parsed command line with the extensions of `registry`.
+pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     // A batch is driven by one thread unless asked otherwise: its tasks spend
     // their time waiting on the network, and one thread doing all their work
     // in turn costs a third less CPU per call than several threads handing
@@ -135,12 +137,12 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
         lllm::error::Error::Usage(format!("cannot start the async runtime: {error}"))
     })?;
     match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Run(args) => runtime.block_on(run::run(args, registry)),
         // With several threads, on a worker rather than the main thread: the
         // scheduler and its tasks wake each other for every task, and a wake
         // across to the main thread is a context switch.
         Command::Batch(args) => runtime.block_on(async {
-            tokio::spawn(batch::run(args))
+            tokio::spawn(batch::run(args, registry.clone()))
                 .await
                 .unwrap_or_else(|error| {
                     Err(lllm::error::Error::Usage(format!(
@@ -148,11 +150,15 @@ pub fn execute(cli: Cli) -> Result<Outcome> {
                     )))
                 })
         }),
-        Command::Replay(args) => replay(args, &runtime),
+        Command::Replay(args) => replay(args, &runtime, registry),
     }
 }
 
-fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome> {
+fn replay(
+    args: ReplayArgs,
+    runtime: &tokio::runtime::Runtime,
+    registry: &Registry,
+) -> Result<Outcome> {
     let loaded = lllm::replay::load_choosing(&args.record, args.id.as_deref())?;
     for note in &loaded.notes {
         lllm::output::stderr_line(&format!("note: {note}"));
@@ -163,6 +169,7 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
             &record,
             args.tactic.as_deref(),
             args.model.as_deref(),
+            registry,
         ));
     }
     let text = if args.json {
@@ -175,15 +182,31 @@ fn replay(args: ReplayArgs, runtime: &tokio::runtime::Runtime) -> Result<Outcome
     Ok(Outcome::Success)
 }
 
-/// The `lllm` command line on this process's arguments: parses them, runs the
-/// command, prints an error once (one `error:` line per line of it, control
-/// characters escaped) and returns the exit code.
+/// The stock `lllm` command line: [`main_with`] the built-ins only.
 pub fn main() -> ExitCode {
-    run_with(std::env::args_os())
+    main_with(Registry::new())
 }
 
-/// [`main`] on the given arguments (the first is the program's name).
-pub fn run_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+/// The `lllm` command line on this process's arguments, with the extensions
+/// of `registry` (programmed tactics, tools, parsers… a tactic names): parses
+/// the arguments, runs the command, prints an error once (one `error:` line
+/// per line of it, control characters escaped) and returns the exit code. A
+/// program that registers its own tactics is a full `lllm` with one line:
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     lllm_cli::main_with(lllm::Registry::new())
+/// }
+/// ```
+pub fn main_with(registry: Registry) -> ExitCode {
+    run_with(std::env::args_os(), registry)
+}
+
+/// [`main_with`] on the given arguments (the first is the program's name).
+pub fn run_with(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    registry: Registry,
+) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(error) => {
@@ -193,7 +216,7 @@ pub fn run_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> 
             return ExitCode::from(error.exit_code().clamp(0, 255) as u8);
         }
     };
-    let code = match execute(cli) {
+    let code = match execute(cli, &registry) {
         Ok(outcome) => outcome.exit_code(),
         Err(error) => {
             for line in error.to_string().lines() {

@@ -15,7 +15,7 @@ use lllm::error::{Error, Outcome, Result};
 use lllm::provider::dry_run::{Captured, DryRun, NOT_SENT};
 use lllm::tactic::{RunState, SessionRecord, TaskInput};
 
-pub async fn run(args: RunArgs) -> Result<Outcome> {
+pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let prices = match &args.prices {
         Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
         None => None,
@@ -52,6 +52,7 @@ pub async fn run(args: RunArgs) -> Result<Outcome> {
         dry_run: dry_run.clone(),
         warn: &|warning| lllm::report::warn(warning),
         budget: None,
+        registry,
     };
     let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {
