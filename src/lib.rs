@@ -24,3 +24,7 @@ pub mod tactic;
 pub mod tool;
 
 pub use registry::Registry;
+pub use tactic::{SessionRecord, Tactic, Task};
+
+/// Any error, boxed: what a programmed tactic or a Rust tool may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -463,7 +463,7 @@ pub async fn rerun(
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
-    let task = crate::tactic::TaskInput {
+    let task = crate::tactic::Task {
         id: record.task_id.clone(),
         task: record.task.clone(),
         args: record.args.clone(),

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use lllm::Registry;
 use lllm::agent::context::ContextManager;
 use lllm::dialog::Dialog;
-use lllm::tactic::{Tactic, TaskInput};
+use lllm::tactic::{Tactic, Task};
 
 struct Counting(Arc<AtomicUsize>);
 
@@ -48,9 +48,9 @@ async fn a_registered_manager_is_picked_by_name() {
         Registry::new().context_manager("counting", move |_| Ok(Counting(counter.clone())));
     let tactic = Tactic::build_with(config, &env, &registry).unwrap();
     let record = tactic
-        .run(TaskInput {
+        .run(Task {
             task: "hello".into(),
-            ..TaskInput::default()
+            ..Task::default()
         })
         .await;
     assert_eq!(record.delivery.as_deref(), Some("hello"));

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use lllm::tactic::{Tactic, TaskInput};
+use lllm::tactic::{Tactic, Task};
 use lllm_fuzz::assert_one_line;
 use serde_json::{Map, Value, json};
 
@@ -62,7 +62,7 @@ fuzz_target!(|data: &[u8]| {
         one_problem_per_line(&error.to_string());
     }
     for task in [json!("tides, volcanoes"), json!({"text": "a b", "n": 2})] {
-        let input = TaskInput {
+        let input = Task {
             id: Some("t1".into()),
             task,
             args: Map::from_iter([("topic".to_string(), json!("tides"))]),

@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::tactic::TaskInput;
-
 /// One parsed task line.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -20,7 +18,7 @@ pub struct Task {
     pub line: usize,
     pub id: String,
     /// What the tactic runs (its `id` is `Some(id)`).
-    pub input: TaskInput,
+    pub input: crate::tactic::Task,
     /// The line's own tactic, as written (relative to the TASKS file's directory).
     pub tactic: Option<String>,
 }
@@ -106,7 +104,7 @@ impl Task {
         tags: Map<String, Value>,
         tactic: Option<String>,
     ) -> Task {
-        let input = TaskInput {
+        let input = crate::tactic::Task {
             id: Some(id.clone()),
             task,
             args,

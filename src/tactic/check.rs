@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use super::flow::{Condition, base_context, step_names};
-use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
+use super::{ArgValue, Node, Step, SubStep, Tactic, Task};
 use crate::prompt::Prompt;
 
 /// The fields of a step's output in the template context.
@@ -300,7 +300,7 @@ fn gated<'a>(
 /// arguments, a sub-tactic's task), as the run would. A step whose `if` is
 /// false for this task, or cannot be known yet, is not rendered; a `stop`
 /// that holds ends the walk. Problems, once each.
-pub(super) fn trial(tactic: &Tactic, task: &TaskInput) -> Vec<String> {
+pub(super) fn trial(tactic: &Tactic, task: &Task) -> Vec<String> {
     let mut trial = Trial {
         tactic,
         opened: BTreeSet::new(),
@@ -549,7 +549,7 @@ impl<'a> Trial<'a> {
         let Some(args) = self.arguments(&step.name, &step.args, context) else {
             return;
         };
-        let input = TaskInput {
+        let input = Task {
             id: None,
             task,
             args,

@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
-use super::{ArgValue, Node, Step, SubStep, Tactic, TaskInput};
+use super::{ArgValue, Node, Step, SubStep, Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, SharedTextSink};
 use crate::dialog::{Dialog, DialogRecord, InvokeCost};
 
@@ -78,7 +78,7 @@ pub const INTERRUPTED: &str = "interrupted";
 /// running `parallel` branches are dropped).
 pub(super) async fn run(
     tactic: &Tactic,
-    task: TaskInput,
+    task: Task,
     sink: Option<SharedTextSink>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
@@ -153,7 +153,7 @@ pub(super) async fn run(
 
 /// The template context before any step: each task argument at top level,
 /// then `task` and `args`.
-pub(super) fn base_context(task: &TaskInput) -> Map<String, Value> {
+pub(super) fn base_context(task: &Task) -> Map<String, Value> {
     let mut context = task.args.clone();
     context.insert("task".into(), task.task.clone());
     context.insert("args".into(), Value::Object(task.args.clone()));
@@ -175,7 +175,7 @@ impl Run<'_> {
     }
 
     /// No flow: the first agent answers the task in dialog `main`.
-    async fn answer_directly(&mut self, task: &TaskInput) -> Result<String, String> {
+    async fn answer_directly(&mut self, task: &Task) -> Result<String, String> {
         let name = self
             .tactic
             .agents
@@ -414,7 +414,7 @@ impl Run<'_> {
             ),
             None => self.context.get("task").cloned().unwrap_or(Value::Null),
         };
-        let input = TaskInput {
+        let input = Task {
             id: self.task_id.clone(),
             task,
             args: self.render_args(&step.args)?,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Builder, Error, Result, Tactic, TaskInput, check};
+use super::{Builder, Error, Result, Tactic, Task, check};
 use crate::config::TacticConfig;
 use crate::provider::budget::CostBudget;
 use crate::provider::dry_run::DryRun;
@@ -41,7 +41,7 @@ pub struct LoadOptions<'a> {
 
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
 /// lists every problem found in every phase.
-pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&TaskInput>) -> Result<Tactic> {
+pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Result<Tactic> {
     let builder = Builder {
         env: options.env,
         extensions: options.registry,
@@ -71,7 +71,7 @@ pub(super) fn load_config(
     path: &Path,
     adjust: impl FnOnce(&mut TacticConfig),
     builder: &Builder<'_>,
-    task: Option<&TaskInput>,
+    task: Option<&Task>,
 ) -> Result<Tactic> {
     let (mut config, config_problems) = match crate::config::load(path) {
         Ok(config) => (config, Vec::new()),

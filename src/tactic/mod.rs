@@ -47,22 +47,82 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One task: what the user asks, with its id, template arguments and tags.
+///
+/// Made from text (`"…".into()`), from any JSON value, or with the builder
+/// methods:
+///
+/// ```
+/// use lllm::Task;
+///
+/// let task = Task::new("Summarize this.").id("doc-7").arg("words", 50).tag("team", "docs");
+/// assert_eq!(task.text(), "Summarize this.");
+/// assert_eq!(task.args["words"], 50);
+/// let from_text: Task = "What is 2 + 2?".into();
+/// assert_eq!(from_text.text(), "What is 2 + 2?");
+/// ```
 #[derive(Debug, Clone, Default)]
-pub struct TaskInput {
+pub struct Task {
+    /// The task's id (a batch line's `id`), recorded as `task_id`.
     pub id: Option<String>,
     /// A string, or any JSON value (templates see it as `task`).
     pub task: Value,
+    /// Template arguments: each is visible to templates by name and under `args`.
     pub args: Map<String, Value>,
+    /// Labels recorded with the session; not sent to any model.
     pub tags: Map<String, Value>,
 }
 
-impl TaskInput {
+impl Task {
+    /// A task of `task` (text, or any JSON value) with no id, arguments or tags.
+    pub fn new(task: impl Into<Value>) -> Task {
+        Task {
+            task: task.into(),
+            ..Task::default()
+        }
+    }
+
+    /// Sets the id.
+    pub fn id(mut self, id: impl Into<String>) -> Task {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Adds the template argument `name`.
+    pub fn arg(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
+        self.args.insert(name.into(), value.into());
+        self
+    }
+
+    /// Adds the tag `name`.
+    pub fn tag(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
+        self.tags.insert(name.into(), value.into());
+        self
+    }
+
     /// The task as text for a model: a string as is, anything else as JSON.
     pub fn text(&self) -> String {
         match &self.task {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         }
+    }
+}
+
+impl From<&str> for Task {
+    fn from(text: &str) -> Task {
+        Task::new(text)
+    }
+}
+
+impl From<String> for Task {
+    fn from(text: String) -> Task {
+        Task::new(text)
+    }
+}
+
+impl From<Value> for Task {
+    fn from(task: Value) -> Task {
+        Task::new(task)
     }
 }
 
@@ -566,7 +626,7 @@ impl Tactic {
     /// (an attribute the value lacks, a filter on the wrong type) is reported
     /// before anything is sent. Templates that need a step's output cannot be
     /// rendered yet. All problems of both at once.
-    pub fn check_task(&self, task: &TaskInput) -> Result<()> {
+    pub fn check_task(&self, task: &Task) -> Result<()> {
         let arg_names: BTreeSet<String> = task.args.keys().cloned().collect();
         let mut problems = check::check_variables(self, &arg_names);
         for problem in check::trial(self, task) {
@@ -590,14 +650,14 @@ impl Tactic {
     }
 
     /// Runs one task to its session record.
-    pub async fn run(&self, task: TaskInput) -> SessionRecord {
+    pub async fn run(&self, task: Task) -> SessionRecord {
         flow::run(self, task, None, std::future::pending()).await
     }
 
     /// Runs one task, handing the final turn's text to `sink` as it arrives.
     pub async fn run_streaming(
         &self,
-        task: TaskInput,
+        task: Task,
         sink: crate::agent::SharedTextSink,
     ) -> SessionRecord {
         flow::run(self, task, Some(sink), std::future::pending()).await
@@ -608,7 +668,7 @@ impl Tactic {
     /// had finished, so what was spent stays on record.
     pub async fn run_until(
         &self,
-        task: TaskInput,
+        task: Task,
         sink: Option<crate::agent::SharedTextSink>,
         interrupt: impl std::future::Future<Output = ()>,
     ) -> SessionRecord {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::RunArgs;
 use lllm::error::{Error, Outcome, Result};
 use lllm::provider::dry_run::{Captured, DryRun, NOT_SENT};
-use lllm::tactic::{RunState, SessionRecord, TaskInput};
+use lllm::tactic::{RunState, SessionRecord, Task};
 
 pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let prices = match &args.prices {
@@ -35,7 +35,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
         return Ok(Outcome::Success);
     }
-    let task = TaskInput {
+    let task = Task {
         id: None,
         task: Value::String(read_task(&args)?),
         args: parse_vars(&args.vars)?,
