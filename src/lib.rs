@@ -4,21 +4,29 @@
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
 
 pub mod agent;
+#[doc(hidden)]
 pub mod batch;
 pub mod config;
 pub mod dialog;
+#[doc(hidden)]
 pub mod error;
 #[doc(hidden)]
 pub mod file;
+#[doc(hidden)]
 pub mod json;
 pub mod mock;
+#[doc(hidden)]
 pub mod output;
 pub mod prompt;
 pub mod provider;
+#[doc(hidden)]
 pub mod redact;
 pub mod registry;
+#[doc(hidden)]
 pub mod replay;
+#[doc(hidden)]
 pub mod report;
+#[doc(hidden)]
 pub mod suggest;
 pub mod tactic;
 pub mod tool;

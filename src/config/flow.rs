@@ -15,12 +15,18 @@ use crate::suggest;
 const LOOP_KEYS: &[&str] = &["loop", "steps"];
 const PARALLEL_KEYS: &[&str] = &["parallel", "steps"];
 
+/// A flow step: an agent answers a prompt (or text) in one of its dialogs.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepConfig {
+    /// The step's name, unique; later templates see its result under it.
     pub name: String,
+    /// The agent that answers.
     pub agent: String,
+    /// The dialog it answers in (opened on first use).
     pub dialog: String,
+    /// What the agent receives.
     pub input: StepInput,
+    /// Arguments of the step's prompt (strings are templates over the run).
     pub args: Map<String, Value>,
     /// `if:` — a minijinja expression; the step is skipped when it is false.
     pub condition: Option<String>,
@@ -33,23 +39,31 @@ pub struct StepConfig {
 /// `fork: {from, last_n, first_k}`, as `Dialog::fork` takes them.
 #[derive(Debug, Clone, Serialize)]
 pub struct ForkConfig {
+    /// The dialog forked.
     pub from: String,
+    /// Keep the newest `last_n` messages (0: all).
     pub last_n: usize,
+    /// Keep the first `first_k` messages besides (the system prompt is one).
     pub first_k: usize,
 }
 
+/// What a step's agent receives.
 #[derive(Debug, Clone, Serialize)]
 pub enum StepInput {
+    /// A prompt file's key (`prompt:`), rendered with the step's arguments.
     Prompt(String),
+    /// A template (`input:`), rendered over the run.
     Text(String),
 }
 
+/// `loop:` — its steps run again until `until` holds or `max` rounds.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoopConfig {
     /// At most this many rounds.
     pub max: u32,
     /// A minijinja expression checked after each round; true ends the loop.
     pub until: Option<String>,
+    /// The steps of one round.
     pub steps: Vec<FlowItem>,
 }
 
@@ -61,6 +75,7 @@ pub struct ParallelConfig {
     pub foreach: Option<String>,
     /// The name each element has in the branch's templates (default `item`).
     pub item: String,
+    /// The branches.
     pub steps: Vec<FlowItem>,
 }
 
@@ -69,19 +84,30 @@ pub struct ParallelConfig {
 /// run's task) and `args` (templates) that become the sub-tactic's arguments.
 #[derive(Debug, Clone, Serialize)]
 pub struct SubTacticConfig {
+    /// The step's name, unique.
     pub name: String,
+    /// The tactic file run.
     pub path: PathBuf,
+    /// Its task, a template (default: this run's task).
     pub task: Option<String>,
+    /// Its arguments (strings are templates over the run).
     pub args: Map<String, Value>,
+    /// `if:`, as for a step.
     pub condition: Option<String>,
+    /// `stop:`, as for a step.
     pub stop: Option<String>,
 }
 
+/// One entry of `flow:`.
 #[derive(Debug, Clone, Serialize)]
 pub enum FlowItem {
+    /// An agent's turn.
     Step(Box<StepConfig>),
+    /// Another tactic run as a unit.
     Tactic(Box<SubTacticConfig>),
+    /// Steps repeated.
     Loop(LoopConfig),
+    /// Steps run at once.
     Parallel(ParallelConfig),
 }
 

@@ -7,6 +7,7 @@
 
 mod flow;
 mod merge;
+#[doc(hidden)]
 pub mod numbers;
 mod raw;
 mod resolve;
@@ -29,35 +30,63 @@ pub use resolve::{
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The file is not there.
     #[error("tactic file `{path}` not found")]
-    NotFound { path: String },
+    NotFound {
+        /// The file.
+        path: String,
+    },
+    /// The file is there but cannot be read (a directory, too big, …).
     #[error("cannot read `{path}`: {message}")]
-    Read { path: String, message: String },
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The YAML does not parse.
     #[error("{path}:{line}:{column}: {}", printable(message))]
     Syntax {
+        /// The file.
         path: String,
+        /// Where, from 1.
         line: usize,
+        /// Where on the line, from 1.
         column: usize,
+        /// What the YAML parser says.
         message: String,
     },
     /// One problem per line: a problem is one line by construction, so a line
     /// break (or any control character) in one came from the file, in a name
     /// it quotes, and is shown escaped.
     #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
-    Invalid { path: String, problems: Vec<String> },
+    Invalid {
+        /// The file.
+        path: String,
+        /// Every problem, one line each.
+        problems: Vec<String>,
+    },
+    /// A file's `base` leads back to it.
     #[error("`base` files form a cycle: {chain}")]
-    Cycle { chain: String },
+    Cycle {
+        /// The files in order, `a.yaml → b.yaml → a.yaml`.
+        chain: String,
+    },
     /// `Invalid`, with what could be resolved despite the problems: a caller
     /// can still look for problems of later phases (prompts, templates) in
     /// `partial` and list them all at once. Shown as `Invalid` is.
     #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
     Incomplete {
+        /// The file.
         path: String,
+        /// Every problem, one line each.
         problems: Vec<String>,
+        /// What could be resolved.
         partial: Box<TacticConfig>,
     },
 }
 
+/// A result whose error is a config [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Reads, merges and resolves the tactic at `path`.

@@ -15,90 +15,142 @@ use super::raw::{AGENT_KEYS, RawAgent, RawTactic};
 use crate::dialog::ApiType;
 use crate::suggest;
 
+/// The system prompt of an agent that sets none (the seeds' default).
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
 
 /// A tactic ready to build: defaults applied, names unique, references valid.
 #[derive(Debug, Clone, Serialize)]
 pub struct TacticConfig {
+    /// `name`, else the file's stem.
     pub name: String,
+    /// `description`, for people.
     pub description: Option<String>,
+    /// The tactic file (relative paths in it resolve against its directory).
     pub path: PathBuf,
+    /// Where prompt files are looked up (`prompts_dir`, default `prompts/`).
     pub prompts_dir: PathBuf,
+    /// `agent_configs`, each with `global` merged under it.
     pub agents: Vec<AgentConfig>,
+    /// `providers`: name → settings (presets fill the rest).
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `tools`: command tools.
     pub tools: Vec<ToolConfig>,
+    /// `builtin_tools` switched on.
     pub builtin_tools: Vec<BuiltinToolConfig>,
+    /// `mcp_servers`: stdio MCP servers whose tools agents may use.
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `flow`: the steps, loops, branches and sub-tactics (empty: the first
+    /// agent answers the task).
     pub flow: Vec<FlowItem>,
+    /// `result`: a template over the finished steps giving the delivery.
     pub result: Option<String>,
+    /// `pricing`: prices over the bundled table.
     pub pricing: Option<Value>,
+    /// What was accepted but is worth a word (unknown keys moved aside, …).
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
     pub resolved: Value,
     /// `--model` and `--prices` as given on the command line: they hold for
     /// the tactics this one's steps run too.
     pub model_override: Option<String>,
+    /// `--prices` as given.
     pub price_overrides: Option<Value>,
 }
 
+/// One agent of `agent_configs`, with `global` merged under it.
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentConfig {
+    /// The agent's name, unique in the tactic.
     pub name: String,
+    /// `provider/model` (a bare name is an OpenAI model).
     pub model_name: String,
+    /// `system_prompt` (inline) or `system_prompt_path` (a prompt key).
     pub system_prompt: SystemPrompt,
+    /// Sent with every request (`temperature`, `max_tokens`, …).
     pub model_args: Map<String, Value>,
+    /// Tools the agent is offered, by name.
     pub tools: Vec<String>,
     /// Servers under `mcp_servers:` whose tools this agent is offered.
     pub mcp_servers: Vec<String>,
+    /// Repairs of a reply the parser rejects, per call.
     pub max_exception_retry: u32,
+    /// Tool rounds per call (0: unlimited, up to 100).
     pub max_interrupt_steps: u32,
+    /// Retries of a failed provider request, per call.
     pub max_llm_recall: u32,
+    /// `context_manager`: what keeps requests inside the model's window.
     pub context_manager: Option<ContextManagerConfig>,
+    /// Chat completions or the Responses API (OpenAI).
     pub api_type: ApiType,
+    /// `stream` as configured.
     pub stream: bool,
 }
 
+/// Where an agent's system prompt comes from.
 #[derive(Debug, Clone, Serialize)]
 pub enum SystemPrompt {
+    /// The text itself (`system_prompt`), a template.
     Inline(String),
+    /// A prompt file's key (`system_prompt_path`).
     Key(String),
 }
 
+/// An agent's `context_manager:` entry.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContextManagerConfig {
+    /// `type`: a registered name (`default`, `last_n`, or a program's own).
     pub kind: String,
+    /// The window to keep requests within (default: the model's).
     pub max_tokens: Option<u64>,
+    /// The entry's other keys, for the manager's factory.
     pub options: Map<String, Value>,
 }
 
+/// The API a provider speaks (`api:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderApi {
+    /// OpenAI's APIs and every server compatible with them.
     OpenAi,
+    /// Anthropic's Messages API.
     Anthropic,
+    /// The offline in-process providers (`mock/echo`, `mock/script`).
     Mock,
 }
 
+/// A `providers:` entry (README, "Providers").
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderConfig {
+    /// Which API it speaks.
     pub api: ProviderApi,
     /// Serialized without its credentials and query values (`redact::url`).
     #[serde(serialize_with = "redacted_url")]
     pub base_url: Option<String>,
+    /// The environment variable holding the key.
     pub api_key_env: Option<String>,
+    /// Requests in flight at once.
     pub max_concurrency: Option<usize>,
+    /// Requests per minute.
     pub rpm: Option<u32>,
+    /// Tokens per minute.
     pub tpm: Option<u64>,
+    /// Limit for one request, in seconds.
     pub timeout_s: Option<f64>,
+    /// Limit for connecting, in seconds.
     pub connect_timeout_s: Option<f64>,
+    /// The role system prompts are sent as (`system` or `developer`).
     pub system_role: Option<String>,
     /// Send each message's `name` (chat completions); the default depends
     /// on the server (see `provider::registry`).
     pub send_name: Option<bool>,
+    /// The first back-off, in milliseconds.
     pub retry_base_ms: Option<u64>,
+    /// The longest pause, in milliseconds (a server's `Retry-After` too).
     pub retry_cap_ms: Option<u64>,
+    /// The script of a `mock` provider.
     pub script: Option<PathBuf>,
     /// Serialized as `***` each: a header value may be a key.
+    /// Extra HTTP headers sent with every request.
     #[serde(serialize_with = "masked_values")]
     pub headers: BTreeMap<String, String>,
 }
@@ -120,20 +172,30 @@ fn masked_values<S: serde::Serializer>(
     serializer.collect_map(values.keys().map(|name| (name, crate::redact::MASK)))
 }
 
+/// A command tool (`tools:`): a program that gets the call's arguments as
+/// JSON on stdin and answers on stdout.
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolConfig {
+    /// The name the model calls it by.
     pub name: String,
+    /// What it does, for the model.
     pub description: String,
+    /// JSON schema of its arguments.
     pub parameters: Value,
+    /// Program and arguments (no shell).
     pub command: Vec<String>,
+    /// Limit for one call, in seconds.
     pub timeout_s: f64,
+    /// Where it runs (default: the directory of the declaring file).
     pub cwd: PathBuf,
+    /// Added to its environment (shown as `***`).
     pub env: BTreeMap<String, String>,
 }
 
 /// A built-in tool switched on (`builtin_tools: {read_file: {root: data}}`).
 #[derive(Debug, Clone, Serialize)]
 pub struct BuiltinToolConfig {
+    /// `read_file`, `list_dir`, ….
     pub name: String,
     /// The directory file tools may see, resolved against the declaring file.
     pub root: Option<PathBuf>,
@@ -142,8 +204,11 @@ pub struct BuiltinToolConfig {
 /// A stdio MCP server: `command` then `args` is the program line (no shell).
 #[derive(Debug, Clone, Serialize)]
 pub struct McpServerConfig {
+    /// The name agents and prompts use for it.
     pub name: String,
+    /// The program (and its first arguments).
     pub command: Vec<String>,
+    /// Further arguments.
     pub args: Vec<String>,
     /// Added to the inherited environment; values may be secrets and are never shown.
     #[serde(skip)]
@@ -179,6 +244,7 @@ impl TacticConfig {
         self.price_overrides = Some(prices);
     }
 
+    /// The agent called `name`.
     pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
         self.agents.iter().find(|agent| agent.name == name)
     }

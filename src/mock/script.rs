@@ -40,26 +40,42 @@ use serde_json::{Map, Value};
 
 mod read;
 
+/// A script that cannot be used (bad input, exit 2 where nothing ran).
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
+    /// The file cannot be read.
     #[error("cannot read the script `{path}`: {message}")]
-    Read { path: String, message: String },
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The YAML does not parse.
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
+        /// The file (or where the script text came from).
         origin: String,
+        /// Where, from 1.
         line: usize,
+        /// Where on the line, from 1.
         column: usize,
+        /// What the YAML parser says.
         message: String,
     },
     /// `place` is where in the script, like `replies[2].tool_calls[0]`.
     #[error("{origin}: {}{message}", place_prefix(.place))]
     Invalid {
+        /// The file (or where the script text came from).
         origin: String,
+        /// Where in the script.
         place: String,
+        /// What is wrong.
         message: String,
     },
 }
 
+/// A result whose error is a [`ScriptError`].
 pub type Result<T, E = ScriptError> = std::result::Result<T, E>;
 
 fn place_prefix(place: &str) -> String {
@@ -73,32 +89,42 @@ fn place_prefix(place: &str) -> String {
 /// What a request looks like to the script: the fields rules can test.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptRequest<'a> {
+    /// The model asked for.
     pub model: &'a str,
     /// The text of the last message (a tool result's text when `last_role` is `tool`).
     pub last_text: &'a str,
     /// `user`, `assistant`, `tool` or `system`.
     pub last_role: &'a str,
+    /// Messages in the request, the system message included.
     pub message_count: usize,
 }
 
+/// A tool call a scripted reply makes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptToolCall {
+    /// The call's id.
     pub id: String,
+    /// The tool called.
     pub name: String,
     /// Raw JSON text, sent verbatim (a script may send malformed arguments on purpose).
     pub arguments: String,
 }
 
+/// The token counts a scripted reply reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScriptUsage {
+    /// Input tokens.
     pub prompt_tokens: u64,
+    /// Output tokens.
     pub completion_tokens: u64,
 }
 
 /// An assistant message: text and/or tool calls (`echo` is already resolved).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptMessage {
+    /// The reply's text.
     pub text: Option<String>,
+    /// The reply's tool calls.
     pub tool_calls: Vec<ScriptToolCall>,
     /// `None`: the reader estimates it (see [`estimate_tokens`]).
     pub usage: Option<ScriptUsage>,
@@ -106,14 +132,20 @@ pub struct ScriptMessage {
     pub finish_reason: Option<String>,
 }
 
+/// A failure a script makes the provider answer with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
     /// An HTTP error status with a provider-style error body.
     Http {
+        /// The status (429, 500, …).
         status: u16,
+        /// A `Retry-After` header, in seconds.
         retry_after_s: Option<f64>,
+        /// A `retry-after-ms` header.
         retry_after_ms: Option<u64>,
+        /// The error body's code.
         code: Option<String>,
+        /// The error body's message.
         message: Option<String>,
     },
     /// Never answer; hold the request until the client gives up.
@@ -126,12 +158,16 @@ pub enum Fault {
     CutStream,
 }
 
+/// What the script answers one request with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
+    /// An assistant message.
     Message(ScriptMessage),
+    /// A failure.
     Fault(Fault),
     /// No rule matched, `replies` are used up and there is no `default`.
     Exhausted {
+        /// Replies served before.
         served: usize,
     },
 }
@@ -141,6 +177,7 @@ pub enum Reply {
 pub struct Served {
     /// The 0-based number of the request, counting every request.
     pub index: usize,
+    /// What to send.
     pub reply: Reply,
     /// The sampled latency to wait before answering.
     pub delay: Duration,
@@ -162,7 +199,9 @@ pub struct ReplyHeaders {
 /// What a rate-limit window counts (`rate_limit: {requests: …}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowKind {
+    /// Requests.
     Requests,
+    /// Tokens, input and output.
     Tokens,
     /// Anthropic only, as on the real APIs.
     InputTokens,
@@ -173,8 +212,11 @@ pub enum WindowKind {
 /// One rate-limit window as a server reports it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimitWindow {
+    /// What it counts.
     pub kind: WindowKind,
+    /// Its size.
     pub limit: u64,
+    /// What is left of it.
     pub remaining: u64,
     /// Until the window is replenished, from the moment of the reply.
     pub reset: Duration,
@@ -184,12 +226,26 @@ pub struct RateLimitWindow {
 /// (clamped at 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Latency {
+    /// Always this long.
     Fixed(f64),
-    Uniform { min: f64, max: f64 },
-    Normal { mean: f64, stddev: f64 },
+    /// Uniform between the two.
+    Uniform {
+        /// The shortest.
+        min: f64,
+        /// The longest.
+        max: f64,
+    },
+    /// Normal, clamped at 0.
+    Normal {
+        /// Its mean.
+        mean: f64,
+        /// Its standard deviation.
+        stddev: f64,
+    },
 }
 
 impl Latency {
+    /// One latency drawn from the distribution.
     pub fn sample(&self) -> Duration {
         let millis = match *self {
             Latency::Fixed(millis) => millis,

@@ -17,7 +17,9 @@ use crate::dialog::{ApiType, Message};
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls it by.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
     /// JSON schema of the arguments object.
     pub parameters: Value,
@@ -34,12 +36,15 @@ pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 pub struct ChatRequest<'a> {
     /// The provider's own model id (`gpt-4o-mini`, not `openai/gpt-4o-mini`).
     pub model: &'a str,
+    /// The dialog as sent, system message first.
     pub messages: &'a [Arc<Message>],
+    /// The tools offered for this turn.
     pub tools: &'a [ToolSpec],
     /// JSON schema the reply must follow (structured output, D9).
     pub format: Option<&'a Value>,
     /// `temperature`, `max_tokens`, `logprobs`, … passed through to the wire request.
     pub model_args: &'a Map<String, Value>,
+    /// Which OpenAI API the request goes to (chat completions or Responses).
     pub api_type: ApiType,
     /// Stream the reply and hand its text to this sink as it arrives.
     pub stream: Option<TextSink<'a>>,
@@ -61,9 +66,13 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
 #[error("{}", self.describe())]
 pub struct ProviderError {
+    /// How the retry loop treats it.
     pub kind: ErrorKind,
+    /// The HTTP status, when the server answered.
     pub status: Option<u16>,
+    /// The provider's error code (`rate_limit_exceeded`, `overloaded_error`, …).
     pub code: Option<String>,
+    /// What went wrong, scrubbed of every secret lllm knows.
     pub message: String,
     /// What the server asked us to wait (`retry-after-ms` / `Retry-After`).
     #[serde(with = "optional_millis", default)]
@@ -77,6 +86,7 @@ pub struct ProviderError {
 }
 
 impl ProviderError {
+    /// An error of `kind` with `message` and nothing else known.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> ProviderError {
         ProviderError {
             kind,
@@ -88,14 +98,17 @@ impl ProviderError {
         }
     }
 
+    /// An error that is never retried.
     pub fn permanent(message: impl Into<String>) -> ProviderError {
         ProviderError::new(ErrorKind::Permanent, message)
     }
 
+    /// An error retried with back-off.
     pub fn transient(message: impl Into<String>) -> ProviderError {
         ProviderError::new(ErrorKind::Transient, message)
     }
 
+    /// Whether the retry loop tries again (rate limits and transient errors).
     pub fn is_retryable(&self) -> bool {
         self.kind != ErrorKind::Permanent
     }
@@ -119,6 +132,8 @@ impl ProviderError {
 
 /// A model backend. One call is one attempt: retries belong to `retry`.
 pub trait Provider: Send + Sync {
+    /// Sends `request` once and returns the reply as an assistant message
+    /// (text, tool calls, usage in its metadata), or the classified error.
     fn invoke<'a>(
         &'a self,
         request: ChatRequest<'a>,
@@ -144,7 +159,9 @@ pub trait Provider: Send + Sync {
 /// A request as it would go on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WireRequest {
+    /// Where it would go (credentials never shown).
     pub url: String,
+    /// The JSON body, exactly as it would be sent.
     pub body: Value,
 }
 
@@ -170,21 +187,41 @@ mod optional_millis {
     }
 }
 
+// The wire formats, the HTTP layer, limits, retries and prices are the
+// engine's own: reachable for the `lllm` binary, the fuzz targets and tests,
+// not a stable API (hidden from the docs).
+#[doc(hidden)]
 pub mod anthropic;
+#[doc(hidden)]
 pub mod budget;
+#[doc(hidden)]
 pub mod dry_run;
+#[doc(hidden)]
 pub mod endpoints;
+#[doc(hidden)]
 pub mod exchange;
+#[doc(hidden)]
 pub mod http;
+#[doc(hidden)]
 pub mod limit;
+#[doc(hidden)]
 pub mod mock;
 pub mod models;
+#[doc(hidden)]
 pub mod openai;
+#[doc(hidden)]
 pub mod pricing;
+#[doc(hidden)]
 pub mod rate_headers;
+#[doc(hidden)]
 pub mod registry;
+#[doc(hidden)]
 pub mod replay;
+#[doc(hidden)]
 pub mod responses;
+#[doc(hidden)]
 pub mod retry;
+#[doc(hidden)]
 pub mod scrub;
+#[doc(hidden)]
 pub mod sse;

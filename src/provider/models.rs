@@ -13,11 +13,15 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// What lllm knows of a model: prices (USD per million tokens) and limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelInfo {
+    /// The provider service the price belongs to (`openai`, `anthropic`, …).
     #[serde(default)]
     pub provider: Option<String>,
+    /// Input tokens.
     pub input_per_million: f64,
+    /// Output tokens.
     pub output_per_million: f64,
     /// Cached input; the input price when not given.
     #[serde(default)]
@@ -25,6 +29,7 @@ pub struct ModelInfo {
     /// Input token limit (D13).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// The longest reply.
     #[serde(default)]
     pub max_output_tokens: Option<u64>,
     /// `o200k` or `cl100k` for OpenAI models; none elsewhere.
@@ -32,6 +37,8 @@ pub struct ModelInfo {
     pub tokenizer: Option<String>,
 }
 
+/// Models by name: the bundled table, with a tactic's `pricing` and
+/// `--prices` over it.
 #[derive(Debug, Clone, Default)]
 pub struct ModelTable {
     models: BTreeMap<String, ModelInfo>,
@@ -43,6 +50,7 @@ struct Bundle {
 }
 
 impl ModelTable {
+    /// The table shipped with lllm.
     pub fn bundled() -> &'static ModelTable {
         static TABLE: OnceLock<ModelTable> = OnceLock::new();
         TABLE.get_or_init(|| {
