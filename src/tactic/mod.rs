@@ -177,12 +177,19 @@ pub(crate) enum ArgValue {
     Literal(Value),
 }
 
+/// A loaded, validated tactic: runs tasks (`run`, `call`, `bcall`, `ccall`).
+///
+/// Cheap to clone, like reqwest's `Client`: every part is shared behind an
+/// `Arc`, so clones share the providers (their concurrency and rate limits),
+/// the MCP servers and the price table. Clone it into spawned tasks instead
+/// of wrapping it in an `Arc`.
+#[derive(Clone)]
 pub struct Tactic {
-    pub config: TacticConfig,
+    pub config: Arc<TacticConfig>,
     pub registry: Arc<Registry>,
-    pub(crate) agents: IndexMap<String, Arc<AgentSpec>>,
+    pub(crate) agents: Arc<IndexMap<String, Arc<AgentSpec>>>,
     pub(crate) runtime: Arc<Runtime>,
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Arc<[Node]>,
     pub(crate) result: Option<Arc<Prompt>>,
     /// The resolved config and the prompts used (`key → prompt`) as every
     /// record of this tactic holds them (made once, not per run).
@@ -544,11 +551,11 @@ impl Tactic {
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
             recorded_prompts: record::SharedJson::new(&recorded_prompts),
-            config,
+            config: Arc::new(config),
             registry: Arc::new(registry),
-            agents,
+            agents: Arc::new(agents),
             runtime,
-            nodes,
+            nodes: nodes.into(),
             result,
         };
         (tactic, problems)
