@@ -15,6 +15,7 @@ pub mod mock;
 pub mod output;
 pub mod prompt;
 pub mod provider;
+pub mod quick;
 pub mod redact;
 pub mod registry;
 pub mod replay;
@@ -23,8 +24,10 @@ pub mod suggest;
 pub mod tactic;
 pub mod tool;
 
+pub use agent::Agent;
+pub use quick::quick;
 pub use registry::Registry;
-pub use tactic::{SessionRecord, Tactic, Task};
+pub use tactic::{RunError, SessionRecord, Tactic, Task};
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

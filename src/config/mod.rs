@@ -5,6 +5,7 @@
 //! provider's `script`) are made absolute against that file before any `base` is merged,
 //! so they keep pointing where their author meant.
 
+mod builder;
 mod flow;
 mod merge;
 pub mod numbers;
@@ -20,6 +21,7 @@ use crate::suggest::printable;
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
 };
+pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use merge::merge;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,

@@ -8,7 +8,9 @@
 //! from a file, every phase's problems at once. `Tactic::run` never fails: a
 //! failed run is a record in state `failure` (STYLE 8).
 
+mod calls;
 mod check;
+mod code;
 mod flow;
 mod load;
 pub mod record;
@@ -32,6 +34,10 @@ use crate::provider::registry::Providers;
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
+pub use calls::{
+    Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
+};
+pub(crate) use calls::outcome as calls_outcome;
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
