@@ -99,3 +99,15 @@ impl Tactic {
         Tactic::build_with(config, &process_env, registry)
     }
 }
+
+/// The tactic's name, file and agents (its parts are too large to show).
+impl std::fmt::Debug for Tactic {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Tactic")
+            .field("name", &self.config.name)
+            .field("path", &self.config.path)
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
