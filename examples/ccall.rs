@@ -27,14 +27,13 @@ async fn main() -> ExitCode {
                 .model(model)
                 .system("Reply with the number only."),
         )
-        .provider(
-            "mock",
-            serde_json::json!({"script": "scripts/ccall.yaml"}),
-        )
+        .provider("mock", serde_json::json!({"script": "scripts/ccall.yaml"}))
         .build();
-    let tactic = match config.map_err(|error| error.to_string()).and_then(|config| {
-        Tactic::from_config(config, &Registry::new()).map_err(|error| error.to_string())
-    }) {
+    let tactic = match config
+        .map_err(|error| error.to_string())
+        .and_then(|config| {
+            Tactic::from_config(config, &Registry::new()).map_err(|error| error.to_string())
+        }) {
         Ok(tactic) => tactic,
         Err(error) => {
             eprintln!("error: {error}");

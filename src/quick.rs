@@ -321,7 +321,12 @@ mod tests {
         let reply = quick("ping").model("mock/echo").await.unwrap();
         assert_eq!(reply.content, "ping");
         assert_eq!(reply.role, crate::dialog::Role::Assistant);
-        let record = quick("ping").model("mock/echo").system("Be brief.").record().await.unwrap();
+        let record = quick("ping")
+            .model("mock/echo")
+            .system("Be brief.")
+            .record()
+            .await
+            .unwrap();
         assert_eq!(record.task, "ping");
         assert_eq!(record.tactic.name, "quick");
         assert_eq!(record.agent_calls[0].agent, AGENT_NAME);

@@ -71,7 +71,10 @@ async fn bcall_gives_every_result_in_input_order() {
     // `.records()`: one record per task, in order, failures included.
     let tasks = (0..20).map(|number| Task::new(format!("late {number}")).id(format!("t{number}")));
     let records = tactic.bcall(tasks).concurrency(3).records().await;
-    let ids: Vec<_> = records.iter().map(|record| record.task_id.clone().unwrap()).collect();
+    let ids: Vec<_> = records
+        .iter()
+        .map(|record| record.task_id.clone().unwrap())
+        .collect();
     let expected: Vec<_> = (0..20).map(|number| format!("t{number}")).collect();
     assert_eq!(ids, expected);
 }
@@ -86,7 +89,11 @@ async fn try_bcall_pulls_no_task_after_the_first_failure() {
     });
     let error = tactic.try_bcall(tasks).concurrency(1).await.unwrap_err();
     assert_eq!(error.record().task, "fail");
-    assert_eq!(pulled.load(Ordering::SeqCst), 2, "b, c and d were never sent");
+    assert_eq!(
+        pulled.load(Ordering::SeqCst),
+        2,
+        "b, c and d were never sent"
+    );
 
     let everything = tactic.try_bcall(["x", "y"]).await.unwrap();
     assert_eq!(everything, ["x", "y"]);
@@ -163,7 +170,11 @@ async fn many_tasks_are_pulled_lazily() {
         stream.next().await.unwrap().1.unwrap();
     }
     // Ten finished, at most three in flight.
-    assert!(pulled.load(Ordering::SeqCst) <= 13, "{}", pulled.load(Ordering::SeqCst));
+    assert!(
+        pulled.load(Ordering::SeqCst) <= 13,
+        "{}",
+        pulled.load(Ordering::SeqCst)
+    );
     drop(stream);
     no_run_left().await;
 }
@@ -187,7 +198,11 @@ max_workers: 3
     let config = TacticConfig::builder()
         .name("repeat")
         .base_dir(dir.path())
-        .global(AgentEntry::defaults().model("mock/echo").arg("temperature", 0.5))
+        .global(
+            AgentEntry::defaults()
+                .model("mock/echo")
+                .arg("temperature", 0.5),
+        )
         .agent(AgentEntry::new("writer").system_path("sys"))
         .set("max_workers", 3)
         .build()
@@ -205,15 +220,22 @@ max_workers: 3
     }
     assert_eq!(configs[0], configs[1]);
     assert_eq!(configs[0], configs[2]);
-    assert_eq!(configs[0]["agent_configs"][0]["model_args"], json!({"temperature": 0.5}));
+    assert_eq!(
+        configs[0]["agent_configs"][0]["model_args"],
+        json!({"temperature": 0.5})
+    );
 }
 
 #[tokio::test]
 async fn bad_configs_from_code_are_errors_naming_the_problem() {
-    let error = Tactic::from_yaml("agent_configs: [{name: a, model_name: nope/x}]", ".", &Registry::new())
-        .err()
-        .unwrap()
-        .to_string();
+    let error = Tactic::from_yaml(
+        "agent_configs: [{name: a, model_name: nope/x}]",
+        ".",
+        &Registry::new(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(error.contains("unknown provider `nope`"), "{error}");
     let error = Tactic::from_yaml("agent_configs: [{name: a}", ".", &Registry::new())
         .err()

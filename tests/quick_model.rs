@@ -20,17 +20,30 @@ async fn the_model_comes_from_the_call_or_lllm_model_and_never_by_default() {
     // SAFETY: as above.
     unsafe { std::env::set_var("LLLM_MODEL", "") };
     let error = lllm::quick("hi").await.unwrap_err();
-    assert!(matches!(error, QuickError::NoModel), "an empty name is none");
+    assert!(
+        matches!(error, QuickError::NoModel),
+        "an empty name is none"
+    );
 
     // SAFETY: as above.
     unsafe { std::env::set_var("LLLM_MODEL", "mock/echo") };
-    assert_eq!(lllm::quick("from the variable").await.unwrap().content, "from the variable");
+    assert_eq!(
+        lllm::quick("from the variable").await.unwrap().content,
+        "from the variable"
+    );
     assert!(lllm::Agent::builder("").build().is_ok());
 
     // `.model` wins over the variable.
     // SAFETY: as above.
     unsafe { std::env::set_var("LLLM_MODEL", "nope/x") };
-    assert_eq!(lllm::quick("named").model("mock/echo").await.unwrap().content, "named");
+    assert_eq!(
+        lllm::quick("named")
+            .model("mock/echo")
+            .await
+            .unwrap()
+            .content,
+        "named"
+    );
     let error = lllm::quick("hi").await.unwrap_err().to_string();
     assert!(error.contains("unknown provider `nope`"), "{error}");
 }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::{
-    Error, Result, TacticConfig, check_top_level_keys, load_document, merge, parse_yaml,
-    resolve, resolve_paths,
+    Error, Result, TacticConfig, check_top_level_keys, load_document, merge, parse_yaml, resolve,
+    resolve_paths,
 };
 
 /// Where a config from a YAML string says it came from (errors, records).
@@ -318,7 +318,11 @@ mod tests {
             "global: {model_name: mock/echo, model_args: {temperature: 0.2}}\n\
              agent_configs:\n  - {name: writer, system_prompt: Be terse.}\n  - {name: critic, model_args: {temperature: 0}}\n",
             TacticConfig::builder()
-                .global(AgentEntry::defaults().model("mock/echo").arg("temperature", 0.2))
+                .global(
+                    AgentEntry::defaults()
+                        .model("mock/echo")
+                        .arg("temperature", 0.2),
+                )
                 .agent(AgentEntry::new("writer").system("Be terse."))
                 .agent(AgentEntry::new("critic").arg("temperature", 0)),
         );
@@ -329,7 +333,11 @@ mod tests {
             TacticConfig::builder()
                 .name("t")
                 .prompts("p")
-                .global(AgentEntry::defaults().model("mock/echo").set("max_llm_recall", 1))
+                .global(
+                    AgentEntry::defaults()
+                        .model("mock/echo")
+                        .set("max_llm_recall", 1),
+                )
                 .agent(AgentEntry::new("a").tools(["wc"]))
                 .set(
                     "tools",
@@ -342,7 +350,11 @@ mod tests {
     #[test]
     fn base_resolves_against_the_base_dir() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("base.yaml"), "global: {model_name: mock/echo}\n").unwrap();
+        std::fs::write(
+            dir.path().join("base.yaml"),
+            "global: {model_name: mock/echo}\n",
+        )
+        .unwrap();
         let config = from_yaml("base: base.yaml\nagent_configs: [{name: a}]", dir.path()).unwrap();
         assert_eq!(config.agents[0].model_name, "mock/echo");
         let error = from_yaml("base: missing.yaml\nagent_configs: [{name: a}]", dir.path())
@@ -353,7 +365,9 @@ mod tests {
 
     #[test]
     fn problems_name_the_text() {
-        let error = from_yaml("agent_configs: [{name: a}]", ".").unwrap_err().to_string();
+        let error = from_yaml("agent_configs: [{name: a}]", ".")
+            .unwrap_err()
+            .to_string();
         assert!(error.starts_with("<yaml>: "), "{error}");
         let error = from_yaml("[1, 2]", ".").unwrap_err().to_string();
         assert_eq!(error, "<yaml>: a tactic must be a YAML mapping");

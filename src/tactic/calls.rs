@@ -278,12 +278,16 @@ impl<'a> Runs<'a> {
             let index = self.next_index;
             self.next_index += 1;
             let tactic = self.tactic.clone();
-            self.running.spawn(async move { (index, run_caught(tactic, task).await) });
+            self.running
+                .spawn(async move { (index, run_caught(tactic, task).await) });
         }
     }
 
     /// The next run to finish, `None` once every task has run.
-    fn poll_next_record(&mut self, context: &mut Context<'_>) -> Poll<Option<(usize, SessionRecord)>> {
+    fn poll_next_record(
+        &mut self,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<(usize, SessionRecord)>> {
         loop {
             self.fill();
             match self.running.poll_join_next(context) {
@@ -549,4 +553,3 @@ const _: fn() = || {
     fn sync<T: Sync>() {}
     sync::<Tactic>();
 };
-

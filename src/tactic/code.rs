@@ -69,7 +69,11 @@ impl Tactic {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn from_yaml(text: &str, base_dir: impl AsRef<Path>, registry: &Registry) -> Result<Tactic> {
+    pub fn from_yaml(
+        text: &str,
+        base_dir: impl AsRef<Path>,
+        registry: &Registry,
+    ) -> Result<Tactic> {
         let config = crate::config::from_yaml(text, base_dir).map_err(config_problems)?;
         Tactic::from_config(config, registry)
     }

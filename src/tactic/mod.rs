@@ -34,10 +34,10 @@ use crate::provider::registry::Providers;
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
+pub(crate) use calls::outcome as calls_outcome;
 pub use calls::{
     Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
 };
-pub(crate) use calls::outcome as calls_outcome;
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
