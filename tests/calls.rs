@@ -244,3 +244,46 @@ async fn bad_configs_from_code_are_errors_naming_the_problem() {
     assert!(error.starts_with("<yaml>:"), "{error}");
     assert_eq!(error.lines().count(), 1, "{error}");
 }
+
+#[tokio::test]
+async fn runs_and_clones_share_the_providers_limits() {
+    // A server that accepts and never answers: a request sent to it holds
+    // the provider's only slot until its run is aborted.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (connected, mut connections) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+            let _ = connected.send(());
+        }
+    });
+    let yaml = format!(
+        "global: {{model_name: local/m, max_llm_recall: 0}}\nagent_configs: [{{name: a}}]\n\
+         providers: {{local: {{api: openai, base_url: 'http://127.0.0.1:{port}/v1', \
+         max_concurrency: 1, timeout_s: 3600}}}}\n"
+    );
+    let tactic = Tactic::from_yaml(&yaml, ".", &Registry::new()).unwrap();
+    let clone = tactic.clone();
+    assert_eq!(clone.waiting(), None);
+    let mut stream = tactic.ccall(["one", "two"]).concurrency(2);
+    // Polled once, the stream starts both runs; the first reaches the server.
+    std::future::poll_fn(|context| {
+        let _ = stream.poll_next_unpin(context);
+        std::task::Poll::Ready(())
+    })
+    .await;
+    connections.recv().await.unwrap();
+    // The clone's provider is the runs' one: its only slot is taken.
+    assert_eq!(
+        clone.waiting(),
+        Some(lllm::provider::limit::Waiting::Concurrency)
+    );
+    drop(stream);
+    // The aborted run gives its slot back (the test hangs if it never does).
+    while clone.waiting().is_some() {
+        tokio::task::yield_now().await;
+    }
+    server.abort();
+}
