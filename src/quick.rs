@@ -161,6 +161,8 @@ struct OneAgent {
     args: Map<String, Value>,
     /// Other keys of the agent entry.
     settings: Map<String, Value>,
+    /// `providers:` entries.
+    providers: Map<String, Value>,
     registry: Option<crate::Registry>,
 }
 
@@ -172,6 +174,7 @@ impl Default for OneAgent {
             system: None,
             args: Map::new(),
             settings: Map::new(),
+            providers: Map::new(),
             registry: None,
         }
     }
@@ -199,9 +202,11 @@ impl OneAgent {
         for (name, value) in &self.args {
             entry = entry.arg(name.clone(), value.clone());
         }
-        let config = TacticConfig::builder()
-            .name("quick")
-            .agent(entry)
+        let mut builder = TacticConfig::builder().name("quick").agent(entry);
+        for (name, settings) in &self.providers {
+            builder = builder.provider(name.clone(), settings.clone());
+        }
+        let config = builder
             .build()
             .map_err(|error| crate::tactic::Error {
                 problems: error.to_string().lines().map(str::to_string).collect(),
@@ -273,6 +278,36 @@ impl AgentBuilder {
     /// `context_manager`, `api_type`, …), checked as a file's would be.
     pub fn set(mut self, key: impl Into<String>, value: impl Into<Value>) -> AgentBuilder {
         self.agent.settings.insert(key.into(), value.into());
+        self
+    }
+
+    /// Settings of provider `name` as a tactic's `providers:` writes them
+    /// (`{api: openai, base_url: …, max_concurrency: 4}`, or a mock
+    /// `{script: FILE}`); relative paths are taken from the working directory.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::Agent;
+    /// use serde_json::{Map, json};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let script = dir.path().join("script.yaml");
+    /// std::fs::write(&script, "replies: [first, second]")?;
+    /// let mut agent = Agent::builder("mock/script")
+    ///     .provider("mock", json!({ "script": script }))
+    ///     .build()?;
+    /// agent.open("chat", &Map::new(), true)?;
+    /// for expected in ["first", "second"] {
+    ///     agent.receive("next?", None)?;
+    ///     let call = agent.respond(None).await?;
+    ///     assert_eq!(call.delivery().unwrap().content, expected);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn provider(mut self, name: impl Into<String>, settings: Value) -> AgentBuilder {
+        self.agent.providers.insert(name.into(), settings);
         self
     }
 
