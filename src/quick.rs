@@ -206,11 +206,9 @@ impl OneAgent {
         for (name, settings) in &self.providers {
             builder = builder.provider(name.clone(), settings.clone());
         }
-        let config = builder
-            .build()
-            .map_err(|error| crate::tactic::Error {
-                problems: error.to_string().lines().map(str::to_string).collect(),
-            })?;
+        let config = builder.build().map_err(|error| crate::tactic::Error {
+            problems: error.to_string().lines().map(str::to_string).collect(),
+        })?;
         let registry = self.registry.clone().unwrap_or_default();
         Ok(Tactic::from_config(config, &registry)?)
     }
