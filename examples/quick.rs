@@ -32,7 +32,7 @@ async fn main() -> ExitCode {
             eprintln!("error: {error}");
             // 2: nothing was sent (no model, an unknown provider, a missing key).
             match error {
-                lllm::quick::QuickError::Failed(_) => ExitCode::FAILURE,
+                lllm::quick::Error::Failed(_) => ExitCode::FAILURE,
                 _ => ExitCode::from(2),
             }
         }

@@ -93,14 +93,14 @@ impl Quick {
         QuickRecord { quick: self }
     }
 
-    async fn run(self) -> Result<SessionRecord, QuickError> {
+    async fn run(self) -> Result<SessionRecord, Error> {
         let tactic = self.agent.tactic()?;
         Ok(tactic.run(Task::new(self.question)).await)
     }
 }
 
 impl IntoFuture for Quick {
-    type Output = Result<Message, QuickError>;
+    type Output = Result<Message, Error>;
     type IntoFuture = BoxFuture<'static, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
@@ -115,7 +115,7 @@ impl IntoFuture for Quick {
                 Ok(delivery) => {
                     Ok(reply.unwrap_or_else(|| Message::assistant(AGENT_NAME, delivery)))
                 }
-                Err(error) => Err(QuickError::Failed(error)),
+                Err(error) => Err(Error::Failed(error)),
             }
         })
     }
@@ -129,7 +129,7 @@ pub struct QuickRecord {
 }
 
 impl IntoFuture for QuickRecord {
-    type Output = Result<SessionRecord, QuickError>;
+    type Output = Result<SessionRecord, Error>;
     type IntoFuture = BoxFuture<'static, Self::Output>;
 
     fn into_future(self) -> Self::IntoFuture {
@@ -137,9 +137,9 @@ impl IntoFuture for QuickRecord {
     }
 }
 
-/// Why [`quick`] or [`Agent::builder`] gave no reply.
+/// Why [`quick`] gave no reply, or [`Agent::builder`] no agent.
 #[derive(Debug, thiserror::Error)]
-pub enum QuickError {
+pub enum Error {
     /// Neither `.model(…)` nor `LLLM_MODEL` names a model.
     #[error("`quick` needs a model: call `.model(\"provider/model\")` or set LLLM_MODEL")]
     NoModel,
@@ -182,16 +182,16 @@ impl Default for OneAgent {
 
 impl OneAgent {
     /// The model named in code, else by `LLLM_MODEL`; an empty name is none.
-    fn model_name(&self) -> Result<String, QuickError> {
+    fn model_name(&self) -> Result<String, Error> {
         self.model
             .clone()
             .or_else(|| std::env::var(MODEL_VARIABLE).ok())
             .filter(|model| !model.trim().is_empty())
-            .ok_or(QuickError::NoModel)
+            .ok_or(Error::NoModel)
     }
 
     /// A one-agent tactic, built as a YAML tactic is.
-    fn tactic(&self) -> Result<Tactic, QuickError> {
+    fn tactic(&self) -> Result<Tactic, Error> {
         let mut entry = AgentEntry::new(self.name.clone()).model(self.model_name()?);
         for (key, value) in &self.settings {
             entry = entry.set(key.clone(), value.clone());
@@ -317,7 +317,7 @@ impl AgentBuilder {
 
     /// The agent; an error when no model is named or it cannot be used (an
     /// unknown provider, a missing key, a bad setting). Nothing is sent.
-    pub fn build(self) -> Result<Agent, QuickError> {
+    pub fn build(self) -> Result<Agent, Error> {
         let tactic = self.agent.tactic()?;
         let spec = tactic
             .agents

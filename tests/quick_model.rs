@@ -2,28 +2,25 @@
 //! silent paid default). One test in its own binary: it sets the process's
 //! environment, which no other test may see change.
 
-use lllm::quick::QuickError;
+use lllm::quick::Error;
 
 #[tokio::test]
 async fn the_model_comes_from_the_call_or_lllm_model_and_never_by_default() {
     // SAFETY: this binary's only test; nothing else reads the environment at once.
     unsafe { std::env::remove_var("LLLM_MODEL") };
     let error = lllm::quick("hi").await.unwrap_err();
-    assert!(matches!(error, QuickError::NoModel), "{error:?}");
+    assert!(matches!(error, Error::NoModel), "{error:?}");
     assert_eq!(
         error.to_string(),
         "`quick` needs a model: call `.model(\"provider/model\")` or set LLLM_MODEL"
     );
     let error = lllm::Agent::builder("").build().err().unwrap();
-    assert!(matches!(error, QuickError::NoModel), "{error:?}");
+    assert!(matches!(error, Error::NoModel), "{error:?}");
 
     // SAFETY: as above.
     unsafe { std::env::set_var("LLLM_MODEL", "") };
     let error = lllm::quick("hi").await.unwrap_err();
-    assert!(
-        matches!(error, QuickError::NoModel),
-        "an empty name is none"
-    );
+    assert!(matches!(error, Error::NoModel), "an empty name is none");
 
     // SAFETY: as above.
     unsafe { std::env::set_var("LLLM_MODEL", "mock/echo") };
