@@ -12,7 +12,8 @@
 //! and its price table; each run's cost is in its record.
 //!
 //! Resume, shards, budgets and output files stay with `lllm batch`
-//! (`crate::batch`); this file knows nothing of files.
+//! (`crate::batch`); this file knows nothing of files. Like every run, these
+//! need a tokio runtime: poll them inside one (`#[tokio::main]`).
 
 use std::future::IntoFuture;
 use std::panic::AssertUnwindSafe;
@@ -553,3 +554,42 @@ const _: fn() = || {
     fn sync<T: Sync>() {}
     sync::<Tactic>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn case(max_workers: &str, expected: usize) {
+        let yaml = format!("agent_configs: [{{name: a, model_name: mock/echo}}]\n{max_workers}");
+        let tactic = Tactic::from_yaml(&yaml, "/nonexistent", &crate::Registry::new()).unwrap();
+        assert_eq!(tactic.default_concurrency(), expected, "{max_workers}");
+    }
+
+    #[test]
+    fn the_default_concurrency_is_max_workers_when_it_is_a_positive_integer() {
+        case("", DEFAULT_CONCURRENCY);
+        case("max_workers: 3", 3);
+        case("max_workers: 0", DEFAULT_CONCURRENCY);
+        case("max_workers: null", DEFAULT_CONCURRENCY);
+    }
+
+    #[tokio::test]
+    async fn borrowed_tasks_and_a_concurrency_of_zero_work() {
+        let tactic = Tactic::from_yaml(
+            "agent_configs: [{name: a, model_name: mock/echo}]",
+            "/nonexistent",
+            &crate::Registry::new(),
+        )
+        .unwrap();
+        let documents = vec![String::from("one"), String::from("two")];
+        let texts = tactic
+            .try_bcall(documents.iter().map(String::as_str))
+            .concurrency(0)
+            .await
+            .unwrap();
+        assert_eq!(texts, documents);
+        let none: Vec<&str> = Vec::new();
+        assert!(tactic.bcall(none).await.is_empty());
+    }
+}
