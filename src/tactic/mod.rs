@@ -191,7 +191,9 @@ pub(crate) enum ArgValue {
 /// of wrapping it in an `Arc`.
 #[derive(Clone)]
 pub struct Tactic {
+    /// The resolved config the tactic was built from.
     pub config: Arc<TacticConfig>,
+    /// The prompts of its prompt directory, by key.
     pub registry: Arc<Registry>,
     pub(crate) agents: Arc<IndexMap<String, Arc<AgentSpec>>>,
     pub(crate) runtime: Arc<Runtime>,
