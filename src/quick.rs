@@ -153,7 +153,7 @@ pub enum Error {
 }
 
 /// The one agent `quick` and `Agent::builder` make, as settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct OneAgent {
     model: Option<String>,
     name: String,
@@ -164,6 +164,21 @@ struct OneAgent {
     /// `providers:` entries.
     providers: Map<String, Value>,
     registry: Option<crate::Registry>,
+}
+
+/// Provider settings may hold a key (`headers`): only their names are shown.
+impl std::fmt::Debug for OneAgent {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Agent")
+            .field("model", &self.model)
+            .field("name", &self.name)
+            .field("system", &self.system)
+            .field("args", &self.args)
+            .field("settings", &self.settings)
+            .field("providers", &self.providers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for OneAgent {
@@ -334,6 +349,23 @@ impl AgentBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_settings_stay_out_of_debug_output() {
+        let settings = serde_json::json!({"headers": {"authorization": "Bearer sk-secret"}});
+        let agent = Agent::builder("local/m").provider("local", settings.clone());
+        let shown = format!("{agent:?}");
+        assert!(
+            shown.contains("local") && !shown.contains("sk-secret"),
+            "{shown}"
+        );
+        let tactic = TacticConfig::builder().provider("local", settings);
+        let shown = format!("{tactic:?}");
+        assert!(
+            shown.contains("providers") && !shown.contains("sk-secret"),
+            "{shown}"
+        );
+    }
 
     #[tokio::test]
     async fn a_bad_model_is_one_clear_error_and_nothing_is_sent() {

@@ -120,11 +120,29 @@ impl TacticConfig {
 /// let error = TacticConfig::builder().agent(AgentEntry::new("lost")).build().unwrap_err();
 /// assert!(error.to_string().contains("agent `lost`"), "{error}");
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct TacticBuilder {
     document: Map<String, Value>,
     agents: Vec<Value>,
     base_dir: Option<PathBuf>,
+}
+
+/// The keys set and the agents' names only: provider settings may hold a
+/// key (`headers`), which must not reach a log.
+impl std::fmt::Debug for TacticBuilder {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let agents: Vec<&str> = self
+            .agents
+            .iter()
+            .filter_map(|agent| agent.get("name").and_then(Value::as_str))
+            .collect();
+        formatter
+            .debug_struct("TacticBuilder")
+            .field("keys", &self.document.keys().collect::<Vec<_>>())
+            .field("agents", &agents)
+            .field("base_dir", &self.base_dir)
+            .finish()
+    }
 }
 
 impl TacticBuilder {
