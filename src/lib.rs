@@ -19,6 +19,7 @@ pub mod mock;
 pub mod output;
 pub mod prompt;
 pub mod provider;
+pub mod quick;
 #[doc(hidden)]
 pub mod redact;
 pub mod registry;
@@ -31,8 +32,10 @@ pub mod suggest;
 pub mod tactic;
 pub mod tool;
 
+pub use agent::Agent;
+pub use quick::quick;
 pub use registry::Registry;
-pub use tactic::{SessionRecord, Tactic, Task};
+pub use tactic::{RunError, SessionRecord, Tactic, Task};
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

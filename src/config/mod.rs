@@ -5,6 +5,7 @@
 //! provider's `script`) are made absolute against that file before any `base` is merged,
 //! so they keep pointing where their author meant.
 
+mod builder;
 mod flow;
 mod merge;
 #[doc(hidden)]
@@ -18,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::suggest::printable;
 
+pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
 };

@@ -8,7 +8,9 @@
 //! from a file, every phase's problems at once. `Tactic::run` never fails: a
 //! failed run is a record in state `failure` (STYLE 8).
 
+mod calls;
 mod check;
+mod code;
 mod flow;
 mod load;
 pub mod record;
@@ -32,6 +34,10 @@ use crate::provider::registry::Providers;
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
+pub(crate) use calls::outcome as calls_outcome;
+pub use calls::{
+    Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
+};
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
@@ -177,12 +183,21 @@ pub(crate) enum ArgValue {
     Literal(Value),
 }
 
+/// A loaded, validated tactic: runs tasks (`run`, `call`, `bcall`, `ccall`).
+///
+/// Cheap to clone, like reqwest's `Client`: every part is shared behind an
+/// `Arc`, so clones share the providers (their concurrency and rate limits),
+/// the MCP servers and the price table. Clone it into spawned tasks instead
+/// of wrapping it in an `Arc`.
+#[derive(Clone)]
 pub struct Tactic {
-    pub config: TacticConfig,
+    /// The resolved config the tactic was built from.
+    pub config: Arc<TacticConfig>,
+    /// The prompts of its prompt directory, by key.
     pub registry: Arc<Registry>,
-    pub(crate) agents: IndexMap<String, Arc<AgentSpec>>,
+    pub(crate) agents: Arc<IndexMap<String, Arc<AgentSpec>>>,
     pub(crate) runtime: Arc<Runtime>,
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Arc<[Node]>,
     pub(crate) result: Option<Arc<Prompt>>,
     /// The resolved config and the prompts used (`key → prompt`) as every
     /// record of this tactic holds them (made once, not per run).
@@ -544,11 +559,11 @@ impl Tactic {
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
             recorded_prompts: record::SharedJson::new(&recorded_prompts),
-            config,
+            config: Arc::new(config),
             registry: Arc::new(registry),
-            agents,
+            agents: Arc::new(agents),
             runtime,
-            nodes,
+            nodes: nodes.into(),
             result,
         };
         (tactic, problems)
