@@ -24,6 +24,9 @@ pub mod tactic;
 pub mod tool;
 
 pub use registry::Registry;
+/// The JSON-schema derive a Rust tool's argument type uses
+/// (`#[derive(JsonSchema)]`), re-exported so its version matches ours.
+pub use schemars;
 pub use tactic::{SessionRecord, Tactic, Task};
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.

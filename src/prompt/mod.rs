@@ -3,10 +3,13 @@
 //!
 //! `render` compiles and renders templates, `parser` checks replies,
 //! `registry` loads prompt files; handler texts live here with the prompt.
+//! A handler registered by name (`handler: NAME`) sees the call session, so
+//! it lives with the agent loop (`agent::Handler`); a prompt holds its name.
 
 mod builtins;
 mod check;
 mod expression;
+mod extensions;
 mod parser;
 mod registry;
 pub(crate) mod render;
@@ -19,9 +22,10 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 pub use expression::Expression;
-pub use parser::{JsonParser, ParseFailure, Parser, TagParser};
+pub use extensions::Extensions;
+pub use parser::{JsonParser, NamedParser, Parse, ParseFailure, Parser, TagParser};
 pub use registry::Registry;
-pub use render::{OUT_OF_FUEL, RENDER_FUEL, Renderer};
+pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
 use render::Compiled;
 
@@ -68,22 +72,26 @@ fn list(names: &[String]) -> String {
 }
 
 /// Repair and tool-result texts (seed `DefaultSimpleHandler`), in the prompt's
-/// own template syntax. `exception` sees `error_message`, `interrupt` sees
-/// `call_results`.
+/// own template syntax (Jinja for a prompt with a registered renderer).
+/// `exception` sees `error_message`, `interrupt` sees `call_results`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Handler {
+pub struct HandlerTexts {
+    /// The repair prompt after a reply that does not parse.
     pub exception: String,
+    /// The text of each tool result.
     pub interrupt: String,
+    /// The prompt asking for a final answer when the tool rounds are spent.
     pub interrupt_final: String,
 }
 
-impl Handler {
-    pub fn defaults(renderer: Renderer) -> Handler {
+impl HandlerTexts {
+    /// The seeds' texts, in `renderer`'s syntax.
+    pub fn defaults(renderer: &Renderer) -> HandlerTexts {
         let (error, results) = match renderer {
-            Renderer::Jinja => ("{{ error_message }}", "{{ call_results }}"),
             Renderer::Format => ("{error_message}", "{call_results}"),
+            Renderer::Jinja | Renderer::Custom(_) => ("{{ error_message }}", "{{ call_results }}"),
         };
-        Handler {
+        HandlerTexts {
             exception: format!("Error: {error}. Please fix."),
             interrupt: results.to_string(),
             interrupt_final:
@@ -106,7 +114,11 @@ pub struct Prompt {
     pub tools: Vec<String>,
     pub mcp_servers: Vec<String>,
     pub addon_args: Map<String, Value>,
-    pub handler: Handler,
+    /// The repair and tool-result texts (front matter `handler: {exception: …}`).
+    pub handler: HandlerTexts,
+    /// A handler registered by name (front matter `handler: NAME`); when set,
+    /// it writes those texts instead (`agent::Handler`).
+    pub handler_name: Option<String>,
     pub renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
@@ -129,7 +141,7 @@ impl Prompt {
         let path = path.into();
         let template = template.into();
         let (compiled, needs) =
-            render::compile(&template, renderer).map_err(|(message, line)| Error::Syntax {
+            render::compile(&template, &renderer).map_err(|(message, line)| Error::Syntax {
                 prompt: path.clone(),
                 line,
                 message,
@@ -143,7 +155,8 @@ impl Prompt {
             tools: Vec::new(),
             mcp_servers: Vec::new(),
             addon_args: Map::new(),
-            handler: Handler::defaults(renderer),
+            handler: HandlerTexts::defaults(&renderer),
+            handler_name: None,
             renderer,
             compiled,
             template_vars: needs.variables,
@@ -230,8 +243,17 @@ impl Prompt {
     /// Parses a reply: with the parser, else against `format`, else `{raw}`.
     /// The result always has `raw`.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
+        self.parse_with(content, &Map::new())
+    }
+
+    /// `parse` with the call's parser arguments (they reach a registered parser).
+    pub fn parse_with(
+        &self,
+        content: &str,
+        parser_args: &Map<String, Value>,
+    ) -> Result<Value, ParseFailure> {
         let parsed = match (&self.parser, &self.format_parser) {
-            (Some(parser), _) => parser.parse(content)?,
+            (Some(parser), _) => parser.parse_with(content, parser_args)?,
             (None, Some(format)) => format.parse(content)?,
             (None, None) => return Ok(json!({"raw": content})),
         };
@@ -263,10 +285,12 @@ impl Prompt {
     pub fn with_template(&self, template: impl Into<String>) -> Result<Prompt> {
         let template = template.into();
         let (compiled, needs) =
-            render::compile(&template, self.renderer).map_err(|(message, line)| Error::Syntax {
-                prompt: self.path.clone(),
-                line,
-                message,
+            render::compile(&template, &self.renderer).map_err(|(message, line)| {
+                Error::Syntax {
+                    prompt: self.path.clone(),
+                    line,
+                    message,
+                }
             })?;
         Ok(Prompt {
             template,
@@ -288,6 +312,9 @@ impl Prompt {
             "addon_args": self.addon_args,
             "has_parser": self.parser.is_some(),
             "has_format": self.format.is_some(),
+            "parser": self.parser.as_ref().map(Parser::to_value),
+            "handler": self.handler_name,
+            "renderer": self.renderer.name(),
         })
     }
 
@@ -312,11 +339,36 @@ impl Prompt {
         self.handler_prompt("interrupt_final", &self.handler.interrupt_final, false)
     }
 
+    /// The prompt for a handler's text, already written (a registered
+    /// handler's): the text is sent as is. `suffix` is `exception`,
+    /// `interrupt` or `interrupt_final`; only the last offers no tools.
+    pub fn handler_reply(&self, suffix: &str, text: String) -> Prompt {
+        let mut prompt = self.handler_prompt(suffix, "", suffix != "interrupt_final");
+        prompt.compiled = render::Compiled::Text(text.as_str().into());
+        prompt.template = text;
+        prompt.template_vars = BTreeSet::new();
+        prompt.attributes = Arc::new(BTreeSet::new());
+        prompt
+    }
+
+    /// A handler text as a template: in this prompt's syntax, or Jinja when
+    /// the prompt has a registered renderer (its syntax is unknown to us).
+    pub(crate) fn handler_template(&self, text: &str) -> Result<Prompt> {
+        match &self.renderer {
+            Renderer::Custom(_) => Prompt {
+                renderer: Renderer::Jinja,
+                ..self.clone()
+            }
+            .with_template(text),
+            _ => self.with_template(text),
+        }
+    }
+
     fn handler_prompt(&self, suffix: &str, text: &str, keep_tools: bool) -> Prompt {
         // D2: names never grow (`a#exception`, never `a#exception#exception`).
         let base = self.path.split('#').next().unwrap_or(&self.path);
         let path = format!("{base}#{suffix}");
-        let mut prompt = match self.with_template(text) {
+        let mut prompt = match self.handler_template(text) {
             Ok(prompt) => prompt,
             // Handler texts are checked when the prompt file loads; a text that
             // still fails to compile is shown to the model as is.
