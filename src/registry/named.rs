@@ -198,6 +198,35 @@ impl Registry {
     /// are not checked before a run (their syntax is the renderer's); a
     /// render error is reported as a built-in renderer's is.
     ///
+    /// ```
+    /// use lllm::prompt::Render;
+    /// use serde_json::{Map, Value};
+    ///
+    /// /// Shouts the template, arguments ignored.
+    /// struct Shout;
+    /// impl Render for Shout {
+    ///     fn render(&self, template: &str, _args: &Map<String, Value>) -> Result<String, String> {
+    ///         Ok(template.to_uppercase())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    /// std::fs::create_dir(dir.path().join("prompts"))?;
+    /// std::fs::write(dir.path().join("prompts/ask.md"), "---\nrenderer: shout\n---\nhello there")?;
+    /// std::fs::write(dir.path().join("tactic.yaml"), r#"
+    /// agent_configs: [{name: echo, model_name: mock/echo, system_prompt: Echo.}]
+    /// flow: [{step: ask, agent: echo, prompt: ask}]
+    /// "#)?;
+    /// let registry = lllm::Registry::new().renderer("shout", Shout);
+    /// let config = lllm::config::load(&dir.path().join("tactic.yaml"))?;
+    /// let tactic = lllm::Tactic::build_with(config, &|_| None, &registry)?;
+    /// let record = tactic.run(lllm::Task::new("")).await;
+    /// assert_eq!(record.delivery.as_deref(), Some("HELLO THERE"));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Panics
     /// When `name` is registered already or is a built-in (`jinja`, `format`).
     pub fn renderer(mut self, name: &str, renderer: impl Render) -> Registry {

@@ -94,12 +94,15 @@ pub(crate) fn schema_of<Args: JsonSchema>() -> Value {
     schema
 }
 
+/// A tool function with its argument type erased: JSON arguments in, the
+/// result text or the tool error out.
+type ErasedCall =
+    dyn Fn(&Map<String, Value>) -> BoxFuture<'static, Result<String, String>> + Send + Sync;
+
 /// A tool made from a Rust function: its spec and the erased function.
 pub struct FunctionTool {
     spec: ToolSpec,
-    call: Arc<
-        dyn Fn(&Map<String, Value>) -> BoxFuture<'static, Result<String, String>> + Send + Sync,
-    >,
+    call: Arc<ErasedCall>,
 }
 
 impl std::fmt::Debug for FunctionTool {
