@@ -127,7 +127,6 @@ impl Registry {
     /// a struct or a map (providers require an object of parameters).
     pub fn tool<Args, F>(self, name: &str, function: F) -> Registry
     where
-        Args: DeserializeOwned,
         F: ToolFunction<Args>,
     {
         self.tool_impl(FunctionTool::new(name, None, function))
@@ -140,7 +139,6 @@ impl Registry {
     /// As [`Registry::tool`].
     pub fn tool_described<Args, F>(self, name: &str, description: &str, function: F) -> Registry
     where
-        Args: DeserializeOwned,
         F: ToolFunction<Args>,
     {
         self.tool_impl(FunctionTool::new(name, Some(description), function))

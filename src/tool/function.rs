@@ -38,9 +38,10 @@ pub trait ToolFunction<Args>: Send + Sync + 'static {
     /// The JSON schema of the arguments object, as providers receive it.
     fn parameters(&self) -> Value;
 
-    /// Calls the function with arguments already checked against `Args`;
-    /// `Ok` is the text the model sees, `Err` the tool error.
-    fn call(&self, args: Args) -> BoxFuture<'static, Result<String, String>>;
+    /// Reads `arguments` as `Args` and calls the function: the outer `Err`
+    /// says where the arguments do not fit (`` at `a.b`: … ``); the future
+    /// gives the text the model sees, or the tool error.
+    fn call(&self, arguments: Value) -> Result<BoxFuture<'static, Result<String, String>>, String>;
 }
 
 impl<F, Fut, Args, T, E> ToolFunction<Args> for F
@@ -55,14 +56,23 @@ where
         schema_of::<Args>()
     }
 
-    fn call(&self, args: Args) -> BoxFuture<'static, Result<String, String>> {
+    fn call(&self, arguments: Value) -> Result<BoxFuture<'static, Result<String, String>>, String> {
+        let args: Args = serde_path_to_error::deserialize(arguments).map_err(|error| {
+            let path = error.path().to_string();
+            let place = if path == "." {
+                String::new()
+            } else {
+                format!(" at `{path}`")
+            };
+            format!("{place}: {}", error.inner())
+        })?;
         let future = self(args);
-        Box::pin(async move {
+        Ok(Box::pin(async move {
             match future.await {
                 Ok(value) => result_text(&value),
                 Err(error) => Err(error.to_string()),
             }
-        })
+        }))
     }
 }
 
@@ -123,7 +133,6 @@ impl FunctionTool {
     /// every provider requires of a tool's parameters): a struct or a map is.
     pub fn new<Args, F>(name: &str, description: Option<&str>, function: F) -> FunctionTool
     where
-        Args: DeserializeOwned,
         F: ToolFunction<Args>,
     {
         let mut parameters = function.parameters();
@@ -149,38 +158,25 @@ impl FunctionTool {
         let function = Arc::new(function);
         let tool_name = name.to_string();
         let call = move |arguments: &Map<String, Value>| {
-            let value = Value::Object(arguments.clone());
-            let args: Result<Args, _> = serde_path_to_error::deserialize(value);
-            match args {
-                Ok(args) => {
-                    // A panicking tool is a tool error the model sees, not a
-                    // crashed run: the call runs behind `catch_unwind`.
-                    let called = std::panic::catch_unwind(AssertUnwindSafe(|| function.call(args)));
-                    match called {
-                        Ok(future) => {
-                            let name = tool_name.clone();
-                            Box::pin(AssertUnwindSafe(future).catch_unwind().map(move |result| {
-                                result.unwrap_or_else(|panic| Err(panicked(&name, &*panic)))
-                            })) as BoxFuture<'static, _>
-                        }
-                        Err(panic) => {
-                            let error = panicked(&tool_name, &*panic);
-                            Box::pin(async move { Err(error) })
-                        }
-                    }
+            let arguments = Value::Object(arguments.clone());
+            // A panicking tool is a tool error the model sees, not a crashed
+            // run: the call (and its future) run behind `catch_unwind`.
+            let called = std::panic::catch_unwind(AssertUnwindSafe(|| function.call(arguments)));
+            let name = tool_name.clone();
+            match called {
+                Ok(Ok(future)) => {
+                    Box::pin(AssertUnwindSafe(future).catch_unwind().map(move |result| {
+                        result.unwrap_or_else(|panic| Err(panicked(&name, &*panic)))
+                    })) as BoxFuture<'static, _>
                 }
-                Err(error) => {
-                    let path = error.path().to_string();
-                    let place = if path == "." {
-                        String::new()
-                    } else {
-                        format!(" at `{path}`")
-                    };
-                    let message = format!(
-                        "the arguments of `{tool_name}` do not fit its parameters{place}: {}",
-                        error.inner()
-                    );
+                Ok(Err(misfit)) => {
+                    let message =
+                        format!("the arguments of `{name}` do not fit its parameters{misfit}");
                     Box::pin(async move { Err(message) })
+                }
+                Err(panic) => {
+                    let error = panicked(&name, &*panic);
+                    Box::pin(async move { Err(error) })
                 }
             }
         };
