@@ -438,3 +438,61 @@ agent_configs:
     assert!(validator.is_valid(&json!({"text": "one two three"})));
     assert!(!validator.is_valid(&json!({"min_length": 2})));
 }
+
+/// Asks for the answer its own way when the tool rounds are spent.
+struct Wrapping;
+
+impl Handler for Wrapping {
+    fn on_interrupt_final(&self, call: &AgentCallSession) -> String {
+        format!(
+            "WRAP UP after {} tool round(s), no more tools.",
+            call.interrupts_count()
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_handler_writes_the_final_request_and_the_defaults_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let tactic = TACTIC.replace(
+        "global: {model_name: mock/script}",
+        "global: {model_name: mock/script, max_interrupt_steps: 1}",
+    );
+    let review = "---\nhandler: wrapping\n---\nCount: {{ draft }}\n";
+    let script = r#"replies:
+  - tool_calls: [{name: word_count, arguments: {text: "a b"}}]
+  - text: two
+"#;
+    write(
+        dir.path(),
+        &[
+            ("tactic.yaml", &tactic),
+            ("script.yaml", script),
+            ("prompts/review.md", review),
+        ],
+    );
+    let registry = registry().handler("wrapping", Wrapping);
+    let record = load(dir.path(), &registry)
+        .unwrap()
+        .run(Task::new("a b"))
+        .await;
+    let json = serde_json::to_value(&record).unwrap();
+    assert_eq!(record.delivery.as_deref(), Some("two"), "{json:#}");
+    let texts: Vec<&str> = json["dialogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|dialog| dialog["messages"].as_array().unwrap())
+        .filter_map(|message| message["content"].as_str())
+        .collect();
+    assert!(
+        texts.contains(&"WRAP UP after 1 tool round(s), no more tools."),
+        "{texts:#?}"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|text| text.starts_with("Return of calling function word_count")),
+        "the default tool-result text: {texts:#?}"
+    );
+}

@@ -469,6 +469,66 @@ mod tests {
     }
 
     #[test]
+    fn a_registered_parser_gets_the_calls_parser_args() {
+        struct Longest;
+        impl Parse for Longest {
+            fn parse(&self, reply: &str, args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(100);
+                if reply.len() as u64 > limit {
+                    return Err(format!("{} characters; at most {limit}", reply.len()).into());
+                }
+                Ok(json!({"length": reply.len()}))
+            }
+        }
+        let mut prompt = Prompt::new("p", "").unwrap();
+        prompt.parser = Some(Parser::Custom(NamedParser::new(
+            "longest",
+            Arc::new(Longest),
+        )));
+        assert_eq!(
+            prompt.parse("hello").unwrap(),
+            json!({"length": 5, "raw": "hello"})
+        );
+        let failure = prompt
+            .parse_with("hello", &args(json!({"limit": 3})))
+            .unwrap_err();
+        assert_eq!(failure.to_string(), "5 characters; at most 3");
+        assert_eq!(prompt.info()["parser"], "longest");
+    }
+
+    #[test]
+    fn a_registered_renderer_renders_and_its_handler_texts_stay_jinja() {
+        struct Reverse;
+        impl Render for Reverse {
+            fn render(&self, template: &str, _: &Map<String, Value>) -> Result<String, String> {
+                if template.is_empty() {
+                    return Err("nothing to reverse".into());
+                }
+                Ok(template.chars().rev().collect())
+            }
+        }
+        let renderer = Renderer::Custom(NamedRenderer::new("reverse", Arc::new(Reverse)));
+        let prompt = Prompt::with_renderer("p", "{{ not jinja", renderer.clone()).unwrap();
+        assert!(prompt.template_vars().is_empty());
+        assert_eq!(prompt.render(&Map::new()).unwrap(), "ajnij ton {{");
+        let empty = Prompt::with_renderer("q", "", renderer).unwrap();
+        assert_eq!(
+            empty.render(&Map::new()).unwrap_err().to_string(),
+            "prompt `q`: nothing to reverse"
+        );
+        let repair = prompt.on_exception();
+        assert_eq!(
+            repair
+                .render(&args(json!({"error_message": "bad"})))
+                .unwrap(),
+            "Error: bad. Please fix."
+        );
+        let written = prompt.handler_reply("interrupt_final", "{{ literal }}".into());
+        assert_eq!(written.path, "p#interrupt_final");
+        assert_eq!(written.render(&Map::new()).unwrap(), "{{ literal }}");
+    }
+
+    #[test]
     fn extend_needs_a_new_path_and_info_summarizes() {
         let prompt = Prompt::new("a", "text").unwrap();
         assert!(prompt.extend("a").is_err());
