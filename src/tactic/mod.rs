@@ -460,7 +460,7 @@ impl Tactic {
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
                     problems.push_other(format!(
-                        "agent `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
                         agent.name,
                         crate::suggest::hint(tool, toolbox.names())
                     ));
@@ -715,7 +715,7 @@ fn check_prompt_tools(
     for tool in &prompt.tools {
         if !toolbox.contains(tool) {
             problems.push_other(format!(
-                "prompt `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
                 prompt.path,
                 crate::suggest::hint(tool, toolbox.names())
             ));
