@@ -528,7 +528,7 @@ impl Tactic {
             .chain(
                 extensions
                     .tool_names()
-                    .map(|name| (name.to_string(), "the program's registry")),
+                    .map(|name| (name.to_string(), "Registry::tool")),
             )
             .collect();
         check_handlers(&prompts, extensions, &mut problems);
