@@ -29,12 +29,17 @@ pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
 use render::Compiled;
 
+/// What can go wrong with a prompt: its template, its arguments, its file.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The template does not compile.
     #[error("prompt `{prompt}`{}: {message}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
     Syntax {
+        /// The prompt's key.
         prompt: String,
+        /// The template's line, when known.
         line: Option<usize>,
+        /// What is wrong.
         message: String,
     },
     #[error(
@@ -42,25 +47,57 @@ pub enum Error {
         list(needed),
         list(missing)
     )]
+    /// Rendering lacks variables the template needs.
     MissingVariables {
+        /// The prompt's key.
         prompt: String,
+        /// The needed names the arguments lack.
         missing: Vec<String>,
+        /// Every name the template needs.
         needed: Vec<String>,
     },
+    /// Rendering failed (a renderer's own error, a value of the wrong shape).
     #[error("prompt `{prompt}`: {message}")]
-    Render { prompt: String, message: String },
+    Render {
+        /// The prompt's key.
+        prompt: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No prompt has this key.
     #[error("unknown prompt `{key}`{hint}")]
-    UnknownPrompt { key: String, hint: String },
+    UnknownPrompt {
+        /// The key asked for.
+        key: String,
+        /// A "did you mean", or what the registry holds.
+        hint: String,
+    },
     /// The key's file exists but failed to load (its problem is reported by
     /// `Registry::load_all`).
     #[error("prompt `{key}` could not be loaded")]
-    Broken { key: String },
+    Broken {
+        /// The key of the broken file.
+        key: String,
+    },
+    /// A prompt file is unreadable or its front matter is wrong.
     #[error("{path}: {message}")]
-    File { path: String, message: String },
+    File {
+        /// The file (with `:line:column` when known).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A prompt's setting is wrong (its format, an `extend`).
     #[error("prompt `{path}`: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The prompt's key.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
+/// A prompt operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn list(names: &[String]) -> String {
@@ -105,20 +142,27 @@ impl HandlerTexts {
 pub struct Prompt {
     /// Registry key, e.g. `writer/draft`.
     pub path: String,
+    /// The template as written.
     pub template: String,
+    /// Front matter `metadata`, for experiment tracking.
     pub metadata: Map<String, Value>,
+    /// How replies are parsed (front matter `parser`).
     pub parser: Option<Parser>,
     /// JSON schema of a structured reply (D9): sent to the provider, and the
     /// reply is validated against it when no parser is set.
     pub format: Option<Value>,
+    /// Tools this prompt offers besides the agent's (D1), by name.
     pub tools: Vec<String>,
+    /// MCP servers whose tools this prompt offers, by name.
     pub mcp_servers: Vec<String>,
+    /// Front matter `addon_args`.
     pub addon_args: Map<String, Value>,
     /// The repair and tool-result texts (front matter `handler: {exception: …}`).
     pub handler: HandlerTexts,
     /// A handler registered by name (front matter `handler: NAME`); when set,
     /// it writes those texts instead (`agent::Handler`).
     pub handler_name: Option<String>,
+    /// The template's syntax (front matter `renderer`).
     pub renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
@@ -133,6 +177,8 @@ impl Prompt {
         Prompt::with_renderer(path, template, Renderer::Jinja)
     }
 
+    /// A prompt in `renderer`'s syntax; a syntax error names the prompt
+    /// and the line (a registered renderer's templates are not checked).
     pub fn with_renderer(
         path: impl Into<String>,
         template: impl Into<String>,

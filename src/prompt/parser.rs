@@ -120,13 +120,19 @@ impl PartialEq for NamedParser {
     }
 }
 
+/// Extracts XML tags, fenced blocks and signal tags from a reply (D11).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TagParser {
+    /// `<tag>…</tag>` blocks extracted when present.
     pub xml_tags: Vec<String>,
+    /// ```` ```tag ```` fenced blocks extracted when present.
     pub md_tags: Vec<String>,
+    /// `<TAG>` markers reported as present or not.
     pub signal_tags: Vec<String>,
+    /// XML tags the reply must have.
     pub required_xml_tags: Vec<String>,
+    /// Fenced blocks the reply must have.
     pub required_md_tags: Vec<String>,
 }
 
@@ -234,6 +240,7 @@ fn md_blocks(content: &str, tag: &str) -> Vec<String> {
 /// Parses the reply as JSON and validates it against a schema when given.
 #[derive(Clone, Default)]
 pub struct JsonParser {
+    /// The JSON schema replies must match, if any.
     pub schema: Option<Value>,
     validator: Option<Arc<jsonschema::Validator>>,
 }

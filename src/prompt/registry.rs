@@ -30,6 +30,7 @@ const FRONT_MATTER_KEYS: &[&str] = &[
     "addon_args",
 ];
 
+/// Prompts by key: a directory's files, and prompts inserted from code.
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
     directory: Option<PathBuf>,
@@ -39,6 +40,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no prompts and no directory.
     pub fn empty() -> Registry {
         Registry::default()
     }
@@ -113,6 +115,7 @@ impl Registry {
         (registry, problems)
     }
 
+    /// The prompt under `key`; an unknown key is an error with a "did you mean".
     pub fn get(&self, key: &str) -> Result<&Prompt> {
         if self.broken.contains(key) {
             return Err(Error::Broken {
@@ -135,18 +138,22 @@ impl Registry {
         })
     }
 
+    /// Adds `prompt` under its path (replacing one of that key).
     pub fn insert(&mut self, prompt: Prompt) {
         self.prompts.insert(prompt.path.clone(), prompt);
     }
 
+    /// The keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.prompts.keys().map(String::as_str)
     }
 
+    /// How many prompts it holds.
     pub fn len(&self) -> usize {
         self.prompts.len()
     }
 
+    /// Whether it holds no prompt.
     pub fn is_empty(&self) -> bool {
         self.prompts.is_empty()
     }

@@ -49,18 +49,22 @@ pub struct Toolbox {
 }
 
 impl Toolbox {
+    /// Adds `tool` under its spec's name (replacing one of that name).
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name.clone(), tool);
     }
 
+    /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// Whether a tool is named `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.tools.contains_key(name)
     }
 
+    /// The names, in the order the tools were added.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
