@@ -130,11 +130,21 @@ impl FunctionTool {
     ///
     /// # Panics
     /// When the argument type's schema is not an object (`type: object`, as
-    /// every provider requires of a tool's parameters): a struct or a map is.
+    /// every provider requires of a tool's parameters): a struct or a map is;
+    /// or when `name` is not 1 to 64 ASCII letters, digits, `_` or `-` (what
+    /// the OpenAI and Anthropic APIs accept).
     pub fn new<Args, F>(name: &str, description: Option<&str>, function: F) -> FunctionTool
     where
         F: ToolFunction<Args>,
     {
+        assert!(
+            (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'),
+            "tool name `{}` must be 1 to 64 ASCII letters, digits, `_` or `-`",
+            name.escape_debug()
+        );
         let mut parameters = function.parameters();
         let documented = match &mut parameters {
             Value::Object(map) => map
@@ -329,6 +339,12 @@ mod tests {
         assert_eq!(tool.spec().description, "");
         let result = tool.call(&arguments(json!({"text": "hi"}))).await;
         assert_eq!(result.unwrap(), "> hi");
+    }
+
+    #[test]
+    #[should_panic(expected = "tool name `word count` must be 1 to 64 ASCII letters")]
+    fn a_name_providers_reject_is_refused_at_registration() {
+        let _ = FunctionTool::new("word count", None, lookup);
     }
 
     #[test]
