@@ -32,10 +32,15 @@ pub mod suggest;
 pub mod tactic;
 pub mod tool;
 
-pub use agent::Agent;
+pub use agent::{Agent, Handler};
+pub use prompt::{Parse, ParseFailure, Render};
 pub use quick::quick;
 pub use registry::Registry;
+/// The JSON-schema derive a Rust tool's argument type uses
+/// (`#[derive(JsonSchema)]`), re-exported so its version matches ours.
+pub use schemars;
 pub use tactic::{RunError, SessionRecord, Tactic, Task};
+pub use tool::Tool;
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

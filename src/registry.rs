@@ -1,10 +1,12 @@
 //! The named extensions a tactic can use beyond the built-ins: context
-//! managers today; programmed tactics (flows), tools from Rust functions,
-//! parsers, handlers and renderers as they arrive. YAML and prompt files name
-//! them; a name the registry lacks is a load error with a "did you mean".
+//! managers here; tools from Rust functions, parsers, handlers and renderers
+//! in `registry/named.rs`. YAML and prompt files name them; a name the
+//! registry lacks is a load error with a "did you mean".
 //!
 //! Built by value, like axum's `Router`: `Registry::new().context_manager(…)`.
 //! Registering one name twice is a programmer's error and panics at once.
+
+mod named;
 
 use std::sync::Arc;
 
@@ -21,6 +23,8 @@ use crate::agent::context::{ContextManager, ContextManagers, ContextSettings};
 #[derive(Clone)]
 pub struct Registry {
     pub(crate) context_managers: Arc<ContextManagers>,
+    /// Tools, parsers, handlers and renderers (`registry/named.rs`).
+    pub(crate) named: named::Named,
 }
 
 impl Default for Registry {
@@ -37,6 +41,10 @@ impl std::fmt::Debug for Registry {
                 "context_managers",
                 &self.context_manager_names().collect::<Vec<_>>(),
             )
+            .field("tools", &self.tool_names().collect::<Vec<_>>())
+            .field("parsers", &self.parser_names().collect::<Vec<_>>())
+            .field("handlers", &self.handler_names().collect::<Vec<_>>())
+            .field("renderers", &self.renderer_names().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -46,6 +54,7 @@ impl Registry {
     pub fn new() -> Registry {
         Registry {
             context_managers: Arc::new(ContextManagers::with_builtins()),
+            named: named::Named::default(),
         }
     }
 
@@ -95,6 +104,7 @@ impl Registry {
             );
             Arc::make_mut(&mut self.context_managers).register(name, factory.clone());
         }
+        self.named.merge(&other.named);
         self
     }
 }

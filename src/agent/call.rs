@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
+use super::handler::Handler;
 use super::session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 use super::{AgentSpec, Runtime};
 use crate::dialog::{Dialog, FunctionCall, Message, Role};
@@ -26,6 +27,8 @@ pub(super) struct Call<'a> {
     pub runtime: &'a Runtime,
     pub text_sink: Option<&'a (dyn Fn(&str) + Send + Sync)>,
     pub alias: &'a str,
+    /// The call's parser arguments: they reach a registered parser.
+    pub parser_args: &'a Map<String, Value>,
 }
 
 fn now() -> String {
@@ -36,6 +39,31 @@ fn one_arg(name: &str, value: String) -> Map<String, Value> {
     let mut args = Map::new();
     args.insert(name.into(), Value::String(value));
     args
+}
+
+/// The handler a prompt names (`handler: NAME`), if any; a name the run
+/// does not register (a prompt made in code) falls back to the prompt's
+/// texts, with a warning.
+fn named_handler<'r>(runtime: &'r Runtime, top: &Prompt) -> Option<&'r Arc<dyn Handler>> {
+    let name = top.handler_name.as_deref()?;
+    let found = runtime.handlers.get(name);
+    if found.is_none() {
+        crate::report::warn(&format!(
+            "prompt `{}` names handler `{name}`, which is not registered; its texts are used",
+            top.path
+        ));
+    }
+    found
+}
+
+/// A handler's text, or why there is none (it panicked).
+fn ask_handler(top: &Prompt, write: impl FnOnce() -> String) -> Result<String, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(write)).map_err(|_| {
+        format!(
+            "handler `{}` panicked",
+            top.handler_name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 impl Call<'_> {
@@ -127,14 +155,32 @@ impl Call<'_> {
                 }
                 let mut metadata = Map::new();
                 metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
-                let interrupt = Arc::new(top.on_interrupt());
-                let put = dialog.put_prompt(
-                    interrupt,
-                    &one_arg("call_results", result_text.clone()),
-                    Role::Tool,
-                    &call.name,
-                    metadata.clone(),
-                );
+                let put = match named_handler(self.runtime, &top) {
+                    Some(handler) => {
+                        match ask_handler(&top, || handler.on_interrupt(&result_text, session)) {
+                            Ok(text) => dialog.put_prompt(
+                                Arc::new(top.handler_reply("interrupt", text)),
+                                &Map::new(),
+                                Role::Tool,
+                                &call.name,
+                                metadata.clone(),
+                            ),
+                            Err(problem) => Err(crate::dialog::Error::Prompt(
+                                crate::prompt::Error::Invalid {
+                                    path: top.path.clone(),
+                                    message: problem,
+                                },
+                            )),
+                        }
+                    }
+                    None => dialog.put_prompt(
+                        Arc::new(top.on_interrupt()),
+                        &one_arg("call_results", result_text.clone()),
+                        Role::Tool,
+                        &call.name,
+                        metadata.clone(),
+                    ),
+                };
                 if let Err(error) = put {
                     // A handler text that does not render must not leave the tool
                     // call unanswered (providers reject that): answer it plainly.
@@ -156,7 +202,21 @@ impl Call<'_> {
                     .last()
                     .map_or("user", |call| call.name.as_str())
                     .to_string();
-                let final_prompt = Arc::new(top.on_interrupt_final());
+                let final_prompt = match named_handler(self.runtime, &top) {
+                    Some(handler) => {
+                        match ask_handler(&top, || handler.on_interrupt_final(session)) {
+                            Ok(text) => Arc::new(top.handler_reply("interrupt_final", text)),
+                            Err(problem) => {
+                                session.failure(format!(
+                                    "interrupt-final handler of prompt `{}`: {problem}",
+                                    top.path
+                                ));
+                                return;
+                            }
+                        }
+                    }
+                    None => Arc::new(top.on_interrupt_final()),
+                };
                 if let Err(error) =
                     dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
                 {
@@ -303,7 +363,7 @@ impl Call<'_> {
             let parse_error = if reply.is_function_call() {
                 None
             } else {
-                match top.parse(&reply.content) {
+                match top.parse_with(&reply.content, self.parser_args) {
                     Ok(Value::Object(parsed)) => {
                         reply.parsed = parsed;
                         None
@@ -346,15 +406,23 @@ impl Call<'_> {
                     session.exception_retries_count()
                 ));
             }
-            session.exception(step, error.clone());
-            let handler = Arc::new(top.on_exception());
-            if let Err(render_error) = working.put_prompt(
-                handler,
-                &one_arg("error_message", error),
-                Role::User,
-                "exception",
-                Map::new(),
-            ) {
+            // A registered handler sees the call before this repair is counted.
+            let (handler, args) = match named_handler(self.runtime, top) {
+                Some(handler) => {
+                    let text = ask_handler(top, || handler.on_exception(&error, session)).map_err(
+                        |problem| format!("exception handler of prompt `{}`: {problem}", top.path),
+                    )?;
+                    (Arc::new(top.handler_reply("exception", text)), Map::new())
+                }
+                None => (
+                    Arc::new(top.on_exception()),
+                    one_arg("error_message", error.clone()),
+                ),
+            };
+            session.exception(step, error);
+            if let Err(render_error) =
+                working.put_prompt(handler, &args, Role::User, "exception", Map::new())
+            {
                 return Err(format!(
                     "exception handler of prompt `{}`: {render_error}",
                     top.path

@@ -6,6 +6,7 @@
 
 mod call;
 pub mod context;
+mod handler;
 pub mod session;
 pub mod tokens;
 
@@ -22,6 +23,7 @@ use crate::provider::registry::Resolved;
 use crate::tool::Toolbox;
 
 pub use context::ContextManager;
+pub use handler::{DefaultHandler, Handler, Handlers};
 pub use session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 
 /// Receives the text of streamed replies as it arrives.
@@ -55,6 +57,8 @@ pub struct Runtime {
     pub mcp: crate::tool::McpServers,
     pub prices: Arc<ModelTable>,
     pub price_warnings: UnknownPriceWarnings,
+    /// The handlers prompts may name (`handler: NAME`).
+    pub handlers: Handlers,
 }
 
 /// Loop limits of an agent (seed names).
@@ -239,6 +243,7 @@ impl Agent {
             runtime: &self.runtime,
             text_sink: self.text_sink.as_deref(),
             alias: &alias,
+            parser_args: &Map::new(),
         };
         Ok(call.run(dialog, &mut self.archive).await)
     }

@@ -138,6 +138,7 @@ fn fixture_with(
         mcp: Default::default(),
         prices: Arc::new(crate::provider::models::ModelTable::bundled().clone()),
         price_warnings: Default::default(),
+        handlers: Default::default(),
     });
     let spec = AgentSpec {
         name: "researcher".into(),

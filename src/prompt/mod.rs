@@ -3,10 +3,13 @@
 //!
 //! `render` compiles and renders templates, `parser` checks replies,
 //! `registry` loads prompt files; handler texts live here with the prompt.
+//! A handler registered by name (`handler: NAME`) sees the call session, so
+//! it lives with the agent loop (`agent::Handler`); a prompt holds its name.
 
 mod builtins;
 mod check;
 mod expression;
+mod extensions;
 mod parser;
 mod registry;
 pub(crate) mod render;
@@ -19,18 +22,24 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 pub use expression::Expression;
-pub use parser::{JsonParser, ParseFailure, Parser, TagParser};
+pub use extensions::Extensions;
+pub use parser::{JsonParser, NamedParser, Parse, ParseFailure, Parser, TagParser};
 pub use registry::Registry;
-pub use render::{OUT_OF_FUEL, RENDER_FUEL, Renderer};
+pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
 use render::Compiled;
 
+/// What can go wrong with a prompt: its template, its arguments, its file.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The template does not compile.
     #[error("prompt `{prompt}`{}: {message}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
     Syntax {
+        /// The prompt's key.
         prompt: String,
+        /// The template's line, when known.
         line: Option<usize>,
+        /// What is wrong.
         message: String,
     },
     #[error(
@@ -38,25 +47,57 @@ pub enum Error {
         list(needed),
         list(missing)
     )]
+    /// Rendering lacks variables the template needs.
     MissingVariables {
+        /// The prompt's key.
         prompt: String,
+        /// The needed names the arguments lack.
         missing: Vec<String>,
+        /// Every name the template needs.
         needed: Vec<String>,
     },
+    /// Rendering failed (a renderer's own error, a value of the wrong shape).
     #[error("prompt `{prompt}`: {message}")]
-    Render { prompt: String, message: String },
+    Render {
+        /// The prompt's key.
+        prompt: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No prompt has this key.
     #[error("unknown prompt `{key}`{hint}")]
-    UnknownPrompt { key: String, hint: String },
+    UnknownPrompt {
+        /// The key asked for.
+        key: String,
+        /// A "did you mean", or what the registry holds.
+        hint: String,
+    },
     /// The key's file exists but failed to load (its problem is reported by
     /// `Registry::load_all`).
     #[error("prompt `{key}` could not be loaded")]
-    Broken { key: String },
+    Broken {
+        /// The key of the broken file.
+        key: String,
+    },
+    /// A prompt file is unreadable or its front matter is wrong.
     #[error("{path}: {message}")]
-    File { path: String, message: String },
+    File {
+        /// The file (with `:line:column` when known).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A prompt's setting is wrong (its format, an `extend`).
     #[error("prompt `{path}`: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The prompt's key.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
+/// A prompt operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn list(names: &[String]) -> String {
@@ -68,22 +109,26 @@ fn list(names: &[String]) -> String {
 }
 
 /// Repair and tool-result texts (seed `DefaultSimpleHandler`), in the prompt's
-/// own template syntax. `exception` sees `error_message`, `interrupt` sees
-/// `call_results`.
+/// own template syntax (Jinja for a prompt with a registered renderer).
+/// `exception` sees `error_message`, `interrupt` sees `call_results`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Handler {
+pub struct HandlerTexts {
+    /// The repair prompt after a reply that does not parse.
     pub exception: String,
+    /// The text of each tool result.
     pub interrupt: String,
+    /// The prompt asking for a final answer when the tool rounds are spent.
     pub interrupt_final: String,
 }
 
-impl Handler {
-    pub fn defaults(renderer: Renderer) -> Handler {
+impl HandlerTexts {
+    /// The seeds' texts, in `renderer`'s syntax.
+    pub fn defaults(renderer: &Renderer) -> HandlerTexts {
         let (error, results) = match renderer {
-            Renderer::Jinja => ("{{ error_message }}", "{{ call_results }}"),
             Renderer::Format => ("{error_message}", "{call_results}"),
+            Renderer::Jinja | Renderer::Custom(_) => ("{{ error_message }}", "{{ call_results }}"),
         };
-        Handler {
+        HandlerTexts {
             exception: format!("Error: {error}. Please fix."),
             interrupt: results.to_string(),
             interrupt_final:
@@ -97,16 +142,27 @@ impl Handler {
 pub struct Prompt {
     /// Registry key, e.g. `writer/draft`.
     pub path: String,
+    /// The template as written.
     pub template: String,
+    /// Front matter `metadata`, for experiment tracking.
     pub metadata: Map<String, Value>,
+    /// How replies are parsed (front matter `parser`).
     pub parser: Option<Parser>,
     /// JSON schema of a structured reply (D9): sent to the provider, and the
     /// reply is validated against it when no parser is set.
     pub format: Option<Value>,
+    /// Tools this prompt offers besides the agent's (D1), by name.
     pub tools: Vec<String>,
+    /// MCP servers whose tools this prompt offers, by name.
     pub mcp_servers: Vec<String>,
+    /// Front matter `addon_args`.
     pub addon_args: Map<String, Value>,
-    pub handler: Handler,
+    /// The repair and tool-result texts (front matter `handler: {exception: …}`).
+    pub handler: HandlerTexts,
+    /// A handler registered by name (front matter `handler: NAME`); when set,
+    /// it writes those texts instead (`agent::Handler`).
+    pub handler_name: Option<String>,
+    /// The template's syntax (front matter `renderer`).
     pub renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
@@ -121,6 +177,8 @@ impl Prompt {
         Prompt::with_renderer(path, template, Renderer::Jinja)
     }
 
+    /// A prompt in `renderer`'s syntax; a syntax error names the prompt
+    /// and the line (a registered renderer's templates are not checked).
     pub fn with_renderer(
         path: impl Into<String>,
         template: impl Into<String>,
@@ -129,7 +187,7 @@ impl Prompt {
         let path = path.into();
         let template = template.into();
         let (compiled, needs) =
-            render::compile(&template, renderer).map_err(|(message, line)| Error::Syntax {
+            render::compile(&template, &renderer).map_err(|(message, line)| Error::Syntax {
                 prompt: path.clone(),
                 line,
                 message,
@@ -143,7 +201,8 @@ impl Prompt {
             tools: Vec::new(),
             mcp_servers: Vec::new(),
             addon_args: Map::new(),
-            handler: Handler::defaults(renderer),
+            handler: HandlerTexts::defaults(&renderer),
+            handler_name: None,
             renderer,
             compiled,
             template_vars: needs.variables,
@@ -230,8 +289,17 @@ impl Prompt {
     /// Parses a reply: with the parser, else against `format`, else `{raw}`.
     /// The result always has `raw`.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
+        self.parse_with(content, &Map::new())
+    }
+
+    /// `parse` with the call's parser arguments (they reach a registered parser).
+    pub fn parse_with(
+        &self,
+        content: &str,
+        parser_args: &Map<String, Value>,
+    ) -> Result<Value, ParseFailure> {
         let parsed = match (&self.parser, &self.format_parser) {
-            (Some(parser), _) => parser.parse(content)?,
+            (Some(parser), _) => parser.parse_with(content, parser_args)?,
             (None, Some(format)) => format.parse(content)?,
             (None, None) => return Ok(json!({"raw": content})),
         };
@@ -263,10 +331,12 @@ impl Prompt {
     pub fn with_template(&self, template: impl Into<String>) -> Result<Prompt> {
         let template = template.into();
         let (compiled, needs) =
-            render::compile(&template, self.renderer).map_err(|(message, line)| Error::Syntax {
-                prompt: self.path.clone(),
-                line,
-                message,
+            render::compile(&template, &self.renderer).map_err(|(message, line)| {
+                Error::Syntax {
+                    prompt: self.path.clone(),
+                    line,
+                    message,
+                }
             })?;
         Ok(Prompt {
             template,
@@ -288,6 +358,9 @@ impl Prompt {
             "addon_args": self.addon_args,
             "has_parser": self.parser.is_some(),
             "has_format": self.format.is_some(),
+            "parser": self.parser.as_ref().map(Parser::to_value),
+            "handler": self.handler_name,
+            "renderer": self.renderer.name(),
         })
     }
 
@@ -312,11 +385,36 @@ impl Prompt {
         self.handler_prompt("interrupt_final", &self.handler.interrupt_final, false)
     }
 
+    /// The prompt for a handler's text, already written (a registered
+    /// handler's): the text is sent as is. `suffix` is `exception`,
+    /// `interrupt` or `interrupt_final`; only the last offers no tools.
+    pub fn handler_reply(&self, suffix: &str, text: String) -> Prompt {
+        let mut prompt = self.handler_prompt(suffix, "", suffix != "interrupt_final");
+        prompt.compiled = render::Compiled::Text(text.as_str().into());
+        prompt.template = text;
+        prompt.template_vars = BTreeSet::new();
+        prompt.attributes = Arc::new(BTreeSet::new());
+        prompt
+    }
+
+    /// A handler text as a template: in this prompt's syntax, or Jinja when
+    /// the prompt has a registered renderer (its syntax is unknown to us).
+    pub(crate) fn handler_template(&self, text: &str) -> Result<Prompt> {
+        match &self.renderer {
+            Renderer::Custom(_) => Prompt {
+                renderer: Renderer::Jinja,
+                ..self.clone()
+            }
+            .with_template(text),
+            _ => self.with_template(text),
+        }
+    }
+
     fn handler_prompt(&self, suffix: &str, text: &str, keep_tools: bool) -> Prompt {
         // D2: names never grow (`a#exception`, never `a#exception#exception`).
         let base = self.path.split('#').next().unwrap_or(&self.path);
         let path = format!("{base}#{suffix}");
-        let mut prompt = match self.with_template(text) {
+        let mut prompt = match self.handler_template(text) {
             Ok(prompt) => prompt,
             // Handler texts are checked when the prompt file loads; a text that
             // still fails to compile is shown to the model as is.
@@ -414,6 +512,66 @@ mod tests {
         assert_eq!(structured.parse("{\"a\": 1}").unwrap()["a"], json!(1));
         assert!(structured.parse("{}").is_err());
         assert!(structured.set_format(Some(json!({"type": 5}))).is_err());
+    }
+
+    #[test]
+    fn a_registered_parser_gets_the_calls_parser_args() {
+        struct Longest;
+        impl Parse for Longest {
+            fn parse(&self, reply: &str, args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(100);
+                if reply.len() as u64 > limit {
+                    return Err(format!("{} characters; at most {limit}", reply.len()).into());
+                }
+                Ok(json!({"length": reply.len()}))
+            }
+        }
+        let mut prompt = Prompt::new("p", "").unwrap();
+        prompt.parser = Some(Parser::Custom(NamedParser::new(
+            "longest",
+            Arc::new(Longest),
+        )));
+        assert_eq!(
+            prompt.parse("hello").unwrap(),
+            json!({"length": 5, "raw": "hello"})
+        );
+        let failure = prompt
+            .parse_with("hello", &args(json!({"limit": 3})))
+            .unwrap_err();
+        assert_eq!(failure.to_string(), "5 characters; at most 3");
+        assert_eq!(prompt.info()["parser"], "longest");
+    }
+
+    #[test]
+    fn a_registered_renderer_renders_and_its_handler_texts_stay_jinja() {
+        struct Reverse;
+        impl Render for Reverse {
+            fn render(&self, template: &str, _: &Map<String, Value>) -> Result<String, String> {
+                if template.is_empty() {
+                    return Err("nothing to reverse".into());
+                }
+                Ok(template.chars().rev().collect())
+            }
+        }
+        let renderer = Renderer::Custom(NamedRenderer::new("reverse", Arc::new(Reverse)));
+        let prompt = Prompt::with_renderer("p", "{{ not jinja", renderer.clone()).unwrap();
+        assert!(prompt.template_vars().is_empty());
+        assert_eq!(prompt.render(&Map::new()).unwrap(), "ajnij ton {{");
+        let empty = Prompt::with_renderer("q", "", renderer).unwrap();
+        assert_eq!(
+            empty.render(&Map::new()).unwrap_err().to_string(),
+            "prompt `q`: nothing to reverse"
+        );
+        let repair = prompt.on_exception();
+        assert_eq!(
+            repair
+                .render(&args(json!({"error_message": "bad"})))
+                .unwrap(),
+            "Error: bad. Please fix."
+        );
+        let written = prompt.handler_reply("interrupt_final", "{{ literal }}".into());
+        assert_eq!(written.path, "p#interrupt_final");
+        assert_eq!(written.render(&Map::new()).unwrap(), "{{ literal }}");
     }
 
     #[test]

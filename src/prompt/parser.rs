@@ -2,6 +2,9 @@
 //! the JSON parser with optional JSON-schema validation (also used for a
 //! prompt's `format`, D9). A parse failure's text goes to the model in the
 //! exception handler, so it says what to fix.
+//!
+//! A program adds its own parsers through the [`Parse`] trait (registered by
+//! name with `lllm::Registry::parser`); the built-ins implement it too.
 
 use std::sync::Arc;
 
@@ -9,17 +12,127 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 /// Why a reply was rejected; shown to the model as `error_message`.
+///
+/// Made from text, so `?` works on `Option::ok_or("…")` in a parser:
+///
+/// ```
+/// use lllm::prompt::ParseFailure;
+///
+/// fn first_word(reply: &str) -> Result<&str, ParseFailure> {
+///     Ok(reply.split_whitespace().next().ok_or("the reply is empty")?)
+/// }
+/// assert_eq!(first_word("  ").unwrap_err().to_string(), "the reply is empty");
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
 pub struct ParseFailure(pub String);
 
+impl From<&str> for ParseFailure {
+    fn from(text: &str) -> ParseFailure {
+        ParseFailure(text.to_string())
+    }
+}
+
+impl From<String> for ParseFailure {
+    fn from(text: String) -> ParseFailure {
+        ParseFailure(text)
+    }
+}
+
+/// A reply parser a prompt names with `parser: NAME` in its front matter
+/// (registered with `lllm::Registry::parser`). `Ok` becomes the message's
+/// `parsed` (an object, or `{raw, value}` for any other JSON); `Err` goes to
+/// the repair loop, its text shown to the model as built-in parsers' are.
+///
+/// `args` are the call's parser arguments (empty unless the call sets some).
+/// Any `Fn(&str) -> Result<Value, ParseFailure>` is a parser:
+///
+/// ```
+/// use lllm::prompt::{Parse, ParseFailure};
+/// use serde_json::{Map, Value, json};
+///
+/// /// `<verdict>ok</verdict>` → `{"verdict": "ok"}`.
+/// fn verdict(reply: &str) -> Result<Value, ParseFailure> {
+///     let (_, rest) = reply.split_once("<verdict>").ok_or("no <verdict> tag")?;
+///     let (verdict, _) = rest.split_once("</verdict>").ok_or("unclosed <verdict>")?;
+///     Ok(json!({ "verdict": verdict.trim() }))
+/// }
+///
+/// let parsed = verdict.parse("<verdict> ok </verdict>", &Map::new()).unwrap();
+/// assert_eq!(parsed["verdict"], "ok");
+/// assert_eq!(verdict.parse("fine", &Map::new()).unwrap_err().to_string(), "no <verdict> tag");
+///
+/// /// A parser with state and per-call arguments implements the trait.
+/// struct AtMost(usize);
+/// impl Parse for AtMost {
+///     fn parse(&self, reply: &str, args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+///         let limit = args.get("words").and_then(Value::as_u64).map_or(self.0, |n| n as usize);
+///         let words = reply.split_whitespace().count();
+///         if words > limit {
+///             return Err(format!("{words} words; write at most {limit}").into());
+///         }
+///         Ok(json!({ "words": words }))
+///     }
+/// }
+/// assert!(AtMost(3).parse("one two three four", &Map::new()).is_err());
+/// ```
+pub trait Parse: Send + Sync + 'static {
+    /// Parses `reply` (the model's text) given the call's parser `args`.
+    fn parse(&self, reply: &str, args: &Map<String, Value>) -> Result<Value, ParseFailure>;
+}
+
+impl<F> Parse for F
+where
+    F: Fn(&str) -> Result<Value, ParseFailure> + Send + Sync + 'static,
+{
+    fn parse(&self, reply: &str, _args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+        self(reply)
+    }
+}
+
+/// A parser registered by name, as a prompt holds it.
+#[derive(Clone)]
+pub struct NamedParser {
+    /// The name the prompt's front matter gives.
+    pub name: String,
+    parser: Arc<dyn Parse>,
+}
+
+impl NamedParser {
+    /// `parser` under `name`.
+    pub fn new(name: impl Into<String>, parser: Arc<dyn Parse>) -> NamedParser {
+        NamedParser {
+            name: name.into(),
+            parser,
+        }
+    }
+}
+
+impl std::fmt::Debug for NamedParser {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "NamedParser({})", self.name)
+    }
+}
+
+impl PartialEq for NamedParser {
+    fn eq(&self, other: &NamedParser) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.parser, &other.parser)
+    }
+}
+
+/// Extracts XML tags, fenced blocks and signal tags from a reply (D11).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TagParser {
+    /// `<tag>…</tag>` blocks extracted when present.
     pub xml_tags: Vec<String>,
+    /// ```` ```tag ```` fenced blocks extracted when present.
     pub md_tags: Vec<String>,
+    /// `<TAG>` markers reported as present or not.
     pub signal_tags: Vec<String>,
+    /// XML tags the reply must have.
     pub required_xml_tags: Vec<String>,
+    /// Fenced blocks the reply must have.
     pub required_md_tags: Vec<String>,
 }
 
@@ -74,6 +187,18 @@ impl TagParser {
     }
 }
 
+impl Parse for TagParser {
+    fn parse(&self, reply: &str, _args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+        TagParser::parse(self, reply)
+    }
+}
+
+impl Parse for JsonParser {
+    fn parse(&self, reply: &str, _args: &Map<String, Value>) -> Result<Value, ParseFailure> {
+        JsonParser::parse(self, reply)
+    }
+}
+
 /// Every `<tag>…</tag>` block, inner text trimmed.
 fn xml_blocks(content: &str, tag: &str) -> Vec<String> {
     let open = format!("<{tag}>");
@@ -115,6 +240,7 @@ fn md_blocks(content: &str, tag: &str) -> Vec<String> {
 /// Parses the reply as JSON and validates it against a schema when given.
 #[derive(Clone, Default)]
 pub struct JsonParser {
+    /// The JSON schema replies must match, if any.
     pub schema: Option<Value>,
     validator: Option<Arc<jsonschema::Validator>>,
 }
@@ -202,15 +328,66 @@ fn strip_fence(content: &str) -> &str {
 /// How a prompt parses replies.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parser {
+    /// `parser: tags` (or a mapping with `type: tags`).
     Tags(TagParser),
+    /// `parser: json` (or a mapping with `type: json` and a `schema`).
     Json(JsonParser),
+    /// `parser: NAME`, registered with `lllm::Registry::parser`.
+    Custom(NamedParser),
 }
 
 impl Parser {
+    /// Parses a reply with no parser arguments.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
+        self.parse_with(content, &Map::new())
+    }
+
+    /// Parses a reply; `args` reach a custom parser (the built-ins take none).
+    pub fn parse_with(
+        &self,
+        content: &str,
+        args: &Map<String, Value>,
+    ) -> Result<Value, ParseFailure> {
         match self {
             Parser::Tags(parser) => parser.parse(content),
             Parser::Json(parser) => parser.parse(content),
+            Parser::Custom(named) => named.parser.parse(content, args),
+        }
+    }
+
+    /// `from_value`, where a name that is no built-in is looked up in
+    /// `named` (the registered parsers); an unknown one is an error with a
+    /// "did you mean".
+    pub(crate) fn from_value_with(
+        value: &Value,
+        named: &std::collections::BTreeMap<String, Arc<dyn Parse>>,
+    ) -> Result<Parser, String> {
+        match value {
+            Value::String(name) if name != "tags" && name != "json" => match named.get(name) {
+                Some(parser) => Ok(Parser::Custom(NamedParser::new(name, parser.clone()))),
+                None => {
+                    let known = ["tags", "json"]
+                        .into_iter()
+                        .chain(named.keys().map(String::as_str));
+                    let hint = crate::suggest::hint(name, known.clone());
+                    let hint = if hint.is_empty() {
+                        format!(
+                            " (known: {})",
+                            known
+                                .map(|name| format!("`{name}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    } else {
+                        hint
+                    };
+                    Err(format!(
+                        "`parser: {}` is neither a built-in parser nor registered{hint}",
+                        crate::suggest::printable(name)
+                    ))
+                }
+            },
+            other => Parser::from_value(other),
         }
     }
 
@@ -258,6 +435,7 @@ impl Parser {
                 value
             }
             Parser::Json(parser) => json!({"type": "json", "schema": parser.schema}),
+            Parser::Custom(named) => Value::String(named.name.clone()),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::{Error, Handler, Parser, Prompt, Renderer, Result};
+use super::{Error, Extensions, HandlerTexts, NamedRenderer, Parser, Prompt, Renderer, Result};
 use crate::suggest;
 
 const EXTENSIONS: &[&str] = &["md", "txt", "j2"];
@@ -30,6 +30,7 @@ const FRONT_MATTER_KEYS: &[&str] = &[
     "addon_args",
 ];
 
+/// Prompts by key: a directory's files, and prompts inserted from code.
 #[derive(Debug, Default, Clone)]
 pub struct Registry {
     directory: Option<PathBuf>,
@@ -39,6 +40,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no prompts and no directory.
     pub fn empty() -> Registry {
         Registry::default()
     }
@@ -58,6 +60,12 @@ impl Registry {
     /// problem per file that is not. A key whose file failed is answered by
     /// `get` with `Error::Broken`.
     pub fn load_all(directory: &Path) -> (Registry, Vec<Error>) {
+        Registry::load_all_with(directory, &Extensions::default())
+    }
+
+    /// `load_all`, where front matter may name the parsers and renderers of
+    /// `extensions` (`parser: NAME`, `renderer: NAME`).
+    pub fn load_all_with(directory: &Path, extensions: &Extensions) -> (Registry, Vec<Error>) {
         let mut problems = Vec::new();
         let mut files = Vec::new();
         let mut ancestors = Vec::new();
@@ -94,7 +102,7 @@ impl Registry {
                 Some(problem) => Err(problem),
                 None => read_prompt(&file),
             };
-            match read.and_then(|text| parse_file(&key, &text, &file)) {
+            match read.and_then(|text| parse_file(&key, &text, &file, extensions)) {
                 Ok(prompt) => {
                     registry.prompts.insert(key, prompt);
                 }
@@ -107,6 +115,7 @@ impl Registry {
         (registry, problems)
     }
 
+    /// The prompt under `key`; an unknown key is an error with a "did you mean".
     pub fn get(&self, key: &str) -> Result<&Prompt> {
         if self.broken.contains(key) {
             return Err(Error::Broken {
@@ -129,18 +138,22 @@ impl Registry {
         })
     }
 
+    /// Adds `prompt` under its path (replacing one of that key).
     pub fn insert(&mut self, prompt: Prompt) {
         self.prompts.insert(prompt.path.clone(), prompt);
     }
 
+    /// The keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.prompts.keys().map(String::as_str)
     }
 
+    /// How many prompts it holds.
     pub fn len(&self) -> usize {
         self.prompts.len()
     }
 
+    /// Whether it holds no prompt.
     pub fn is_empty(&self) -> bool {
         self.prompts.is_empty()
     }
@@ -281,7 +294,7 @@ fn split_front_matter(text: &str) -> Option<(&str, &str)> {
     None
 }
 
-fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
+fn parse_file(key: &str, text: &str, file: &Path, extensions: &Extensions) -> Result<Prompt> {
     let file_label = file.display().to_string();
     let invalid = |message: String| Error::File {
         path: file_label.clone(),
@@ -317,20 +330,38 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
             )));
         }
     }
-    let renderer = match front.get("renderer").and_then(Value::as_str) {
-        None | Some("jinja") => Renderer::Jinja,
-        Some("format") => Renderer::Format,
+    let renderer = match front.get("renderer") {
+        None => Renderer::Jinja,
+        Some(Value::String(name)) => match name.as_str() {
+            "jinja" => Renderer::Jinja,
+            "format" => Renderer::Format,
+            other => match extensions.renderers.get(other) {
+                Some(renderer) => Renderer::Custom(NamedRenderer::new(other, renderer.clone())),
+                None => {
+                    let known = super::extensions::BUILTIN_RENDERERS
+                        .iter()
+                        .copied()
+                        .chain(extensions.renderer_names());
+                    return Err(invalid(format!(
+                        "`renderer: {}` must be `jinja`, `format` or a registered renderer{}",
+                        suggest::printable(other),
+                        suggest::hint(other, known)
+                    )));
+                }
+            },
+        },
         Some(other) => {
             return Err(invalid(format!(
-                "`renderer: {other}` must be `jinja` or `format`"
+                "`renderer` must be a name (`jinja`, `format` or a registered one), not {other}"
             )));
         }
     };
     let front_lines = text[..text.len() - template.len()].lines().count();
-    let mut prompt = Prompt::with_renderer(key, template, renderer)
+    let mut prompt = Prompt::with_renderer(key, template, renderer.clone())
         .map_err(|error| with_file(error, &file_label, front_lines))?;
     if let Some(parser) = front.get("parser") {
-        prompt.parser = Some(Parser::from_value(parser).map_err(invalid)?);
+        prompt.parser =
+            Some(Parser::from_value_with(parser, &extensions.parsers).map_err(invalid)?);
     }
     if let Some(format) = front.get("format") {
         prompt
@@ -351,8 +382,11 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
             .cloned()
             .ok_or_else(|| invalid("`addon_args` must be a mapping".into()))?;
     }
-    if let Some(handler) = front.get("handler") {
-        prompt.handler = handler_texts(handler, renderer).map_err(invalid)?;
+    if let Some(Value::String(name)) = front.get("handler") {
+        // A registered handler's name; the tactic checks it exists.
+        prompt.handler_name = Some(name.clone());
+    } else if let Some(handler) = front.get("handler") {
+        prompt.handler = handler_texts(handler, &renderer).map_err(invalid)?;
         // Each handler text sees one value (or none); it is rendered with a
         // sample of it now, so a text that cannot render is reported before
         // anything is sent, not when a repair or a tool result needs it.
@@ -367,7 +401,7 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
         ];
         for (name, text, sees) in handlers {
             let handler = prompt
-                .with_template(text.clone())
+                .handler_template(text)
                 .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
             let unknown: Vec<String> = handler
                 .template_vars()
@@ -422,13 +456,13 @@ fn string_list(front: &Map<String, Value>, key: &str) -> std::result::Result<Vec
     }
 }
 
-fn handler_texts(value: &Value, renderer: Renderer) -> std::result::Result<Handler, String> {
+fn handler_texts(value: &Value, renderer: &Renderer) -> std::result::Result<HandlerTexts, String> {
     let Value::Object(map) = value else {
         return Err(
-            "`handler` must be a mapping with `exception`, `interrupt` or `interrupt_final`".into(),
+            "`handler` must be a registered handler's name or a mapping with `exception`, `interrupt` or `interrupt_final`".into(),
         );
     };
-    let mut handler = Handler::defaults(renderer);
+    let mut handler = HandlerTexts::defaults(renderer);
     for (key, text) in map {
         let text = text
             .as_str()

@@ -1,22 +1,101 @@
 //! Template renderers: minijinja with strict undefined (the default), and
 //! Python `str.format` syntax for prompts ported from LLLM. A template is
 //! compiled once, when its prompt is made; rendering only walks it.
+//!
+//! A program adds its own renderers through the [`Render`] trait
+//! (`lllm::Registry::renderer`); their templates are opaque to us: not
+//! checked before a run, and their variables unknown.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use minijinja::{Environment, UndefinedBehavior};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::suggest::printable;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// A template syntax a prompt file picks with `renderer: NAME` in its front
+/// matter (registered with `lllm::Registry::renderer`). `Err` is the problem,
+/// reported like a built-in renderer's (`prompt `KEY`: …`).
+///
+/// ```
+/// use lllm::prompt::Render;
+/// use serde_json::{Map, Value, json};
+///
+/// /// `$name` placeholders.
+/// struct Dollar;
+/// impl Render for Dollar {
+///     fn render(&self, template: &str, args: &Map<String, Value>) -> Result<String, String> {
+///         let mut text = template.to_string();
+///         for (name, value) in args {
+///             let value = value.as_str().map_or_else(|| value.to_string(), str::to_string);
+///             text = text.replace(&format!("${name}"), &value);
+///         }
+///         match text.find('$') {
+///             Some(at) => Err(format!("no value for the placeholder at byte {at}")),
+///             None => Ok(text),
+///         }
+///     }
+/// }
+/// let args = json!({"who": "owls"}).as_object().cloned().unwrap();
+/// assert_eq!(Dollar.render("Why do $who hunt?", &args).unwrap(), "Why do owls hunt?");
+/// ```
+pub trait Render: Send + Sync + 'static {
+    /// Renders `template` with `args` (the prompt's arguments).
+    fn render(&self, template: &str, args: &Map<String, Value>) -> Result<String, String>;
+}
+
+/// The syntax of a prompt's template.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum Renderer {
+    /// minijinja with strict undefined (the default).
     #[default]
     Jinja,
+    /// Python `str.format` (`{var}`, `{{` / `}}` escapes), for ported prompts.
     Format,
+    /// A renderer registered by name.
+    Custom(NamedRenderer),
+}
+
+impl Renderer {
+    /// The name front matter gives it: `jinja`, `format` or the registered name.
+    pub fn name(&self) -> &str {
+        match self {
+            Renderer::Jinja => "jinja",
+            Renderer::Format => "format",
+            Renderer::Custom(named) => &named.name,
+        }
+    }
+}
+
+/// A renderer registered by name, as a prompt holds it.
+#[derive(Clone)]
+pub struct NamedRenderer {
+    /// The name the prompt's front matter gives.
+    pub name: String,
+    renderer: Arc<dyn Render>,
+}
+
+impl NamedRenderer {
+    /// `renderer` under `name`.
+    pub fn new(name: impl Into<String>, renderer: Arc<dyn Render>) -> NamedRenderer {
+        NamedRenderer {
+            name: name.into(),
+            renderer,
+        }
+    }
+}
+
+impl std::fmt::Debug for NamedRenderer {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "NamedRenderer({})", self.name)
+    }
+}
+
+impl PartialEq for NamedRenderer {
+    fn eq(&self, other: &NamedRenderer) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.renderer, &other.renderer)
+    }
 }
 
 /// A compiled template. Cloning shares the compiled form.
@@ -26,6 +105,8 @@ pub(crate) enum Compiled {
     /// A Jinja template without a single `{`: its text, rendered once.
     Text(Arc<str>),
     Format(Arc<Vec<Segment>>),
+    /// A registered renderer and the template it renders.
+    Custom(Arc<dyn Render>, Arc<str>),
 }
 
 impl std::fmt::Debug for Compiled {
@@ -36,6 +117,7 @@ impl std::fmt::Debug for Compiled {
             Compiled::Format(segments) => {
                 write!(f, "Compiled::Format({} segments)", segments.len())
             }
+            Compiled::Custom(..) => f.write_str("Compiled::Custom"),
         }
     }
 }
@@ -99,9 +181,13 @@ pub(crate) struct Needs {
 /// (every problem, `; `-separated) and, when known, the line of the first.
 pub(crate) fn compile(
     template: &str,
-    renderer: Renderer,
+    renderer: &Renderer,
 ) -> Result<(Compiled, Needs), (String, Option<usize>)> {
     match renderer {
+        Renderer::Custom(named) => Ok((
+            Compiled::Custom(named.renderer.clone(), template.into()),
+            Needs::default(),
+        )),
         Renderer::Jinja => {
             let mut environment = environment();
             environment
@@ -167,6 +253,7 @@ pub(crate) fn render(compiled: &Compiled, args: &Map<String, Value>) -> Result<S
                 .map_err(|error| error_text(&error))
         }
         Compiled::Text(text) => Ok(text.to_string()),
+        Compiled::Custom(renderer, template) => renderer.render(template, args),
         Compiled::Format(segments) => {
             let mut out = String::new();
             for segment in segments.iter() {
@@ -314,7 +401,7 @@ mod tests {
 
     #[track_caller]
     fn vars_case(template: &str, renderer: Renderer, expected: &[&str]) {
-        let (_, needs) = compile(template, renderer).unwrap();
+        let (_, needs) = compile(template, &renderer).unwrap();
         let variables = needs.variables;
         let expected: BTreeSet<String> = expected.iter().map(|name| name.to_string()).collect();
         assert_eq!(variables, expected, "{template}");
@@ -345,21 +432,21 @@ mod tests {
 
     #[track_caller]
     fn render_case(template: &str, renderer: Renderer, values: Value, expected: &str) {
-        let (compiled, _) = compile(template, renderer).unwrap();
+        let (compiled, _) = compile(template, &renderer).unwrap();
         assert_eq!(render(&compiled, &args(values)).unwrap(), expected);
     }
 
     #[test]
     fn plain_text_renders_as_minijinja_would_without_being_walked() {
         for template in ["Answer in one word.", "two lines\nend\n", "", "50% off\r\n"] {
-            let (compiled, _) = compile(template, Renderer::Jinja).unwrap();
+            let (compiled, _) = compile(template, &Renderer::Jinja).unwrap();
             assert!(matches!(compiled, Compiled::Text(_)), "{template:?}");
             let mut environment = Environment::new();
             environment.add_template("t", template).unwrap();
             let expected = environment.get_template("t").unwrap().render(()).unwrap();
             assert_eq!(render(&compiled, &Map::new()).unwrap(), expected);
         }
-        let (compiled, _) = compile("{# note #}text", Renderer::Jinja).unwrap();
+        let (compiled, _) = compile("{# note #}text", &Renderer::Jinja).unwrap();
         assert!(matches!(compiled, Compiled::Jinja(_)));
     }
 
@@ -389,7 +476,7 @@ mod tests {
             "{% set s = namespace(t='x') %}{% for i in range(60) %}{% set s.t = s.t ~ s.t %}{% endfor %}{{ s.t | length }}",
             "{% macro grow(n) %}{{ n }}{{ grow(n) }}{{ grow(n) }}{% endmacro %}{{ grow(1) }}",
         ] {
-            let (compiled, _) = compile(template, Renderer::Jinja).unwrap();
+            let (compiled, _) = compile(template, &Renderer::Jinja).unwrap();
             let error = render(&compiled, &Map::new()).unwrap_err();
             assert!(
                 error == OUT_OF_FUEL || error.contains("recursion"),
@@ -402,7 +489,7 @@ mod tests {
             .collect();
         let (compiled, _) = compile(
             "{% for item in items %}{{ loop.index }}: {{ item.name | upper }} {{ item.score }}\n{% endfor %}",
-            Renderer::Jinja,
+            &Renderer::Jinja,
         )
         .unwrap();
         assert!(render(&compiled, &args(json!({"items": items}))).is_ok());
@@ -410,17 +497,17 @@ mod tests {
 
     #[test]
     fn missing_values_and_bad_templates_are_errors() {
-        let (compiled, _) = compile("{{ missing }}", Renderer::Jinja).unwrap();
+        let (compiled, _) = compile("{{ missing }}", &Renderer::Jinja).unwrap();
         assert!(render(&compiled, &Map::new()).is_err(), "strict undefined");
-        let (compiled, _) = compile("{{ a.b }}", Renderer::Jinja).unwrap();
+        let (compiled, _) = compile("{{ a.b }}", &Renderer::Jinja).unwrap();
         assert!(render(&compiled, &args(json!({"a": {}}))).is_err());
-        let (compiled, _) = compile("{a.b}", Renderer::Format).unwrap();
+        let (compiled, _) = compile("{a.b}", &Renderer::Format).unwrap();
         assert!(render(&compiled, &args(json!({"a": {}}))).is_err());
-        assert!(compile("{{ unclosed", Renderer::Jinja).is_err());
-        assert!(compile("{unclosed", Renderer::Format).is_err());
-        assert!(compile("single } brace", Renderer::Format).is_err());
-        assert!(compile("{}", Renderer::Format).is_err());
-        let (_, line) = compile("ok\nok\n{% if %}", Renderer::Jinja).unwrap_err();
+        assert!(compile("{{ unclosed", &Renderer::Jinja).is_err());
+        assert!(compile("{unclosed", &Renderer::Format).is_err());
+        assert!(compile("single } brace", &Renderer::Format).is_err());
+        assert!(compile("{}", &Renderer::Format).is_err());
+        let (_, line) = compile("ok\nok\n{% if %}", &Renderer::Jinja).unwrap_err();
         assert_eq!(line, Some(3));
     }
 }

@@ -392,7 +392,8 @@ impl Tactic {
         let mut problems = Problems::default();
         let registry = if config.prompts_dir.is_dir() {
             // Every bad prompt file at once; the good ones stay usable.
-            let (registry, load_problems) = Registry::load_all(&config.prompts_dir);
+            let (registry, load_problems) =
+                Registry::load_all_with(&config.prompts_dir, &extensions.named.prompts);
             for problem in load_problems {
                 problems.push(problem);
             }
@@ -402,6 +403,7 @@ impl Tactic {
         };
 
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
+        let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
         let providers = problems
             .take_other(Providers::new(&config.providers, env))
             .map(|providers| match (replacement, dry_run) {
@@ -473,7 +475,7 @@ impl Tactic {
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
                     problems.push_other(format!(
-                        "agent `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
                         agent.name,
                         crate::suggest::hint(tool, toolbox.names())
                     ));
@@ -538,21 +540,25 @@ impl Tactic {
                     .iter()
                     .map(|tool| (tool.name.clone(), "builtin_tools:")),
             )
+            .chain(
+                extensions
+                    .tool_names()
+                    .map(|name| (name.to_string(), "Registry::tool")),
+            )
             .collect();
+        check_handlers(&prompts, extensions, &mut problems);
         let runtime = Arc::new(Runtime {
             toolbox,
             mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
                 .hide_variables(builder.hidden_variables.clone()),
             prices,
             price_warnings: UnknownPriceWarnings::default(),
+            handlers: extensions.named.handlers.clone(),
         });
         let recorded_prompts: BTreeMap<&String, record::PromptInfo> = prompts
             .iter()
             .map(|(key, prompt)| {
-                let info = record::PromptInfo {
-                    sha256: prompt.sha256(),
-                    template: prompt.template.clone(),
-                };
+                let info = record::PromptInfo::of(prompt);
                 (key, info)
             })
             .collect();
@@ -724,7 +730,7 @@ fn check_prompt_tools(
     for tool in &prompt.tools {
         if !toolbox.contains(tool) {
             problems.push_other(format!(
-                "prompt `{}` names tool `{tool}`, which is not defined under `tools:`{}",
+                "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
                 prompt.path,
                 crate::suggest::hint(tool, toolbox.names())
             ));
@@ -747,6 +753,53 @@ fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut P
             "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
             crate::suggest::hint(server, names)
         ));
+    }
+}
+
+/// The registry's Rust tools join the toolbox: one namespace with the YAML's
+/// command and built-in tools (MCP tools are checked when their servers
+/// start), so a name in both is a problem naming both places.
+fn add_registered_tools(
+    mut toolbox: Toolbox,
+    extensions: &Extensions,
+    problems: &mut Problems,
+) -> Toolbox {
+    for (name, tool) in extensions.named.tools.iter() {
+        if toolbox.contains(name) {
+            problems.push_other(format!(
+                "tool `{name}` is both defined in the tactic (`tools:` or `builtin_tools:`) and \
+                 registered by the program (`Registry::tool`); rename one"
+            ));
+            continue;
+        }
+        toolbox.insert(tool.clone());
+    }
+    toolbox
+}
+
+/// Every prompt that names a handler (`handler: NAME`) names a registered one.
+fn check_handlers(
+    prompts: &BTreeMap<String, Arc<Prompt>>,
+    extensions: &Extensions,
+    problems: &mut Problems,
+) {
+    for prompt in prompts.values() {
+        let Some(name) = &prompt.handler_name else {
+            continue;
+        };
+        if extensions.named.handlers.get(name).is_none() {
+            let known: Vec<String> = extensions
+                .handler_names()
+                .map(|name| format!("`{name}`"))
+                .collect();
+            problems.push(format!(
+                "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
+                prompt.path,
+                crate::suggest::printable(name),
+                crate::suggest::hint(name, extensions.handler_names()),
+                known.join(", ")
+            ));
+        }
     }
 }
 

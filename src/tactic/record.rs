@@ -83,10 +83,40 @@ impl<'de> Deserialize<'de> for SharedJson {
     }
 }
 
+/// A prompt as a record keeps it: its template and how replies to it are
+/// parsed, repaired and rendered (names absent when they are the defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PromptInfo {
+    /// Hex SHA-256 of the template.
     pub sha256: String,
+    /// The template as written.
     pub template: String,
+    /// The parser as front matter writes it (`tags`, a mapping, or a
+    /// registered parser's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parser: Option<serde_json::Value>,
+    /// A registered handler's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The renderer's name, unless `jinja`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renderer: Option<String>,
+}
+
+impl PromptInfo {
+    /// What the record keeps of `prompt`.
+    pub fn of(prompt: &crate::prompt::Prompt) -> PromptInfo {
+        PromptInfo {
+            sha256: prompt.sha256(),
+            template: prompt.template.clone(),
+            parser: prompt.parser.as_ref().map(crate::prompt::Parser::to_value),
+            handler: prompt.handler_name.clone(),
+            renderer: match prompt.renderer {
+                crate::prompt::Renderer::Jinja => None,
+                ref other => Some(other.name().to_string()),
+            },
+        }
+    }
 }
 
 /// One finished flow step: which agent call produced it.

@@ -7,6 +7,7 @@
 
 mod builtin;
 mod command;
+mod function;
 mod mcp;
 mod mcp_servers;
 mod process;
@@ -21,13 +22,20 @@ use crate::provider::ToolSpec;
 
 pub use builtin::BuiltinTool;
 pub use command::CommandTool;
+pub use function::{FunctionTool, ToolFunction};
 pub use mcp::{McpServer, McpTool};
 pub use mcp_servers::McpServers;
 
 /// A callable tool. `Ok` is the result text the model sees; `Err` is an error
 /// message the model sees (a failed tool is an outcome, not an abort).
+///
+/// Implement it for a stateful tool and register it with
+/// `lllm::Registry::tool_impl`; a plain async function needs no impl
+/// (`lllm::Registry::tool`).
 pub trait Tool: Send + Sync {
+    /// The name, description and parameter schema the model is offered.
     fn spec(&self) -> &ToolSpec;
+    /// Runs the tool with the model's arguments (a JSON object).
     fn call<'a>(
         &'a self,
         arguments: &'a Map<String, Value>,
@@ -41,18 +49,22 @@ pub struct Toolbox {
 }
 
 impl Toolbox {
+    /// Adds `tool` under its spec's name (replacing one of that name).
     pub fn insert(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name.clone(), tool);
     }
 
+    /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// Whether a tool is named `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.tools.contains_key(name)
     }
 
+    /// The names, in the order the tools were added.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
