@@ -21,6 +21,7 @@ pub mod replay;
 pub mod report;
 pub mod suggest;
 pub mod tactic;
+pub(crate) mod time;
 pub mod tool;
 
 pub use registry::Registry;

@@ -172,6 +172,7 @@ mod optional_millis {
 
 pub mod anthropic;
 pub mod budget;
+pub mod digest;
 pub mod dry_run;
 pub mod endpoints;
 pub mod exchange;
