@@ -228,6 +228,43 @@ impl Dialog {
         Ok(self.append(message))
     }
 
+    /// Renders the prompt registered under `key` with `args`, appends it and
+    /// makes it the top prompt: the seeds' `put_prompt("writer/draft", …)`.
+    /// An unknown key is an error that names it, with a "did you mean" when a
+    /// registered key is close; nothing is appended.
+    ///
+    /// ```
+    /// use lllm::dialog::{Dialog, Role};
+    /// use lllm::prompt::{Prompt, Registry};
+    /// use serde_json::{Map, Value, json};
+    ///
+    /// let mut registry = Registry::empty();
+    /// registry.insert(Prompt::new("writer/draft", "Write about {{ topic }}.")?);
+    /// let mut dialog = Dialog::new("writer", "main");
+    /// let args: Map<String, Value> = [("topic".to_string(), json!("owls"))].into_iter().collect();
+    /// dialog.put_prompt_key("writer/draft", &registry, &args, Role::User, "user", Map::new())?;
+    /// assert_eq!(dialog.tail().unwrap().content, "Write about owls.");
+    ///
+    /// let error = dialog
+    ///     .put_prompt_key("writer/drfat", &registry, &args, Role::User, "user", Map::new())
+    ///     .unwrap_err();
+    /// assert_eq!(error.to_string(), "unknown prompt `writer/drfat`; did you mean `writer/draft`?");
+    /// assert_eq!(dialog.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_prompt_key(
+        &mut self,
+        key: &str,
+        registry: &Registry,
+        args: &Map<String, Value>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> Result<&Message> {
+        let prompt = Arc::new(registry.get(key)?.clone());
+        self.put_prompt(prompt, args, role, name, metadata)
+    }
+
     /// Appends raw text; the next turn is governed by a bare prompt (no parser,
     /// no format, no prompt tools).
     pub fn put_text(
@@ -425,16 +462,25 @@ impl Dialog {
         }
     }
 
-    /// Rebuilds a dialog; the top prompt is looked up in `registry` and left unset
-    /// when it is not there (a bare `__text` prompt is recreated).
+    /// Rebuilds a dialog from its record form. The top prompt is looked up in
+    /// `registry`; when there is no registry or the key is not in it, a
+    /// stand-in keeps the key (a bare prompt under that path: no parser,
+    /// format or tools) so that writing the dialog again loses nothing, and
+    /// [`Dialog::restore_top_prompt`] can put the real one back. The bare
+    /// `__text` prompt of a `put_text` turn is recreated as it was.
+    ///
+    /// The record must hold all its messages: one from a session record that
+    /// shares its parent's first messages (`inherited > 0`) keeps only the rest;
+    /// run [`expand_shared_prefixes`] over the record's dialogs first.
     pub fn from_record(record: DialogRecord, registry: Option<&Registry>) -> Dialog {
-        let top_prompt = record.top_prompt_path.as_deref().and_then(|path| {
+        let top_prompt = record.top_prompt_path.as_deref().map(|path| {
             if path == TEXT_PROMPT {
-                return Some(text_prompt());
+                return text_prompt();
             }
-            registry
-                .and_then(|registry| registry.get(path).ok())
-                .map(|prompt| Arc::new(prompt.clone()))
+            match registry.and_then(|registry| registry.get(path).ok()) {
+                Some(prompt) => Arc::new(prompt.clone()),
+                None => Arc::new(Prompt::bare(path)),
+            }
         });
         Dialog {
             session_name: record.session_name,
@@ -443,6 +489,47 @@ impl Dialog {
             tree_node: record.tree_node,
             messages: record.messages,
         }
+    }
+}
+
+impl Dialog {
+    /// Replaces the top prompt with the one `registry` holds under its key:
+    /// what a dialog read from JSON needs before it governs another turn
+    /// (its JSON carries the key, not the template). No top prompt, or the
+    /// bare `__text` one, is left as it is; an unknown key is an error with a
+    /// "did you mean" and changes nothing.
+    pub fn restore_top_prompt(&mut self, registry: &Registry) -> Result<()> {
+        let Some(path) = self.top_prompt.as_ref().map(|prompt| prompt.path.clone()) else {
+            return Ok(());
+        };
+        if path != TEXT_PROMPT {
+            self.top_prompt = Some(Arc::new(registry.get(&path)?.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// A dialog reads back from the JSON it is written as (its [`DialogRecord`]
+/// form): messages, ids, parent and children, split point, session name,
+/// owner and the top prompt's key (see [`Dialog::from_record`] for what
+/// stands in for the prompt itself). A record that shares messages with its
+/// parent (`inherited` > 0, as session records write forks) is refused: it
+/// does not hold the whole dialog.
+impl<'de> Deserialize<'de> for Dialog {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Dialog, D::Error> {
+        let record = DialogRecord::deserialize(deserializer)?;
+        if record.inherited != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "dialog `{}` holds only the messages after the first {} of its parent dialog `{}`; \
+                 read it with the session record's other dialogs (`expand_shared_prefixes`)",
+                record.tree_node.dialog_id,
+                record.inherited,
+                record.tree_node.parent_id.as_deref().unwrap_or("?"),
+            )));
+        }
+        Ok(Dialog::from_record(record, None))
     }
 }
 
