@@ -32,6 +32,11 @@ pub struct TacticConfig {
     pub flow: Vec<FlowItem>,
     pub result: Option<String>,
     pub pricing: Option<Value>,
+    /// `max_workers`: how many tasks `Tactic::bcall` / `ccall` run at once
+    /// when the call does not set its own concurrency (the seeds'
+    /// `Tactic(max_workers=4)`). That and nothing more: `lllm run` runs one
+    /// task, and `lllm batch` takes its concurrency from `-j`.
+    pub max_workers: Option<usize>,
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
     pub resolved: Value,
@@ -55,7 +60,6 @@ pub struct AgentConfig {
     pub max_llm_recall: u32,
     pub context_manager: Option<ContextManagerConfig>,
     pub api_type: ApiType,
-    pub stream: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -499,6 +503,17 @@ pub(super) fn resolve(
         flow,
         result: raw.result,
         pricing: raw.pricing,
+        max_workers: raw
+            .max_workers
+            .as_ref()
+            .filter(|value| !value.is_null())
+            .and_then(|value| {
+                numbers::MAX_WORKERS
+                    .check(value)
+                    .map_err(|problem| problems.push(problem))
+                    .ok()
+            })
+            .map(|workers| workers as usize),
         warnings,
         resolved,
         model_override: None,
@@ -642,6 +657,14 @@ fn agent_config(
             ));
         }
     };
+    // Accepted once and never used; streaming is chosen per run, not per agent.
+    if agent.stream.is_some() {
+        return Err(format!(
+            "agent `{name}`: `stream` is not an agent setting; hint: streaming is chosen per \
+             run (`lllm run --stream` shows the final turn as it arrives) or per call in code, \
+             so remove it"
+        ));
+    }
     let api_type = match agent.api_type.as_deref() {
         None | Some("completion") => ApiType::Completion,
         Some("response") => ApiType::Response,
@@ -662,7 +685,6 @@ fn agent_config(
         max_llm_recall: max_llm_recall.unwrap_or(3),
         context_manager,
         api_type,
-        stream: agent.stream.unwrap_or(false),
         name,
     })
 }

@@ -8,6 +8,7 @@ mod builtins;
 mod check;
 mod expression;
 mod parser;
+mod placeholders;
 mod registry;
 pub(crate) mod render;
 
@@ -105,7 +106,6 @@ pub struct Prompt {
     pub format: Option<Value>,
     pub tools: Vec<String>,
     pub mcp_servers: Vec<String>,
-    pub addon_args: Map<String, Value>,
     pub handler: Handler,
     pub renderer: Renderer,
     compiled: Compiled,
@@ -142,7 +142,6 @@ impl Prompt {
             format: None,
             tools: Vec::new(),
             mcp_servers: Vec::new(),
-            addon_args: Map::new(),
             handler: Handler::defaults(renderer),
             renderer,
             compiled,
@@ -285,7 +284,6 @@ impl Prompt {
             "metadata": self.metadata,
             "tools": self.tools,
             "mcp_servers": self.mcp_servers,
-            "addon_args": self.addon_args,
             "has_parser": self.parser.is_some(),
             "has_format": self.format.is_some(),
         })
@@ -330,7 +328,6 @@ impl Prompt {
         if !keep_tools {
             prompt.tools.clear();
             prompt.mcp_servers.clear();
-            prompt.addon_args.clear();
         }
         prompt
     }

@@ -36,6 +36,8 @@ pub struct Registry {
     prompts: BTreeMap<String, Prompt>,
     /// Keys of files that failed to load (their problem was reported).
     broken: BTreeSet<String>,
+    /// What loading found suspicious but usable, one line each.
+    warnings: Vec<String>,
 }
 
 impl Registry {
@@ -67,6 +69,7 @@ impl Registry {
             directory: Some(directory.to_path_buf()),
             prompts: BTreeMap::new(),
             broken: BTreeSet::new(),
+            warnings: Vec::new(),
         };
         let mut origins: BTreeMap<String, PathBuf> = BTreeMap::new();
         for (file, unreadable) in files {
@@ -94,8 +97,21 @@ impl Registry {
                 Some(problem) => Err(problem),
                 None => read_prompt(&file),
             };
-            match read.and_then(|text| parse_file(&key, &text, &file)) {
-                Ok(prompt) => {
+            match read.and_then(|text| {
+                let prompt = parse_file(&key, &text, &file)?;
+                Ok((prompt, text))
+            }) {
+                Ok((prompt, text)) => {
+                    let template_line = split_front_matter(&text).map_or(1, |(_, template)| {
+                        text[..text.len() - template.len()].lines().count() + 1
+                    });
+                    registry
+                        .warnings
+                        .extend(super::placeholders::python_placeholder_warning(
+                            &prompt,
+                            &file.display().to_string(),
+                            template_line,
+                        ));
                     registry.prompts.insert(key, prompt);
                 }
                 Err(error) => {
@@ -127,6 +143,15 @@ impl Registry {
             };
             Error::UnknownPrompt { key: key.to_string(), hint }
         })
+    }
+
+    /// What loading found suspicious but usable, one line each naming the
+    /// file and line: a Jinja prompt holding a Python `{name}` placeholder
+    /// and no Jinja tag (it would be sent literally; `renderer: format` or
+    /// `{{ name }}` fixes it). `lllm run`, `batch` and `replay --rerun` print
+    /// them as warnings.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     pub fn insert(&mut self, prompt: Prompt) {
@@ -345,11 +370,16 @@ fn parse_file(key: &str, text: &str, file: &Path) -> Result<Prompt> {
             .cloned()
             .ok_or_else(|| invalid("`metadata` must be a mapping".into()))?;
     }
-    if let Some(addon_args) = front.get("addon_args") {
-        prompt.addon_args = addon_args
-            .as_object()
-            .cloned()
-            .ok_or_else(|| invalid("`addon_args` must be a mapping".into()))?;
+    if front.contains_key("addon_args") {
+        // The Python framework's provider add-ons (`web_search`,
+        // `computer_use`) were never sent by lllm; refusing them beats a run
+        // that silently lacks the search the prompt counts on.
+        return Err(invalid(
+            "`addon_args` (the Python framework's provider add-ons such as `web_search` or \
+             `computer_use`) are not supported; hint: remove them, and pass a provider's own \
+             request options through the agent's `model_args`"
+                .into(),
+        ));
     }
     if let Some(handler) = front.get("handler") {
         prompt.handler = handler_texts(handler, renderer).map_err(invalid)?;
@@ -596,6 +626,69 @@ mod tests {
         bad_case(
             &[("a.md", "---\nrenderer: mako\n---\nx")],
             &["`renderer: mako`"],
+        );
+    }
+
+    #[test]
+    fn addon_args_are_refused_and_python_placeholders_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ported")).unwrap();
+        std::fs::write(
+            root.join("search.md"),
+            "---\naddon_args: {web_search: true}\n---\nFind {{ topic }}.",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("ported/summary.md"),
+            "---\nmetadata: {origin: python}\n---\nSummarize this.\nFor {audience}.",
+        )
+        .unwrap();
+        std::fs::write(root.join("ported/plain.txt"), "Hello {name}").unwrap();
+        std::fs::write(
+            root.join("ported/format.md"),
+            "---\nrenderer: format\n---\nFor {audience}.",
+        )
+        .unwrap();
+        let (registry, problems) = Registry::load_all(root);
+        let root = root.display().to_string();
+        let problems: Vec<String> = problems
+            .iter()
+            .map(|problem| problem.to_string().replace(&root, "ROOT"))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "ROOT/search.md: `addon_args` (the Python framework's provider add-ons such as \
+              `web_search` or `computer_use`) are not supported; hint: remove them, and pass a \
+              provider's own request options through the agent's `model_args`"
+            ]
+        );
+        let warnings: Vec<String> = registry
+            .warnings()
+            .iter()
+            .map(|warning| warning.replace(&root, "ROOT"))
+            .collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .starts_with("ROOT/ported/plain.txt:1: prompt `ported/plain` holds `{name}`"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with(
+                "ROOT/ported/summary.md:5: prompt `ported/summary` holds `{audience}`"
+            ),
+            "{warnings:?}"
+        );
+        // Sent literally, as the warning says.
+        assert_eq!(
+            registry
+                .get("ported/summary")
+                .unwrap()
+                .render(&Map::new())
+                .unwrap(),
+            "Summarize this.\nFor {audience}."
         );
     }
 }

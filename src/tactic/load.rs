@@ -62,7 +62,11 @@ pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Resu
             config.override_prices(prices.clone());
         }
     };
-    load_config(path, adjust, &builder, task)
+    let tactic = load_config(path, adjust, &builder, task)?;
+    for warning in tactic.registry.warnings() {
+        (options.warn)(warning);
+    }
+    Ok(tactic)
 }
 
 /// `load` for a tactic file with `adjust` applied to its config (overrides,

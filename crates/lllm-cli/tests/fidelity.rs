@@ -1,0 +1,115 @@
+//! Where lllm meets prompts and tactics ported from the Python framework:
+//! `{var}` placeholders under the Jinja renderer are warned about, keys lllm
+//! does not honour (`addon_args`, an agent's `stream`) are refused before
+//! anything runs (exit 2), and `max_workers` is checked.
+
+mod common;
+
+use common::Test;
+
+const TACTIC: &str = "global: {model_name: mock/echo}
+agent_configs:
+  - name: writer
+flow:
+  - {step: draft, agent: writer, prompt: ported/summary, args: {topic: owls}}
+";
+
+#[test]
+fn a_python_placeholder_under_jinja_is_a_warning_naming_file_line_and_fixes() {
+    let test = Test::new().file("t.yaml", TACTIC).file(
+        "prompts/ported/summary.md",
+        "---\nmetadata: {origin: python}\n---\nSummarize the notes.\nOn {topic}, please.\n",
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "notes", "--dry-run"]);
+    output.expect_code(0);
+    assert!(
+        output.stderr.contains(
+            "/prompts/ported/summary.md:5: prompt `ported/summary` holds `{topic}`, a Python \
+             `str.format` placeholder that Jinja sends literally; add `renderer: format` to its \
+             front matter or write `{{ topic }}`"
+        ),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.starts_with("warning: "), "{}", output.stderr);
+    // What the warning says happens: the placeholder goes out as written.
+    assert!(
+        output.stdout.contains("On {topic}, please."),
+        "{}",
+        output.stdout
+    );
+
+    // Either fix silences it and renders the value.
+    for fixed in [
+        "---\nrenderer: format\n---\nSummarize the notes.\nOn {topic}, please.\n",
+        "Summarize the notes.\nOn {{ topic }}, please.\n",
+    ] {
+        let test = Test::new()
+            .file("t.yaml", TACTIC)
+            .file("prompts/ported/summary.md", fixed);
+        let output = test.run(&["run", "t.yaml", "--task", "notes", "--dry-run"]);
+        output.expect_code(0);
+        assert!(!output.stderr.contains("warning"), "{}", output.stderr);
+        assert!(
+            output.stdout.contains("On owls, please."),
+            "{}",
+            output.stdout
+        );
+    }
+}
+
+#[test]
+fn addon_args_and_an_agent_stream_key_are_refused_before_anything_runs() {
+    let test = Test::new().file("t.yaml", TACTIC).file(
+        "prompts/ported/summary.md",
+        "---\naddon_args: {web_search: true}\n---\nOn {{ topic }}.\n",
+    );
+    let output = test.run(&["run", "t.yaml", "--task", "notes"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains(
+            "summary.md: `addon_args` (the Python framework's provider add-ons such as \
+             `web_search` or `computer_use`) are not supported; hint: remove them"
+        ),
+        "{}",
+        output.stderr
+    );
+    assert!(!test.path("runs").exists(), "nothing ran, nothing recorded");
+
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            &TACTIC.replace("  - name: writer\n", "  - name: writer\n    stream: true\n"),
+        )
+        .file("prompts/ported/summary.md", "On {{ topic }}.\n");
+    let output = test.run(&["run", "t.yaml", "--task", "notes"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("agent `writer`: `stream` is not an agent setting; hint:"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn max_workers_out_of_range_is_a_config_error() {
+    let test = Test::new()
+        .file("t.yaml", &format!("max_workers: -1\n{TACTIC}"))
+        .file("prompts/ported/summary.md", "On {{ topic }}.\n");
+    let output = test.run(&["run", "t.yaml", "--task", "notes"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("`max_workers: -1` must be a whole number from 1 to 100000 (tasks at once)"),
+        "{}",
+        output.stderr
+    );
+    let test = Test::new()
+        .file("t.yaml", &format!("max_workers: 4\n{TACTIC}"))
+        .file("prompts/ported/summary.md", "On {{ topic }}.\n");
+    test.run(&["run", "t.yaml", "--task", "notes"])
+        .expect_code(0);
+}
