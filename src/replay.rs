@@ -408,6 +408,10 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
 fn message_line(position: usize, message: &Message) -> String {
     let content = match message.modality {
         Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+        Modality::Text if message.is_multipart() => {
+            let parts: Vec<String> = message.parts.iter().map(|part| part.to_string()).collect();
+            one_line(&parts.join(" "), 120)
+        }
         Modality::Text => one_line(&message.content, 120),
     };
     let calls = if message.is_function_call() {

@@ -21,7 +21,8 @@ const IMAGE_CAP: u64 = 20 << 20;
 
 pub use cost::InvokeCost;
 pub use message::{
-    ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob, sanitize_name,
+    ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
+    TopLogprob, sanitize_name,
 };
 pub use tree::{DialogTreeNode, new_dialog_id};
 
@@ -280,6 +281,39 @@ impl Dialog {
         self.append(message)
     }
 
+    /// Appends a multipart message (text and images, seed 000: content as a
+    /// list of parts); like `put_text`, the next turn is governed by a bare
+    /// prompt. Providers send the parts in their own form.
+    ///
+    /// ```
+    /// use lllm::dialog::{ContentPart, Dialog, ImageSource, Role};
+    /// use serde_json::Map;
+    ///
+    /// let mut dialog = Dialog::new("vision", "main");
+    /// let owl = ContentPart::image(ImageSource::Bytes(b"GIF89a..."))?;
+    /// let message = dialog.put_parts(
+    ///     vec![ContentPart::text("Which bird is this?"), owl],
+    ///     Role::User,
+    ///     "user",
+    ///     Map::new(),
+    /// );
+    /// assert_eq!(message.content, "Which bird is this?");
+    /// assert_eq!(message.parts[1].to_string(), "<image image/gif>");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_parts(
+        &mut self,
+        parts: Vec<ContentPart>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> &Message {
+        let mut message = Message::with_parts(role, name, parts);
+        message.metadata = metadata;
+        self.top_prompt = Some(text_prompt());
+        self.append(message)
+    }
+
     /// Appends an image; its media type comes from its magic bytes (D10).
     pub fn put_image(
         &mut self,
@@ -290,39 +324,7 @@ impl Dialog {
         metadata: Map<String, Value>,
     ) -> Result<&Message> {
         let engine = base64::engine::general_purpose::STANDARD;
-        let (origin, bytes) = match image {
-            ImageSource::Path(path) => {
-                // A regular file of at most the size the APIs take (OpenAI's
-                // 20 MB per image): a pipe or a device never blocks a run.
-                let (bytes, size) =
-                    crate::file::read_regular(path, IMAGE_CAP + 1).map_err(|source| {
-                        Error::ImageRead {
-                            path: path.display().to_string(),
-                            source,
-                        }
-                    })?;
-                if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
-                    return Err(Error::ImageRead {
-                        path: path.display().to_string(),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!("{size} bytes, more than the 20 MiB an image may have"),
-                        ),
-                    });
-                }
-                (format!("`{}`", path.display()), bytes)
-            }
-            ImageSource::Base64(text) => {
-                let bytes = engine
-                    .decode(text.trim())
-                    .map_err(|error| Error::ImageBase64 {
-                        origin: "string".into(),
-                        message: error.to_string(),
-                    })?;
-                ("string".to_string(), bytes)
-            }
-            ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
-        };
+        let (origin, bytes) = read_image(image)?;
         let mime = image_mime_type(&bytes).ok_or_else(|| Error::ImageFormat {
             origin,
             header: bytes.iter().take(8).copied().collect(),
@@ -385,6 +387,11 @@ impl Dialog {
         for (index, message) in self.messages.iter().enumerate() {
             let preview = match message.modality {
                 Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+                Modality::Text if message.is_multipart() => {
+                    let parts: Vec<String> =
+                        message.parts.iter().map(|part| part.to_string()).collect();
+                    preview(&parts.join(" "), max_length)
+                }
                 Modality::Text => preview(&message.content, max_length),
             };
             let calls = if message.function_calls.is_empty() {
@@ -540,6 +547,45 @@ impl Serialize for Dialog {
     ) -> std::result::Result<S::Ok, S::Error> {
         self.to_record().serialize(serializer)
     }
+}
+
+/// The bytes of an image and where they came from (for messages): a path is
+/// read when it names a regular file of at most 20 MiB.
+fn read_image(image: ImageSource<'_>) -> Result<(String, Vec<u8>)> {
+    let engine = base64::engine::general_purpose::STANDARD;
+    Ok(match image {
+        ImageSource::Path(path) => {
+            // A regular file of at most the size the APIs take (OpenAI's
+            // 20 MB per image): a pipe or a device never blocks a run.
+            let (bytes, size) =
+                crate::file::read_regular(path, IMAGE_CAP + 1).map_err(|source| {
+                    Error::ImageRead {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?;
+            if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
+                return Err(Error::ImageRead {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{size} bytes, more than the 20 MiB an image may have"),
+                    ),
+                });
+            }
+            (format!("`{}`", path.display()), bytes)
+        }
+        ImageSource::Base64(text) => {
+            let bytes = engine
+                .decode(text.trim())
+                .map_err(|error| Error::ImageBase64 {
+                    origin: "string".into(),
+                    message: error.to_string(),
+                })?;
+            ("string".to_string(), bytes)
+        }
+        ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
+    })
 }
 
 /// The key of the bare prompt that governs the turn after `put_text`.

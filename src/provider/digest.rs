@@ -22,6 +22,16 @@ pub fn request_sha256(request: &ChatRequest<'_>) -> String {
         feed(message.role.as_str());
         feed(&message.name);
         feed(&message.content);
+        // Only multipart messages feed more, so older records' digests hold.
+        for part in &message.parts {
+            match part {
+                crate::dialog::ContentPart::Text { text } => feed(text),
+                crate::dialog::ContentPart::ImageUrl { image_url } => {
+                    feed(&image_url.url);
+                    feed(image_url.detail.as_deref().unwrap_or(""));
+                }
+            }
+        }
         feed(message.tool_call_id().unwrap_or(""));
         for call in &message.function_calls {
             feed(&call.id);

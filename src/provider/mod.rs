@@ -180,6 +180,8 @@ pub mod http;
 pub mod limit;
 pub mod mock;
 pub mod models;
+#[cfg(test)]
+mod multipart_tests;
 pub mod openai;
 pub mod pricing;
 pub mod rate_headers;
