@@ -113,3 +113,53 @@ fn max_workers_out_of_range_is_a_config_error() {
     test.run(&["run", "t.yaml", "--task", "notes"])
         .expect_code(0);
 }
+
+#[test]
+fn replay_renders_a_multipart_message_written_in_the_python_form() {
+    let test = Test::new()
+        .file("t.yaml", TACTIC)
+        .file("prompts/ported/summary.md", "On {{ topic }}.\n");
+    test.run(&["run", "t.yaml", "--task", "notes", "--record", "run.json"])
+        .expect_code(0);
+    // The user turn becomes text and two images, as the Python framework
+    // writes content parts.
+    let mut record = test.read_json("run.json");
+    let dialog = &mut record["dialogs"][0];
+    let user = dialog["messages"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|message| message["role"] == "user")
+        .unwrap();
+    user["content"] = serde_json::json!([
+        {"type": "text", "text": "On owls."},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/owl.jpg"}},
+    ]);
+    std::fs::write(test.path("edited.json"), record.to_string()).unwrap();
+    let output = test.run(&["replay", "edited.json"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("On owls. <image image/png> <image https://example.com/owl.jpg>"),
+        "{}",
+        output.stdout
+    );
+    // `--json` writes it back with its parts.
+    let output = test.run(&["replay", "edited.json", "--json"]);
+    output.expect_code(0);
+    let written: serde_json::Value = serde_json::from_str(&output.stdout).unwrap();
+    let user = written["dialogs"][0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|message| message["role"] == "user")
+        .unwrap();
+    assert_eq!(user["content"], "On owls.");
+    assert_eq!(user["parts"][0]["text"], "On owls.");
+    assert_eq!(
+        user["parts"][2]["image_url"]["url"],
+        "https://example.com/owl.jpg"
+    );
+}
