@@ -14,14 +14,20 @@ use super::cost::InvokeCost;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The instructions that open a dialog.
     System,
+    /// A user's (or the tactic's) turn.
     User,
+    /// A model's reply, possibly with tool calls.
     Assistant,
+    /// A tool's result, answering one tool call.
     Tool,
+    /// A tool request as its own message (older records; see above).
     ToolCall,
 }
 
 impl Role {
+    /// The role as providers and records write it: `system`, `user`, …
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -41,9 +47,12 @@ impl std::fmt::Display for Role {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// What a message's `content` holds.
 pub enum Modality {
     #[default]
+    /// Text.
     Text,
+    /// Base64 image bytes (`put_image`); the media type is in `metadata.mime_type`.
     Image,
 }
 
@@ -58,7 +67,9 @@ impl Modality {
 #[serde(rename_all = "snake_case")]
 pub enum ApiType {
     #[default]
+    /// Chat completions (and every other provider).
     Completion,
+    /// OpenAI's Responses API.
     Response,
 }
 
@@ -71,7 +82,9 @@ impl ApiType {
 /// One alternative token and its log probability.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopLogprob {
+    /// The token.
     pub token: String,
+    /// Its log probability.
     pub logprob: f64,
 }
 
@@ -79,9 +92,13 @@ pub struct TopLogprob {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TokenLogprob {
+    /// The token.
     pub token: Option<String>,
+    /// Its log probability.
     pub logprob: Option<f64>,
+    /// Its UTF-8 bytes, when the provider gives them.
     pub bytes: Option<Vec<u8>>,
+    /// The most likely alternatives at this position.
     pub top_logprobs: Vec<TopLogprob>,
 }
 
@@ -89,14 +106,20 @@ pub struct TokenLogprob {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FunctionCall {
+    /// The provider's id for the call; its result answers this id.
     pub id: String,
+    /// The tool's name.
     pub name: String,
+    /// The arguments, when the model wrote a JSON object.
     pub arguments: Map<String, Value>,
     /// The model's argument text when it was not a JSON object (D8); `arguments`
     /// is then empty and the call is answered with a tool-result error.
     pub raw_arguments: Option<String>,
+    /// The tool's result as a value, once executed.
     pub result: Option<Value>,
+    /// The result text the model is shown.
     pub result_str: Option<String>,
+    /// Why the call failed, when it did (the model is shown this instead).
     pub error_message: Option<String>,
 }
 
@@ -134,6 +157,7 @@ impl FunctionCall {
         }
     }
 
+    /// Whether the call ran and produced a result.
     pub fn success(&self) -> bool {
         self.error_message.is_none() && self.result_str.is_some()
     }
@@ -145,6 +169,7 @@ impl FunctionCall {
             && self.arguments == other.arguments
     }
 
+    /// Whether `calls` holds the same tool with the same arguments.
     pub fn is_repeated(&self, calls: &[FunctionCall]) -> bool {
         calls.iter().any(|call| self.equals(call))
     }
@@ -297,32 +322,60 @@ impl std::fmt::Display for ContentPart {
 /// `parts`, which providers send instead of `content`, and `content` is then
 /// the text of its text parts. A message written by the Python framework
 /// with a list as its `content` reads as such a message.
+///
+/// ```
+/// use lllm::dialog::{FunctionCall, Message, Role};
+///
+/// let mut reply = Message::assistant("coder", "");
+/// reply.function_calls.push(FunctionCall::from_model("call_1", "grep", r#"{"q": "owl"}"#));
+/// assert!(reply.is_function_call());
+/// let result = Message::tool("grep", "call_1", "3 matches");
+/// assert_eq!((result.role, result.tool_call_id()), (Role::Tool, Some("call_1")));
+///
+/// // Every field round-trips; empty ones are left out of the JSON.
+/// let json = serde_json::to_string(&reply)?;
+/// assert_eq!(serde_json::from_str::<Message>(&json)?, reply);
+/// assert_eq!(Message::user("hi").cost().total_tokens, 0);
+/// assert_eq!(Message::new(Role::User, "ann lee", "hi").sanitized_name(), "ann_lee");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(from = "MessageFields")]
 pub struct Message {
+    /// Who speaks.
     pub role: Role,
     /// Text, or base64 image bytes when `modality` is `Image`.
     pub content: String,
+    /// The speaker's name: `user`, an agent's name, a tool's name.
     pub name: String,
     // Empty and default fields are left out of records (they are most of a
     // message) and read back as their defaults.
     #[serde(default, skip_serializing_if = "Modality::is_text")]
+    /// Text, or an image in `content`.
     pub modality: Modality,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The tools the model asked to call, with their results once run.
     pub function_calls: Vec<FunctionCall>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// The prompt parser's output for this reply (always with `raw`).
     pub parsed: Map<String, Value>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// The provider's token usage, as it reported it.
     pub usage: Map<String, Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The model that wrote the reply.
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Log probabilities, when asked for (`model_args: {logprobs: true}`).
     pub logprobs: Vec<TokenLogprob>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// Anything else: `dialog_id`, `tool_call_id`, `mime_type`, `finish_reason`, …
     pub metadata: Map<String, Value>,
     #[serde(default, skip_serializing_if = "ApiType::is_completion")]
+    /// Which OpenAI API family produced it.
     pub api_type: ApiType,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Embedding vectors (kept and written; nothing computes them yet).
     pub vectors: Vec<f64>,
     /// The parts of a multipart message (empty for a plain one); sent in
     /// place of `content` to user turns.
@@ -432,6 +485,7 @@ fn parts_text(parts: &[ContentPart]) -> String {
 }
 
 impl Message {
+    /// A text message.
     pub fn new(role: Role, name: impl Into<String>, content: impl Into<String>) -> Message {
         Message {
             role,
@@ -463,14 +517,17 @@ impl Message {
         !self.parts.is_empty()
     }
 
+    /// A system message named `system`.
     pub fn system(content: impl Into<String>) -> Message {
         Message::new(Role::System, "system", content)
     }
 
+    /// A user message named `user`.
     pub fn user(content: impl Into<String>) -> Message {
         Message::new(Role::User, "user", content)
     }
 
+    /// A reply from the agent `name`.
     pub fn assistant(name: impl Into<String>, content: impl Into<String>) -> Message {
         Message::new(Role::Assistant, name, content)
     }
@@ -488,6 +545,7 @@ impl Message {
         message
     }
 
+    /// What the reply cost, from its `usage` (prices are applied by the agent loop).
     pub fn cost(&self) -> InvokeCost {
         InvokeCost::from_usage(&self.usage)
     }
@@ -540,6 +598,7 @@ impl Message {
         })
     }
 
+    /// Whether the model asked for tool calls.
     pub fn is_function_call(&self) -> bool {
         !self.function_calls.is_empty()
     }
@@ -550,6 +609,7 @@ impl Message {
         sanitize_name(&self.name)
     }
 
+    /// The id of the tool call a tool result answers.
     pub fn tool_call_id(&self) -> Option<&str> {
         self.metadata.get("tool_call_id").and_then(Value::as_str)
     }
@@ -560,6 +620,7 @@ impl Message {
     }
 }
 
+/// `name` as providers accept it: `[A-Za-z0-9_-]`, at most 64 characters.
 pub fn sanitize_name(name: &str) -> String {
     name.chars()
         .map(|c| {

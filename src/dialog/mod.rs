@@ -26,27 +26,48 @@ pub use message::{
 };
 pub use tree::{DialogTreeNode, new_dialog_id};
 
+/// What can go wrong putting a message into a dialog.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The prompt did not render, or its key is not in the registry.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
+    /// An image file could not be read (missing, not a regular file, too big).
     #[error("cannot read image `{path}`: {source}")]
     ImageRead {
+        /// The file.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// The bytes are not an image a provider takes.
     #[error("image {origin} is not PNG, JPEG, WebP or GIF (starts with {header:02x?})")]
-    ImageFormat { origin: String, header: Vec<u8> },
+    ImageFormat {
+        /// Where the bytes came from (`` `path` ``, `string`, `bytes`).
+        origin: String,
+        /// Their first bytes.
+        header: Vec<u8>,
+    },
+    /// Base64 text that does not decode.
     #[error("image {origin} is not valid base64: {message}")]
-    ImageBase64 { origin: String, message: String },
+    ImageBase64 {
+        /// Where the text came from.
+        origin: String,
+        /// The decoder's complaint.
+        message: String,
+    },
 }
 
+/// A dialog operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Where an image comes from.
+/// Where an image comes from (seed: `put_image` takes a path, base64 or bytes).
 pub enum ImageSource<'a> {
+    /// A file, read when the image is put (a regular file of at most 20 MiB).
     Path(&'a Path),
+    /// Base64 text of the image's bytes.
     Base64(&'a str),
+    /// The image's bytes.
     Bytes(&'a [u8]),
 }
 
@@ -55,11 +76,46 @@ pub enum ImageSource<'a> {
 /// `top_prompt` is the calling convention of the next turn: `put_prompt` sets it
 /// to the prompt it rendered, `put_text` to a bare prompt (no parser, no tools),
 /// `put_image` leaves it alone.
+///
+/// The seeds' walkthrough: a system prompt, a user turn, a fork that keeps
+/// the first message and the last one, and the tree they make. An agent
+/// normally does this through `open`, `receive` and `fork`; the dialog is
+/// the record underneath.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lllm::dialog::{Dialog, Role};
+/// use lllm::prompt::Prompt;
+/// use serde_json::Map;
+///
+/// let system = Arc::new(Prompt::new("assistant/system", "You are concise.")?);
+/// let mut dialog = Dialog::new("assistant", "demo");
+/// dialog.put_prompt(system, &Map::new(), Role::System, "system", Map::new())?;
+/// dialog.put_text("Explain the native dialog model.", Role::User, "user", Map::new());
+///
+/// let child = dialog.fork(1, 1); // first 1 + last 1 message
+/// assert_eq!(child.tree_node.parent_id.as_deref(), Some(dialog.dialog_id()));
+/// assert_eq!(dialog.tree_node.children_ids, [child.dialog_id()]);
+/// assert_eq!(child.len(), 2);
+/// assert_eq!(child.top_prompt.as_ref().unwrap().path, "__text"); // put_text's bare prompt
+///
+/// println!("{}", dialog.tree_overview(&[&dialog, &child]));
+/// assert!(dialog.overview(40).starts_with("[0. system (system)]: You are concise."));
+///
+/// // Written as JSON and read back: the same messages, ids and lineage.
+/// let back: Dialog = serde_json::from_str(&serde_json::to_string(&child)?)?;
+/// assert_eq!(back.to_record(), child.to_record());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Dialog {
+    /// A label shared by the dialogs of one session (and its forks).
     pub session_name: String,
+    /// The agent that owns the dialog; its system prompt opens it.
     pub owner: String,
+    /// The prompt that governs the next turn (parser, format, tools, handler).
     pub top_prompt: Option<Arc<Prompt>>,
+    /// Where the dialog sits among its forks.
     pub tree_node: DialogTreeNode,
     /// Shared, not copied, by forks: a message never changes once appended.
     messages: Vec<Arc<Message>>,
@@ -70,9 +126,13 @@ pub struct Dialog {
 pub struct DialogRecord {
     /// The messages after the first `inherited` ones.
     pub messages: Vec<Arc<Message>>,
+    /// The dialog's session name.
     pub session_name: String,
+    /// The agent that owns the dialog.
     pub owner: String,
+    /// Where the dialog sits among its forks.
     pub tree_node: DialogTreeNode,
+    /// The top prompt's registry key (`__text` after `put_text`).
     pub top_prompt_path: Option<String>,
     /// In a session record: the dialog starts with this many messages of its
     /// parent dialog, which are not repeated here (a fork shares its parent's
@@ -152,6 +212,7 @@ pub fn expand_shared_prefixes(records: &mut [DialogRecord]) {
 }
 
 impl Dialog {
+    /// An empty root dialog of agent `owner`.
     pub fn new(owner: impl Into<String>, session_name: impl Into<String>) -> Dialog {
         let owner = owner.into();
         Dialog {
@@ -163,18 +224,22 @@ impl Dialog {
         }
     }
 
+    /// The dialog's unique id (also in its tree node).
     pub fn dialog_id(&self) -> &str {
         &self.tree_node.dialog_id
     }
 
+    /// The messages, oldest first.
     pub fn messages(&self) -> &[Arc<Message>] {
         &self.messages
     }
 
+    /// How many messages it holds.
     pub fn len(&self) -> usize {
         self.messages.len()
     }
 
+    /// Whether it holds no message.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
@@ -446,6 +511,7 @@ impl Dialog {
         }
     }
 
+    /// The dialog's JSON form (what `Serialize` writes).
     pub fn to_record(&self) -> DialogRecord {
         DialogRecord {
             messages: self.messages.clone(),

@@ -11,6 +11,7 @@ use super::render;
 
 /// A minijinja expression, checked.
 pub struct Expression {
+    /// The expression as written.
     pub source: String,
     /// Context names it needs (a name read only behind `is defined` or
     /// `| default` is not needed).

@@ -26,38 +26,76 @@ pub use render::{OUT_OF_FUEL, RENDER_FUEL, Renderer};
 
 use render::Compiled;
 
+/// What can go wrong making, loading or rendering a prompt; each names the
+/// prompt (or file) and what would fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The template does not compile.
     #[error("prompt `{prompt}`{}: {message}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
     Syntax {
+        /// The prompt's key.
         prompt: String,
+        /// The template line, when known.
         line: Option<usize>,
+        /// The compiler's message.
         message: String,
     },
+    /// Rendering lacked variables the template needs.
     #[error(
         "prompt `{prompt}` needs {}; missing: {} (pass it as a step argument, `--var`, or a task argument)",
         list(needed),
         list(missing)
     )]
     MissingVariables {
+        /// The prompt's key.
         prompt: String,
+        /// The needed names the arguments lack.
         missing: Vec<String>,
+        /// Every name the template needs.
         needed: Vec<String>,
     },
+    /// Rendering failed for another reason (a filter's error, out of fuel).
     #[error("prompt `{prompt}`: {message}")]
-    Render { prompt: String, message: String },
+    Render {
+        /// The prompt's key.
+        prompt: String,
+        /// The renderer's message.
+        message: String,
+    },
+    /// No prompt has this key.
     #[error("unknown prompt `{key}`{hint}")]
-    UnknownPrompt { key: String, hint: String },
+    UnknownPrompt {
+        /// The key asked for.
+        key: String,
+        /// `; did you mean …?`, or the keys there are.
+        hint: String,
+    },
     /// The key's file exists but failed to load (its problem is reported by
     /// `Registry::load_all`).
     #[error("prompt `{key}` could not be loaded")]
-    Broken { key: String },
+    Broken {
+        /// The key.
+        key: String,
+    },
+    /// A prompt file is unreadable or its front matter is wrong.
     #[error("{path}: {message}")]
-    File { path: String, message: String },
+    File {
+        /// The file, with `:line:column` when known.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A prompt's setting is wrong (a `format` schema, an `extend` path).
     #[error("prompt `{path}`: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The prompt's key.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
+/// A prompt operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn list(names: &[String]) -> String {
@@ -73,12 +111,16 @@ fn list(names: &[String]) -> String {
 /// `call_results`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Handler {
+    /// The repair prompt after a reply fails to parse; sees `error_message`.
     pub exception: String,
+    /// The prompt that hands tool results back; sees `call_results`.
     pub interrupt: String,
+    /// The prompt that asks for a final answer when tool rounds run out.
     pub interrupt_final: String,
 }
 
 impl Handler {
+    /// The seeds' default texts, in `renderer`'s syntax.
     pub fn defaults(renderer: Renderer) -> Handler {
         let (error, results) = match renderer {
             Renderer::Jinja => ("{{ error_message }}", "{{ call_results }}"),
@@ -94,19 +136,52 @@ impl Handler {
 }
 
 /// One turn's behaviour contract. Cloning is cheap: the compiled template is shared.
+///
+/// Templates are Jinja with strict undefined (a missing variable is an error
+/// naming it); `Renderer::Format` reads the Python framework's `str.format`
+/// syntax. A file in the prompt directory adds front matter: parser,
+/// format, tools, handler, metadata, renderer.
+///
+/// ```
+/// use lllm::prompt::{Prompt, Renderer};
+/// use serde_json::{Map, Value, json};
+///
+/// let prompt = Prompt::new("research/summarize", "Summarize {{ topic }} for {{ audience }}.")?;
+/// assert_eq!(prompt.template_vars().iter().collect::<Vec<_>>(), ["audience", "topic"]);
+///
+/// let mut args: Map<String, Value> = Map::new();
+/// args.insert("topic".into(), json!("native runtime"));
+/// assert_eq!(prompt.validate_args(&args), ["audience"]);
+/// assert!(prompt.render(&args).unwrap_err().to_string().contains("missing: `audience`"));
+///
+/// args.insert("audience".into(), json!("maintainers"));
+/// assert_eq!(prompt.render(&args)?, "Summarize native runtime for maintainers.");
+///
+/// // Ported as written in Python: `renderer: format` in a prompt file.
+/// let ported = Prompt::with_renderer("research/ported", "Summarize {topic} for {audience}.", Renderer::Format)?;
+/// assert_eq!(ported.render(&args)?, "Summarize native runtime for maintainers.");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Prompt {
     /// Registry key, e.g. `writer/draft`.
     pub path: String,
+    /// The template text.
     pub template: String,
+    /// Anything for experiment tracking (version, origin); never rendered.
     pub metadata: Map<String, Value>,
+    /// How replies are parsed; `None`: by `format`, else kept as `raw`.
     pub parser: Option<Parser>,
     /// JSON schema of a structured reply (D9): sent to the provider, and the
     /// reply is validated against it when no parser is set.
     pub format: Option<Value>,
+    /// Names of the tactic's tools offered on turns this prompt governs.
     pub tools: Vec<String>,
+    /// Names of MCP servers whose tools are offered on those turns.
     pub mcp_servers: Vec<String>,
+    /// The repair and tool-result texts.
     pub handler: Handler,
+    /// The template syntax: Jinja, or Python `str.format`.
     pub renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
@@ -121,6 +196,7 @@ impl Prompt {
         Prompt::with_renderer(path, template, Renderer::Jinja)
     }
 
+    /// A prompt with the given template syntax; a syntax error names the prompt and the line.
     pub fn with_renderer(
         path: impl Into<String>,
         template: impl Into<String>,

@@ -15,11 +15,17 @@ pub struct ParseFailure(pub String);
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// Extracts tags from a reply: `<tag>…</tag>`, ```` ```lang ```` fences and bare signal words (D11).
 pub struct TagParser {
+    /// XML tags extracted when present.
     pub xml_tags: Vec<String>,
+    /// Markdown fence languages extracted when present.
     pub md_tags: Vec<String>,
+    /// Words whose presence is reported as `true`/`false`.
     pub signal_tags: Vec<String>,
+    /// XML tags the reply must have (else a repair).
     pub required_xml_tags: Vec<String>,
+    /// Fence languages the reply must have.
     pub required_md_tags: Vec<String>,
 }
 
@@ -115,6 +121,7 @@ fn md_blocks(content: &str, tag: &str) -> Vec<String> {
 /// Parses the reply as JSON and validates it against a schema when given.
 #[derive(Clone, Default)]
 pub struct JsonParser {
+    /// The JSON schema a reply must follow, if any.
     pub schema: Option<Value>,
     validator: Option<Arc<jsonschema::Validator>>,
 }
@@ -202,11 +209,14 @@ fn strip_fence(content: &str) -> &str {
 /// How a prompt parses replies.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parser {
+    /// Tags (`type: tags`).
     Tags(TagParser),
+    /// JSON (`type: json`).
     Json(JsonParser),
 }
 
 impl Parser {
+    /// Parses a reply; a failure is shown to the model to repair.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
         match self {
             Parser::Tags(parser) => parser.parse(content),

@@ -31,6 +31,7 @@ const FRONT_MATTER_KEYS: &[&str] = &[
 ];
 
 #[derive(Debug, Default, Clone)]
+/// Prompts by key, loaded from a directory or inserted from code.
 pub struct Registry {
     directory: Option<PathBuf>,
     prompts: BTreeMap<String, Prompt>,
@@ -41,6 +42,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no prompt.
     pub fn empty() -> Registry {
         Registry::default()
     }
@@ -123,6 +125,7 @@ impl Registry {
         (registry, problems)
     }
 
+    /// The prompt under `key`; an unknown key is an error with a "did you mean".
     pub fn get(&self, key: &str) -> Result<&Prompt> {
         if self.broken.contains(key) {
             return Err(Error::Broken {
@@ -154,18 +157,22 @@ impl Registry {
         &self.warnings
     }
 
+    /// Adds `prompt` under its `path`, replacing one with that key.
     pub fn insert(&mut self, prompt: Prompt) {
         self.prompts.insert(prompt.path.clone(), prompt);
     }
 
+    /// The keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.prompts.keys().map(String::as_str)
     }
 
+    /// How many prompts it holds.
     pub fn len(&self) -> usize {
         self.prompts.len()
     }
 
+    /// Whether it holds no prompt.
     pub fn is_empty(&self) -> bool {
         self.prompts.is_empty()
     }

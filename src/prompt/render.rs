@@ -13,9 +13,12 @@ use crate::suggest::printable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// A prompt's template syntax (`renderer:` in front matter).
 pub enum Renderer {
     #[default]
+    /// minijinja, with strict undefined: `{{ name }}` (the default).
     Jinja,
+    /// Python `str.format`: `{name}`, `{{`/`}}` escapes (prompts ported from LLLM).
     Format,
 }
 
