@@ -163,3 +163,37 @@ fn replay_renders_a_multipart_message_written_in_the_python_form() {
         "https://example.com/owl.jpg"
     );
 }
+
+#[test]
+fn a_sub_tactics_ported_prompt_is_warned_about_once() {
+    let sub = "global: {model_name: mock/echo}
+agent_configs:
+  - name: shortener
+flow:
+  - {step: cut, agent: shortener, prompt: cut}
+";
+    let parent = "global: {model_name: mock/echo}
+agent_configs:
+  - name: writer
+flow:
+  - {step: one, tactic: sub/shorten.yaml}
+  - {step: two, tactic: sub/shorten.yaml}
+";
+    let test = Test::new()
+        .file("parent.yaml", parent)
+        .file("sub/shorten.yaml", sub)
+        .file("sub/prompts/cut.md", "Cut {task} short.\n");
+    let output = test.run(&["run", "parent.yaml", "--task", "owls"]);
+    output.expect_code(0);
+    let warnings: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", output.stderr);
+    assert!(
+        warnings[0].contains("sub/prompts/cut.md:1: prompt `cut` holds `{task}`"),
+        "{}",
+        output.stderr
+    );
+}
