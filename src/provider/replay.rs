@@ -33,9 +33,13 @@ pub struct Recorded {
 pub struct Divergence {
     /// 1-based number of the model call.
     pub call: usize,
+    /// The agent whose recorded call it was.
     pub agent: String,
+    /// Its dialog alias.
     pub dialog: String,
+    /// The tool round within that agent call.
     pub round: u32,
+    /// How the request differs from the recorded one.
     pub difference: String,
 }
 
@@ -49,6 +53,8 @@ impl std::fmt::Display for Divergence {
     }
 }
 
+/// A provider that answers from recorded calls, in order, and refuses (and
+/// remembers) the first request that differs from its recorded one.
 pub struct ReplayProvider {
     queue: Mutex<VecDeque<Recorded>>,
     served: Mutex<usize>,
@@ -81,6 +87,7 @@ impl ReplayProvider {
             .len()
     }
 
+    /// How many model calls the re-run has made.
     pub fn served(&self) -> usize {
         *self
             .served
