@@ -241,6 +241,20 @@ pub(super) fn resolve(
             Err(problem) => problems.push(problem),
         }
     }
+    // A system prompt ported from the Python framework, where it was
+    // rendered with `str.format`: its `{name}` would go out literally.
+    for agent in &agents {
+        if let SystemPrompt::Inline(text) = &agent.system_prompt
+            && let Some((_, name)) = crate::prompt::placeholders::python_placeholder(text)
+        {
+            warnings.push(format!(
+                "agent `{}`: `system_prompt` holds `{{{name}}}`, a Python `str.format` \
+                 placeholder that Jinja sends literally; write `{{{{ {name} }}}}`, or move the \
+                 text to a prompt file with `renderer: format`",
+                agent.name
+            ));
+        }
+    }
     if raw.agent_configs.as_ref().is_none_or(Vec::is_empty) {
         problems.push("the tactic has no agents; add at least one under `agent_configs`".into());
     }

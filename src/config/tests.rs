@@ -597,3 +597,20 @@ fn stream_on_an_agent_is_refused_with_a_hint() {
         );
     }
 }
+
+#[test]
+fn an_inline_system_prompt_with_a_python_placeholder_is_warned_about() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    system_prompt: \"You are {role}.\"\n  - name: b\n    system_prompt: \"You are {{ role }}, not {x}.\"\n  - name: c\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(
+        config.warnings,
+        [
+            "agent `a`: `system_prompt` holds `{role}`, a Python `str.format` placeholder that \
+          Jinja sends literally; write `{{ role }}`, or move the text to a prompt file with \
+          `renderer: format`"
+        ]
+    );
+}

@@ -8,7 +8,7 @@ mod builtins;
 mod check;
 mod expression;
 mod parser;
-mod placeholders;
+pub(crate) mod placeholders;
 mod registry;
 pub(crate) mod render;
 

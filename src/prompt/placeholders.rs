@@ -21,16 +21,22 @@ pub(crate) fn python_placeholder_warning(
         return None;
     }
     let template = prompt.template.as_str();
-    if template.contains("{{") || template.contains("{%") {
-        return None;
-    }
-    let (offset, name) = first_placeholder(template)?;
+    let (offset, name) = python_placeholder(template)?;
     let line = template_line + template[..offset].matches('\n').count();
     Some(format!(
         "{file}:{line}: prompt `{}` holds `{{{name}}}`, a Python `str.format` placeholder that \
          Jinja sends literally; add `renderer: format` to its front matter or write `{{{{ {name} }}}}`",
         prompt.path
     ))
+}
+
+/// In a Jinja template without a single Jinja tag (`{{`, `{%`): where its
+/// first Python `{identifier}` placeholder starts, and the identifier.
+pub(crate) fn python_placeholder(template: &str) -> Option<(usize, &str)> {
+    if template.contains("{{") || template.contains("{%") {
+        return None;
+    }
+    first_placeholder(template)
 }
 
 /// Where the first `{identifier}` starts, and the identifier.
