@@ -30,6 +30,7 @@ pub mod report;
 #[doc(hidden)]
 pub mod suggest;
 pub mod tactic;
+pub(crate) mod time;
 pub mod tool;
 
 pub use agent::{Agent, Handler};

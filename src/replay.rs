@@ -13,6 +13,8 @@ use serde_json::Value;
 
 use crate::agent::AgentCallSession;
 use crate::dialog::{Dialog, InvokeCost, Message, Modality};
+use crate::provider::ProviderError;
+use crate::provider::replay::Recorded;
 use crate::tactic::record::{self, RunState, SessionRecord};
 
 #[derive(Debug, thiserror::Error)]
@@ -406,6 +408,10 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
 fn message_line(position: usize, message: &Message) -> String {
     let content = match message.modality {
         Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+        Modality::Text if message.is_multipart() => {
+            let parts: Vec<String> = message.parts.iter().map(|part| part.to_string()).collect();
+            one_line(&parts.join(" "), 120)
+        }
         Modality::Text => one_line(&message.content, 120),
     };
     let calls = if message.is_function_call() {
@@ -422,6 +428,71 @@ fn message_line(position: usize, message: &Message) -> String {
         "[{position}. {} ({})]: {content}{calls}",
         message.name, message.role
     )
+}
+
+/// The record's model calls as the replay provider serves them.
+fn recorded_calls(record: &SessionRecord) -> Vec<Recorded> {
+    let mut calls = Vec::new();
+    enqueue(record, &mut calls);
+    calls
+}
+
+/// The record's model calls in the order the run made them: its own calls,
+/// with each sub-tactic's calls (recursively) where its step ran.
+fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
+    let mut next = 0;
+    for step in &record.steps {
+        let Some(sub) = step
+            .sub_tactic
+            .and_then(|index| record.sub_tactic_sessions.get(index))
+        else {
+            continue;
+        };
+        while next < step.agent_call.min(record.agent_calls.len()) {
+            enqueue_call(record, &record.agent_calls[next], queue);
+            next += 1;
+        }
+        enqueue(sub, queue);
+    }
+    for call in record.agent_calls.iter().skip(next) {
+        enqueue_call(record, call, queue);
+    }
+}
+
+fn enqueue_call(record: &SessionRecord, call: &AgentCallSession, queue: &mut Vec<Recorded>) {
+    for invoke in &call.invokes {
+        let messages = record
+            .dialogs
+            .iter()
+            .find(|dialog| dialog.tree_node.dialog_id == invoke.request.dialog_id)
+            .map(|dialog| {
+                dialog
+                    .messages
+                    .iter()
+                    .take(invoke.request.messages)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let outcome = match (&invoke.response, &invoke.error) {
+            (Some(reply), _) => Ok(Message::clone(reply)),
+            (None, Some(error)) => Err(ProviderError {
+                retry_after: None,
+                ..error.clone()
+            }),
+            (None, None) => Err(ProviderError::permanent(
+                "the record has an invoke with no outcome",
+            )),
+        };
+        queue.push(Recorded {
+            agent: call.agent.clone(),
+            dialog: call.dialog_alias.clone(),
+            round: invoke.step,
+            sha256: invoke.request.sha256.clone(),
+            messages,
+            outcome,
+        });
+    }
 }
 
 /// Re-executes the record's task with its (or an edited) tactic, answering
@@ -459,7 +530,7 @@ pub async fn rerun(
     if let Some(model) = model.or(record.tactic.model.as_deref()) {
         config.override_model(model);
     }
-    let provider = Arc::new(ReplayProvider::from_record(record));
+    let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;

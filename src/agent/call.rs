@@ -32,7 +32,7 @@ pub(super) struct Call<'a> {
 }
 
 fn now() -> String {
-    crate::tactic::record::timestamp()
+    crate::time::timestamp()
 }
 
 fn one_arg(name: &str, value: String) -> Map<String, Value> {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::tokens::{self, TokenCounter};
-use crate::dialog::{Dialog, Message, Role};
+use crate::dialog::{ContentPart, Dialog, Message, Role};
 use crate::provider::models::ModelTable;
 
 /// Kept clear of the window's edge on every call.
@@ -116,6 +116,31 @@ fn groups(messages: &[Arc<Message>]) -> Vec<Vec<usize>> {
 /// Truncates to the model's window: keeps the system message and the newest
 /// user message, then the newest messages that fit; the border message keeps
 /// its newest text behind a marker; a tool call and its results go together.
+///
+/// **The budget.** The window is `context_manager.max_tokens`, else the
+/// model's input limit from the bundled model table; an unknown model without
+/// `max_tokens` is not truncated at all (one warning when the agent is built).
+/// The budget is the window minus [`SAFETY_BUFFER`] (5,000 tokens), but never
+/// less than three quarters of the window: from 20,000 tokens down the budget
+/// is `window × 3/4`, rounded down (a 16,000-token window keeps 12,000; a 4,000-token window
+/// keeps 3,000), so a small window is not left with nothing. Tokens are counted
+/// with the model's tokenizer when known (o200k, cl100k), else estimated;
+/// each message adds 4 tokens of framing and an image 765.
+///
+/// **What a tiny window keeps**, in this order:
+/// 1. the system message, whole, even when it alone exceeds the budget;
+/// 2. the newest user message: whole if it fits in what is left, else its
+///    newest text behind `[...earlier content truncated...]`; when not even
+///    the marker fits (a budget of a few dozen tokens), it is sent whole;
+/// 3. then, newest first, whole messages (a tool call with its results as
+///    one group) while they fit; the first plain message that does not fit is
+///    cut to its newest text if a few tokens are left, and everything older
+///    is dropped.
+///
+/// So the request can still exceed a window smaller than the system message
+/// plus the newest user message: lllm never drops either (D13), and the
+/// provider's context-length error then fails the call (a permanent error,
+/// not retried).
 pub struct DefaultContextManager {
     budget: Option<u64>,
     counter: Arc<dyn TokenCounter>,
@@ -151,6 +176,11 @@ impl DefaultContextManager {
             if self.counter.count(&tail) <= room {
                 let mut cut = message.clone();
                 cut.content = format!("{TRUNCATION_PREFIX}{tail}");
+                if cut.is_multipart() {
+                    // What is sent: the cut text, then the images it had.
+                    cut.parts.retain(|part| part.as_text().is_none());
+                    cut.parts.insert(0, ContentPart::text(cut.content.clone()));
+                }
                 return Some(cut);
             }
             keep = keep * 9 / 10;
@@ -171,7 +201,11 @@ impl ContextManager for DefaultContextManager {
         let bytes: usize = messages
             .iter()
             .map(|message| {
-                message.content.len() + message.name.len() + 16 + message.function_calls.len() * 64
+                message.content.len()
+                    + message.name.len()
+                    + 16
+                    + message.function_calls.len() * 64
+                    + message.parts.len() * tokens::IMAGE_TOKENS
             })
             .sum();
         if bytes <= budget
@@ -365,6 +399,61 @@ mod tests {
             user.starts_with(TRUNCATION_PREFIX) && user.ends_with("end"),
             "{user}"
         );
+    }
+
+    #[test]
+    fn small_windows_keep_three_quarters_of_themselves() {
+        let budget = |window| {
+            DefaultContextManager::new(&settings("default", Some(window), Value::Null)).budget
+        };
+        assert_eq!(
+            budget(128_000),
+            Some(123_000),
+            "a large window loses the buffer"
+        );
+        assert_eq!(budget(20_000), Some(15_000), "where the two rules meet");
+        assert_eq!(budget(16_000), Some(12_000));
+        assert_eq!(budget(4_000), Some(3_000));
+        assert_eq!(budget(7), Some(5), "rounded down");
+    }
+
+    #[test]
+    fn a_window_too_small_for_any_cut_still_sends_system_and_newest_user_whole() {
+        let mut tiny = dialog(vec![
+            Message::system(format!("system {}", words(50))),
+            Message::assistant("a", "earlier reply"),
+            Message::user(format!("start {} end", words(500))),
+        ]);
+        // No room even for the truncation marker: both go whole, all else goes.
+        let child = manager(10).apply(&mut tiny).unwrap();
+        assert_eq!(child.len(), 2);
+        assert_eq!(child.messages()[0].content, format!("system {}", words(50)));
+        assert_eq!(
+            child.messages()[1].content,
+            format!("start {} end", words(500))
+        );
+    }
+
+    #[test]
+    fn a_cut_multipart_message_keeps_its_images() {
+        let image = ContentPart::image_url("https://example.com/owl.png");
+        let mut with_image = dialog(vec![
+            Message::system("sys"),
+            Message::with_parts(
+                Role::User,
+                "user",
+                vec![
+                    ContentPart::text(format!("start {} end", words(500))),
+                    image.clone(),
+                ],
+            ),
+        ]);
+        let child = manager(900).apply(&mut with_image).unwrap();
+        let cut = &child.messages()[1];
+        assert!(cut.content.starts_with(TRUNCATION_PREFIX) && cut.content.ends_with("end"));
+        assert_eq!(cut.parts.len(), 2);
+        assert_eq!(cut.parts[0].as_text(), Some(cut.content.as_str()));
+        assert_eq!(cut.parts[1], image);
     }
 
     #[test]

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::dialog::{FunctionCall, InvokeCost, Message};
+/// Kept here for callers that name it by its old place; it lives in the provider layer.
+pub use crate::provider::digest::request_sha256;
 use crate::provider::{ChatRequest, ProviderError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,46 +62,6 @@ impl RequestDigest {
             model_args: request.model_args.clone(),
         }
     }
-}
-
-/// SHA-256 over what decides the model's answer: model, messages (role, name,
-/// content, tool calls, tool-call id), tools, format and model arguments.
-/// Metadata such as dialog ids is left out so a re-run of the same tactic
-/// produces the same digests.
-pub fn request_sha256(request: &ChatRequest<'_>) -> String {
-    let mut hasher = Sha256::new();
-    let mut feed = |part: &str| {
-        hasher.update((part.len() as u64).to_le_bytes());
-        hasher.update(part.as_bytes());
-    };
-    feed(request.model);
-    for message in request.messages {
-        feed(message.role.as_str());
-        feed(&message.name);
-        feed(&message.content);
-        feed(message.tool_call_id().unwrap_or(""));
-        for call in &message.function_calls {
-            feed(&call.id);
-            feed(&call.name);
-            feed(&call.arguments_text());
-        }
-    }
-    for tool in request.tools {
-        feed(&tool.name);
-        feed(&tool.description);
-        feed(&tool.parameters.to_string());
-    }
-    feed(&request.format.map(Value::to_string).unwrap_or_default());
-    feed(&serde_json::to_string(request.model_args).unwrap_or_default());
-    // Hex digits written directly: `format!("{:x}")` goes through the
-    // formatting machinery once per byte.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(64);
-    for byte in hasher.finalize() {
-        text.push(char::from(HEX[usize::from(byte >> 4)]));
-        text.push(char::from(HEX[usize::from(byte & 0xF)]));
-    }
-    text
 }
 
 /// One attempt at the provider: a reply (which may still fail to parse) or an error.

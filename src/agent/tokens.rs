@@ -51,7 +51,14 @@ pub const IMAGE_TOKENS: usize = 765;
 pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
     let content = match message.modality {
         Modality::Image => IMAGE_TOKENS,
-        Modality::Text => counter.count(&message.content),
+        Modality::Text => {
+            let images = message
+                .parts
+                .iter()
+                .filter(|part| part.image_ref().is_some())
+                .count();
+            counter.count(&message.content) + images * IMAGE_TOKENS
+        }
     };
     let calls: usize = message
         .function_calls

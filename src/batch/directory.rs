@@ -105,7 +105,7 @@ pub fn lock(dir: &Path) -> Result<Lock, String> {
     let holder = Holder {
         pid: std::process::id(),
         host: host_name(),
-        started_at: Some(crate::tactic::record::timestamp()),
+        started_at: Some(crate::time::timestamp()),
     };
     let text = serde_json::to_string(&holder).unwrap_or_default() + "\n";
     file.set_len(0)

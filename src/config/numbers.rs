@@ -65,6 +65,9 @@ pub const RETRY_CAP_MS: Range = whole("retry_cap_ms", 0.0, HOUR_MS, "millisecond
 /// base ≤ cap check.
 pub const DEFAULT_RETRY_CAP_MS: u64 = 60_000;
 
+// The tactic itself.
+pub const MAX_WORKERS: Range = whole("max_workers", 1.0, 100_000.0, "tasks at once");
+
 // Agents and `global`.
 pub const MAX_EXCEPTION_RETRY: Range = whole("max_exception_retry", 0.0, 100.0, "repairs");
 pub const MAX_INTERRUPT_STEPS: Range = whole(

@@ -46,6 +46,11 @@ pub struct TacticConfig {
     pub result: Option<String>,
     /// `pricing`: prices over the bundled table.
     pub pricing: Option<Value>,
+    /// `max_workers`: how many tasks `Tactic::bcall` / `ccall` run at once
+    /// when the call does not set its own concurrency (the seeds'
+    /// `Tactic(max_workers=4)`). That and nothing more: `lllm run` runs one
+    /// task, and `lllm batch` takes its concurrency from `-j`.
+    pub max_workers: Option<usize>,
     /// What was accepted but is worth a word (unknown keys moved aside, …).
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
@@ -82,8 +87,6 @@ pub struct AgentConfig {
     pub context_manager: Option<ContextManagerConfig>,
     /// Chat completions or the Responses API (OpenAI).
     pub api_type: ApiType,
-    /// `stream` as configured.
-    pub stream: bool,
 }
 
 /// Where an agent's system prompt comes from.
@@ -301,6 +304,20 @@ pub(super) fn resolve(
                 Err(problem) => problems.push(problem),
             },
             Err(problem) => problems.push(problem),
+        }
+    }
+    // A system prompt ported from the Python framework, where it was
+    // rendered with `str.format`: its `{name}` would go out literally.
+    for agent in &agents {
+        if let SystemPrompt::Inline(text) = &agent.system_prompt
+            && let Some((_, name)) = crate::prompt::placeholders::python_placeholder(text)
+        {
+            warnings.push(format!(
+                "agent `{}`: `system_prompt` holds `{{{name}}}`, a Python `str.format` \
+                 placeholder that Jinja sends literally; write `{{{{ {name} }}}}`, or move the \
+                 text to a prompt file with `renderer: format`",
+                agent.name
+            ));
         }
     }
     if raw.agent_configs.as_ref().is_none_or(Vec::is_empty) {
@@ -565,6 +582,17 @@ pub(super) fn resolve(
         flow,
         result: raw.result,
         pricing: raw.pricing,
+        max_workers: raw
+            .max_workers
+            .as_ref()
+            .filter(|value| !value.is_null())
+            .and_then(|value| {
+                numbers::MAX_WORKERS
+                    .check(value)
+                    .map_err(|problem| problems.push(problem))
+                    .ok()
+            })
+            .map(|workers| workers as usize),
         warnings,
         resolved,
         model_override: None,
@@ -708,6 +736,14 @@ fn agent_config(
             ));
         }
     };
+    // Accepted once and never used; streaming is chosen per run, not per agent.
+    if agent.stream.is_some() {
+        return Err(format!(
+            "agent `{name}`: `stream` is not an agent setting; hint: streaming is chosen per \
+             run (`lllm run --stream` shows the final turn as it arrives) or per call in code, \
+             so remove it"
+        ));
+    }
     let api_type = match agent.api_type.as_deref() {
         None | Some("completion") => ApiType::Completion,
         Some("response") => ApiType::Response,
@@ -728,7 +764,6 @@ fn agent_config(
         max_llm_recall: max_llm_recall.unwrap_or(3),
         context_manager,
         api_type,
-        stream: agent.stream.unwrap_or(false),
         name,
     })
 }

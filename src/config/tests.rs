@@ -552,3 +552,65 @@ fn names_holding_line_breaks_keep_one_problem_per_line() {
         }
     }
 }
+
+#[test]
+fn max_workers_is_read_as_the_default_concurrency_of_bcall() {
+    let files = Files::new(&[
+        ("t.yaml", &format!("max_workers: 8\n{MINIMAL}")),
+        ("none.yaml", MINIMAL),
+        ("zero.yaml", &format!("max_workers: 0\n{MINIMAL}")),
+        ("text.yaml", &format!("max_workers: many\n{MINIMAL}")),
+    ]);
+    assert_eq!(files.load("t.yaml").unwrap().max_workers, Some(8));
+    assert_eq!(files.load("none.yaml").unwrap().max_workers, None);
+    assert!(
+        files
+            .error("zero.yaml")
+            .contains("`max_workers: 0` must be a whole number from 1 to 100000 (tasks at once)"),
+        "{}",
+        files.error("zero.yaml")
+    );
+    assert!(
+        files
+            .error("text.yaml")
+            .contains("`max_workers: many` must be a whole number")
+    );
+}
+
+#[test]
+fn stream_on_an_agent_is_refused_with_a_hint() {
+    let files = Files::new(&[
+        (
+            "agent.yaml",
+            "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    stream: true\n",
+        ),
+        (
+            "global.yaml",
+            "global: {model_name: mock/echo, stream: false}\nagent_configs:\n  - name: a\n",
+        ),
+    ]);
+    for name in ["agent.yaml", "global.yaml"] {
+        let error = files.error(name);
+        assert!(
+            error.contains("agent `a`: `stream` is not an agent setting; hint: streaming is chosen per run (`lllm run --stream`"),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn an_inline_system_prompt_with_a_python_placeholder_is_warned_about() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    system_prompt: \"You are {role}.\"\n  - name: b\n    system_prompt: \"You are {{ role }}, not {x}.\"\n  - name: c\n",
+    )]);
+    let config = files.load("t.yaml").unwrap();
+    assert_eq!(
+        config.warnings,
+        [
+            "agent `a`: `system_prompt` holds `{role}`, a Python `str.format` placeholder that \
+          Jinja sends literally; write `{{ role }}`, or move the text to a prompt file with \
+          `renderer: format`"
+        ]
+    );
+}

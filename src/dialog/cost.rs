@@ -16,27 +16,41 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct InvokeCost {
+    /// Tokens of the request.
     pub prompt_tokens: u64,
+    /// Tokens of the reply.
     pub completion_tokens: u64,
+    /// Request and reply tokens together.
     pub total_tokens: u64,
     // Zero detail counts and rates are left out of records (read back as 0).
     #[serde(skip_serializing_if = "is_zero")]
+    /// Request tokens served from the provider's prompt cache.
     pub cached_prompt_tokens: u64,
     #[serde(skip_serializing_if = "is_zero")]
+    /// Reply tokens spent on reasoning (counted in `completion_tokens`).
     pub reasoning_tokens: u64,
     #[serde(skip_serializing_if = "is_zero")]
+    /// Audio tokens of the request.
     pub audio_prompt_tokens: u64,
     #[serde(skip_serializing_if = "is_zero")]
+    /// Audio tokens of the reply.
     pub audio_completion_tokens: u64,
     #[serde(skip_serializing_if = "is_zero_rate")]
+    /// USD per request token (0 in sums: rates do not add).
     pub input_cost_per_token: f64,
     #[serde(skip_serializing_if = "is_zero_rate")]
+    /// USD per reply token (0 in sums).
     pub output_cost_per_token: f64,
     #[serde(skip_serializing_if = "is_zero_rate")]
+    /// USD per cached request token (0 in sums).
     pub cache_read_input_token_cost: f64,
+    /// USD for the request tokens.
     pub prompt_cost: f64,
+    /// USD for the reply tokens.
     pub completion_cost: f64,
+    /// USD in all; `None` when no price is known.
     pub cost: Option<f64>,
+    /// Whether every part of this cost had a known price.
     pub cost_known: bool,
 }
 

@@ -14,14 +14,20 @@ use super::cost::InvokeCost;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The instructions that open a dialog.
     System,
+    /// A user's (or the tactic's) turn.
     User,
+    /// A model's reply, possibly with tool calls.
     Assistant,
+    /// A tool's result, answering one tool call.
     Tool,
+    /// A tool request as its own message (older records; see above).
     ToolCall,
 }
 
 impl Role {
+    /// The role as providers and records write it: `system`, `user`, …
     pub fn as_str(self) -> &'static str {
         match self {
             Role::System => "system",
@@ -41,9 +47,12 @@ impl std::fmt::Display for Role {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// What a message's `content` holds.
 pub enum Modality {
     #[default]
+    /// Text.
     Text,
+    /// Base64 image bytes (`put_image`); the media type is in `metadata.mime_type`.
     Image,
 }
 
@@ -58,7 +67,9 @@ impl Modality {
 #[serde(rename_all = "snake_case")]
 pub enum ApiType {
     #[default]
+    /// Chat completions (and every other provider).
     Completion,
+    /// OpenAI's Responses API.
     Response,
 }
 
@@ -71,7 +82,9 @@ impl ApiType {
 /// One alternative token and its log probability.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopLogprob {
+    /// The token.
     pub token: String,
+    /// Its log probability.
     pub logprob: f64,
 }
 
@@ -79,9 +92,13 @@ pub struct TopLogprob {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TokenLogprob {
+    /// The token.
     pub token: Option<String>,
+    /// Its log probability.
     pub logprob: Option<f64>,
+    /// Its UTF-8 bytes, when the provider gives them.
     pub bytes: Option<Vec<u8>>,
+    /// The most likely alternatives at this position.
     pub top_logprobs: Vec<TopLogprob>,
 }
 
@@ -89,14 +106,20 @@ pub struct TokenLogprob {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FunctionCall {
+    /// The provider's id for the call; its result answers this id.
     pub id: String,
+    /// The tool's name.
     pub name: String,
+    /// The arguments, when the model wrote a JSON object.
     pub arguments: Map<String, Value>,
     /// The model's argument text when it was not a JSON object (D8); `arguments`
     /// is then empty and the call is answered with a tool-result error.
     pub raw_arguments: Option<String>,
+    /// The tool's result as a value, once executed.
     pub result: Option<Value>,
+    /// The result text the model is shown.
     pub result_str: Option<String>,
+    /// Why the call failed, when it did (the model is shown this instead).
     pub error_message: Option<String>,
 }
 
@@ -134,6 +157,7 @@ impl FunctionCall {
         }
     }
 
+    /// Whether the call ran and produced a result.
     pub fn success(&self) -> bool {
         self.error_message.is_none() && self.result_str.is_some()
     }
@@ -145,41 +169,323 @@ impl FunctionCall {
             && self.arguments == other.arguments
     }
 
+    /// Whether `calls` holds the same tool with the same arguments.
     pub fn is_repeated(&self, calls: &[FunctionCall]) -> bool {
         calls.iter().any(|call| self.equals(call))
     }
 }
 
-/// What was said in one turn (seed `Message`). Every field round-trips through JSON.
+/// One part of a multipart message: a text or an image (seed: a message's
+/// content is text or a list of parts). Written as OpenAI's chat-completions
+/// parts, the form the Python framework's messages hold, so its records read
+/// as they are; each provider sends them in its own form (OpenAI chat,
+/// Responses, Anthropic).
+///
+/// ```
+/// use lllm::dialog::{ContentPart, Message, Role};
+///
+/// let png = b"\x89PNG\r\n\x1a\n...";
+/// let message = Message::with_parts(Role::User, "user", vec![
+///     ContentPart::text("What is in this picture?"),
+///     ContentPart::image_bytes(png)?,
+///     ContentPart::image_url("https://example.com/owl.jpg"),
+/// ]);
+/// assert_eq!(message.content, "What is in this picture?");
+/// let json = serde_json::to_value(&message.parts[1])?;
+/// assert_eq!(json["type"], "image_url");
+/// assert!(json["image_url"]["url"].as_str().unwrap().starts_with("data:image/png;base64,"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    /// Text.
+    #[serde(alias = "input_text")]
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, by URL: `https://…`, or a `data:` URL holding its bytes.
+    ImageUrl {
+        /// Where the image is.
+        image_url: ImageUrl,
+    },
+}
+
+/// Where an image part's image is, as OpenAI's `image_url` object holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageUrl {
+    /// `https://…`, or `data:MEDIA_TYPE;base64,DATA`.
+    pub url: String,
+    /// OpenAI's `detail` (`low`, `high`, `auto`), sent to the OpenAI APIs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl ContentPart {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> ContentPart {
+        ContentPart::Text { text: text.into() }
+    }
+
+    /// An image part by URL (`https://…` or a `data:` URL).
+    pub fn image_url(url: impl Into<String>) -> ContentPart {
+        ContentPart::ImageUrl {
+            image_url: ImageUrl {
+                url: url.into(),
+                detail: None,
+            },
+        }
+    }
+
+    /// An image part holding `bytes` as a `data:` URL; the media type comes
+    /// from the magic bytes (PNG, JPEG, GIF, WebP; D10), and anything else is
+    /// an error.
+    pub fn image_bytes(bytes: &[u8]) -> Result<ContentPart, super::Error> {
+        use base64::Engine;
+        let mime = super::image_mime_type(bytes).ok_or_else(|| super::Error::ImageFormat {
+            origin: "bytes".into(),
+            header: bytes.iter().take(8).copied().collect(),
+        })?;
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        Ok(ContentPart::image_url(format!("data:{mime};base64,{data}")))
+    }
+
+    /// An image part from a file, base64 text or bytes, as
+    /// [`Dialog::put_image`](super::Dialog::put_image) reads them (a regular
+    /// file of at most 20 MiB; PNG, JPEG, GIF or WebP by its magic bytes).
+    pub fn image(source: super::ImageSource<'_>) -> Result<ContentPart, super::Error> {
+        let (origin, bytes) = super::read_image(source)?;
+        ContentPart::image_bytes(&bytes).map_err(|error| match error {
+            super::Error::ImageFormat { header, .. } => {
+                super::Error::ImageFormat { origin, header }
+            }
+            other => other,
+        })
+    }
+
+    /// The text of a text part.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ContentPart::Text { text } => Some(text),
+            ContentPart::ImageUrl { .. } => None,
+        }
+    }
+
+    /// The image of an image part: its media type and base64 data when it
+    /// is a `data:` URL, else `None` for both and the URL as it is.
+    pub fn image_ref(&self) -> Option<ImageRef<'_>> {
+        let ContentPart::ImageUrl { image_url } = self else {
+            return None;
+        };
+        let inline = image_url
+            .url
+            .strip_prefix("data:")
+            .and_then(|rest| rest.split_once(";base64,"));
+        Some(match inline {
+            Some((mime, data)) => ImageRef::Inline { mime, data },
+            None => ImageRef::Url(&image_url.url),
+        })
+    }
+}
+
+/// An image part's image, as a provider sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageRef<'a> {
+    /// Bytes carried in the message: media type and base64 data.
+    Inline {
+        /// `image/png`, …
+        mime: &'a str,
+        /// The image's bytes in base64.
+        data: &'a str,
+    },
+    /// An image the provider fetches.
+    Url(&'a str),
+}
+
+impl std::fmt::Display for ContentPart {
+    /// The text, or `<image MEDIA_TYPE>` / `<image URL>`: how overviews and
+    /// `lllm replay` show a part.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self, self.image_ref()) {
+            (ContentPart::Text { text }, _) => f.write_str(text),
+            (_, Some(ImageRef::Inline { mime, .. })) => write!(f, "<image {mime}>"),
+            (_, Some(ImageRef::Url(url))) => write!(f, "<image {url}>"),
+            (_, None) => Ok(()),
+        }
+    }
+}
+
+/// What was said in one turn (seed `Message`). Every field round-trips through JSON.
+///
+/// `content` is the text; a multipart message (text and images) also has
+/// `parts`, which providers send instead of `content`, and `content` is then
+/// the text of its text parts. A message written by the Python framework
+/// with a list as its `content` reads as such a message.
+///
+/// ```
+/// use lllm::dialog::{FunctionCall, Message, Role};
+///
+/// let mut reply = Message::assistant("coder", "");
+/// reply.function_calls.push(FunctionCall::from_model("call_1", "grep", r#"{"q": "owl"}"#));
+/// assert!(reply.is_function_call());
+/// let result = Message::tool("grep", "call_1", "3 matches");
+/// assert_eq!((result.role, result.tool_call_id()), (Role::Tool, Some("call_1")));
+///
+/// // Every field round-trips; empty ones are left out of the JSON.
+/// let json = serde_json::to_string(&reply)?;
+/// assert_eq!(serde_json::from_str::<Message>(&json)?, reply);
+/// assert_eq!(Message::user("hi").cost().total_tokens, 0);
+/// assert_eq!(Message::new(Role::User, "ann lee", "hi").sanitized_name(), "ann_lee");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "MessageFields")]
 pub struct Message {
+    /// Who speaks.
     pub role: Role,
     /// Text, or base64 image bytes when `modality` is `Image`.
     pub content: String,
+    /// The speaker's name: `user`, an agent's name, a tool's name.
     pub name: String,
     // Empty and default fields are left out of records (they are most of a
     // message) and read back as their defaults.
     #[serde(default, skip_serializing_if = "Modality::is_text")]
+    /// Text, or an image in `content`.
     pub modality: Modality,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The tools the model asked to call, with their results once run.
     pub function_calls: Vec<FunctionCall>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// The prompt parser's output for this reply (always with `raw`).
     pub parsed: Map<String, Value>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// The provider's token usage, as it reported it.
     pub usage: Map<String, Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The model that wrote the reply.
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Log probabilities, when asked for (`model_args: {logprobs: true}`).
     pub logprobs: Vec<TokenLogprob>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    /// Anything else: `dialog_id`, `tool_call_id`, `mime_type`, `finish_reason`, …
     pub metadata: Map<String, Value>,
     #[serde(default, skip_serializing_if = "ApiType::is_completion")]
+    /// Which OpenAI API family produced it.
     pub api_type: ApiType,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Embedding vectors (kept and written; nothing computes them yet).
     pub vectors: Vec<f64>,
+    /// The parts of a multipart message (empty for a plain one); sent in
+    /// place of `content` to user turns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<ContentPart>,
+}
+
+/// `Message` as it is read: `content` may be a list of parts (the Python
+/// framework's form), which becomes `parts` with their text as `content`.
+#[derive(Deserialize)]
+struct MessageFields {
+    role: Role,
+    content: Content,
+    name: String,
+    #[serde(default)]
+    modality: Modality,
+    #[serde(default)]
+    function_calls: Vec<FunctionCall>,
+    #[serde(default)]
+    parsed: Map<String, Value>,
+    #[serde(default)]
+    usage: Map<String, Value>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    logprobs: Vec<TokenLogprob>,
+    #[serde(default)]
+    metadata: Map<String, Value>,
+    #[serde(default)]
+    api_type: ApiType,
+    #[serde(default)]
+    vectors: Vec<f64>,
+    #[serde(default)]
+    parts: Vec<ContentPart>,
+}
+
+/// A `content` as written: text, or a list of parts.
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Content, D::Error> {
+        struct ContentVisitor;
+        impl<'de> serde::de::Visitor<'de> for ContentVisitor {
+            type Value = Content;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a string or a list of content parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content::Text(text.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content::Text(text))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Content, E> {
+                // The Python framework writes `None` content on tool-call messages.
+                Ok(Content::Text(String::new()))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Content, E> {
+                Ok(Content::Text(String::new()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Content, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(part) = seq.next_element()? {
+                    parts.push(part);
+                }
+                Ok(Content::Parts(parts))
+            }
+        }
+        deserializer.deserialize_any(ContentVisitor)
+    }
+}
+
+impl From<MessageFields> for Message {
+    fn from(fields: MessageFields) -> Message {
+        let (content, parts) = match fields.content {
+            Content::Text(text) => (text, fields.parts),
+            Content::Parts(parts) => (parts_text(&parts), parts),
+        };
+        Message {
+            role: fields.role,
+            content,
+            name: fields.name,
+            modality: fields.modality,
+            function_calls: fields.function_calls,
+            parsed: fields.parsed,
+            usage: fields.usage,
+            model: fields.model,
+            logprobs: fields.logprobs,
+            metadata: fields.metadata,
+            api_type: fields.api_type,
+            vectors: fields.vectors,
+            parts,
+        }
+    }
+}
+
+/// The text parts, one after another, a line apart.
+fn parts_text(parts: &[ContentPart]) -> String {
+    let texts: Vec<&str> = parts.iter().filter_map(ContentPart::as_text).collect();
+    texts.join("\n")
 }
 
 impl Message {
+    /// A text message.
     pub fn new(role: Role, name: impl Into<String>, content: impl Into<String>) -> Message {
         Message {
             role,
@@ -194,17 +500,34 @@ impl Message {
             metadata: Map::new(),
             api_type: ApiType::Completion,
             vectors: Vec::new(),
+            parts: Vec::new(),
         }
     }
 
+    /// A multipart message (text and images); its `content` is the text of
+    /// the text parts, a line apart.
+    pub fn with_parts(role: Role, name: impl Into<String>, parts: Vec<ContentPart>) -> Message {
+        let mut message = Message::new(role, name, parts_text(&parts));
+        message.parts = parts;
+        message
+    }
+
+    /// Whether the message has parts (text and images) to send instead of `content`.
+    pub fn is_multipart(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
+    /// A system message named `system`.
     pub fn system(content: impl Into<String>) -> Message {
         Message::new(Role::System, "system", content)
     }
 
+    /// A user message named `user`.
     pub fn user(content: impl Into<String>) -> Message {
         Message::new(Role::User, "user", content)
     }
 
+    /// A reply from the agent `name`.
     pub fn assistant(name: impl Into<String>, content: impl Into<String>) -> Message {
         Message::new(Role::Assistant, name, content)
     }
@@ -222,6 +545,7 @@ impl Message {
         message
     }
 
+    /// What the reply cost, from its `usage` (prices are applied by the agent loop).
     pub fn cost(&self) -> InvokeCost {
         InvokeCost::from_usage(&self.usage)
     }
@@ -244,6 +568,7 @@ impl Message {
             metadata,
             api_type,
             vectors,
+            parts,
         } = self;
         let in_order = |ours: &Map<String, Value>, theirs: &Map<String, Value>| {
             ours.len() == theirs.len() && ours.iter().eq(theirs.iter())
@@ -260,6 +585,7 @@ impl Message {
             && *function_calls == other.function_calls
             && *logprobs == other.logprobs
             && *vectors == other.vectors
+            && *parts == other.parts
     }
 
     /// Tokens this reply used, as `cost().total_tokens` counts them.
@@ -272,6 +598,7 @@ impl Message {
         })
     }
 
+    /// Whether the model asked for tool calls.
     pub fn is_function_call(&self) -> bool {
         !self.function_calls.is_empty()
     }
@@ -282,6 +609,7 @@ impl Message {
         sanitize_name(&self.name)
     }
 
+    /// The id of the tool call a tool result answers.
     pub fn tool_call_id(&self) -> Option<&str> {
         self.metadata.get("tool_call_id").and_then(Value::as_str)
     }
@@ -292,6 +620,7 @@ impl Message {
     }
 }
 
+/// `name` as providers accept it: `[A-Za-z0-9_-]`, at most 64 characters.
 pub fn sanitize_name(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -357,6 +686,61 @@ mod tests {
         let text = serde_json::to_string(&message).unwrap();
         let back: Message = serde_json::from_str(&text).unwrap();
         assert_eq!(back, message);
+    }
+
+    #[test]
+    fn multipart_messages_round_trip_and_python_list_content_reads_as_parts() {
+        let message = Message::with_parts(
+            Role::User,
+            "user",
+            vec![
+                ContentPart::text("Look:"),
+                ContentPart::image_bytes(b"GIF89a").unwrap(),
+                ContentPart::text("which bird?"),
+            ],
+        );
+        assert_eq!(message.content, "Look:\nwhich bird?");
+        let text = serde_json::to_string(&message).unwrap();
+        let back: Message = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, message);
+        assert!(back.is_copy_of(&message));
+
+        // As the Python framework writes it: `content` is the list.
+        let python = json!({
+            "role": "user", "name": "user", "modality": "text",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/", "detail": "low"}},
+            ],
+        });
+        let read: Message = serde_json::from_value(python).unwrap();
+        assert_eq!(read.content, "What is this?");
+        assert_eq!(read.parts.len(), 2);
+        assert_eq!(
+            read.parts[1].image_ref(),
+            Some(ImageRef::Inline {
+                mime: "image/jpeg",
+                data: "/9j/"
+            })
+        );
+        assert_eq!(read.parts[1].to_string(), "<image image/jpeg>");
+        let again: Message = serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
+        // A tool-call message with `content: None` in Python.
+        let empty: Message =
+            serde_json::from_value(json!({"role": "assistant", "name": "a", "content": null}))
+                .unwrap();
+        assert_eq!((empty.content.as_str(), empty.parts.len()), ("", 0));
+        // Not a part: named in the error.
+        let error = serde_json::from_value::<Message>(
+            json!({"role": "user", "name": "u", "content": [{"type": "audio"}]}),
+        )
+        .unwrap_err();
+        assert!(
+            error.to_string().contains("unknown variant `audio`"),
+            "{error}"
+        );
+        assert!(ContentPart::image_bytes(b"not an image").is_err());
     }
 
     #[track_caller]

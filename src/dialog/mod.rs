@@ -21,31 +21,53 @@ const IMAGE_CAP: u64 = 20 << 20;
 
 pub use cost::InvokeCost;
 pub use message::{
-    ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob, sanitize_name,
+    ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
+    TopLogprob, sanitize_name,
 };
 pub use tree::{DialogTreeNode, new_dialog_id};
 
+/// What can go wrong putting a message into a dialog.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The prompt did not render, or its key is not in the registry.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
+    /// An image file could not be read (missing, not a regular file, too big).
     #[error("cannot read image `{path}`: {source}")]
     ImageRead {
+        /// The file.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// The bytes are not an image a provider takes.
     #[error("image {origin} is not PNG, JPEG, WebP or GIF (starts with {header:02x?})")]
-    ImageFormat { origin: String, header: Vec<u8> },
+    ImageFormat {
+        /// Where the bytes came from (`` `path` ``, `string`, `bytes`).
+        origin: String,
+        /// Their first bytes.
+        header: Vec<u8>,
+    },
+    /// Base64 text that does not decode.
     #[error("image {origin} is not valid base64: {message}")]
-    ImageBase64 { origin: String, message: String },
+    ImageBase64 {
+        /// Where the text came from.
+        origin: String,
+        /// The decoder's complaint.
+        message: String,
+    },
 }
 
+/// A dialog operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Where an image comes from.
+/// Where an image comes from (seed: `put_image` takes a path, base64 or bytes).
 pub enum ImageSource<'a> {
+    /// A file, read when the image is put (a regular file of at most 20 MiB).
     Path(&'a Path),
+    /// Base64 text of the image's bytes.
     Base64(&'a str),
+    /// The image's bytes.
     Bytes(&'a [u8]),
 }
 
@@ -54,11 +76,46 @@ pub enum ImageSource<'a> {
 /// `top_prompt` is the calling convention of the next turn: `put_prompt` sets it
 /// to the prompt it rendered, `put_text` to a bare prompt (no parser, no tools),
 /// `put_image` leaves it alone.
+///
+/// The seeds' walkthrough: a system prompt, a user turn, a fork that keeps
+/// the first message and the last one, and the tree they make. An agent
+/// normally does this through `open`, `receive` and `fork`; the dialog is
+/// the record underneath.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lllm::dialog::{Dialog, Role};
+/// use lllm::prompt::Prompt;
+/// use serde_json::Map;
+///
+/// let system = Arc::new(Prompt::new("assistant/system", "You are concise.")?);
+/// let mut dialog = Dialog::new("assistant", "demo");
+/// dialog.put_prompt(system, &Map::new(), Role::System, "system", Map::new())?;
+/// dialog.put_text("Explain the native dialog model.", Role::User, "user", Map::new());
+///
+/// let child = dialog.fork(1, 1); // first 1 + last 1 message
+/// assert_eq!(child.tree_node.parent_id.as_deref(), Some(dialog.dialog_id()));
+/// assert_eq!(dialog.tree_node.children_ids, [child.dialog_id()]);
+/// assert_eq!(child.len(), 2);
+/// assert_eq!(child.top_prompt.as_ref().unwrap().path, "__text"); // put_text's bare prompt
+///
+/// println!("{}", dialog.tree_overview(&[&dialog, &child]));
+/// assert!(dialog.overview(40).starts_with("[0. system (system)]: You are concise."));
+///
+/// // Written as JSON and read back: the same messages, ids and lineage.
+/// let back: Dialog = serde_json::from_str(&serde_json::to_string(&child)?)?;
+/// assert_eq!(back.to_record(), child.to_record());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Dialog {
+    /// A label shared by the dialogs of one session (and its forks).
     pub session_name: String,
+    /// The agent that owns the dialog; its system prompt opens it.
     pub owner: String,
+    /// The prompt that governs the next turn (parser, format, tools, handler).
     pub top_prompt: Option<Arc<Prompt>>,
+    /// Where the dialog sits among its forks.
     pub tree_node: DialogTreeNode,
     /// Shared, not copied, by forks: a message never changes once appended.
     messages: Vec<Arc<Message>>,
@@ -69,9 +126,13 @@ pub struct Dialog {
 pub struct DialogRecord {
     /// The messages after the first `inherited` ones.
     pub messages: Vec<Arc<Message>>,
+    /// The dialog's session name.
     pub session_name: String,
+    /// The agent that owns the dialog.
     pub owner: String,
+    /// Where the dialog sits among its forks.
     pub tree_node: DialogTreeNode,
+    /// The top prompt's registry key (`__text` after `put_text`).
     pub top_prompt_path: Option<String>,
     /// In a session record: the dialog starts with this many messages of its
     /// parent dialog, which are not repeated here (a fork shares its parent's
@@ -151,6 +212,7 @@ pub fn expand_shared_prefixes(records: &mut [DialogRecord]) {
 }
 
 impl Dialog {
+    /// An empty root dialog of agent `owner`.
     pub fn new(owner: impl Into<String>, session_name: impl Into<String>) -> Dialog {
         let owner = owner.into();
         Dialog {
@@ -162,18 +224,22 @@ impl Dialog {
         }
     }
 
+    /// The dialog's unique id (also in its tree node).
     pub fn dialog_id(&self) -> &str {
         &self.tree_node.dialog_id
     }
 
+    /// The messages, oldest first.
     pub fn messages(&self) -> &[Arc<Message>] {
         &self.messages
     }
 
+    /// How many messages it holds.
     pub fn len(&self) -> usize {
         self.messages.len()
     }
 
+    /// Whether it holds no message.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
@@ -228,6 +294,43 @@ impl Dialog {
         Ok(self.append(message))
     }
 
+    /// Renders the prompt registered under `key` with `args`, appends it and
+    /// makes it the top prompt: the seeds' `put_prompt("writer/draft", …)`.
+    /// An unknown key is an error that names it, with a "did you mean" when a
+    /// registered key is close; nothing is appended.
+    ///
+    /// ```
+    /// use lllm::dialog::{Dialog, Role};
+    /// use lllm::prompt::{Prompt, Registry};
+    /// use serde_json::{Map, Value, json};
+    ///
+    /// let mut registry = Registry::empty();
+    /// registry.insert(Prompt::new("writer/draft", "Write about {{ topic }}.")?);
+    /// let mut dialog = Dialog::new("writer", "main");
+    /// let args: Map<String, Value> = [("topic".to_string(), json!("owls"))].into_iter().collect();
+    /// dialog.put_prompt_key("writer/draft", &registry, &args, Role::User, "user", Map::new())?;
+    /// assert_eq!(dialog.tail().unwrap().content, "Write about owls.");
+    ///
+    /// let error = dialog
+    ///     .put_prompt_key("writer/drfat", &registry, &args, Role::User, "user", Map::new())
+    ///     .unwrap_err();
+    /// assert_eq!(error.to_string(), "unknown prompt `writer/drfat`; did you mean `writer/draft`?");
+    /// assert_eq!(dialog.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_prompt_key(
+        &mut self,
+        key: &str,
+        registry: &Registry,
+        args: &Map<String, Value>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> Result<&Message> {
+        let prompt = Arc::new(registry.get(key)?.clone());
+        self.put_prompt(prompt, args, role, name, metadata)
+    }
+
     /// Appends raw text; the next turn is governed by a bare prompt (no parser,
     /// no format, no prompt tools).
     pub fn put_text(
@@ -243,6 +346,39 @@ impl Dialog {
         self.append(message)
     }
 
+    /// Appends a multipart message (text and images, seed 000: content as a
+    /// list of parts); like `put_text`, the next turn is governed by a bare
+    /// prompt. Providers send the parts in their own form.
+    ///
+    /// ```
+    /// use lllm::dialog::{ContentPart, Dialog, ImageSource, Role};
+    /// use serde_json::Map;
+    ///
+    /// let mut dialog = Dialog::new("vision", "main");
+    /// let owl = ContentPart::image(ImageSource::Bytes(b"GIF89a..."))?;
+    /// let message = dialog.put_parts(
+    ///     vec![ContentPart::text("Which bird is this?"), owl],
+    ///     Role::User,
+    ///     "user",
+    ///     Map::new(),
+    /// );
+    /// assert_eq!(message.content, "Which bird is this?");
+    /// assert_eq!(message.parts[1].to_string(), "<image image/gif>");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_parts(
+        &mut self,
+        parts: Vec<ContentPart>,
+        role: Role,
+        name: &str,
+        metadata: Map<String, Value>,
+    ) -> &Message {
+        let mut message = Message::with_parts(role, name, parts);
+        message.metadata = metadata;
+        self.top_prompt = Some(text_prompt());
+        self.append(message)
+    }
+
     /// Appends an image; its media type comes from its magic bytes (D10).
     pub fn put_image(
         &mut self,
@@ -253,39 +389,7 @@ impl Dialog {
         metadata: Map<String, Value>,
     ) -> Result<&Message> {
         let engine = base64::engine::general_purpose::STANDARD;
-        let (origin, bytes) = match image {
-            ImageSource::Path(path) => {
-                // A regular file of at most the size the APIs take (OpenAI's
-                // 20 MB per image): a pipe or a device never blocks a run.
-                let (bytes, size) =
-                    crate::file::read_regular(path, IMAGE_CAP + 1).map_err(|source| {
-                        Error::ImageRead {
-                            path: path.display().to_string(),
-                            source,
-                        }
-                    })?;
-                if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
-                    return Err(Error::ImageRead {
-                        path: path.display().to_string(),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!("{size} bytes, more than the 20 MiB an image may have"),
-                        ),
-                    });
-                }
-                (format!("`{}`", path.display()), bytes)
-            }
-            ImageSource::Base64(text) => {
-                let bytes = engine
-                    .decode(text.trim())
-                    .map_err(|error| Error::ImageBase64 {
-                        origin: "string".into(),
-                        message: error.to_string(),
-                    })?;
-                ("string".to_string(), bytes)
-            }
-            ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
-        };
+        let (origin, bytes) = read_image(image)?;
         let mime = image_mime_type(&bytes).ok_or_else(|| Error::ImageFormat {
             origin,
             header: bytes.iter().take(8).copied().collect(),
@@ -348,6 +452,11 @@ impl Dialog {
         for (index, message) in self.messages.iter().enumerate() {
             let preview = match message.modality {
                 Modality::Image => format!("<image {}>", message.mime_type().unwrap_or("?")),
+                Modality::Text if message.is_multipart() => {
+                    let parts: Vec<String> =
+                        message.parts.iter().map(|part| part.to_string()).collect();
+                    preview(&parts.join(" "), max_length)
+                }
                 Modality::Text => preview(&message.content, max_length),
             };
             let calls = if message.function_calls.is_empty() {
@@ -402,6 +511,7 @@ impl Dialog {
         }
     }
 
+    /// The dialog's JSON form (what `Serialize` writes).
     pub fn to_record(&self) -> DialogRecord {
         DialogRecord {
             messages: self.messages.clone(),
@@ -425,16 +535,25 @@ impl Dialog {
         }
     }
 
-    /// Rebuilds a dialog; the top prompt is looked up in `registry` and left unset
-    /// when it is not there (a bare `__text` prompt is recreated).
+    /// Rebuilds a dialog from its record form. The top prompt is looked up in
+    /// `registry`; when there is no registry or the key is not in it, a
+    /// stand-in keeps the key (a bare prompt under that path: no parser,
+    /// format or tools) so that writing the dialog again loses nothing, and
+    /// [`Dialog::restore_top_prompt`] can put the real one back. The bare
+    /// `__text` prompt of a `put_text` turn is recreated as it was.
+    ///
+    /// The record must hold all its messages: one from a session record that
+    /// shares its parent's first messages (`inherited > 0`) keeps only the rest;
+    /// run [`expand_shared_prefixes`] over the record's dialogs first.
     pub fn from_record(record: DialogRecord, registry: Option<&Registry>) -> Dialog {
-        let top_prompt = record.top_prompt_path.as_deref().and_then(|path| {
+        let top_prompt = record.top_prompt_path.as_deref().map(|path| {
             if path == TEXT_PROMPT {
-                return Some(text_prompt());
+                return text_prompt();
             }
-            registry
-                .and_then(|registry| registry.get(path).ok())
-                .map(|prompt| Arc::new(prompt.clone()))
+            match registry.and_then(|registry| registry.get(path).ok()) {
+                Some(prompt) => Arc::new(prompt.clone()),
+                None => Arc::new(Prompt::bare(path)),
+            }
         });
         Dialog {
             session_name: record.session_name,
@@ -446,6 +565,47 @@ impl Dialog {
     }
 }
 
+impl Dialog {
+    /// Replaces the top prompt with the one `registry` holds under its key:
+    /// what a dialog read from JSON needs before it governs another turn
+    /// (its JSON carries the key, not the template). No top prompt, or the
+    /// bare `__text` one, is left as it is; an unknown key is an error with a
+    /// "did you mean" and changes nothing.
+    pub fn restore_top_prompt(&mut self, registry: &Registry) -> Result<()> {
+        let Some(path) = self.top_prompt.as_ref().map(|prompt| prompt.path.clone()) else {
+            return Ok(());
+        };
+        if path != TEXT_PROMPT {
+            self.top_prompt = Some(Arc::new(registry.get(&path)?.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// A dialog reads back from the JSON it is written as (its [`DialogRecord`]
+/// form): messages, ids, parent and children, split point, session name,
+/// owner and the top prompt's key (see [`Dialog::from_record`] for what
+/// stands in for the prompt itself). A record that shares messages with its
+/// parent (`inherited` > 0, as session records write forks) is refused: it
+/// does not hold the whole dialog.
+impl<'de> Deserialize<'de> for Dialog {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Dialog, D::Error> {
+        let record = DialogRecord::deserialize(deserializer)?;
+        if record.inherited != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "dialog `{}` holds only the messages after the first {} of its parent dialog `{}`; \
+                 read it with the session record's other dialogs (`expand_shared_prefixes`)",
+                record.tree_node.dialog_id,
+                record.inherited,
+                record.tree_node.parent_id.as_deref().unwrap_or("?"),
+            )));
+        }
+        Ok(Dialog::from_record(record, None))
+    }
+}
+
 impl Serialize for Dialog {
     fn serialize<S: serde::Serializer>(
         &self,
@@ -453,6 +613,45 @@ impl Serialize for Dialog {
     ) -> std::result::Result<S::Ok, S::Error> {
         self.to_record().serialize(serializer)
     }
+}
+
+/// The bytes of an image and where they came from (for messages): a path is
+/// read when it names a regular file of at most 20 MiB.
+fn read_image(image: ImageSource<'_>) -> Result<(String, Vec<u8>)> {
+    let engine = base64::engine::general_purpose::STANDARD;
+    Ok(match image {
+        ImageSource::Path(path) => {
+            // A regular file of at most the size the APIs take (OpenAI's
+            // 20 MB per image): a pipe or a device never blocks a run.
+            let (bytes, size) =
+                crate::file::read_regular(path, IMAGE_CAP + 1).map_err(|source| {
+                    Error::ImageRead {
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?;
+            if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
+                return Err(Error::ImageRead {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{size} bytes, more than the 20 MiB an image may have"),
+                    ),
+                });
+            }
+            (format!("`{}`", path.display()), bytes)
+        }
+        ImageSource::Base64(text) => {
+            let bytes = engine
+                .decode(text.trim())
+                .map_err(|error| Error::ImageBase64 {
+                    origin: "string".into(),
+                    message: error.to_string(),
+                })?;
+            ("string".to_string(), bytes)
+        }
+        ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
+    })
 }
 
 /// The key of the bare prompt that governs the turn after `put_text`.

@@ -253,3 +253,179 @@ fn records_leave_out_what_forks_share_with_their_parent_and_get_it_back() {
     records.reverse();
     assert_eq!(records, full);
 }
+
+fn registry_with(prompts: &[(&str, &str)]) -> Registry {
+    let mut registry = Registry::empty();
+    for (key, template) in prompts {
+        registry.insert(Prompt::new(*key, *template).unwrap());
+    }
+    registry
+}
+
+#[test]
+fn put_prompt_key_renders_the_registered_prompt_or_names_the_unknown_key() {
+    let registry = registry_with(&[
+        ("writer/system", "You write."),
+        ("writer/draft", "On {{ topic }}."),
+    ]);
+    let mut dialog = Dialog::new("writer", "main");
+    dialog
+        .put_prompt_key(
+            "writer/system",
+            &registry,
+            &Map::new(),
+            Role::System,
+            "system",
+            Map::new(),
+        )
+        .unwrap();
+    let message = dialog
+        .put_prompt_key(
+            "writer/draft",
+            &registry,
+            &args(json!({"topic": "owls"})),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap();
+    assert_eq!(message.content, "On owls.");
+    assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
+    let error = dialog
+        .put_prompt_key(
+            "writer/drafts",
+            &registry,
+            &Map::new(),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "unknown prompt `writer/drafts`; did you mean `writer/draft`?"
+    );
+    let error = dialog
+        .put_prompt_key(
+            "critic/review",
+            &registry,
+            &Map::new(),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("unknown prompt `critic/review` (known: "),
+        "{error}"
+    );
+    assert_eq!(dialog.len(), 2, "an unknown key appends nothing");
+    assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
+}
+
+#[test]
+fn a_dialog_written_and_read_back_is_the_same_dialog() {
+    let registry = registry_with(&[
+        ("writer/system", "You write."),
+        ("writer/draft", "On {{ topic }}."),
+    ]);
+    let mut parent = Dialog::new("writer", "main");
+    parent
+        .put_prompt_key(
+            "writer/system",
+            &registry,
+            &Map::new(),
+            Role::System,
+            "system",
+            Map::new(),
+        )
+        .unwrap();
+    parent.put_text("hello", Role::User, "ann", Map::new());
+    let mut reply = Message::assistant("writer", "hi");
+    reply.usage.insert("prompt_tokens".into(), json!(3));
+    parent.append(reply);
+    let mut child = parent.fork(1, 1);
+    child
+        .put_prompt_key(
+            "writer/draft",
+            &registry,
+            &args(json!({"topic": "owls"})),
+            Role::User,
+            "user",
+            Map::new(),
+        )
+        .unwrap();
+
+    for dialog in [&parent, &child] {
+        let text = serde_json::to_string(dialog).unwrap();
+        let back: Dialog = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.to_record(), dialog.to_record());
+        assert_eq!(back.messages(), dialog.messages());
+        assert_eq!(back.dialog_id(), dialog.dialog_id());
+        assert_eq!(back.tree_node, dialog.tree_node);
+        assert_eq!(
+            serde_json::to_string(&back).unwrap(),
+            text,
+            "written again, byte for byte"
+        );
+    }
+    let back: Dialog = serde_json::from_str(&serde_json::to_string(&child).unwrap()).unwrap();
+    assert_eq!(
+        back.tree_node.parent_id.as_deref(),
+        Some(parent.dialog_id())
+    );
+    assert_eq!(
+        parent.tree_node.children_ids,
+        vec![child.dialog_id().to_string()]
+    );
+    assert_eq!(
+        (back.tree_node.last_n, back.tree_node.first_k),
+        (Some(1), Some(1))
+    );
+
+    // The key came back with a stand-in; the registry restores the prompt itself.
+    let mut back = back;
+    let stand_in = back.top_prompt.clone().unwrap();
+    assert_eq!(
+        (stand_in.path.as_str(), stand_in.template.as_str()),
+        ("writer/draft", "")
+    );
+    back.restore_top_prompt(&registry).unwrap();
+    assert_eq!(
+        back.top_prompt.as_ref().unwrap().template,
+        "On {{ topic }}."
+    );
+    let error = back
+        .restore_top_prompt(&registry_with(&[("writer/drafts", "x")]))
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("did you mean `writer/drafts`"),
+        "{error}"
+    );
+    // A put_text turn comes back as the bare text prompt.
+    let parent_back: Dialog =
+        serde_json::from_str(&serde_json::to_string(&parent).unwrap()).unwrap();
+    assert_eq!(parent_back.top_prompt.unwrap().path, "__text");
+}
+
+#[test]
+fn a_dialog_record_missing_its_shared_messages_is_refused() {
+    let mut parent = dialog_with(3);
+    let child = parent.fork(0, 0);
+    let mut records = vec![parent.to_record(), child.to_record()];
+    share_prefixes(&mut records);
+    assert_eq!(records[1].inherited, 3);
+    let text = serde_json::to_string(&records[1]).unwrap();
+    let error = serde_json::from_str::<Dialog>(&text)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("holds only the messages after the first 3 of its parent dialog"),
+        "{error}"
+    );
+    expand_shared_prefixes(&mut records);
+    let back: Dialog = serde_json::from_str(&serde_json::to_string(&records[1]).unwrap()).unwrap();
+    assert_eq!(back.messages(), child.messages());
+}

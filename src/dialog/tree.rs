@@ -7,20 +7,26 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A dialog's place in the fork tree (seed `DialogTreeNode`).
 pub struct DialogTreeNode {
     /// Globally unique hex UUID.
     pub dialog_id: String,
+    /// The agent that owns the dialog.
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The dialog this one was forked from; `None` for a root.
     pub parent_id: Option<String>,
     /// Messages kept from the parent at the fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_point: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The fork's `last_n` (0: a full copy).
     pub last_n: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The fork's `first_k`.
     pub first_k: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The dialogs forked from this one, in order.
     pub children_ids: Vec<String>,
     /// Forks from the root (0 for a root).
     #[serde(default)]
@@ -28,6 +34,7 @@ pub struct DialogTreeNode {
 }
 
 impl DialogTreeNode {
+    /// A root node with a fresh id.
     pub fn root(owner: impl Into<String>) -> DialogTreeNode {
         DialogTreeNode {
             dialog_id: new_dialog_id(),
@@ -41,6 +48,7 @@ impl DialogTreeNode {
         }
     }
 
+    /// Whether the dialog was not forked from another.
     pub fn is_root(&self) -> bool {
         self.parent_id.is_none()
     }
@@ -85,6 +93,7 @@ impl DialogTreeNode {
     }
 }
 
+/// A fresh dialog id: a random UUID in 32 hex digits.
 pub fn new_dialog_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }

@@ -11,6 +11,7 @@ mod check;
 mod expression;
 mod extensions;
 mod parser;
+pub(crate) mod placeholders;
 mod registry;
 pub(crate) mod render;
 
@@ -42,6 +43,7 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// Rendering lacked variables the template needs.
     #[error(
         "prompt `{prompt}` needs {}; missing: {} (pass it as a step argument, `--var`, or a task argument)",
         list(needed),
@@ -138,6 +140,32 @@ impl HandlerTexts {
 }
 
 /// One turn's behaviour contract. Cloning is cheap: the compiled template is shared.
+///
+/// Templates are Jinja with strict undefined (a missing variable is an error
+/// naming it); `Renderer::Format` reads the Python framework's `str.format`
+/// syntax. A file in the prompt directory adds front matter: parser,
+/// format, tools, handler, metadata, renderer.
+///
+/// ```
+/// use lllm::prompt::{Prompt, Renderer};
+/// use serde_json::{Map, Value, json};
+///
+/// let prompt = Prompt::new("research/summarize", "Summarize {{ topic }} for {{ audience }}.")?;
+/// assert_eq!(prompt.template_vars().iter().collect::<Vec<_>>(), ["audience", "topic"]);
+///
+/// let mut args: Map<String, Value> = Map::new();
+/// args.insert("topic".into(), json!("native runtime"));
+/// assert_eq!(prompt.validate_args(&args), ["audience"]);
+/// assert!(prompt.render(&args).unwrap_err().to_string().contains("missing: `audience`"));
+///
+/// args.insert("audience".into(), json!("maintainers"));
+/// assert_eq!(prompt.render(&args)?, "Summarize native runtime for maintainers.");
+///
+/// // Ported as written in Python: `renderer: format` in a prompt file.
+/// let ported = Prompt::with_renderer("research/ported", "Summarize {topic} for {audience}.", Renderer::Format)?;
+/// assert_eq!(ported.render(&args)?, "Summarize native runtime for maintainers.");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Prompt {
     /// Registry key, e.g. `writer/draft`.
@@ -155,8 +183,6 @@ pub struct Prompt {
     pub tools: Vec<String>,
     /// MCP servers whose tools this prompt offers, by name.
     pub mcp_servers: Vec<String>,
-    /// Front matter `addon_args`.
-    pub addon_args: Map<String, Value>,
     /// The repair and tool-result texts (front matter `handler: {exception: …}`).
     pub handler: HandlerTexts,
     /// A handler registered by name (front matter `handler: NAME`); when set,
@@ -200,7 +226,6 @@ impl Prompt {
             format: None,
             tools: Vec::new(),
             mcp_servers: Vec::new(),
-            addon_args: Map::new(),
             handler: HandlerTexts::defaults(&renderer),
             handler_name: None,
             renderer,
@@ -355,7 +380,6 @@ impl Prompt {
             "metadata": self.metadata,
             "tools": self.tools,
             "mcp_servers": self.mcp_servers,
-            "addon_args": self.addon_args,
             "has_parser": self.parser.is_some(),
             "has_format": self.format.is_some(),
             "parser": self.parser.as_ref().map(Parser::to_value),
@@ -428,7 +452,6 @@ impl Prompt {
         if !keep_tools {
             prompt.tools.clear();
             prompt.mcp_servers.clear();
-            prompt.addon_args.clear();
         }
         prompt
     }

@@ -123,6 +123,7 @@ impl PartialEq for NamedParser {
 /// Extracts XML tags, fenced blocks and signal tags from a reply (D11).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+/// Extracts tags from a reply: `<tag>…</tag>`, ```` ```lang ```` fences and bare signal words (D11).
 pub struct TagParser {
     /// `<tag>…</tag>` blocks extracted when present.
     pub xml_tags: Vec<String>,

@@ -32,11 +32,14 @@ const FRONT_MATTER_KEYS: &[&str] = &[
 
 /// Prompts by key: a directory's files, and prompts inserted from code.
 #[derive(Debug, Default, Clone)]
+/// Prompts by key, loaded from a directory or inserted from code.
 pub struct Registry {
     directory: Option<PathBuf>,
     prompts: BTreeMap<String, Prompt>,
     /// Keys of files that failed to load (their problem was reported).
     broken: BTreeSet<String>,
+    /// What loading found suspicious but usable, one line each.
+    warnings: Vec<String>,
 }
 
 impl Registry {
@@ -75,6 +78,7 @@ impl Registry {
             directory: Some(directory.to_path_buf()),
             prompts: BTreeMap::new(),
             broken: BTreeSet::new(),
+            warnings: Vec::new(),
         };
         let mut origins: BTreeMap<String, PathBuf> = BTreeMap::new();
         for (file, unreadable) in files {
@@ -102,8 +106,21 @@ impl Registry {
                 Some(problem) => Err(problem),
                 None => read_prompt(&file),
             };
-            match read.and_then(|text| parse_file(&key, &text, &file, extensions)) {
-                Ok(prompt) => {
+            match read.and_then(|text| {
+                let prompt = parse_file(&key, &text, &file, extensions)?;
+                Ok((prompt, text))
+            }) {
+                Ok((prompt, text)) => {
+                    let template_line = split_front_matter(&text).map_or(1, |(_, template)| {
+                        text[..text.len() - template.len()].lines().count() + 1
+                    });
+                    registry
+                        .warnings
+                        .extend(super::placeholders::python_placeholder_warning(
+                            &prompt,
+                            &file.display().to_string(),
+                            template_line,
+                        ));
                     registry.prompts.insert(key, prompt);
                 }
                 Err(error) => {
@@ -138,7 +155,16 @@ impl Registry {
         })
     }
 
-    /// Adds `prompt` under its path (replacing one of that key).
+    /// What loading found suspicious but usable, one line each naming the
+    /// file and line: a Jinja prompt holding a Python `{name}` placeholder
+    /// and no Jinja tag (it would be sent literally; `renderer: format` or
+    /// `{{ name }}` fixes it). `lllm run`, `batch` and `replay --rerun` print
+    /// them as warnings.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Adds `prompt` under its `path`, replacing one with that key.
     pub fn insert(&mut self, prompt: Prompt) {
         self.prompts.insert(prompt.path.clone(), prompt);
     }
@@ -376,11 +402,16 @@ fn parse_file(key: &str, text: &str, file: &Path, extensions: &Extensions) -> Re
             .cloned()
             .ok_or_else(|| invalid("`metadata` must be a mapping".into()))?;
     }
-    if let Some(addon_args) = front.get("addon_args") {
-        prompt.addon_args = addon_args
-            .as_object()
-            .cloned()
-            .ok_or_else(|| invalid("`addon_args` must be a mapping".into()))?;
+    if front.contains_key("addon_args") {
+        // The Python framework's provider add-ons (`web_search`,
+        // `computer_use`) were never sent by lllm; refusing them beats a run
+        // that silently lacks the search the prompt counts on.
+        return Err(invalid(
+            "`addon_args` (the Python framework's provider add-ons such as `web_search` or \
+             `computer_use`) are not supported; hint: remove them, and pass a provider's own \
+             request options through the agent's `model_args`"
+                .into(),
+        ));
     }
     if let Some(Value::String(name)) = front.get("handler") {
         // A registered handler's name; the tactic checks it exists.
@@ -630,6 +661,69 @@ mod tests {
         bad_case(
             &[("a.md", "---\nrenderer: mako\n---\nx")],
             &["`renderer: mako`"],
+        );
+    }
+
+    #[test]
+    fn addon_args_are_refused_and_python_placeholders_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ported")).unwrap();
+        std::fs::write(
+            root.join("search.md"),
+            "---\naddon_args: {web_search: true}\n---\nFind {{ topic }}.",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("ported/summary.md"),
+            "---\nmetadata: {origin: python}\n---\nSummarize this.\nFor {audience}.",
+        )
+        .unwrap();
+        std::fs::write(root.join("ported/plain.txt"), "Hello {name}").unwrap();
+        std::fs::write(
+            root.join("ported/format.md"),
+            "---\nrenderer: format\n---\nFor {audience}.",
+        )
+        .unwrap();
+        let (registry, problems) = Registry::load_all(root);
+        let root = root.display().to_string();
+        let problems: Vec<String> = problems
+            .iter()
+            .map(|problem| problem.to_string().replace(&root, "ROOT"))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "ROOT/search.md: `addon_args` (the Python framework's provider add-ons such as \
+              `web_search` or `computer_use`) are not supported; hint: remove them, and pass a \
+              provider's own request options through the agent's `model_args`"
+            ]
+        );
+        let warnings: Vec<String> = registry
+            .warnings()
+            .iter()
+            .map(|warning| warning.replace(&root, "ROOT"))
+            .collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .starts_with("ROOT/ported/plain.txt:1: prompt `ported/plain` holds `{name}`"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with(
+                "ROOT/ported/summary.md:5: prompt `ported/summary` holds `{audience}`"
+            ),
+            "{warnings:?}"
+        );
+        // Sent literally, as the warning says.
+        assert_eq!(
+            registry
+                .get("ported/summary")
+                .unwrap()
+                .render(&Map::new())
+                .unwrap(),
+            "Summarize this.\nFor {audience}."
         );
     }
 }

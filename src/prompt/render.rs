@@ -50,6 +50,7 @@ pub trait Render: Send + Sync + 'static {
 pub enum Renderer {
     /// minijinja with strict undefined (the default).
     #[default]
+    /// minijinja, with strict undefined: `{{ name }}` (the default).
     Jinja,
     /// Python `str.format` (`{var}`, `{{` / `}}` escapes), for ported prompts.
     Format,

@@ -15,7 +15,7 @@ use super::exchange::{Target, Wire, error_object, exchange};
 use super::http::{self, HttpReply};
 use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
-use crate::dialog::{FunctionCall, Message, Modality, Role};
+use crate::dialog::{FunctionCall, ImageRef, Message, Modality, Role};
 
 /// Anthropic requires `max_tokens`; used when `model_args` does not set it.
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
@@ -108,6 +108,18 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
 
 fn user_blocks(message: &Message) -> Vec<Value> {
     match message.modality {
+        Modality::Text if message.is_multipart() => message
+            .parts
+            .iter()
+            .map(|part| match part.image_ref() {
+                None => json!({"type": "text", "text": part.as_text().unwrap_or_default()}),
+                Some(ImageRef::Inline { mime, data }) => json!({"type": "image", "source": {
+                    "type": "base64", "media_type": mime, "data": data}}),
+                Some(ImageRef::Url(url)) => {
+                    json!({"type": "image", "source": {"type": "url", "url": url}})
+                }
+            })
+            .collect(),
         Modality::Text => vec![json!({"type": "text", "text": message.content})],
         Modality::Image => {
             let mut blocks = vec![json!({"type": "image", "source": {

@@ -274,8 +274,15 @@ impl BudgetedProvider {
         let images = request
             .messages
             .iter()
-            .filter(|message| message.modality == Modality::Image)
-            .count() as u64;
+            .map(|message| match message.modality {
+                Modality::Image => 1,
+                Modality::Text => message
+                    .parts
+                    .iter()
+                    .filter(|part| part.image_ref().is_some())
+                    .count(),
+            })
+            .sum::<usize>() as u64;
         let input = body + images * IMAGE_TOKENS + OVERHEAD_TOKENS;
         let choices = request
             .model_args

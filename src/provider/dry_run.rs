@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 
+use super::digest::request_sha256;
 use super::{ChatRequest, Provider, ProviderError, WireRequest};
-use crate::agent::session::request_sha256;
 use crate::dialog::Message;
 
 /// The error a dry-run call ends with.

@@ -195,6 +195,8 @@ pub mod anthropic;
 #[doc(hidden)]
 pub mod budget;
 #[doc(hidden)]
+pub mod digest;
+#[doc(hidden)]
 pub mod dry_run;
 #[doc(hidden)]
 pub mod endpoints;
@@ -207,6 +209,8 @@ pub mod limit;
 #[doc(hidden)]
 pub mod mock;
 pub mod models;
+#[cfg(test)]
+mod multipart_tests;
 #[doc(hidden)]
 pub mod openai;
 #[doc(hidden)]

@@ -223,6 +223,10 @@ impl Serialize for WireMessage<'_> {
             Role::User => {
                 map.serialize_entry("role", "user")?;
                 match message.modality {
+                    // Our parts are written in this API's own form.
+                    Modality::Text if message.is_multipart() => {
+                        map.serialize_entry("content", &message.parts)?
+                    }
                     Modality::Text => map.serialize_entry("content", &message.content)?,
                     Modality::Image => {
                         let mime = message.mime_type().unwrap_or("image/png");

@@ -177,7 +177,7 @@ impl Providers {
     /// Resolves `model_name`, checking that its provider can be used (keys
     /// present) before anything is sent.
     pub fn resolve(&self, model_name: &str) -> Result<Resolved> {
-        let (provider_name, model) = crate::tactic::split_model(model_name);
+        let (provider_name, model) = split_model(model_name);
         if model.is_empty() {
             return Err(Error::Unavailable {
                 model: model_name.into(),
@@ -454,6 +454,11 @@ fn extra_headers(config: Option<&ProviderConfig>) -> Vec<(String, String)> {
 
 fn timeout(config: Option<&ProviderConfig>) -> Duration {
     crate::config::numbers::seconds(config.and_then(|config| config.timeout_s).unwrap_or(600.0))
+}
+
+/// `provider/model` → (`provider`, `model`); a bare name is an OpenAI model.
+pub fn split_model(model_name: &str) -> (&str, &str) {
+    model_name.split_once('/').unwrap_or(("openai", model_name))
 }
 
 #[cfg(test)]

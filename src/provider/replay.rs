@@ -7,19 +7,25 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 
+use super::digest::request_sha256;
 use super::{ChatRequest, Provider, ProviderError};
-use crate::agent::session::request_sha256;
 use crate::dialog::Message;
-use crate::tactic::record::SessionRecord;
 
-/// One recorded model call, with where it happened.
-struct Recorded {
-    agent: String,
-    dialog: String,
-    round: u32,
-    sha256: String,
-    messages: Vec<Arc<Message>>,
-    outcome: Result<Message, ProviderError>,
+/// One recorded model call, with where it happened: what the replay
+/// provider serves. `crate::replay` reads them out of a session record.
+pub struct Recorded {
+    /// The agent that made the call.
+    pub agent: String,
+    /// The dialog alias it called on.
+    pub dialog: String,
+    /// The tool round (0-based) within the agent call.
+    pub round: u32,
+    /// `request_sha256` of the recorded request.
+    pub sha256: String,
+    /// The recorded request's messages, to say how a re-run differs.
+    pub messages: Vec<Arc<Message>>,
+    /// The recorded reply or error.
+    pub outcome: Result<Message, ProviderError>,
 }
 
 /// Where and how a re-run left the recorded path.
@@ -27,9 +33,13 @@ struct Recorded {
 pub struct Divergence {
     /// 1-based number of the model call.
     pub call: usize,
+    /// The agent whose recorded call it was.
     pub agent: String,
+    /// Its dialog alias.
     pub dialog: String,
+    /// The tool round within that agent call.
     pub round: u32,
+    /// How the request differs from the recorded one.
     pub difference: String,
 }
 
@@ -43,6 +53,8 @@ impl std::fmt::Display for Divergence {
     }
 }
 
+/// A provider that answers from recorded calls, in order, and refuses (and
+/// remembers) the first request that differs from its recorded one.
 pub struct ReplayProvider {
     queue: Mutex<VecDeque<Recorded>>,
     served: Mutex<usize>,
@@ -50,11 +62,10 @@ pub struct ReplayProvider {
 }
 
 impl ReplayProvider {
-    pub fn from_record(record: &SessionRecord) -> ReplayProvider {
-        let mut queue = VecDeque::new();
-        enqueue(record, &mut queue);
+    /// Serves `calls` in order.
+    pub fn new(calls: impl IntoIterator<Item = Recorded>) -> ReplayProvider {
         ReplayProvider {
-            queue: Mutex::new(queue),
+            queue: Mutex::new(calls.into_iter().collect()),
             served: Mutex::new(0),
             divergence: Mutex::new(None),
         }
@@ -76,6 +87,7 @@ impl ReplayProvider {
             .len()
     }
 
+    /// How many model calls the re-run has made.
     pub fn served(&self) -> usize {
         *self
             .served
@@ -125,68 +137,6 @@ impl ReplayProvider {
             });
         }
         recorded.outcome
-    }
-}
-
-/// The record's model calls in the order the run made them: its own calls,
-/// with each sub-tactic's calls (recursively) where its step ran.
-fn enqueue(record: &SessionRecord, queue: &mut VecDeque<Recorded>) {
-    let mut next = 0;
-    for step in &record.steps {
-        let Some(sub) = step
-            .sub_tactic
-            .and_then(|index| record.sub_tactic_sessions.get(index))
-        else {
-            continue;
-        };
-        while next < step.agent_call.min(record.agent_calls.len()) {
-            enqueue_call(record, &record.agent_calls[next], queue);
-            next += 1;
-        }
-        enqueue(sub, queue);
-    }
-    for call in record.agent_calls.iter().skip(next) {
-        enqueue_call(record, call, queue);
-    }
-}
-
-fn enqueue_call(
-    record: &SessionRecord,
-    call: &crate::agent::AgentCallSession,
-    queue: &mut VecDeque<Recorded>,
-) {
-    for invoke in &call.invokes {
-        let messages = record
-            .dialogs
-            .iter()
-            .find(|dialog| dialog.tree_node.dialog_id == invoke.request.dialog_id)
-            .map(|dialog| {
-                dialog
-                    .messages
-                    .iter()
-                    .take(invoke.request.messages)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let outcome = match (&invoke.response, &invoke.error) {
-            (Some(reply), _) => Ok(Message::clone(reply)),
-            (None, Some(error)) => Err(ProviderError {
-                retry_after: None,
-                ..error.clone()
-            }),
-            (None, None) => Err(ProviderError::permanent(
-                "the record has an invoke with no outcome",
-            )),
-        };
-        queue.push_back(Recorded {
-            agent: call.agent.clone(),
-            dialog: call.dialog_alias.clone(),
-            round: invoke.step,
-            sha256: invoke.request.sha256.clone(),
-            messages,
-            outcome,
-        });
     }
 }
 

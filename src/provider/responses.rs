@@ -12,7 +12,21 @@ use serde_json::{Map, Value, json};
 
 use super::exchange::error_object;
 use super::{ChatRequest, ErrorKind, ProviderError};
-use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role};
+use crate::dialog::{ApiType, ContentPart, FunctionCall, Message, Modality, Role};
+
+/// A part of a multipart user message as a Responses input part.
+fn input_part(part: &ContentPart) -> Value {
+    match part {
+        ContentPart::Text { text } => json!({"type": "input_text", "text": text}),
+        ContentPart::ImageUrl { image_url } => {
+            let mut input = json!({"type": "input_image", "image_url": image_url.url});
+            if let Some(detail) = &image_url.detail {
+                input["detail"] = json!(detail);
+            }
+            input
+        }
+    }
+}
 
 pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
     let mut input = Vec::new();
@@ -28,6 +42,9 @@ pub fn build_request(request: &ChatRequest<'_>, developer_role: bool) -> Value {
             }
             Role::User => {
                 let content = match message.modality {
+                    Modality::Text if message.is_multipart() => {
+                        Value::Array(message.parts.iter().map(input_part).collect())
+                    }
                     Modality::Text => json!([{"type": "input_text", "text": message.content}]),
                     Modality::Image => {
                         let mime = message.mime_type().unwrap_or("image/png");

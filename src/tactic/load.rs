@@ -62,7 +62,20 @@ pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Resu
             config.override_prices(prices.clone());
         }
     };
-    load_config(path, adjust, &builder, task)
+    let tactic = load_config(path, adjust, &builder, task)?;
+    // Prompt files that load but look wrong (a ported `{var}`), sub-tactics'
+    // prompt directories included, each once.
+    let mut warned = std::collections::BTreeSet::new();
+    let mut pending = vec![&tactic];
+    while let Some(next) = pending.pop() {
+        for warning in next.registry.warnings() {
+            if warned.insert(warning.as_str()) {
+                (options.warn)(warning);
+            }
+        }
+        pending.extend(next.sub_tactics());
+    }
+    Ok(tactic)
 }
 
 /// `load` for a tactic file with `adjust` applied to its config (overrides,

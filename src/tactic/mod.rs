@@ -38,6 +38,8 @@ pub(crate) use calls::outcome as calls_outcome;
 pub use calls::{
     Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
 };
+/// Kept here for callers that name it by its old place; it lives in the provider layer.
+pub use crate::provider::registry::split_model;
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
 pub use record::{RunState, SessionRecord};
@@ -713,11 +715,6 @@ fn lookup(
             None
         }
     }
-}
-
-/// `provider/model` → (`provider`, `model`); a bare name is an OpenAI model.
-pub fn split_model(model_name: &str) -> (&str, &str) {
-    model_name.split_once('/').unwrap_or(("openai", model_name))
 }
 
 /// A tool or MCP server a prompt names must be declared in the tactic.

@@ -21,6 +21,9 @@ use crate::agent::AgentCallSession;
 use crate::agent::session::InvokeTrace;
 use crate::dialog::{DialogRecord, InvokeCost, Message};
 
+/// Kept here for callers that name it by its old place; it lives in `crate::time`.
+pub(crate) use crate::time::timestamp;
+
 pub const FORMAT: &str = "lllm.session/2";
 
 /// The versions this lllm reads.
@@ -304,54 +307,6 @@ pub fn new_session_id() -> String {
         .to_string()
 }
 
-/// Now as a record writes times: `2026-11-22T08:15:00.123Z`.
-pub fn timestamp() -> String {
-    format_timestamp(chrono::Utc::now())
-}
-
-/// RFC 3339 in UTC with milliseconds, as chrono's
-/// `to_rfc3339_opts(SecondsFormat::Millis, true)` writes it (records have
-/// four per agent call and run; chrono's way costs several times more).
-fn format_timestamp(time: chrono::DateTime<chrono::Utc>) -> String {
-    use chrono::{Datelike, Timelike};
-    if !(0..=9999).contains(&time.year()) {
-        return time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    }
-    let time = time.naive_utc();
-    let mut text = String::with_capacity(24);
-    push_digits(&mut text, time.year() as u32, 4);
-    text.push('-');
-    push_digits(&mut text, time.month(), 2);
-    text.push('-');
-    push_digits(&mut text, time.day(), 2);
-    text.push('T');
-    push_digits(&mut text, time.hour(), 2);
-    text.push(':');
-    push_digits(&mut text, time.minute(), 2);
-    text.push(':');
-    // A leap second (nanoseconds past one second) shows as second 60.
-    let nanos = time.nanosecond();
-    push_digits(&mut text, time.second() + nanos / 1_000_000_000, 2);
-    text.push('.');
-    push_digits(&mut text, nanos % 1_000_000_000 / 1_000_000, 3);
-    text.push('Z');
-    text
-}
-
-/// `value` in exactly `width` decimal digits (zero-padded; higher digits cut).
-fn push_digits(text: &mut String, value: u32, width: u32) {
-    // Constant divisors: each digit is a multiply, not a division.
-    let digits = [
-        value / 1000 % 10,
-        value / 100 % 10,
-        value / 10 % 10,
-        value % 10,
-    ];
-    for digit in &digits[4 - width as usize..] {
-        text.push(char::from(b'0' + *digit as u8));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,31 +368,6 @@ mod tests {
             for id in thread.join().unwrap() {
                 assert!(all.insert(id));
             }
-        }
-    }
-
-    #[test]
-    fn time_stamps_read_as_chrono_writes_them() {
-        use chrono::{NaiveDate, TimeZone, Utc};
-        let at = |y, mo, d, h, mi, s, ms| {
-            let time = NaiveDate::from_ymd_opt(y, mo, d)
-                .and_then(|date| date.and_hms_milli_opt(h, mi, s, ms))
-                .unwrap();
-            Utc.from_utc_datetime(&time)
-        };
-        let mut times = vec![
-            at(2026, 11, 22, 8, 15, 0, 123),
-            at(1999, 1, 2, 3, 4, 5, 6),
-            at(2000, 12, 31, 23, 59, 59, 999),
-            at(2016, 12, 31, 23, 59, 59, 1500), // a leap second
-            at(12, 1, 1, 0, 0, 0, 0),
-            at(10000, 1, 1, 0, 0, 0, 0),
-            Utc::now(),
-        ];
-        times.push(times[0] + chrono::Duration::nanoseconds(999_999));
-        for time in times {
-            let chrono = time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-            assert_eq!(format_timestamp(time), chrono);
         }
     }
 

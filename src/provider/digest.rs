@@ -1,0 +1,58 @@
+//! The request digest: what decides a model's answer, hashed. Dry runs, the
+//! replay provider and the agent's invoke traces all compare requests by it,
+//! so it lives here, below all of them.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::ChatRequest;
+
+/// SHA-256 over what decides the model's answer: model, messages (role, name,
+/// content, tool calls, tool-call id), tools, format and model arguments.
+/// Metadata such as dialog ids is left out so a re-run of the same tactic
+/// produces the same digests.
+pub fn request_sha256(request: &ChatRequest<'_>) -> String {
+    let mut hasher = Sha256::new();
+    let mut feed = |part: &str| {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    };
+    feed(request.model);
+    for message in request.messages {
+        feed(message.role.as_str());
+        feed(&message.name);
+        feed(&message.content);
+        // Only multipart messages feed more, so older records' digests hold.
+        for part in &message.parts {
+            match part {
+                crate::dialog::ContentPart::Text { text } => feed(text),
+                crate::dialog::ContentPart::ImageUrl { image_url } => {
+                    feed(&image_url.url);
+                    feed(image_url.detail.as_deref().unwrap_or(""));
+                }
+            }
+        }
+        feed(message.tool_call_id().unwrap_or(""));
+        for call in &message.function_calls {
+            feed(&call.id);
+            feed(&call.name);
+            feed(&call.arguments_text());
+        }
+    }
+    for tool in request.tools {
+        feed(&tool.name);
+        feed(&tool.description);
+        feed(&tool.parameters.to_string());
+    }
+    feed(&request.format.map(Value::to_string).unwrap_or_default());
+    feed(&serde_json::to_string(request.model_args).unwrap_or_default());
+    // Hex digits written directly: `format!("{:x}")` goes through the
+    // formatting machinery once per byte.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(64);
+    for byte in hasher.finalize() {
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 0xF)]));
+    }
+    text
+}
