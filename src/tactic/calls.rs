@@ -220,17 +220,10 @@ impl Tactic {
     }
 
     /// How many runs `bcall`, `try_bcall` and `ccall` keep in flight unless
-    /// told otherwise: the tactic's `max_workers` when it is a positive
-    /// integer, else [`DEFAULT_CONCURRENCY`].
+    /// told otherwise: the tactic's `max_workers` (checked at load: 1 to
+    /// 100,000), else [`DEFAULT_CONCURRENCY`].
     pub fn default_concurrency(&self) -> usize {
-        self.config
-            .resolved
-            .get("max_workers")
-            .and_then(Value::as_u64)
-            .filter(|workers| *workers > 0)
-            .map_or(DEFAULT_CONCURRENCY, |workers| {
-                usize::try_from(workers).unwrap_or(usize::MAX)
-            })
+        self.config.max_workers.unwrap_or(DEFAULT_CONCURRENCY)
     }
 }
 
@@ -567,11 +560,13 @@ mod tests {
     }
 
     #[test]
-    fn the_default_concurrency_is_max_workers_when_it_is_a_positive_integer() {
+    fn the_default_concurrency_is_max_workers() {
         case("", DEFAULT_CONCURRENCY);
         case("max_workers: 3", 3);
-        case("max_workers: 0", DEFAULT_CONCURRENCY);
         case("max_workers: null", DEFAULT_CONCURRENCY);
+        let zero = "agent_configs: [{name: a, model_name: mock/echo}]\nmax_workers: 0";
+        let error = Tactic::from_yaml(zero, "/nonexistent", &crate::Registry::new()).unwrap_err();
+        assert!(error.to_string().contains("max_workers"), "{error}");
     }
 
     #[tokio::test]
