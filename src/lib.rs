@@ -23,8 +23,9 @@ pub mod suggest;
 pub mod tactic;
 pub mod tool;
 
+pub use agent::Agent;
 pub use registry::Registry;
-pub use tactic::{SessionRecord, Tactic, Task};
+pub use tactic::{Ctx, Flow, FlowResult, SessionRecord, Tactic, Task};
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

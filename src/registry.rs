@@ -6,6 +6,8 @@
 //! Built by value, like axum's `Router`: `Registry::new().context_manager(…)`.
 //! Registering one name twice is a programmer's error and panics at once.
 
+mod flows;
+
 use std::sync::Arc;
 
 use crate::agent::context::{ContextManager, ContextManagers, ContextSettings};
@@ -21,6 +23,8 @@ use crate::agent::context::{ContextManager, ContextManagers, ContextSettings};
 #[derive(Clone)]
 pub struct Registry {
     pub(crate) context_managers: Arc<ContextManagers>,
+    /// Programmed tactics by name (`flows.rs`).
+    pub(crate) flows: flows::Flows,
 }
 
 impl Default for Registry {
@@ -37,6 +41,7 @@ impl std::fmt::Debug for Registry {
                 "context_managers",
                 &self.context_manager_names().collect::<Vec<_>>(),
             )
+            .field("flows", &self.flow_names().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -46,6 +51,7 @@ impl Registry {
     pub fn new() -> Registry {
         Registry {
             context_managers: Arc::new(ContextManagers::with_builtins()),
+            flows: flows::Flows::default(),
         }
     }
 
@@ -84,6 +90,7 @@ impl Registry {
     /// # Panics
     /// When both register one name (built-ins aside).
     pub fn merge(mut self, other: Registry) -> Registry {
+        self.merge_flows(&other);
         let builtins = ContextManagers::with_builtins();
         for (name, factory) in other.context_managers.entries() {
             if builtins.names().any(|builtin| builtin == name) {

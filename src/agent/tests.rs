@@ -162,7 +162,7 @@ fn fixture_with(
         api_type: Default::default(),
     };
     let mut agent = Agent::new(Arc::new(spec), runtime);
-    agent.open("main", &Map::new(), true).unwrap();
+    agent.open_with("main", &Map::new(), true).unwrap();
     Fixture {
         provider,
         tool,
@@ -206,8 +206,8 @@ fn roles(dialog: &crate::dialog::Dialog) -> Vec<Role> {
 #[tokio::test]
 async fn a_plain_answer_is_appended_to_the_dialog() {
     let mut fixture = fixture(vec![text("hello")], limits(3, 5, 3), false);
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.delivery().unwrap().content, "hello");
     assert_eq!(session.delivery().unwrap().name, "researcher");
@@ -237,9 +237,9 @@ async fn a_bad_reply_is_repaired_on_a_working_fork() {
     );
     fixture
         .agent
-        .receive_prompt(json_prompt(), &question(), None)
+        .receive_prompt(json_prompt(), Value::Object(question()))
         .unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.exception_retries.len(), 1);
     assert_eq!(session.delivery().unwrap().parsed["answer"], json!(42));
@@ -269,9 +269,9 @@ async fn exhausted_repairs_fail_with_every_invoke_recorded() {
     let mut fixture = fixture(replies, limits(2, 5, 3), false);
     fixture
         .agent
-        .receive_prompt(json_prompt(), &question(), None)
+        .receive_prompt(json_prompt(), Value::Object(question()))
         .unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Failure);
     assert_eq!(
         session.invokes.len(),
@@ -302,8 +302,8 @@ async fn tool_calls_are_executed_and_answered_in_order() {
         text("Owls are birds."),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
-    fixture.agent.receive("Tell me about owls", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("Tell me about owls").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 1);
     assert_eq!(
@@ -341,8 +341,8 @@ async fn unknown_tools_and_malformed_arguments_are_answered_not_aborted() {
         text("done"),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     let dialog = fixture.agent.current_dialog().unwrap();
     let tool_results: Vec<&str> = dialog
@@ -375,8 +375,8 @@ async fn only_successful_calls_count_as_repeated() {
         text("ok"),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), true);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     // First call failed (D5: may be retried), second succeeded, third is a repeat.
     assert_eq!(fixture.tool.calls.load(Ordering::SeqCst), 2);
@@ -398,8 +398,8 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
         text("final"),
     ];
     let mut fixture = fixture(replies, limits(3, 1, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     // The second tool call came on the final round, where no tools are offered:
     // it is answered with an error, and since the model was told to stop, the call fails.
     assert_eq!(session.state, CallState::Failure, "{:?}", session.error);
@@ -416,8 +416,8 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
 
     let replies = vec![tool_call("lookup", r#"{"q": 1}"#), text("final")];
     let mut fixture = super::tests::fixture(replies, limits(3, 1, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.delivery().unwrap().content, "final");
 }
@@ -429,8 +429,8 @@ async fn zero_interrupt_steps_means_unlimited_rounds() {
         .collect();
     replies.push(text("done"));
     let mut fixture = fixture(replies, limits(3, 0, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 7);
     let seen = fixture.provider.seen.lock().unwrap().clone();
@@ -447,8 +447,8 @@ async fn provider_errors_are_retried_within_the_recall_budget() {
         limits(3, 5, 3),
         false,
     );
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.llm_recalls.len(), 2);
     assert_eq!(session.invokes.len(), 3);
@@ -459,8 +459,8 @@ async fn provider_errors_are_retried_within_the_recall_budget() {
         limits(3, 5, 1),
         false,
     );
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Failure);
     assert_eq!(session.invokes.len(), 2, "one try and one recall");
     assert!(
@@ -476,11 +476,21 @@ async fn dialogs_are_managed_by_alias() {
     let mut fixture = fixture(vec![], limits(3, 5, 3), false);
     let agent = &mut fixture.agent;
     assert!(
-        agent.open("main", &Map::new(), true).is_err(),
+        agent.open_with("main", &Map::new(), true).is_err(),
         "aliases are unique"
     );
-    agent.receive("one", None).unwrap();
-    agent.fork("main", "alt", 1, 1, true).unwrap();
+    agent.receive("one").unwrap();
+    agent
+        .fork_with(
+            "main",
+            "alt",
+            super::Fork {
+                last_n: 1,
+                first_k: 1,
+                switch: true,
+            },
+        )
+        .unwrap();
     assert_eq!(agent.active_alias(), Some("alt"));
     assert_eq!(agent.current_dialog().unwrap().len(), 2);
     agent.switch("main").unwrap();
@@ -497,7 +507,7 @@ async fn dialogs_are_managed_by_alias() {
     assert_eq!(closed.len(), 2);
     assert_eq!(agent.active_alias(), None);
     assert!(
-        agent.receive("x", None).is_err(),
+        agent.receive("x").is_err(),
         "no active dialog after closing it"
     );
     assert_eq!(agent.dialogs().keys().collect::<Vec<_>>(), ["alt"]);
@@ -512,8 +522,8 @@ async fn tool_calls_of_one_turn_run_concurrently_and_answer_in_order() {
         FunctionCall::from_model("c", "lookup", r#"{"q": 1}"#),
     ];
     let mut fixture = fixture(vec![Ok(message), text("done")], limits(3, 5, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(
         fixture.tool.calls.load(Ordering::SeqCst),
@@ -550,8 +560,8 @@ async fn the_calls_of_a_turn_really_run_at_the_same_time() {
         false,
         true,
     );
-    fixture.agent.receive("go", None).unwrap();
-    let session = tokio::time::timeout(Duration::from_secs(10), fixture.agent.respond(None))
+    fixture.agent.receive("go").unwrap();
+    let session = tokio::time::timeout(Duration::from_secs(10), fixture.agent.respond().session())
         .await
         .expect("the two tool calls ran concurrently")
         .unwrap();
