@@ -249,7 +249,10 @@ fn render_raw(record: &SessionRecord) -> String {
         record.latency_ms as f64 / 1000.0
     );
     if let Some(body) = &record.tactic.body {
-        let _ = writeln!(out, "program: {body} (compiled into the binary that ran it)");
+        let _ = writeln!(
+            out,
+            "program: {body} (compiled into the binary that ran it)"
+        );
     }
     if let Some(id) = &record.task_id {
         let _ = writeln!(out, "task id: {id}");
