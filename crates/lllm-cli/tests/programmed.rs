@@ -336,3 +336,54 @@ fn lllm_batch_keeps_a_flows_calls_inside_max_cost() {
         "{answered} calls answered"
     );
 }
+
+/// Two agents at once: the first one's reply is slower.
+struct AtOnce;
+
+impl Flow for AtOnce {
+    const NAME: &'static str = "at_once";
+    const AGENTS: &'static [&'static str] = &["slow", "fast"];
+
+    async fn call(&self, cx: &mut Ctx, _task: Task) -> FlowResult {
+        let [slow, fast] = cx.agents(["slow", "fast"])?;
+        slow.open("main")?;
+        fast.open("main")?;
+        slow.receive("slow question")?;
+        fast.receive("fast question")?;
+        let (first, second) = tokio::join!(slow.respond(), fast.respond());
+        Ok(format!("{} + {}", first?.content, second?.content))
+    }
+}
+
+#[test]
+fn calls_made_at_once_rerun_whatever_order_they_finished_in() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "script.yaml",
+        "rules:\n  - when: {contains: slow}\n    reply: {text: slow answer, delay_ms: 300}\n\
+         default: {text: fast answer}\n",
+    );
+    let tactic = write(
+        dir.path(),
+        "t.yaml",
+        "tactic_type: at_once\nglobal: {model_name: mock/script}\n\
+         agent_configs: [{name: slow}, {name: fast}]\nproviders: {mock: {script: script.yaml}}\n",
+    );
+    let record = dir.path().join("record.json");
+    let record = record.to_str().unwrap();
+    let registry = || Registry::new().flow(AtOnce);
+    let code = cli(
+        &["run", &tactic, "--task", "go", "--record", record, "-q"],
+        registry(),
+    );
+    assert_eq!(code, ExitCode::SUCCESS);
+    let recorded = lllm::replay::load(Path::new(record), None).unwrap();
+    assert_eq!(
+        recorded.delivery.as_deref(),
+        Some("slow answer + fast answer")
+    );
+    assert_eq!(recorded.agent_calls.len(), 2);
+    let code = cli(&["replay", record, "--rerun"], registry());
+    assert_eq!(code, ExitCode::SUCCESS);
+}
