@@ -154,7 +154,10 @@ fn fixture_with(
             },
             service: None,
         },
-        model_args: Map::new(),
+        model_args: json!({"temperature": 0, "seed": 7})
+            .as_object()
+            .cloned()
+            .unwrap(),
         mcp_servers: Vec::new(),
         tools: vec!["lookup".into()],
         limits,
@@ -590,5 +593,99 @@ fn a_request_digest_is_the_hex_sha256_of_its_parts() {
     assert_eq!(
         session::request_sha256(&request),
         format!("{:x}", hasher.finalize())
+    );
+}
+
+#[tokio::test]
+async fn respond_takes_the_calls_options_and_awaits_to_the_message() {
+    let mut fixture = fixture(vec![text("one"), text("two")], limits(3, 5, 3), false);
+    fixture.agent.receive("hi").unwrap();
+    let reply = fixture.agent.respond().await.unwrap();
+    assert_eq!(reply.content, "one");
+    // On another dialog, with model args over the agent's, parser args and metadata.
+    fixture
+        .agent
+        .fork_with(
+            "main",
+            "side",
+            Fork {
+                switch: false,
+                ..Fork::default()
+            },
+        )
+        .unwrap();
+    let session = fixture
+        .agent
+        .respond()
+        .dialog("side")
+        .args(json!({"temperature": 0.9}))
+        .parser_args(json!({"strict": true}))
+        .metadata(json!({"why": "test"}))
+        .session()
+        .await
+        .unwrap();
+    assert_eq!(fixture.agent.active_alias(), Some("main"));
+    assert_eq!(session.dialog_alias, "side");
+    assert_eq!(
+        Value::Object(session.invokes[0].request.model_args.clone()),
+        json!({"temperature": 0.9, "seed": 7})
+    );
+    assert_eq!(
+        Value::Object(session.parser_args.clone()),
+        json!({"strict": true})
+    );
+    assert_eq!(
+        Value::Object(session.metadata.clone()),
+        json!({"why": "test"})
+    );
+    let written = serde_json::to_value(&session).unwrap();
+    assert_eq!(written["metadata"], json!({"why": "test"}));
+}
+
+#[tokio::test]
+async fn a_failed_call_awaited_as_a_message_holds_its_session() {
+    let permanent = || Err(ProviderError::permanent("no such model"));
+    let mut fixture = fixture(vec![permanent()], limits(3, 5, 3), false);
+    fixture.agent.receive("hi").unwrap();
+    let Err(CallError::Failed(session)) = fixture.agent.respond().await else {
+        panic!("the call did not fail");
+    };
+    assert_eq!(session.state, CallState::Failure);
+    assert_eq!(session.invokes.len(), 1);
+    // Misuse is an `Agent` error, without a session.
+    let error = fixture.agent.respond().dialog("nope").await.unwrap_err();
+    assert!(error.session().is_none());
+    assert_eq!(
+        error.to_string(),
+        "agent `researcher` has no dialog `nope` (open: `main`)"
+    );
+}
+
+#[test]
+fn receive_as_and_receive_prompt_put_what_the_seed_puts() {
+    let mut fixture = fixture(Vec::new(), limits(3, 5, 3), false);
+    let agent = &mut fixture.agent;
+    let message = agent
+        .receive_as(Role::System, "moderator", "Be brief.")
+        .unwrap();
+    assert_eq!(
+        (message.role, message.name.as_str()),
+        (Role::System, "moderator")
+    );
+    let message = agent
+        .receive_prompt(json_prompt(), json!({"question": "1 + 1?"}))
+        .unwrap();
+    assert_eq!(message.content, "1 + 1?");
+    let top = agent.current_dialog().unwrap().top_prompt.clone().unwrap();
+    assert_eq!(top.path, "ask");
+    assert!(matches!(
+        agent.receive_prompt(json_prompt(), json!("text")),
+        Err(Error::Args { .. })
+    ));
+    // A standalone agent has no registry to look keys up in.
+    let error = agent.receive_prompt("ask", Value::Null).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "agent `researcher` has no prompt registry to find `ask` in; pass a `Prompt` instead"
     );
 }
