@@ -2,6 +2,10 @@
 //!
 //! The data flows one way: cli → config → prompt registry → tactic (flow) →
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
+//!
+//! A tactic's program is a YAML `flow:` or Rust code: implement [`Flow`],
+//! register it with [`Registry::flow`], and name it in the tactic file with
+//! `tactic_type`; [`Ctx`] hands out the file's agents with the seeds' verbs.
 
 pub mod agent;
 pub mod batch;

@@ -1,6 +1,6 @@
 //! The named extensions a tactic can use beyond the built-ins: context
-//! managers today; programmed tactics (flows), tools from Rust functions,
-//! parsers, handlers and renderers as they arrive. YAML and prompt files name
+//! managers here, programmed tactics in `flows.rs`; tools from Rust
+//! functions, parsers, handlers and renderers as they arrive. YAML and prompt files name
 //! them; a name the registry lacks is a load error with a "did you mean".
 //!
 //! Built by value, like axum's `Router`: `Registry::new().context_manager(…)`.

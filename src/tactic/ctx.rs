@@ -186,5 +186,13 @@ impl Ctx {
     }
 }
 
+// A flow's future holds `&mut Ctx` and `&mut Agent`s across awaits, and
+// `Flow::call` must be `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Ctx>();
+    send::<Agent>();
+};
+
 #[cfg(test)]
 mod tests;
