@@ -1,6 +1,6 @@
 //! A programmed tactic: two agents, a Rust loop and a fork, in your own `lllm`.
 //!
-//! `tactics/custom_tactic.yaml` supplies the agents (`writer`, `critic`),
+//! `examples/custom_tactic.yaml` supplies the agents (`writer`, `critic`),
 //! their models and prompts, and names the Rust flow `review_loop` below as
 //! its `tactic_type`. The writer drafts; the critic reviews until it approves
 //! (three rounds at most); then the writer forks its dialog to say it in one
@@ -11,7 +11,7 @@
 //! LLLM_MODEL=openai/gpt-4o-mini cargo run --example custom_tactic
 //! cargo run --example custom_tactic -- replay PATH             # show the record
 //! cargo run --example custom_tactic -- replay PATH --rerun     # re-execute it offline, identically
-//! cargo run --example custom_tactic -- run tactics/custom_tactic.yaml --task "What is a B-tree?"
+//! cargo run --example custom_tactic -- run examples/custom_tactic.yaml --task "What is a B-tree?"
 //! ```
 //!
 //! Given arguments it is the full `lllm` command line with `review_loop`
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     if std::env::args_os().len() > 1 {
         return lllm_cli::main_with(registry());
     }
-    let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("tactics/custom_tactic.yaml");
+    let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom_tactic.yaml");
     let model = std::env::var("LLLM_MODEL")
         .ok()
         .filter(|model| !model.is_empty());

@@ -12,6 +12,7 @@ mod respond;
 pub mod session;
 pub mod tokens;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
@@ -547,11 +548,15 @@ impl Agent {
         self.dialogs.get_mut(alias)
     }
 
-    /// `args` over the run's context (`task`, `args`).
-    fn with_context(&self, args: &Map<String, Value>) -> Map<String, Value> {
+    /// `args` over the run's context (`task`, `args`); `args` itself when
+    /// there is none (a YAML flow passes its whole context).
+    fn with_context<'m>(&self, args: &'m Map<String, Value>) -> Cow<'m, Map<String, Value>> {
+        if self.context.is_empty() {
+            return Cow::Borrowed(args);
+        }
         let mut merged = self.context.clone();
         merged.extend(args.iter().map(|(key, value)| (key.clone(), value.clone())));
-        merged
+        Cow::Owned(merged)
     }
 
     fn dialog_at(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
