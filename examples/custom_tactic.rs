@@ -47,7 +47,11 @@ impl Flow for ReviewLoop {
             // Its front matter's tag parser fills `parsed`; a reply without a
             // verdict is repaired by the agent loop before it gets here.
             critic.receive_prompt("custom/review", json!({ "draft": draft.content }))?;
-            let review = critic.respond().metadata(json!({ "round": round })).await?;
+            let review = critic
+                .respond()
+                .step(format!("review {round}")) // the call's name in the record
+                .metadata(json!({ "round": round }))
+                .await?;
             let tags = &review.parsed["xml_tags"];
             if tags["verdict"][0] == "approve" {
                 break;

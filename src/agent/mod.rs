@@ -163,8 +163,9 @@ pub struct Agent {
     recorder: Option<Recorder>,
 }
 
-/// The calls of a programmed run, in the order they finished.
-pub(crate) type Recorder = Arc<std::sync::Mutex<Vec<AgentCallSession>>>;
+/// The calls of a programmed run, in the order they finished, each with the
+/// step name its caller gave (`respond().step(…)`).
+pub(crate) type Recorder = Arc<std::sync::Mutex<Vec<(Option<String>, AgentCallSession)>>>;
 
 /// The seed's fork options: `Fork::default()` keeps the whole history and
 /// switches to the new dialog, as `fork(from, to)` does.
@@ -502,7 +503,7 @@ impl Agent {
             recorder
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(session.clone());
+                .push((options.step.clone(), session.clone()));
         }
         Ok(session)
     }

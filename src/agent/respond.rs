@@ -26,6 +26,8 @@ pub struct CallOptions {
     pub parser_args: Map<String, Value>,
     /// Stored on the call session (and so in the record); never sent.
     pub metadata: Map<String, Value>,
+    /// The name of the call in the record's `steps` (a programmed run's).
+    pub step: Option<String>,
 }
 
 /// One agent call, to be awaited: `agent.respond().await?` gives the accepted
@@ -126,6 +128,13 @@ impl<Output> Respond<'_, Output> {
     /// session record; never sent to the model.
     pub fn metadata(mut self, metadata: Value) -> Self {
         self.options.metadata = self.object(metadata);
+        self
+    }
+
+    /// Names the call in the session record's `steps`, as a YAML flow's
+    /// step is named (`lllm replay` shows it); in a programmed run only.
+    pub fn step(mut self, name: impl Into<String>) -> Self {
+        self.options.step = Some(name.into());
         self
     }
 

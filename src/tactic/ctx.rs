@@ -11,6 +11,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
+use super::record::StepRecord;
 use super::{Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, AgentSpec, Recorder, Runtime};
 use crate::prompt::{Prompt, Registry as PromptRegistry};
@@ -145,18 +146,41 @@ impl Ctx {
         self.recorder
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+            .iter()
+            .map(|(_, call)| call.clone())
+            .collect()
     }
 
-    /// The agents (for their dialogs) and the calls, for the record.
-    pub(super) fn finish(self) -> (HashMap<String, Agent>, Vec<AgentCallSession>) {
-        let calls = std::mem::take(
+    /// The agents (for their dialogs), the calls and the named ones as
+    /// steps, for the record.
+    pub(super) fn finish(
+        self,
+    ) -> (
+        HashMap<String, Agent>,
+        Vec<AgentCallSession>,
+        Vec<StepRecord>,
+    ) {
+        let recorded = std::mem::take(
             &mut *self
                 .recorder
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
         );
-        (self.agents, calls)
+        let mut steps = Vec::new();
+        let mut calls = Vec::with_capacity(recorded.len());
+        for (index, (step, call)) in recorded.into_iter().enumerate() {
+            if let Some(step) = step {
+                steps.push(StepRecord {
+                    step,
+                    agent: call.agent.clone(),
+                    dialog: call.dialog_alias.clone(),
+                    agent_call: index,
+                    sub_tactic: None,
+                });
+            }
+            calls.push(call);
+        }
+        (self.agents, calls, steps)
     }
 
     fn make(&mut self, name: &str) -> Result<(), CtxError> {

@@ -119,9 +119,10 @@ pub(super) async fn run(
         }
     };
     if let Some((_, cx)) = program {
-        let (agents, calls) = cx.finish();
+        let (agents, calls, steps) = cx.finish();
         run.agents = agents;
         run.calls = calls;
+        run.steps = steps;
     }
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),

@@ -74,6 +74,12 @@ fn the_custom_tactic_example_records_a_run_that_reruns_identically() {
         ]
     );
     assert_eq!(record.agent_calls[3].metadata["round"], 2);
+    let steps: Vec<(&str, usize)> = record
+        .steps
+        .iter()
+        .map(|step| (step.step.as_str(), step.agent_call))
+        .collect();
+    assert_eq!(steps, [("review 1", 1), ("review 2", 3)]);
     let short = record
         .dialogs
         .iter()
@@ -128,6 +134,13 @@ fn the_stock_binary_renders_a_programmed_record_and_refuses_to_rerun_it() {
         shown.stdout
     );
     assert!(shown.stdout.contains("dialog `short`"), "{}", shown.stdout);
+    assert!(
+        shown
+            .stdout
+            .contains("agent call 4 (step `review 2`): `critic`"),
+        "{}",
+        shown.stdout
+    );
     let rerun = test.run(&["replay", path.to_str().unwrap(), "--rerun"]);
     rerun.expect_code(2);
     assert_eq!(
