@@ -361,3 +361,39 @@ fn a_tactic_type_no_flow_registers_stays_a_label() {
 fn a_flow_registered_twice_panics() {
     let _ = Registry::new().flow(Loop).merge(Registry::new().flow(Loop));
 }
+
+#[test]
+fn a_yaml_flow_runs_a_programmed_tactic_as_a_step() {
+    struct Shout;
+    impl Flow for Shout {
+        const NAME: &'static str = "shout";
+        const AGENTS: &'static [&'static str] = &["echo"];
+        async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+            let echo = cx.agent("echo")?;
+            echo.open("main")?;
+            echo.receive(task.text())?;
+            Ok(echo.respond().await?.content.to_uppercase())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "
+tactic_type: parent
+agent_configs: [{name: writer, model_name: mock/echo}]
+flow:
+  - {step: draft, agent: writer, text: 'quiet {{ task }}'}
+  - {step: loud, tactic: child.yaml, task: '{{ draft.content }}'}
+";
+    let child = "tactic_type: shout\nagent_configs: [{name: echo, model_name: mock/echo}]\n";
+    let registry = Registry::new().flow(Shout);
+    let tactic = load(dir.path(), yaml, &[("child.yaml", child)], &registry).unwrap();
+    let record = run(&tactic, "owls");
+    assert_eq!(
+        record.delivery.as_deref(),
+        Some("QUIET OWLS"),
+        "{:?}",
+        record.error
+    );
+    let sub = &record.sub_tactic_sessions[0];
+    assert_eq!(sub.tactic.body.as_deref(), Some("rust:shout"));
+    assert_eq!(sub.agent_calls.len(), 1);
+}
