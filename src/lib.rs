@@ -2,6 +2,10 @@
 //!
 //! The data flows one way: cli → config → prompt registry → tactic (flow) →
 //! agent loop → provider → HTTP, and every invoke lands in the session record.
+//!
+//! A tactic's program is a YAML `flow:` or Rust code: implement [`Flow`],
+//! register it with [`Registry::flow`], and name it in the tactic file with
+//! `tactic_type`; [`Ctx`] hands out the file's agents with the seeds' verbs.
 
 pub mod agent;
 #[doc(hidden)]
@@ -40,7 +44,7 @@ pub use registry::Registry;
 /// The JSON-schema derive a Rust tool's argument type uses
 /// (`#[derive(JsonSchema)]`), re-exported so its version matches ours.
 pub use schemars;
-pub use tactic::{RunError, SessionRecord, Tactic, Task};
+pub use tactic::{Ctx, Flow, FlowResult, RunError, SessionRecord, Tactic, Task};
 pub use tool::Tool;
 
 /// Any error, boxed: what a programmed tactic or a Rust tool may fail with.

@@ -1,11 +1,13 @@
 //! The named extensions a tactic can use beyond the built-ins: context
-//! managers here; tools from Rust functions, parsers, handlers and renderers
-//! in `registry/named.rs`. YAML and prompt files name them; a name the
-//! registry lacks is a load error with a "did you mean".
+//! managers here, programmed tactics in `registry/flows.rs`; tools from Rust
+//! functions, parsers, handlers and renderers in `registry/named.rs`. YAML
+//! and prompt files name them; a name the registry lacks is a load error with
+//! a "did you mean".
 //!
 //! Built by value, like axum's `Router`: `Registry::new().context_manager(…)`.
 //! Registering one name twice is a programmer's error and panics at once.
 
+mod flows;
 mod named;
 
 use std::sync::Arc;
@@ -25,6 +27,8 @@ pub struct Registry {
     pub(crate) context_managers: Arc<ContextManagers>,
     /// Tools, parsers, handlers and renderers (`registry/named.rs`).
     pub(crate) named: named::Named,
+    /// Programmed tactics by name (`flows.rs`).
+    pub(crate) flows: flows::Flows,
 }
 
 impl Default for Registry {
@@ -45,6 +49,7 @@ impl std::fmt::Debug for Registry {
             .field("parsers", &self.parser_names().collect::<Vec<_>>())
             .field("handlers", &self.handler_names().collect::<Vec<_>>())
             .field("renderers", &self.renderer_names().collect::<Vec<_>>())
+            .field("flows", &self.flow_names().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -55,6 +60,7 @@ impl Registry {
         Registry {
             context_managers: Arc::new(ContextManagers::with_builtins()),
             named: named::Named::default(),
+            flows: flows::Flows::default(),
         }
     }
 
@@ -93,6 +99,7 @@ impl Registry {
     /// # Panics
     /// When both register one name (built-ins aside).
     pub fn merge(mut self, other: Registry) -> Registry {
+        self.merge_flows(&other);
         let builtins = ContextManagers::with_builtins();
         for (name, factory) in other.context_managers.entries() {
             if builtins.names().any(|builtin| builtin == name) {

@@ -250,6 +250,12 @@ fn render_raw(record: &SessionRecord) -> String {
         cost_text(&record.cost),
         record.latency_ms as f64 / 1000.0
     );
+    if let Some(body) = &record.tactic.body {
+        let _ = writeln!(
+            out,
+            "program: {body} (compiled into the binary that ran it)"
+        );
+    }
     if let Some(id) = &record.task_id {
         let _ = writeln!(out, "task id: {id}");
     }
@@ -510,6 +516,20 @@ pub async fn rerun(
     use crate::provider::replay::ReplayProvider;
     use std::sync::Arc;
 
+    // A programmed tactic's body is compiled into the binary that ran it.
+    if let Some(name) = record
+        .tactic
+        .body
+        .as_deref()
+        .and_then(|body| body.strip_prefix("rust:"))
+        && registry.flow_named(name).is_none()
+    {
+        return Err(crate::error::Error::Usage(format!(
+            "tactic `{name}` is a programmed tactic (Rust) that this binary does not register; \
+             re-run the record with a binary built with `lllm_cli::main_with` and a registry \
+             that has `.flow(…)` for `{name}`"
+        )));
+    }
     let path = match tactic {
         Some(path) => path.to_path_buf(),
         None => {

@@ -27,8 +27,8 @@ pub(super) struct Call<'a> {
     pub runtime: &'a Runtime,
     pub text_sink: Option<&'a (dyn Fn(&str) + Send + Sync)>,
     pub alias: &'a str,
-    /// The call's parser arguments: they reach a registered parser.
-    pub parser_args: &'a Map<String, Value>,
+    /// The call's own model arguments, parser arguments and metadata.
+    pub options: &'a super::CallOptions,
 }
 
 fn now() -> String {
@@ -89,6 +89,8 @@ impl Call<'_> {
             started_at: now(),
             ended_at: None,
             latency_ms: 0,
+            metadata: self.options.metadata.clone(),
+            parser_args: self.options.parser_args.clone(),
         };
         self.run_loop(dialog, archive, &mut session).await;
         session.ended_at = Some(now());
@@ -302,13 +304,21 @@ impl Call<'_> {
         step: u32,
     ) -> Result<Arc<Message>, String> {
         let model = &self.spec.model;
+        // The call's model arguments over the agent's (a key of the call wins).
+        let model_args = if self.options.model_args.is_empty() {
+            std::borrow::Cow::Borrowed(&self.spec.model_args)
+        } else {
+            let mut merged = self.spec.model_args.clone();
+            merged.extend(self.options.model_args.clone());
+            std::borrow::Cow::Owned(merged)
+        };
         loop {
             let request = ChatRequest {
                 model: &model.model,
                 messages: working.messages(),
                 tools,
                 format: top.format.as_ref(),
-                model_args: &self.spec.model_args,
+                model_args: &model_args,
                 api_type: self.spec.api_type,
                 stream: self.text_sink,
             };
@@ -363,7 +373,7 @@ impl Call<'_> {
             let parse_error = if reply.is_function_call() {
                 None
             } else {
-                match top.parse_with(&reply.content, self.parser_args) {
+                match top.parse_with(&reply.content, &self.options.parser_args) {
                     Ok(Value::Object(parsed)) => {
                         reply.parsed = parsed;
                         None

@@ -1,22 +1,26 @@
 //! Agents: a model, a system prompt and tools, owning named dialogs.
 //!
-//! This file holds the agent and its dialog API (open, fork, close, switch,
-//! receive…); `call` runs the agent loop on a dialog, `session` records it,
-//! `context` and `tokens` keep requests inside the model's window.
+//! This file holds the agent and its dialog API (the seeds' verbs: open,
+//! fork, close, switch, receive, receive_prompt, receive_image); `respond`
+//! is the awaited builder of a call, `call` runs the agent loop on a dialog,
+//! `session` records it, `context` and `tokens` keep requests inside the
+//! model's window.
 
 mod call;
 pub mod context;
 mod handler;
+mod respond;
 pub mod session;
 pub mod tokens;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use crate::dialog::{Dialog, ImageSource, Message, Role};
-use crate::prompt::Prompt;
+use crate::prompt::{Prompt, Registry as PromptRegistry};
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Resolved;
@@ -24,6 +28,7 @@ use crate::tool::Toolbox;
 
 pub use context::ContextManager;
 pub use handler::{DefaultHandler, Handler, Handlers};
+pub use respond::{CallError, CallOptions, Respond};
 pub use session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 
 /// Receives the text of streamed replies as it arrives.
@@ -46,6 +51,27 @@ pub enum Error {
         agent: String,
         source: crate::dialog::Error,
     },
+    #[error("agent `{agent}`: {source}")]
+    Prompt {
+        agent: String,
+        source: crate::prompt::Error,
+    },
+    #[error("agent `{agent}` has no prompt registry to find `{key}` in; pass a `Prompt` instead")]
+    NoPrompts { agent: String, key: String },
+    #[error("agent `{agent}`: prompt arguments must be a JSON object (or null), not {found}")]
+    Args { agent: String, found: String },
+}
+
+/// What a JSON value is, for errors.
+fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -86,6 +112,43 @@ pub struct AgentSpec {
     pub api_type: crate::dialog::ApiType,
 }
 
+/// One agent of a run: its spec (model, system prompt, tools, limits) and the
+/// named dialogs it owns, one of them active. The seeds' verbs act on the
+/// active dialog: [`open`](Agent::open), [`fork`](Agent::fork),
+/// [`switch`](Agent::switch), [`close`](Agent::close),
+/// [`receive`](Agent::receive), [`receive_prompt`](Agent::receive_prompt),
+/// [`receive_image`](Agent::receive_image) and [`respond`](Agent::respond).
+///
+/// A programmed tactic gets its agents from [`Ctx`](crate::Ctx):
+///
+/// ```
+/// # use lllm::{Ctx, Flow, FlowResult, Registry, Task};
+/// # struct Echo;
+/// # impl Flow for Echo {
+/// #     const NAME: &'static str = "echo_twice";
+/// #     const AGENTS: &'static [&'static str] = &["echo"];
+/// async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+///     let echo = cx.agent("echo")?;
+///     echo.open("main")?;                     // the system prompt, rendered with the task
+///     echo.receive(task.text())?;
+///     let first = echo.respond().await?;      // the accepted reply, a `Message`
+///     echo.fork("main", "again")?;            // a copy of `main`, now the active dialog
+///     echo.receive("once more")?;
+///     let second = echo.respond().session().await?; // the whole `AgentCallSession`
+///     assert!(second.is_success());
+///     Ok(format!("{} / {}", first.content, second.delivery().unwrap().content))
+/// }
+/// # }
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("echo.yaml");
+/// # std::fs::write(&path, "tactic_type: echo_twice\nagent_configs:\n  - {name: echo, model_name: mock/echo}\n").unwrap();
+/// # let registry = Registry::new().flow(Echo);
+/// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
+/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry };
+/// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+/// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hello".into()));
+/// # assert_eq!(record.delivery.as_deref(), Some("hello / once more"), "{:?}", record.error);
+/// ```
 pub struct Agent {
     spec: Arc<AgentSpec>,
     runtime: Arc<Runtime>,
@@ -95,9 +158,90 @@ pub struct Agent {
     /// closed dialogs), kept so the session record holds the whole tree.
     archive: Vec<Dialog>,
     text_sink: Option<SharedTextSink>,
+    /// What `open` renders the system prompt with and what every prompt
+    /// sees under its own arguments: the run's `task` and `args`.
+    context: Map<String, Value>,
+    /// The tactic's prompts, for `receive_prompt` by key.
+    prompts: Option<Arc<PromptRegistry>>,
+    /// Where every finished call goes in a programmed run (its record).
+    recorder: Option<Recorder>,
+}
+
+/// The calls of a programmed run, in the order they finished, each with the
+/// step name its caller gave (`respond().step(…)`).
+pub(crate) type Recorder = Arc<std::sync::Mutex<Vec<(Option<String>, AgentCallSession)>>>;
+
+/// The seed's fork options: `Fork::default()` keeps the whole history and
+/// switches to the new dialog, as `fork(from, to)` does.
+///
+/// ```
+/// use lllm::agent::Fork;
+///
+/// let fork = Fork { last_n: 2, ..Fork::default() }; // the system message and the last two
+/// assert_eq!((fork.first_k, fork.switch), (1, true));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fork {
+    /// Keep only the last `n` messages (0: all of them).
+    pub last_n: usize,
+    /// With `last_n`: keep the first `k` messages too (the system prompt).
+    pub first_k: usize,
+    /// Make the new dialog the active one.
+    pub switch: bool,
+}
+
+impl Default for Fork {
+    fn default() -> Fork {
+        Fork {
+            last_n: 0,
+            first_k: 1,
+            switch: true,
+        }
+    }
+}
+
+/// A prompt for [`Agent::receive_prompt`]: a key of the tactic's prompt
+/// registry (`"critic/review"`) or a [`Prompt`] made in code.
+#[derive(Debug, Clone)]
+pub enum PromptRef {
+    /// A registry key (the prompt file's path under `prompts/`, no extension).
+    Key(String),
+    /// A prompt made in code.
+    Prompt(Arc<Prompt>),
+}
+
+impl From<&str> for PromptRef {
+    fn from(key: &str) -> PromptRef {
+        PromptRef::Key(key.to_string())
+    }
+}
+
+impl From<String> for PromptRef {
+    fn from(key: String) -> PromptRef {
+        PromptRef::Key(key)
+    }
+}
+
+impl From<&String> for PromptRef {
+    fn from(key: &String) -> PromptRef {
+        PromptRef::Key(key.clone())
+    }
+}
+
+impl From<Prompt> for PromptRef {
+    fn from(prompt: Prompt) -> PromptRef {
+        PromptRef::Prompt(Arc::new(prompt))
+    }
+}
+
+impl From<Arc<Prompt>> for PromptRef {
+    fn from(prompt: Arc<Prompt>) -> PromptRef {
+        PromptRef::Prompt(prompt)
+    }
 }
 
 impl Agent {
+    /// An agent with no dialog, made of `spec` and sharing `runtime`.
     pub fn new(spec: Arc<AgentSpec>, runtime: Arc<Runtime>) -> Agent {
         Agent {
             spec,
@@ -106,13 +250,33 @@ impl Agent {
             active_alias: None,
             archive: Vec::new(),
             text_sink: None,
+            context: Map::new(),
+            prompts: None,
+            recorder: None,
         }
     }
 
+    /// The agent as a run makes it: prompts see `context` (the run's `task`
+    /// and `args`) under their own arguments, `receive_prompt` finds keys in
+    /// `prompts`, and every finished call goes to `recorder` when given.
+    pub(crate) fn in_run(
+        mut self,
+        context: Map<String, Value>,
+        prompts: Arc<PromptRegistry>,
+        recorder: Option<Recorder>,
+    ) -> Agent {
+        self.context = context;
+        self.prompts = Some(prompts);
+        self.recorder = recorder;
+        self
+    }
+
+    /// The agent's name (its `agent_configs` entry).
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
+    /// What the agent is made of.
     pub fn spec(&self) -> &AgentSpec {
         &self.spec
     }
@@ -122,8 +286,19 @@ impl Agent {
         self.text_sink = sink;
     }
 
-    /// Creates dialog `alias`, seeded with the system prompt rendered with `args`.
-    pub fn open(
+    /// Opens dialog `alias`, seeded with the system prompt rendered with the
+    /// run's `task` and `args`, and makes it the active dialog.
+    pub fn open(&mut self, alias: &str) -> Result<&mut Agent> {
+        let context = std::mem::take(&mut self.context);
+        let opened = self.open_with(alias, &context, true).map(|_| ());
+        self.context = context;
+        opened.map(|()| self)
+    }
+
+    /// `open` with the system prompt rendered with `args` (over the run's
+    /// `task` and `args`); `switch` makes the new dialog the active one (the
+    /// seed's `open(alias, prompt_args, switch)`).
+    pub fn open_with(
         &mut self,
         alias: &str,
         args: &Map<String, Value>,
@@ -139,10 +314,11 @@ impl Agent {
             self.spec.name.clone(),
             format!("{}_{alias}", self.spec.name),
         );
+        let args = self.with_context(args);
         dialog
             .put_prompt(
                 self.spec.system_prompt.clone(),
-                args,
+                &args,
                 Role::System,
                 "system",
                 Map::new(),
@@ -155,30 +331,33 @@ impl Agent {
         Ok(self)
     }
 
-    /// Branches dialog `alias` into `child_alias` (see `Dialog::fork`).
-    pub fn fork(
-        &mut self,
-        alias: &str,
-        child_alias: &str,
-        last_n: usize,
-        first_k: usize,
-        switch: bool,
-    ) -> Result<&mut Agent> {
-        if self.dialogs.contains_key(child_alias) {
+    /// Branches dialog `from` into a new dialog `to` holding its whole
+    /// history, and makes `to` the active dialog (a child in the dialog tree).
+    pub fn fork(&mut self, from: &str, to: &str) -> Result<&mut Agent> {
+        self.fork_with(from, to, Fork::default())
+    }
+
+    /// `fork` with the seed's options: keep only the last `n` messages (and
+    /// the first `k`), and whether to switch (see [`Fork`] and `Dialog::fork`).
+    pub fn fork_with(&mut self, from: &str, to: &str, options: Fork) -> Result<&mut Agent> {
+        if self.dialogs.contains_key(to) {
             return Err(Error::DialogExists {
                 agent: self.spec.name.clone(),
-                alias: child_alias.into(),
+                alias: to.into(),
             });
         }
-        let child = self.dialog_mut(Some(alias))?.fork(last_n, first_k);
-        self.dialogs.insert(child_alias.to_string(), child);
-        if switch {
-            self.active_alias = Some(child_alias.to_string());
+        let child = self
+            .dialog_at(Some(from))?
+            .fork(options.last_n, options.first_k);
+        self.dialogs.insert(to.to_string(), child);
+        if options.switch {
+            self.active_alias = Some(to.to_string());
         }
         Ok(self)
     }
 
-    /// Removes dialog `alias` and returns it; if it was active, none is.
+    /// Removes dialog `alias` and returns it; if it was active, none is. The
+    /// record still holds it.
     pub fn close(&mut self, alias: &str) -> Result<Dialog> {
         let dialog = self
             .dialogs
@@ -191,6 +370,7 @@ impl Agent {
         Ok(dialog)
     }
 
+    /// Makes dialog `alias` the active one.
     pub fn switch(&mut self, alias: &str) -> Result<&mut Agent> {
         if !self.dialogs.contains_key(alias) {
             return Err(self.no_dialog(alias));
@@ -199,41 +379,118 @@ impl Agent {
         Ok(self)
     }
 
-    /// Appends text to the active (or named) dialog.
-    pub fn receive(&mut self, text: &str, alias: Option<&str>) -> Result<&Message> {
-        Ok(self
-            .dialog_mut(alias)?
-            .put_text(text, Role::User, "user", Map::new()))
+    /// Appends `text` as a user message (name `user`) to the active dialog;
+    /// the next turn offers the agent's tools and parses nothing (D1).
+    pub fn receive(&mut self, text: impl AsRef<str>) -> Result<&Message> {
+        self.receive_as(Role::User, "user", text)
     }
 
-    /// Renders `prompt` into the active (or named) dialog and makes it govern the next turn.
+    /// `receive` with the seed's `role` and `name` (a second speaker, a
+    /// system note, a tool's words).
+    ///
+    /// ```
+    /// # use lllm::{Ctx, Flow, FlowResult, Task};
+    /// # use lllm::dialog::Role;
+    /// # struct Panel;
+    /// # impl Flow for Panel {
+    /// #     const NAME: &'static str = "panel";
+    /// #     const AGENTS: &'static [&'static str] = &["host"];
+    /// async fn call(&self, cx: &mut Ctx, _task: Task) -> FlowResult {
+    ///     let host = cx.agent("host")?;
+    ///     host.open("panel")?;
+    ///     let said = host.receive_as(Role::User, "ann", "Owls hunt at night.")?;
+    ///     assert_eq!((said.role, said.name.as_str()), (Role::User, "ann"));
+    ///     Ok(host.respond().await?.content)
+    /// }
+    /// # }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("panel.yaml");
+    /// # std::fs::write(&path, "tactic_type: panel\nagent_configs:\n  - {name: host, model_name: mock/echo}\n").unwrap();
+    /// # let registry = lllm::Registry::new().flow(Panel);
+    /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
+    /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry };
+    /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+    /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("".into()));
+    /// # assert_eq!(record.delivery.as_deref(), Some("Owls hunt at night."), "{:?}", record.error);
+    /// ```
+    pub fn receive_as(
+        &mut self,
+        role: Role,
+        name: &str,
+        text: impl AsRef<str>,
+    ) -> Result<&Message> {
+        Ok(self
+            .dialog_at(None)?
+            .put_text(text.as_ref(), role, name, Map::new()))
+    }
+
+    /// Renders `prompt` (a registry key or a [`Prompt`]) with `args` (a JSON
+    /// object, or `null` for none; over the run's `task` and `args`) into the
+    /// active dialog as a user message; the prompt governs the next turn
+    /// (parser, format, tools, handlers).
     pub fn receive_prompt(
         &mut self,
-        prompt: Arc<Prompt>,
-        args: &Map<String, Value>,
-        alias: Option<&str>,
+        prompt: impl Into<PromptRef>,
+        args: Value,
     ) -> Result<&Message> {
         let agent = self.spec.name.clone();
-        self.dialog_mut(alias)?
-            .put_prompt(prompt, args, Role::User, "user", Map::new())
+        let args = match args {
+            Value::Object(args) => args,
+            Value::Null => Map::new(),
+            other => {
+                return Err(Error::Args {
+                    agent,
+                    found: value_kind(&other).to_string(),
+                });
+            }
+        };
+        let prompt = match prompt.into() {
+            PromptRef::Prompt(prompt) => prompt,
+            PromptRef::Key(key) => match &self.prompts {
+                Some(registry) => match registry.get(&key) {
+                    Ok(prompt) => Arc::new(prompt.clone()),
+                    Err(source) => return Err(Error::Prompt { agent, source }),
+                },
+                None => return Err(Error::NoPrompts { agent, key }),
+            },
+        };
+        let args = self.with_context(&args);
+        self.dialog_at(None)?
+            .put_prompt(prompt, &args, Role::User, "user", Map::new())
             .map_err(|source| Error::Dialog { agent, source })
     }
 
+    /// Appends an image (a file, bytes, or a URL) with an optional caption
+    /// to the active dialog.
     pub fn receive_image(
         &mut self,
         image: ImageSource<'_>,
         caption: Option<&str>,
-        alias: Option<&str>,
     ) -> Result<&Message> {
         let agent = self.spec.name.clone();
-        self.dialog_mut(alias)?
+        self.dialog_at(None)?
             .put_image(image, caption, Role::User, "user", Map::new())
             .map_err(|source| Error::Dialog { agent, source })
     }
 
-    /// Runs the agent loop on the active (or named) dialog. A failed call is a
-    /// session in state `failure`, not an `Err`: `Err` means there was no dialog.
-    pub async fn respond(&mut self, alias: Option<&str>) -> Result<AgentCallSession> {
+    /// Asks the model: runs the agent loop (repairs, tool rounds, retries)
+    /// on the active dialog. The builder takes the call's options —
+    /// [`dialog`](Respond::dialog), [`args`](Respond::args),
+    /// [`parser_args`](Respond::parser_args), [`metadata`](Respond::metadata)
+    /// — and is awaited: to the accepted [`Message`], or with
+    /// [`session`](Respond::session) to the whole [`AgentCallSession`].
+    pub fn respond(&mut self) -> Respond<'_> {
+        Respond::new(self)
+    }
+
+    /// Runs one call; a failed call is a session in state `failure`, not an
+    /// `Err`: `Err` means there was no dialog. The session goes to the run's
+    /// recorder, if any.
+    pub(crate) async fn call(
+        &mut self,
+        alias: Option<&str>,
+        options: &CallOptions,
+    ) -> Result<AgentCallSession> {
         let alias = self.alias_or_active(alias)?;
         let Some(dialog) = self.dialogs.get_mut(&alias) else {
             return Err(self.no_dialog(&alias));
@@ -243,11 +500,19 @@ impl Agent {
             runtime: &self.runtime,
             text_sink: self.text_sink.as_deref(),
             alias: &alias,
-            parser_args: &Map::new(),
+            options,
         };
-        Ok(call.run(dialog, &mut self.archive).await)
+        let session = call.run(dialog, &mut self.archive).await;
+        if let Some(recorder) = &self.recorder {
+            recorder
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push((options.step.clone(), session.clone()));
+        }
+        Ok(session)
     }
 
+    /// The active dialog.
     pub fn current_dialog(&self) -> Result<&Dialog> {
         let alias = self
             .active_alias
@@ -258,6 +523,7 @@ impl Agent {
         self.dialogs.get(alias).ok_or_else(|| self.no_dialog(alias))
     }
 
+    /// The dialog `alias`, if open.
     pub fn dialog(&self, alias: &str) -> Option<&Dialog> {
         self.dialogs.get(alias)
     }
@@ -267,6 +533,7 @@ impl Agent {
         &self.dialogs
     }
 
+    /// The alias of the active dialog.
     pub fn active_alias(&self) -> Option<&str> {
         self.active_alias.as_deref()
     }
@@ -281,7 +548,23 @@ impl Agent {
         self.dialogs.into_values().chain(self.archive)
     }
 
-    fn dialog_mut(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
+    /// The dialog `alias`, for changes the verbs do not make.
+    pub fn dialog_mut(&mut self, alias: &str) -> Option<&mut Dialog> {
+        self.dialogs.get_mut(alias)
+    }
+
+    /// `args` over the run's context (`task`, `args`); `args` itself when
+    /// there is none (a YAML flow passes its whole context).
+    fn with_context<'m>(&self, args: &'m Map<String, Value>) -> Cow<'m, Map<String, Value>> {
+        if self.context.is_empty() {
+            return Cow::Borrowed(args);
+        }
+        let mut merged = self.context.clone();
+        merged.extend(args.iter().map(|(key, value)| (key.clone(), value.clone())));
+        Cow::Owned(merged)
+    }
+
+    fn dialog_at(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
         let alias = self.alias_or_active(alias)?;
         if !self.dialogs.contains_key(&alias) {
             return Err(self.no_dialog(&alias));

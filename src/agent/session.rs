@@ -142,6 +142,12 @@ pub struct AgentCallSession {
     pub started_at: String,
     pub ended_at: Option<String>,
     pub latency_ms: u64,
+    /// What the caller attached to the call (`respond().metadata(…)`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+    /// The arguments the caller gave the parser (`respond().parser_args(…)`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub parser_args: Map<String, Value>,
 }
 
 impl AgentCallSession {

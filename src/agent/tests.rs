@@ -155,7 +155,10 @@ fn fixture_with(
             },
             service: None,
         },
-        model_args: Map::new(),
+        model_args: json!({"temperature": 0, "seed": 7})
+            .as_object()
+            .cloned()
+            .unwrap(),
         mcp_servers: Vec::new(),
         tools: vec!["lookup".into()],
         limits,
@@ -163,7 +166,7 @@ fn fixture_with(
         api_type: Default::default(),
     };
     let mut agent = Agent::new(Arc::new(spec), runtime);
-    agent.open("main", &Map::new(), true).unwrap();
+    agent.open_with("main", &Map::new(), true).unwrap();
     Fixture {
         provider,
         tool,
@@ -207,8 +210,8 @@ fn roles(dialog: &crate::dialog::Dialog) -> Vec<Role> {
 #[tokio::test]
 async fn a_plain_answer_is_appended_to_the_dialog() {
     let mut fixture = fixture(vec![text("hello")], limits(3, 5, 3), false);
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.delivery().unwrap().content, "hello");
     assert_eq!(session.delivery().unwrap().name, "researcher");
@@ -238,9 +241,9 @@ async fn a_bad_reply_is_repaired_on_a_working_fork() {
     );
     fixture
         .agent
-        .receive_prompt(json_prompt(), &question(), None)
+        .receive_prompt(json_prompt(), Value::Object(question()))
         .unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.exception_retries.len(), 1);
     assert_eq!(session.delivery().unwrap().parsed["answer"], json!(42));
@@ -270,9 +273,9 @@ async fn exhausted_repairs_fail_with_every_invoke_recorded() {
     let mut fixture = fixture(replies, limits(2, 5, 3), false);
     fixture
         .agent
-        .receive_prompt(json_prompt(), &question(), None)
+        .receive_prompt(json_prompt(), Value::Object(question()))
         .unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Failure);
     assert_eq!(
         session.invokes.len(),
@@ -303,8 +306,8 @@ async fn tool_calls_are_executed_and_answered_in_order() {
         text("Owls are birds."),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
-    fixture.agent.receive("Tell me about owls", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("Tell me about owls").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 1);
     assert_eq!(
@@ -342,8 +345,8 @@ async fn unknown_tools_and_malformed_arguments_are_answered_not_aborted() {
         text("done"),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     let dialog = fixture.agent.current_dialog().unwrap();
     let tool_results: Vec<&str> = dialog
@@ -376,8 +379,8 @@ async fn only_successful_calls_count_as_repeated() {
         text("ok"),
     ];
     let mut fixture = fixture(replies, limits(3, 5, 3), true);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     // First call failed (D5: may be retried), second succeeded, third is a repeat.
     assert_eq!(fixture.tool.calls.load(Ordering::SeqCst), 2);
@@ -399,8 +402,8 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
         text("final"),
     ];
     let mut fixture = fixture(replies, limits(3, 1, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     // The second tool call came on the final round, where no tools are offered:
     // it is answered with an error, and since the model was told to stop, the call fails.
     assert_eq!(session.state, CallState::Failure, "{:?}", session.error);
@@ -417,8 +420,8 @@ async fn the_interrupt_final_prompt_ends_the_tool_loop() {
 
     let replies = vec![tool_call("lookup", r#"{"q": 1}"#), text("final")];
     let mut fixture = super::tests::fixture(replies, limits(3, 1, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.delivery().unwrap().content, "final");
 }
@@ -430,8 +433,8 @@ async fn zero_interrupt_steps_means_unlimited_rounds() {
         .collect();
     replies.push(text("done"));
     let mut fixture = fixture(replies, limits(3, 0, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.interrupts.len(), 7);
     let seen = fixture.provider.seen.lock().unwrap().clone();
@@ -448,8 +451,8 @@ async fn provider_errors_are_retried_within_the_recall_budget() {
         limits(3, 5, 3),
         false,
     );
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.llm_recalls.len(), 2);
     assert_eq!(session.invokes.len(), 3);
@@ -460,8 +463,8 @@ async fn provider_errors_are_retried_within_the_recall_budget() {
         limits(3, 5, 1),
         false,
     );
-    fixture.agent.receive("hi", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("hi").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Failure);
     assert_eq!(session.invokes.len(), 2, "one try and one recall");
     assert!(
@@ -477,11 +480,21 @@ async fn dialogs_are_managed_by_alias() {
     let mut fixture = fixture(vec![], limits(3, 5, 3), false);
     let agent = &mut fixture.agent;
     assert!(
-        agent.open("main", &Map::new(), true).is_err(),
+        agent.open_with("main", &Map::new(), true).is_err(),
         "aliases are unique"
     );
-    agent.receive("one", None).unwrap();
-    agent.fork("main", "alt", 1, 1, true).unwrap();
+    agent.receive("one").unwrap();
+    agent
+        .fork_with(
+            "main",
+            "alt",
+            super::Fork {
+                last_n: 1,
+                first_k: 1,
+                switch: true,
+            },
+        )
+        .unwrap();
     assert_eq!(agent.active_alias(), Some("alt"));
     assert_eq!(agent.current_dialog().unwrap().len(), 2);
     agent.switch("main").unwrap();
@@ -498,7 +511,7 @@ async fn dialogs_are_managed_by_alias() {
     assert_eq!(closed.len(), 2);
     assert_eq!(agent.active_alias(), None);
     assert!(
-        agent.receive("x", None).is_err(),
+        agent.receive("x").is_err(),
         "no active dialog after closing it"
     );
     assert_eq!(agent.dialogs().keys().collect::<Vec<_>>(), ["alt"]);
@@ -513,8 +526,8 @@ async fn tool_calls_of_one_turn_run_concurrently_and_answer_in_order() {
         FunctionCall::from_model("c", "lookup", r#"{"q": 1}"#),
     ];
     let mut fixture = fixture(vec![Ok(message), text("done")], limits(3, 5, 3), false);
-    fixture.agent.receive("go", None).unwrap();
-    let session = fixture.agent.respond(None).await.unwrap();
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
     assert_eq!(
         fixture.tool.calls.load(Ordering::SeqCst),
@@ -551,8 +564,8 @@ async fn the_calls_of_a_turn_really_run_at_the_same_time() {
         false,
         true,
     );
-    fixture.agent.receive("go", None).unwrap();
-    let session = tokio::time::timeout(Duration::from_secs(10), fixture.agent.respond(None))
+    fixture.agent.receive("go").unwrap();
+    let session = tokio::time::timeout(Duration::from_secs(10), fixture.agent.respond().session())
         .await
         .expect("the two tool calls ran concurrently")
         .unwrap();
@@ -581,5 +594,99 @@ fn a_request_digest_is_the_hex_sha256_of_its_parts() {
     assert_eq!(
         session::request_sha256(&request),
         format!("{:x}", hasher.finalize())
+    );
+}
+
+#[tokio::test]
+async fn respond_takes_the_calls_options_and_awaits_to_the_message() {
+    let mut fixture = fixture(vec![text("one"), text("two")], limits(3, 5, 3), false);
+    fixture.agent.receive("hi").unwrap();
+    let reply = fixture.agent.respond().await.unwrap();
+    assert_eq!(reply.content, "one");
+    // On another dialog, with model args over the agent's, parser args and metadata.
+    fixture
+        .agent
+        .fork_with(
+            "main",
+            "side",
+            Fork {
+                switch: false,
+                ..Fork::default()
+            },
+        )
+        .unwrap();
+    let session = fixture
+        .agent
+        .respond()
+        .dialog("side")
+        .args(json!({"temperature": 0.9}))
+        .parser_args(json!({"strict": true}))
+        .metadata(json!({"why": "test"}))
+        .session()
+        .await
+        .unwrap();
+    assert_eq!(fixture.agent.active_alias(), Some("main"));
+    assert_eq!(session.dialog_alias, "side");
+    assert_eq!(
+        Value::Object(session.invokes[0].request.model_args.clone()),
+        json!({"temperature": 0.9, "seed": 7})
+    );
+    assert_eq!(
+        Value::Object(session.parser_args.clone()),
+        json!({"strict": true})
+    );
+    assert_eq!(
+        Value::Object(session.metadata.clone()),
+        json!({"why": "test"})
+    );
+    let written = serde_json::to_value(&session).unwrap();
+    assert_eq!(written["metadata"], json!({"why": "test"}));
+}
+
+#[tokio::test]
+async fn a_failed_call_awaited_as_a_message_holds_its_session() {
+    let permanent = || Err(ProviderError::permanent("no such model"));
+    let mut fixture = fixture(vec![permanent()], limits(3, 5, 3), false);
+    fixture.agent.receive("hi").unwrap();
+    let Err(CallError::Failed(session)) = fixture.agent.respond().await else {
+        panic!("the call did not fail");
+    };
+    assert_eq!(session.state, CallState::Failure);
+    assert_eq!(session.invokes.len(), 1);
+    // Misuse is an `Agent` error, without a session.
+    let error = fixture.agent.respond().dialog("nope").await.unwrap_err();
+    assert!(error.session().is_none());
+    assert_eq!(
+        error.to_string(),
+        "agent `researcher` has no dialog `nope` (open: `main`)"
+    );
+}
+
+#[test]
+fn receive_as_and_receive_prompt_put_what_the_seed_puts() {
+    let mut fixture = fixture(Vec::new(), limits(3, 5, 3), false);
+    let agent = &mut fixture.agent;
+    let message = agent
+        .receive_as(Role::System, "moderator", "Be brief.")
+        .unwrap();
+    assert_eq!(
+        (message.role, message.name.as_str()),
+        (Role::System, "moderator")
+    );
+    let message = agent
+        .receive_prompt(json_prompt(), json!({"question": "1 + 1?"}))
+        .unwrap();
+    assert_eq!(message.content, "1 + 1?");
+    let top = agent.current_dialog().unwrap().top_prompt.clone().unwrap();
+    assert_eq!(top.path, "ask");
+    assert!(matches!(
+        agent.receive_prompt(json_prompt(), json!("text")),
+        Err(Error::Args { .. })
+    ));
+    // A standalone agent has no registry to look keys up in.
+    let error = agent.receive_prompt("ask", Value::Null).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "agent `researcher` has no prompt registry to find `ask` in; pass a `Prompt` instead"
     );
 }

@@ -1,6 +1,8 @@
 //! The replay provider: serves a session record's model replies in order and
 //! stops at the first request that differs from the recorded one, saying
-//! where (agent, dialog, round) and how (`lllm replay --rerun`).
+//! where (agent, dialog, round) and how (`lllm replay --rerun`). A request
+//! that matches a later recorded one gets that one's reply: calls that ran at
+//! once are recorded in the order they finished, not the order they asked.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -104,11 +106,22 @@ impl ReplayProvider {
             *served += 1;
             *served
         };
-        let next = self
-            .queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop_front();
+        // The first recorded call of the same request, else the next one
+        // (to say how the request differs). Calls that ran at once (a
+        // `parallel` block, `tokio::join!` in a programmed tactic) may reach
+        // the provider in another order than they were recorded, which
+        // finished first; each still gets its own reply.
+        let sha256 = request_sha256(request);
+        let next = {
+            let mut queue = self
+                .queue
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match queue.iter().position(|recorded| recorded.sha256 == sha256) {
+                Some(index) => queue.remove(index),
+                None => queue.pop_front(),
+            }
+        };
         let diverge = |divergence: Divergence| {
             let text = divergence.to_string();
             let mut slot = self
@@ -127,7 +140,7 @@ impl ReplayProvider {
                 difference: "the re-run makes more model calls than the record has".into(),
             });
         };
-        if request_sha256(request) != recorded.sha256 {
+        if sha256 != recorded.sha256 {
             return diverge(Divergence {
                 call,
                 difference: difference(&recorded.messages, request),

@@ -22,7 +22,6 @@ use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, Stream};
-use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::record::{self, RunState, SessionRecord, TacticInfo};
@@ -334,6 +333,10 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
             path: tactic.config.path.display().to_string(),
             config: tactic.recorded_config.clone(),
             model: tactic.config.model_override.clone(),
+            body: tactic
+                .program
+                .as_ref()
+                .map(|flow| format!("rust:{}", flow.name())),
         },
         task_id: task.id,
         task: task.task,

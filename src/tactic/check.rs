@@ -41,7 +41,10 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
     };
     checker.known.insert("task".into());
     checker.known.insert("args".into());
+    // A programmed tactic's agents open their dialogs with what its code
+    // passes: nothing to check before the run.
     if tactic.nodes.is_empty()
+        && tactic.program.is_none()
         && let Some(agent) = tactic.agents.values().next()
     {
         let known = checker.known.clone();
@@ -308,7 +311,9 @@ pub(super) fn trial(tactic: &Tactic, task: &Task) -> Vec<String> {
     };
     let context = base_context(task);
     if tactic.nodes.is_empty() {
-        if let Some(agent) = tactic.agents.values().next() {
+        if tactic.program.is_none()
+            && let Some(agent) = tactic.agents.values().next()
+        {
             trial.render(&agent.system_prompt, &context, "");
         }
     } else if trial.nodes(&tactic.nodes, &context)

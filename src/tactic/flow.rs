@@ -11,8 +11,8 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 
 use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
-use super::{ArgValue, Node, Step, SubStep, Tactic, Task};
-use crate::agent::{Agent, AgentCallSession, SharedTextSink};
+use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
+use crate::agent::{Agent, AgentCallSession, Fork, SharedTextSink};
 use crate::dialog::{Dialog, DialogRecord, InvokeCost};
 
 /// The dialog the first agent answers in when a tactic has no flow.
@@ -88,6 +88,12 @@ pub(super) async fn run(
     let started_at = record::timestamp();
     let context = base_context(&task);
     let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
+    // A programmed tactic's run lives here, outside the work, so that what
+    // it did stays on record when the work is interrupted.
+    let mut program = tactic
+        .program
+        .as_ref()
+        .map(|flow| (flow.clone(), Ctx::new(tactic, &task)));
     let outcome = {
         // Each run serves its offline `mock/script` replies from the start
         // (a script describes one run, whatever else runs at once).
@@ -97,6 +103,10 @@ pub(super) async fn run(
             // bad input there).
             if let Err(problems) = tactic.runtime.mcp.start().await {
                 Err(problems.join("; "))
+            } else if let Some((flow, cx)) = program.as_mut() {
+                flow.call(cx, task.clone())
+                    .await
+                    .map_err(|error| error.to_string())
             } else if tactic.nodes.is_empty() {
                 run.answer_directly(&task).await
             } else {
@@ -108,6 +118,12 @@ pub(super) async fn run(
             () = interrupt => Err(INTERRUPTED.to_string()),
         }
     };
+    if let Some((_, cx)) = program {
+        let (agents, calls, steps) = cx.finish();
+        run.agents = agents;
+        run.calls = calls;
+        run.steps = steps;
+    }
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),
         Err(error) => (RunState::Failure, None, Some(error)),
@@ -130,6 +146,10 @@ pub(super) async fn run(
             path: tactic.config.path.display().to_string(),
             config: tactic.recorded_config.clone(),
             model: tactic.config.model_override.clone(),
+            body: tactic
+                .program
+                .as_ref()
+                .map(|flow| format!("rust:{}", flow.name())),
         },
         task_id: task.id,
         task: task.task,
@@ -188,7 +208,7 @@ impl Run<'_> {
         let context = std::mem::take(&mut self.context);
         let opened = self.agent(&name).and_then(|agent| {
             agent
-                .open(DEFAULT_DIALOG, &context, true)
+                .open_with(DEFAULT_DIALOG, &context, true)
                 .map(|_| ())
                 .map_err(|error| error.to_string())
         });
@@ -196,11 +216,12 @@ impl Run<'_> {
         opened?;
         let agent = self.agent(&name)?;
         agent
-            .receive(&task.text(), None)
+            .receive(task.text())
             .map_err(|error| error.to_string())?;
         agent.set_text_sink(sink);
         let session = agent
-            .respond(None)
+            .respond()
+            .session()
             .await
             .map_err(|error| error.to_string())?;
         self.finish_call("answer", &name, DEFAULT_DIALOG, session)
@@ -464,21 +485,32 @@ impl Run<'_> {
         if agent.dialog(&step.dialog).is_none() {
             match &step.fork {
                 Some(fork) => agent
-                    .fork(&fork.from, &step.dialog, fork.last_n, fork.first_k, true)
+                    .fork_with(
+                        &fork.from,
+                        &step.dialog,
+                        Fork {
+                            last_n: fork.last_n,
+                            first_k: fork.first_k,
+                            switch: true,
+                        },
+                    )
                     .map(|_| ())
                     .map_err(|error| format!("step `{}`: {error}", step.name))?,
                 None => agent
-                    .open(&step.dialog, &context, true)
+                    .open_with(&step.dialog, &context, true)
                     .map(|_| ())
                     .map_err(|error| error.to_string())?,
             }
         }
         agent
-            .receive_prompt(step.prompt.clone(), &prompt_args, Some(&step.dialog))
+            .switch(&step.dialog)
+            .and_then(|agent| agent.receive_prompt(step.prompt.clone(), Value::Object(prompt_args)))
             .map_err(|error| error.to_string())?;
         agent.set_text_sink(sink);
         let session = agent
-            .respond(Some(&step.dialog))
+            .respond()
+            .dialog(&step.dialog)
+            .session()
             .await
             .map_err(|error| error.to_string())?;
         self.finish_call(&step.name, &step.agent, &step.dialog, session)

@@ -11,8 +11,10 @@
 mod calls;
 mod check;
 mod code;
+mod ctx;
 mod flow;
 mod load;
+pub(crate) mod program;
 pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,14 +36,16 @@ use crate::provider::registry::Providers;
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
+/// Kept here for callers that name it by its old place; it lives in the provider layer.
+pub use crate::provider::registry::split_model;
 pub(crate) use calls::outcome as calls_outcome;
 pub use calls::{
     Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
 };
-/// Kept here for callers that name it by its old place; it lives in the provider layer.
-pub use crate::provider::registry::split_model;
+pub use ctx::{Ctx, CtxError};
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load};
+pub use program::{Flow, FlowResult};
 pub use record::{RunState, SessionRecord};
 
 /// Everything wrong with a tactic, one problem per line (a control character
@@ -201,6 +205,9 @@ pub struct Tactic {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) result: Option<Arc<Prompt>>,
+    /// The programmed tactic (`Registry::flow`) whose name is the file's
+    /// `tactic_type`; it runs instead of a YAML flow.
+    pub(crate) program: Option<Arc<dyn program::DynFlow>>,
     /// The resolved config and the prompts used (`key → prompt`) as every
     /// record of this tactic holds them (made once, not per run).
     pub(crate) recorded_config: record::SharedJson,
@@ -517,6 +524,16 @@ impl Tactic {
             agents.insert(agent.name.clone(), Arc::new(spec));
         }
 
+        let program = extensions.flow_named(&config.name);
+        if let Some(flow) = &program {
+            check_program(&config, flow.as_ref(), &mut problems);
+            // A flow may use any prompt of the registry: the record keeps them all.
+            for key in registry.keys() {
+                if let Ok(prompt) = registry.get(key) {
+                    prompts.insert(key.to_string(), Arc::new(prompt.clone()));
+                }
+            }
+        }
         let nodes = build_nodes(
             &config,
             &config.flow,
@@ -573,6 +590,7 @@ impl Tactic {
             runtime,
             nodes: nodes.into(),
             result,
+            program,
         };
         (tactic, problems)
     }
@@ -713,6 +731,33 @@ fn lookup(
         Err(error) => {
             problems.push(format!("{who}: {error}"));
             None
+        }
+    }
+}
+
+/// A programmed tactic's file: the agents the flow uses are under
+/// `agent_configs`, and the file has no program of its own (`flow:`,
+/// `result:`), which would never run.
+fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &mut Problems) {
+    let place = config.path.display();
+    let name = flow.name();
+    for key in ["flow", "result"] {
+        if config.resolved.get(key).is_some() {
+            problems.push_other(format!(
+                "{place}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
+                 in this binary), which never runs a `{key}:`; remove `{key}:`, or rename \
+                 `tactic_type` to run the YAML flow"
+            ));
+        }
+    }
+    let names = config.agents.iter().map(|agent| agent.name.as_str());
+    for agent in flow.agents() {
+        if !names.clone().any(|name| name == *agent) {
+            problems.push_other(format!(
+                "{place}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
+                 `agent_configs`{}",
+                crate::suggest::hint(agent, names.clone())
+            ));
         }
     }
 }

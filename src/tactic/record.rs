@@ -46,6 +46,12 @@ pub struct TacticInfo {
     /// `lllm replay --rerun` runs the tactic with it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Where the tactic's program is: absent for a YAML flow (the config
+    /// holds it), `rust:NAME` for a programmed tactic compiled into the
+    /// binary that ran it (`Registry::flow`), which `lllm replay --rerun`
+    /// needs registered too. Added in format 2; older records lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
 }
 
 /// A part of a record serialized once and shared by every record that holds
@@ -401,6 +407,8 @@ mod tests {
             started_at: String::new(),
             ended_at: None,
             latency_ms: 0,
+            metadata: Map::new(),
+            parser_args: Map::new(),
         };
         let dialogs = vec![working.into_record()];
         let mut calls = vec![call.clone()];

@@ -1,0 +1,144 @@
+//! A programmed tactic: two agents, a Rust loop and a fork, in your own `lllm`.
+//!
+//! `examples/custom_tactic.yaml` supplies the agents (`writer`, `critic`),
+//! their models and prompts, and names the Rust flow `review_loop` below as
+//! its `tactic_type`. The writer drafts; the critic reviews until it approves
+//! (three rounds at most); then the writer forks its dialog to say it in one
+//! sentence. Every call lands in the session record as a YAML flow's would.
+//!
+//! ```text
+//! cargo run --example custom_tactic                 # offline (mock/script); record: PATH on stderr
+//! LLLM_MODEL=openai/gpt-4o-mini cargo run --example custom_tactic
+//! cargo run --example custom_tactic -- replay PATH             # show the record
+//! cargo run --example custom_tactic -- replay PATH --rerun     # re-execute it offline, identically
+//! cargo run --example custom_tactic -- run examples/custom_tactic.yaml --task "What is a B-tree?"
+//! ```
+//!
+//! Given arguments it is the full `lllm` command line with `review_loop`
+//! registered (`lllm_cli::main_with`); without, it runs its tactic on a
+//! built-in task, prints the delivery on stdout and, as the last line on
+//! stderr, `record: PATH` of the session record it wrote.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use lllm::{Ctx, Flow, FlowResult, Registry, Task};
+use serde_json::json;
+
+/// The task the example answers when run without arguments.
+const TASK: &str = "Explain what a hash map is.";
+
+/// Draft, review until approved, then a one-sentence version in a fork.
+pub struct ReviewLoop;
+
+impl Flow for ReviewLoop {
+    const NAME: &'static str = "review_loop";
+    const AGENTS: &'static [&'static str] = &["writer", "critic"];
+
+    async fn call(&self, cx: &mut Ctx, _task: Task) -> FlowResult {
+        let [writer, critic] = cx.agents(["writer", "critic"])?;
+        writer.open("draft")?;
+        critic.open("review")?;
+
+        // Prompts by registry key: `prompts/custom/draft.md` sees the task.
+        writer.receive_prompt("custom/draft", json!(null))?;
+        let mut draft = writer.respond().await?;
+        for round in 1..=3 {
+            // Its front matter's tag parser fills `parsed`; a reply without a
+            // verdict is repaired by the agent loop before it gets here.
+            critic.receive_prompt("custom/review", json!({ "draft": draft.content }))?;
+            let review = critic
+                .respond()
+                .step(format!("review {round}")) // the call's name in the record
+                .metadata(json!({ "round": round }))
+                .await?;
+            let tags = &review.parsed["xml_tags"];
+            if tags["verdict"][0] == "approve" {
+                break;
+            }
+            let notes = tags["notes"][0].as_str().unwrap_or("make it clearer");
+            writer.receive(format!("Revise your answer. Reviewer's notes: {notes}"))?;
+            draft = writer.respond().await?;
+        }
+
+        // A child of `draft` holding its whole history, now the active dialog.
+        writer.fork("draft", "short")?;
+        writer.receive("Now say it in one sentence.")?;
+        let short = writer.respond().await?;
+        Ok(format!(
+            "{}\n\nIn one sentence: {}",
+            draft.content, short.content
+        ))
+    }
+}
+
+/// Everything this program adds to `lllm`.
+pub fn registry() -> Registry {
+    Registry::new().flow(ReviewLoop)
+}
+
+fn main() -> ExitCode {
+    if std::env::args_os().len() > 1 {
+        return lllm_cli::main_with(registry());
+    }
+    let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom_tactic.yaml");
+    let model = std::env::var("LLLM_MODEL")
+        .ok()
+        .filter(|model| !model.is_empty());
+    run_builtin(&tactic, Path::new("sessions"), model.as_deref())
+}
+
+/// Runs `tactic` on [`TASK`] (every agent on `model` if given), writes the
+/// record into `records`, prints the delivery and `record: PATH`. Exit 0 on
+/// success, 1 when the run failed, 2 when the tactic cannot run.
+pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCode {
+    let registry = registry();
+    let options = lllm::tactic::LoadOptions {
+        model,
+        prices: None,
+        env: &|name| std::env::var(name).ok(),
+        dry_run: None,
+        warn: &|warning| eprintln!("warning: {warning}"),
+        budget: None,
+        registry: &registry,
+    };
+    let task = Task::new(TASK);
+    let tactic = match lllm::tactic::load(tactic, &options, Some(&task)) {
+        Ok(tactic) => tactic,
+        Err(error) => {
+            for line in error.to_string().lines() {
+                eprintln!("error: {line}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let record = runtime.block_on(async {
+        let record = tactic.run(task).await;
+        tactic.shutdown().await;
+        record
+    });
+    let path = records.join(format!("{}.json", record.session_id));
+    if let Err(error) = record.write(&path) {
+        eprintln!("error: cannot write `{}`: {error}", path.display());
+        return ExitCode::from(1);
+    }
+    let code = match (&record.delivery, &record.error) {
+        (Some(delivery), _) => {
+            println!("{delivery}");
+            ExitCode::SUCCESS
+        }
+        (None, error) => {
+            eprintln!("error: {}", error.as_deref().unwrap_or("no delivery"));
+            ExitCode::from(1)
+        }
+    };
+    eprintln!("record: {}", path.display());
+    code
+}
