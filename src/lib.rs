@@ -7,6 +7,8 @@
 //! register it with [`Registry::flow`], and name it in the tactic file with
 //! `tactic_type`; [`Ctx`] hands out the file's agents with the seeds' verbs.
 
+#![deny(missing_docs)]
+
 pub mod agent;
 #[doc(hidden)]
 pub mod batch;

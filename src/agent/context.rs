@@ -16,9 +16,15 @@ use crate::provider::models::ModelTable;
 
 /// Kept clear of the window's edge on every call.
 pub const SAFETY_BUFFER: u64 = 5_000;
+/// The marker put before the newest text of a message cut to fit the window.
 pub const TRUNCATION_PREFIX: &str = "[...earlier content truncated...]";
 
+/// Fits a dialog into the model's window before each request. Implement it
+/// for your own policy, register a [`Factory`] for it with
+/// [`Registry::context_manager`](crate::Registry::context_manager), and name
+/// it in YAML (`context_manager: {type: NAME}`).
 pub trait ContextManager: Send + Sync {
+    /// The manager's name, as YAML's `type` names it.
     fn name(&self) -> &str;
     /// `None`: send `dialog` as it is. `Some(child)`: send this fork instead.
     fn apply(&self, dialog: &mut Dialog) -> Option<Dialog>;
@@ -26,13 +32,22 @@ pub trait ContextManager: Send + Sync {
 
 /// What a factory gets from the agent's config.
 pub struct ContextSettings {
+    /// The manager asked for (`context_manager.type`; `default` when not set).
     pub kind: String,
+    /// The agent's provider (`openai` of `openai/gpt-4o`).
     pub model_provider: String,
+    /// The agent's model on that provider (`gpt-4o`).
     pub model: String,
+    /// The window in tokens (`context_manager.max_tokens`); `None` means the
+    /// model table's window, if it knows one.
     pub max_tokens: Option<u64>,
+    /// The rest of the `context_manager` mapping (`n` of `last_n`, or your
+    /// manager's own keys).
     pub options: Map<String, Value>,
 }
 
+/// Makes a context manager from an agent's settings, or says in one line
+/// what is wrong with them (the caller adds the manager's name).
 pub type Factory =
     Arc<dyn Fn(&ContextSettings) -> Result<Arc<dyn ContextManager>, String> + Send + Sync>;
 
@@ -44,6 +59,8 @@ pub struct ContextManagers {
 }
 
 impl ContextManagers {
+    /// The built-in managers: `default` ([`DefaultContextManager`]) and
+    /// `last_n` ([`LastN`], from `n`).
     pub fn with_builtins() -> ContextManagers {
         let mut managers = ContextManagers {
             factories: BTreeMap::new(),
@@ -66,6 +83,7 @@ impl ContextManagers {
         managers
     }
 
+    /// Registers `factory` under `name`, replacing one of that name.
     pub fn register(&mut self, name: &str, factory: Factory) {
         self.factories.insert(name.to_string(), factory);
     }
@@ -81,6 +99,8 @@ impl ContextManagers {
             .map(|(name, factory)| (name.as_str(), factory))
     }
 
+    /// The manager `settings.kind` made for `settings`; an unknown name or a
+    /// factory's error is one line naming the manager (with the known names).
     pub fn build(&self, settings: &ContextSettings) -> Result<Arc<dyn ContextManager>, String> {
         let factory = self.factories.get(&settings.kind).ok_or_else(|| {
             let names: Vec<&str> = self.factories.keys().map(String::as_str).collect();
@@ -147,6 +167,9 @@ pub struct DefaultContextManager {
 }
 
 impl DefaultContextManager {
+    /// The manager for the agent's model: its window from `settings` or the
+    /// bundled model table (warning once when neither knows it), its tokenizer
+    /// from the model table.
     pub fn new(settings: &ContextSettings) -> DefaultContextManager {
         let window = settings.max_tokens.or_else(|| {
             ModelTable::bundled()
@@ -277,6 +300,7 @@ impl ContextManager for DefaultContextManager {
 
 /// Keeps the system message and the last `n` messages (never splitting a tool group).
 pub struct LastN {
+    /// How many of the newest messages to keep, besides the system message.
     pub n: usize,
 }
 

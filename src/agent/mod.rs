@@ -34,32 +34,67 @@ pub use session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 /// Receives the text of streamed replies as it arrives.
 pub type SharedTextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Why an agent's dialog verb ([`Agent::open`], [`Agent::switch`],
+/// [`Agent::receive_prompt`], …) failed; each variant names the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The verb named a dialog the agent does not have.
     #[error("agent `{agent}` has no dialog `{alias}` (open: {available})")]
     NoDialog {
+        /// The agent's name.
         agent: String,
+        /// The dialog asked for.
         alias: String,
+        /// The dialogs it has, comma-separated.
         available: String,
     },
+    /// `open` or `fork` named a dialog the agent already has.
     #[error("agent `{agent}` already has a dialog `{alias}`; fork or close it first")]
-    DialogExists { agent: String, alias: String },
+    DialogExists {
+        /// The agent's name.
+        agent: String,
+        /// The dialog name already taken.
+        alias: String,
+    },
+    /// A verb that acts on the active dialog ran with none open.
     #[error("agent `{agent}` has no active dialog; open one first")]
-    NoActiveDialog { agent: String },
+    NoActiveDialog {
+        /// The agent's name.
+        agent: String,
+    },
+    /// The dialog refused the change (see [`crate::dialog::Error`]).
     #[error("agent `{agent}`: {source}")]
     Dialog {
+        /// The agent's name.
         agent: String,
+        /// What the dialog said.
         source: crate::dialog::Error,
     },
+    /// A prompt could not be found or rendered (see [`crate::prompt::Error`]).
     #[error("agent `{agent}`: {source}")]
     Prompt {
+        /// The agent's name.
         agent: String,
+        /// What the prompt layer said.
         source: crate::prompt::Error,
     },
+    /// A prompt was named by key, but the agent was built without a prompt
+    /// registry to look it up in.
     #[error("agent `{agent}` has no prompt registry to find `{key}` in; pass a `Prompt` instead")]
-    NoPrompts { agent: String, key: String },
+    NoPrompts {
+        /// The agent's name.
+        agent: String,
+        /// The prompt key asked for.
+        key: String,
+    },
+    /// Prompt arguments were given as something other than a JSON object.
     #[error("agent `{agent}`: prompt arguments must be a JSON object (or null), not {found}")]
-    Args { agent: String, found: String },
+    Args {
+        /// The agent's name.
+        agent: String,
+        /// What was given instead (`a string`, `an array`, …).
+        found: String,
+    },
 }
 
 /// What a JSON value is, for errors.
@@ -74,14 +109,20 @@ fn value_kind(value: &Value) -> &'static str {
     }
 }
 
+/// The result of an agent's dialog verbs.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What every agent of a run shares: the tools, the MCP servers, the price
 /// table and its warnings.
 pub struct Runtime {
+    /// Every tool the tactic declares (command, builtin and registered
+    /// tools), by name; an agent is offered those its `tools` list names.
     pub toolbox: Toolbox,
+    /// The MCP servers the tactic started, with their tools.
     pub mcp: crate::tool::McpServers,
+    /// Per-token prices (and context windows) by model, for the cost of each reply.
     pub prices: Arc<ModelTable>,
+    /// Warns once per model that has no known price, however many calls use it.
     pub price_warnings: UnknownPriceWarnings,
     /// The handlers prompts may name (`handler: NAME`).
     pub handlers: Handlers,
@@ -90,25 +131,39 @@ pub struct Runtime {
 /// Loop limits of an agent (seed names).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// How many replies that do not parse are sent back for repair before
+    /// the call fails.
     pub max_exception_retry: u32,
     /// 0 means unlimited up to a hard cap of 100 rounds (D3).
     pub max_interrupt_steps: u32,
+    /// How many times one request is retried after a retryable provider
+    /// error (rate limit, server error, timeout) before the call fails.
     pub max_llm_recall: u32,
 }
 
 /// Everything an agent is made of, before it owns any dialog.
 pub struct AgentSpec {
+    /// The agent's name, unique in its tactic.
     pub name: String,
+    /// The prompt every dialog of the agent opens with.
     pub system_prompt: Arc<Prompt>,
     /// As configured: `provider/model`.
     pub model_name: String,
+    /// The provider that serves `model_name`, with the model's name there
+    /// and its retry settings.
     pub model: Resolved,
+    /// Arguments sent with every request (`temperature`, `max_tokens`, …).
     pub model_args: Map<String, Value>,
+    /// Names of the tools of the [`Runtime::toolbox`] the agent is offered.
     pub tools: Vec<String>,
     /// MCP servers whose tools the agent is offered (agent config `mcp_servers`).
     pub mcp_servers: Vec<String>,
+    /// The agent's loop limits.
     pub limits: Limits,
+    /// What keeps requests inside the model's window; `None` sends every
+    /// dialog whole.
     pub context_manager: Option<Arc<dyn ContextManager>>,
+    /// Which of the provider's APIs requests go to (chat completions or responses).
     pub api_type: crate::dialog::ApiType,
 }
 

@@ -14,14 +14,27 @@ use crate::dialog::{FunctionCall, InvokeCost, Message};
 pub use crate::provider::digest::request_sha256;
 use crate::provider::{ChatRequest, ProviderError};
 
+/// Where an agent call is in its loop (the seeds' states), written in
+/// records in `snake_case` (`llm_recall`). A finished call is `success` or
+/// `failure`; the others are only seen while a call runs (by a handler) or
+/// in a call that was interrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallState {
+    /// Nothing sent yet.
     Initial,
+    /// The last reply did not parse; it is being repaired (see
+    /// [`AgentCallSession::exception_retries`]).
     Exception,
+    /// The last reply called tools; their results are going back to the
+    /// model (see [`AgentCallSession::interrupts`]).
     Interrupt,
+    /// The last attempt at the provider failed; it is being retried (see
+    /// [`AgentCallSession::llm_recalls`]).
     LlmRecall,
+    /// The call delivered a reply that parsed.
     Success,
+    /// The call gave up; [`AgentCallSession::error`] says why.
     Failure,
 }
 
@@ -30,14 +43,23 @@ pub enum CallState {
 /// first `messages` messages of dialog `dialog_id` in the record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestDigest {
+    /// Hex SHA-256 of the canonical request (messages, model, tools, format,
+    /// model arguments): equal digests mean the same request, which is how
+    /// `--replay` finds a recorded reply.
     pub sha256: String,
+    /// The dialog the request was sent from (the working fork), by id.
     pub dialog_id: String,
+    /// How many messages were sent: the first `messages` of that dialog.
     pub messages: usize,
+    /// The model as the provider was asked for it (without the provider prefix).
     pub model: String,
+    /// Names of the tools offered; absent when none were.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
+    /// Whether a structured-output format (JSON schema) was requested.
     #[serde(default, skip_serializing_if = "is_false")]
     pub format: bool,
+    /// The model arguments sent (`temperature`, `max_tokens`, …); absent when none.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub model_args: Map<String, Value>,
 }
@@ -51,7 +73,8 @@ fn is_zero(value: &u64) -> bool {
 }
 
 impl RequestDigest {
-    pub fn of(request: &ChatRequest<'_>, dialog_id: &str) -> RequestDigest {
+    /// The digest of `request`, sent from dialog `dialog_id`.
+    pub(crate) fn of(request: &ChatRequest<'_>, dialog_id: &str) -> RequestDigest {
         RequestDigest {
             sha256: request_sha256(request),
             dialog_id: dialog_id.to_string(),
@@ -71,6 +94,7 @@ pub struct InvokeTrace {
     pub step: u32,
     /// 1-based attempt within one request (provider retries).
     pub attempt: u32,
+    /// What was sent.
     pub request: RequestDigest,
     /// In memory, the very message appended to the working fork (dialog id
     /// and all), shared with it.
@@ -81,54 +105,118 @@ pub struct InvokeTrace {
     /// appended to the working fork), less that message's `dialog_id`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub response_in_dialog: bool,
+    /// The provider's error when the attempt failed (the call then retried
+    /// or gave up); absent when a reply came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ProviderError>,
     /// Why the reply was rejected by the prompt's parser, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parse_error: Option<String>,
+    /// Milliseconds from sending the request to the reply or the error.
     pub latency_ms: u64,
-    /// How long the retry loop waited before the next attempt.
+    /// Milliseconds the retry loop waited after this failed attempt before
+    /// the next one; absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waited_ms: u64,
 }
 
+/// One repair: a reply that did not parse, sent back to the model with the
+/// prompt's exception handler (`max_exception_retry` bounds how many).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Repair {
+    /// Tool round (0-based) the rejected reply came in.
     pub step: u32,
+    /// Why the parser rejected it.
     pub error: String,
 }
 
+/// One tool round: the tool calls of a reply, run and answered before the
+/// model is asked again (`max_interrupt_steps` bounds how many).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolRound {
+    /// Tool round (0-based).
     pub step: u32,
     /// The calls of this round with their results or errors.
     pub calls: Vec<FunctionCall>,
 }
 
+/// One failed attempt at the provider, retried or given up on
+/// (`max_llm_recall` bounds the retries); the matching invoke holds its
+/// latency and wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recall {
+    /// Tool round (0-based) of the request.
     pub step: u32,
+    /// 1-based attempt within the request.
     pub attempt: u32,
+    /// What the provider answered (or why nothing came).
     pub error: ProviderError,
 }
 
+/// The record of one agent call: what the agent was asked on which dialog,
+/// every invoke of the provider, the repairs, tool rounds and retries, the
+/// outcome and what it cost. A tactic run keeps one per call in
+/// [`SessionRecord::agent_calls`](crate::SessionRecord::agent_calls), failed
+/// calls as fully as successful ones.
+///
+/// A record keeps each reply once, in its dialog: the invokes of a call
+/// fresh from a run hold no `response` until
+/// [`SessionRecord::expand`](crate::SessionRecord::expand) puts them back,
+/// as for a record read from disk.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::agent::CallState;
+/// use lllm::{Registry, Tactic};
+///
+/// let yaml = "agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]";
+/// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+/// let mut record = tactic.run("hello".into()).await;
+/// record.expand(); // the replies back into the calls
+///
+/// let call = &record.agent_calls[0];
+/// assert_eq!(call.agent, "echo");
+/// assert_eq!(call.model, "mock/echo");
+/// assert_eq!(call.state, CallState::Success);
+/// assert_eq!(call.delivery().map(|reply| reply.content.as_str()), Some("hello"));
+/// assert_eq!(call.invokes.len(), 1); // one request, answered at once
+/// assert_eq!(call.exception_retries_count(), 0);
+/// assert!(call.cost.cost_known); // the mock providers cost nothing
+/// assert!(call.error.is_none());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentCallSession {
+    /// The agent called, by name.
     pub agent: String,
     /// Model as configured (`provider/model`).
     pub model: String,
+    /// The agent's name for the dialog the call was made on.
     pub dialog_alias: String,
+    /// That dialog's id in the record's `dialogs` (the canonical dialog, not
+    /// a working fork).
     pub dialog_id: String,
+    /// How the call ended: [`CallState::Success`] or [`CallState::Failure`]
+    /// once it has.
     pub state: CallState,
+    /// The agent's limit on repairs of replies that do not parse.
     pub max_exception_retry: u32,
+    /// The agent's limit on tool rounds (0: unlimited up to 100).
     pub max_interrupt_steps: u32,
+    /// The agent's limit on retries of one request after provider errors.
     pub max_llm_recall: u32,
+    /// The repairs, in order; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exception_retries: Vec<Repair>,
+    /// The tool rounds, in order; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interrupts: Vec<ToolRound>,
+    /// The failed provider attempts, in order; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub llm_recalls: Vec<Recall>,
+    /// Every attempt at the provider, failed ones included, in order.
     pub invokes: Vec<InvokeTrace>,
     /// The accepted reply: always the last invoke's response, so a call
     /// keeps it there only and this field is left out of written records
@@ -136,11 +224,17 @@ pub struct AgentCallSession {
     /// readers of a record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Message>,
+    /// Why the call failed, in one line; absent when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the call's replies cost, summed over its invokes (tokens, and
+    /// dollars when the model's prices are known: see `cost.cost_known`).
     pub cost: InvokeCost,
+    /// When the call began: RFC 3339 in UTC, with milliseconds.
     pub started_at: String,
+    /// When it ended, in the same form; absent only while it runs.
     pub ended_at: Option<String>,
+    /// Milliseconds from start to end (0 while it runs).
     pub latency_ms: u64,
     /// What the caller attached to the call (`respond().metadata(…)`).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
@@ -151,28 +245,34 @@ pub struct AgentCallSession {
 }
 
 impl AgentCallSession {
+    /// How many replies were repaired.
     pub fn exception_retries_count(&self) -> u32 {
         self.exception_retries.len() as u32
     }
 
+    /// How many provider attempts failed.
     pub fn llm_recalls_count(&self) -> u32 {
         self.llm_recalls.len() as u32
     }
 
+    /// How many tool rounds ran.
     pub fn interrupts_count(&self) -> u32 {
         self.interrupts.len() as u32
     }
 
+    /// Whether the repairs have used up `max_exception_retry`, so the next
+    /// reply that does not parse fails the call.
     pub fn reach_max_exception_retry(&self) -> bool {
         self.exception_retries_count() >= self.max_exception_retry
     }
 
+    /// Whether the call delivered a reply.
     pub fn is_success(&self) -> bool {
         self.state == CallState::Success
     }
 
     /// Records an invoke and adds its reply's cost.
-    pub fn record(&mut self, trace: InvokeTrace) {
+    pub(crate) fn record(&mut self, trace: InvokeTrace) {
         if let Some(message) = &trace.response {
             self.cost += message.cost();
         }
@@ -187,18 +287,20 @@ impl AgentCallSession {
         self.invokes.push(trace);
     }
 
-    pub fn exception(&mut self, step: u32, error: String) {
+    /// Records a repair of a reply of tool round `step` that failed to parse.
+    pub(crate) fn exception(&mut self, step: u32, error: String) {
         self.exception_retries.push(Repair { step, error });
         self.state = CallState::Exception;
     }
 
-    pub fn interrupt(&mut self, step: u32, calls: Vec<FunctionCall>) {
+    /// Records tool round `step` with its executed calls.
+    pub(crate) fn interrupt(&mut self, step: u32, calls: Vec<FunctionCall>) {
         self.interrupts.push(ToolRound { step, calls });
         self.state = CallState::Interrupt;
     }
 
     /// The call ends with the last invoke's response as its delivery.
-    pub fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         self.state = CallState::Success;
     }
 
@@ -210,7 +312,9 @@ impl AgentCallSession {
             .find_map(|invoke| invoke.response.as_deref())
     }
 
-    /// The accepted reply of a call that succeeded.
+    /// The accepted reply of a call that succeeded; `None` for a failed
+    /// call, and for one whose record was not
+    /// [expanded](crate::SessionRecord::expand) (its reply is in the dialog).
     pub fn delivery(&self) -> Option<&Message> {
         if !self.is_success() {
             return None;
@@ -225,7 +329,8 @@ impl AgentCallSession {
         }
     }
 
-    pub fn failure(&mut self, error: String) {
+    /// Ends the call as a failure, for `error`.
+    pub(crate) fn failure(&mut self, error: String) {
         self.error = Some(error);
         self.state = CallState::Failure;
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use crate::dialog::{Message, Modality};
 use crate::provider::models::ModelTable;
 
+/// Counts the tokens of a text as one model's tokenizer would.
 pub trait TokenCounter: Send + Sync {
+    /// The tokens of `text`.
     fn count(&self, text: &str) -> usize;
 }
 
@@ -48,6 +50,9 @@ pub const MESSAGE_OVERHEAD: usize = 4;
 /// What an image costs, roughly (a high-detail 512×512 tile set).
 pub const IMAGE_TOKENS: usize = 765;
 
+/// The tokens `message` takes in a request: its text with [`IMAGE_TOKENS`]
+/// per image, its tool calls (name and arguments, each with
+/// [`MESSAGE_OVERHEAD`]), its name and the message's own [`MESSAGE_OVERHEAD`].
 pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
     let content = match message.modality {
         Modality::Image => IMAGE_TOKENS,

@@ -21,7 +21,7 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
 /// A tactic ready to build: defaults applied, names unique, references valid.
 #[derive(Debug, Clone, Serialize)]
 pub struct TacticConfig {
-    /// `name`, else the file's stem.
+    /// `tactic_type`, else the file's stem.
     pub name: String,
     /// `description`, for people.
     pub description: Option<String>,

@@ -53,9 +53,11 @@ pub use record::{RunState, SessionRecord};
 #[derive(Debug, thiserror::Error)]
 #[error("{}", problems.iter().map(|problem| crate::suggest::printable(problem)).collect::<Vec<_>>().join("\n"))]
 pub struct Error {
+    /// The problems, each one line naming where and what.
     pub problems: Vec<String>,
 }
 
+/// The result of building a tactic.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// One task: what the user asks, with its id, template arguments and tags.

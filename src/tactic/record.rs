@@ -24,21 +24,29 @@ use crate::dialog::{DialogRecord, InvokeCost, Message};
 /// Kept here for callers that name it by its old place; it lives in `crate::time`.
 pub(crate) use crate::time::timestamp;
 
+/// The format this lllm writes, in every record's `format`.
 pub const FORMAT: &str = "lllm.session/2";
 
 /// The versions this lllm reads.
 pub const READS: [&str; 2] = ["lllm.session/1", FORMAT];
 
+/// How a tactic run ended, written `success` or `failure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
+    /// The run delivered: [`SessionRecord::delivery`] holds the answer.
     Success,
+    /// The run gave up (or was interrupted): [`SessionRecord::error`] says why.
     Failure,
 }
 
+/// Which tactic ran, and as what: enough for `lllm replay --rerun` to run it again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TacticInfo {
+    /// The tactic's `tactic_type`, else its file's stem.
     pub name: String,
+    /// The tactic file, as it was given; `<yaml>` for a tactic built from
+    /// YAML text, `<builder>` for one built with `TacticConfig::builder`.
     pub path: String,
     /// The resolved tactic (after `base`, merges and defaults); holds no secrets.
     pub config: SharedJson,
@@ -61,12 +69,14 @@ pub struct TacticInfo {
 pub struct SharedJson(Arc<RawValue>);
 
 impl SharedJson {
+    /// `value` serialized once (`null` if it cannot be serialized).
     pub fn new<T: Serialize + ?Sized>(value: &T) -> SharedJson {
         let raw = serde_json::value::to_raw_value(value)
             .unwrap_or_else(|_| RawValue::from_string("null".into()).expect("valid JSON"));
         SharedJson(Arc::from(raw))
     }
 
+    /// The JSON as a `Value`, parsed anew on each call.
     pub fn value(&self) -> Value {
         serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
     }
@@ -131,8 +141,13 @@ impl PromptInfo {
 /// One finished flow step: which agent call produced it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
+    /// The step's name (its node in the flow, or `respond().step(name)` of a
+    /// programmed tactic).
     pub step: String,
+    /// The agent that made the step's call (for a sub-tactic step, the
+    /// sub-tactic's name).
     pub agent: String,
+    /// The agent's name for the dialog the call was made on.
     pub dialog: String,
     /// Index into `agent_calls`; for a sub-tactic step, the number of this
     /// session's agent calls made before it (its place in the call order).
@@ -142,33 +157,96 @@ pub struct StepRecord {
     pub sub_tactic: Option<usize>,
 }
 
+/// The record of one tactic run on one task (`lllm.session/2`): the tactic
+/// as resolved, the task, the outcome, every dialog and every agent call
+/// with all its invokes, and the cost. [`Tactic::run`](crate::Tactic::run)
+/// returns it whether the run succeeded or not; `lllm run` writes it as JSON
+/// (see [`write`](SessionRecord::write)), and `lllm replay` reads it back.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::tactic::RunState;
+/// use lllm::{Registry, SessionRecord, Tactic};
+///
+/// let yaml = "
+/// tactic_type: echo
+/// agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
+/// ";
+/// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+/// let mut record = tactic.run("hello".into()).await;
+///
+/// assert_eq!(record.state, RunState::Success);
+/// assert_eq!(record.delivery.as_deref(), Some("hello"));
+/// assert_eq!(record.tactic.name, "echo");
+/// assert_eq!(record.tactic.path, "<yaml>");
+/// assert_eq!(record.task, "hello");
+/// assert_eq!(record.agent_calls.len(), 1);
+/// assert_eq!(record.invoke_count(), 1);
+/// assert!(record.cost_known); // the mock providers cost nothing
+///
+/// // Each reply is kept once, in its dialog; `expand` puts it back in the call.
+/// assert!(record.agent_calls[0].delivery().is_none());
+/// record.expand();
+/// assert_eq!(record.agent_calls[0].delivery().map(|reply| reply.content.as_str()), Some("hello"));
+///
+/// // Written and read back, it holds the same run.
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("session.json");
+/// record.write(&path)?;
+/// let mut read: SessionRecord = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+/// read.expand();
+/// assert_eq!(read.session_id, record.session_id);
+/// assert_eq!(read.agent_calls[0].delivery().map(|reply| reply.content.as_str()), Some("hello"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
+    /// The record's format ([`FORMAT`] when this lllm wrote it).
     pub format: String,
+    /// A fresh UUID (version 7, so ids sort by start time) naming this run.
     pub session_id: String,
+    /// Which tactic ran.
     pub tactic: TacticInfo,
+    /// The task's id (a batch line's `id`); `null` when it had none.
     pub task_id: Option<String>,
+    /// The task: a string, or any JSON value.
     pub task: Value,
+    /// The task's template arguments.
     #[serde(default)]
     pub args: Map<String, Value>,
+    /// The task's labels (never sent to a model).
     #[serde(default)]
     pub tags: Map<String, Value>,
+    /// When the run began: RFC 3339 in UTC, with milliseconds.
     pub started_at: String,
+    /// When it ended, in the same form.
     pub ended_at: String,
+    /// Milliseconds from start to end.
     pub latency_ms: u64,
+    /// How the run ended.
     pub state: RunState,
+    /// The run's answer (the final step's reply text); `null` when it failed.
     pub delivery: Option<String>,
+    /// Why the run failed, in one line; `null` when it succeeded.
     pub error: Option<String>,
     /// Every prompt of the tactic: `key → PromptInfo` (its SHA-256 and template).
     pub prompts: SharedJson,
+    /// The finished flow steps, in the order they finished.
     pub steps: Vec<StepRecord>,
+    /// Every dialog of every agent, forks included, as a tree by parent id.
     pub dialogs: Vec<DialogRecord>,
+    /// Every agent call of this run, in the order they were made (a
+    /// sub-tactic's calls are in its own session).
     pub agent_calls: Vec<AgentCallSession>,
     /// Sessions of the tactics this one's steps ran, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_tactic_sessions: Vec<SessionRecord>,
     /// Everything the run spent, sub-tactics included.
     pub cost: InvokeCost,
+    /// Whether every call's price was known, so `cost` is the whole of it
+    /// (the same as `cost.cost_known`).
     pub cost_known: bool,
 }
 
@@ -188,7 +266,10 @@ impl SessionRecord {
     /// something else in it: the messages each fork shares with its parent
     /// (`DialogRecord::inherited`) and each call's delivery (the last
     /// invoke's response), here and in the sub-tactic sessions. Call it on a
-    /// record read from disk.
+    /// record read from disk, and on one fresh from a run before reading its
+    /// calls' replies ([`AgentCallSession::delivery`], each invoke's
+    /// `response`): a run's record keeps them in its dialogs only.
+    /// Expanding twice changes nothing.
     pub fn expand(&mut self) {
         crate::dialog::expand_shared_prefixes(&mut self.dialogs);
         restore_responses(&mut self.agent_calls, &self.dialogs);

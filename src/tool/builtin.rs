@@ -36,6 +36,8 @@ enum Kind {
     CurrentTime,
 }
 
+/// One built-in tool (`read_file`, `list_dir` or `current_time`), as a
+/// tactic's `builtin_tools:` enables it.
 pub struct BuiltinTool {
     spec: ToolSpec,
     kind: Kind,

@@ -34,6 +34,8 @@ const TERMINATE_GRACE: Duration = Duration::from_secs(2);
 /// hold them that long; the call then returns what was read.
 const PIPE_CLOSE_LIMIT: Duration = Duration::from_secs(2);
 
+/// A tool that runs an external program per call (a tactic's `tools:` entry
+/// with a `command`): arguments as JSON on stdin, the result from stdout.
 pub struct CommandTool {
     spec: ToolSpec,
     command: Vec<String>,

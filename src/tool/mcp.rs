@@ -234,6 +234,7 @@ impl McpServer {
         Ok((server, tools))
     }
 
+    /// The server's name in the tactic (`mcp_servers:` key).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -287,6 +288,7 @@ pub struct McpTool {
 }
 
 impl McpTool {
+    /// The name of the server the tool belongs to.
     pub fn server(&self) -> &str {
         &self.server.name
     }
