@@ -2,9 +2,11 @@
 //!
 //! `examples/custom_tactic.yaml` supplies the agents (`writer`, `critic`),
 //! their models and prompts, and names the Rust flow `review_loop` below as
-//! its `tactic_type`. The writer drafts; the critic reviews until it approves
-//! (three rounds at most); then the writer forks its dialog to say it in one
-//! sentence. Every call lands in the session record as a YAML flow's would.
+//! its `tactic_type`. The writer drafts (checking its length with the Rust
+//! tool `word_count`); the critic reviews until it approves (three rounds at
+//! most), its replies read by the Rust parser `verdict`; then the writer forks
+//! its dialog to say it in one sentence. Every call lands in the session
+//! record as a YAML flow's would.
 //!
 //! ```text
 //! cargo run --example custom_tactic                 # offline (mock/script); record: PATH on stderr
@@ -22,11 +24,44 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use lllm::{Ctx, Flow, FlowResult, Registry, Task};
-use serde_json::json;
+use lllm::schemars::JsonSchema;
+use lllm::{Ctx, Flow, FlowResult, ParseFailure, Registry, Task};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 /// The task the example answers when run without arguments.
 const TASK: &str = "Explain what a hash map is.";
+
+/// Count the words of a text.
+#[derive(Deserialize, JsonSchema)]
+// The derive through lllm's re-export: no `schemars` dependency of our own.
+#[schemars(crate = "lllm::schemars")]
+pub struct WordCount {
+    /// The text whose words are counted.
+    text: String,
+}
+
+/// The Rust tool `word_count` (the writer's `tools:` in the YAML names it).
+pub async fn word_count(args: WordCount) -> Result<usize, std::convert::Infallible> {
+    Ok(args.text.split_whitespace().count())
+}
+
+/// The Rust parser `verdict` (front matter `parser: verdict` of
+/// `examples/prompts/custom/review.md`): `<verdict>approve</verdict><notes>…</notes>`
+/// becomes `{"verdict": "approve", "notes": "…"}`; an `Err` goes back to the
+/// model as a repair request.
+pub fn verdict(reply: &str) -> Result<Value, ParseFailure> {
+    let tag = |name: &str| -> Option<String> {
+        let (_, rest) = reply.split_once(&format!("<{name}>"))?;
+        let (inner, _) = rest.split_once(&format!("</{name}>"))?;
+        Some(inner.trim().to_string())
+    };
+    let verdict = tag("verdict").ok_or("no <verdict>…</verdict> in the reply")?;
+    if verdict != "approve" && verdict != "revise" {
+        return Err(format!("the verdict is `{verdict}`; write approve or revise").into());
+    }
+    Ok(json!({ "verdict": verdict, "notes": tag("notes") }))
+}
 
 /// Draft, review until approved, then a one-sentence version in a fork.
 pub struct ReviewLoop;
@@ -40,23 +75,22 @@ impl Flow for ReviewLoop {
         writer.open("draft")?;
         critic.open("review")?;
 
-        // Prompts by registry key: `prompts/custom/draft.md` sees the task.
+        // Prompts by registry key: `examples/prompts/custom/draft.md` sees the task.
         writer.receive_prompt("custom/draft", json!(null))?;
         let mut draft = writer.respond().await?;
         for round in 1..=3 {
-            // Its front matter's tag parser fills `parsed`; a reply without a
-            // verdict is repaired by the agent loop before it gets here.
+            // The `verdict` parser fills `parsed`; a reply it rejects is
+            // repaired by the agent loop before it gets here.
             critic.receive_prompt("custom/review", json!({ "draft": draft.content }))?;
             let review = critic
                 .respond()
                 .step(format!("review {round}")) // the call's name in the record
                 .metadata(json!({ "round": round }))
                 .await?;
-            let tags = &review.parsed["xml_tags"];
-            if tags["verdict"][0] == "approve" {
+            if review.parsed["verdict"] == "approve" {
                 break;
             }
-            let notes = tags["notes"][0].as_str().unwrap_or("make it clearer");
+            let notes = review.parsed["notes"].as_str().unwrap_or("make it clearer");
             writer.receive(format!("Revise your answer. Reviewer's notes: {notes}"))?;
             draft = writer.respond().await?;
         }
@@ -74,7 +108,10 @@ impl Flow for ReviewLoop {
 
 /// Everything this program adds to `lllm`.
 pub fn registry() -> Registry {
-    Registry::new().flow(ReviewLoop)
+    Registry::new()
+        .flow(ReviewLoop)
+        .tool("word_count", word_count)
+        .parser("verdict", verdict)
 }
 
 fn main() -> ExitCode {

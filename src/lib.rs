@@ -1,11 +1,11 @@
-//! lllm: run LLM agents from YAML tactic configs.
+#![doc = include_str!("../docs/guide.md")]
 //!
-//! The data flows one way: cli → config → prompt registry → tactic (flow) →
-//! agent loop → provider → HTTP, and every invoke lands in the session record.
+//! # Where things are
 //!
-//! A tactic's program is a YAML `flow:` or Rust code: implement [`Flow`],
-//! register it with [`Registry::flow`], and name it in the tactic file with
-//! `tactic_type`; [`Ctx`] hands out the file's agents with the seeds' verbs.
+//! The data flows one way: config → prompt registry → tactic (a YAML flow or a
+//! programmed [`Flow`]) → agent loop → provider → HTTP, and every invoke lands
+//! in the session record. Modules hidden from these docs are the engine's and
+//! the `lllm` binary's own (batch, replay, output), not a stable API.
 
 #![deny(missing_docs)]
 

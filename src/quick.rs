@@ -239,13 +239,12 @@ impl Agent {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lllm::BoxError> {
     /// use lllm::Agent;
-    /// use serde_json::Map;
     ///
     /// let mut agent = Agent::builder("mock/echo").system("You are terse.").build()?;
-    /// agent.open("chat", &Map::new(), true)?;
-    /// agent.receive("hi", None)?;
-    /// let call = agent.respond(None).await?;
-    /// assert_eq!(call.delivery().map(|reply| reply.content.as_str()), Some("hi"));
+    /// agent.open("chat")?;
+    /// agent.receive("hi")?;
+    /// let reply = agent.respond().await?;
+    /// assert_eq!(reply.content, "hi");
     /// assert_eq!(agent.current_dialog()?.len(), 3, "system, question, reply");
     /// # Ok(())
     /// # }
@@ -302,7 +301,7 @@ impl AgentBuilder {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lllm::BoxError> {
     /// use lllm::Agent;
-    /// use serde_json::{Map, json};
+    /// use serde_json::json;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let script = dir.path().join("script.yaml");
@@ -310,11 +309,10 @@ impl AgentBuilder {
     /// let mut agent = Agent::builder("mock/script")
     ///     .provider("mock", json!({ "script": script }))
     ///     .build()?;
-    /// agent.open("chat", &Map::new(), true)?;
+    /// agent.open("chat")?;
     /// for expected in ["first", "second"] {
-    ///     agent.receive("next?", None)?;
-    ///     let call = agent.respond(None).await?;
-    ///     assert_eq!(call.delivery().unwrap().content, expected);
+    ///     agent.receive("next?")?;
+    ///     assert_eq!(agent.respond().await?.content, expected);
     /// }
     /// # Ok(())
     /// # }
