@@ -32,7 +32,7 @@ pub trait ContextManager: Send + Sync {
 
 /// What a factory gets from the agent's config.
 pub struct ContextSettings {
-    /// The manager asked for (`context_manager.type`; `default` when not set).
+    /// The manager asked for: `context_manager.type`.
     pub kind: String,
     /// The agent's provider (`openai` of `openai/gpt-4o`).
     pub model_provider: String,

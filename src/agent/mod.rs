@@ -115,12 +115,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What every agent of a run shares: the tools, the MCP servers, the price
 /// table and its warnings.
 pub struct Runtime {
-    /// Every tool the tactic declares (command, builtin and registered
-    /// tools), by name; an agent is offered those its `tools` list names.
+    /// Every tool of the tactic by name: its `tools:` and `builtin_tools:`
+    /// and the tools its registry adds. An agent is offered those its
+    /// `tools` list names.
     pub toolbox: Toolbox,
-    /// The MCP servers the tactic started, with their tools.
+    /// The tactic's MCP servers (started before its first request), with their tools.
     pub mcp: crate::tool::McpServers,
-    /// Per-token prices (and context windows) by model, for the cost of each reply.
+    /// Models by name with their prices (the bundled table under the
+    /// tactic's `pricing` and `--prices`), for the cost of each reply.
     pub prices: Arc<ModelTable>,
     /// Warns once per model that has no known price, however many calls use it.
     pub price_warnings: UnknownPriceWarnings,
@@ -136,8 +138,9 @@ pub struct Limits {
     pub max_exception_retry: u32,
     /// 0 means unlimited up to a hard cap of 100 rounds (D3).
     pub max_interrupt_steps: u32,
-    /// How many times one request is retried after a retryable provider
-    /// error (rate limit, server error, timeout) before the call fails.
+    /// How many times one request is retried after a provider error that is
+    /// not permanent (rate limit, server error, timeout) before the call
+    /// fails: at most `max_llm_recall + 1` attempts.
     pub max_llm_recall: u32,
 }
 

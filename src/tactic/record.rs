@@ -227,7 +227,8 @@ pub struct SessionRecord {
     pub latency_ms: u64,
     /// How the run ended.
     pub state: RunState,
-    /// The run's answer (the final step's reply text); `null` when it failed.
+    /// The run's answer as text (the last step's reply, or what a programmed
+    /// tactic returned); `null` when the run failed.
     pub delivery: Option<String>,
     /// Why the run failed, in one line; `null` when it succeeded.
     pub error: Option<String>,
