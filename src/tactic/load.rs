@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Builder, Error, Result, Tactic, Task, check};
+use super::build::Builder;
+use super::{Error, Result, Tactic, Task, check};
 use crate::config::TacticConfig;
 use crate::provider::budget::CostBudget;
 use crate::provider::dry_run::DryRun;

@@ -1,0 +1,594 @@
+//! Building a tactic: every problem a config, its prompts, tools, providers
+//! and flow can have, found before anything runs and reported at once
+//! (`Problems`); a sub-tactic step builds its file the same way (`Builder`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::agent::context::ContextSettings;
+use crate::agent::{AgentSpec, Limits, Runtime};
+use crate::config::{SystemPrompt, TacticConfig};
+use crate::prompt::{Prompt, Registry};
+use crate::provider::ToolSpec;
+use crate::provider::budget::{BudgetedProvider, CostBudget};
+use crate::provider::models::ModelTable;
+use crate::provider::pricing::UnknownPriceWarnings;
+use crate::provider::registry::Providers;
+use crate::provider::registry::split_model;
+use crate::registry::Registry as Extensions;
+use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
+
+use super::{Error, Result, Tactic, program, record};
+
+/// Problems are collected, not returned at the first one: the user sees them
+/// all. Each is marked as about prompts and templates (`push`, `take`) or
+/// about the rest of the tactic (`push_other`, `take_other`): when the config
+/// itself has problems, only the first kind is worth adding to them (the rest
+/// may be their consequences, like a tool the config dropped).
+#[derive(Default)]
+pub(super) struct Problems {
+    pub(super) lines: Vec<String>,
+    /// Indexes of the lines that are not about prompts and templates.
+    others: Vec<usize>,
+}
+
+impl Problems {
+    /// Adds a problem about prompts or templates once (two agents on one
+    /// unusable prompt make one line).
+    pub(super) fn push(&mut self, problem: impl std::fmt::Display) {
+        let problem = problem.to_string();
+        if !self.lines.contains(&problem) {
+            self.lines.push(problem);
+        }
+    }
+
+    /// Adds a problem about anything else (providers, tools, servers).
+    pub(super) fn push_other(&mut self, problem: impl std::fmt::Display) {
+        let problem = problem.to_string();
+        if !self.lines.contains(&problem) {
+            self.others.push(self.lines.len());
+            self.lines.push(problem);
+        }
+    }
+
+    pub(super) fn take<T, E: std::fmt::Display>(
+        &mut self,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result.map_err(|error| self.push(error)).ok()
+    }
+
+    pub(super) fn take_other<T, E: std::fmt::Display>(
+        &mut self,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result.map_err(|error| self.push_other(error)).ok()
+    }
+
+    /// The problems about prompts and templates only.
+    pub(super) fn of_templates(self) -> Vec<String> {
+        self.lines
+            .into_iter()
+            .enumerate()
+            .filter(|(index, _)| !self.others.contains(index))
+            .map(|(_, line)| line)
+            .collect()
+    }
+}
+
+impl Tactic {
+    /// Builds and validates everything a run needs but the task: call `check`
+    /// with the task's argument names before running it. `env` reads
+    /// environment variables (keys, base URLs); tests pass their own.
+    pub fn build(config: TacticConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tactic> {
+        Tactic::build_with(config, env, &Extensions::new())
+    }
+
+    /// `build` with the extensions of `registry` (context managers and the
+    /// rest a tactic names).
+    pub fn build_with(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        registry: &Extensions,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                extensions: registry,
+                replacement: None,
+                dry_run: None,
+                budget: None,
+                stack: Vec::new(),
+                hidden_variables: Vec::new(),
+            },
+        )
+    }
+
+    /// `build` with every model served by `provider` (a replay of a record).
+    pub fn build_replaying(
+        config: TacticConfig,
+        provider: Arc<dyn crate::provider::Provider>,
+        registry: &Extensions,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env: &|_| None,
+                extensions: registry,
+                replacement: Some(provider),
+                dry_run: None,
+                budget: None,
+                stack: Vec::new(),
+                hidden_variables: Vec::new(),
+            },
+        )
+    }
+
+    /// `build` with every request captured in `log` instead of sent
+    /// (`lllm run --dry-run`).
+    pub fn build_dry_run(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        log: Arc<crate::provider::dry_run::DryRun>,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                extensions: &Extensions::new(),
+                replacement: None,
+                dry_run: Some(log),
+                budget: None,
+                stack: Vec::new(),
+                hidden_variables: Vec::new(),
+            },
+        )
+    }
+
+    /// `build` with every model call (sub-tactics' included) passing
+    /// `budget`: a call whose worst case does not fit is not sent. Every
+    /// model must then have a price and a bound on its replies.
+    pub fn build_with_budget(
+        config: TacticConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        budget: Arc<CostBudget>,
+    ) -> Result<Tactic> {
+        Tactic::build_inner(
+            config,
+            &Builder {
+                env,
+                extensions: &Extensions::new(),
+                replacement: None,
+                dry_run: None,
+                budget: Some(budget),
+                stack: Vec::new(),
+                hidden_variables: Vec::new(),
+            },
+        )
+    }
+
+    fn build_inner(config: TacticConfig, builder: &Builder<'_>) -> Result<Tactic> {
+        let (tactic, problems) = Tactic::assemble(config, builder);
+        if problems.lines.is_empty() {
+            Ok(tactic)
+        } else {
+            Err(Error {
+                problems: problems.lines,
+            })
+        }
+    }
+
+    /// Builds what `config` allows, with every problem found on the way. The
+    /// tactic is only fit to run without problems; with them it still holds
+    /// every template that compiled, for the checks of a later phase.
+    pub(super) fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
+        let Builder {
+            env, extensions, ..
+        } = *builder;
+        let replacement = builder.replacement.clone();
+        let dry_run = builder.dry_run.clone();
+        let mut stack = builder.stack.clone();
+        stack.push(super::nodes::canonical(&config.path));
+        // Tools never see a key any tactic of the run reads (issue 12); a
+        // sub-tactic's tools hide its parents' `api_key_env` names too.
+        let mut hidden_variables = builder.hidden_variables.clone();
+        hidden_variables.extend(
+            config
+                .providers
+                .values()
+                .filter_map(|provider| provider.api_key_env.clone()),
+        );
+        let builder = Builder {
+            stack,
+            hidden_variables,
+            replacement: replacement.clone(),
+            dry_run: dry_run.clone(),
+            budget: builder.budget.clone(),
+            ..*builder
+        };
+        let mut problems = Problems::default();
+        let registry = if config.prompts_dir.is_dir() {
+            // Every bad prompt file at once; the good ones stay usable.
+            let (registry, load_problems) =
+                Registry::load_all_with(&config.prompts_dir, &extensions.named.prompts);
+            for problem in load_problems {
+                problems.push(problem);
+            }
+            registry
+        } else {
+            Registry::empty()
+        };
+
+        let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
+        let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
+        let providers = problems
+            .take_other(Providers::new(&config.providers, env))
+            .map(|providers| match (replacement, dry_run) {
+                (Some(provider), _) => providers.serve_all_with(provider),
+                (None, Some(log)) => providers.dry_run(log),
+                (None, None) => providers,
+            });
+        let prices = match &config.pricing {
+            Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
+                Ok(table) => Arc::new(table),
+                Err(error) => {
+                    // Every number out of range is its own problem; a table
+                    // of the wrong shape is one.
+                    let place = config.path.display();
+                    let checked = crate::provider::pricing::check_table(overrides);
+                    if checked.is_empty() {
+                        problems.push_other(format!("{place}: `pricing`: {error}"));
+                    }
+                    for problem in checked {
+                        problems.push_other(format!("{place}: `pricing`: {problem}"));
+                    }
+                    Arc::new(ModelTable::bundled().clone())
+                }
+            },
+            None => Arc::new(ModelTable::bundled().clone()),
+        };
+        let mut prompts = BTreeMap::new();
+
+        let mut agents = IndexMap::new();
+        for agent in &config.agents {
+            let system_prompt = match &agent.system_prompt {
+                SystemPrompt::Key(key) => lookup(
+                    &registry,
+                    key,
+                    &format!("agent `{}`", agent.name),
+                    &mut problems,
+                ),
+                SystemPrompt::Inline(text) => {
+                    let key = format!("{}/system (inline)", agent.name);
+                    problems.take(Prompt::new(key, text.clone())).map(Arc::new)
+                }
+            };
+            let mut model = providers
+                .as_ref()
+                .and_then(|providers| problems.take_other(providers.resolve(&agent.model_name)));
+            if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
+                let budgeted = BudgetedProvider::new(
+                    resolved.provider.clone(),
+                    budget.clone(),
+                    prices.clone(),
+                    &resolved.provider_name,
+                    resolved.service,
+                    &resolved.model,
+                    &agent.model_args,
+                );
+                match budgeted {
+                    Ok(budgeted) => resolved.provider = Arc::new(budgeted),
+                    Err(problem) => problems.push_other(problem),
+                }
+            }
+            for server in &agent.mcp_servers {
+                check_server(
+                    &config,
+                    &format!("agent `{}`", agent.name),
+                    server,
+                    &mut problems,
+                );
+            }
+            for tool in &agent.tools {
+                if !toolbox.contains(tool) {
+                    problems.push_other(format!(
+                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                        agent.name,
+                        crate::suggest::hint(tool, toolbox.names())
+                    ));
+                }
+            }
+            let context_manager = agent.context_manager.as_ref().and_then(|settings| {
+                let (provider, model) = split_model(&agent.model_name);
+                problems.take_other(extensions.context_managers.build(&ContextSettings {
+                    kind: settings.kind.clone(),
+                    model_provider: provider.to_string(),
+                    model: model.to_string(),
+                    max_tokens: settings.max_tokens,
+                    options: settings.options.clone(),
+                }))
+            });
+            let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
+                continue;
+            };
+            check_prompt_tools(&config, &toolbox, &system_prompt, &mut problems);
+            prompts.insert(system_prompt.path.clone(), system_prompt.clone());
+            let spec = AgentSpec {
+                name: agent.name.clone(),
+                system_prompt,
+                model_name: agent.model_name.clone(),
+                model,
+                model_args: agent.model_args.clone(),
+                tools: agent.tools.clone(),
+                mcp_servers: agent.mcp_servers.clone(),
+                limits: Limits {
+                    max_exception_retry: agent.max_exception_retry,
+                    max_interrupt_steps: agent.max_interrupt_steps,
+                    max_llm_recall: agent.max_llm_recall,
+                },
+                context_manager,
+                api_type: agent.api_type,
+            };
+            agents.insert(agent.name.clone(), Arc::new(spec));
+        }
+
+        let program = extensions.flow_named(&config.name);
+        if let Some(flow) = &program {
+            check_program(&config, flow.as_ref(), &mut problems);
+            // A flow may use any prompt of the registry: the record keeps them all.
+            for key in registry.keys() {
+                if let Ok(prompt) = registry.get(key) {
+                    prompts.insert(key.to_string(), Arc::new(prompt.clone()));
+                }
+            }
+        }
+        let nodes = super::nodes::build_nodes(
+            &config,
+            &config.flow,
+            &registry,
+            &toolbox,
+            &mut problems,
+            &mut prompts,
+            &builder,
+        );
+        let result = config.result.as_ref().and_then(|text| {
+            problems
+                .take(Prompt::new("result", text.clone()))
+                .map(Arc::new)
+        });
+
+        let other_tools = config
+            .tools
+            .iter()
+            .map(|tool| (tool.name.clone(), "tools:"))
+            .chain(
+                config
+                    .builtin_tools
+                    .iter()
+                    .map(|tool| (tool.name.clone(), "builtin_tools:")),
+            )
+            .chain(
+                extensions
+                    .tool_names()
+                    .map(|name| (name.to_string(), "Registry::tool")),
+            )
+            .collect();
+        check_handlers(&prompts, extensions, &mut problems);
+        let runtime = Arc::new(Runtime {
+            toolbox,
+            mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
+                .hide_variables(builder.hidden_variables.clone()),
+            prices,
+            price_warnings: UnknownPriceWarnings::default(),
+            handlers: extensions.named.handlers.clone(),
+        });
+        let recorded_prompts: BTreeMap<&String, record::PromptInfo> = prompts
+            .iter()
+            .map(|(key, prompt)| {
+                let info = record::PromptInfo::of(prompt);
+                (key, info)
+            })
+            .collect();
+        let tactic = Tactic {
+            recorded_config: record::SharedJson::new(&config.resolved),
+            recorded_prompts: record::SharedJson::new(&recorded_prompts),
+            config: Arc::new(config),
+            registry: Arc::new(registry),
+            agents: Arc::new(agents),
+            runtime,
+            nodes: nodes.into(),
+            result,
+            program,
+        };
+        (tactic, problems)
+    }
+}
+
+/// The prompt `key` of the registry, for `who`. A key whose file failed to
+/// load was reported with the file's problem; it is not reported again.
+pub(super) fn lookup(
+    registry: &Registry,
+    key: &str,
+    who: &str,
+    problems: &mut Problems,
+) -> Option<Arc<Prompt>> {
+    match registry.get(key) {
+        Ok(prompt) => Some(Arc::new(prompt.clone())),
+        Err(crate::prompt::Error::Broken { .. }) => None,
+        Err(error) => {
+            problems.push(format!("{who}: {error}"));
+            None
+        }
+    }
+}
+
+/// A programmed tactic's file: the agents the flow uses are under
+/// `agent_configs`, and the file has no program of its own (`flow:`,
+/// `result:`), which would never run.
+fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &mut Problems) {
+    let place = config.path.display();
+    let name = flow.name();
+    for key in ["flow", "result"] {
+        if config.resolved.get(key).is_some() {
+            problems.push_other(format!(
+                "{place}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
+                 in this binary), which never runs a `{key}:`; remove `{key}:`, or rename \
+                 `tactic_type` to run the YAML flow"
+            ));
+        }
+    }
+    let names = config.agents.iter().map(|agent| agent.name.as_str());
+    for agent in flow.agents() {
+        if !names.clone().any(|name| name == *agent) {
+            problems.push_other(format!(
+                "{place}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
+                 `agent_configs`{}",
+                crate::suggest::hint(agent, names.clone())
+            ));
+        }
+    }
+}
+
+/// A tool or MCP server a prompt names must be declared in the tactic.
+pub(super) fn check_prompt_tools(
+    config: &TacticConfig,
+    toolbox: &Toolbox,
+    prompt: &Prompt,
+    problems: &mut Problems,
+) {
+    for tool in &prompt.tools {
+        if !toolbox.contains(tool) {
+            problems.push_other(format!(
+                "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                prompt.path,
+                crate::suggest::hint(tool, toolbox.names())
+            ));
+        }
+    }
+    for server in &prompt.mcp_servers {
+        check_server(
+            config,
+            &format!("prompt `{}`", prompt.path),
+            server,
+            problems,
+        );
+    }
+}
+
+fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
+    let names = config.mcp_servers.iter().map(|server| server.name.as_str());
+    if !names.clone().any(|name| name == server) {
+        problems.push_other(format!(
+            "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
+            crate::suggest::hint(server, names)
+        ));
+    }
+}
+
+/// The registry's Rust tools join the toolbox: one namespace with the YAML's
+/// command and built-in tools (MCP tools are checked when their servers
+/// start), so a name in both is a problem naming both places.
+fn add_registered_tools(
+    mut toolbox: Toolbox,
+    extensions: &Extensions,
+    problems: &mut Problems,
+) -> Toolbox {
+    for (name, tool) in extensions.named.tools.iter() {
+        if toolbox.contains(name) {
+            problems.push_other(format!(
+                "tool `{name}` is both defined in the tactic (`tools:` or `builtin_tools:`) and \
+                 registered by the program (`Registry::tool`); rename one"
+            ));
+            continue;
+        }
+        toolbox.insert(tool.clone());
+    }
+    toolbox
+}
+
+/// Every prompt that names a handler (`handler: NAME`) names a registered one.
+fn check_handlers(
+    prompts: &BTreeMap<String, Arc<Prompt>>,
+    extensions: &Extensions,
+    problems: &mut Problems,
+) {
+    for prompt in prompts.values() {
+        let Some(name) = &prompt.handler_name else {
+            continue;
+        };
+        if extensions.named.handlers.get(name).is_none() {
+            let known: Vec<String> = extensions
+                .handler_names()
+                .map(|name| format!("`{name}`"))
+                .collect();
+            problems.push(format!(
+                "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
+                prompt.path,
+                crate::suggest::printable(name),
+                crate::suggest::hint(name, extensions.handler_names()),
+                known.join(", ")
+            ));
+        }
+    }
+}
+
+fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Problems) -> Toolbox {
+    let mut toolbox = Toolbox::default();
+    for tool in &config.tools {
+        if toolbox.contains(&tool.name) {
+            problems.push_other(format!(
+                "tool `{}` is defined twice under `tools:`",
+                tool.name
+            ));
+            continue;
+        }
+        let spec = ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+        };
+        toolbox.insert(Arc::new(
+            CommandTool::new(
+                spec,
+                tool.command.clone(),
+                crate::config::numbers::seconds(tool.timeout_s),
+                tool.cwd.clone(),
+                tool.env.clone(),
+            )
+            .hide_variables(hidden.iter().cloned()),
+        ));
+    }
+    for builtin in &config.builtin_tools {
+        if toolbox.contains(&builtin.name) {
+            problems.push_other(format!(
+                "tool `{}` is both under `tools:` and `builtin_tools:`",
+                builtin.name
+            ));
+            continue;
+        }
+        if let Some(tool) =
+            problems.take_other(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
+        {
+            toolbox.insert(Arc::new(tool));
+        }
+    }
+    toolbox
+}
+
+/// What building a tactic passes on to the tactics its steps run.
+pub(super) struct Builder<'a> {
+    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    pub(super) extensions: &'a Extensions,
+    pub(super) replacement: Option<Arc<dyn crate::provider::Provider>>,
+    pub(super) dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
+    /// Every call passes this spending cap (`lllm batch --max-cost`).
+    pub(super) budget: Option<Arc<CostBudget>>,
+    /// The tactic files being built, outermost first (to find cycles).
+    pub(super) stack: Vec<PathBuf>,
+    /// The `api_key_env` names of those tactics: no tool inherits them.
+    pub(super) hidden_variables: Vec<String>,
+}

@@ -1,0 +1,209 @@
+//! The flow as the engine runs it, built from the config's `flow:` items:
+//! steps with their prompts looked up, conditions and arguments compiled,
+//! sub-tactic files built (cycles refused), loops and parallel blocks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::config::{FlowItem, StepInput, SubTacticConfig, TacticConfig};
+use crate::prompt::{Prompt, Registry};
+use crate::tool::Toolbox;
+
+use super::build::{Builder, Problems, check_prompt_tools, lookup};
+use super::{ArgValue, Node, Step, SubStep, flow, load};
+
+pub(super) fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Loads and builds the tactic a step runs; its problems are this tactic's,
+/// each naming the step and the file.
+fn build_sub_tactic(
+    parent: &TacticConfig,
+    step: &SubTacticConfig,
+    builder: &Builder<'_>,
+    problems: &mut Problems,
+) -> Option<SubStep> {
+    let place = format!("step `{}` (tactic `{}`)", step.name, step.path.display());
+    // The step's own templates are checked whatever becomes of the tactic
+    // it runs, so their problems are listed with the tactic's.
+    let task = step.task.as_ref().and_then(|text| {
+        problems
+            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
+            .map(Arc::new)
+    });
+    let args = template_args(&step.name, &step.args, problems);
+    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
+    let path = canonical(&step.path);
+    if builder.stack.contains(&path) {
+        let mut chain: Vec<String> = builder
+            .stack
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        chain.push(path.display().to_string());
+        problems.push(format!(
+            "{place}: tactics run each other in a cycle: {}",
+            chain.join(" → ")
+        ));
+        return None;
+    }
+    let adjust = |config: &mut TacticConfig| {
+        for warning in &config.warnings {
+            crate::report::warn(&format!("{place}: {warning}"));
+        }
+        if let Some(model) = &parent.model_override {
+            config.override_model(model);
+        }
+        if let Some(prices) = &parent.price_overrides {
+            config.override_prices(prices.clone());
+        }
+    };
+    let tactic = match load::load_config(&step.path, adjust, builder, None) {
+        Ok(tactic) => tactic,
+        Err(error) => {
+            for problem in error.problems {
+                problems.push(format!("{place}: {problem}"));
+            }
+            return None;
+        }
+    };
+    Some(SubStep {
+        name: step.name.clone(),
+        tactic: Arc::new(tactic),
+        task,
+        args,
+        condition,
+        stop,
+    })
+}
+
+/// A step's `if` and `stop` expressions, compiled.
+fn step_conditions(
+    name: &str,
+    condition: &Option<String>,
+    stop: &Option<String>,
+    problems: &mut Problems,
+) -> (Option<flow::Condition>, Option<flow::Condition>) {
+    let mut compile = |source: &Option<String>, key: &str| {
+        source.as_ref().and_then(|source| {
+            problems.take(flow::Condition::new(
+                source,
+                &format!("step `{name}` `{key}`"),
+            ))
+        })
+    };
+    (compile(condition, "if"), compile(stop, "stop"))
+}
+
+/// A step's `args`: strings are templates, anything else a literal value.
+fn template_args(
+    step: &str,
+    values: &serde_json::Map<String, Value>,
+    problems: &mut Problems,
+) -> Vec<(String, ArgValue)> {
+    let mut args = Vec::new();
+    for (name, value) in values {
+        let value = match value {
+            // A template that does not compile is reported here; its name
+            // stays, so the step's prompt is not also said to lack it.
+            Value::String(text) => problems
+                .take(Prompt::new(format!("{step}.args.{name}"), text.clone()))
+                .map_or(ArgValue::Literal(Value::Null), |prompt| {
+                    ArgValue::Template(Arc::new(prompt))
+                }),
+            other => ArgValue::Literal(other.clone()),
+        };
+        args.push((name.clone(), value));
+    }
+    args
+}
+
+pub(super) fn build_nodes(
+    config: &TacticConfig,
+    items: &[FlowItem],
+    registry: &Registry,
+    toolbox: &Toolbox,
+    problems: &mut Problems,
+    prompts: &mut BTreeMap<String, Arc<Prompt>>,
+    builder: &Builder<'_>,
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for item in items {
+        let step = match item {
+            FlowItem::Loop(settings) => {
+                let until = settings
+                    .until
+                    .as_ref()
+                    .and_then(|source| problems.take(flow::Condition::new(source, "loop `until`")));
+                let inner = build_nodes(
+                    config,
+                    &settings.steps,
+                    registry,
+                    toolbox,
+                    problems,
+                    prompts,
+                    builder,
+                );
+                nodes.push(Node::Loop {
+                    max: settings.max,
+                    until,
+                    nodes: inner,
+                });
+                continue;
+            }
+            FlowItem::Parallel(settings) => {
+                let foreach = settings.foreach.as_ref().and_then(|source| {
+                    problems.take(flow::Condition::new(source, "parallel `foreach`"))
+                });
+                let inner = build_nodes(
+                    config,
+                    &settings.steps,
+                    registry,
+                    toolbox,
+                    problems,
+                    prompts,
+                    builder,
+                );
+                nodes.push(Node::Parallel {
+                    foreach,
+                    item: settings.item.clone(),
+                    nodes: inner,
+                });
+                continue;
+            }
+            FlowItem::Tactic(step) => {
+                nodes.extend(build_sub_tactic(config, step, builder, problems).map(Node::Tactic));
+                continue;
+            }
+            FlowItem::Step(step) => step,
+        };
+        let prompt = match &step.input {
+            StepInput::Prompt(key) => {
+                lookup(registry, key, &format!("step `{}`", step.name), problems)
+            }
+            StepInput::Text(text) => problems
+                .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
+                .map(Arc::new),
+        };
+        let args = template_args(&step.name, &step.args, problems);
+        let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
+        let Some(prompt) = prompt else { continue };
+        check_prompt_tools(config, toolbox, &prompt, problems);
+        prompts.insert(prompt.path.clone(), prompt.clone());
+        nodes.push(Node::Step(Step {
+            name: step.name.clone(),
+            agent: step.agent.clone(),
+            dialog: step.dialog.clone(),
+            prompt,
+            args,
+            condition,
+            fork: step.fork.clone(),
+            stop,
+        }));
+    }
+    nodes
+}
