@@ -159,10 +159,10 @@ pub struct Recall {
 /// [`SessionRecord::agent_calls`](crate::SessionRecord::agent_calls), failed
 /// calls as fully as successful ones.
 ///
-/// A record keeps each reply once, in its dialog: the invokes of a call
-/// fresh from a run hold no `response` until
-/// [`SessionRecord::expand`](crate::SessionRecord::expand) puts them back,
-/// as for a record read from disk.
+/// A written record keeps each reply once, in its dialog: the invokes of a
+/// call read from disk hold no `response` until
+/// [`SessionRecord::expand`](crate::SessionRecord::expand) puts them back
+/// ([`Tactic::run`](crate::Tactic::run) gives the full form).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -172,8 +172,7 @@ pub struct Recall {
 ///
 /// let yaml = "agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]";
 /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
-/// let mut record = tactic.run("hello".into()).await;
-/// record.expand(); // the replies back into the calls
+/// let record = tactic.run("hello".into()).await;
 ///
 /// let call = &record.agent_calls[0];
 /// assert_eq!(call.agent, "echo");
@@ -313,7 +312,7 @@ impl AgentCallSession {
     }
 
     /// The accepted reply of a call that succeeded; `None` for a failed
-    /// call, and for one whose record was not
+    /// call, and for one read from a written record that was not
     /// [expanded](crate::SessionRecord::expand) (its reply is in the dialog).
     pub fn delivery(&self) -> Option<&Message> {
         if !self.is_success() {

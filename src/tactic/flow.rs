@@ -441,10 +441,10 @@ impl Run<'_> {
             args: self.render_args(&step.args)?,
             tags: self.tags.clone(),
         };
-        let record = match (stream, &self.sink) {
-            (true, Some(sink)) => step.tactic.run_streaming(input, sink.clone()).await,
-            _ => Box::pin(step.tactic.run(input)).await,
-        };
+        // The compact form (replies held once, by the dialogs), as this
+        // run's own record is: the sub-session is written inside it.
+        let sink = if stream { self.sink.clone() } else { None };
+        let record = Box::pin(run(&step.tactic, input, sink, std::future::pending())).await;
         let outcome = match (&record.state, &record.delivery) {
             (RunState::Success, Some(delivery)) => {
                 self.context.insert(

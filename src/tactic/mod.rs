@@ -228,23 +228,33 @@ impl Tactic {
             .find_map(|agent| agent.model.provider.limiter()?.waiting())
     }
 
-    /// Runs one task to its session record.
+    /// Runs one task to its session record, in full: every call's replies
+    /// are in its invokes and [`delivery`](crate::agent::AgentCallSession::delivery)
+    /// (a written record holds each reply once, in its dialog; reading one
+    /// back, [`SessionRecord::expand`] restores them).
     pub async fn run(&self, task: Task) -> SessionRecord {
-        flow::run(self, task, None, std::future::pending()).await
+        let mut record = flow::run(self, task, None, std::future::pending()).await;
+        record.expand();
+        record
     }
 
-    /// Runs one task, handing the final turn's text to `sink` as it arrives.
+    /// [`Tactic::run`], handing the final turn's text to `sink` as it arrives.
     pub async fn run_streaming(
         &self,
         task: Task,
         sink: crate::agent::SharedTextSink,
     ) -> SessionRecord {
-        flow::run(self, task, Some(sink), std::future::pending()).await
+        let mut record = flow::run(self, task, Some(sink), std::future::pending()).await;
+        record.expand();
+        record
     }
 
     /// Runs one task until `interrupt` completes; an interrupted run is a
     /// `failure` record with error `interrupted` holding every agent call that
-    /// had finished, so what was spent stays on record.
+    /// had finished, so what was spent stays on record. The record is in its
+    /// compact, written form (each reply held once, by its dialog: what
+    /// `lllm run` and `lllm batch` write); [`SessionRecord::expand`] gives
+    /// the full one.
     pub async fn run_until(
         &self,
         task: Task,

@@ -174,7 +174,7 @@ pub struct StepRecord {
 /// agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
 /// ";
 /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
-/// let mut record = tactic.run("hello".into()).await;
+/// let record = tactic.run("hello".into()).await;
 ///
 /// assert_eq!(record.state, RunState::Success);
 /// assert_eq!(record.delivery.as_deref(), Some("hello"));
@@ -185,12 +185,10 @@ pub struct StepRecord {
 /// assert_eq!(record.invoke_count(), 1);
 /// assert!(record.cost_known); // the mock providers cost nothing
 ///
-/// // Each reply is kept once, in its dialog; `expand` puts it back in the call.
-/// assert!(record.agent_calls[0].delivery().is_none());
-/// record.expand();
 /// assert_eq!(record.agent_calls[0].delivery().map(|reply| reply.content.as_str()), Some("hello"));
 ///
-/// // Written and read back, it holds the same run.
+/// // Written, each reply is kept once, in its dialog; read back, `expand`
+/// // puts it back in the call.
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("session.json");
 /// record.write(&path)?;
