@@ -322,6 +322,66 @@ impl AgentBuilder {
         self
     }
 
+    /// Offers the agent a Rust function as the tool `name` (see
+    /// [`Registry::tool`](crate::Registry::tool)): registered in the agent's
+    /// registry and added to its `tools`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::Agent;
+    /// use lllm::schemars::{self, JsonSchema};
+    /// use serde::Deserialize;
+    /// use serde_json::json;
+    ///
+    /// /// Count the words in a text.
+    /// #[derive(Deserialize, JsonSchema)]
+    /// struct WordCount {
+    ///     /// The text whose words are counted.
+    ///     text: String,
+    /// }
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let script = dir.path().join("script.yaml");
+    /// std::fs::write(&script, r#"
+    /// replies:
+    ///   - tool_calls: [{name: word_count, arguments: {text: "one two three"}}]
+    ///   - text: three words
+    /// "#)?;
+    /// let mut agent = Agent::builder("mock/script")
+    ///     .provider("mock", json!({ "script": script }))
+    ///     .tool("word_count", |args: WordCount| async move {
+    ///         Ok::<_, String>(args.text.split_whitespace().count())
+    ///     })
+    ///     .build()?;
+    /// agent.open("chat")?;
+    /// agent.receive("How many words in 'one two three'?")?;
+    /// let session = agent.respond().session().await?;
+    /// assert_eq!(session.interrupts.len(), 1); // one tool round
+    /// assert_eq!(session.delivery().map(|reply| reply.content.as_str()), Some("three words"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    /// As [`Registry::tool`](crate::Registry::tool) does: a name registered
+    /// twice, an argument type that is not an object.
+    pub fn tool<Args, F>(mut self, name: &str, function: F) -> AgentBuilder
+    where
+        F: crate::tool::ToolFunction<Args>,
+    {
+        let registry = self.agent.registry.take().unwrap_or_default();
+        self.agent.registry = Some(registry.tool(name, function));
+        let tools = self
+            .agent
+            .settings
+            .entry("tools")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(tools) = tools {
+            tools.push(Value::String(name.to_string()));
+        }
+        self
+    }
+
     /// The extensions the agent's settings may name (context managers, …).
     pub fn registry(mut self, registry: crate::Registry) -> AgentBuilder {
         self.agent.registry = Some(registry);
