@@ -1,6 +1,6 @@
 //! A programmed tactic: two agents, a Rust loop and a fork, in your own `lllm`.
 //!
-//! `examples/custom_tactic.yaml` supplies the agents (`writer`, `critic`),
+//! `examples/custom_tactic/tactic.yaml` supplies the agents (`writer`, `critic`),
 //! their models and prompts, and names the Rust flow `review_loop` below as
 //! its `tactic_type`. The writer drafts (checking its length with the Rust
 //! tool `word_count`); the critic reviews until it approves (three rounds at
@@ -13,7 +13,7 @@
 //! LLLM_MODEL=openai/gpt-4o-mini cargo run --example custom_tactic
 //! cargo run --example custom_tactic -- replay PATH             # show the record
 //! cargo run --example custom_tactic -- replay PATH --rerun     # re-execute it offline, identically
-//! cargo run --example custom_tactic -- run examples/custom_tactic.yaml --task "What is a B-tree?"
+//! cargo run --example custom_tactic -- run examples/custom_tactic/tactic.yaml --task "What is a B-tree?"
 //! ```
 //!
 //! Given arguments it is the full `lllm` command line with `review_loop`
@@ -47,7 +47,7 @@ pub async fn word_count(args: WordCount) -> Result<usize, std::convert::Infallib
 }
 
 /// The Rust parser `verdict` (front matter `parser: verdict` of
-/// `examples/prompts/custom/review.md`): `<verdict>approve</verdict><notes>…</notes>`
+/// `examples/custom_tactic/prompts/custom/review.md`): `<verdict>approve</verdict><notes>…</notes>`
 /// becomes `{"verdict": "approve", "notes": "…"}`; an `Err` goes back to the
 /// model as a repair request.
 pub fn verdict(reply: &str) -> Result<Value, ParseFailure> {
@@ -75,7 +75,7 @@ impl Flow for ReviewLoop {
         writer.open("draft")?;
         critic.open("review")?;
 
-        // Prompts by registry key: `examples/prompts/custom/draft.md` sees the task.
+        // Prompts by registry key: `examples/custom_tactic/prompts/custom/draft.md` sees the task.
         writer.receive_prompt("custom/draft", json!(null))?;
         let mut draft = writer.respond().await?;
         for round in 1..=3 {
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
     if std::env::args_os().len() > 1 {
         return lllm_cli::main_with(registry());
     }
-    let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom_tactic.yaml");
+    let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom_tactic/tactic.yaml");
     let model = std::env::var("LLLM_MODEL")
         .ok()
         .filter(|model| !model.is_empty());

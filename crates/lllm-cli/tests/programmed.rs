@@ -39,7 +39,7 @@ fn json_lines(path: &Path) -> Vec<Value> {
 #[test]
 fn the_custom_tactic_example_records_a_run_that_reruns_identically() {
     let dir = tempfile::tempdir().unwrap();
-    let tactic = root().join("examples/custom_tactic.yaml");
+    let tactic = root().join("examples/custom_tactic/tactic.yaml");
     let code = custom_tactic::run_builtin(&tactic, dir.path(), None);
     assert_eq!(code, ExitCode::SUCCESS);
     let written: Vec<PathBuf> = std::fs::read_dir(dir.path())
@@ -114,7 +114,7 @@ fn the_custom_tactic_example_records_a_run_that_reruns_identically() {
 #[test]
 fn the_stock_binary_renders_a_programmed_record_and_refuses_to_rerun_it() {
     let dir = tempfile::tempdir().unwrap();
-    let tactic = root().join("examples/custom_tactic.yaml");
+    let tactic = root().join("examples/custom_tactic/tactic.yaml");
     assert_eq!(
         custom_tactic::run_builtin(&tactic, dir.path(), None),
         ExitCode::SUCCESS
