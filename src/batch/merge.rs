@@ -158,6 +158,7 @@ fn check_paths(inputs: &[PathBuf], output: &Path) -> Result<()> {
         return Err(usage("`lllm merge` needs at least one DIR to merge".into()));
     }
     let output_real = real_path(output);
+    let mut seen = std::collections::HashSet::new();
     for input in inputs {
         if !input.join(RESULTS).is_file() {
             return Err(usage(format!(
@@ -165,7 +166,14 @@ fn check_paths(inputs: &[PathBuf], output: &Path) -> Result<()> {
                 input.display()
             )));
         }
-        if std::fs::canonicalize(input).ok() == output_real {
+        let real = std::fs::canonicalize(input).ok();
+        if !seen.insert(real.clone()) {
+            return Err(usage(format!(
+                "`{}` is given twice; hint: name each directory once",
+                input.display()
+            )));
+        }
+        if real == output_real {
             return Err(usage(format!(
                 "`-o {}` is one of the directories to merge; hint: merge into a new directory",
                 output.display()
