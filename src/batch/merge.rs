@@ -42,7 +42,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::directory::{self, Identity};
-use super::output::{Brief, ResultLine, TaskState, RESULTS, SESSIONS, SUMMARY};
+use super::output::{Brief, RESULTS, ResultLine, SESSIONS, SUMMARY, TaskState};
 use super::shard::Shard;
 use super::summary::{Summary, Totals};
 use crate::error::{Error, Result};
@@ -194,7 +194,9 @@ fn real_path(path: &Path) -> Option<PathBuf> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    std::fs::canonicalize(parent).ok().map(|parent| parent.join(name))
+    std::fs::canonicalize(parent)
+        .ok()
+        .map(|parent| parent.join(name))
 }
 
 fn merge_locked(
@@ -219,9 +221,8 @@ fn merge_locked(
     let mut sessions = 0u64;
     for input in inputs {
         for_each_line(&input.join(SESSIONS), |place, line| {
-            let head: SessionHead = serde_json::from_str(line).map_err(|error| {
-                format!("{place}: not a session record: {}", one_line(&error))
-            })?;
+            let head: SessionHead = serde_json::from_str(line)
+                .map_err(|error| format!("{place}: not a session record: {}", one_line(&error)))?;
             sessions += 1;
             if let Some(end) = head.ended_at {
                 ended.insert(head.session_id, end);
@@ -297,7 +298,10 @@ fn merge_locked(
     })?;
     let record = Record {
         format: MERGE_FORMAT.into(),
-        inputs: inputs.iter().map(|input| input.display().to_string()).collect(),
+        inputs: inputs
+            .iter()
+            .map(|input| input.display().to_string())
+            .collect(),
         merged_at: crate::time::timestamp(),
     };
     write_atomic(output, MERGE, |file| {
@@ -332,9 +336,8 @@ fn read_results(inputs: &[PathBuf], ended: &HashMap<String, String>) -> Result<R
         let mut own: HashMap<String, Candidate> = HashMap::new();
         let mut own_order = Vec::new();
         for_each_line(&input.join(RESULTS), |place, line| {
-            let result: ResultLine = serde_json::from_str(line).map_err(|error| {
-                format!("{place}: not a result line: {}", one_line(&error))
-            })?;
+            let result: ResultLine = serde_json::from_str(line)
+                .map_err(|error| format!("{place}: not a result line: {}", one_line(&error)))?;
             spent.add(&Brief::from(&result));
             if !own.contains_key(&result.id) {
                 own_order.push(result.id.clone());
@@ -438,9 +441,8 @@ fn missing_ids(
             ));
         }
     }
-    let mut lines = super::tasks::Lines::open(&path).map_err(|error| {
-        usage(format!("cannot read `{}`: {error}", path.display()))
-    })?;
+    let mut lines = super::tasks::Lines::open(&path)
+        .map_err(|error| usage(format!("cannot read `{}`: {error}", path.display())))?;
     let mut ids = Vec::new();
     while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(usage)?;
@@ -584,13 +586,15 @@ mod tests {
             root.path(),
             "a",
             &(line("x", "success", Some("s1")) + &line("y", "failure", Some("s2"))),
-            &(session("s1", "2026-01-01T00:00:02.000Z") + &session("s2", "2026-01-01T00:00:09.000Z")),
+            &(session("s1", "2026-01-01T00:00:02.000Z")
+                + &session("s2", "2026-01-01T00:00:09.000Z")),
         );
         let b = input(
             root.path(),
             "b",
             &(line("x", "failure", Some("s3")) + &line("y", "failure", Some("s4"))),
-            &(session("s3", "2026-01-01T00:00:05.000Z") + &session("s4", "2026-01-01T00:00:01.000Z")),
+            &(session("s3", "2026-01-01T00:00:05.000Z")
+                + &session("s4", "2026-01-01T00:00:01.000Z")),
         );
         let out = root.path().join("out");
         let merged = merge(&[a.clone(), b], &out, None).unwrap();
@@ -607,10 +611,7 @@ mod tests {
         assert_eq!(merged.summary.cost, 2.0);
         // The winners' records come last, so replay's "latest" is the winner.
         let sessions = std::fs::read_to_string(out.join(SESSIONS)).unwrap();
-        let order: Vec<&str> = sessions
-            .lines()
-            .map(|l| &l[15..17])
-            .collect();
+        let order: Vec<&str> = sessions.lines().map(|l| &l[15..17]).collect();
         assert_eq!(order, ["s3", "s4", "s1", "s2"]);
         assert!(matches!(merged.missing, Missing::Unchecked { .. }));
     }
@@ -622,14 +623,21 @@ mod tests {
         let b = input(root.path(), "b", "{\"id\": 3}\n", "");
         let out = root.path().join("out");
         let error = merge(&[a, b], &out, None).unwrap_err().to_string();
-        assert!(error.contains("b/results.jsonl:1: not a result line"), "{error}");
+        assert!(
+            error.contains("b/results.jsonl:1: not a result line"),
+            "{error}"
+        );
         assert!(!out.exists());
     }
 
     #[test]
     fn shards_no_input_holds_are_named() {
         let identity = |shard: &str| {
-            Some(Identity::new(Path::new("t.jsonl"), "aa".into(), Shard::parse(shard).ok()))
+            Some(Identity::new(
+                Path::new("t.jsonl"),
+                "aa".into(),
+                Shard::parse(shard).ok(),
+            ))
         };
         assert_eq!(
             absent_shards(&[identity("1/4"), identity("3/4")]),

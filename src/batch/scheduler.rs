@@ -259,9 +259,12 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                     }
                 }
             }
-            (_, invalid) => {
+            (task, invalid) => {
                 let problem = invalid.map_or("invalid task line", |(_, problem)| problem);
-                let result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
+                let mut result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
+                if let Some(task) = &task {
+                    result = result.with_task(&task.input);
+                }
                 shared.record(&result, None);
                 continue;
             }

@@ -52,7 +52,15 @@ fn ids(test: &Test, dir: &str) -> BTreeSet<String> {
 /// `whole` (one unsharded run) and `s1`…`s3` (`--shard K/3`).
 fn batches(test: &Test) {
     let batch = |out: &str, shard: Option<&str>| {
-        let mut args = vec!["batch", "tasks.jsonl", "--tactic", "echo.yaml", "-o", out, "-q"];
+        let mut args = vec![
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "echo.yaml",
+            "-o",
+            out,
+            "-q",
+        ];
         if let Some(shard) = shard {
             args.extend(["--shard", shard]);
         }
@@ -85,7 +93,11 @@ fn shards_merge_into_the_unsharded_run() {
     batches(&test);
     let output = test.run(&["merge", "s1", "s2", "s3", "-o", "merged"]);
     output.expect_code(0);
-    assert!(output.stderr.contains("lllm merge summary"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("lllm merge summary"),
+        "{}",
+        output.stderr
+    );
     assert!(!output.stderr.contains("missing"), "{}", output.stderr);
     assert!(!output.stderr.contains("duplicate"), "{}", output.stderr);
     assert_eq!(ids(&test, "merged"), ids(&test, "whole"));
@@ -114,10 +126,22 @@ fn shards_merge_into_the_unsharded_run() {
     }
     // The merged directory is the whole file's run: `--resume` has nothing to do.
     assert_eq!(test.read_json("merged/batch.json")["shard"], Value::Null);
-    test.run(&["batch", "tasks.jsonl", "--tactic", "echo.yaml", "-o", "merged", "--resume", "-q"])
-        .expect_code(0);
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "merged",
+        "--resume",
+        "-q",
+    ])
+    .expect_code(0);
     assert_eq!(lines(&test, "merged/results.jsonl").len(), TASKS);
-    assert_eq!(test.read_json("merged/summary.json")["this_run"]["tasks"], 0);
+    assert_eq!(
+        test.read_json("merged/summary.json")["this_run"]["tasks"],
+        0
+    );
     // An earlier merge's directory is replaced by the next merge.
     test.run(&["merge", "s1", "s2", "s3", "-o", "merged", "-q"])
         .expect_code(0);
@@ -139,14 +163,27 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
         output.stderr
     );
     for id in &absent {
-        assert!(output.stderr.contains(&format!("`{id}`")), "{id}: {}", output.stderr);
+        assert!(
+            output.stderr.contains(&format!("`{id}`")),
+            "{id}: {}",
+            output.stderr
+        );
     }
     let summary = test.read_json("merged/summary.json");
     assert_eq!(summary["total"], TASKS);
     assert_eq!(summary["not_run"], absent.len());
     // `lllm batch --resume` on the merged directory runs exactly those.
-    test.run(&["batch", "tasks.jsonl", "--tactic", "echo.yaml", "-o", "merged", "--resume", "-q"])
-        .expect_code(0);
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "-o",
+        "merged",
+        "--resume",
+        "-q",
+    ])
+    .expect_code(0);
     assert_eq!(ids(&test, "merged"), ids(&test, "whole"));
 
     // Without the task file the ids are unknown, the absent shard is not.
@@ -154,13 +191,27 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
     let output = test.run(&["merge", "s1", "s2", "-o", "merged2"]);
     output.expect_code(1);
     assert!(
-        output.stderr.contains("missing: no input holds shard(s) 3/3"),
+        output
+            .stderr
+            .contains("missing: no input holds shard(s) 3/3"),
         "{}",
         output.stderr
     );
-    assert!(output.stderr.contains("hint: pass `--tasks FILE`"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("hint: pass `--tasks FILE`"),
+        "{}",
+        output.stderr
+    );
     // `--tasks` names it.
-    let output = test.run(&["merge", "s1", "s2", "-o", "merged3", "--tasks", "moved.jsonl"]);
+    let output = test.run(&[
+        "merge",
+        "s1",
+        "s2",
+        "-o",
+        "merged3",
+        "--tasks",
+        "moved.jsonl",
+    ]);
     output.expect_code(1);
     assert!(
         output
@@ -175,8 +226,11 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
 fn copy_with_failure(test: &Test, from: &str, to: &str, id: &str) {
     std::fs::create_dir(test.path(to)).unwrap();
     for file in ["sessions.jsonl", "batch.json"] {
-        std::fs::copy(test.path(&format!("{from}/{file}")), test.path(&format!("{to}/{file}")))
-            .unwrap();
+        std::fs::copy(
+            test.path(&format!("{from}/{file}")),
+            test.path(&format!("{to}/{file}")),
+        )
+        .unwrap();
     }
     let results: String = lines(test, &format!("{from}/results.jsonl"))
         .into_iter()
@@ -228,11 +282,17 @@ fn duplicates_are_reported_and_a_success_wins_then_the_newest() {
     assert_eq!(merged.len(), TASKS);
     assert!(merged.iter().all(|line| line["state"] == "success"));
     let summary = test.read_json("merged/summary.json");
-    assert_eq!((summary["success"].clone(), summary["not_run"].clone()), (json!(TASKS), json!(0)));
+    assert_eq!(
+        (summary["success"].clone(), summary["not_run"].clone()),
+        (json!(TASKS), json!(0))
+    );
     // Spend counts every line of every input: calls of both runs.
     assert_eq!(summary["calls"], TASKS + s1_ids.len());
     // `replay --id` shows the winner (its record is the id's last).
-    let winner = merged.iter().find(|line| line["id"] == failed.as_str()).unwrap();
+    let winner = merged
+        .iter()
+        .find(|line| line["id"] == failed.as_str())
+        .unwrap();
     let replay = test.run(&["replay", "merged/sessions.jsonl", "--id", &failed, "--json"]);
     replay.expect_code(0);
     let shown: Value = serde_json::from_str(&replay.stdout).unwrap();
@@ -252,9 +312,9 @@ fn bad_inputs_exit_2_and_write_nothing() {
     let output = test.run(&["merge", "s1", "bad", "-o", "merged"]);
     output.expect_code(2);
     assert!(
-        output
-            .stderr
-            .contains(&format!("error: bad/results.jsonl:{line}: not a result line")),
+        output.stderr.contains(&format!(
+            "error: bad/results.jsonl:{line}: not a result line"
+        )),
         "{}",
         output.stderr
     );
@@ -265,7 +325,13 @@ fn bad_inputs_exit_2_and_write_nothing() {
     std::fs::write(test.path("bad/sessions.jsonl"), "{\"task_id\": 1}\n").unwrap();
     let output = test.run(&["merge", "s1", "bad", "-o", "merged"]);
     output.expect_code(2);
-    assert!(output.stderr.contains("bad/sessions.jsonl:1: not a session record"), "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains("bad/sessions.jsonl:1: not a session record"),
+        "{}",
+        output.stderr
+    );
     assert!(!test.path("merged").exists());
 
     let refused = |args: &[&str], part: &str| {
@@ -273,11 +339,23 @@ fn bad_inputs_exit_2_and_write_nothing() {
         output.expect_code(2);
         assert!(output.stderr.contains(part), "{args:?}: {}", output.stderr);
     };
-    refused(&["merge", "s1", "s2", "-o", "s1"], "`-o s1` is one of the directories to merge");
-    refused(&["merge", "s1", "s2", "-o", "./s2/"], "is one of the directories to merge");
+    refused(
+        &["merge", "s1", "s2", "-o", "s1"],
+        "`-o s1` is one of the directories to merge",
+    );
+    refused(
+        &["merge", "s1", "s2", "-o", "./s2/"],
+        "is one of the directories to merge",
+    );
     refused(&["merge", "s1", "./s1", "-o", "merged"], "given twice");
-    refused(&["merge", "s1", "nowhere", "-o", "merged"], "`nowhere` is not a batch directory");
-    refused(&["merge", "s1", "s2", "-o", "whole"], "holds a batch's results");
+    refused(
+        &["merge", "s1", "nowhere", "-o", "merged"],
+        "`nowhere` is not a batch directory",
+    );
+    refused(
+        &["merge", "s1", "s2", "-o", "whole"],
+        "holds a batch's results",
+    );
     assert!(!test.path("merged").exists());
     assert_eq!(lines(&test, "whole/results.jsonl").len(), TASKS);
 }
@@ -296,7 +374,11 @@ fn a_merge_waits_for_no_one_and_refuses_a_held_output() {
     lock.try_lock().unwrap();
     let output = test.run(&["merge", "s1", "s2", "s3", "-o", "merged"]);
     output.expect_code(2);
-    assert!(output.stderr.contains("is being written by another"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("is being written by another"),
+        "{}",
+        output.stderr
+    );
     assert!(!test.path("merged/results.jsonl").exists());
     drop(lock);
     test.run(&["merge", "s1", "s2", "s3", "-o", "merged", "-q"])
@@ -311,9 +393,16 @@ fn examples() -> PathBuf {
 }
 
 /// A shell command in the test directory, with `lllm` (and `extra`) first on PATH.
-fn shell(test: &Test, program: &str, args: &[&str], env: &[(&str, String)], extra: Option<&Path>) -> Output {
+fn shell(
+    test: &Test,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+    extra: Option<&Path>,
+) -> Output {
     let bin = Path::new(env!("CARGO_BIN_EXE_lllm")).parent().unwrap();
-    let mut path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect::<Vec<_>>();
+    let mut path =
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect::<Vec<_>>();
     path.insert(0, bin.to_path_buf());
     if let Some(extra) = extra {
         path.insert(0, extra.to_path_buf());
@@ -345,7 +434,11 @@ fn the_slurm_scripts_run_a_sharded_batch_then_the_merge() {
     let fake = test.path("fake-bin");
     std::fs::create_dir(&fake).unwrap();
     let sbatch = fake.join("sbatch");
-    std::fs::write(&sbatch, "#!/bin/sh\necho \"$*\" >> \"$HOME/sbatch.log\"\necho '4242;cluster'\n").unwrap();
+    std::fs::write(
+        &sbatch,
+        "#!/bin/sh\necho \"$*\" >> \"$HOME/sbatch.log\"\necho '4242;cluster'\n",
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&sbatch, std::fs::Permissions::from_mode(0o755)).unwrap();
     let env = vec![
@@ -359,8 +452,14 @@ fn the_slurm_scripts_run_a_sharded_batch_then_the_merge() {
     let log = std::fs::read_to_string(test.path("sbatch.log")).unwrap();
     let calls: Vec<&str> = log.lines().collect();
     assert_eq!(calls.len(), 2, "{log}");
-    assert!(calls[0].contains("--array=0-2") && calls[0].ends_with("batch.sbatch"), "{log}");
-    assert!(calls[1].contains("--dependency=afterok:4242 ") && calls[1].ends_with("merge.sbatch"), "{log}");
+    assert!(
+        calls[0].contains("--array=0-2") && calls[0].ends_with("batch.sbatch"),
+        "{log}"
+    );
+    assert!(
+        calls[1].contains("--dependency=afterok:4242 ") && calls[1].ends_with("merge.sbatch"),
+        "{log}"
+    );
 
     // The array's elements as Slurm runs them, then the merge job.
     let batch = dir.join("batch.sbatch").display().to_string();
@@ -398,7 +497,10 @@ fn job_command(job: &serde_yaml_ng::Value) -> (String, Vec<(String, String)>) {
         .unwrap()
         .iter()
         .filter_map(|var| {
-            Some((var["name"].as_str()?.to_string(), var["value"].as_str()?.to_string()))
+            Some((
+                var["name"].as_str()?.to_string(),
+                var["value"].as_str()?.to_string(),
+            ))
         })
         .collect();
     (command, env)
@@ -420,8 +522,16 @@ fn the_kubernetes_jobs_run_a_sharded_batch_then_the_merge() {
         Some("Never")
     );
     let (command, env) = job_command(&batch);
-    assert!(command.contains(&format!("--shards {completions} ")), "{command}");
-    assert_eq!(env.iter().find(|(name, _)| name == "DATA").map(|(_, v)| v.as_str()), Some("/data"));
+    assert!(
+        command.contains(&format!("--shards {completions} ")),
+        "{command}"
+    );
+    assert_eq!(
+        env.iter()
+            .find(|(name, _)| name == "DATA")
+            .map(|(_, v)| v.as_str()),
+        Some("/data")
+    );
     let merge = read("merge-job.yaml");
     assert_eq!(merge["kind"].as_str(), Some("Job"));
     let (merge_command, _) = job_command(&merge);
@@ -442,7 +552,47 @@ fn the_kubernetes_jobs_run_a_sharded_batch_then_the_merge() {
             .sum::<usize>(),
         TASKS
     );
-    let output = shell(&test, "/bin/sh", &["-c", &merge_command], &[("DATA", data)], None);
+    let output = shell(
+        &test,
+        "/bin/sh",
+        &["-c", &merge_command],
+        &[("DATA", data)],
+        None,
+    );
     output.expect_code(0);
     assert_eq!(ids(&test, "out/merged").len(), TASKS);
+}
+
+#[test]
+fn result_lines_carry_tags_and_args_also_for_lines_that_did_not_run() {
+    let tactic = "tactic_type: echo\nglobal: {model_name: mock/echo}\nagent_configs:\n  - {name: a, system_prompt: \"Echo {{ who }}.\"}\n";
+    let test = Test::new().file("t.yaml", tactic).file(
+        "tasks.jsonl",
+        "{\"id\":\"a\",\"task\":\"x\",\"args\":{\"who\":\"me\"},\"tags\":{\"k\":1}}\n\
+         {\"id\":\"b\",\"task\":\"y\",\"tags\":{\"k\":2}}\n",
+    );
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--skip-invalid",
+        "-q",
+    ])
+    .expect_code(1);
+    let mut results = lines(&test, "out/results.jsonl");
+    results.sort_by_key(|line| line["id"].as_str().unwrap().to_string());
+    let joined: Vec<Value> = results
+        .iter()
+        .map(|line| json!([line["id"], line["state"], line["tags"], line["args"]]))
+        .collect();
+    assert_eq!(
+        joined,
+        [
+            json!(["a", "success", {"k": 1}, {"who": "me"}]),
+            json!(["b", "failure", {"k": 2}, {}]),
+        ]
+    );
 }
