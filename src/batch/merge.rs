@@ -7,6 +7,8 @@
 //!   may hold `sessions.jsonl` and `batch.json`. Every line of both files is
 //!   checked before anything is written: a line that is not a result (or not a
 //!   session record with a `session_id`) is one error naming `file:line`.
+//!   An input a running batch holds is refused; the merge holds a shared lock
+//!   on each input's `.lock` while it reads, so no batch starts on one.
 //! - **Within one DIR** a later result line for an id wins, as for `--resume`.
 //! - **Across DIRs** (an id in several inputs, "duplicated"): a `success`
 //!   beats a `failure`, which beats a `skipped`; between equals the one whose
@@ -54,6 +56,7 @@ const MERGE_FORMAT: &str = "lllm.merge/1";
 /// An id found in several inputs, and which input's result was kept.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Duplicate {
+    /// The task id.
     pub id: String,
     /// Every input holding the id, in command-line order.
     pub inputs: Vec<PathBuf>,
@@ -139,6 +142,11 @@ struct SessionHead {
 pub fn merge(inputs: &[PathBuf], output: &Path, tasks: Option<&Path>) -> Result<Merged> {
     let started = Instant::now();
     check_paths(inputs, output)?;
+    // Held while the inputs are read: none is being written meanwhile.
+    let _readers = inputs
+        .iter()
+        .map(|input| read_lock(input))
+        .collect::<Result<Vec<_>>>()?;
     let lock = directory::lock(output).map_err(Error::Usage)?;
     let merged = merge_locked(inputs, output, tasks, started);
     if merged.is_err() {
@@ -181,6 +189,31 @@ fn check_paths(inputs: &[PathBuf], output: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A shared lock on an input's `.lock` (taken without writing to it), so a
+/// batch still writing the input is refused instead of read half-done, and
+/// none starts on it during the merge. `None` when it has no lock file.
+fn read_lock(input: &Path) -> Result<Option<File>> {
+    let file = match File::open(input.join(directory::LOCK)) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => {
+            return Err(usage(format!("cannot read `{}`: {error}", input.display())));
+        }
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(usage(format!(
+            "`{}` is being written by a running `lllm batch`; hint: wait for it to finish, \
+             then merge",
+            input.display()
+        ))),
+        Err(std::fs::TryLockError::Error(error)) => Err(usage(format!(
+            "cannot lock `{}`: {error}",
+            input.join(directory::LOCK).display()
+        ))),
+    }
 }
 
 /// `path` resolved through symbolic links, also when it does not exist yet

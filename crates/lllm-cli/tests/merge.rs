@@ -381,6 +381,22 @@ fn a_merge_waits_for_no_one_and_refuses_a_held_output() {
     );
     assert!(!test.path("merged/results.jsonl").exists());
     drop(lock);
+    // An input a batch is still writing is refused, not read half-done.
+    let writing = std::fs::OpenOptions::new()
+        .write(true)
+        .open(test.path("s2/.lock"))
+        .unwrap();
+    writing.try_lock().unwrap();
+    let output = test.run(&["merge", "s1", "s2", "s3", "-o", "merged"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("`s2` is being written by a running `lllm batch`"),
+        "{}",
+        output.stderr
+    );
+    drop(writing);
     test.run(&["merge", "s1", "s2", "s3", "-o", "merged", "-q"])
         .expect_code(0);
     assert_eq!(ids(&test, "merged").len(), TASKS);
