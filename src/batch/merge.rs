@@ -98,11 +98,13 @@ struct Record {
     merged_at: String,
 }
 
-/// One input's winning line for an id.
+/// One input's winning line for an id: the line as read, and what the merge
+/// decides by (not the parsed delivery, so a large merge holds each text once).
 struct Candidate {
     input: usize,
     line: String,
-    result: ResultLine,
+    brief: Brief,
+    session_id: Option<String>,
 }
 
 /// What is kept of a session line: enough to order and place it.
@@ -271,7 +273,7 @@ fn merge_locked(
     let mut results = Vec::new();
     for id in &order {
         let candidate = &winners[id];
-        latest.add(&Brief::from(&candidate.result));
+        latest.add(&candidate.brief);
         results.extend_from_slice(candidate.line.as_bytes());
         results.push(b'\n');
     }
@@ -289,7 +291,7 @@ fn merge_locked(
     summary.shard = None;
     let last: std::collections::HashSet<&str> = duplicates
         .iter()
-        .filter_map(|duplicate| winners[&duplicate.id].result.session_id.as_deref())
+        .filter_map(|duplicate| winners[&duplicate.id].session_id.as_deref())
         .collect();
     write_atomic(output, SESSIONS, |file| {
         let mut deferred = Vec::new();
@@ -371,16 +373,18 @@ fn read_results(inputs: &[PathBuf], ended: &HashMap<String, String>) -> Result<R
         for_each_line(&input.join(RESULTS), |place, line| {
             let result: ResultLine = serde_json::from_str(line)
                 .map_err(|error| format!("{place}: not a result line: {}", one_line(&error)))?;
-            spent.add(&Brief::from(&result));
+            let brief = Brief::from(&result);
+            spent.add(&brief);
             if !own.contains_key(&result.id) {
                 own_order.push(result.id.clone());
             }
             let candidate = Candidate {
                 input: index,
                 line: line.to_string(),
-                result,
+                brief,
+                session_id: result.session_id,
             };
-            own.insert(candidate.result.id.clone(), candidate);
+            own.insert(result.id, candidate);
             Ok(())
         })?;
         for id in own_order {
@@ -405,7 +409,7 @@ fn read_results(inputs: &[PathBuf], ended: &HashMap<String, String>) -> Result<R
             id: id.clone(),
             inputs: holders[id].iter().map(|i| inputs[*i].clone()).collect(),
             kept: inputs[winners[id].input].clone(),
-            state: winners[id].result.state,
+            state: winners[id].brief.state,
         })
         .collect();
     Ok((winners, order, spent, duplicates))
@@ -414,13 +418,12 @@ fn read_results(inputs: &[PathBuf], ended: &HashMap<String, String>) -> Result<R
 /// Which of an id's results wins: the state first, then the session's end
 /// (RFC 3339 in UTC, so text order is time order), then the later input.
 fn rank<'a>(candidate: &'a Candidate, ended: &'a HashMap<String, String>) -> (u8, &'a str, usize) {
-    let state = match candidate.result.state {
+    let state = match candidate.brief.state {
         TaskState::Success => 2,
         TaskState::Failure => 1,
         TaskState::Skipped => 0,
     };
     let end = candidate
-        .result
         .session_id
         .as_ref()
         .and_then(|session| ended.get(session))
