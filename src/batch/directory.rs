@@ -94,7 +94,7 @@ pub fn lock(dir: &Path) -> Result<Lock, String> {
                 Err(_) => "a process that is just starting".to_string(),
             };
             return Err(format!(
-                "`{}` is being written by another `lllm batch` ({holder}); two runs must not \
+                "`{}` is being written by another `lllm batch` or `lllm merge` ({holder}); two runs must not \
                  write one directory; hint: wait for it to finish (then `--resume`), or choose \
                  another `-o` directory",
                 dir.display()

@@ -11,6 +11,7 @@
 //! `provider::budget`, which every call passes.
 
 pub mod directory;
+pub mod merge;
 pub mod output;
 pub mod preflight;
 pub mod progress;

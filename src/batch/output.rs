@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::tactic::{RunState, SessionRecord};
 
@@ -65,6 +66,13 @@ pub struct ResultLine {
     /// LLM requests sent (retries included).
     #[serde(default)]
     pub calls: u64,
+    /// The task line's `tags`, so results join to their inputs (`{}` when it
+    /// had none, or when the line could not be read).
+    #[serde(default)]
+    pub tags: Map<String, Value>,
+    /// The task line's `args` (template arguments), likewise.
+    #[serde(default)]
+    pub args: Map<String, Value>,
 }
 
 fn known() -> bool {
@@ -92,6 +100,8 @@ impl ResultLine {
             latency_ms: record.latency_ms,
             session_id: Some(record.session_id.clone()),
             calls: record.invoke_count() as u64,
+            tags: record.tags.clone(),
+            args: record.args.clone(),
         }
     }
 
@@ -107,7 +117,17 @@ impl ResultLine {
             latency_ms: 0,
             session_id: None,
             calls: 0,
+            tags: Map::new(),
+            args: Map::new(),
         }
+    }
+
+    /// The same line carrying `task`'s tags and args (for lines written
+    /// without a record: skipped tasks, and lines with no tactic).
+    pub fn with_task(mut self, task: &crate::tactic::Task) -> ResultLine {
+        self.tags = task.tags.clone();
+        self.args = task.args.clone();
+        self
     }
 
     pub fn invalid(id: String, problem: &str) -> ResultLine {

@@ -230,7 +230,11 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             if reason == Reason::Interrupted || reason == Reason::WriteFailed {
                 break;
             }
-            shared.record(&ResultLine::skipped(id, reason.text()), None);
+            let mut result = ResultLine::skipped(id, reason.text());
+            if let Some(task) = &task {
+                result = result.with_task(&task.input);
+            }
+            shared.record(&result, None);
             continue;
         }
         let (task, tactic) = match (task, run.plan.invalid.get(&number)) {
@@ -248,15 +252,19 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                 match tactic {
                     Some(tactic) => (task, tactic),
                     None => {
-                        let result = ResultLine::invalid(id, "no tactic for this line");
+                        let result = ResultLine::invalid(id, "no tactic for this line")
+                            .with_task(&task.input);
                         shared.record(&result, None);
                         continue;
                     }
                 }
             }
-            (_, invalid) => {
+            (task, invalid) => {
                 let problem = invalid.map_or("invalid task line", |(_, problem)| problem);
-                let result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
+                let mut result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
+                if let Some(task) = &task {
+                    result = result.with_task(&task.input);
+                }
                 shared.record(&result, None);
                 continue;
             }
@@ -265,7 +273,8 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             // Stopped while waiting: account for this task like the ones after it.
             let reason = shared.stop.borrow().reason();
             if let Some(reason @ (Reason::FailFast | Reason::Budget)) = reason {
-                shared.record(&ResultLine::skipped(task.id, reason.text()), None);
+                let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
+                shared.record(&result, None);
                 continue;
             }
             break;

@@ -5,6 +5,7 @@
 //! it to the exit code.
 
 mod batch;
+mod merge;
 mod numbers;
 mod progress;
 mod run;
@@ -38,6 +39,8 @@ pub enum Command {
     Batch(batch::BatchArgs),
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
     Replay(ReplayArgs),
+    /// Merge the output directories of a batch's shards into one; nothing is sent.
+    Merge(merge::MergeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -110,6 +113,10 @@ pub struct RunArgs {
 
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
+    if let Command::Merge(args) = cli.command {
+        // Files only: no runtime, no registry.
+        return merge::run(args);
+    }
     // A batch is driven by one thread unless asked otherwise: its tasks spend
     // their time waiting on the network, and one thread doing all their work
     // in turn costs a third less CPU per call than several threads handing
@@ -119,7 +126,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     let threads = match &cli.command {
         // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
-        Command::Run(_) | Command::Replay(_) => None,
+        Command::Run(_) | Command::Replay(_) | Command::Merge(_) => None,
     };
     let runtime = match threads {
         Some(1) => tokio::runtime::Builder::new_current_thread()
@@ -151,6 +158,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
                 })
         }),
         Command::Replay(args) => replay(args, &runtime, registry),
+        Command::Merge(args) => merge::run(args),
     }
 }
 
