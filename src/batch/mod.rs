@@ -14,6 +14,7 @@ pub mod directory;
 pub mod output;
 pub mod preflight;
 pub mod progress;
+pub mod report;
 pub mod scheduler;
 pub mod shard;
 pub mod summary;

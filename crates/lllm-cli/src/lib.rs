@@ -5,8 +5,10 @@
 //! it to the exit code.
 
 mod batch;
+mod compare;
 mod numbers;
 mod progress;
+mod report;
 mod run;
 
 use std::path::PathBuf;
@@ -38,6 +40,10 @@ pub enum Command {
     Batch(batch::BatchArgs),
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
     Replay(ReplayArgs),
+    /// Write a self-contained HTML report and a CSV of a batch output directory.
+    Report(report::ReportArgs),
+    /// Compare two batch output directories per task id: states, deliveries, cost, latency.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -119,7 +125,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     let threads = match &cli.command {
         // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
-        Command::Run(_) | Command::Replay(_) => None,
+        _ => None,
     };
     let runtime = match threads {
         Some(1) => tokio::runtime::Builder::new_current_thread()
@@ -151,6 +157,8 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
                 })
         }),
         Command::Replay(args) => replay(args, &runtime, registry),
+        Command::Report(args) => report::run(args),
+        Command::Compare(args) => compare::run(args),
     }
 }
 
