@@ -13,7 +13,7 @@
 //! let comparison = compare(&Batch::read_results(a.path())?, &Batch::read_results(b.path())?);
 //! assert_eq!(comparison.only_a, ["t2"]);
 //! assert_eq!(comparison.only_b, ["t3"]);
-//! assert!(comparison.text().starts_with("1 common ids: 1 changed (1 state change)"));
+//! assert!(comparison.text().starts_with("1 common ids: 1 changed (1 state change: 1 regression, 0 fixes)"));
 //! # Ok(())
 //! # }
 //! ```
