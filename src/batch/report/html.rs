@@ -177,7 +177,9 @@ fn task_details(task: &TaskReport) -> Value {
         .unwrap_or_default();
         sections.push(section("args and tags", &text, false));
     }
-    if let Some(delivery) = &task.delivery {
+    // The session view ends with the delivery in full: shown apart only
+    // when there is no session view (a page of 10,000 tasks is smaller).
+    if let (Some(delivery), None) = (&task.delivery, &task.session) {
         sections.push(section("delivery", delivery, false));
     }
     if let Some(error) = &task.error {
