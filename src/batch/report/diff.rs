@@ -1,7 +1,7 @@
 //! A line diff of two texts (longest common subsequence), for `lllm compare`.
 //!
 //! Common leading and trailing lines are matched first; the table of the
-//! middle is bounded ([`TABLE_CAP`] cells), beyond which the middle is shown
+//! middle is bounded (4 million cells), beyond which the middle is shown
 //! as removed then added: a diff of two huge unrelated texts costs memory in
 //! proportion to the texts, never to their product.
 
