@@ -15,6 +15,7 @@ pub mod merge;
 pub mod output;
 pub mod preflight;
 pub mod progress;
+pub mod report;
 pub mod scheduler;
 pub mod shard;
 pub mod summary;

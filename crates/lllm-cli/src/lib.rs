@@ -5,9 +5,11 @@
 //! it to the exit code.
 
 mod batch;
+mod compare;
 mod merge;
 mod numbers;
 mod progress;
+mod report;
 mod run;
 
 use std::path::PathBuf;
@@ -41,6 +43,10 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Merge the output directories of a batch's shards into one; nothing is sent.
     Merge(merge::MergeArgs),
+    /// Write a self-contained HTML report and a CSV of a batch output directory.
+    Report(report::ReportArgs),
+    /// Compare two batch output directories per task id: states, deliveries, cost, latency.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -126,7 +132,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     let threads = match &cli.command {
         // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
-        Command::Run(_) | Command::Replay(_) | Command::Merge(_) => None,
+        _ => None,
     };
     let runtime = match threads {
         Some(1) => tokio::runtime::Builder::new_current_thread()
@@ -159,6 +165,8 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         }),
         Command::Replay(args) => replay(args, &runtime, registry),
         Command::Merge(args) => merge::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Compare(args) => compare::run(args),
     }
 }
 
