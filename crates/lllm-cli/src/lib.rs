@@ -5,9 +5,11 @@
 //! it to the exit code.
 
 mod batch;
+mod logs;
 mod numbers;
 mod progress;
 mod run;
+mod store;
 
 use std::path::PathBuf;
 
@@ -38,6 +40,8 @@ pub enum Command {
     Batch(batch::BatchArgs),
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
     Replay(ReplayArgs),
+    /// Sessions of earlier runs, from the session store: list, filter, show, cost.
+    Logs(logs::LogsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -106,6 +110,8 @@ pub struct RunArgs {
     /// Print only the delivery (no summary line on stderr).
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub store: store::StoreArgs,
 }
 
 /// Runs the parsed command line with the extensions of `registry`.
@@ -119,7 +125,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     let threads = match &cli.command {
         // At least 1 (`numbers::THREADS`), checked when parsed.
         Command::Batch(args) => Some(args.threads),
-        Command::Run(_) | Command::Replay(_) => None,
+        Command::Run(_) | Command::Replay(_) | Command::Logs(_) => None,
     };
     let runtime = match threads {
         Some(1) => tokio::runtime::Builder::new_current_thread()
@@ -151,6 +157,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
                 })
         }),
         Command::Replay(args) => replay(args, &runtime, registry),
+        Command::Logs(args) => logs::run(args),
     }
 }
 
