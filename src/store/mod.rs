@@ -320,7 +320,14 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let transaction = self.connection.transaction().map_err(sql)?;
+        // IMMEDIATE: the write lock is taken (waiting on the busy timeout)
+        // before the first read. A deferred transaction that reads, then
+        // writes, fails at once with SQLITE_BUSY when another writer went
+        // first, since waiting could not help it.
+        let transaction = self
+            .connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
         let new_files = insert(&transaction, entries).map_err(sql)?;
         transaction.commit().map_err(sql)?;
         if !new_files.is_empty() {
