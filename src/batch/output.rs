@@ -214,7 +214,8 @@ impl Writer {
         };
         let (results, sessions) = (append(RESULTS)?, append(SESSIONS)?);
         #[cfg(feature = "store")]
-        let mut registrar = store.map(|store| Registrar::new(store, dir.join(SESSIONS)));
+        let mut registrar =
+            store.map(|store| crate::store::Registrar::new(store, dir.join(SESSIONS)));
         #[cfg(not(feature = "store"))]
         let _ = store;
         #[cfg(feature = "store")]
@@ -544,85 +545,5 @@ mod tests {
         let previous = read_previous(&path).unwrap();
         assert_eq!(previous.latest["a"].state, TaskState::Skipped);
         assert_eq!(previous.unreadable, 1);
-    }
-}
-
-/// Sessions per store transaction: one commit for many sessions keeps a fast
-/// batch fast; a slow one still registers at least every [`REGISTER_EVERY`].
-#[cfg(feature = "store")]
-const REGISTER_BATCH: usize = 1000;
-
-#[cfg(feature = "store")]
-const REGISTER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The writer's side of the session store: entries gathered and registered
-/// a batch at a time. A store that fails is warned about once and left.
-#[cfg(feature = "store")]
-struct Registrar {
-    dir: std::path::PathBuf,
-    sessions: std::path::PathBuf,
-    /// Opened at the first registration; `None` after a failure.
-    store: Option<crate::store::Store>,
-    failed: bool,
-    pending: Vec<crate::store::Entry>,
-    last: std::time::Instant,
-}
-
-#[cfg(feature = "store")]
-impl Registrar {
-    fn new(dir: std::path::PathBuf, sessions: std::path::PathBuf) -> Registrar {
-        // The record path is kept absolute, so `lllm logs show` finds it
-        // from any directory.
-        let sessions = std::path::absolute(&sessions).unwrap_or(sessions);
-        Registrar {
-            dir,
-            sessions,
-            store: None,
-            failed: false,
-            pending: Vec::new(),
-            last: std::time::Instant::now(),
-        }
-    }
-
-    fn add(&mut self, mut entry: crate::store::Entry, offset: u64) {
-        if self.failed {
-            return;
-        }
-        entry.place = crate::store::RecordPlace::Line {
-            path: self.sessions.clone(),
-            offset,
-        };
-        self.pending.push(entry);
-        if self.pending.len() >= REGISTER_BATCH || self.last.elapsed() >= REGISTER_EVERY {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        self.last = std::time::Instant::now();
-        if self.failed || self.pending.is_empty() {
-            return;
-        }
-        if self.store.is_none() {
-            match crate::store::Store::open(&self.dir) {
-                Ok(store) => self.store = Some(store),
-                Err(error) => return self.fail(&error),
-            }
-        }
-        if let Some(store) = &mut self.store
-            && let Err(error) = store.register(&self.pending)
-        {
-            return self.fail(&error);
-        }
-        self.pending.clear();
-    }
-
-    fn fail(&mut self, error: &crate::store::StoreError) {
-        self.failed = true;
-        self.pending = Vec::new();
-        crate::report::warn(&format!(
-            "{error}; the batch goes on without it (its records are written; \
-             `lllm logs reindex --from DIR` indexes them later)"
-        ));
     }
 }

@@ -15,6 +15,7 @@
 //! request digest); nothing here assumes the file holds sessions only.
 
 mod query;
+mod registrar;
 
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use serde_json::{Map, Value};
 use crate::tactic::{RunState, SessionRecord};
 
 pub use query::{CostGroup, CostRow, Filter, GroupBy, Listed, parse_since, parse_time};
+pub(crate) use registrar::Registrar;
 
 /// The index's file name inside the store's directory.
 pub const INDEX_FILE: &str = "index.sqlite";
@@ -690,14 +692,11 @@ fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>
         if kind.is_dir() {
             find_records(&path, files, problems);
         } else if kind.is_file() {
-            let name = entry.file_name();
-            if name == crate::batch::output::SESSIONS {
-                files.push(path);
-            } else if path
+            let batch_records = entry.file_name() == crate::batch::output::SESSIONS;
+            let is_json = path
                 .extension()
-                .is_some_and(|extension| extension == "json")
-                && is_session_record(&path)
-            {
+                .is_some_and(|extension| extension == "json");
+            if batch_records || (is_json && is_session_record(&path)) {
                 files.push(path);
             }
         }
