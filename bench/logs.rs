@@ -5,7 +5,8 @@
 //! cargo run --release --example logs_bench -- [SESSIONS] [DIR]
 //! ```
 //!
-//! SESSIONS defaults to 1,000,000; DIR to a fresh temporary directory. It
+//! SESSIONS defaults to 1,000,000 (0: time the queries of the store already
+//! in DIR); DIR to a fresh temporary directory. It
 //! prints the registering rate (a transaction per 1,000 sessions, as a batch
 //! registers), then the time of each query, best of five.
 
@@ -117,7 +118,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    store.register(&chunk)?;
+    if !chunk.is_empty() {
+        store.register(&chunk)?;
+    }
     let seconds = started.elapsed().as_secs_f64();
     println!(
         "registered {count} sessions in {seconds:.1} s ({:.0}/s)",

@@ -184,8 +184,16 @@ pub fn parse_since(text: &str, now: chrono::DateTime<chrono::Utc>) -> Result<Str
     Ok(crate::time::format_timestamp(time))
 }
 
+/// Tag or model rows past which a listing tests each session (newest
+/// first) rather than gathering the matching ones and sorting them.
+const DENSE: i64 = 10_000;
+
 /// The `WHERE` clause of `filter` (on `sessions s`) and its parameters.
-fn condition(filter: &Filter) -> (String, Vec<SqlValue>) {
+/// `dense`: the tag and model conditions are tested per session (`EXISTS`),
+/// which suits a value many sessions have when only the newest are wanted;
+/// otherwise the matching sessions are looked up first (`IN`), which suits a
+/// rare value and totals over every match.
+fn condition(filter: &Filter, dense: bool) -> (String, Vec<SqlValue>) {
     let mut clauses: Vec<String> = Vec::new();
     let mut values: Vec<SqlValue> = Vec::new();
     let bind = |values: &mut Vec<SqlValue>, value: &str| {
@@ -201,15 +209,26 @@ fn condition(filter: &Filter) -> (String, Vec<SqlValue>) {
     for (key, value) in &filter.tags {
         let key = bind(&mut values, key);
         let value = bind(&mut values, value);
-        clauses.push(format!(
-            "s.id IN (SELECT session FROM session_tags WHERE key = {key} AND value = {value})"
-        ));
+        clauses.push(if dense {
+            format!(
+                "EXISTS (SELECT 1 FROM session_tags t WHERE t.session = s.id \
+                 AND t.key = {key} AND t.value = {value})"
+            )
+        } else {
+            format!(
+                "s.id IN (SELECT session FROM session_tags WHERE key = {key} AND value = {value})"
+            )
+        });
     }
     if let Some(model) = &filter.model {
-        clauses.push(format!(
-            "s.id IN (SELECT session FROM session_models WHERE model = {})",
-            bind(&mut values, model)
-        ));
+        let model = bind(&mut values, model);
+        clauses.push(if dense {
+            format!(
+                "EXISTS (SELECT 1 FROM session_models m WHERE m.session = s.id AND m.model = {model})"
+            )
+        } else {
+            format!("s.id IN (SELECT session FROM session_models WHERE model = {model})")
+        });
     }
     if let Some(since) = &filter.since {
         clauses.push(format!("s.started_at >= {}", bind(&mut values, since)));
@@ -275,7 +294,7 @@ fn object(text: String) -> Map<String, Value> {
 impl Store {
     /// The newest `limit` sessions that pass `filter`, newest first.
     pub fn list(&self, filter: &Filter, limit: usize) -> Result<Vec<Listed>> {
-        let (clause, mut values) = condition(filter);
+        let (clause, mut values) = condition(filter, self.dense(filter, limit)?);
         values.push(SqlValue::Integer(limit.min(i64::MAX as usize) as i64));
         let sql = format!(
             "SELECT {COLUMNS} FROM sessions s {clause} ORDER BY s.started_at DESC, s.session_id DESC LIMIT ?{}",
@@ -317,9 +336,41 @@ impl Store {
         Ok(rows)
     }
 
+    /// Whether every tag and model of `filter` is common enough (more than
+    /// [`DENSE`] rows, and many more than `limit`) that testing sessions
+    /// newest first finds `limit` of them sooner than sorting every match.
+    fn dense(&self, filter: &Filter, limit: usize) -> Result<bool> {
+        if filter.tags.is_empty() && filter.model.is_none() {
+            return Ok(false);
+        }
+        let rows = |sql: &str, values: &[&str]| -> Result<i64> {
+            self.connection
+                .query_row(sql, rusqlite::params_from_iter(values), |row| row.get(0))
+                .map_err(|error| self.sql(error))
+        };
+        let enough = DENSE.max(limit.saturating_mul(100).min(i64::MAX as usize) as i64);
+        for (key, value) in &filter.tags {
+            let sql = format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM session_tags WHERE key = ?1 AND value = ?2 LIMIT {enough})"
+            );
+            if rows(&sql, &[key, value])? < enough {
+                return Ok(false);
+            }
+        }
+        if let Some(model) = &filter.model {
+            let sql = format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM session_models WHERE model = ?1 LIMIT {enough})"
+            );
+            if rows(&sql, &[model])? < enough {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Cost totals of the sessions that pass `filter`, grouped `by`.
     pub fn cost(&self, filter: &Filter, by: &GroupBy) -> Result<CostGroup> {
-        let (clause, mut values) = condition(filter);
+        let (clause, mut values) = condition(filter, false);
         let sums = "COUNT(*), SUM(s.state = 'failure'), \
                     SUM(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL)";
         let sql = match by {
@@ -371,7 +422,7 @@ impl Store {
             }
         });
         // The total counts each session once, whatever the grouping.
-        let (clause, values) = condition(filter);
+        let (clause, values) = condition(filter, false);
         let sql = format!("SELECT 'total', {sums} FROM sessions s {clause}");
         let total = self
             .connection
