@@ -126,14 +126,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "registered {count} sessions in {seconds:.1} s ({:.0}/s)",
         count as f64 / seconds
     );
-    let size = std::fs::metadata(store.path())?.len()
-        + std::fs::metadata(store.path().with_extension("sqlite-wal")).map_or(0, |m| m.len());
-    println!(
-        "index size {:.0} MiB ({} bytes per session)",
-        size as f64 / 1048576.0,
-        size / count.max(1)
-    );
-
+    if count > 0 {
+        let size = std::fs::metadata(store.path())?.len()
+            + std::fs::metadata(store.path().with_extension("sqlite-wal")).map_or(0, |m| m.len());
+        println!(
+            "index size {:.0} MiB ({} bytes per session)",
+            size as f64 / 1048576.0,
+            size / count.max(1)
+        );
+    }
     let all = Filter::default();
     time(
         "logs -n 20",

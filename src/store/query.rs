@@ -445,6 +445,71 @@ mod tests {
         assert_eq!(fts_query(""), "\"\"");
     }
 
+    /// A tag most sessions have is tested newest first, a rare one looked
+    /// up first: both give the same newest sessions.
+    #[test]
+    fn common_and_rare_tags_list_the_same_newest_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let entries: Vec<super::super::Entry> = (0..DENSE * 2)
+            .map(|i| {
+                let mut tags = Map::new();
+                tags.insert(
+                    "kind".into(),
+                    Value::String(if i % 7 == 0 { "rare" } else { "common" }.into()),
+                );
+                super::super::Entry {
+                    session_id: format!("{i:08}"),
+                    tactic: "t".into(),
+                    tactic_path: "t.yaml".into(),
+                    task_id: None,
+                    tags,
+                    metadata: Map::new(),
+                    state: "success".into(),
+                    models: Vec::new(),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    total_tokens: 0,
+                    cost: None,
+                    cost_known: true,
+                    started_at: format!("2026-01-01T00:00:{:02}.{:03}Z", i / 1000 % 60, i % 1000),
+                    ended_at: String::new(),
+                    latency_ms: 0,
+                    task: format!("task {i}"),
+                    delivery: None,
+                    error: None,
+                    place: super::super::RecordPlace::File("x.json".into()),
+                }
+            })
+            .collect();
+        store.register(&entries).unwrap();
+        for kind in ["common", "rare"] {
+            let filter = Filter {
+                tags: vec![("kind".into(), kind.into())],
+                ..Filter::default()
+            };
+            let listed: Vec<String> = store
+                .list(&filter, 5)
+                .unwrap()
+                .into_iter()
+                .map(|session| session.session_id)
+                .collect();
+            let expected: Vec<String> = entries
+                .iter()
+                .rev()
+                .filter(|entry| entry.tags["kind"] == kind)
+                .take(5)
+                .map(|entry| entry.session_id.clone())
+                .collect();
+            assert_eq!(listed, expected, "{kind}");
+        }
+        let common = Filter {
+            tags: vec![("kind".into(), "common".into())],
+            ..Filter::default()
+        };
+        assert!(store.dense(&common, 5).unwrap());
+    }
+
     #[test]
     fn group_by_parses() {
         assert_eq!(
