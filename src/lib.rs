@@ -33,6 +33,9 @@ pub mod registry;
 pub mod replay;
 #[doc(hidden)]
 pub mod report;
+/// The session store: an SQLite index over session records (`lllm logs`).
+#[cfg(feature = "store")]
+pub mod store;
 #[doc(hidden)]
 pub mod suggest;
 pub mod tactic;

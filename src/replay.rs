@@ -189,6 +189,16 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
             message: error.to_string(),
         })?
     };
+    let record = from_value(value, &label)?;
+    Ok(Loaded { record, notes })
+}
+
+/// A record from its JSON (a `.json` file's text or a line of a
+/// `sessions.jsonl`), its format checked and [`expand`](SessionRecord::expand)ed;
+/// `label` names where it came from in errors. The session store reads one
+/// line of a batch's `sessions.jsonl` with it (`lllm logs show`).
+pub fn from_value(value: Value, label: &str) -> Result<SessionRecord> {
+    let label = label.to_string();
     let found = value
         .get("format")
         .and_then(Value::as_str)
@@ -203,7 +213,7 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
             message: format!("`{}`: {}", error.path(), error.inner()),
         })?;
     record.expand();
-    Ok(Loaded { record, notes })
+    Ok(record)
 }
 
 fn cost_text(cost: &InvokeCost) -> String {
@@ -559,6 +569,7 @@ pub async fn rerun(
         task: record.task.clone(),
         args: record.args.clone(),
         tags: record.tags.clone(),
+        metadata: record.metadata.clone(),
     };
     let rerun = built.run(task).await;
     built.shutdown().await;

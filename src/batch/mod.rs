@@ -63,6 +63,37 @@ pub struct Options {
     pub registry: crate::Registry,
     /// After Ctrl-C, how long running tasks may take to finish.
     pub grace: Duration,
+    /// The session store directory each record is registered in (`None`:
+    /// none); see `crate::store`.
+    pub store: Option<PathBuf>,
+    /// Tags and metadata added to every task's own (`lllm batch --tag`,
+    /// `--meta`); a task line's value for the same key wins.
+    pub labels: Labels,
+}
+
+/// Tags and metadata given for a whole batch.
+#[derive(Debug, Clone, Default)]
+pub struct Labels {
+    /// Added to every task's `tags`.
+    pub tags: serde_json::Map<String, serde_json::Value>,
+    /// Added to every task's `metadata`.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Labels {
+    /// Adds the batch's labels to a task's (its own win).
+    pub fn apply(&self, task: &mut crate::tactic::Task) {
+        for (key, value) in &self.tags {
+            task.tags
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+        for (key, value) in &self.metadata {
+            task.metadata
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
 }
 
 /// Problems shown before `… and N more`.
@@ -180,7 +211,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             return Err(error.into());
         }
     }
-    let writer = match output::Writer::open(&options.output) {
+    let writer = match output::Writer::open_indexed(&options.output, options.store.clone()) {
         Ok(writer) => writer,
         Err(source) => {
             for tactic in tactics.values() {
@@ -215,6 +246,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             selector,
             done: &done,
             concurrency: options.concurrency,
+            labels: &options.labels,
         },
         shared.clone(),
     )

@@ -143,6 +143,10 @@ impl ResultLine {
 pub struct Encoded {
     session: Option<Vec<u8>>,
     result: Vec<u8>,
+    /// What the session store keeps of the record (its offset is filled in
+    /// when the line is written); only when the writer registers sessions.
+    #[cfg(feature = "store")]
+    entry: Option<crate::store::Entry>,
 }
 
 impl Encoded {
@@ -166,7 +170,22 @@ impl Encoded {
         Ok(Encoded {
             session,
             result: line,
+            #[cfg(feature = "store")]
+            entry: None,
         })
+    }
+
+    /// Adds what the session store keeps of `record` (see [`Writer::indexes`]).
+    #[cfg(feature = "store")]
+    pub fn with_entry(mut self, record: &SessionRecord) -> Encoded {
+        if self.session.is_some() {
+            let place = crate::store::RecordPlace::Line {
+                path: std::path::PathBuf::new(),
+                offset: 0,
+            };
+            self.entry = Some(crate::store::Entry::of(record, place));
+        }
+        self
     }
 }
 
@@ -179,6 +198,8 @@ pub struct Writer {
     /// `None` asks the thread to finish.
     sender: std::sync::mpsc::SyncSender<Option<Encoded>>,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), WriteFailure>>>>,
+    /// Whether written records are registered in a session store.
+    indexes: bool,
 }
 
 /// A write that failed (a full disk, a file size limit, an I/O error): which
@@ -196,6 +217,14 @@ const QUEUE: usize = 4096;
 
 impl Writer {
     pub fn open(dir: &Path) -> std::io::Result<Writer> {
+        Writer::open_indexed(dir, None)
+    }
+
+    /// [`open`](Writer::open), registering each record written in the
+    /// session store in `store` (a directory; see `crate::store`), a batch of
+    /// sessions per transaction. A store that cannot be opened or written is
+    /// a warning, never a failed run: the record files are written anyway.
+    pub fn open_indexed(dir: &Path, store: Option<std::path::PathBuf>) -> std::io::Result<Writer> {
         std::fs::create_dir_all(dir)?;
         let append = |name: &str| {
             OpenOptions::new()
@@ -204,14 +233,47 @@ impl Writer {
                 .open(dir.join(name))
         };
         let (results, sessions) = (append(RESULTS)?, append(SESSIONS)?);
+        #[cfg(feature = "store")]
+        let mut registrar =
+            store.map(|store| crate::store::Registrar::new(store, dir.join(SESSIONS)));
+        #[cfg(not(feature = "store"))]
+        let _ = store;
+        #[cfg(feature = "store")]
+        let indexes = registrar.is_some();
+        #[cfg(not(feature = "store"))]
+        let indexes = false;
+        // Where the next record line starts (the file is appended to).
+        let offset = sessions.metadata()?.len();
         let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
         let thread = std::thread::Builder::new()
             .name("lllm-batch-writer".into())
-            .spawn(move || write_loop(&receiver, results, sessions))?;
+            .spawn(move || {
+                #[cfg(feature = "store")]
+                let mut hook = |encoded: &mut Encoded, at: u64| {
+                    if let (Some(registrar), Some(entry)) = (&mut registrar, encoded.entry.take()) {
+                        registrar.add(entry, at);
+                    }
+                };
+                #[cfg(not(feature = "store"))]
+                let mut hook = |_: &mut Encoded, _: u64| {};
+                let written = write_loop(&receiver, results, sessions, offset, &mut hook);
+                #[cfg(feature = "store")]
+                if let Some(registrar) = &mut registrar {
+                    registrar.flush();
+                }
+                written
+            })?;
         Ok(Writer {
             sender,
             thread: std::sync::Mutex::new(Some(thread)),
+            indexes,
         })
+    }
+
+    /// Whether records are registered in a session store: the tasks then add
+    /// the store's entry to their lines ([`Encoded::with_entry`]).
+    pub fn indexes(&self) -> bool {
+        self.indexes
     }
 
     /// Queues a task's lines. `false` when the writer has stopped on an error
@@ -245,27 +307,35 @@ impl Drop for Writer {
     }
 }
 
+/// The writer's loop. `written(encoded, offset)` is told of each record line
+/// after it is on disk, with the byte its line starts at.
 fn write_loop(
     receiver: &std::sync::mpsc::Receiver<Option<Encoded>>,
     mut results: File,
     mut sessions: File,
+    mut offset: u64,
+    written: &mut dyn FnMut(&mut Encoded, u64),
 ) -> Result<(), WriteFailure> {
+    let mut chunk: Vec<(Encoded, u64)> = Vec::new();
     let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
     let mut finished = false;
     while !finished {
         let Ok(first) = receiver.recv() else { break };
         result_lines.clear();
         session_lines.clear();
+        chunk.clear();
         let mut next = first;
         loop {
             let Some(encoded) = next else {
                 finished = true;
                 break;
             };
+            let at = offset + session_lines.len() as u64;
             if let Some(session) = &encoded.session {
                 session_lines.extend_from_slice(session);
             }
             result_lines.extend_from_slice(&encoded.result);
+            chunk.push((encoded, at));
             if result_lines.len() + session_lines.len() >= 1 << 22 {
                 break;
             }
@@ -287,6 +357,10 @@ fn write_loop(
                 file: RESULTS,
                 source,
             })?;
+        offset += session_lines.len() as u64;
+        for (encoded, at) in &mut chunk {
+            written(encoded, *at);
+        }
         if !finished {
             // Let lines gather for a moment instead of waking for each task: at
             // thousands of tasks a second this turns into a few writes per

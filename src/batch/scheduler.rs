@@ -137,7 +137,13 @@ impl Shared {
 
     /// Appends one result (and its record); a write error stops the run.
     fn record(&self, result: &ResultLine, record: Option<&crate::tactic::SessionRecord>) {
-        let sent = match Encoded::new(result, record) {
+        let encoded = Encoded::new(result, record);
+        #[cfg(feature = "store")]
+        let encoded = match (record, self.writer.indexes()) {
+            (Some(record), true) => encoded.map(|encoded| encoded.with_entry(record)),
+            _ => encoded,
+        };
+        let sent = match encoded {
             Ok(encoded) => self.writing.load(Ordering::Relaxed) && self.writer.send(encoded),
             Err(error) => {
                 lock(&self.write_error).get_or_insert(std::io::Error::other(error));
@@ -189,6 +195,8 @@ pub struct Run<'a> {
     pub selector: Selector,
     pub done: &'a (dyn Fn(&str) -> bool + Sync),
     pub concurrency: usize,
+    /// Tags and metadata of the whole batch, added to each task's.
+    pub labels: &'a super::Labels,
 }
 
 /// Runs every selected task; returns when all have a result or the run stopped.
@@ -209,7 +217,10 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
         let parsed = tasks::parse_line(text, number);
         let task = match parsed {
             Ok(None) => continue,
-            Ok(Some(task)) => Some(task),
+            Ok(Some(mut task)) => {
+                run.labels.apply(&mut task.input);
+                Some(task)
+            }
             Err(_) => None,
         };
         let id = task
@@ -501,6 +512,7 @@ mod tests {
                 selector: Selector::new(None, None),
                 done: &|_| false,
                 concurrency: 2,
+                labels: &crate::batch::Labels::default(),
             },
             shared.clone(),
         )

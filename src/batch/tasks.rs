@@ -1,7 +1,7 @@
 //! Task lines (DESIGN §6): one JSON value per line of a TASKS file, read as a
 //! stream so a file of any size is never held in memory.
 //!
-//! A line is `{"id", "task", "args", "tags", "tactic"}` (`custom_id` is
+//! A line is `{"id", "task", "args", "tags", "metadata", "tactic"}` (`custom_id` is
 //! accepted for `id`) or a bare JSON string, which is a task with id `line-N`.
 //! Blank lines are skipped. This module only parses; checking a task against
 //! its tactic is `preflight`'s job.
@@ -23,7 +23,15 @@ pub struct Task {
     pub tactic: Option<String>,
 }
 
-const KEYS: [&str; 6] = ["id", "custom_id", "task", "args", "tags", "tactic"];
+const KEYS: [&str; 7] = [
+    "id",
+    "custom_id",
+    "task",
+    "args",
+    "tags",
+    "metadata",
+    "tactic",
+];
 
 /// Parses line `line` (1-based); `Ok(None)` for a blank line. The error says
 /// what is wrong, without the file and line (the caller adds them).
@@ -46,6 +54,7 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
                 line,
                 default_id(),
                 Value::String(task),
+                Map::new(),
                 Map::new(),
                 Map::new(),
                 None,
@@ -79,6 +88,7 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
         .ok_or_else(|| "no `task` (the text or value the tactic answers)".to_string())?;
     let args = object_field(&mut object, "args")?;
     let tags = object_field(&mut object, "tags")?;
+    let metadata = object_field(&mut object, "metadata")?;
     if args.contains_key("task") || args.contains_key("args") {
         return Err("`args` may not hold the reserved keys `task` and `args`".into());
     }
@@ -92,7 +102,9 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
             ));
         }
     };
-    Ok(Some(Task::new(line, id, task, args, tags, tactic)))
+    Ok(Some(Task::new(
+        line, id, task, args, tags, metadata, tactic,
+    )))
 }
 
 impl Task {
@@ -102,6 +114,7 @@ impl Task {
         task: Value,
         args: Map<String, Value>,
         tags: Map<String, Value>,
+        metadata: Map<String, Value>,
         tactic: Option<String>,
     ) -> Task {
         let input = crate::tactic::Task {
@@ -109,6 +122,7 @@ impl Task {
             task,
             args,
             tags,
+            metadata,
         };
         Task {
             line,

@@ -342,6 +342,7 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
         task: task.task,
         args: task.args,
         tags: task.tags,
+        metadata: task.metadata,
         started_at: now.clone(),
         ended_at: now,
         latency_ms: 0,

@@ -559,6 +559,7 @@ impl<'a> Trial<'a> {
             task,
             args,
             tags: Map::new(),
+            metadata: Map::new(),
         };
         for problem in trial(&step.tactic, &input) {
             self.problem(format!("{}: {problem}", sub_place(step)));

@@ -33,6 +33,7 @@ struct Run<'a> {
     /// Passed on to sub-tactics.
     task_id: Option<String>,
     tags: Map<String, Value>,
+    metadata: Map<String, Value>,
 }
 
 /// The dialogs of a run's agents for its record, moved out (not copied), in
@@ -54,6 +55,7 @@ impl<'a> Run<'a> {
         sink: Option<SharedTextSink>,
         task_id: Option<String>,
         tags: Map<String, Value>,
+        metadata: Map<String, Value>,
     ) -> Run<'a> {
         Run {
             tactic,
@@ -66,6 +68,7 @@ impl<'a> Run<'a> {
             subs: Vec::new(),
             task_id,
             tags,
+            metadata,
         }
     }
 }
@@ -87,7 +90,14 @@ pub(super) async fn run(
     let session_id = record::new_session_id();
     let started_at = record::timestamp();
     let context = base_context(&task);
-    let mut run = Run::new(tactic, context, sink, task.id.clone(), task.tags.clone());
+    let mut run = Run::new(
+        tactic,
+        context,
+        sink,
+        task.id.clone(),
+        task.tags.clone(),
+        task.metadata.clone(),
+    );
     // A programmed tactic's run lives here, outside the work, so that what
     // it did stays on record when the work is interrupted.
     let mut program = tactic
@@ -155,6 +165,7 @@ pub(super) async fn run(
         task: task.task,
         args: task.args,
         tags: task.tags,
+        metadata: task.metadata,
         started_at,
         ended_at: record::timestamp(),
         latency_ms: started.elapsed().as_millis() as u64,
@@ -344,6 +355,7 @@ impl Run<'_> {
                 None,
                 self.task_id.clone(),
                 self.tags.clone(),
+                self.metadata.clone(),
             );
             async move {
                 let outcome = branch.run_nodes(nodes, None).await;
@@ -440,6 +452,7 @@ impl Run<'_> {
             task,
             args: self.render_args(&step.args)?,
             tags: self.tags.clone(),
+            metadata: self.metadata.clone(),
         };
         // The compact form (replies held once, by the dialogs), as this
         // run's own record is: the sub-session is written inside it.

@@ -217,6 +217,10 @@ pub struct SessionRecord {
     /// The task's labels (never sent to a model).
     #[serde(default)]
     pub tags: Map<String, Value>,
+    /// The task's metadata: free-form notes, never sent to a model. Added
+    /// in format 2 without a version bump; older records lack it.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
     /// When the run began: RFC 3339 in UTC, with milliseconds.
     pub started_at: String,
     /// When it ended, in the same form.

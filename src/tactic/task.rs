@@ -26,6 +26,10 @@ pub struct Task {
     pub args: Map<String, Value>,
     /// Labels recorded with the session; not sent to any model.
     pub tags: Map<String, Value>,
+    /// Free-form notes recorded with the session (a batch line's
+    /// `metadata`, `lllm run --meta k=v`); not sent to any model. Tags are
+    /// for filtering (`lllm logs --tag`), metadata for reading.
+    pub metadata: Map<String, Value>,
 }
 
 impl Task {
@@ -52,6 +56,12 @@ impl Task {
     /// Adds the tag `name`.
     pub fn tag(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
         self.tags.insert(name.into(), value.into());
+        self
+    }
+
+    /// Adds the metadata entry `name`.
+    pub fn meta(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
+        self.metadata.insert(name.into(), value.into());
         self
     }
 

@@ -17,7 +17,7 @@ use lllm::error::{Error, Outcome, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct BatchArgs {
-    /// The tasks: one JSON object (`{"id", "task", "args", "tags", "tactic"}`)
+    /// The tasks: one JSON object (`{"id", "task", "args", "tags", "metadata", "tactic"}`)
     /// or JSON string per line.
     pub tasks: PathBuf,
     /// The tactic of every line that does not name its own.
@@ -80,6 +80,8 @@ pub struct BatchArgs {
     /// records at a high call rate).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = numbers::threads, allow_negative_numbers = true)]
     pub threads: usize,
+    #[command(flatten)]
+    pub store: crate::store::StoreArgs,
 }
 
 pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
@@ -111,6 +113,11 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             .then(|| Arc::new(progress::Bar::new()) as Arc<dyn Reporter>),
         registry,
         grace: Duration::from_secs_f64(args.grace),
+        labels: batch::Labels {
+            tags: crate::store::pairs("--tag", &args.store.tags)?,
+            metadata: crate::store::pairs("--meta", &args.store.metadata)?,
+        },
+        store: args.store.dir(),
     };
     batch::run(options).await
 }

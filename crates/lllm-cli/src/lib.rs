@@ -6,11 +6,13 @@
 
 mod batch;
 mod compare;
+mod logs;
 mod merge;
 mod numbers;
 mod progress;
 mod report;
 mod run;
+mod store;
 
 use std::path::PathBuf;
 
@@ -47,6 +49,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare two batch output directories per task id: states, deliveries, cost, latency.
     Compare(compare::CompareArgs),
+    /// Sessions of earlier runs, from the session store: list, filter, show, cost.
+    Logs(logs::LogsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +119,8 @@ pub struct RunArgs {
     /// Print only the delivery (no summary line on stderr).
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub store: store::StoreArgs,
 }
 
 /// Runs the parsed command line with the extensions of `registry`.
@@ -167,6 +173,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Merge(args) => merge::run(args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Logs(args) => logs::run(args),
     }
 }
 

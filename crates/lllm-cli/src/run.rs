@@ -39,7 +39,8 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         id: None,
         task: Value::String(read_task(&args)?),
         args: parse_vars(&args.vars)?,
-        tags: Map::new(),
+        tags: crate::store::pairs("--tag", &args.store.tags)?,
+        metadata: crate::store::pairs("--meta", &args.store.metadata)?,
     };
     let env = |name: &str| std::env::var(name).ok();
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
@@ -111,6 +112,11 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
             ),
         }
     };
+    if let Some(path) = &record_path
+        && let Some(dir) = args.store.dir()
+    {
+        crate::store::register_run(&dir, &record, path);
+    }
     let text = streamed
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -1,0 +1,317 @@
+//! `lllm logs`: the session store read back. A listing of the newest
+//! sessions (filtered), `show` (one record, rendered as `lllm replay` does),
+//! `cost` (totals grouped), `reindex` (the index rebuilt from the records).
+//! The queries are `lllm::store`'s; this file parses flags and prints.
+
+use std::path::PathBuf;
+
+use lllm::error::{Error, Outcome, Result};
+use lllm::store::{Filter, GroupBy, Store, StoreError};
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct LogsArgs {
+    #[command(subcommand)]
+    pub command: Option<LogsCommand>,
+    #[command(flatten)]
+    pub list: ListArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LogsCommand {
+    /// Show one session (a session id or a unique prefix of one), as `lllm replay` does.
+    Show(ShowArgs),
+    /// Cost totals of the sessions that pass the filters, grouped.
+    Cost(CostArgs),
+    /// Rebuild the index from the record files it names (and those under `--from`).
+    Reindex(ReindexArgs),
+}
+
+/// Where the store is; every `logs` command takes it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Place {
+    /// The session store (default: `$LLLM_HOME`, else `$XDG_DATA_HOME/lllm`,
+    /// else `~/.local/share/lllm`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+}
+
+/// Which sessions: every filter given must hold.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FilterArgs {
+    /// Sessions of this tactic (its name).
+    #[arg(long)]
+    pub tactic: Option<String>,
+    /// `success` or `failure`.
+    #[arg(long, value_parser = ["success", "failure"])]
+    pub state: Option<String>,
+    /// Sessions with this tag, `key=value` (repeatable: all must hold).
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// Sessions one of whose calls used this model (`provider/model`).
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Started at or after: RFC 3339 (`2026-11-20T08:00:00Z`), a date
+    /// (`2026-11-20`) or an age (`30m`, `2h`, `7d`, `2w`).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Started before (same forms as `--since`).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Words in the task or the delivery (all must appear; `"a phrase"` in quotes).
+    #[arg(long = "query", short = 'q', value_name = "TEXT")]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub place: Place,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// How many sessions, newest first.
+    #[arg(short = 'n', long = "count", default_value_t = 20)]
+    pub count: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// A session id, or a unique prefix of one.
+    pub id: String,
+    #[command(flatten)]
+    pub place: Place,
+    /// Print the record as JSON instead of the rendering.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CostArgs {
+    /// Group by `tactic`, `model`, `tag:KEY` or `day`.
+    #[arg(long, default_value = "tactic")]
+    pub by: String,
+    #[command(flatten)]
+    pub place: Place,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// One JSON object per line (the groups, then the total).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReindexArgs {
+    /// Directories to search for record files too (`sessions.jsonl`, session `.json` files).
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    pub from: Vec<PathBuf>,
+    #[command(flatten)]
+    pub place: Place,
+    /// One JSON object: the sessions indexed and the problems met.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: LogsArgs) -> Result<Outcome> {
+    match args.command {
+        None => list(args.list),
+        Some(LogsCommand::Show(show_args)) => show(show_args),
+        Some(LogsCommand::Cost(cost_args)) => cost(cost_args),
+        Some(LogsCommand::Reindex(reindex_args)) => reindex(reindex_args),
+    }
+}
+
+/// Every store problem of `lllm logs` is exit 2: nothing ran.
+fn store_error(error: StoreError) -> Error {
+    Error::Usage(error.to_string())
+}
+
+/// Opens the store; reading one that does not exist yet is an error, not a
+/// new empty store.
+fn open(place: &Place, create: bool) -> Result<Store> {
+    let dir = match place.store.clone().or_else(crate::store::default_dir) {
+        Some(dir) => dir,
+        None => {
+            return Err(Error::Usage(
+                "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
+                 hint: pass `--store DIR`"
+                    .into(),
+            ));
+        }
+    };
+    if !create && !dir.join(lllm::store::INDEX_FILE).is_file() {
+        return Err(Error::Usage(format!(
+            "no session store in `{}` yet: `lllm run` and `lllm batch` register their \
+             sessions there; hint: `lllm logs reindex --from DIR` indexes existing records",
+            dir.display()
+        )));
+    }
+    Store::open(&dir).map_err(store_error)
+}
+
+fn filter(args: &FilterArgs) -> Result<Filter> {
+    let time = |given: &Option<String>| {
+        given
+            .as_deref()
+            .map(|text| lllm::store::parse_time(text).map_err(store_error))
+            .transpose()
+    };
+    let mut tags = Vec::new();
+    for (key, value) in crate::store::pairs("--tag", &args.tags)? {
+        tags.push((key, lllm::store::tag_text(&value)));
+    }
+    Ok(Filter {
+        tactic: args.tactic.clone(),
+        state: args.state.clone(),
+        tags,
+        model: args.model.clone(),
+        since: time(&args.since)?,
+        until: time(&args.until)?,
+        text: args.text.clone(),
+    })
+}
+
+fn list(args: ListArgs) -> Result<Outcome> {
+    let filter = filter(&args.filter)?;
+    let store = open(&args.place, false)?;
+    let sessions = store.list(&filter, args.count).map_err(store_error)?;
+    let mut text = String::new();
+    for session in &sessions {
+        if args.json {
+            text.push_str(&lllm::redact::json_controls(
+                &serde_json::to_string(session).unwrap_or_default(),
+            ));
+        } else {
+            let cost = match (session.cost, session.cost_known) {
+                (Some(dollars), true) => format!("${dollars:.6}"),
+                (Some(dollars), false) => format!("${dollars:.6}+?"),
+                (None, _) => "$?".into(),
+            };
+            let tags: Vec<String> = session
+                .tags
+                .iter()
+                .map(|(key, value)| format!("{key}={}", lllm::store::tag_text(value)))
+                .collect();
+            let line = format!(
+                "{}  {}  {:<7}  {}  {}  {}{}  {}",
+                &session.started_at[..session.started_at.len().min(19)],
+                session.session_id,
+                session.state,
+                session.tactic,
+                cost,
+                session
+                    .task_id
+                    .as_deref()
+                    .map(|id| format!("[{id}] "))
+                    .unwrap_or_default(),
+                tags.join(","),
+                one_line(&session.task, 60),
+            );
+            text.push_str(&lllm::redact::terminal_line(&line));
+        }
+        text.push('\n');
+    }
+    lllm::output::stdout(&text)?;
+    Ok(Outcome::Success)
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+fn show(args: ShowArgs) -> Result<Outcome> {
+    let store = open(&args.place, false)?;
+    let record = store.show(&args.id).map_err(store_error)?;
+    let text = if args.json {
+        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
+        lllm::redact::json_controls(&text).into_owned() + "\n"
+    } else {
+        lllm::replay::render(&record)
+    };
+    lllm::output::stdout(&text)?;
+    Ok(Outcome::Success)
+}
+
+fn cost(args: CostArgs) -> Result<Outcome> {
+    let by = GroupBy::parse(&args.by).map_err(store_error)?;
+    let filter = filter(&args.filter)?;
+    let store = open(&args.place, false)?;
+    let totals = store.cost(&filter, &by).map_err(store_error)?;
+    let mut text = String::new();
+    if args.json {
+        for row in totals.rows.iter().chain([&totals.total]) {
+            text.push_str(&lllm::redact::json_controls(
+                &serde_json::to_string(row).unwrap_or_default(),
+            ));
+            text.push('\n');
+        }
+    } else {
+        let width = totals
+            .rows
+            .iter()
+            .map(|row| row.group.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        text.push_str(&format!(
+            "{:<width$}  {:>9}  {:>8}  {:>12}  {:>14}\n",
+            args.by, "sessions", "failed", "tokens", "cost"
+        ));
+        for row in totals.rows.iter().chain([&totals.total]) {
+            let unknown = if row.cost_unknown > 0 {
+                format!(" (+{} unknown)", row.cost_unknown)
+            } else {
+                String::new()
+            };
+            let group = if row.group.is_empty() {
+                "-"
+            } else {
+                &row.group
+            };
+            let line = format!(
+                "{:<width$}  {:>9}  {:>8}  {:>12}  {:>14}{unknown}",
+                group,
+                row.sessions,
+                row.failures,
+                row.total_tokens,
+                format!("${:.6}", row.cost)
+            );
+            text.push_str(&lllm::redact::terminal_line(&line));
+            text.push('\n');
+        }
+    }
+    lllm::output::stdout(&text)?;
+    Ok(Outcome::Success)
+}
+
+fn reindex(args: ReindexArgs) -> Result<Outcome> {
+    for dir in &args.from {
+        if !dir.is_dir() {
+            return Err(Error::Usage(format!(
+                "`--from {}`: not a directory",
+                dir.display()
+            )));
+        }
+    }
+    let mut store = open(&args.place, true)?;
+    let (count, problems) = store.reindex(&args.from).map_err(store_error)?;
+    if args.json {
+        let value = serde_json::json!({"indexed": count, "problems": problems});
+        lllm::output::stdout(&format!("{value}\n"))?;
+    } else {
+        for problem in &problems {
+            lllm::report::warn(problem);
+        }
+        lllm::output::stderr_line(&format!(
+            "lllm: {count} session(s) indexed in `{}`",
+            store.path().display()
+        ));
+    }
+    Ok(Outcome::Success)
+}

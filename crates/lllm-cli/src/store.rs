@@ -1,0 +1,83 @@
+//! The flags every command that runs tasks shares for the session store
+//! (`--store DIR`, `--no-store`, `--tag k=v`, `--meta k=v`) and where the
+//! store is by default. The store itself is `lllm::store`.
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use lllm::error::{Error, Result};
+
+/// `lllm run` and `lllm batch`: where their sessions are registered and the
+/// labels they carry.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// A tag recorded with the session(s), `key=value` (repeatable):
+    /// `lllm logs --tag key=value` finds them. A batch's task lines' own
+    /// `tags` win over it.
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// A metadata entry recorded with the session(s), `key=value` (repeatable).
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub metadata: Vec<String>,
+    /// The session store to register the session(s) in (default: `$LLLM_HOME`,
+    /// else `$XDG_DATA_HOME/lllm`, else `~/.local/share/lllm`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Do not register the session(s) in the session store.
+    #[arg(long, conflicts_with = "store")]
+    pub no_store: bool,
+}
+
+impl StoreArgs {
+    /// The store directory these flags ask for, `None` with `--no-store` (or
+    /// when no home directory is known, with a warning).
+    pub fn dir(&self) -> Option<PathBuf> {
+        if self.no_store {
+            return None;
+        }
+        let dir = self.store.clone().or_else(default_dir);
+        if dir.is_none() {
+            lllm::report::warn(
+                "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
+                 hint: pass `--store DIR`",
+            );
+        }
+        dir
+    }
+}
+
+/// The default store directory of this process's environment.
+pub fn default_dir() -> Option<PathBuf> {
+    lllm::store::Store::default_dir(&|name| std::env::var(name).ok())
+}
+
+/// `key=value` flags (`flag` names them in errors) into a map of strings.
+pub fn pairs(flag: &str, given: &[String]) -> Result<Map<String, Value>> {
+    let mut map = Map::new();
+    for pair in given {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(Error::Usage(format!("`{flag} {pair}` is not `key=value`")));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(Error::Usage(format!("`{flag} {pair}`: the key is empty")));
+        }
+        map.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    Ok(map)
+}
+
+/// Registers a `lllm run`'s record, written at `path`; a store that cannot
+/// be opened or written is a warning, the run's outcome stays its own.
+pub fn register_run(dir: &std::path::Path, record: &lllm::SessionRecord, path: &std::path::Path) {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let entry = lllm::store::Entry::of(record, lllm::store::RecordPlace::File(path));
+    let registered = lllm::store::Store::open(dir).and_then(|mut store| store.register(&[entry]));
+    if let Err(error) = registered {
+        lllm::report::warn(&format!(
+            "{error}; the session was not registered (its record is written; \
+             `lllm logs reindex --from DIR` indexes it later)"
+        ));
+    }
+}

@@ -1,0 +1,715 @@
+//! The session store: an SQLite index (`index.sqlite` in the store's
+//! directory) over the session records that `lllm run` and `lllm batch`
+//! write. The record files stay the source of truth: each index row names
+//! its record (a `.json` file, or a `sessions.jsonl` path and the line's byte
+//! offset) and [`Store::reindex`] rebuilds the index from them.
+//!
+//! This module owns the schema, registering entries and reading one record
+//! back; `query` owns listing, filtering and cost totals. What a row holds is
+//! what the record holds, which is already free of secrets.
+//!
+//! Several writers at once (a batch and a run, shards of one job on one
+//! machine) are safe: the database is in WAL mode with a busy timeout, and
+//! each registration is one short transaction. A later response cache can
+//! live in the same file as a table of its own (`cache`, keyed by the
+//! request digest); nothing here assumes the file holds sessions only.
+
+mod query;
+mod registrar;
+
+use std::io::{BufRead, Seek};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use serde_json::{Map, Value};
+
+use crate::tactic::{RunState, SessionRecord};
+
+pub use query::{CostGroup, CostRow, Filter, GroupBy, Listed, parse_since, parse_time};
+pub(crate) use registrar::Registrar;
+
+/// The index's file name inside the store's directory.
+pub const INDEX_FILE: &str = "index.sqlite";
+
+/// The record files the store has registered sessions from, one path a
+/// line: what `reindex` reads again when the index file is gone.
+pub const RECORDS_FILE: &str = "records.list";
+
+/// How long a writer waits for another's transaction before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The characters of the task and delivery kept in a row for listing (the
+/// full text is in the full-text index only).
+const PREVIEW: usize = 200;
+
+/// What can go wrong with the store, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The index could not be opened or created.
+    #[error("cannot open the session store `{path}`: {message}")]
+    Open {
+        /// The index file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A statement failed (a corrupt file, a full disk, a lock held too long).
+    #[error("session store `{path}`: {source}")]
+    Sql {
+        /// The file.
+        path: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// A record file could not be read back.
+    #[error("cannot read the record `{path}`: {message}")]
+    Record {
+        /// The record file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// No session, or more than one, has this id or prefix.
+    #[error("{0}")]
+    NotFound(String),
+    /// A filter that makes no sense (`--since tomorrow`).
+    #[error("{0}")]
+    Filter(String),
+}
+
+/// The store's `Result`.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Where a session's record is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordPlace {
+    /// A record file of its own (`lllm run`).
+    File(PathBuf),
+    /// A line of a batch's `sessions.jsonl`, starting at this byte.
+    Line {
+        /// The `sessions.jsonl` file.
+        path: PathBuf,
+        /// The line's first byte.
+        offset: u64,
+    },
+}
+
+impl RecordPlace {
+    fn path(&self) -> &Path {
+        match self {
+            RecordPlace::File(path) | RecordPlace::Line { path, .. } => path,
+        }
+    }
+
+    fn offset(&self) -> Option<u64> {
+        match self {
+            RecordPlace::File(_) => None,
+            RecordPlace::Line { offset, .. } => Some(*offset),
+        }
+    }
+}
+
+/// One model's share of a session: what its calls spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelUse {
+    /// `provider/model`.
+    pub model: String,
+    /// Tokens of its calls.
+    pub total_tokens: u64,
+    /// Dollars of its calls (`None` when unknown).
+    pub cost: Option<f64>,
+}
+
+/// What the index keeps of one session: the record's heading, its totals
+/// and where it is. Made from a record with [`Entry::of`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// The session id (a UUID v7).
+    pub session_id: String,
+    /// The tactic's name.
+    pub tactic: String,
+    /// The tactic file, as the run was given it.
+    pub tactic_path: String,
+    /// The task's id (a batch line's `id`).
+    pub task_id: Option<String>,
+    /// The task's tags.
+    pub tags: Map<String, Value>,
+    /// The task's metadata.
+    pub metadata: Map<String, Value>,
+    /// `success` or `failure`.
+    pub state: String,
+    /// Every model the session's calls used (sub-tactics included).
+    pub models: Vec<ModelUse>,
+    /// Prompt tokens of every call.
+    pub prompt_tokens: u64,
+    /// Completion tokens of every call.
+    pub completion_tokens: u64,
+    /// Tokens of every call.
+    pub total_tokens: u64,
+    /// Dollars (`None` when no price was known).
+    pub cost: Option<f64>,
+    /// Whether `cost` is the whole of it.
+    pub cost_known: bool,
+    /// When the run began (RFC 3339, UTC, milliseconds).
+    pub started_at: String,
+    /// When it ended.
+    pub ended_at: String,
+    /// Milliseconds from start to end.
+    pub latency_ms: u64,
+    /// The task as text (a string as is, anything else as JSON).
+    pub task: String,
+    /// The run's answer; `None` when it failed.
+    pub delivery: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Where its record is.
+    pub place: RecordPlace,
+}
+
+impl Entry {
+    /// What the index keeps of `record`, whose record is at `place`.
+    pub fn of(record: &SessionRecord, place: RecordPlace) -> Entry {
+        let mut models: Vec<ModelUse> = Vec::new();
+        collect_models(record, &mut models);
+        let cost = &record.cost;
+        Entry {
+            session_id: record.session_id.clone(),
+            tactic: record.tactic.name.clone(),
+            tactic_path: record.tactic.path.clone(),
+            task_id: record.task_id.clone(),
+            tags: record.tags.clone(),
+            metadata: record.metadata.clone(),
+            state: match record.state {
+                RunState::Success => "success",
+                RunState::Failure => "failure",
+            }
+            .to_string(),
+            models,
+            prompt_tokens: cost.prompt_tokens,
+            completion_tokens: cost.completion_tokens,
+            total_tokens: cost.total_tokens,
+            cost: cost.cost,
+            cost_known: record.cost_known,
+            started_at: record.started_at.clone(),
+            ended_at: record.ended_at.clone(),
+            latency_ms: record.latency_ms,
+            task: match &record.task {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            },
+            delivery: record.delivery.clone(),
+            error: record.error.clone(),
+            place,
+        }
+    }
+}
+
+fn collect_models(record: &SessionRecord, models: &mut Vec<ModelUse>) {
+    for call in &record.agent_calls {
+        let tokens = call.cost.total_tokens;
+        match models.iter_mut().find(|known| known.model == call.model) {
+            Some(known) => {
+                known.total_tokens += tokens;
+                known.cost = match (known.cost, call.cost.cost) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => models.push(ModelUse {
+                model: call.model.clone(),
+                total_tokens: tokens,
+                cost: call.cost.cost,
+            }),
+        }
+    }
+    for sub in &record.sub_tactic_sessions {
+        collect_models(sub, models);
+    }
+}
+
+/// The session store: an open index in a directory.
+///
+/// ```
+/// # fn main() -> Result<(), lllm::BoxError> {
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+/// use lllm::store::{Entry, Filter, RecordPlace, Store};
+/// use lllm::{Registry, Tactic, Task};
+///
+/// let yaml = "
+/// tactic_type: echo
+/// agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
+/// ";
+/// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+/// let record = tactic.run(Task::new("hello").tag("team", "docs")).await;
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("session.json");
+/// record.write(&path)?;
+/// let mut store = Store::open(dir.path())?;
+/// store.register(&[Entry::of(&record, RecordPlace::File(path))])?;
+///
+/// let filter = Filter { tags: vec![("team".into(), "docs".into())], ..Filter::default() };
+/// let found = store.list(&filter, 20)?;
+/// assert_eq!(found.len(), 1);
+/// assert_eq!(found[0].session_id, record.session_id);
+/// assert_eq!(store.show(&record.session_id[..8])?.delivery.as_deref(), Some("hello"));
+/// # Ok::<(), lllm::BoxError>(())
+/// # })
+/// # }
+/// ```
+pub struct Store {
+    connection: Connection,
+    /// The file.
+    path: PathBuf,
+}
+
+impl Store {
+    /// The default store directory: `$LLLM_HOME`, else `$XDG_DATA_HOME/lllm`,
+    /// else `~/.local/share/lllm`; `None` when none of them is set. `env`
+    /// reads a variable (`std::env::var(..).ok()` in a program).
+    pub fn default_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        let set = |name: &str| env(name).filter(|value| !value.is_empty());
+        if let Some(home) = set("LLLM_HOME") {
+            return Some(PathBuf::from(home));
+        }
+        if let Some(data) = set("XDG_DATA_HOME") {
+            return Some(PathBuf::from(data).join("lllm"));
+        }
+        set("HOME").map(|home| PathBuf::from(home).join(".local/share/lllm"))
+    }
+
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Store> {
+        let path = dir.join(INDEX_FILE);
+        let open_error = |message: String| StoreError::Open {
+            path: path.display().to_string(),
+            message,
+        };
+        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string()))?;
+        let connection = Connection::open(&path).map_err(|error| open_error(error.to_string()))?;
+        connection
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|error| open_error(error.to_string()))?;
+        // WAL: readers never wait for a writer, writers queue on the busy
+        // timeout; NORMAL sync is safe in WAL mode (a power cut may lose the
+        // last transactions, which `reindex` brings back from the records).
+        connection
+            .execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {SCHEMA}"
+            ))
+            .map_err(|error| open_error(error.to_string()))?;
+        Ok(Store { connection, path })
+    }
+
+    /// The index file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    /// Registers sessions in one transaction; a session already there (by
+    /// session id) is replaced.
+    pub fn register(&mut self, entries: &[Entry]) -> Result<()> {
+        let path = self.path.display().to_string();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        // IMMEDIATE: the write lock is taken (waiting on the busy timeout)
+        // before the first read. A deferred transaction that reads, then
+        // writes, fails at once with SQLITE_BUSY when another writer went
+        // first, since waiting could not help it.
+        let transaction = self
+            .connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let new_files = insert(&transaction, entries).map_err(sql)?;
+        transaction.commit().map_err(sql)?;
+        if !new_files.is_empty() {
+            self.remember(&new_files)?;
+        }
+        Ok(())
+    }
+
+    /// Appends record files to `records.list` (one `write`, so lines of
+    /// concurrent writers never mix).
+    fn remember(&self, files: &[String]) -> Result<()> {
+        let list = self.path.with_file_name(RECORDS_FILE);
+        let mut text = String::new();
+        for file in files {
+            text.push_str(file);
+            text.push('\n');
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&list)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+            .map_err(|error| StoreError::Open {
+                path: list.display().to_string(),
+                message: error.to_string(),
+            })
+    }
+
+    /// Reads back the record of the session with this id or unique prefix.
+    pub fn show(&self, id: &str) -> Result<SessionRecord> {
+        let (path, offset) = self.locate(id)?;
+        read_record(&path, offset)
+    }
+
+    /// The record place of the session with this id or unique prefix.
+    fn locate(&self, id: &str) -> Result<(PathBuf, Option<u64>)> {
+        if id.is_empty() {
+            return Err(StoreError::NotFound("an empty session id".into()));
+        }
+        let mut statement = self
+            .connection
+            .prepare(
+                "SELECT session_id, record_path, record_offset FROM sessions \
+                 WHERE session_id >= ?1 AND session_id < ?1 || char(1114111) LIMIT 2",
+            )
+            .map_err(|error| self.sql(error))?;
+        let rows: Vec<(String, String, Option<i64>)> = statement
+            .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .and_then(Iterator::collect)
+            .map_err(|error| self.sql(error))?;
+        match rows.as_slice() {
+            [] => Err(StoreError::NotFound(format!(
+                "no session `{id}` in the store `{}`; hint: `lllm logs` lists them",
+                self.path.display()
+            ))),
+            [(_, path, offset)] => Ok((PathBuf::from(path), offset.map(|offset| offset as u64))),
+            [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
+                "`{id}` names more than one session ({first}, {second}, …); give more of the id"
+            ))),
+        }
+    }
+
+    /// Rebuilds the index from the records it names and the record files
+    /// found under `dirs` (`*.json` session records and `sessions.jsonl`
+    /// files, searched recursively): every row is dropped, then every record
+    /// still readable is registered again. Returns the sessions indexed and
+    /// the problems met (a record gone, a line that is not a record), one
+    /// line each.
+    pub fn reindex(&mut self, dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
+        let listed =
+            std::fs::read_to_string(self.path.with_file_name(RECORDS_FILE)).unwrap_or_default();
+        let mut files: Vec<PathBuf> = {
+            let mut statement = self
+                .connection
+                .prepare("SELECT DISTINCT record_path FROM sessions")
+                .map_err(|error| self.sql(error))?;
+            statement
+                .query_map([], |row| row.get::<_, String>(0))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<String>>>)
+                .map_err(|error| self.sql(error))?
+                .into_iter()
+                .map(PathBuf::from)
+                .collect()
+        };
+        files.extend(
+            listed
+                .lines()
+                .filter(|line| !line.is_empty())
+                .map(PathBuf::from),
+        );
+        let mut problems = Vec::new();
+        for dir in dirs {
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+            find_records(&dir, &mut files, &mut problems);
+        }
+        files.sort();
+        files.dedup();
+        self.connection
+            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM record_files;")
+            .map_err(|error| self.sql(error))?;
+        let mut count = 0;
+        for file in files {
+            let mut entries = Vec::new();
+            if let Err(problem) = entries_of_file(&file, &mut entries, &mut problems) {
+                problems.push(problem);
+            }
+            for chunk in entries.chunks(1000) {
+                self.register(chunk)?;
+                count += chunk.len() as u64;
+            }
+        }
+        Ok((count, problems))
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    -- AUTOINCREMENT: a replaced session's id is never reused, so terms the
+    -- contentless full-text index keeps for it match nothing.
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL UNIQUE,
+    tactic TEXT NOT NULL,
+    tactic_path TEXT NOT NULL,
+    task_id TEXT,
+    state TEXT NOT NULL,
+    models TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    total_tokens INTEGER NOT NULL,
+    cost REAL,
+    cost_known INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    ended_at TEXT NOT NULL,
+    latency_ms INTEGER NOT NULL,
+    tags TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    task TEXT NOT NULL,
+    delivery TEXT,
+    error TEXT,
+    record_path TEXT NOT NULL,
+    record_offset INTEGER
+);
+CREATE INDEX IF NOT EXISTS sessions_started ON sessions (started_at);
+CREATE INDEX IF NOT EXISTS sessions_tactic ON sessions (tactic, started_at);
+CREATE INDEX IF NOT EXISTS sessions_state ON sessions (state, started_at);
+CREATE TABLE IF NOT EXISTS session_tags (
+    key TEXT NOT NULL, value TEXT NOT NULL, session INTEGER NOT NULL,
+    PRIMARY KEY (key, value, session)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS session_tags_session ON session_tags (session);
+CREATE TABLE IF NOT EXISTS session_models (
+    model TEXT NOT NULL, session INTEGER NOT NULL,
+    total_tokens INTEGER NOT NULL, cost REAL,
+    PRIMARY KEY (model, session)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS session_models_session ON session_models (session);
+CREATE TABLE IF NOT EXISTS record_files (path TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS sessions_text USING fts5 (task, delivery, content = '');
+";
+
+fn preview(text: &str) -> &str {
+    match text.char_indices().nth(PREVIEW) {
+        Some((cut, _)) => &text[..cut],
+        None => text,
+    }
+}
+
+/// A tag's value as the index keeps it: a string as is, anything else as JSON.
+pub fn tag_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Inserts the entries; returns the record files not seen before.
+fn insert(connection: &Connection, entries: &[Entry]) -> rusqlite::Result<Vec<String>> {
+    let mut new_files = Vec::new();
+    let mut file = connection.prepare_cached("INSERT OR IGNORE INTO record_files VALUES (?1)")?;
+    let mut old = connection.prepare_cached("SELECT id FROM sessions WHERE session_id = ?1")?;
+    let mut forget = connection.prepare_cached("DELETE FROM sessions WHERE id = ?1; ")?;
+    let mut forget_tags =
+        connection.prepare_cached("DELETE FROM session_tags WHERE session = ?1")?;
+    let mut forget_models =
+        connection.prepare_cached("DELETE FROM session_models WHERE session = ?1")?;
+    let mut session = connection.prepare_cached(
+        "INSERT INTO sessions (session_id, tactic, tactic_path, task_id, state, models, \
+         prompt_tokens, completion_tokens, total_tokens, cost, cost_known, started_at, ended_at, \
+         latency_ms, tags, metadata, task, delivery, error, record_path, record_offset) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+         ?18, ?19, ?20, ?21)",
+    )?;
+    let mut tag =
+        connection.prepare_cached("INSERT OR IGNORE INTO session_tags VALUES (?1, ?2, ?3)")?;
+    let mut model = connection
+        .prepare_cached("INSERT OR IGNORE INTO session_models VALUES (?1, ?2, ?3, ?4)")?;
+    let mut text = connection
+        .prepare_cached("INSERT INTO sessions_text (rowid, task, delivery) VALUES (?1, ?2, ?3)")?;
+    for entry in entries {
+        // Replaced, not updated: a contentless full-text index cannot
+        // delete a row's terms, so the old rowid is left to match nothing.
+        let existing: Option<i64> = old.query_row([&entry.session_id], |row| row.get(0)).ok();
+        if let Some(id) = existing {
+            forget.execute([id])?;
+            forget_tags.execute([id])?;
+            forget_models.execute([id])?;
+        }
+        let models: Vec<&str> = entry
+            .models
+            .iter()
+            .map(|used| used.model.as_str())
+            .collect();
+        session.execute(params![
+            entry.session_id,
+            entry.tactic,
+            entry.tactic_path,
+            entry.task_id,
+            entry.state,
+            models.join(" "),
+            entry.prompt_tokens as i64,
+            entry.completion_tokens as i64,
+            entry.total_tokens as i64,
+            entry.cost,
+            entry.cost_known,
+            entry.started_at,
+            entry.ended_at,
+            entry.latency_ms as i64,
+            Value::Object(entry.tags.clone()).to_string(),
+            Value::Object(entry.metadata.clone()).to_string(),
+            preview(&entry.task),
+            entry.delivery.as_deref().map(preview),
+            entry.error.as_deref().map(preview),
+            entry.place.path().display().to_string(),
+            entry.place.offset().map(|offset| offset as i64),
+        ])?;
+        let id = connection.last_insert_rowid();
+        for (key, value) in &entry.tags {
+            tag.execute(params![key, tag_text(value), id])?;
+        }
+        for used in &entry.models {
+            model.execute(params![used.model, id, used.total_tokens as i64, used.cost])?;
+        }
+        text.execute(params![id, entry.task, entry.delivery])?;
+        let path = entry.place.path().display().to_string();
+        if new_files.last() != Some(&path) && file.execute([&path])? == 1 {
+            new_files.push(path);
+        }
+    }
+    Ok(new_files)
+}
+
+/// The largest record `show` reads.
+const RECORD_CAP: u64 = 1 << 30;
+
+/// Reads the record at `path` (at byte `offset` of a `.jsonl` file).
+pub fn read_record(path: &Path, offset: Option<u64>) -> Result<SessionRecord> {
+    let label = path.display().to_string();
+    let failed = |message: String| StoreError::Record {
+        path: label.clone(),
+        message,
+    };
+    let text = match offset {
+        None => {
+            crate::file::read_text(path, RECORD_CAP).map_err(|error| failed(error.to_string()))?
+        }
+        Some(offset) => {
+            let mut file = std::fs::File::open(path).map_err(|error| failed(error.to_string()))?;
+            file.seek(std::io::SeekFrom::Start(offset))
+                .map_err(|error| failed(error.to_string()))?;
+            let mut line = String::new();
+            std::io::BufReader::new(file)
+                .read_line(&mut line)
+                .map_err(|error| failed(error.to_string()))?;
+            line
+        }
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|error| {
+        failed(format!(
+            "not a record at byte {}: {error}; hint: `lllm logs reindex` rebuilds the index",
+            offset.unwrap_or(0)
+        ))
+    })?;
+    let place = match offset {
+        Some(offset) => format!("{label} (byte {offset})"),
+        None => label.clone(),
+    };
+    crate::replay::from_value(value, &place).map_err(|error| failed(error.to_string()))
+}
+
+/// The entries of one record file: a `.jsonl` file line by line (with each
+/// line's offset), any other file as one record.
+fn entries_of_file(
+    path: &Path,
+    entries: &mut Vec<Entry>,
+    problems: &mut Vec<String>,
+) -> Result<(), String> {
+    let label = path.display().to_string();
+    let is_lines = path
+        .extension()
+        .is_some_and(|extension| extension == "jsonl");
+    if !is_lines {
+        match read_record(path, None) {
+            Ok(record) => entries.push(Entry::of(&record, RecordPlace::File(path.to_path_buf()))),
+            Err(error) => return Err(error.to_string()),
+        }
+        return Ok(());
+    }
+    let file =
+        std::fs::File::open(path).map_err(|error| format!("cannot read `{label}`: {error}"))?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut offset = 0u64;
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|error| format!("cannot read `{label}`: {error}"))?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        if !line.trim().is_empty() {
+            let parsed = serde_json::from_str::<Value>(&line)
+                .map_err(|error| error.to_string())
+                .and_then(|value| {
+                    crate::replay::from_value(value, &label).map_err(|error| error.to_string())
+                });
+            match parsed {
+                Ok(record) => entries.push(Entry::of(
+                    &record,
+                    RecordPlace::Line {
+                        path: path.to_path_buf(),
+                        offset,
+                    },
+                )),
+                Err(error) => problems.push(format!("`{label}` line {number} skipped: {error}")),
+            }
+        }
+        offset += read as u64;
+    }
+    Ok(())
+}
+
+/// Record files under `dir`: `sessions.jsonl` files and `.json` files that
+/// are session records (their `format` says so).
+fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) => {
+            problems.push(format!("cannot read `{}`: {error}", dir.display()));
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            find_records(&path, files, problems);
+        } else if kind.is_file() {
+            let batch_records = entry.file_name() == crate::batch::output::SESSIONS;
+            let is_json = path
+                .extension()
+                .is_some_and(|extension| extension == "json");
+            if batch_records || (is_json && is_session_record(&path)) {
+                files.push(path);
+            }
+        }
+    }
+}
+
+/// Whether a `.json` file starts as a session record does.
+fn is_session_record(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut head = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::Read::take(file, 256), &mut head);
+    let head = String::from_utf8_lossy(&head);
+    head.contains("\"format\": \"lllm.session/") || head.contains("\"format\":\"lllm.session/")
+}
