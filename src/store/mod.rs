@@ -2,7 +2,7 @@
 //! directory) over the session records that `lllm run` and `lllm batch`
 //! write. The record files stay the source of truth: each index row names
 //! its record (a `.json` file, or a `sessions.jsonl` path and the line's byte
-//! offset) and [`Store::reindex`] rebuilds the index from them.
+//! offset) and [`Store::reindex`](crate::store::Store::reindex) rebuilds the index from them.
 //!
 //! This module owns the schema, registering entries and reading one record
 //! back; `query` owns listing, filtering and cost totals. What a row holds is
