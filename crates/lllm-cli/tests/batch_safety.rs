@@ -225,8 +225,14 @@ fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committe
         "-j",
         "2",
         "-q",
+        // The session store (SQLite) would meet the file limit too; here
+        // only the output directory's files are under test.
+        "--no-store",
     ];
-    // 8 KiB per file: a few session records fit, then writes fail.
+    // 8 KiB per file: a few session records fit, then writes fail. How many
+    // lines the first write carries depends on how fast the tasks finish
+    // against the writer (it gathers what is ready), so it may already fail:
+    // nothing is then committed, which is as intact as a longer prefix.
     let output = run_with_file_limit(&test, 16, &args);
     output.expect_code(1);
     assert!(!output.stderr.contains("panicked"), "{}", output.stderr);
@@ -245,11 +251,7 @@ fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committe
     );
     // Every committed result has its record; at most the last record is torn.
     let results = read_lines(&test, "out/results.jsonl");
-    assert!(
-        !results.is_empty() && results.len() < 40,
-        "{}",
-        results.len()
-    );
+    assert!(results.len() < 40, "{}", results.len());
     let sessions = std::fs::read_to_string(test.path("out/sessions.jsonl")).unwrap();
     let records: Vec<Value> = sessions
         .lines()
