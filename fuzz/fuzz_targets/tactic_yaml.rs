@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
             id: Some("t1".into()),
             task,
             args: Map::from_iter([("topic".to_string(), json!("tides"))]),
-            tags: Map::new(),
+            ..Task::default()
         };
         if let Err(error) = tactic.check_task(&input) {
             one_problem_per_line(&error.to_string());
