@@ -138,6 +138,7 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
         warn: &|warning| eprintln!("warning: {warning}"),
         budget: None,
         registry: &registry,
+        cache: None,
     };
     let task = Task::new(TASK);
     let tactic = match lllm::tactic::load(tactic, &options, Some(&task)) {

@@ -90,6 +90,15 @@ pub fn url(text: &str) -> Cow<'_, str> {
     Cow::Owned(shown)
 }
 
+/// A URL with its user name and password taken out (`http://host/v1`), the
+/// rest as written: what identifies the server, never shown.
+pub fn without_credentials(text: &str) -> Cow<'_, str> {
+    match credentials_span(text) {
+        Some(span) => Cow::Owned(format!("{}{}", &text[..span.start], &text[span.end + 1..])),
+        None => Cow::Borrowed(text),
+    }
+}
+
 /// A URL as error messages name it: credentials redacted, without its query
 /// and fragment (`http://***@host/v1/chat/completions`).
 pub fn place(text: &str) -> String {

@@ -251,11 +251,15 @@ fn render_raw(record: &SessionRecord) -> String {
     };
     let _ = writeln!(
         out,
-        "session {} · tactic `{}` ({}) · {state} · {} invoke(s) · {} tokens · {} · {:.1} s",
+        "session {} · tactic `{}` ({}) · {state} · {} invoke(s){} · {} tokens · {} · {:.1} s",
         record.session_id,
         record.tactic.name,
         record.tactic.path,
         record.invoke_count(),
+        match record.cache_hit_count() {
+            0 => String::new(),
+            hits => format!(" + {hits} from the cache"),
+        },
         record.cost.total_tokens,
         cost_text(&record.cost),
         record.latency_ms as f64 / 1000.0
@@ -355,10 +359,14 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
         call.latency_ms
     );
     for invoke in &call.invokes {
-        let head = format!(
-            "  invoke round {} attempt {} · {} ms",
-            invoke.step, invoke.attempt, invoke.latency_ms
-        );
+        let head = if invoke.cached {
+            format!("  invoke round {} · cached (not sent)", invoke.step)
+        } else {
+            format!(
+                "  invoke round {} attempt {} · {} ms",
+                invoke.step, invoke.attempt, invoke.latency_ms
+            )
+        };
         match (&invoke.response, &invoke.error) {
             (_, Some(error)) => {
                 let _ = writeln!(

@@ -16,7 +16,7 @@ use super::{AgentSpec, Runtime};
 use crate::dialog::{Dialog, FunctionCall, Message, Role};
 use crate::prompt::Prompt;
 use crate::provider::retry::{self, FailedAttempt};
-use crate::provider::{ChatRequest, ToolSpec, pricing};
+use crate::provider::{ChatRequest, ToolSpec, cache, pricing};
 use crate::tool;
 
 /// D3: `max_interrupt_steps: 0` means unlimited, up to this many tool rounds.
@@ -323,15 +323,37 @@ impl Call<'_> {
                 stream: self.text_sink,
             };
             let digest = RequestDigest::of(&request, working.dialog_id());
+            let cache_key = model
+                .cache
+                .as_ref()
+                .map(|binding| (binding, binding.key(&digest.sha256, self.spec.api_type)));
+            let hit = cache_key
+                .as_ref()
+                .and_then(|(binding, key)| binding.get(key));
+            let cached = hit.is_some();
             let mut failed_attempts = Vec::new();
-            let outcome = retry::invoke_with_retry(
-                model.provider.as_ref(),
-                request,
-                &model.retry,
-                self.spec.limits.max_llm_recall,
-                |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
-            )
-            .await;
+            let outcome = match hit {
+                Some(reply) => {
+                    if let Some(sink) = self.text_sink {
+                        sink(&reply.content);
+                    }
+                    Ok(retry::Attempted {
+                        message: cache::as_hit(reply),
+                        attempts: 1,
+                        latency: std::time::Duration::ZERO,
+                    })
+                }
+                None => {
+                    retry::invoke_with_retry(
+                        model.provider.as_ref(),
+                        request,
+                        &model.retry,
+                        self.spec.limits.max_llm_recall,
+                        |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
+                    )
+                    .await
+                }
+            };
             for failed in failed_attempts {
                 session.record(InvokeTrace {
                     step,
@@ -343,6 +365,7 @@ impl Call<'_> {
                     parse_error: None,
                     latency_ms: failed.latency.as_millis() as u64,
                     waited_ms: failed.waited.as_millis() as u64,
+                    cached: false,
                 });
             }
             let attempted = match outcome {
@@ -357,18 +380,36 @@ impl Call<'_> {
             let mut reply = attempted.message;
             reply.name = self.spec.name.clone();
             reply.role = Role::Assistant;
-            if !pricing::apply(
-                &self.runtime.prices,
-                &model.provider_name,
-                model.service,
-                &model.model,
-                &mut reply.usage,
-            ) && let Some(warning) = self
-                .runtime
-                .price_warnings
-                .warn_once(&model.provider_name, &model.model)
+            // A hit costs nothing (`cache::as_hit`); a reply that was sent is
+            // priced, then kept for the next identical request.
+            if !cached
+                && !pricing::apply(
+                    &self.runtime.prices,
+                    &model.provider_name,
+                    model.service,
+                    &model.model,
+                    &mut reply.usage,
+                )
+                && let Some(warning) = self
+                    .runtime
+                    .price_warnings
+                    .warn_once(&model.provider_name, &model.model)
             {
                 crate::report::warn(&warning);
+            }
+            if let Some((binding, key)) = &cache_key
+                && !cached
+            {
+                binding.put(
+                    key,
+                    &cache::Entry {
+                        reply: &reply,
+                        provider: &model.provider_name,
+                        model: &model.model,
+                        cost: crate::dialog::InvokeCost::from_usage(&reply.usage).cost,
+                        ttl: binding.ttl,
+                    },
+                );
             }
             let parse_error = if reply.is_function_call() {
                 None
@@ -405,6 +446,7 @@ impl Call<'_> {
                 parse_error: parse_error.clone(),
                 latency_ms: attempted.latency.as_millis() as u64,
                 waited_ms: 0,
+                cached,
             });
             let Some(error) = parse_error else {
                 return Ok(reply);

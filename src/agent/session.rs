@@ -118,6 +118,10 @@ pub struct InvokeTrace {
     /// the next one; absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub waited_ms: u64,
+    /// The reply came from the response cache (`provider::cache`): nothing
+    /// was sent, and it cost nothing; absent when it was sent.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cached: bool,
 }
 
 /// One repair: a reply that did not parse, sent back to the model with the

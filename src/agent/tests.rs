@@ -154,6 +154,7 @@ fn fixture_with(
                 jitter: 0.0,
             },
             service: None,
+            cache: None,
         },
         model_args: json!({"temperature": 0, "seed": 7})
             .as_object()

@@ -69,6 +69,9 @@ pub struct Options {
     /// Tags and metadata added to every task's own (`lllm batch --tag`,
     /// `--meta`); a task line's value for the same key wins.
     pub labels: Labels,
+    /// `--cache` / `--no-cache` and the response cache (`None`: nothing is
+    /// cached, whatever the tactics say).
+    pub cache: Option<Arc<crate::provider::cache::CacheSource>>,
 }
 
 /// Tags and metadata given for a whole batch.
@@ -147,6 +150,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         options.prices.as_deref(),
         budget.clone(),
         options.registry.clone(),
+        options.cache.clone(),
     )?;
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;

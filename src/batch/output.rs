@@ -66,6 +66,9 @@ pub struct ResultLine {
     /// LLM requests sent (retries included).
     #[serde(default)]
     pub calls: u64,
+    /// Replies answered from the response cache instead (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_hits: u64,
     /// The task line's `tags`, so results join to their inputs (`{}` when it
     /// had none, or when the line could not be read).
     #[serde(default)]
@@ -77,6 +80,10 @@ pub struct ResultLine {
 
 fn known() -> bool {
     true
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 impl ResultLine {
@@ -100,6 +107,7 @@ impl ResultLine {
             latency_ms: record.latency_ms,
             session_id: Some(record.session_id.clone()),
             calls: record.invoke_count() as u64,
+            cache_hits: record.cache_hit_count() as u64,
             tags: record.tags.clone(),
             args: record.args.clone(),
         }
@@ -117,6 +125,7 @@ impl ResultLine {
             latency_ms: 0,
             session_id: None,
             calls: 0,
+            cache_hits: 0,
             tags: Map::new(),
             args: Map::new(),
         }
@@ -380,6 +389,7 @@ pub struct Brief {
     pub cost_known: bool,
     pub usage: Usage,
     pub calls: u64,
+    pub cache_hits: u64,
 }
 
 impl Brief {
@@ -389,6 +399,7 @@ impl Brief {
         cost_known: bool,
         usage: Usage,
         calls: u64,
+        cache_hits: u64,
     ) -> Brief {
         Brief {
             state,
@@ -396,6 +407,7 @@ impl Brief {
             cost_known: cost_known && cost.is_some(),
             usage,
             calls,
+            cache_hits,
         }
     }
 }
@@ -408,6 +420,7 @@ impl From<&ResultLine> for Brief {
             result.cost_known,
             result.usage,
             result.calls,
+            result.cache_hits,
         )
     }
 }
@@ -486,6 +499,8 @@ struct BriefLine<'a> {
     usage: Usage,
     #[serde(default)]
     calls: u64,
+    #[serde(default)]
+    cache_hits: u64,
 }
 
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
@@ -514,6 +529,7 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
                     result.cost_known,
                     result.usage,
                     result.calls,
+                    result.cache_hits,
                 );
                 previous.spent.add(&brief);
                 match previous.latest.get_mut(result.id.as_ref()) {

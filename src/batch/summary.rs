@@ -20,6 +20,8 @@ pub struct Totals {
     pub skipped: u64,
     /// LLM requests sent.
     pub calls: u64,
+    /// Replies from the response cache instead.
+    pub cache_hits: u64,
     pub usage: Usage,
     /// USD (the known part when `cost_known` is false).
     pub cost: f64,
@@ -34,6 +36,7 @@ impl Default for Totals {
             failure: 0,
             skipped: 0,
             calls: 0,
+            cache_hits: 0,
             usage: Usage::default(),
             cost: 0.0,
             cost_known: true,
@@ -50,6 +53,7 @@ impl Totals {
             TaskState::Skipped => self.skipped += 1,
         }
         self.calls += brief.calls;
+        self.cache_hits += brief.cache_hits;
         // Token counts come from servers: saturate rather than overflow.
         self.usage.prompt_tokens = self
             .usage
@@ -84,6 +88,8 @@ pub struct Summary {
     pub cost: f64,
     pub cost_known: bool,
     pub calls: u64,
+    /// Replies from the response cache (not sent, not paid).
+    pub cache_hits: u64,
     pub this_run: ThisRun,
     pub shard: Option<String>,
     pub interrupted: bool,
@@ -131,6 +137,7 @@ impl Summary {
             cost: spent.cost,
             cost_known: spent.cost_known,
             calls: spent.calls,
+            cache_hits: spent.cache_hits,
             this_run: ThisRun {
                 tasks: this_run.tasks,
                 calls: this_run.calls,
@@ -158,7 +165,14 @@ impl Summary {
             rows.push(("not run", self.not_run.to_string()));
         }
         rows.extend([
-            ("LLM calls", self.calls.to_string()),
+            (
+                "LLM calls",
+                if self.cache_hits > 0 {
+                    format!("{} (+{} from the cache)", self.calls, self.cache_hits)
+                } else {
+                    self.calls.to_string()
+                },
+            ),
             (
                 "tokens",
                 format!(

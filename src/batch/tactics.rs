@@ -22,6 +22,8 @@ pub struct Tactics {
     budget: Option<Arc<CostBudget>>,
     /// The extensions tactics may name.
     registry: crate::Registry,
+    /// `--cache` / `--no-cache` and the response cache, for every tactic.
+    cache: Option<Arc<crate::provider::cache::CacheSource>>,
     built: HashMap<PathBuf, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<PathBuf, String>,
@@ -36,6 +38,7 @@ impl Tactics {
         prices: Option<&Path>,
         budget: Option<Arc<CostBudget>>,
         registry: crate::Registry,
+        cache: Option<Arc<crate::provider::cache::CacheSource>>,
     ) -> Result<Tactics> {
         let prices = match prices {
             Some(path) => {
@@ -48,6 +51,7 @@ impl Tactics {
             prices,
             budget,
             registry,
+            cache,
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
@@ -101,6 +105,7 @@ impl Tactics {
             warn: &|warning| crate::report::warn(&format!("{}: {warning}", path.display())),
             budget: self.budget.clone(),
             registry: &self.registry,
+            cache: self.cache.clone(),
         };
         Ok(crate::tactic::load(path, &options, None)?)
     }

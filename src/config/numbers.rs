@@ -66,6 +66,8 @@ pub const RETRY_CAP_MS: Range = whole("retry_cap_ms", 0.0, HOUR_MS, "millisecond
 pub const DEFAULT_RETRY_CAP_MS: u64 = 60_000;
 
 // The tactic itself.
+/// How long a cached reply may be used: a second to ten years.
+pub const CACHE_TTL_S: Range = real("cache_ttl_s", 1.0, 3650.0 * DAY_S, "seconds");
 pub const MAX_WORKERS: Range = whole("max_workers", 1.0, 100_000.0, "tasks at once");
 
 // Agents and `global`.

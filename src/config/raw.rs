@@ -23,6 +23,8 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "result",
     "pricing",
     "max_workers",
+    "cache",
+    "cache_ttl_s",
 ];
 
 /// Keys an agent entry (or `global`) may have; any other key is a model argument (D14).
@@ -64,6 +66,8 @@ pub struct RawTactic {
     pub result: Option<String>,
     pub pricing: Option<Value>,
     pub max_workers: Option<Value>,
+    pub cache: Option<bool>,
+    pub cache_ttl_s: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -107,6 +111,8 @@ pub struct RawProvider {
     pub retry_cap_ms: Option<Value>,
     pub script: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
+    pub cache: Option<bool>,
+    pub cache_ttl_s: Option<Value>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -51,6 +51,12 @@ pub struct TacticConfig {
     /// `Tactic(max_workers=4)`). That and nothing more: `lllm run` runs one
     /// task, and `lllm batch` takes its concurrency from `-j`.
     pub max_workers: Option<usize>,
+    /// `cache`: whether this tactic's calls use the response cache (see
+    /// `provider::cache`; `--cache` / `--no-cache` and a provider's own
+    /// `cache` win over it).
+    pub cache: Option<bool>,
+    /// `cache_ttl_s`: how long a cached reply is used (a provider's own wins).
+    pub cache_ttl_s: Option<f64>,
     /// What was accepted but is worth a word (unknown keys moved aside, …).
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
@@ -156,6 +162,11 @@ pub struct ProviderConfig {
     /// Extra HTTP headers sent with every request.
     #[serde(serialize_with = "masked_values")]
     pub headers: BTreeMap<String, String>,
+    /// Whether calls to this provider use the response cache (over the
+    /// tactic's `cache`; `--cache` / `--no-cache` win over both).
+    pub cache: Option<bool>,
+    /// How long a cached reply of this provider is used, in seconds.
+    pub cache_ttl_s: Option<f64>,
 }
 
 fn redacted_url<S: serde::Serializer>(
@@ -379,6 +390,7 @@ pub(super) fn resolve(
             &numbers::RETRY_CAP_MS,
             &mut problems,
         );
+        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S, &mut problems);
         if let Some(base) = retry_base_ms {
             let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
             if base > cap {
@@ -419,6 +431,8 @@ pub(super) fn resolve(
                 retry_cap_ms,
                 script: provider.script.map(PathBuf::from),
                 headers: provider.headers.unwrap_or_default(),
+                cache: provider.cache,
+                cache_ttl_s,
             },
         );
     }
@@ -593,6 +607,17 @@ pub(super) fn resolve(
                     .ok()
             })
             .map(|workers| workers as usize),
+        cache: raw.cache,
+        cache_ttl_s: raw
+            .cache_ttl_s
+            .as_ref()
+            .filter(|value| !value.is_null())
+            .and_then(|value| {
+                numbers::CACHE_TTL_S
+                    .check(value)
+                    .map_err(|problem| problems.push(problem))
+                    .ok()
+            }),
         warnings,
         resolved,
         model_override: None,

@@ -28,13 +28,14 @@ pub use parser::{JsonParser, NamedParser, Parse, ParseFailure, Parser, TagParser
 pub use registry::Registry;
 pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
+use crate::suggest::printable;
 use render::Compiled;
 
 /// What can go wrong with a prompt: its template, its arguments, its file.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The template does not compile.
-    #[error("prompt `{prompt}`{}: {message}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
+    #[error("prompt `{prompt}`{}: {}", line.map(|line| format!(" line {line}")).unwrap_or_default(), printable(message))]
     Syntax {
         /// The prompt's key.
         prompt: String,
@@ -59,7 +60,7 @@ pub enum Error {
         needed: Vec<String>,
     },
     /// Rendering failed (a renderer's own error, a value of the wrong shape).
-    #[error("prompt `{prompt}`: {message}")]
+    #[error("prompt `{prompt}`: {}", printable(message))]
     Render {
         /// The prompt's key.
         prompt: String,
@@ -82,7 +83,7 @@ pub enum Error {
         key: String,
     },
     /// A prompt file is unreadable or its front matter is wrong.
-    #[error("{path}: {message}")]
+    #[error("{}: {}", printable(path), printable(message))]
     File {
         /// The file (with `:line:column` when known).
         path: String,
@@ -90,7 +91,7 @@ pub enum Error {
         message: String,
     },
     /// A prompt's setting is wrong (its format, an `extend`).
-    #[error("prompt `{path}`: {message}")]
+    #[error("prompt `{path}`: {}", printable(message))]
     Invalid {
         /// The prompt's key.
         path: String,
@@ -495,6 +496,23 @@ mod tests {
             error,
             "prompt `p` needs `a\\nb`, `c`; missing: `a\\nb`, `c` (pass it as a step argument, `--var`, or a task argument)"
         );
+    }
+
+    #[test]
+    fn file_and_syntax_errors_stay_on_one_line() {
+        // Found by fuzzing `prompt_file`: a filter name the template checker
+        // quoted held a newline, and the load error broke over two lines.
+        let error = Error::File {
+            path: "p.md:5".into(),
+            message: "unknown filter `a.\nb`\r".into(),
+        };
+        assert_eq!(error.to_string(), "p.md:5: unknown filter `a.\\nb`\\r");
+        let error = Error::Syntax {
+            prompt: "p".into(),
+            line: Some(2),
+            message: "bad\u{1b}[2J".into(),
+        };
+        assert_eq!(error.to_string(), "prompt `p` line 2: bad\\x1b[2J");
     }
 
     #[test]

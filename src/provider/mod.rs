@@ -126,7 +126,8 @@ impl ProviderError {
         if let Some(code) = &self.code {
             text.push_str(&format!(" ({code})"));
         }
-        text
+        // The message and code come from the provider: one line, whatever they hold.
+        crate::redact::terminal_line(&text).into_owned()
     }
 }
 
@@ -194,6 +195,7 @@ mod optional_millis {
 pub mod anthropic;
 #[doc(hidden)]
 pub mod budget;
+pub mod cache;
 #[doc(hidden)]
 pub mod digest;
 #[doc(hidden)]
@@ -229,3 +231,20 @@ pub mod retry;
 pub mod scrub;
 #[doc(hidden)]
 pub mod sse;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_from_the_wire_is_one_line() {
+        // Found by fuzzing `anthropic_reply`: an error type with `\r` in it.
+        let mut error = ProviderError::new(ErrorKind::Transient, "scripted\nfault");
+        error.status = Some(500);
+        error.code = Some("api_\rerror".into());
+        assert_eq!(
+            error.to_string(),
+            "HTTP 500: scripted\\nfault (api_\\rerror)"
+        );
+    }
+}

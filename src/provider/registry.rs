@@ -105,6 +105,9 @@ pub struct Resolved {
     /// `anthropic`, `groq`, …), whose published prices apply to it; `None`
     /// for a local server, a proxy or any other host (see `pricing`).
     pub service: Option<&'static str>,
+    /// The response cache this model's calls use (`cache`), if any: set by
+    /// the tactic's builder.
+    pub cache: Option<super::cache::Binding>,
 }
 
 /// Every provider of a run. Providers are made once per name, so limits
@@ -199,6 +202,7 @@ impl Providers {
                 model,
                 retry,
                 service,
+                cache: None,
             });
         }
         let retry = retry_policy(self.configs.get(provider_name));
@@ -215,7 +219,29 @@ impl Providers {
             model: model.to_string(),
             retry,
             service: self.service(provider_name),
+            cache: None,
         })
+    }
+
+    /// What identifies provider `name`'s endpoint in response-cache keys
+    /// (`cache::scope`); `None` where nothing is sent (offline providers,
+    /// replays, dry runs), which are never cached.
+    pub fn cache_scope(&self, name: &str) -> Option<String> {
+        if self.replacement.is_some() || self.dry_run.is_some() {
+            return None;
+        }
+        let api = match self.api(name)? {
+            ProviderApi::Mock => return None,
+            ProviderApi::OpenAi => "openai",
+            ProviderApi::Anthropic => "anthropic",
+        };
+        let base_url = self.base_url(name).ok().flatten()?;
+        let headers = extra_headers(self.configs.get(name));
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        Some(super::cache::scope(api, &base_url.url, &headers))
     }
 
     /// The API provider `name` speaks, if it is known.
@@ -492,6 +518,8 @@ mod tests {
             retry_base_ms: Some(5),
             retry_cap_ms: None,
             script: None,
+            cache: None,
+            cache_ttl_s: None,
             headers: BTreeMap::new(),
         }
     }

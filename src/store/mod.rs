@@ -10,10 +10,10 @@
 //!
 //! Several writers at once (a batch and a run, shards of one job on one
 //! machine) are safe: the database is in WAL mode with a busy timeout, and
-//! each registration is one short transaction. A later response cache can
-//! live in the same file as a table of its own (`cache`, keyed by the
-//! request digest); nothing here assumes the file holds sessions only.
+//! each registration is one short transaction. The response cache
+//! (`cache`) is a file of its own beside the index.
 
+mod cache;
 mod query;
 mod registrar;
 
@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 
 use crate::tactic::{RunState, SessionRecord};
 
+pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
 pub use query::{CostGroup, CostRow, Filter, GroupBy, Listed, parse_since, parse_time};
 pub(crate) use registrar::Registrar;
 

@@ -102,6 +102,7 @@ impl Tactic {
                 replacement: None,
                 dry_run: None,
                 budget: None,
+                cache: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -122,6 +123,7 @@ impl Tactic {
                 replacement: Some(provider),
                 dry_run: None,
                 budget: None,
+                cache: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -143,6 +145,7 @@ impl Tactic {
                 replacement: None,
                 dry_run: Some(log),
                 budget: None,
+                cache: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -165,6 +168,7 @@ impl Tactic {
                 replacement: None,
                 dry_run: None,
                 budget: Some(budget),
+                cache: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -208,6 +212,7 @@ impl Tactic {
             replacement: replacement.clone(),
             dry_run: dry_run.clone(),
             budget: builder.budget.clone(),
+            cache: builder.cache.clone(),
             ..*builder
         };
         let mut problems = Problems::default();
@@ -284,6 +289,11 @@ impl Tactic {
                     Ok(budgeted) => resolved.provider = Arc::new(budgeted),
                     Err(problem) => problems.push_other(problem),
                 }
+            }
+            if let (Some(source), Some(resolved), Some(providers)) =
+                (&builder.cache, model.as_mut(), providers.as_ref())
+            {
+                resolved.cache = cache_binding(&config, source, providers, resolved);
             }
             for server in &agent.mcp_servers {
                 check_server(
@@ -579,6 +589,33 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     toolbox
 }
 
+/// The response cache `resolved`'s calls use, if the settings turn it on
+/// (`--cache` / `--no-cache`, the provider's `cache`, the tactic's) and its
+/// provider sends requests somewhere.
+fn cache_binding(
+    config: &TacticConfig,
+    source: &Arc<crate::provider::cache::CacheSource>,
+    providers: &Providers,
+    resolved: &crate::provider::registry::Resolved,
+) -> Option<crate::provider::cache::Binding> {
+    let provider = config.providers.get(&resolved.provider_name);
+    if !source.enabled(provider.and_then(|provider| provider.cache), config.cache) {
+        return None;
+    }
+    let scope = providers.cache_scope(&resolved.provider_name)?;
+    let seconds = provider
+        .and_then(|provider| provider.cache_ttl_s)
+        .or(config.cache_ttl_s);
+    Some(crate::provider::cache::Binding {
+        source: source.clone(),
+        scope,
+        ttl: seconds.map_or(crate::provider::cache::DEFAULT_TTL, |seconds| {
+            std::time::Duration::try_from_secs_f64(seconds)
+                .unwrap_or(crate::provider::cache::DEFAULT_TTL)
+        }),
+    })
+}
+
 /// What building a tactic passes on to the tactics its steps run.
 pub(super) struct Builder<'a> {
     pub(super) env: &'a dyn Fn(&str) -> Option<String>,
@@ -587,6 +624,8 @@ pub(super) struct Builder<'a> {
     pub(super) dry_run: Option<Arc<crate::provider::dry_run::DryRun>>,
     /// Every call passes this spending cap (`lllm batch --max-cost`).
     pub(super) budget: Option<Arc<CostBudget>>,
+    /// The response cache and the `--cache` / `--no-cache` choice.
+    pub(super) cache: Option<Arc<crate::provider::cache::CacheSource>>,
     /// The tactic files being built, outermost first (to find cycles).
     pub(super) stack: Vec<PathBuf>,
     /// The `api_key_env` names of those tactics: no tool inherits them.

@@ -47,6 +47,7 @@ impl Tactic {
             warn: &crate::report::warn,
             budget: None,
             registry,
+            cache: None,
         };
         super::load(path.as_ref(), &options, None)
     }

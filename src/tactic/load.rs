@@ -38,6 +38,9 @@ pub struct LoadOptions<'a> {
     pub budget: Option<Arc<CostBudget>>,
     /// The extensions the tactic may name (`Registry::new()`: built-ins).
     pub registry: &'a crate::Registry,
+    /// `--cache` / `--no-cache` and the response cache (`None`: no call is
+    /// cached, whatever the tactic says).
+    pub cache: Option<Arc<crate::provider::cache::CacheSource>>,
 }
 
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
@@ -49,6 +52,7 @@ pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Resu
         replacement: None,
         dry_run: options.dry_run.clone(),
         budget: options.budget.clone(),
+        cache: options.cache.clone(),
         stack: Vec::new(),
         hidden_variables: Vec::new(),
     };

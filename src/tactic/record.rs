@@ -254,13 +254,28 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
-    /// Invokes sent to providers (attempts included), sub-tactics included.
+    /// Invokes sent to providers (attempts included), sub-tactics included;
+    /// replies from the response cache are not sent ([`cache_hit_count`](Self::cache_hit_count)).
     pub fn invoke_count(&self) -> usize {
-        let own: usize = self.agent_calls.iter().map(|call| call.invokes.len()).sum();
+        self.count_invokes(false)
+    }
+
+    /// Invokes answered from the response cache, sub-tactics included.
+    pub fn cache_hit_count(&self) -> usize {
+        self.count_invokes(true)
+    }
+
+    fn count_invokes(&self, cached: bool) -> usize {
+        let own: usize = self
+            .agent_calls
+            .iter()
+            .flat_map(|call| &call.invokes)
+            .filter(|invoke| invoke.cached == cached)
+            .count();
         let nested: usize = self
             .sub_tactic_sessions
             .iter()
-            .map(SessionRecord::invoke_count)
+            .map(|session| session.count_invokes(cached))
             .sum();
         own + nested
     }
@@ -422,6 +437,7 @@ mod tests {
             parse_error: None,
             latency_ms: 0,
             waited_ms: 0,
+            cached: false,
         }
     }
 

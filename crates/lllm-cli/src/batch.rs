@@ -118,6 +118,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         },
         store: args.store.dir(),
+        cache: Some(args.store.cache_source()),
     };
     batch::run(options).await
 }

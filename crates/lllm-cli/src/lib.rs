@@ -5,6 +5,7 @@
 //! it to the exit code.
 
 mod batch;
+mod cache;
 mod compare;
 mod logs;
 mod merge;
@@ -51,6 +52,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Sessions of earlier runs, from the session store: list, filter, show, cost.
     Logs(logs::LogsArgs),
+    /// The response cache (`--cache`): what it holds and saved, or empty it.
+    Cache(cache::CacheArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -174,6 +177,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::Cache(args) => cache::run(args),
     }
 }
 

@@ -54,6 +54,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         warn: &|warning| lllm::report::warn(warning),
         budget: None,
         registry,
+        cache: Some(args.store.cache_source()),
     };
     let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {
@@ -334,6 +335,10 @@ fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
         cost.prompt_tokens,
         cost.completion_tokens,
     );
+    let hits = record.cache_hit_count();
+    if hits > 0 {
+        line.push_str(&format!(" · {hits} from the cache"));
+    }
     if let Some(path) = path {
         line.push_str(&format!(" · record {}", path.display()));
     }

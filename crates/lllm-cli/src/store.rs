@@ -27,6 +27,16 @@ pub struct StoreArgs {
     /// Do not register the session(s) in the session store.
     #[arg(long, conflicts_with = "store")]
     pub no_store: bool,
+    /// Answer each model call from the response cache when the same request
+    /// (model, messages, tools, format, model arguments, endpoint) succeeded
+    /// before, and keep new replies there: a hit is not sent and costs $0.
+    /// Over the tactic's and providers' `cache` settings. The cache is
+    /// `cache.sqlite` in the store's directory (`--no-store` does not move it).
+    #[arg(long, overrides_with = "no_cache")]
+    pub cache: bool,
+    /// Send every call, whatever the tactic's and providers' `cache` say.
+    #[arg(long, overrides_with = "cache")]
+    pub no_cache: bool,
 }
 
 impl StoreArgs {
@@ -44,6 +54,34 @@ impl StoreArgs {
             );
         }
         dir
+    }
+}
+
+impl StoreArgs {
+    /// `--cache` / `--no-cache` and the store's response cache, opened when a
+    /// tactic's settings first turn it on.
+    pub fn cache_source(&self) -> std::sync::Arc<lllm::provider::cache::CacheSource> {
+        let flag = match (self.cache, self.no_cache) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
+        let dir = self.store.clone().or_else(default_dir);
+        std::sync::Arc::new(lllm::provider::cache::CacheSource::new(flag, move || {
+            let Some(dir) = &dir else {
+                return Err(
+                    "no response cache: none of `LLLM_HOME`, `XDG_DATA_HOME` and \
+                            `HOME` is set (hint: pass `--store DIR`)"
+                        .to_string(),
+                );
+            };
+            lllm::store::Cache::open(dir)
+                .map(|cache| {
+                    std::sync::Arc::new(cache)
+                        as std::sync::Arc<dyn lllm::provider::cache::ResponseCache>
+                })
+                .map_err(|error| error.to_string())
+        }))
     }
 }
 

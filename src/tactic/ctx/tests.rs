@@ -28,6 +28,7 @@ fn load(
         warn: &|_| {},
         budget: None,
         registry,
+        cache: None,
     };
     crate::tactic::load(&path, &options, None).map_err(|error| error.to_string())
 }
