@@ -35,8 +35,13 @@ pub trait ResponseCache: Send + Sync {
     /// The reply stored under `key`, if it was stored less than `max_age` ago.
     fn get(&self, key: &str, max_age: Duration) -> Option<Message>;
 
-    /// Keeps `entry.reply` under `key`, replacing what was there.
+    /// Keeps `entry.reply` under `key`, replacing what was there. It may
+    /// be written later ([`flush`](ResponseCache::flush)).
     fn put(&self, key: &str, entry: &Entry<'_>);
+
+    /// Returns once every reply put so far is written (a run calls it before
+    /// it ends). Nothing to do for a cache that writes at once.
+    fn flush(&self) {}
 }
 
 /// A reply to keep, with what `lllm cache stats` shows of it.
@@ -90,7 +95,36 @@ impl CacheSource {
         }
     }
 
-    /// A source that uses `cache` (already open).
+    /// A source that uses `cache` (already open). A program passes it to
+    /// `tactic::load`; the session store's cache is `store::Cache`:
+    ///
+    /// ```
+    /// # fn main() -> Result<(), lllm::BoxError> {
+    /// use std::sync::Arc;
+    /// use lllm::provider::cache::CacheSource;
+    /// use lllm::{Registry, store};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let tactic = dir.path().join("t.yaml");
+    /// std::fs::write(&tactic, "
+    /// tactic_type: ask
+    /// cache: true                                 # or --cache: Some(true) below
+    /// agent_configs: [{name: a, model_name: local/llama3, system_prompt: Be brief.}]
+    /// providers: {local: {api: openai, base_url: 'http://127.0.0.1:11434/v1'}}
+    /// ")?;
+    /// let cache = Arc::new(store::Cache::open(&dir.path().join("store"))?);
+    /// let registry = Registry::new();
+    /// let options = lllm::tactic::LoadOptions {
+    ///     model: None, prices: None, env: &|_| None, dry_run: None, warn: &|_| {},
+    ///     budget: None, registry: &registry,
+    ///     cache: Some(Arc::new(CacheSource::with(None, cache))),
+    /// };
+    /// let tactic = lllm::tactic::load(&tactic, &options, None)?;
+    /// // Every call of `tactic` now answers from the cache what it answered before.
+    /// # let _ = tactic;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with(flag: Option<bool>, cache: Arc<dyn ResponseCache>) -> CacheSource {
         let opened = OnceLock::new();
         let _ = opened.set(Some(cache));
@@ -105,6 +139,14 @@ impl CacheSource {
     /// provider's `cache`, else the tactic's, else not.
     pub fn enabled(&self, provider: Option<bool>, tactic: Option<bool>) -> bool {
         self.flag.or(provider).or(tactic).unwrap_or(false)
+    }
+
+    /// Writes what the cache holds back, if it was opened (see
+    /// [`ResponseCache::flush`]).
+    pub fn flush(&self) {
+        if let Some(Some(cache)) = self.opened.get() {
+            cache.flush();
+        }
     }
 
     /// The cache, opening it on first use; `None` when it could not be opened.

@@ -10,8 +10,8 @@
 //! be used, and how often it was.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -53,6 +53,7 @@ CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires_at);
 /// let entry = Entry { reply: &reply, provider: "openai", model: "gpt-4o-mini", cost: Some(0.0002),
 ///                     ttl: Duration::from_secs(3600) };
 /// cache.put("key", &entry);
+/// cache.flush(); // puts are written by a thread of the cache's own
 /// assert_eq!(cache.get("key", Duration::from_secs(3600)).unwrap().content, "Paris.");
 /// assert_eq!(cache.stats()?.entries, 1);
 /// assert_eq!(cache.clear(false)?, 1);
@@ -60,11 +61,43 @@ CREATE INDEX IF NOT EXISTS responses_expires ON responses (expires_at);
 /// # }
 /// ```
 pub struct Cache {
+    /// Lookups, `stats` and `clear`.
     connection: Mutex<Connection>,
     path: PathBuf,
     /// A failing cache says so once, then keeps quiet.
-    warned: AtomicBool,
+    warned: Arc<AtomicBool>,
+    /// Replies to keep and hits to count go to a thread of their own, which
+    /// writes what has gathered in one transaction: a transaction per reply
+    /// cost a batch twice its CPU time (`bench/cache.sh`).
+    writer: Mutex<Option<Writer>>,
 }
+
+struct Writer {
+    sender: mpsc::SyncSender<Write>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// What the writer thread does.
+enum Write {
+    Put {
+        key: String,
+        provider: String,
+        model: String,
+        reply: String,
+        cost: Option<f64>,
+        created_at: i64,
+        expires_at: i64,
+    },
+    Hit {
+        key: String,
+        at: i64,
+    },
+    /// Answer once everything sent before is written.
+    Flush(mpsc::Sender<()>),
+}
+
+/// Writes gathered into one transaction at most.
+const WRITES_PER_TRANSACTION: usize = 1_000;
 
 /// What `lllm cache stats` shows.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -125,11 +158,55 @@ impl Cache {
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {SCHEMA}"
             ))
             .map_err(|error| open_error(error.to_string()))?;
+        let writer_connection =
+            Connection::open(&path).map_err(|error| open_error(error.to_string()))?;
+        writer_connection
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(|error| open_error(error.to_string()))?;
+        let warned = Arc::new(AtomicBool::new(false));
+        let (sender, receiver) = mpsc::sync_channel(4 * WRITES_PER_TRANSACTION);
+        let thread = {
+            let (path, warned) = (path.clone(), warned.clone());
+            std::thread::Builder::new()
+                .name("lllm-cache".into())
+                .spawn(move || write_loop(writer_connection, receiver, &path, &warned))
+                .map_err(|error| open_error(error.to_string()))?
+        };
         Ok(Cache {
             connection: Mutex::new(connection),
             path,
-            warned: AtomicBool::new(false),
+            warned,
+            writer: Mutex::new(Some(Writer { sender, thread })),
         })
+    }
+
+    /// Waits until every reply and hit handed over so far is written.
+    pub fn flush(&self) {
+        let sender = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|writer| writer.sender.clone());
+        if let Some(sender) = sender {
+            let (done, wait) = mpsc::channel();
+            if sender.send(Write::Flush(done)).is_ok() {
+                let _ = wait.recv();
+            }
+        }
+    }
+
+    fn send(&self, write: Write) {
+        let sender = self
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|writer| writer.sender.clone());
+        // Blocks while the thread is thousands of writes behind: back-pressure.
+        if let Some(sender) = sender {
+            let _ = sender.send(write);
+        }
     }
 
     /// Opens the cache of the store in `dir` only if it exists (for
@@ -163,6 +240,7 @@ impl Cache {
 
     /// Counts, sizes and savings, overall and per model.
     pub fn stats(&self) -> Result<CacheStats> {
+        self.flush();
         let now = now_ms();
         let connection = self.connection();
         let (entries, expired, bytes, hits, saved, oldest, newest) = connection
@@ -222,6 +300,7 @@ impl Cache {
     /// Removes every reply (`expired_only`: those past their time to live);
     /// returns how many.
     pub fn clear(&self, expired_only: bool) -> Result<u64> {
+        self.flush();
         let connection = self.connection();
         let removed = if expired_only {
             connection.execute(
@@ -264,12 +343,11 @@ impl Cache {
         let Ok(reply) = serde_json::from_str::<Message>(&reply) else {
             return Ok(None);
         };
-        connection
-            .execute(
-                "UPDATE responses SET hits = hits + 1, last_hit_at = ?2 WHERE key = ?1",
-                params![key, now],
-            )
-            .map_err(|error| self.sql(error))?;
+        drop(connection);
+        self.send(Write::Hit {
+            key: key.to_string(),
+            at: now,
+        });
         Ok(Some(reply))
     }
 
@@ -280,28 +358,113 @@ impl Cache {
         })?;
         let now = now_ms();
         let ttl = i64::try_from(entry.ttl.as_millis()).unwrap_or(i64::MAX);
-        self.connection()
-            .execute(
-                "INSERT INTO responses (key, provider, model, reply, cost, created_at, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (key) DO UPDATE SET
-                     provider = excluded.provider, model = excluded.model,
-                     reply = excluded.reply, cost = excluded.cost,
-                     created_at = excluded.created_at, expires_at = excluded.expires_at,
-                     hits = 0, last_hit_at = NULL",
-                params![
-                    key,
-                    entry.provider,
-                    entry.model,
-                    reply,
-                    entry.cost.filter(|cost| cost.is_finite()),
-                    now,
-                    now.saturating_add(ttl),
-                ],
-            )
-            .map_err(|error| self.sql(error))?;
+        self.send(Write::Put {
+            key: key.to_string(),
+            provider: entry.provider.to_string(),
+            model: entry.model.to_string(),
+            reply,
+            cost: entry.cost.filter(|cost| cost.is_finite()),
+            created_at: now,
+            expires_at: now.saturating_add(ttl),
+        });
         Ok(())
     }
+}
+
+impl Drop for Cache {
+    /// Writes what is pending before the cache goes.
+    fn drop(&mut self) {
+        let writer = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(Writer { sender, thread }) = writer {
+            drop(sender);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer thread: takes what is waiting (up to
+/// `WRITES_PER_TRANSACTION`), writes it in one transaction, answers flushes.
+fn write_loop(
+    mut connection: Connection,
+    receiver: mpsc::Receiver<Write>,
+    path: &Path,
+    warned: &AtomicBool,
+) {
+    let mut batch = Vec::with_capacity(WRITES_PER_TRANSACTION);
+    let mut flushes = Vec::new();
+    while let Ok(first) = receiver.recv() {
+        let mut next = Some(first);
+        while let Some(write) = next.take() {
+            match write {
+                Write::Flush(done) => flushes.push(done),
+                write => batch.push(write),
+            }
+            if batch.len() < WRITES_PER_TRANSACTION {
+                next = receiver.try_recv().ok();
+            }
+        }
+        if let Err(error) = write_all(&mut connection, &batch) {
+            if !warned.swap(true, Ordering::Relaxed) {
+                crate::report::warn(&format!(
+                    "response cache: session store `{}`: {error}; replies are not kept",
+                    path.display()
+                ));
+            }
+        }
+        batch.clear();
+        for done in flushes.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn write_all(connection: &mut Connection, writes: &[Write]) -> rusqlite::Result<()> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    // IMMEDIATE: the write lock first (see `Store::register`).
+    let transaction =
+        connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    {
+        let mut put = transaction.prepare_cached(
+            "INSERT INTO responses (key, provider, model, reply, cost, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (key) DO UPDATE SET
+                 provider = excluded.provider, model = excluded.model,
+                 reply = excluded.reply, cost = excluded.cost,
+                 created_at = excluded.created_at, expires_at = excluded.expires_at,
+                 hits = 0, last_hit_at = NULL",
+        )?;
+        let mut hit = transaction.prepare_cached(
+            "UPDATE responses SET hits = hits + 1, last_hit_at = ?2 WHERE key = ?1",
+        )?;
+        for write in writes {
+            match write {
+                Write::Put {
+                    key,
+                    provider,
+                    model,
+                    reply,
+                    cost,
+                    created_at,
+                    expires_at,
+                } => {
+                    put.execute(params![
+                        key, provider, model, reply, cost, created_at, expires_at
+                    ])?;
+                }
+                Write::Hit { key, at } => {
+                    hit.execute(params![key, at])?;
+                }
+                Write::Flush(_) => {}
+            }
+        }
+    }
+    transaction.commit()
 }
 
 impl ResponseCache for Cache {
@@ -316,6 +479,10 @@ impl ResponseCache for Cache {
         if let Err(error) = self.write(key, entry) {
             self.warn_once(&error);
         }
+    }
+
+    fn flush(&self) {
+        Cache::flush(self);
     }
 }
 
@@ -361,6 +528,7 @@ mod tests {
             .insert("prompt_tokens".into(), serde_json::json!(3));
         assert!(cache.get("k", Duration::from_secs(60)).is_none());
         cache.put("k", &entry(&reply, Duration::from_secs(60)));
+        cache.flush();
         let back = cache.get("k", Duration::from_secs(60)).unwrap();
         assert_eq!(back, reply);
         // Another handle (another process) sees it too.
@@ -382,7 +550,9 @@ mod tests {
         let cache = Cache::open(dir.path()).unwrap();
         let reply = Message::assistant("model", "old");
         cache.put("old", &entry(&reply, Duration::ZERO));
+        cache.flush();
         cache.put("new", &entry(&reply, Duration::from_secs(3600)));
+        cache.flush();
         assert_eq!(cache.stats().unwrap().expired, 1);
         assert_eq!(cache.clear(true).unwrap(), 1);
         assert!(cache.get("new", Duration::from_secs(3600)).is_some());
@@ -396,8 +566,10 @@ mod tests {
         let cache = Cache::open(dir.path()).unwrap();
         let day = Duration::from_secs(86_400);
         cache.put("k", &entry(&Message::assistant("model", "one"), day));
+        cache.flush();
         cache.get("k", day).unwrap();
         cache.put("k", &entry(&Message::assistant("model", "two"), day));
+        cache.flush();
         assert_eq!(cache.get("k", day).unwrap().content, "two");
         assert_eq!(cache.stats().unwrap().hits, 1);
     }

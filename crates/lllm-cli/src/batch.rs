@@ -92,6 +92,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         }
         (None, None) => Requested::Whole,
     };
+    let cache = args.store.cache_source();
     let options = batch::Options {
         tasks_file: args.tasks,
         tactic: args.tactic,
@@ -118,7 +119,10 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         },
         store: args.store.dir(),
-        cache: Some(args.store.cache_source()),
+        cache: Some(cache.clone()),
     };
-    batch::run(options).await
+    let outcome = batch::run(options).await;
+    // Replies the cache has not written yet are kept before the process ends.
+    cache.flush();
+    outcome
 }

@@ -46,6 +46,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
     // Config, build and this task's check in one pre-flight: every problem
     // of every phase at once, and nothing sent unless there is none.
+    let cache = args.store.cache_source();
     let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         prices: prices.as_ref(),
@@ -54,7 +55,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         warn: &|warning| lllm::report::warn(warning),
         budget: None,
         registry,
-        cache: Some(args.store.cache_source()),
+        cache: Some(cache.clone()),
     };
     let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {
@@ -92,6 +93,8 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let record = tactic.run_until(task, sink, interrupt).await;
     // No MCP server outlives the run, however it ended.
     tactic.shutdown().await;
+    // The replies the cache has not written yet are kept.
+    cache.flush();
     let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
     // A record that cannot be written (a full disk, a path that is not a
     // directory) does not hide the delivery: it is printed, then one error
