@@ -125,14 +125,12 @@ impl Call<'_> {
     }
 }
 
-/// The headers `/v1/messages` wants, on every Message Batches endpoint.
-fn check_headers<'a>(call: Call<'a>, headers: &HeaderMap) -> Result<Call<'a>, Response> {
-    match refusal(Api::Anthropic, headers, &Value::Null) {
-        Some((status, code, message)) => {
-            Err(call.respond(status, anthropic::error_body(status, Some(code), &message)))
-        }
-        None => Ok(call),
-    }
+/// The headers `/v1/messages` wants, on every Message Batches endpoint:
+/// the refusal's status and body when they are missing.
+fn header_refusal(headers: &HeaderMap) -> Option<(u16, Value)> {
+    refusal(Api::Anthropic, headers, &Value::Null).map(|(status, code, message)| {
+        (status, anthropic::error_body(status, Some(code), &message))
+    })
 }
 
 async fn create(
@@ -142,11 +140,10 @@ async fn create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut call = match check_headers(Call::new(&shared, &method, &uri, &headers, &body), &headers)
-    {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let mut call = Call::new(&shared, &method, &uri, &headers, &body);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     let requests = match read_requests(&call.entry.body) {
         Ok(requests) => requests,
         Err(message) => return call.refuse_anthropic(400, &message),
@@ -288,10 +285,10 @@ async fn retrieve(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let call = match check_headers(Call::new(&shared, &method, &uri, &headers, &[]), &headers) {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     match with_batch(&shared, &id, true, |batch| batch.object(&shared.url)) {
         Some(object) => call.respond(200, object),
         None => call.not_found(&id),
@@ -304,10 +301,10 @@ async fn list(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let call = match check_headers(Call::new(&shared, &method, &uri, &headers, &[]), &headers) {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     let (mut limit, mut after, mut before) = (20, None, None);
     for (key, value) in query_pairs(uri.query()) {
         match key.as_str() {
@@ -366,10 +363,10 @@ async fn cancel(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let call = match check_headers(Call::new(&shared, &method, &uri, &headers, &[]), &headers) {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     let now = call.entry.received;
     let answer = with_batch(&shared, &id, false, |batch| match batch.status {
         Processing::InProgress => {
@@ -396,10 +393,10 @@ async fn delete(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let call = match check_headers(Call::new(&shared, &method, &uri, &headers, &[]), &headers) {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     let ended = with_batch(&shared, &id, false, |batch| {
         batch.status == Processing::Ended
     });
@@ -430,10 +427,10 @@ async fn results(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let call = match check_headers(Call::new(&shared, &method, &uri, &headers, &[]), &headers) {
-        Ok(call) => call,
-        Err(response) => return response,
-    };
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    if let Some((status, body)) = header_refusal(&headers) {
+        return call.respond(status, body);
+    }
     let lines = with_batch(&shared, &id, false, |batch| {
         (batch.status == Processing::Ended).then(|| {
             batch
