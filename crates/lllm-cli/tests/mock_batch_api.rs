@@ -890,3 +890,53 @@ fn a_bad_expiry_fraction_is_one_error_line() {
         "error: `--batch-expire` must be a fraction between 0 and 1, not `1.5`\n"
     );
 }
+
+#[tokio::test]
+async fn a_responses_batch_checks_each_body_as_the_endpoint_does() {
+    let api = Batches::start("default: {text: fine}\n", &[]);
+    let line = |custom_id: &str, input: Value| {
+        json!({"custom_id": custom_id, "method": "POST", "url": "/v1/responses",
+               "body": {"model": "gpt-test", "input": input}})
+        .to_string()
+    };
+    let lines = [
+        line("good", json!("hello")),
+        // An assistant message without `"type": "message"`: the synchronous
+        // endpoint's 400, here in the error file.
+        line("bad", json!([{"role": "assistant", "content": "earlier"}])),
+    ]
+    .join("\n");
+    let (_, file) = api.upload("batch", "responses.jsonl", &lines).await;
+    let (status, batch) = api
+        .post(
+            "/v1/batches",
+            json!({"input_file_id": file["id"], "endpoint": "/v1/responses", "completion_window": "24h"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    let (_, done) = api
+        .get(&format!(
+            "/v1/batches/{}",
+            batch["id"].as_str().unwrap_or_default()
+        ))
+        .await;
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 2, "completed": 1, "failed": 1})
+    );
+    let output = jsonl(
+        &api.content(done["output_file_id"].as_str().expect("output"))
+            .await,
+    );
+    assert_eq!(output[0]["response"]["body"]["object"], "response");
+    let errors = jsonl(
+        &api.content(done["error_file_id"].as_str().expect("errors"))
+            .await,
+    );
+    assert_eq!(errors[0]["custom_id"], "bad");
+    assert_eq!(errors[0]["response"]["status_code"], 400);
+    assert_eq!(
+        errors[0]["response"]["body"]["error"]["message"],
+        "Cannot determine type of 'item'"
+    );
+}
