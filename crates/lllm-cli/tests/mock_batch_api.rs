@@ -307,6 +307,23 @@ async fn an_openai_batch_goes_from_upload_to_output_files() {
         ))
         .await;
     assert_eq!(output_file["purpose"], "batch_output");
+    let (_, outputs) = api.get("/v1/files?purpose=batch_output").await;
+    assert_eq!(outputs["object"], "list");
+    let listed: BTreeSet<&str> = outputs["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|file| file["id"].as_str())
+        .collect();
+    let made =
+        [&done["output_file_id"], &done["error_file_id"]].map(|id| id.as_str().unwrap_or_default());
+    assert_eq!(listed, BTreeSet::from(made));
+    let (_, newest) = api.get("/v1/files?limit=1").await;
+    assert_eq!(
+        newest["data"][0]["id"], done["error_file_id"],
+        "newest first"
+    );
+    assert_eq!(newest["has_more"], true);
 
     // A later poll changes nothing; the script goes on where the batch left it.
     assert_eq!(api.get(&path).await, (200, done.clone()));
@@ -939,4 +956,41 @@ async fn a_responses_batch_checks_each_body_as_the_endpoint_does() {
         errors[0]["response"]["body"]["error"]["message"],
         "Cannot determine type of 'item'"
     );
+}
+
+#[tokio::test]
+async fn with_the_defaults_a_cancel_right_after_creation_cancels() {
+    let api = Batches::start("default: {text: ok}\n", &[]);
+    let batch = api.openai_batch(&chat_lines(&["a"])).await;
+    let path = format!("/v1/batches/{}", batch["id"].as_str().unwrap_or_default());
+    let (status, cancelling) = api.post(&format!("{path}/cancel"), json!({})).await;
+    assert_eq!((status, &cancelling["status"]), (200, &json!("cancelling")));
+    let (_, listed) = api.get("/v1/batches").await;
+    assert_eq!(
+        listed["data"][0]["status"], "cancelling",
+        "a list moves nothing on"
+    );
+    assert_eq!(api.get(&path).await.1["status"], "cancelled");
+
+    let (_, batch) = api
+        .anthropic(
+            reqwest::Method::POST,
+            "/v1/messages/batches",
+            Some(json!({"requests": [message_request("a", "x")]})),
+        )
+        .await;
+    let path = format!(
+        "/v1/messages/batches/{}",
+        batch["id"].as_str().unwrap_or_default()
+    );
+    let (status, canceling) = api
+        .anthropic(reqwest::Method::POST, &format!("{path}/cancel"), None)
+        .await;
+    assert_eq!(
+        (status, &canceling["processing_status"]),
+        (200, &json!("canceling"))
+    );
+    let (_, ended) = api.anthropic(reqwest::Method::GET, &path, None).await;
+    assert_eq!(ended["request_counts"]["canceled"], 1);
+    assert!(api.ran().is_empty());
 }

@@ -261,7 +261,8 @@ fn read_requests(body: &Value) -> Result<Vec<BatchRequest>, String> {
     Ok(requests)
 }
 
-/// What a handler does with a found batch, under the lock.
+/// What a handler does with a found batch, under the lock; a retrieval
+/// (`poll`) moves it on first.
 fn with_batch<T>(
     shared: &Shared,
     id: &str,
@@ -274,7 +275,9 @@ fn with_batch<T>(
         .batches
         .iter_mut()
         .find(|batch| batch.id == id)?;
-    advance(shared, batch, poll);
+    if poll {
+        advance(shared, batch);
+    }
     Some(then(batch))
 }
 
@@ -323,11 +326,8 @@ async fn list(
         }
     }
     let listed = {
-        let mut state = shared.batches.lock();
-        let batches = &mut state.anthropic.batches;
-        for batch in batches.iter_mut() {
-            advance(&shared, batch, false);
-        }
+        let state = shared.batches.lock();
+        let batches = &state.anthropic.batches;
         let ids: Vec<&str> = batches
             .iter()
             .rev()
@@ -455,12 +455,12 @@ async fn results(
     }
 }
 
-/// Moves `batch` on as far as a read now finds it: through its requests
-/// when due, to ended when canceling.
-fn advance(shared: &Shared, batch: &mut MessageBatch, poll: bool) {
+/// Moves `batch` on as far as a retrieval now finds it: through its
+/// requests when due, to ended when canceling.
+fn advance(shared: &Shared, batch: &mut MessageBatch) {
     let now = Utc::now();
     match batch.status {
-        Processing::InProgress if batch.progress.due(&shared.batches.options, now, poll) => {
+        Processing::InProgress if batch.progress.due(&shared.batches.options, now) => {
             let custom_ids: Vec<&str> = batch
                 .requests
                 .iter()

@@ -4,8 +4,9 @@
 //! same path a request sent on its own takes (`Shared::take_turn`), so one
 //! script serves both and its faults become a batch's partial failures.
 //!
-//! A batch does nothing until a read finds it due: then it runs all its
-//! requests at once, in their order, and ends. Requests a cancelled batch
+//! A batch moves on only when it is retrieved (`GET` of the batch): the
+//! retrieval that finds it due runs all its requests at once, in their
+//! order, and ends it; lists, cancels and results show it as it stands. Requests a cancelled batch
 //! never ran and requests that expire are never shown to the script. The
 //! wire shapes live in `openai_batch` and `anthropic_batch`.
 
@@ -24,10 +25,11 @@ use super::{ServerError, Shared, Turn, fault_name, json_response, usage_of};
 use crate::wire::{Api, Reference};
 use lllm::mock::script::{Fault, Reply};
 
-/// How the emulated Batch APIs process a batch. A batch ends at the first
-/// retrieval (`GET` of the batch) that finds both `polls` retrievals done
-/// and `delay_ms` passed since its creation; until then it is in progress.
-/// Counting polls lets a test see every state without sleeping.
+/// How the emulated Batch APIs process a batch. A batch moves on only when
+/// it is retrieved (`GET` of the batch): it ends at the first retrieval that
+/// finds both `polls` retrievals done and `delay_ms` passed since its
+/// creation; until then it is in progress. Counting polls lets a test see
+/// every state without sleeping.
 ///
 /// ```
 /// use lllm_mock::server::{BatchOptions, ServerOptions};
@@ -125,18 +127,16 @@ impl Progress {
         Progress { created, polls: 0 }
     }
 
-    /// Whether the batch is due at a read at `now`; a retrieval (`poll`)
-    /// that finds it not due yet is counted.
-    pub fn due(&mut self, options: &BatchOptions, now: DateTime<Utc>, poll: bool) -> bool {
+    /// Whether the batch is due at a retrieval at `now`; a retrieval that
+    /// finds it not due yet is counted.
+    pub fn due(&mut self, options: &BatchOptions, now: DateTime<Utc>) -> bool {
         let waited = (now - self.created)
             .to_std()
             .is_ok_and(|waited| waited >= Duration::from_millis(options.delay_ms));
         if self.polls >= options.polls && waited {
             return true;
         }
-        if poll {
-            self.polls = self.polls.saturating_add(1);
-        }
+        self.polls = self.polls.saturating_add(1);
         false
     }
 }
@@ -394,18 +394,17 @@ mod tests {
             ..BatchOptions::default()
         };
         let mut progress = Progress::new(created);
-        assert!(!progress.due(&options, created, false), "a list is no poll");
-        assert!(!progress.due(&options, created, true));
-        assert!(!progress.due(&options, created, true));
-        assert!(progress.due(&options, created, true));
+        assert!(!progress.due(&options, created));
+        assert!(!progress.due(&options, created));
+        assert!(progress.due(&options, created));
 
         let waiting = BatchOptions {
             delay_ms: 60_000,
             ..BatchOptions::default()
         };
         let mut progress = Progress::new(created);
-        assert!(!progress.due(&waiting, created, true));
-        assert!(progress.due(&waiting, created + chrono::TimeDelta::seconds(60), true));
+        assert!(!progress.due(&waiting, created));
+        assert!(progress.due(&waiting, created + chrono::TimeDelta::seconds(60)));
     }
 
     #[track_caller]

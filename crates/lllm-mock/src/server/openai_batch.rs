@@ -2,15 +2,16 @@
 //! `BatchError`) and the API reference documents the files it writes:
 //!
 //! - `POST /v1/files` (multipart: `purpose`, `file`; a `batch` file must be
-//!   named `*.jsonl`), `GET /v1/files/{id}`, `GET /v1/files/{id}/content`,
-//!   `DELETE /v1/files/{id}`;
+//!   named `*.jsonl`), `GET /v1/files` (`purpose`, `limit`, `after`,
+//!   `order`), `GET /v1/files/{id}`, `GET /v1/files/{id}/content`, `DELETE
+//!   /v1/files/{id}`;
 //! - `POST /v1/batches` (`input_file_id`, `endpoint` `/v1/chat/completions` or
 //!   `/v1/responses`, `completion_window` `24h`, `metadata`), `GET
 //!   /v1/batches/{id}`, `GET /v1/batches` (`limit`, `after`; newest first),
 //!   `POST /v1/batches/{id}/cancel`.
 //!
 //! A batch is created `validating`; its input lines are checked then, and
-//! the first read finds it `failed` (with `errors.data`: `code`, `line`,
+//! the first retrieval finds it `failed` (with `errors.data`: `code`, `line`,
 //! `message`, `param`) or `in_progress`. When it is due it runs and ends
 //! `completed`, or `expired` when some of its requests expired; a cancelled
 //! one goes `cancelling`, then `cancelled`. Answers with status 200 go to the
@@ -70,7 +71,7 @@ const DAY: i64 = 24 * 60 * 60;
 
 pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
-        .route("/v1/files", post(upload))
+        .route("/v1/files", post(upload).get(files))
         .route("/v1/files/{id}", get(file).delete(delete_file))
         .route("/v1/files/{id}/content", get(content))
         .route("/v1/batches", post(create).get(list))
@@ -95,6 +96,8 @@ struct Numbers {
 }
 
 struct StoredFile {
+    /// Its place in the order of creation.
+    number: u64,
     id: String,
     filename: String,
     purpose: String,
@@ -339,6 +342,7 @@ impl OpenAiBatches {
         self.numbers.file += 1;
         let id = format!("file-mock{}", self.numbers.file);
         self.files.entry(id.clone()).or_insert(StoredFile {
+            number: self.numbers.file,
             id,
             filename,
             purpose: purpose.into(),
@@ -346,6 +350,78 @@ impl OpenAiBatches {
             created_at,
             expires_at,
         })
+    }
+}
+
+async fn files(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let call = Call::new(&shared, &method, &uri, &headers, &[]);
+    let (mut purpose, mut limit, mut after, mut ascending) = (None, 10_000, None, false);
+    for (key, value) in query_pairs(uri.query()) {
+        match key.as_str() {
+            "purpose" => purpose = Some(value),
+            "limit" => match value.parse::<usize>() {
+                Ok(number @ 1..=10_000) => limit = number,
+                _ => {
+                    let message = format!(
+                        "Invalid 'limit': integer between 1 and 10000 expected, got '{value}'."
+                    );
+                    return call.refuse(400, &message, Some("limit"), Some("invalid_value"));
+                }
+            },
+            "after" => after = Some(value),
+            "order" => match value.as_str() {
+                "asc" => ascending = true,
+                "desc" => ascending = false,
+                _ => {
+                    let message = format!(
+                        "Invalid value: '{value}'. Supported values are: 'asc' and 'desc'."
+                    );
+                    return call.refuse(400, &message, Some("order"), Some("invalid_value"));
+                }
+            },
+            _ => {}
+        }
+    }
+    let listed = {
+        let state = shared.batches.lock();
+        let mut chosen: Vec<&StoredFile> = state
+            .openai
+            .files
+            .values()
+            .filter(|file| {
+                purpose
+                    .as_ref()
+                    .is_none_or(|purpose| file.purpose == *purpose)
+            })
+            .collect();
+        chosen.sort_by_key(|file| file.number);
+        if !ascending {
+            chosen.reverse();
+        }
+        let ids: Vec<&str> = chosen.iter().map(|file| file.id.as_str()).collect();
+        page(&ids, after.as_deref(), None, limit).map(|(ids, has_more)| {
+            let data: Vec<Value> = ids
+                .iter()
+                .filter_map(|id| state.openai.files.get(*id))
+                .map(StoredFile::object)
+                .collect();
+            json!({
+                "object": "list",
+                "data": data,
+                "first_id": ids.first(),
+                "last_id": ids.last(),
+                "has_more": has_more,
+            })
+        })
+    };
+    match listed {
+        Some(listed) => call.respond(200, listed),
+        None => call.no_such("File", after.as_deref().unwrap_or_default()),
     }
 }
 
@@ -740,7 +816,7 @@ async fn retrieve(
         let openai = &mut state.openai;
         match openai.batches.iter_mut().find(|batch| batch.id == id) {
             Some(batch) => {
-                advance(&shared, &mut openai.files, &mut openai.numbers, batch, true);
+                advance(&shared, &mut openai.files, &mut openai.numbers, batch);
                 Some(batch.object())
             }
             None => None,
@@ -777,17 +853,8 @@ async fn list(
         }
     }
     let listed = {
-        let mut state = shared.batches.lock();
-        let openai = &mut state.openai;
-        for batch in &mut openai.batches {
-            advance(
-                &shared,
-                &mut openai.files,
-                &mut openai.numbers,
-                batch,
-                false,
-            );
-        }
+        let state = shared.batches.lock();
+        let openai = &state.openai;
         let ids: Vec<&str> = openai
             .batches
             .iter()
@@ -829,27 +896,18 @@ async fn cancel(
         let openai = &mut state.openai;
         match openai.batches.iter_mut().find(|batch| batch.id == id) {
             None => None,
-            Some(batch) => {
-                advance(
-                    &shared,
-                    &mut openai.files,
-                    &mut openai.numbers,
-                    batch,
-                    false,
-                );
-                Some(match batch.status {
-                    Status::Validating | Status::InProgress => {
-                        batch.status = Status::Cancelling;
-                        batch.cancelling_at = Some(now);
-                        Ok(batch.object())
-                    }
-                    Status::Cancelling => Ok(batch.object()),
-                    ended => Err(format!(
-                        "Cannot cancel a batch with status '{}'.",
-                        ended.name()
-                    )),
-                })
-            }
+            Some(batch) => Some(match batch.status {
+                Status::Validating | Status::InProgress => {
+                    batch.status = Status::Cancelling;
+                    batch.cancelling_at = Some(now);
+                    Ok(batch.object())
+                }
+                Status::Cancelling => Ok(batch.object()),
+                ended => Err(format!(
+                    "Cannot cancel a batch with status '{}'.",
+                    ended.name()
+                )),
+            }),
         }
     };
     match answer {
@@ -859,14 +917,13 @@ async fn cancel(
     }
 }
 
-/// Moves `batch` on as far as a read at this moment finds it: out of
+/// Moves `batch` on as far as a retrieval at this moment finds it: out of
 /// validation, through its requests when due, to cancelled when cancelling.
 fn advance(
     shared: &Shared,
     files: &mut BTreeMap<String, StoredFile>,
     numbers: &mut Numbers,
     batch: &mut OpenAiBatch,
-    poll: bool,
 ) {
     let now = Utc::now();
     if batch.status == Status::Validating {
@@ -880,7 +937,7 @@ fn advance(
         }
     }
     match batch.status {
-        Status::InProgress if batch.progress.due(&shared.batches.options, now, poll) => {
+        Status::InProgress if batch.progress.due(&shared.batches.options, now) => {
             run(shared, files, numbers, batch, now);
         }
         Status::Cancelling => {
@@ -1020,6 +1077,7 @@ fn store_output(
     files.insert(
         id.clone(),
         StoredFile {
+            number: numbers.file,
             id: id.clone(),
             filename: format!("{batch}_{kind}.jsonl"),
             purpose: "batch_output".into(),
