@@ -31,7 +31,7 @@ struct Args {
     /// Allow listening on an address that is not loopback.
     #[arg(long)]
     allow_remote: bool,
-    /// Batch APIs: retrievals that still find a batch in progress (default 0).
+    /// Batch APIs: retrievals that still find a batch in progress.
     #[arg(long, value_name = "N", default_value_t = 0)]
     batch_polls: u32,
     /// Batch APIs: a batch stays in progress at least this long after its creation.
