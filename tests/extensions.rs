@@ -376,7 +376,7 @@ async fn the_rust_tools_schema_reaches_the_chat_completions_api() {
         port: 0,
         latency_ms: None,
         log: Some(dir.path().join("requests.jsonl")),
-        allow_remote: false,
+        ..Default::default()
     };
     let server = lllm_mock::server::Server::bind(&options).await.unwrap();
     let url = server.url();

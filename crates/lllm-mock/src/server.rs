@@ -1,7 +1,9 @@
 //! `lllm-mock`: an HTTP server on loopback that answers the OpenAI chat
 //! completions, OpenAI Responses and Anthropic Messages APIs from a script,
 //! with injected faults, latency and a request log. Tests, benchmarks and
-//! users point `lllm` at it instead of a real provider.
+//! users point `lllm` at it instead of a real provider. It also emulates the
+//! providers' Batch APIs (OpenAI's files and batches, Anthropic's Message
+//! Batches), whose requests the same script answers (`batch`).
 //!
 //! The script decides what to answer (`script`), the wire modules say how
 //! each API spells it (`wire`); this file does the HTTP: routing, waiting,
@@ -29,20 +31,39 @@ use tokio::sync::watch;
 use crate::wire::{Api, Event, Incoming, Reference, Usage};
 use connection::{ConnectionHandle, Listener};
 use lllm::mock::script::{
-    Fault, Reply, Script, ScriptError, ScriptMessage, ScriptRequest, estimate_tokens,
+    Fault, Reply, Script, ScriptError, ScriptMessage, ScriptRequest, Served, estimate_tokens,
 };
 use log::{LogEntry, RequestLog};
 
+pub use batch::BatchOptions;
+
+mod anthropic_batch;
+mod batch;
 mod connection;
 mod headers;
 mod log;
+mod multipart;
+mod openai_batch;
 
 /// How long a stopping server waits for requests still in flight.
 const GRACE: Duration = Duration::from_secs(2);
 
+/// How to run a server: its script, address, latency, log and the Batch
+/// APIs' behaviour.
+///
+/// ```
+/// let options = lllm_mock::server::ServerOptions {
+///     script: "script.yaml".into(),
+///     log: Some("requests.jsonl".into()),
+///     ..Default::default()
+/// };
+/// assert_eq!((options.host.as_str(), options.port), ("127.0.0.1", 0));
+/// ```
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
+    /// The mock script (YAML or JSON).
     pub script: PathBuf,
+    /// The address to listen on; only loopback unless `allow_remote`.
     pub host: String,
     /// 0 picks a free port.
     pub port: u16,
@@ -52,6 +73,25 @@ pub struct ServerOptions {
     pub log: Option<PathBuf>,
     /// Allow a host that is not loopback.
     pub allow_remote: bool,
+    /// How the emulated Batch APIs process a batch: how long it stays in
+    /// progress and which requests expire.
+    pub batch: BatchOptions,
+}
+
+impl Default for ServerOptions {
+    /// No script path, `127.0.0.1`, a free port, the script's latencies, no
+    /// log, batches that end at their first retrieval.
+    fn default() -> ServerOptions {
+        ServerOptions {
+            script: PathBuf::new(),
+            host: "127.0.0.1".into(),
+            port: 0,
+            latency_ms: None,
+            log: None,
+            allow_remote: false,
+            batch: BatchOptions::default(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +108,8 @@ pub enum ServerError {
     Log { path: String, message: String },
     #[error("`--latency-ms` must be a number ≥ 0, not `{0}`")]
     Latency(f64),
+    #[error("`--batch-expire` must be a fraction between 0 and 1, not `{0}`")]
+    BatchExpire(f64),
     #[error("the server failed: {0}")]
     Serve(String),
 }
@@ -86,6 +128,10 @@ struct Shared {
     log: Option<RequestLog>,
     /// Flips to `true` when the server stops; held requests end then.
     stopping: watch::Sender<bool>,
+    /// The emulated Batch APIs' files and batches.
+    batches: batch::Batches,
+    /// `http://HOST:PORT`, for the URLs a response names (`results_url`).
+    url: String,
 }
 
 /// Binds, prints `listening on http://HOST:PORT` (one line, flushed), then
@@ -129,6 +175,7 @@ impl Server {
             }
             script.set_latency_ms(millis);
         }
+        options.batch.check()?;
         let log = match &options.log {
             Some(path) => Some(RequestLog::open(path).map_err(|error| ServerError::Log {
                 path: path.display().to_string(),
@@ -152,10 +199,13 @@ impl Server {
                 script,
                 log,
                 stopping: watch::Sender::new(false),
+                batches: batch::Batches::new(options.batch.clone()),
+                url: format!("http://{address}"),
             }),
         })
     }
 
+    /// The address the server listens on.
     pub fn address(&self) -> SocketAddr {
         self.address
     }
@@ -178,6 +228,8 @@ impl Server {
             .route("/v1/responses", post(responses))
             .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
+            .merge(openai_batch::routes())
+            .merge(anthropic_batch::routes())
             .fallback(unknown_route)
             // Long dialogs make big requests; a test server takes them all.
             .layer(DefaultBodyLimit::disable())
@@ -267,7 +319,7 @@ async fn unknown_route(
     body: Bytes,
 ) -> Response {
     let message = format!(
-        "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and GET /v1/models",
+        "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models, the OpenAI Batch API (/v1/files, /v1/batches) and Anthropic Message Batches (/v1/messages/batches)",
         uri.path()
     );
     let mut entry = LogEntry::new(
@@ -288,11 +340,43 @@ async fn unknown_route(
     json_response(404, api.error_body(404, Some("not_found_error"), &message))
 }
 
+/// What the script answered a request with, and what it read from it.
+struct Turn {
+    incoming: Incoming,
+    served: Served,
+}
+
+/// Why a request never reached the script: its status, error code, message.
+type Refused = (u16, &'static str, String);
+
 impl Shared {
     fn record(&self, entry: LogEntry) {
         if let Some(log) = &self.log {
             log.write(entry);
         }
+    }
+
+    /// The checks the real API makes, then the script's answer: the one path
+    /// every model request takes, on its own or inside a batch.
+    fn take_turn(&self, api: Api, headers: &HeaderMap, body: &Value) -> Result<Turn, Refused> {
+        if !body.is_object() {
+            return Err((
+                400,
+                "invalid_json",
+                "lllm-mock: the request body is not a JSON object".into(),
+            ));
+        }
+        if let Some(refused) = refusal(api, headers, body) {
+            return Err(refused);
+        }
+        let incoming = api.read(body);
+        let served = self.script.next(&ScriptRequest {
+            model: &incoming.model,
+            last_text: &incoming.last_text,
+            last_role: &incoming.last_role,
+            message_count: incoming.message_count,
+        });
+        Ok(Turn { incoming, served })
     }
 }
 
@@ -317,24 +401,14 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let mut entry = LogEntry::new("POST", uri.path(), &headers, &body, shared.log.is_some());
-    if !entry.body.is_object() {
-        let message = "lllm-mock: the request body is not a JSON object";
-        entry.status = Some(400);
-        shared.record(entry);
-        return json_response(400, api.error_body(400, Some("invalid_json"), message));
-    }
-    if let Some((status, code, message)) = refusal(api, &headers, &entry.body) {
-        entry.status = Some(status);
-        shared.record(entry);
-        return json_response(status, api.error_body(status, Some(code), &message));
-    }
-    let incoming = api.read(&entry.body);
-    let served = shared.script.next(&ScriptRequest {
-        model: &incoming.model,
-        last_text: &incoming.last_text,
-        last_role: &incoming.last_role,
-        message_count: incoming.message_count,
-    });
+    let Turn { incoming, served } = match shared.take_turn(api, &headers, &entry.body) {
+        Ok(turn) => turn,
+        Err((status, code, message)) => {
+            entry.status = Some(status);
+            shared.record(entry);
+            return json_response(status, api.error_body(status, Some(code), &message));
+        }
+    };
     if !served.delay.is_zero() {
         tokio::time::sleep(served.delay).await;
     }

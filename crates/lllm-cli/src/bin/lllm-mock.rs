@@ -31,6 +31,18 @@ struct Args {
     /// Allow listening on an address that is not loopback.
     #[arg(long)]
     allow_remote: bool,
+    /// Batch APIs: retrievals that still find a batch in progress.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    batch_polls: u32,
+    /// Batch APIs: a batch stays in progress at least this long after its creation.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    batch_delay_ms: u64,
+    /// Batch APIs: this fraction (0 to 1) of each batch's requests, the last ones, expire.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    batch_expire: f64,
+    /// Batch APIs: the request with this custom_id expires (repeatable).
+    #[arg(long, value_name = "ID")]
+    batch_expire_id: Vec<String>,
 }
 
 fn main() {
@@ -42,6 +54,12 @@ fn main() {
         latency_ms: args.latency_ms,
         log: args.log,
         allow_remote: args.allow_remote,
+        batch: lllm_mock::server::BatchOptions {
+            polls: args.batch_polls,
+            delay_ms: args.batch_delay_ms,
+            expire_fraction: args.batch_expire,
+            expire_ids: args.batch_expire_id,
+        },
     };
     let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -123,6 +123,11 @@ pub struct MockServer {
 
 impl MockServer {
     pub fn start(dir: &Path, script: &str) -> MockServer {
+        MockServer::start_with(dir, script, &[])
+    }
+
+    /// Starts it with more flags (`--batch-polls 2`, …).
+    pub fn start_with(dir: &Path, script: &str, arguments: &[&str]) -> MockServer {
         let script_path = dir.join(format!("mock-{}.yaml", uuid_like()));
         std::fs::write(&script_path, script).expect("write script");
         let log = script_path.with_extension("log.jsonl");
@@ -131,6 +136,7 @@ impl MockServer {
             .arg(&script_path)
             .arg("--log")
             .arg(&log)
+            .args(arguments)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

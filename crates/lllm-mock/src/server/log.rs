@@ -2,6 +2,11 @@
 //! `{"n", "ts", "method", "path", "model", "stream", "auth", "body", "status",
 //! "fault"}`, flushed before the response goes out. The key header is logged
 //! only as a short SHA-256 fingerprint, never as itself.
+//!
+//! The Batch APIs add keys to their lines: a batch's creation names the
+//! batch and its requests (`"batch"`, `"custom_ids"`), and each request a
+//! batch runs is a line of its own, as if it had come in alone, with
+//! `"batch"` and `"custom_id"`.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -24,6 +29,8 @@ pub struct LogEntry {
     pub body: Value,
     pub status: Option<u16>,
     pub fault: Option<&'static str>,
+    /// Keys only some lines have (the Batch APIs'), written after the others.
+    pub extra: Vec<(&'static str, Value)>,
 }
 
 impl LogEntry {
@@ -51,6 +58,7 @@ impl LogEntry {
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned())),
             status: None,
             fault: None,
+            extra: Vec::new(),
         }
     }
 }
@@ -74,7 +82,7 @@ impl RequestLog {
     /// Appends the entry as one flushed line, so the log is on disk before
     /// the client sees the response.
     pub fn write(&self, entry: LogEntry) {
-        let line = json!({
+        let mut line = json!({
             "n": entry.index,
             "ts": entry.received.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "method": entry.method,
@@ -85,8 +93,11 @@ impl RequestLog {
             "body": entry.body,
             "status": entry.status,
             "fault": entry.fault,
-        })
-        .to_string();
+        });
+        for (key, value) in entry.extra {
+            line[key] = value;
+        }
+        let line = line.to_string();
         let mut writer = self.lock();
         let _ = writeln!(writer, "{line}");
         let _ = writer.flush();
@@ -105,7 +116,7 @@ impl RequestLog {
 
 /// `sha256:` and the first 12 hex digits of the key header's hash: enough to
 /// tell keys apart, never the key.
-fn fingerprint(headers: &HeaderMap) -> Value {
+pub fn fingerprint(headers: &HeaderMap) -> Value {
     let Some(value) = headers
         .get(header::AUTHORIZATION)
         .or_else(|| headers.get("x-api-key"))

@@ -58,6 +58,15 @@ pub struct Reference<'a> {
 }
 
 impl Api {
+    /// The path the API is served on.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+            Api::Anthropic => "/v1/messages",
+        }
+    }
+
     pub fn read(self, request: &Value) -> Incoming {
         let mut incoming = match self {
             Api::Chat => chat::read(request),
