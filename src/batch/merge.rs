@@ -482,11 +482,10 @@ fn missing_ids(
     let mut ids = Vec::new();
     while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(usage)?;
-        let id = match super::tasks::parse_line(text, number) {
-            Ok(None) => continue,
-            Ok(Some(task)) => task.id,
-            Err(_) => format!("line-{number}"),
-        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let id = super::formats::line_id(text, number).unwrap_or_else(|| format!("line-{number}"));
         if !winners.contains_key(&id) {
             ids.push(id);
         }

@@ -108,7 +108,9 @@ impl Attachment {
                 if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {
                     return Err(Error::Attachment {
                         origin: format!("`{}`", full.display()),
-                        message: format!("{size} bytes, more than the 20 MiB an attachment may have"),
+                        message: format!(
+                            "{size} bytes, more than the 20 MiB an attachment may have"
+                        ),
                     });
                 }
                 let name = Path::new(path)

@@ -5,6 +5,7 @@
 
 mod attachment;
 mod cost;
+pub mod import;
 mod message;
 mod tree;
 
@@ -303,6 +304,28 @@ impl Dialog {
         let content = prompt.render(args)?;
         let mut message = Message::new(role, name, content);
         message.metadata = metadata;
+        self.top_prompt = Some(prompt);
+        Ok(self.append(message))
+    }
+
+    /// `put_prompt` with `parts` (a task's attachments) after the rendered
+    /// text, in one multipart message; without parts, `put_prompt`.
+    pub(crate) fn put_prompt_with(
+        &mut self,
+        prompt: Arc<Prompt>,
+        args: &Map<String, Value>,
+        role: Role,
+        name: &str,
+        parts: Vec<ContentPart>,
+    ) -> Result<&Message> {
+        if parts.is_empty() {
+            return self.put_prompt(prompt, args, role, name, Map::new());
+        }
+        let content = prompt.render(args)?;
+        let parts = std::iter::once(ContentPart::text(content))
+            .chain(parts)
+            .collect();
+        let message = Message::with_parts(role, name, parts);
         self.top_prompt = Some(prompt);
         Ok(self.append(message))
     }
