@@ -206,13 +206,15 @@ pub struct Run<'a> {
     pub labels: &'a super::Labels,
 }
 
+/// A line's `tactic` as written, and the model its tactic is built for.
+type LineTactic = (Option<String>, Option<String>);
+
 /// Runs every selected task; returns when all have a result or the run stopped.
 pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let tasks_dir = run.tasks_file.parent().unwrap_or(Path::new(""));
     // A line's `tactic` as written and its model → the tactic (one path
     // lookup per distinct pair).
-    let mut line_tactics: HashMap<(Option<String>, Option<String>), Option<Arc<Tactic>>> =
-        HashMap::new();
+    let mut line_tactics: HashMap<LineTactic, Option<Arc<Tactic>>> = HashMap::new();
     let slots = Arc::new(Semaphore::new(run.concurrency.max(1)));
     let mut running = JoinSet::new();
     let mut stop = shared.stop.subscribe();

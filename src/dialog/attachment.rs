@@ -100,9 +100,9 @@ impl Attachment {
                 let full = base_dir.join(path);
                 let (bytes, size) =
                     crate::file::read_regular(&full, IMAGE_CAP + 1).map_err(|source| {
-                        Error::ImageRead {
-                            path: full.display().to_string(),
-                            source,
+                        Error::Attachment {
+                            origin: format!("`{}`", full.display()),
+                            message: format!("cannot read it: {source}"),
                         }
                     })?;
                 if size > IMAGE_CAP || bytes.len() as u64 > IMAGE_CAP {

@@ -43,8 +43,12 @@ pub struct Task {
     /// value wins).
     pub model_args: Map<String, Value>,
     /// The conversation before the task (OpenAI chat roles): system
-    /// messages replace the system prompt of the dialog the task is given
-    /// in, the other turns are its history, in order.
+    /// messages replace the system prompt of the first dialog a YAML flow
+    /// (or a tactic without one) opens for the task, the other turns are
+    /// its history, in order. A programmed tactic ([`Flow`](crate::Flow))
+    /// gets the task as it is and uses these itself
+    /// ([`system_prompt`](Task::system_prompt), [`history`](Task::history),
+    /// `agent.receive_parts(task.parts())`).
     pub messages: Vec<Message>,
     /// Parts sent with the task's own user turn, after its text: images
     /// and text files ([`Attachment`](crate::dialog::Attachment)).

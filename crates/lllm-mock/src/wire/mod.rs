@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod images;
 pub mod responses;
 
 use serde_json::{Value, json};
@@ -58,6 +59,17 @@ pub struct Reference<'a> {
 }
 
 impl Api {
+    /// What the real API refuses in a request body before it answers:
+    /// Responses input items llama-server cannot place, image parts the
+    /// API does not take (`images`).
+    pub fn check(self, request: &Value) -> Result<(), String> {
+        match self {
+            Api::Chat => images::check_chat(request),
+            Api::Responses => responses::check(request),
+            Api::Anthropic => images::check_anthropic(request),
+        }
+    }
+
     pub fn read(self, request: &Value) -> Incoming {
         let mut incoming = match self {
             Api::Chat => chat::read(request),
