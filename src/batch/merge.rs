@@ -343,6 +343,20 @@ fn merge_locked(
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         writeln!(file, "{text}")
     })?;
+    // Inputs written with `--output-format openai`: the merged directory
+    // gets the OpenAI files too, over the winners.
+    if inputs
+        .iter()
+        .any(|input| input.join(super::openai_output::OUTPUT).is_file())
+    {
+        super::openai_output::write(output).map_err(|source| Error::Write {
+            path: output
+                .join(super::openai_output::OUTPUT)
+                .display()
+                .to_string(),
+            source,
+        })?;
+    }
     Ok(Merged {
         ids: order.len() as u64,
         sessions,

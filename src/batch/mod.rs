@@ -13,6 +13,7 @@
 pub mod directory;
 pub mod formats;
 pub mod merge;
+pub mod openai_output;
 pub mod output;
 pub mod preflight;
 pub mod progress;
@@ -44,6 +45,8 @@ pub struct Options {
     pub tactic: Option<PathBuf>,
     /// `--input-format`: the TASKS file's format (`None`: told by its first line).
     pub input_format: Option<formats::InputFormat>,
+    /// `--output-format`: the files written besides lllm's own.
+    pub output_format: openai_output::OutputFormat,
     pub output: PathBuf,
     pub concurrency: usize,
     pub resume: bool,
@@ -310,6 +313,16 @@ async fn run_locked(options: Options) -> Result<Outcome> {
 
     let stopped = shared.stop.borrow().reason();
     let summary = write_summary(&options, shard, &plan, &previous, &shared, started, stopped)?;
+    if options.output_format == openai_output::OutputFormat::OpenAi {
+        openai_output::write(&options.output).map_err(|source| Error::Write {
+            path: options
+                .output
+                .join(openai_output::OUTPUT)
+                .display()
+                .to_string(),
+            source,
+        })?;
+    }
     if !options.quiet {
         crate::output::stderr(&summary.table(&options.output.display().to_string()));
     }

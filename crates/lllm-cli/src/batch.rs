@@ -31,6 +31,11 @@ pub struct BatchArgs {
     /// `params`); default: told by its first line.
     #[arg(long, value_name = "FORMAT", value_parser = batch::formats::InputFormat::from_name)]
     pub input_format: Option<batch::formats::InputFormat>,
+    /// Also write the OpenAI Batch API's output files: `openai` writes
+    /// `openai_output.jsonl` (succeeded tasks) and `openai_errors.jsonl` (the
+    /// others) in the output directory, each task once, in its final state.
+    #[arg(long, value_name = "FORMAT", default_value = "lllm", value_parser = batch::openai_output::OutputFormat::from_name)]
+    pub output_format: batch::openai_output::OutputFormat,
     /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
@@ -104,6 +109,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         tasks_file: args.tasks,
         tactic: args.tactic,
         input_format: args.input_format,
+        output_format: args.output_format,
         output: args.output,
         concurrency: args.concurrency,
         resume: args.resume,

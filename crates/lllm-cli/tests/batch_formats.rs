@@ -388,3 +388,128 @@ fn bad_lines_get_one_line_naming_the_file_line_and_field() {
         output.stderr
     );
 }
+
+fn jsonl(test: &Test, path: &str) -> Vec<Value> {
+    std::fs::read_to_string(test.path(path))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn openai_batch_output_is_written_and_survives_resume_and_merge() {
+    let test = Test::new();
+    let refusing = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: refuse}\n    reply: {fault: {status: 400, message: no thanks}}\ndefault: {echo: true}\n",
+    );
+    let tasks = lines(&[
+        openai_line(
+            "r1",
+            json!([{"role": "user", "content": "Hello"}]),
+            json!({}),
+        ),
+        openai_line(
+            "r2",
+            json!([{"role": "user", "content": "please refuse"}]),
+            json!({}),
+        ),
+        openai_line("r3", json!([{"role": "user", "content": "Bye"}]), json!({})),
+    ]);
+    let test = test
+        .file("batch.jsonl", &tasks)
+        .env("OPENAI_BASE_URL", &refusing.base_url())
+        .env("OPENAI_API_KEY", "sk-test-secret");
+    let run = |test: &Test, extra: &[&str]| {
+        let mut args = vec!["batch", "batch.jsonl", "--output-format", "openai", "-q"];
+        args.extend(extra);
+        test.run(&args)
+    };
+    run(&test, &["-o", "out"]).expect_code(1);
+    let own = results(&test, "out");
+    let session = |id: &str| {
+        own.iter().find(|result| result["id"] == id).unwrap()["session_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let output = jsonl(&test, "out/openai_output.jsonl");
+    assert_eq!(output.len(), 2);
+    let first = output
+        .iter()
+        .find(|line| line["custom_id"] == "r1")
+        .unwrap();
+    let keys: Vec<&String> = first.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["id", "custom_id", "response", "error"]);
+    assert_eq!(first["id"], format!("batch_req_{}", session("r1")));
+    assert_eq!(first["error"], Value::Null);
+    let response = &first["response"];
+    assert_eq!(response["status_code"], 200);
+    assert_eq!(response["request_id"], session("r1"));
+    let body = &response["body"];
+    assert_eq!(body["id"], format!("chatcmpl-{}", session("r1")));
+    assert_eq!(body["object"], "chat.completion");
+    assert!(body["created"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(body["model"], "gpt-4o-mini");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["index"], 0);
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], "Hello");
+    assert_eq!(choice["finish_reason"], "stop");
+    assert_eq!(choice["logprobs"], Value::Null);
+    let usage = &body["usage"];
+    let tokens = |key: &str| usage[key].as_u64().unwrap();
+    assert!(tokens("prompt_tokens") > 0 && tokens("completion_tokens") > 0);
+    assert_eq!(
+        tokens("total_tokens"),
+        tokens("prompt_tokens") + tokens("completion_tokens")
+    );
+    let errors = jsonl(&test, "out/openai_errors.jsonl");
+    assert_eq!(errors.len(), 1);
+    let refused = &errors[0];
+    assert_eq!(refused["custom_id"], "r2");
+    assert_eq!(refused["id"], format!("batch_req_{}", session("r2")));
+    assert_eq!(refused["response"]["status_code"], 400);
+    assert_eq!(refused["response"]["request_id"], session("r2"));
+    assert_eq!(
+        refused["response"]["body"]["error"]["type"],
+        "invalid_request_error"
+    );
+    assert!(
+        refused["response"]["body"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no thanks")
+    );
+    assert_eq!(refused["error"], Value::Null);
+
+    // `--retry-errors` against a server that answers: each task once, in its final state.
+    let answering = MockServer::start(test.dir.path(), ECHO);
+    let test = test.env("OPENAI_BASE_URL", &answering.base_url());
+    run(&test, &["-o", "out", "--retry-errors"]).expect_code(0);
+    let output = jsonl(&test, "out/openai_output.jsonl");
+    let mut ids: Vec<&str> = output
+        .iter()
+        .map(|line| line["custom_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["r1", "r2", "r3"]);
+    assert!(jsonl(&test, "out/openai_errors.jsonl").is_empty());
+
+    // Shards, then a merge: the merged directory has the OpenAI files over the winners.
+    run(&test, &["-o", "s1", "--shard", "1/2"]).expect_code(0);
+    run(&test, &["-o", "s2", "--shard", "2/2"]).expect_code(0);
+    let shard_lines =
+        jsonl(&test, "s1/openai_output.jsonl").len() + jsonl(&test, "s2/openai_output.jsonl").len();
+    assert_eq!(shard_lines, 3);
+    test.run(&["merge", "s1", "s2", "-o", "merged", "-q"])
+        .expect_code(0);
+    let merged = jsonl(&test, "merged/openai_output.jsonl");
+    assert_eq!(merged.len(), 3);
+    assert!(
+        !std::fs::read_to_string(test.path("merged/openai_output.jsonl"))
+            .unwrap()
+            .contains("sk-test-secret")
+    );
+}
