@@ -158,7 +158,18 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         }
         let parsed: Vec<(usize, Result<Option<Task>, String>)> = chunk
             .par_iter()
-            .map(|(number, text)| (*number, inputs.reader.parse(text, *number)))
+            .map(|(number, text)| {
+                // Attachments were read to check them; the check of the task
+                // needs none of their bytes, so a chunk of image lines does
+                // not hold every image at once.
+                let parsed = inputs.reader.parse(text, *number).map(|task| {
+                    task.map(|mut task| {
+                        task.input.attachments = Vec::new();
+                        task
+                    })
+                });
+                (*number, parsed)
+            })
             .collect();
         drop(chunk);
         // In order: tactics, duplicates and the selection depend on what came before.
