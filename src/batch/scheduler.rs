@@ -194,7 +194,8 @@ pub struct Run<'a> {
     pub default_tactic: Option<&'a Path>,
     /// The tactic of lines that name a model but no tactic (no `--tactic`).
     pub fallback_tactic: Option<&'a Path>,
-    /// Built tactics by file and model (`Tactics::key_for`).
+    /// Built tactics by file and model (`tactics::Key`: the canonical path,
+    /// and `--model`, else the line's model).
     pub tactics: &'a HashMap<super::tactics::Key, Arc<Tactic>>,
     /// `--model`: the model every tactic was built for, when given.
     pub model: Option<&'a str>,

@@ -97,11 +97,6 @@ impl Tactics {
         self.model.clone().or_else(|| model.map(str::to_string))
     }
 
-    /// The key under which `get` keeps the tactic at `path` for `model`.
-    pub fn key_for(&self, path: &Path, model: Option<&str>) -> Key {
-        (key(path), self.effective(model))
-    }
-
     /// Builds the `--tactic` default up front: its errors are the command's
     /// error, as with `lllm run`.
     pub fn preload(&mut self, path: &Path) -> Result<()> {
