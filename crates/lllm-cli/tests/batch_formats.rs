@@ -513,3 +513,61 @@ fn openai_batch_output_is_written_and_survives_resume_and_merge() {
             .contains("sk-test-secret")
     );
 }
+
+#[test]
+fn a_lines_model_and_model_args_hold_for_every_agent() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), ECHO);
+    let tactic = format!(
+        "tactic_type: two
+global: {{model_name: local/configured, model_args: {{temperature: 1}}}}
+agent_configs:
+  - {{name: writer, system_prompt: Write.}}
+  - {{name: critic, system_prompt: Judge., model_name: local/other}}
+providers:
+  local: {{api: openai, base_url: \"{}\", api_key_env: KEY}}
+flow:
+  - {{step: draft, agent: writer, text: '{{{{ task }}}}'}}
+  - {{step: review, agent: critic, text: 'check: {{{{ draft.content }}}}'}}
+",
+        server.base_url()
+    );
+    let tasks = lines(&[
+        json!({"id": "a", "task": "owls", "model": "local/chosen", "model_args": {"temperature": 0, "seed": 7}}),
+        json!({"id": "b", "task": "bats"}),
+    ]);
+    let test = test
+        .file("two.yaml", &tactic)
+        .file("tasks.jsonl", &tasks)
+        .env("KEY", "secret");
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "two.yaml",
+        "-o",
+        "out",
+        "-q",
+    ])
+    .expect_code(0);
+    let bodies = bodies(&server, "/v1/chat/completions");
+    assert_eq!(bodies.len(), 4);
+    let of = |text: &str| {
+        bodies
+            .iter()
+            .filter(|body| {
+                body["messages"][1]["content"]
+                    .as_str()
+                    .is_some_and(|content| content.contains(text))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of("owls").len(), 2);
+    for body in of("owls") {
+        assert_eq!(body["model"], "chosen", "every agent runs the line's model");
+        assert_eq!(body["temperature"], 0, "the line's argument wins");
+        assert_eq!(body["seed"], 7);
+    }
+    let models: Vec<&Value> = of("bats").iter().map(|body| &body["model"]).collect();
+    assert_eq!(models, [&json!("configured"), &json!("other")]);
+}
