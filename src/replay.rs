@@ -565,20 +565,18 @@ pub async fn rerun(
         }
     };
     let mut config = crate::config::load(&path)?;
-    if let Some(model) = model.or(record.tactic.model.as_deref()) {
+    // `--model`, else the run's: its `--model`, else the task's own.
+    if let Some(model) = model
+        .or(record.tactic.model.as_deref())
+        .or(record.model.as_deref())
+    {
         config.override_model(model);
     }
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
-    let task = crate::tactic::Task {
-        id: record.task_id.clone(),
-        task: record.task.clone(),
-        args: record.args.clone(),
-        tags: record.tags.clone(),
-        metadata: record.metadata.clone(),
-    };
+    let task = record.task_input();
     let rerun = built.run(task).await;
     built.shutdown().await;
     if let Some(divergence) = provider.divergence() {

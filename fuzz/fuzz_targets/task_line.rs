@@ -20,8 +20,11 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
+/// Relative attachment paths resolve here, which holds nothing.
+const NOWHERE: &str = "/nonexistent-lllm-fuzz";
+
 fn check(text: &str, number: usize) {
-    let task = match parse_line(text, number) {
+    let task = match parse_line(text, number, std::path::Path::new(NOWHERE)) {
         Err(message) => return assert_one_line(&message),
         Ok(None) => return assert!(text.trim().is_empty(), "a line with text was skipped"),
         Ok(Some(task)) => task,
@@ -37,7 +40,7 @@ fn check(text: &str, number: usize) {
             _ => assert_eq!(task.id, format!("line-{number}")),
         }
     }
-    let again = parse_line(&written(&task), number)
+    let again = parse_line(&written(&task), number, std::path::Path::new(NOWHERE))
         .expect("a task written back does not read")
         .expect("a task written back reads as a blank line");
     assert_eq!(again.id, task.id);

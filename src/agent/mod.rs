@@ -145,6 +145,7 @@ pub struct Limits {
 }
 
 /// Everything an agent is made of, before it owns any dialog.
+#[derive(Clone)]
 pub struct AgentSpec {
     /// The agent's name, unique in its tactic.
     pub name: String,
@@ -362,6 +363,20 @@ impl Agent {
         args: &Map<String, Value>,
         switch: bool,
     ) -> Result<&mut Agent> {
+        self.open_seeded(alias, args, switch, None, &[])
+    }
+
+    /// `open_with` for a task that brings its own conversation: `system`
+    /// (when given) stands in for the agent's system prompt, and `history`
+    /// follows it, in order.
+    pub(crate) fn open_seeded(
+        &mut self,
+        alias: &str,
+        args: &Map<String, Value>,
+        switch: bool,
+        system: Option<&str>,
+        history: &[Message],
+    ) -> Result<&mut Agent> {
         if self.dialogs.contains_key(alias) {
             return Err(Error::DialogExists {
                 agent: self.spec.name.clone(),
@@ -372,16 +387,28 @@ impl Agent {
             self.spec.name.clone(),
             format!("{}_{alias}", self.spec.name),
         );
-        let args = self.with_context(args);
-        dialog
-            .put_prompt(
-                self.spec.system_prompt.clone(),
-                &args,
-                Role::System,
-                "system",
-                Map::new(),
-            )
-            .map_err(|source| self.dialog_error(source))?;
+        match system {
+            Some(system) => {
+                dialog.put_text(system, Role::System, "system", Map::new());
+            }
+            // An empty system prompt (the batch's default tactic) sends none.
+            None if self.spec.system_prompt.template.is_empty() => {}
+            None => {
+                let args = self.with_context(args);
+                dialog
+                    .put_prompt(
+                        self.spec.system_prompt.clone(),
+                        &args,
+                        Role::System,
+                        "system",
+                        Map::new(),
+                    )
+                    .map_err(|source| self.dialog_error(source))?;
+            }
+        }
+        for message in history {
+            dialog.append(message.clone());
+        }
         self.dialogs.insert(alias.to_string(), dialog);
         if switch {
             self.active_alias = Some(alias.to_string());
@@ -491,6 +518,17 @@ impl Agent {
         prompt: impl Into<PromptRef>,
         args: Value,
     ) -> Result<&Message> {
+        self.receive_prompt_with(prompt, args, Vec::new())
+    }
+
+    /// `receive_prompt`, with `parts` (a task's attachments) sent after the
+    /// rendered text in the same user turn.
+    pub(crate) fn receive_prompt_with(
+        &mut self,
+        prompt: impl Into<PromptRef>,
+        args: Value,
+        parts: Vec<crate::dialog::ContentPart>,
+    ) -> Result<&Message> {
         let agent = self.spec.name.clone();
         let args = match args {
             Value::Object(args) => args,
@@ -512,14 +550,24 @@ impl Agent {
                 None => return Err(Error::NoPrompts { agent, key }),
             },
         };
-        let args = self.with_context(&args);
+        let args = self.with_context(&args).into_owned();
         self.dialog_at(None)?
-            .put_prompt(prompt, &args, Role::User, "user", Map::new())
+            .put_prompt_with(prompt, &args, Role::User, "user", parts)
             .map_err(|source| Error::Dialog { agent, source })
     }
 
-    /// Appends an image (a file, bytes, or a URL) with an optional caption
-    /// to the active dialog.
+    /// Appends a user message of parts (text, images, text files: a task's
+    /// [`parts`](crate::Task::parts)) to the active dialog; like `receive`,
+    /// the next turn offers the agent's tools and parses nothing.
+    pub fn receive_parts(&mut self, parts: Vec<crate::dialog::ContentPart>) -> Result<&Message> {
+        Ok(self
+            .dialog_at(None)?
+            .put_parts(parts, Role::User, "user", Map::new()))
+    }
+
+    /// Appends an image (a file, bytes, base64, or a URL) with an optional
+    /// caption to the active dialog, as a multipart message made the way
+    /// a task's attachments are (`Dialog::put_image`).
     pub fn receive_image(
         &mut self,
         image: ImageSource<'_>,

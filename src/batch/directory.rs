@@ -44,6 +44,7 @@ impl Lock {
         if let Some(dir) = &self.created {
             let _ = std::fs::remove_file(dir.join(IDENTITY));
             let _ = std::fs::remove_file(dir.join(LOCK));
+            let _ = std::fs::remove_file(dir.join(super::formats::DEFAULT_TACTIC_FILE));
             // Fails, and keeps the directory, if anything else is in it.
             let _ = std::fs::remove_dir(dir);
         }

@@ -343,6 +343,20 @@ fn merge_locked(
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
         writeln!(file, "{text}")
     })?;
+    // Inputs written with `--output-format openai`: the merged directory
+    // gets the OpenAI files too, over the winners.
+    if inputs
+        .iter()
+        .any(|input| input.join(super::openai_output::OUTPUT).is_file())
+    {
+        super::openai_output::write(output).map_err(|source| Error::Write {
+            path: output
+                .join(super::openai_output::OUTPUT)
+                .display()
+                .to_string(),
+            source,
+        })?;
+    }
     Ok(Merged {
         ids: order.len() as u64,
         sessions,
@@ -482,11 +496,10 @@ fn missing_ids(
     let mut ids = Vec::new();
     while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(usage)?;
-        let id = match super::tasks::parse_line(text, number) {
-            Ok(None) => continue,
-            Ok(Some(task)) => task.id,
-            Err(_) => format!("line-{number}"),
-        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let id = super::formats::line_id(text, number).unwrap_or_else(|| format!("line-{number}"));
         if !winners.contains_key(&id) {
             ids.push(id);
         }

@@ -11,7 +11,9 @@
 //! `provider::budget`, which every call passes.
 
 pub mod directory;
+pub mod formats;
 pub mod merge;
+pub mod openai_output;
 pub mod output;
 pub mod preflight;
 pub mod progress;
@@ -41,6 +43,10 @@ pub struct Options {
     pub tasks_file: PathBuf,
     /// The tactic of lines that name none.
     pub tactic: Option<PathBuf>,
+    /// `--input-format`: the TASKS file's format (`None`: told by its first line).
+    pub input_format: Option<formats::InputFormat>,
+    /// `--output-format`: the files written besides lllm's own.
+    pub output_format: openai_output::OutputFormat,
     pub output: PathBuf,
     pub concurrency: usize,
     pub resume: bool,
@@ -155,11 +161,33 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }
+    let reader = formats::LineReader::for_file(&options.tasks_file, options.input_format).map_err(
+        |error| {
+            Error::Usage(format!(
+                "cannot read `{}`: {error}",
+                options.tasks_file.display()
+            ))
+        },
+    )?;
+    // Lines that name a model and no tactic run on the default tactic,
+    // written beside the results so `lllm replay --rerun` finds it.
+    let fallback = match &options.tactic {
+        Some(_) => None,
+        None => {
+            let path = options.output.join(formats::DEFAULT_TACTIC_FILE);
+            std::fs::write(&path, formats::DEFAULT_TACTIC).map_err(|error| {
+                Error::Usage(format!("cannot write `{}`: {error}", path.display()))
+            })?;
+            Some(path)
+        }
+    };
     let selector = Selector::new(shard, options.limit);
     let plan = preflight::run(
         preflight::Inputs {
             tasks_file: &options.tasks_file,
+            reader: &reader,
             default_tactic: options.tactic.as_deref(),
+            fallback_tactic: fallback.as_deref(),
             selector: selector.clone(),
             done: &done,
         },
@@ -193,7 +221,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             plan.invalid.len()
         ));
     }
-    let tactics: HashMap<PathBuf, Arc<crate::tactic::Tactic>> = tactics
+    let tactics: HashMap<tactics::Key, Arc<crate::tactic::Tactic>> = tactics
         .all()
         .map(|(path, tactic)| (path.clone(), tactic.clone()))
         .collect();
@@ -244,8 +272,11 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let ran = scheduler::run(
         scheduler::Run {
             tasks_file: &options.tasks_file,
+            reader: &reader,
             default_tactic: options.tactic.as_deref(),
+            fallback_tactic: fallback.as_deref(),
             tactics: &tactics,
+            model: options.model.as_deref(),
             plan: &plan,
             selector,
             done: &done,
@@ -286,6 +317,16 @@ async fn run_locked(options: Options) -> Result<Outcome> {
 
     let stopped = shared.stop.borrow().reason();
     let summary = write_summary(&options, shard, &plan, &previous, &shared, started, stopped)?;
+    if options.output_format == openai_output::OutputFormat::OpenAi {
+        openai_output::write(&options.output).map_err(|source| Error::Write {
+            path: options
+                .output
+                .join(openai_output::OUTPUT)
+                .display()
+                .to_string(),
+            source,
+        })?;
+    }
     if !options.quiet {
         crate::output::stderr(&summary.table(&options.output.display().to_string()));
     }

@@ -76,6 +76,12 @@ pub struct ResultLine {
     /// The task line's `args` (template arguments), likewise.
     #[serde(default)]
     pub args: Map<String, Value>,
+    /// The model of the task's final reply (for `--output-format openai`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The HTTP status of the provider error that failed the task, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
 }
 
 fn known() -> bool {
@@ -110,6 +116,14 @@ impl ResultLine {
             cache_hits: record.cache_hit_count() as u64,
             tags: record.tags.clone(),
             args: record.args.clone(),
+            model: final_model(record),
+            http_status: record
+                .agent_calls
+                .last()
+                .and_then(|call| call.invokes.last())
+                .and_then(|invoke| invoke.error.as_ref())
+                .and_then(|error| error.status)
+                .filter(|_| record.state == RunState::Failure),
         }
     }
 
@@ -128,6 +142,8 @@ impl ResultLine {
             cache_hits: 0,
             tags: Map::new(),
             args: Map::new(),
+            model: None,
+            http_status: None,
         }
     }
 
@@ -145,6 +161,25 @@ impl ResultLine {
             ..ResultLine::skipped(id, problem)
         }
     }
+}
+
+/// The model of a run's final reply: the last assistant message naming one
+/// in the dialog of the last step, else the model the task or the run's
+/// `--model` named.
+fn final_model(record: &SessionRecord) -> Option<String> {
+    let from_dialog = record.steps.last().and_then(|step| {
+        let name = format!("{}_{}", step.agent, step.dialog);
+        record
+            .dialogs
+            .iter()
+            .rev()
+            .filter(|dialog| dialog.owner == step.agent && dialog.session_name == name)
+            .flat_map(|dialog| dialog.messages.iter().rev())
+            .find_map(|message| message.model.clone())
+    });
+    from_dialog
+        .or_else(|| record.model.clone())
+        .or_else(|| record.tactic.model.clone())
 }
 
 /// A task's lines, serialized by the task itself (in parallel), written by

@@ -112,7 +112,12 @@ impl Plan {
 /// Everything pre-flight needs besides the file.
 pub struct Inputs<'a> {
     pub tasks_file: &'a Path,
+    /// Reads the file's lines in its format.
+    pub reader: &'a super::formats::LineReader,
     pub default_tactic: Option<&'a Path>,
+    /// The tactic of lines that name a model but no tactic, when there is
+    /// no `--tactic` (`formats::DEFAULT_TACTIC`).
+    pub fallback_tactic: Option<&'a Path>,
     pub selector: Selector,
     /// Whether `--resume` skips this id.
     pub done: &'a (dyn Fn(&str) -> bool + Sync),
@@ -153,7 +158,18 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         }
         let parsed: Vec<(usize, Result<Option<Task>, String>)> = chunk
             .par_iter()
-            .map(|(number, text)| (*number, tasks::parse_line(text, *number)))
+            .map(|(number, text)| {
+                // Attachments were read to check them; the check of the task
+                // needs none of their bytes, so a chunk of image lines does
+                // not hold every image at once.
+                let parsed = inputs.reader.parse(text, *number).map(|task| {
+                    task.map(|mut task| {
+                        task.input.attachments = Vec::new();
+                        task
+                    })
+                });
+                (*number, parsed)
+            })
             .collect();
         drop(chunk);
         // In order: tactics, duplicates and the selection depend on what came before.
@@ -175,13 +191,19 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
                 state.push(message, number, true);
                 continue;
             }
-            match tasks::tactic_path(&task, &tasks_dir, inputs.default_tactic) {
+            match tasks::tactic_path(
+                &task,
+                &tasks_dir,
+                inputs.default_tactic,
+                inputs.fallback_tactic,
+            ) {
                 None => {
-                    let message =
-                        "no tactic: the line names none and no `--tactic` was given".to_string();
+                    let message = "no tactic: the line names none (nor a `model` for the default \
+                                   tactic) and no `--tactic` was given"
+                        .to_string();
                     state.invalid(number, &task.id, message, selected, inputs.done);
                 }
-                Some(path) => match tactics.get(&path) {
+                Some(path) => match tactics.get(&path, task.input.model.as_deref()) {
                     Ok(tactic) => to_check.push((task, tactic, selected)),
                     Err((error, _)) => {
                         let message = format!("tactic `{}`: {error}", path.display());

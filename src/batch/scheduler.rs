@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -189,8 +189,16 @@ impl Shared {
 /// Everything the run reads.
 pub struct Run<'a> {
     pub tasks_file: &'a Path,
+    /// Reads the file's lines in its format.
+    pub reader: &'a super::formats::LineReader,
     pub default_tactic: Option<&'a Path>,
-    pub tactics: &'a HashMap<PathBuf, Arc<Tactic>>,
+    /// The tactic of lines that name a model but no tactic (no `--tactic`).
+    pub fallback_tactic: Option<&'a Path>,
+    /// Built tactics by file and model (`tactics::Key`: the canonical path,
+    /// and `--model`, else the line's model).
+    pub tactics: &'a HashMap<super::tactics::Key, Arc<Tactic>>,
+    /// `--model`: the model every tactic was built for, when given.
+    pub model: Option<&'a str>,
     pub plan: &'a Plan,
     pub selector: Selector,
     pub done: &'a (dyn Fn(&str) -> bool + Sync),
@@ -199,14 +207,15 @@ pub struct Run<'a> {
     pub labels: &'a super::Labels,
 }
 
+/// A line's `tactic` as written, and the model its tactic is built for.
+type LineTactic = (Option<String>, Option<String>);
+
 /// Runs every selected task; returns when all have a result or the run stopped.
 pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let tasks_dir = run.tasks_file.parent().unwrap_or(Path::new(""));
-    let default = run
-        .default_tactic
-        .and_then(|path| run.tactics.get(&super::tactics::key(path)).cloned());
-    // A line's `tactic` as written → the tactic (one path lookup per distinct text).
-    let mut line_tactics: HashMap<String, Option<Arc<Tactic>>> = HashMap::new();
+    // A line's `tactic` as written and its model → the tactic (one path
+    // lookup per distinct pair).
+    let mut line_tactics: HashMap<LineTactic, Option<Arc<Tactic>>> = HashMap::new();
     let slots = Arc::new(Semaphore::new(run.concurrency.max(1)));
     let mut running = JoinSet::new();
     let mut stop = shared.stop.subscribe();
@@ -214,7 +223,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let mut lines = Lines::open(run.tasks_file)?;
     while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(std::io::Error::other)?;
-        let parsed = tasks::parse_line(text, number);
+        let parsed = run.reader.parse(text, number);
         let task = match parsed {
             Ok(None) => continue,
             Ok(Some(mut task)) => {
@@ -250,16 +259,23 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
         }
         let (task, tactic) = match (task, run.plan.invalid.get(&number)) {
             (Some(task), None) => {
-                let tactic = match &task.tactic {
-                    None => default.clone(),
-                    Some(path) => line_tactics
-                        .entry(path.clone())
-                        .or_insert_with(|| {
-                            let key = super::tactics::key(&tasks_dir.join(path));
-                            run.tactics.get(&key).cloned()
-                        })
-                        .clone(),
-                };
+                let model = run
+                    .model
+                    .map(str::to_string)
+                    .or_else(|| task.input.model.clone());
+                let tactic = line_tactics
+                    .entry((task.tactic.clone(), model.clone()))
+                    .or_insert_with(|| {
+                        let path = tasks::tactic_path(
+                            &task,
+                            tasks_dir,
+                            run.default_tactic,
+                            run.fallback_tactic,
+                        )?;
+                        let key = (super::tactics::key(&path), model);
+                        run.tactics.get(&key).cloned()
+                    })
+                    .clone();
                 match tactic {
                     Some(tactic) => (task, tactic),
                     None => {
@@ -494,7 +510,10 @@ mod tests {
         let tactic =
             Tactic::build_replaying(config, Arc::new(PanicsOnBoom), &crate::Registry::new())
                 .unwrap();
-        let tactics = HashMap::from([(super::super::tactics::key(&tactic_path), Arc::new(tactic))]);
+        let tactics = HashMap::from([(
+            (super::super::tactics::key(&tactic_path), None),
+            Arc::new(tactic),
+        )]);
         let plan = Plan {
             problems: Vec::new(),
             invalid: HashMap::new(),
@@ -506,8 +525,11 @@ mod tests {
         let ran = run(
             Run {
                 tasks_file: &tasks_file,
+                reader: &super::super::formats::LineReader::for_file(&tasks_file, None).unwrap(),
                 default_tactic: Some(&tactic_path),
+                fallback_tactic: None,
                 tactics: &tactics,
+                model: None,
                 plan: &plan,
                 selector: Selector::new(None, None),
                 done: &|_| false,

@@ -1,7 +1,10 @@
 //! The tactics of a batch: `--tactic` and every tactic a task line names, each
 //! built once and shared by all its tasks — so its providers, and with them
 //! their `max_concurrency` / `rpm` / `tpm` limits, are shared by the whole batch.
-//! (Two different tactic files build their providers separately.)
+//! (Two different tactic files build their providers separately.) A task
+//! line naming a `model` runs on its tactic built for that model (as with
+//! `--model`: every agent), one build per tactic and model; `--model` wins
+//! over a line's model.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,9 +27,9 @@ pub struct Tactics {
     registry: crate::Registry,
     /// `--cache` / `--no-cache` and the response cache, for every tactic.
     cache: Option<Arc<crate::provider::cache::CacheSource>>,
-    built: HashMap<PathBuf, Arc<Tactic>>,
+    built: HashMap<Key, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
-    failed: HashMap<PathBuf, String>,
+    failed: HashMap<Key, String>,
     /// Paths as task lines give them → `key` (canonicalizing is a syscall
     /// per component; pre-flight asks once per line).
     keys: HashMap<PathBuf, PathBuf>,
@@ -58,47 +61,60 @@ impl Tactics {
         })
     }
 
-    /// The tactic at `path`, built on first use. `Err` holds its error; the
-    /// `bool` says whether this is the first time it was asked for.
-    pub fn get(&mut self, path: &Path) -> std::result::Result<Arc<Tactic>, (String, bool)> {
-        let path = &self
+    /// The tactic at `path` for a task naming `model` (or none), built on
+    /// first use. `Err` holds its error; the `bool` says whether this is the
+    /// first time it was asked for.
+    pub fn get(
+        &mut self,
+        path: &Path,
+        model: Option<&str>,
+    ) -> std::result::Result<Arc<Tactic>, (String, bool)> {
+        let canonical = self
             .keys
             .entry(path.to_path_buf())
             .or_insert_with(|| key(path))
             .clone();
-        if let Some(tactic) = self.built.get(path) {
+        let model = self.effective(model);
+        let entry = (canonical, model.clone());
+        if let Some(tactic) = self.built.get(&entry) {
             return Ok(tactic.clone());
         }
-        if let Some(error) = self.failed.get(path) {
+        if let Some(error) = self.failed.get(&entry) {
             return Err((error.clone(), false));
         }
-        match self.load(path) {
+        match self.load(&entry.0, model.as_deref()) {
             Ok(tactic) => {
                 let tactic = Arc::new(tactic);
-                self.built.insert(path.to_path_buf(), tactic.clone());
+                self.built.insert(entry, tactic.clone());
                 Ok(tactic)
             }
             Err(error) => {
                 let text = error.to_string().replace('\n', "; ");
-                self.failed.insert(path.to_path_buf(), text.clone());
+                self.failed.insert(entry, text.clone());
                 Err((text, true))
             }
         }
     }
 
+    /// The model a tactic is built for: `--model`, else the task's.
+    fn effective(&self, model: Option<&str>) -> Option<String> {
+        self.model.clone().or_else(|| model.map(str::to_string))
+    }
+
     /// Builds the `--tactic` default up front: its errors are the command's
     /// error, as with `lllm run`.
     pub fn preload(&mut self, path: &Path) -> Result<()> {
-        let tactic = self.load(path)?;
-        self.built.insert(key(path), Arc::new(tactic));
+        let tactic = self.load(path, self.model.as_deref())?;
+        self.built
+            .insert((key(path), self.model.clone()), Arc::new(tactic));
         Ok(())
     }
 
     /// Loads and builds one tactic; warnings go to stderr once.
-    fn load(&self, path: &Path) -> Result<Tactic> {
+    fn load(&self, path: &Path, model: Option<&str>) -> Result<Tactic> {
         // Config and build in one pre-flight: every problem of both at once.
         let options = crate::tactic::LoadOptions {
-            model: self.model.as_deref(),
+            model,
             prices: self.prices.as_ref(),
             env: &|name| std::env::var(name).ok(),
             dry_run: None,
@@ -111,10 +127,13 @@ impl Tactics {
     }
 
     /// Every tactic built so far.
-    pub fn all(&self) -> impl Iterator<Item = (&PathBuf, &Arc<Tactic>)> {
+    pub fn all(&self) -> impl Iterator<Item = (&Key, &Arc<Tactic>)> {
         self.built.iter()
     }
 }
+
+/// A built tactic: its file's canonical path and the model it was built for.
+pub type Key = (PathBuf, Option<String>);
 
 /// The name a tactic file is known by: its canonical path when it exists, so
 /// `t.yaml` and `sub/../t.yaml` are one tactic (one set of providers).

@@ -1,15 +1,22 @@
 //! Task lines (DESIGN §6): one JSON value per line of a TASKS file, read as a
 //! stream so a file of any size is never held in memory.
 //!
-//! A line is `{"id", "task", "args", "tags", "metadata", "tactic"}` (`custom_id` is
-//! accepted for `id`) or a bare JSON string, which is a task with id `line-N`.
-//! Blank lines are skipped. This module only parses; checking a task against
-//! its tactic is `preflight`'s job.
+//! A line is `{"id", "task", "args", "tags", "metadata", "tactic", "model",
+//! "model_args", "messages", "attachments"}` (`custom_id` is accepted for
+//! `id`) or a bare JSON string, which is a task with id `line-N`. Blank lines
+//! are skipped. `messages` is an OpenAI chat conversation: without `task`,
+//! its last message (a user turn) is the task. Attachments are read here
+//! (relative paths from the TASKS file's directory), so a line whose file is
+//! missing or of an unknown type is a bad line before anything is sent.
+//! This module only parses; checking a task against its tactic is
+//! `preflight`'s job.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
+
+use crate::dialog::{Attachment, ContentPart, Role};
 
 /// One parsed task line.
 #[derive(Debug, Clone)]
@@ -23,7 +30,7 @@ pub struct Task {
     pub tactic: Option<String>,
 }
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 11] = [
     "id",
     "custom_id",
     "task",
@@ -31,11 +38,17 @@ const KEYS: [&str; 7] = [
     "tags",
     "metadata",
     "tactic",
+    "model",
+    "model_args",
+    "messages",
+    "attachments",
 ];
 
-/// Parses line `line` (1-based); `Ok(None)` for a blank line. The error says
-/// what is wrong, without the file and line (the caller adds them).
-pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
+/// Parses line `line` (1-based) of a file of lllm task lines whose
+/// attachments' relative paths start at `base_dir`; `Ok(None)` for a blank
+/// line. The error says what is wrong, without the file and line (the
+/// caller adds them).
+pub fn parse_line(text: &str, line: usize, base_dir: &Path) -> Result<Option<Task>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
@@ -52,11 +65,7 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
         Value::String(task) => {
             return Ok(Some(Task::new(
                 line,
-                default_id(),
-                Value::String(task),
-                Map::new(),
-                Map::new(),
-                Map::new(),
+                crate::tactic::Task::new(task).id(default_id()),
                 None,
             )));
         }
@@ -69,6 +78,12 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
         }
     };
     for key in object.keys() {
+        if let Some(format) = super::formats::foreign_key(key) {
+            return Err(format!(
+                "`{key}` is a key of {format}, and this file holds lllm task lines (told by its \
+                 first line); a file holds one format; hint: `--input-format` names it"
+            ));
+        }
         if !KEYS.contains(&key.as_str()) {
             return Err(format!(
                 "unknown key `{}` (a task line has {}){}",
@@ -83,9 +98,38 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
         (Some(id), None) | (None, Some(id)) => id_text(id)?,
         (None, None) => default_id(),
     };
-    let task = object
-        .remove("task")
-        .ok_or_else(|| "no `task` (the text or value the tactic answers)".to_string())?;
+    let mut messages = match object.remove("messages") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(value) => crate::dialog::import::openai_messages(&value)?,
+    };
+    let mut attachments = Vec::new();
+    let task = match object.remove("task") {
+        Some(task) => task,
+        None => {
+            let (task, parts) = last_user_turn(&mut messages)?;
+            attachments = parts;
+            task
+        }
+    };
+    attachments.extend(read_attachments(object.remove("attachments"), base_dir)?);
+    let model = match object.remove("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(model)) if !model.trim().is_empty() => Some(model),
+        Some(other) => {
+            return Err(format!(
+                "`model` is a model name (`provider/model`), not {}",
+                kind(&other)
+            ));
+        }
+    };
+    let model_args = object_field(&mut object, "model_args")?;
+    for reserved in ["model", "messages"] {
+        if model_args.contains_key(reserved) {
+            return Err(format!(
+                "`model_args` may not hold `{reserved}`; give it as the line's own `{reserved}`"
+            ));
+        }
+    }
     let args = object_field(&mut object, "args")?;
     let tags = object_field(&mut object, "tags")?;
     let metadata = object_field(&mut object, "metadata")?;
@@ -102,35 +146,101 @@ pub fn parse_line(text: &str, line: usize) -> Result<Option<Task>, String> {
             ));
         }
     };
-    Ok(Some(Task::new(
-        line, id, task, args, tags, metadata, tactic,
-    )))
+    let input = crate::tactic::Task {
+        id: Some(id),
+        task,
+        args,
+        tags,
+        metadata,
+        model,
+        model_args,
+        messages,
+        attachments,
+    };
+    Ok(Some(Task::new(line, input, tactic)))
 }
 
 impl Task {
-    fn new(
-        line: usize,
-        id: String,
-        task: Value,
-        args: Map<String, Value>,
-        tags: Map<String, Value>,
-        metadata: Map<String, Value>,
-        tactic: Option<String>,
-    ) -> Task {
-        let input = crate::tactic::Task {
-            id: Some(id.clone()),
-            task,
-            args,
-            tags,
-            metadata,
-        };
+    /// `input` must have its id.
+    pub(crate) fn new(line: usize, input: crate::tactic::Task, tactic: Option<String>) -> Task {
         Task {
             line,
-            id,
+            id: input.id.clone().unwrap_or_else(|| format!("line-{line}")),
             input,
             tactic,
         }
     }
+}
+
+/// Takes the last message of a conversation as the task: it must be a user
+/// turn; its text is the task, its images the first attachments.
+pub(crate) fn last_user_turn(
+    messages: &mut Vec<crate::dialog::Message>,
+) -> Result<(Value, Vec<ContentPart>), String> {
+    match messages.pop() {
+        Some(last) if last.role == Role::User => {
+            let images = last
+                .parts
+                .into_iter()
+                .filter(|part| part.image_ref().is_some())
+                .collect();
+            Ok((Value::String(last.content), images))
+        }
+        Some(last) => Err(format!(
+            "the last message is the task, so it is a `user` message, not `{}`",
+            last.role
+        )),
+        None => Err(
+            "no `task` (the text or value the tactic answers), and no `messages` to take it from"
+                .into(),
+        ),
+    }
+}
+
+/// `attachments`: a list of paths, URLs and `data:` URLs, or objects
+/// `{"path"}`, `{"url"}`, `{"base64", "name"}`; each read now.
+fn read_attachments(value: Option<Value>, base_dir: &Path) -> Result<Vec<ContentPart>, String> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(format!(
+                "`attachments` is a list of paths, URLs or objects, not {}",
+                kind(&other)
+            ));
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let place = format!("`attachments[{index}]`");
+            let attachment = match entry {
+                Value::String(spec) => Attachment::parse(spec),
+                Value::Object(object) => {
+                    let text = |key: &str| object.get(key).and_then(Value::as_str);
+                    match (text("path"), text("url"), text("base64")) {
+                        (Some(path), None, None) => Ok(Attachment::Path(path.to_string())),
+                        (None, Some(url), None) => Attachment::parse(url),
+                        (None, None, Some(data)) => Attachment::base64(data, text("name")),
+                        _ => {
+                            return Err(format!(
+                                "{place} is an object with one of `path`, `url`, `base64` (a string)"
+                            ));
+                        }
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "{place} is a path, a URL or an object, not {}",
+                        kind(other)
+                    ));
+                }
+            };
+            attachment
+                .and_then(|attachment| attachment.to_part(base_dir))
+                .map_err(|error| format!("{place}: {error}"))
+        })
+        .collect()
 }
 
 fn id_text(id: Value) -> Result<String, String> {
@@ -177,11 +287,19 @@ fn strip_position(message: &str) -> &str {
 }
 
 /// The tactic file a task runs with: its own (relative to the TASKS file's
-/// directory), else the `--tactic` default.
-pub fn tactic_path(task: &Task, tasks_dir: &Path, default: Option<&Path>) -> Option<PathBuf> {
+/// directory), else the `--tactic` default, else — for a task that names a
+/// model — `fallback`, the batch's default tactic (`formats::DEFAULT_TACTIC`).
+pub fn tactic_path(
+    task: &Task,
+    tasks_dir: &Path,
+    default: Option<&Path>,
+    fallback: Option<&Path>,
+) -> Option<PathBuf> {
     match &task.tactic {
         Some(path) => Some(tasks_dir.join(path)),
-        None => default.map(Path::to_path_buf),
+        None => default
+            .or(fallback.filter(|_| task.input.model.is_some()))
+            .map(Path::to_path_buf),
     }
 }
 
@@ -221,12 +339,12 @@ mod tests {
 
     #[track_caller]
     fn ok(text: &str) -> Task {
-        parse_line(text, 7).unwrap().unwrap()
+        parse_line(text, 7, Path::new("")).unwrap().unwrap()
     }
 
     #[track_caller]
     fn err(text: &str, expected: &str) {
-        let error = parse_line(text, 7).unwrap_err();
+        let error = parse_line(text, 7, Path::new("")).unwrap_err();
         assert!(error.contains(expected), "{error:?} lacks {expected:?}");
     }
 
@@ -249,7 +367,7 @@ mod tests {
                 .as_deref(),
             Some("t.yaml")
         );
-        assert!(parse_line("   \n", 1).unwrap().is_none());
+        assert!(parse_line("   \n", 1, Path::new("")).unwrap().is_none());
     }
 
     #[test]
@@ -278,6 +396,97 @@ mod tests {
             r#"{"id": "a", "task": "x", "ar\ngs": {}}"#,
             "unknown key `ar\\ngs`",
         );
-        assert!(!parse_line(r#"{"a\nb": 1}"#, 1).unwrap_err().contains('\n'));
+        assert!(
+            !parse_line(r#"{"a\nb": 1}"#, 1, Path::new(""))
+                .unwrap_err()
+                .contains('\n')
+        );
+    }
+
+    #[test]
+    fn models_conversations_and_attachments() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("owl.jpg"), b"GIF89a-really-a-gif").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "owls hunt at night").unwrap();
+        std::fs::write(dir.path().join("blob.bin"), b"\x00\x01\x02").unwrap();
+        let parse = |text: &str| parse_line(text, 2, dir.path());
+        let task = parse(
+            r#"{"id": "a", "model": "mock/echo", "model_args": {"temperature": 0},
+                "messages": [{"role": "system", "content": "Be terse."},
+                             {"role": "user", "content": "Hi"},
+                             {"role": "assistant", "content": "Hello."},
+                             {"role": "user", "content": "Which bird?"}],
+                "attachments": ["owl.jpg", {"path": "notes.txt"}, {"base64": "aGk=", "name": "hi.txt"},
+                                "https://example.com/a.png"]}"#,
+        )
+        .unwrap()
+        .unwrap()
+        .input;
+        assert_eq!(task.task, "Which bird?");
+        assert_eq!(task.model.as_deref(), Some("mock/echo"));
+        assert_eq!(task.model_args["temperature"], 0);
+        assert_eq!(task.system_prompt().as_deref(), Some("Be terse."));
+        assert_eq!(task.history().count(), 2);
+        let shown: Vec<String> = task
+            .attachments
+            .iter()
+            .map(|part| part.to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "<image image/gif>",
+                "<file name=\"notes.txt\">\nowls hunt at night\n</file>",
+                "<file name=\"hi.txt\">\nhi\n</file>",
+                "<image https://example.com/a.png>",
+            ]
+        );
+        // With `task`, every message is history.
+        let task = parse(r#"{"task": "q", "messages": [{"role": "user", "content": "earlier"}]}"#)
+            .unwrap()
+            .unwrap()
+            .input;
+        assert_eq!((task.task.as_str(), task.history().count()), (Some("q"), 1));
+
+        let fails = |text: &str, expected: &str| {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+            assert!(!error.contains('\n'), "{error:?}");
+        };
+        fails(
+            r#"{"task": "x", "attachments": ["blob.bin"]}"#,
+            "`attachments[0]`: attachment",
+        );
+        fails(
+            r#"{"task": "x", "attachments": ["blob.bin"]}"#,
+            "neither an image",
+        );
+        fails(r#"{"task": "x", "attachments": ["gone.png"]}"#, "gone.png");
+        fails(
+            r#"{"task": "x", "attachments": [{"file": "a"}]}"#,
+            "one of `path`, `url`, `base64`",
+        );
+        fails(
+            r#"{"task": "x", "attachments": "owl.jpg"}"#,
+            "`attachments` is a list",
+        );
+        fails(r#"{"task": "x", "model": 4}"#, "`model` is a model name");
+        fails(
+            r#"{"task": "x", "model_args": {"model": "m"}}"#,
+            "may not hold `model`",
+        );
+        fails(
+            r#"{"task": "x", "model_args": [1]}"#,
+            "`model_args` is an object",
+        );
+        fails(
+            r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,
+            "the last message is the task",
+        );
+        fails(
+            r#"{"messages": [{"role": "usr", "content": "a"}]}"#,
+            "messages[0].role `usr`",
+        );
+        fails(r#"{"messages": []}"#, "no `task`");
     }
 }

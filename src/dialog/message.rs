@@ -255,6 +255,11 @@ impl ContentPart {
     /// [`Dialog::put_image`](super::Dialog::put_image) reads them (a regular
     /// file of at most 20 MiB; PNG, JPEG, GIF or WebP by its magic bytes).
     pub fn image(source: super::ImageSource<'_>) -> Result<ContentPart, super::Error> {
+        if let super::ImageSource::Url(url) = source
+            && (url.starts_with("https://") || url.starts_with("http://"))
+        {
+            return Ok(ContentPart::image_url(url));
+        }
         let (origin, bytes) = super::read_image(source)?;
         ContentPart::image_bytes(&bytes).map_err(|error| match error {
             super::Error::ImageFormat { header, .. } => {

@@ -3,7 +3,9 @@
 //! `message` holds what one turn says, `cost` what it cost, `tree` where a dialog
 //! sits among its forks; this file holds the `Dialog` itself and its puts.
 
+mod attachment;
 mod cost;
+pub mod import;
 mod message;
 mod tree;
 
@@ -19,6 +21,7 @@ use crate::prompt::{Prompt, Registry};
 /// The largest image file `put_image` reads.
 const IMAGE_CAP: u64 = 20 << 20;
 
+pub use attachment::Attachment;
 pub use cost::InvokeCost;
 pub use message::{
     ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
@@ -48,6 +51,14 @@ pub enum Error {
         /// Their first bytes.
         header: Vec<u8>,
     },
+    /// An attachment that cannot be sent (not an image or UTF-8 text, too big).
+    #[error("attachment {origin}: {message}")]
+    Attachment {
+        /// Where it came from (`` `path` ``, `data: URL`, …).
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Base64 text that does not decode.
     #[error("image {origin} is not valid base64: {message}")]
     ImageBase64 {
@@ -69,6 +80,9 @@ pub enum ImageSource<'a> {
     Base64(&'a str),
     /// The image's bytes.
     Bytes(&'a [u8]),
+    /// An `http(s)` URL the provider fetches, or a base64 `data:` URL
+    /// (whose media type is taken from the bytes, not the URL).
+    Url(&'a str),
 }
 
 /// An append-only message sequence owned by a single agent (seed `Dialog`).
@@ -294,6 +308,28 @@ impl Dialog {
         Ok(self.append(message))
     }
 
+    /// `put_prompt` with `parts` (a task's attachments) after the rendered
+    /// text, in one multipart message; without parts, `put_prompt`.
+    pub(crate) fn put_prompt_with(
+        &mut self,
+        prompt: Arc<Prompt>,
+        args: &Map<String, Value>,
+        role: Role,
+        name: &str,
+        parts: Vec<ContentPart>,
+    ) -> Result<&Message> {
+        if parts.is_empty() {
+            return self.put_prompt(prompt, args, role, name, Map::new());
+        }
+        let content = prompt.render(args)?;
+        let parts = std::iter::once(ContentPart::text(content))
+            .chain(parts)
+            .collect();
+        let message = Message::with_parts(role, name, parts);
+        self.top_prompt = Some(prompt);
+        Ok(self.append(message))
+    }
+
     /// Renders the prompt registered under `key` with `args`, appends it and
     /// makes it the top prompt: the seeds' `put_prompt("writer/draft", …)`.
     /// An unknown key is an error that names it, with a "did you mean" when a
@@ -379,7 +415,21 @@ impl Dialog {
         self.append(message)
     }
 
-    /// Appends an image; its media type comes from its magic bytes (D10).
+    /// Appends an image, with `caption` as a text part after it: a
+    /// multipart message made the way a task's attachments are
+    /// ([`Attachment`]), so every API gets it as its own image part. The
+    /// media type comes from the magic bytes (D10); a URL is sent as it is.
+    ///
+    /// ```
+    /// use lllm::dialog::{Dialog, ImageSource, Role};
+    /// use serde_json::Map;
+    ///
+    /// let mut dialog = Dialog::new("vision", "main");
+    /// let message = dialog.put_image(ImageSource::Bytes(b"GIF89a..."), Some("Which bird?"), Role::User, "user", Map::new())?;
+    /// assert_eq!(message.content, "Which bird?");
+    /// assert_eq!(message.parts[0].to_string(), "<image image/gif>");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn put_image(
         &mut self,
         image: ImageSource<'_>,
@@ -388,24 +438,13 @@ impl Dialog {
         name: &str,
         metadata: Map<String, Value>,
     ) -> Result<&Message> {
-        let engine = base64::engine::general_purpose::STANDARD;
-        let (origin, bytes) = read_image(image)?;
-        let mime = image_mime_type(&bytes).ok_or_else(|| Error::ImageFormat {
-            origin,
-            header: bytes.iter().take(8).copied().collect(),
-        })?;
-        let mut message = Message::new(role, name, engine.encode(&bytes));
-        message.modality = Modality::Image;
-        message.metadata = metadata;
-        message
-            .metadata
-            .insert("mime_type".into(), Value::String(mime.into()));
-        if let Some(caption) = caption {
-            message
-                .metadata
-                .insert("caption".into(), Value::String(caption.into()));
-        }
-        Ok(self.append(message))
+        let image = ContentPart::image(image)?;
+        // Image first, then its caption: the order Anthropic recommends.
+        let parts = [image]
+            .into_iter()
+            .chain(caption.map(ContentPart::text))
+            .collect();
+        Ok(self.put_parts(parts, role, name, metadata))
     }
 
     /// A child dialog, as the seeds define `fork(last_n, first_k)`: with
@@ -651,6 +690,15 @@ fn read_image(image: ImageSource<'_>) -> Result<(String, Vec<u8>)> {
             ("string".to_string(), bytes)
         }
         ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
+        ImageSource::Url(url) => match Attachment::parse(url)? {
+            Attachment::Bytes { bytes, .. } => ("data: URL".to_string(), bytes),
+            _ => {
+                return Err(Error::Attachment {
+                    origin: format!("`{url}`"),
+                    message: "an image URL is `http(s)://…` or a base64 `data:` URL".into(),
+                });
+            }
+        },
     })
 }
 

@@ -152,9 +152,10 @@ fn put_image_detects_the_type_from_magic_bytes() {
             Map::new(),
         )
         .unwrap();
-    assert_eq!(message.modality, Modality::Image);
-    assert_eq!(message.mime_type(), Some("image/png"));
-    assert_eq!(message.metadata["caption"], json!("a chart"));
+    // An image goes in as a multipart message, the way attachments do.
+    assert_eq!(message.modality, Modality::Text);
+    assert_eq!(message.content, "a chart");
+    assert_eq!(message.parts[0].to_string(), "<image image/png>");
     let jpeg = base64::engine::general_purpose::STANDARD.encode(b"\xff\xd8\xff\xe0data");
     let message = dialog
         .put_image(
@@ -165,7 +166,7 @@ fn put_image_detects_the_type_from_magic_bytes() {
             Map::new(),
         )
         .unwrap();
-    assert_eq!(message.mime_type(), Some("image/jpeg"));
+    assert_eq!(message.parts[0].to_string(), "<image image/jpeg>");
     let error = dialog
         .put_image(
             ImageSource::Bytes(b"hello"),

@@ -98,6 +98,15 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
             "max_completion_tokens" => {
                 body.insert("max_tokens".into(), value.clone());
             }
+            // OpenAI's `stop` (a string or a list), as a batch line's
+            // `stop_sequences` is read too.
+            "stop" => {
+                let sequences = match value {
+                    Value::String(_) => Value::Array(vec![value.clone()]),
+                    other => other.clone(),
+                };
+                body.insert("stop_sequences".into(), sequences);
+            }
             _ => {
                 body.insert(key.clone(), value.clone());
             }

@@ -418,8 +418,8 @@ mod tests {
         };
         assert_eq!(
             build_request(&request, true)["input"][0]["content"],
-            json!([{"type": "input_text", "text": "see"},
-                   {"type": "input_image", "image_url": "data:image/gif;base64,R0lGODlh"}])
+            json!([{"type": "input_image", "image_url": "data:image/gif;base64,R0lGODlh"},
+                   {"type": "input_text", "text": "see"}])
         );
     }
 }

@@ -555,11 +555,9 @@ impl<'a> Trial<'a> {
             return;
         };
         let input = Task {
-            id: None,
             task,
             args,
-            tags: Map::new(),
-            metadata: Map::new(),
+            ..Task::default()
         };
         for problem in trial(&step.tactic, &input) {
             self.problem(format!("{}: {problem}", sub_place(step)));

@@ -87,7 +87,7 @@ impl Ctx {
     pub(super) fn new(tactic: &Tactic, task: &Task) -> Ctx {
         Ctx {
             tactic_name: tactic.config.name.clone(),
-            specs: tactic.agents.clone(),
+            specs: tactic.agents_for(task),
             runtime: tactic.runtime.clone(),
             prompts: tactic.registry.clone(),
             context: super::flow::base_context(task),

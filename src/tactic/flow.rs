@@ -6,20 +6,55 @@
 //! and (for a step's own prompt) the step's rendered `args`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
+
+use indexmap::IndexMap;
 
 use serde_json::{Map, Value, json};
 
 use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
-use crate::agent::{Agent, AgentCallSession, Fork, SharedTextSink};
-use crate::dialog::{Dialog, DialogRecord, InvokeCost};
+use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork, SharedTextSink};
+use crate::dialog::{ContentPart, Dialog, DialogRecord, InvokeCost, Message};
+
+/// What a task brings besides its text (issue 15): the first dialog opened
+/// for it starts with the task's system messages in place of the agent's
+/// system prompt and its history after them, and its first user turn
+/// carries the attachments. Parallel branches at the start each get it.
+#[derive(Clone)]
+struct Intro {
+    system: Option<String>,
+    history: Vec<Message>,
+    attachments: Vec<ContentPart>,
+}
+
+impl Intro {
+    fn of(task: &Task) -> Option<Intro> {
+        let intro = Intro {
+            system: task.system_prompt(),
+            history: task.history().cloned().collect(),
+            attachments: task.attachments.clone(),
+        };
+        let empty =
+            intro.system.is_none() && intro.history.is_empty() && intro.attachments.is_empty();
+        (!empty).then_some(intro)
+    }
+}
 
 /// The dialog the first agent answers in when a tactic has no flow.
 const DEFAULT_DIALOG: &str = "main";
 
 struct Run<'a> {
     tactic: &'a Tactic,
+    /// The tactic's agents with the task's `model_args` over their own.
+    specs: Arc<IndexMap<String, Arc<AgentSpec>>>,
+    /// The task's conversation and attachments, until the first step that
+    /// opens a dialog takes them.
+    intro: Option<Intro>,
+    /// The task's model and model arguments, passed on to sub-tactics.
+    model: Option<String>,
+    model_args: Map<String, Value>,
     agents: HashMap<String, Agent>,
     calls: Vec<AgentCallSession>,
     steps: Vec<StepRecord>,
@@ -51,14 +86,19 @@ fn dialog_records(tactic: &Tactic, agents: HashMap<String, Agent>) -> Vec<Dialog
 impl<'a> Run<'a> {
     fn new(
         tactic: &'a Tactic,
+        task: &Task,
         context: Map<String, Value>,
         sink: Option<SharedTextSink>,
-        task_id: Option<String>,
-        tags: Map<String, Value>,
-        metadata: Map<String, Value>,
     ) -> Run<'a> {
         Run {
             tactic,
+            specs: tactic.agents_for(task),
+            intro: Intro::of(task),
+            model: task.model.clone(),
+            model_args: task.model_args.clone(),
+            task_id: task.id.clone(),
+            tags: task.tags.clone(),
+            metadata: task.metadata.clone(),
             agents: HashMap::new(),
             calls: Vec::new(),
             steps: Vec::new(),
@@ -66,9 +106,6 @@ impl<'a> Run<'a> {
             sink,
             branch_dialogs: Vec::new(),
             subs: Vec::new(),
-            task_id,
-            tags,
-            metadata,
         }
     }
 }
@@ -90,14 +127,7 @@ pub(super) async fn run(
     let session_id = record::new_session_id();
     let started_at = record::timestamp();
     let context = base_context(&task);
-    let mut run = Run::new(
-        tactic,
-        context,
-        sink,
-        task.id.clone(),
-        task.tags.clone(),
-        task.metadata.clone(),
-    );
+    let mut run = Run::new(tactic, &task, context, sink);
     // A programmed tactic's run lives here, outside the work, so that what
     // it did stays on record when the work is interrupted.
     let mut program = tactic
@@ -111,7 +141,9 @@ pub(super) async fn run(
             // MCP servers start once per tactic, before the first request;
             // `lllm run` starts them earlier (a server that cannot start is
             // bad input there).
-            if let Err(problems) = tactic.runtime.mcp.start().await {
+            if let Some(problem) = tactic.model_mismatch(&task) {
+                Err(problem)
+            } else if let Err(problems) = tactic.runtime.mcp.start().await {
                 Err(problems.join("; "))
             } else if let Some((flow, cx)) = program.as_mut() {
                 flow.call(cx, task.clone())
@@ -166,6 +198,10 @@ pub(super) async fn run(
         args: task.args,
         tags: task.tags,
         metadata: task.metadata,
+        model: task.model,
+        model_args: task.model_args,
+        messages: task.messages,
+        attachments: task.attachments,
         started_at,
         ended_at: record::timestamp(),
         latency_ms: started.elapsed().as_millis() as u64,
@@ -195,8 +231,7 @@ impl Run<'_> {
     fn agent(&mut self, name: &str) -> Result<&mut Agent, String> {
         if !self.agents.contains_key(name) {
             let spec = self
-                .tactic
-                .agents
+                .specs
                 .get(name)
                 .ok_or_else(|| format!("no agent `{name}`"))?;
             let agent = Agent::new(spec.clone(), self.tactic.runtime.clone());
@@ -217,18 +252,23 @@ impl Run<'_> {
         let sink = self.sink.clone();
         // Lent to `open`, not copied: the agent is borrowed from `self` too.
         let context = std::mem::take(&mut self.context);
+        let intro = self.intro.take();
         let opened = self.agent(&name).and_then(|agent| {
+            let (system, history) = seed(intro.as_ref());
             agent
-                .open_with(DEFAULT_DIALOG, &context, true)
+                .open_seeded(DEFAULT_DIALOG, &context, true, system, history)
                 .map(|_| ())
                 .map_err(|error| error.to_string())
         });
         self.context = context;
         opened?;
         let agent = self.agent(&name)?;
-        agent
-            .receive(task.text())
-            .map_err(|error| error.to_string())?;
+        let received = if task.attachments.is_empty() {
+            agent.receive(task.text())
+        } else {
+            agent.receive_parts(task.parts())
+        };
+        received.map_err(|error| error.to_string())?;
         agent.set_text_sink(sink);
         let session = agent
             .respond()
@@ -348,15 +388,25 @@ impl Run<'_> {
                 .collect(),
         };
         let tactic = self.tactic;
+        let intro = self.intro.take();
         let runs = branches.into_iter().map(|(context, nodes)| {
-            let mut branch = Run::new(
+            let mut branch = Run {
+                specs: self.specs.clone(),
+                intro: intro.clone(),
+                model: self.model.clone(),
+                model_args: self.model_args.clone(),
+                task_id: self.task_id.clone(),
+                tags: self.tags.clone(),
+                metadata: self.metadata.clone(),
                 tactic,
+                agents: HashMap::new(),
+                calls: Vec::new(),
+                steps: Vec::new(),
                 context,
-                None,
-                self.task_id.clone(),
-                self.tags.clone(),
-                self.metadata.clone(),
-            );
+                sink: None,
+                branch_dialogs: Vec::new(),
+                subs: Vec::new(),
+            };
             async move {
                 let outcome = branch.run_nodes(nodes, None).await;
                 (branch, outcome)
@@ -447,12 +497,25 @@ impl Run<'_> {
             ),
             None => self.context.get("task").cloned().unwrap_or(Value::Null),
         };
+        // A sub-tactic that is the run's first step is given the task's
+        // conversation too; its model and model arguments hold everywhere.
+        let intro = self.intro.take();
         let input = Task {
             id: self.task_id.clone(),
             task,
             args: self.render_args(&step.args)?,
             tags: self.tags.clone(),
             metadata: self.metadata.clone(),
+            model: self.model.clone(),
+            model_args: self.model_args.clone(),
+            messages: intro
+                .as_ref()
+                .map(|intro| {
+                    let system = intro.system.clone().map(Message::system);
+                    system.into_iter().chain(intro.history.clone()).collect()
+                })
+                .unwrap_or_default(),
+            attachments: intro.map(|intro| intro.attachments).unwrap_or_default(),
         };
         // The compact form (replies held once, by the dialogs), as this
         // run's own record is: the sub-session is written inside it.
@@ -494,6 +557,12 @@ impl Run<'_> {
         prompt_args.extend(self.render_args(&step.args)?);
         let context = self.context.clone();
         let sink = if stream { self.sink.clone() } else { None };
+        let intro = self.intro.take();
+        let (system, history) = seed(intro.as_ref());
+        let attachments = intro
+            .as_ref()
+            .map(|intro| intro.attachments.clone())
+            .unwrap_or_default();
         let agent = self.agent(&step.agent)?;
         if agent.dialog(&step.dialog).is_none() {
             match &step.fork {
@@ -510,14 +579,20 @@ impl Run<'_> {
                     .map(|_| ())
                     .map_err(|error| format!("step `{}`: {error}", step.name))?,
                 None => agent
-                    .open_with(&step.dialog, &context, true)
+                    .open_seeded(&step.dialog, &context, true, system, history)
                     .map(|_| ())
                     .map_err(|error| error.to_string())?,
             }
         }
         agent
             .switch(&step.dialog)
-            .and_then(|agent| agent.receive_prompt(step.prompt.clone(), Value::Object(prompt_args)))
+            .and_then(|agent| {
+                agent.receive_prompt_with(
+                    step.prompt.clone(),
+                    Value::Object(prompt_args),
+                    attachments,
+                )
+            })
             .map_err(|error| error.to_string())?;
         agent.set_text_sink(sink);
         let session = agent
@@ -566,6 +641,14 @@ impl Run<'_> {
         });
         self.calls.push(session);
         outcome
+    }
+}
+
+/// The system prompt and history a dialog opens with, from a pending intro.
+fn seed(intro: Option<&Intro>) -> (Option<&str>, &[Message]) {
+    match intro {
+        Some(intro) => (intro.system.as_deref(), &intro.history),
+        None => (None, &[]),
     }
 }
 

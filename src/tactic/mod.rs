@@ -220,6 +220,43 @@ impl Tactic {
         }
     }
 
+    /// The agents a run of `task` makes: the tactic's, with the task's
+    /// `model_args` over each one's own, key by key (the task wins).
+    pub(crate) fn agents_for(&self, task: &Task) -> Arc<IndexMap<String, Arc<AgentSpec>>> {
+        if task.model_args.is_empty() {
+            return self.agents.clone();
+        }
+        let agents = self
+            .agents
+            .iter()
+            .map(|(name, spec)| {
+                let mut spec = AgentSpec::clone(spec);
+                for (key, value) in &task.model_args {
+                    spec.model_args.insert(key.clone(), value.clone());
+                }
+                (name.clone(), Arc::new(spec))
+            })
+            .collect();
+        Arc::new(agents)
+    }
+
+    /// Why a task that names a model cannot run on this tactic: it was
+    /// neither built for that model (`LoadOptions::model`, what `lllm batch`
+    /// does per line) nor do all its agents use it already. `--model`
+    /// given when the tactic was built wins over the task's model.
+    pub(crate) fn model_mismatch(&self, task: &Task) -> Option<String> {
+        let model = task.model.as_deref()?;
+        let served = self.config.model_override.is_some()
+            || self.agents.values().all(|agent| agent.model_name == model);
+        (!served).then(|| {
+            format!(
+                "the task names model `{model}`, and tactic `{}` was not built for it; hint: \
+                 load the tactic with `LoadOptions {{ model: Some(\"{model}\"), .. }}`",
+                self.config.name
+            )
+        })
+    }
+
     /// Why a request of this tactic would wait right now (rate limit, back-off
     /// after a 429, concurrency), from its providers' limiters.
     pub fn waiting(&self) -> Option<crate::provider::limit::Waiting> {

@@ -221,6 +221,20 @@ pub struct SessionRecord {
     /// in format 2 without a version bump; older records lack it.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// The model the task named for every agent (`Task::model`; issue 15,
+    /// additive to format 2 like the fields below).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Model arguments the task set over every agent's own.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub model_args: Map<String, Value>,
+    /// The conversation the task came with (system messages and history).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
+    /// The parts sent with the task's user turn (images as `data:` URLs,
+    /// text files as text), so a re-run needs none of the files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::dialog::ContentPart>,
     /// When the run began: RFC 3339 in UTC, with milliseconds.
     pub started_at: String,
     /// When it ended, in the same form.
@@ -254,6 +268,22 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
+    /// The task this record ran, as it was given (id, text, arguments,
+    /// labels, model, conversation and attachments): what a re-run runs.
+    pub fn task_input(&self) -> super::Task {
+        super::Task {
+            id: self.task_id.clone(),
+            task: self.task.clone(),
+            args: self.args.clone(),
+            tags: self.tags.clone(),
+            metadata: self.metadata.clone(),
+            model: self.model.clone(),
+            model_args: self.model_args.clone(),
+            messages: self.messages.clone(),
+            attachments: self.attachments.clone(),
+        }
+    }
+
     /// Invokes sent to providers (attempts included), sub-tactics included;
     /// replies from the response cache are not sent ([`cache_hit_count`](Self::cache_hit_count)).
     pub fn invoke_count(&self) -> usize {

@@ -2,6 +2,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::dialog::{ContentPart, Message, Role};
+
 /// One task: what the user asks, with its id, template arguments and tags.
 ///
 /// Made from text (`"…".into()`), from any JSON value, or with the builder
@@ -30,6 +32,27 @@ pub struct Task {
     /// `metadata`, `lllm run --meta k=v`); not sent to any model. Tags are
     /// for filtering (`lllm logs --tag`), metadata for reading.
     pub metadata: Map<String, Value>,
+    /// The model every agent of the run uses (every one, sub-tactics'
+    /// included, as `--model` does); `None`: the tactic's own. A tactic runs
+    /// the model it was built with: `lllm batch` builds one per model its
+    /// lines name, and a program loads its tactic with
+    /// [`LoadOptions::model`](crate::tactic::LoadOptions) (a task naming a
+    /// model the tactic was not built for fails, saying so).
+    pub model: Option<String>,
+    /// Model arguments merged over every agent's `model_args` (the task's
+    /// value wins).
+    pub model_args: Map<String, Value>,
+    /// The conversation before the task (OpenAI chat roles): system
+    /// messages replace the system prompt of the first dialog a YAML flow
+    /// (or a tactic without one) opens for the task, the other turns are
+    /// its history, in order. A programmed tactic ([`Flow`](crate::Flow))
+    /// gets the task as it is and uses these itself
+    /// ([`system_prompt`](Task::system_prompt), [`history`](Task::history),
+    /// `agent.receive_parts(task.parts())`).
+    pub messages: Vec<Message>,
+    /// Parts sent with the task's own user turn, after its text: images
+    /// and text files ([`Attachment`](crate::dialog::Attachment)).
+    pub attachments: Vec<ContentPart>,
 }
 
 impl Task {
@@ -63,6 +86,71 @@ impl Task {
     pub fn meta(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
         self.metadata.insert(name.into(), value.into());
         self
+    }
+
+    /// Sets the model of every agent (see [`Task::model`](Task#structfield.model)).
+    pub fn model(mut self, model: impl Into<String>) -> Task {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Adds the model argument `name`, over every agent's own.
+    pub fn model_arg(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
+        self.model_args.insert(name.into(), value.into());
+        self
+    }
+
+    /// Adds a message to the conversation before the task.
+    ///
+    /// ```
+    /// use lllm::dialog::{ContentPart, Message};
+    /// use lllm::Task;
+    ///
+    /// let task = Task::new("And in French?")
+    ///     .message(Message::system("Answer in one word."))
+    ///     .message(Message::user("Say hello."))
+    ///     .message(Message::assistant("assistant", "Hello."))
+    ///     .attach(ContentPart::image_bytes(b"GIF89a...")?);
+    /// assert_eq!(task.system_prompt().as_deref(), Some("Answer in one word."));
+    /// assert_eq!(task.history().count(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn message(mut self, message: Message) -> Task {
+        self.messages.push(message);
+        self
+    }
+
+    /// Adds a part (an image, a text file) to the task's user turn.
+    pub fn attach(mut self, part: ContentPart) -> Task {
+        self.attachments.push(part);
+        self
+    }
+
+    /// The system messages of [`messages`](Task#structfield.messages), a
+    /// blank line apart; `None` when there are none.
+    pub fn system_prompt(&self) -> Option<String> {
+        let system: Vec<&str> = self
+            .messages
+            .iter()
+            .filter(|message| message.role == Role::System)
+            .map(|message| message.content.as_str())
+            .collect();
+        (!system.is_empty()).then(|| system.join("\n\n"))
+    }
+
+    /// The turns of [`messages`](Task#structfield.messages) that are not
+    /// system messages, in order.
+    pub fn history(&self) -> impl Iterator<Item = &Message> {
+        self.messages
+            .iter()
+            .filter(|message| message.role != Role::System)
+    }
+
+    /// The task's user turn as parts: its text, then the attachments.
+    pub fn parts(&self) -> Vec<ContentPart> {
+        std::iter::once(ContentPart::text(self.text()))
+            .chain(self.attachments.iter().cloned())
+            .collect()
     }
 
     /// The task as text for a model: a string as is, anything else as JSON.

@@ -17,12 +17,25 @@ use lllm::error::{Error, Outcome, Result};
 
 #[derive(Debug, clap::Args)]
 pub struct BatchArgs {
-    /// The tasks: one JSON object (`{"id", "task", "args", "tags", "metadata", "tactic"}`)
-    /// or JSON string per line.
+    /// The tasks: one JSON object (`{"id", "task", "args", "tags", "metadata", "tactic",
+    /// "model", "model_args", "messages", "attachments"}`) or JSON string per line; or
+    /// OpenAI Batch API lines, or Anthropic Message Batches lines (see `--input-format`).
     pub tasks: PathBuf,
-    /// The tactic of every line that does not name its own.
+    /// The tactic of every line that does not name its own (without one, a line
+    /// naming a model runs on the default tactic: one agent, that model, the
+    /// line's messages, a plain-text reply).
     #[arg(long)]
     pub tactic: Option<PathBuf>,
+    /// The TASKS file's format: `lllm`, `openai` (Batch API lines: `custom_id`,
+    /// `method`, `url`, `body`) or `anthropic` (Message Batches: `custom_id`,
+    /// `params`); default: told by its first line.
+    #[arg(long, value_name = "FORMAT", value_parser = batch::formats::InputFormat::from_name)]
+    pub input_format: Option<batch::formats::InputFormat>,
+    /// Also write the OpenAI Batch API's output files: `openai` writes
+    /// `openai_output.jsonl` (succeeded tasks) and `openai_errors.jsonl` (the
+    /// others) in the output directory, each task once, in its final state.
+    #[arg(long, value_name = "FORMAT", default_value = "lllm", value_parser = batch::openai_output::OutputFormat::from_name)]
+    pub output_format: batch::openai_output::OutputFormat,
     /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
@@ -96,6 +109,8 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
     let options = batch::Options {
         tasks_file: args.tasks,
         tactic: args.tactic,
+        input_format: args.input_format,
+        output_format: args.output_format,
         output: args.output,
         concurrency: args.concurrency,
         resume: args.resume,

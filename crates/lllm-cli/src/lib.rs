@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// A template argument, `key=value` (repeatable); templates see it as `key` and `args.key`.
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// Send a file with the task (repeatable): an image (PNG, JPEG, GIF, WebP,
+    /// told by its bytes) goes out as an image part, a UTF-8 text file as text;
+    /// an `http(s)` URL or a base64 `data:` URL is taken too.
+    #[arg(long = "attach", value_name = "FILE")]
+    pub attach: Vec<String>,
     /// Use this model (`provider/model`) for every agent.
     #[arg(long)]
     pub model: Option<String>,

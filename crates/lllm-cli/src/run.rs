@@ -15,6 +15,19 @@ use lllm::error::{Error, Outcome, Result};
 use lllm::provider::dry_run::{Captured, DryRun, NOT_SENT};
 use lllm::tactic::{RunState, SessionRecord, Task};
 
+/// `--attach`: each read now (relative paths from the working directory),
+/// so a missing file or an unknown type is bad usage before anything is sent.
+fn read_attachments(specs: &[String]) -> Result<Vec<lllm::dialog::ContentPart>> {
+    specs
+        .iter()
+        .map(|spec| {
+            lllm::dialog::Attachment::parse(spec)
+                .and_then(|attachment| attachment.to_part(Path::new("")))
+                .map_err(|error| Error::Usage(format!("--attach: {error}")))
+        })
+        .collect()
+}
+
 pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let prices = match &args.prices {
         Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
@@ -36,11 +49,12 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     let task = Task {
-        id: None,
         task: Value::String(read_task(&args)?),
         args: parse_vars(&args.vars)?,
         tags: crate::store::pairs("--tag", &args.store.tags)?,
         metadata: crate::store::pairs("--meta", &args.store.metadata)?,
+        attachments: read_attachments(&args.attach)?,
+        ..Task::default()
     };
     let env = |name: &str| std::env::var(name).ok();
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));

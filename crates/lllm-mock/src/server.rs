@@ -485,7 +485,8 @@ async fn answer(
 
 /// What the real API refuses before it looks at the script: Anthropic
 /// without `anthropic-version` or a credential (`x-api-key` or a bearer
-/// token), a Responses input item that llama-server cannot place.
+/// token), a Responses input item that llama-server cannot place, an image
+/// part the API does not take (`Api::check`).
 fn refusal(api: Api, headers: &HeaderMap, body: &Value) -> Option<(u16, &'static str, String)> {
     match api {
         Api::Anthropic if !headers.contains_key("anthropic-version") => Some((
@@ -503,10 +504,10 @@ fn refusal(api: Api, headers: &HeaderMap, body: &Value) -> Option<(u16, &'static
                 "x-api-key header is required".into(),
             ))
         }
-        Api::Responses => crate::wire::responses::check(body)
+        api => api
+            .check(body)
             .err()
             .map(|message| (400, "invalid_request_error", message)),
-        _ => None,
     }
 }
 

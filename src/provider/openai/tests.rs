@@ -71,8 +71,8 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
                 ]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "2"},
                 {"role": "user", "name": "user", "content": [
-                    {"type": "text", "text": "a chart"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                    {"type": "text", "text": "a chart"}
                 ]}
             ],
             "tools": [{"type": "function", "function": {

@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod images;
 pub mod responses;
 
 use serde_json::{Value, json};
@@ -64,6 +65,17 @@ impl Api {
             Api::Chat => "/v1/chat/completions",
             Api::Responses => "/v1/responses",
             Api::Anthropic => "/v1/messages",
+        }
+    }
+
+    /// What the real API refuses in a request body before it answers:
+    /// Responses input items llama-server cannot place, image parts the
+    /// API does not take (`images`).
+    pub fn check(self, request: &Value) -> Result<(), String> {
+        match self {
+            Api::Chat => images::check_chat(request),
+            Api::Responses => responses::check(request),
+            Api::Anthropic => images::check_anthropic(request),
         }
     }
 
