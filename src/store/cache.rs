@@ -155,8 +155,7 @@ impl Cache {
         // may lose the last replies kept, which only costs a request).
         connection
             .execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                 PRAGMA mmap_size = 268435456; {SCHEMA}"
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {SCHEMA}"
             ))
             .map_err(|error| open_error(error.to_string()))?;
         let writer_connection =
