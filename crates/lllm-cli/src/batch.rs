@@ -73,7 +73,7 @@ pub struct BatchArgs {
     #[arg(long)]
     pub skip_invalid: bool,
     /// Use this model (`provider/model`) for every agent of every tactic.
-    #[arg(long)]
+    #[arg(long, short)]
     pub model: Option<String>,
     /// Prices over the bundled table (our format or LiteLLM's JSON).
     #[arg(long, value_name = "FILE")]

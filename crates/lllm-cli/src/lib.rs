@@ -84,6 +84,10 @@ pub struct ReplayArgs {
 pub struct RunArgs {
     /// The tactic YAML file.
     pub tactic: PathBuf,
+    /// The task text, as `--task` takes it. With no task given at all, a
+    /// piped stdin is the task.
+    #[arg(value_name = "TASK", conflicts_with_all = ["task", "task_file"])]
+    pub task_text: Option<String>,
     /// The task text (`-` reads it from stdin).
     #[arg(long, conflicts_with = "task_file")]
     pub task: Option<String>,
@@ -99,7 +103,7 @@ pub struct RunArgs {
     #[arg(long = "attach", value_name = "FILE")]
     pub attach: Vec<String>,
     /// Use this model (`provider/model`) for every agent.
-    #[arg(long)]
+    #[arg(long, short)]
     pub model: Option<String>,
     /// Prices to use over the bundled table: our format or LiteLLM's
     /// `model_prices_and_context_window.json`.
@@ -127,6 +131,11 @@ pub struct RunArgs {
     /// Print only the delivery (no summary line on stderr).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print one JSON object instead of the delivery: `delivery`, `state`,
+    /// `error`, `tokens`, `cost`, `calls`, `cache_hits`, `session_id`,
+    /// `record`, `latency_ms` (no summary line on stderr but a failure's).
+    #[arg(long, conflicts_with_all = ["show_config", "dry_run", "stream"])]
+    pub json: bool,
     #[command(flatten)]
     pub store: store::StoreArgs,
 }

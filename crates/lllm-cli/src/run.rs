@@ -141,8 +141,15 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         .finish(record.delivery.as_deref());
     // A reader that closed the pipe early is no failure of the run; a
     // delivery that could not be written is, once the summary is out.
-    let delivered = lllm::output::stdout(&text);
-    if !args.quiet || record.state == RunState::Failure {
+    let delivered = if args.json {
+        lllm::output::stdout(&format!(
+            "{}\n",
+            json_summary(&record, record_path.as_deref())
+        ))
+    } else {
+        lllm::output::stdout(&text)
+    };
+    if !(args.quiet || args.json) || record.state == RunState::Failure {
         lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
     if let Some(error) = record_error {
@@ -288,17 +295,11 @@ fn who_sent(record: &SessionRecord, sha256: &str) -> Option<(String, String, Str
 const TASK_FILE_CAP: u64 = 256 << 20;
 
 fn read_task(args: &RunArgs) -> Result<String> {
+    if let Some(text) = &args.task_text {
+        return task_text(text);
+    }
     match (&args.task, &args.task_file) {
-        (Some(text), _) if text == "-" => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|error| {
-                    Error::Usage(format!("cannot read the task from stdin: {error}"))
-                })?;
-            Ok(text)
-        }
-        (Some(text), _) => Ok(text.clone()),
+        (Some(text), _) => task_text(text),
         // A regular file (a pipe goes through `--task -`), of a size a model
         // could take.
         (None, Some(path)) => lllm::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
@@ -307,10 +308,48 @@ fn read_task(args: &RunArgs) -> Result<String> {
                 path.display()
             ))
         }),
-        (None, None) => Err(Error::Usage(
-            "no task given; pass `--task TEXT`, `--task-file PATH` or `--task -` for stdin".into(),
-        )),
+        // Nothing given: a pipe or a file on stdin is the task (`echo … |
+        // lllm run t.yaml`); a terminal or an empty stdin is no task.
+        (None, None) => {
+            let stdin = std::io::stdin();
+            let text = if stdin.is_terminal() {
+                String::new()
+            } else {
+                read_stdin()?
+            };
+            if text.trim().is_empty() {
+                return Err(Error::Usage(
+                    "no task given; pass it as an argument (`lllm run t.yaml \"…\"`), \
+                     `--task TEXT`, `--task-file PATH`, or pipe it into stdin"
+                        .into(),
+                ));
+            }
+            Ok(text)
+        }
     }
+}
+
+/// A task given as text: `-` reads stdin.
+fn task_text(text: &str) -> Result<String> {
+    if text == "-" {
+        read_stdin()
+    } else {
+        Ok(text.to_string())
+    }
+}
+
+fn read_stdin() -> Result<String> {
+    let mut text = String::new();
+    std::io::stdin()
+        .take(TASK_FILE_CAP + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| Error::Usage(format!("cannot read the task from stdin: {error}")))?;
+    if text.len() as u64 > TASK_FILE_CAP {
+        return Err(Error::Usage(format!(
+            "the task on stdin is larger than {TASK_FILE_CAP} bytes"
+        )));
+    }
+    Ok(text)
 }
 
 /// `key=value` pairs into template arguments (values stay strings).
@@ -329,6 +368,31 @@ fn parse_vars(vars: &[String]) -> Result<Map<String, Value>> {
         args.insert(key.to_string(), Value::String(value.to_string()));
     }
     Ok(args)
+}
+
+/// `--json`: what the summary line says, as one object.
+fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
+    let cost = &record.cost;
+    serde_json::json!({
+        "delivery": record.delivery,
+        "state": match record.state {
+            RunState::Success => "success",
+            RunState::Failure => "failure",
+        },
+        "error": record.error,
+        "tokens": {
+            "prompt": cost.prompt_tokens,
+            "completion": cost.completion_tokens,
+            "total": cost.total_tokens,
+        },
+        "cost": cost.cost,
+        "cost_known": record.cost_known,
+        "calls": record.invoke_count(),
+        "cache_hits": record.cache_hit_count(),
+        "latency_ms": record.latency_ms,
+        "session_id": record.session_id,
+        "record": path.map(|path| path.display().to_string()),
+    })
 }
 
 /// `lllm: success in 1.2 s · 2 calls · 120 tokens (100 in, 20 out) · $0.000030 · record sessions/….json`
