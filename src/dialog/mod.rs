@@ -527,12 +527,13 @@ impl Dialog {
     fn tree_lines(&self, dialogs: &[&Dialog], indent: usize, lines: &mut Vec<String>) {
         let node = &self.tree_node;
         let branch = if indent > 0 { "└─ " } else { "" };
+        // A root was split from nothing: only forks say where they split.
         let split = node
             .split_point
-            .map_or("None".to_string(), |split| split.to_string());
+            .map_or(String::new(), |split| format!(" split@{split}"));
         let id_prefix: String = node.dialog_id.chars().take(8).collect();
         let mut line = format!(
-            "{}{branch}[{id_prefix}] owner={} msgs={} split@{split}",
+            "{}{branch}[{id_prefix}] owner={} msgs={}{split}",
             "  ".repeat(indent),
             self.owner,
             self.messages.len(),
