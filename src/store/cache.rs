@@ -407,13 +407,13 @@ fn write_loop(
                 next = receiver.try_recv().ok();
             }
         }
-        if let Err(error) = write_all(&mut connection, &batch) {
-            if !warned.swap(true, Ordering::Relaxed) {
-                crate::report::warn(&format!(
-                    "response cache: session store `{}`: {error}; replies are not kept",
-                    path.display()
-                ));
-            }
+        if let Err(error) = write_all(&mut connection, &batch)
+            && !warned.swap(true, Ordering::Relaxed)
+        {
+            crate::report::warn(&format!(
+                "response cache: session store `{}`: {error}; replies are not kept",
+                path.display()
+            ));
         }
         batch.clear();
         for done in flushes.drain(..) {

@@ -1,0 +1,28 @@
+//! The collector's pure parts: endpoints and digests.
+
+use serde_json::json;
+
+use super::*;
+
+#[test]
+fn equal_requests_have_equal_digests_and_the_endpoint_counts() {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let chat = digest("/v1/chat/completions", &body);
+    assert_eq!(chat, digest("/v1/chat/completions", &body.clone()));
+    assert_ne!(chat, digest("/v1/responses", &body));
+    let other = json!({"model": "m", "messages": [{"role": "user", "content": "hi!"}]});
+    assert_ne!(chat, digest("/v1/chat/completions", &other));
+}
+
+#[test]
+fn each_api_type_goes_to_its_endpoint() {
+    assert_eq!(
+        endpoint_of(Api::OpenAi, ApiType::Completion),
+        "/v1/chat/completions"
+    );
+    assert_eq!(endpoint_of(Api::OpenAi, ApiType::Response), "/v1/responses");
+    assert_eq!(
+        endpoint_of(Api::Anthropic, ApiType::Response),
+        "/v1/messages"
+    );
+}
