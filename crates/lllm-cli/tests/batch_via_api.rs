@@ -287,6 +287,19 @@ fn rounds_survive_kills(provider: &str, prefix: &str, env: &[(&str, &str)]) {
     assert_eq!(count("batch"), 3);
     assert_eq!(count("ended"), 3);
     assert_eq!(count("answer"), 3 * TASKS);
+    // No key reaches a file or a message.
+    for (_, key) in env {
+        for file in [
+            "batch-api.jsonl",
+            "results.jsonl",
+            "sessions.jsonl",
+            "summary.json",
+        ] {
+            let text = std::fs::read_to_string(test.path(&format!("via/{file}"))).unwrap();
+            assert!(!text.contains(key), "the key is in {file}");
+        }
+        assert!(!output.stderr.contains(key));
+    }
 }
 
 #[test]
@@ -303,6 +316,251 @@ fn three_rounds_through_anthropic_message_batches_survive_kills() {
     rounds_survive_kills(
         r#"{api: anthropic, base_url: "{url}", api_key_env: MOCK_KEY}"#,
         "/v1/messages/batches/",
-        &[("MOCK_KEY", "sk-ant-test-key")],
+        &[("MOCK_KEY", "sk-ant-test-key-4417")],
+    );
+}
+
+/// A started mock with the script and flags, and a test directory holding
+/// the tactic (OpenAI) and `count` tasks.
+fn openai_setup(script: &str, flags: &[&str], count: usize) -> (Test, MockServer) {
+    let test = Test::new();
+    let server = MockServer::start_with(test.dir.path(), script, flags);
+    let provider = format!(r#"{{api: openai, base_url: "{}/v1"}}"#, server.url);
+    let tasks: String = (0..count)
+        .map(|i| {
+            json!({"id": format!("t{i:02}"), "task": format!("Task number {i}")}).to_string() + "\n"
+        })
+        .collect();
+    let test = test
+        .file("t.yaml", &tactic(&provider))
+        .file("tasks.jsonl", &tasks);
+    (test, server)
+}
+
+/// `lllm batch … --via batch-api` into `out`, polling every 10 ms.
+fn batched(extra: &[&str]) -> Vec<String> {
+    polling("0.01", extra)
+}
+
+/// `lllm batch … --via batch-api` into `out`, polling every `poll` seconds.
+fn polling(poll: &str, extra: &[&str]) -> Vec<String> {
+    let flags = [
+        "--via",
+        "batch-api",
+        "--poll-interval",
+        poll,
+        "--poll-max",
+        poll,
+    ];
+    [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-q",
+    ]
+    .iter()
+    .chain(flags.iter())
+    .chain(extra.iter())
+    .map(|arg| arg.to_string())
+    .collect()
+}
+
+fn arguments(list: &[String]) -> Vec<&str> {
+    list.iter().map(String::as_str).collect()
+}
+
+/// The errors of a record's invokes, in order (`null` for a success).
+fn invoke_errors(record: &Value) -> Vec<Value> {
+    record["agent_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|call| call["invokes"].as_array().unwrap().clone())
+        .map(|invoke| invoke["error"].clone())
+        .collect()
+}
+
+#[test]
+fn a_failed_request_fails_its_call_and_is_retried_in_the_next_round() {
+    // Task 7's first call errs once (a 500: retried in round 2); task 9's
+    // is refused (a 400: never retried, the task fails).
+    let script = format!(
+        "rules:\n  - when: {{contains: \"Task number 7\"}}\n    reply: {{fault: {{status: 500}}}}\n    times: 1\n  - when: {{contains: \"Task number 9\"}}\n    reply: {{fault: {{status: 400, message: refused}}}}\n{}",
+        SCRIPT.trim_start().trim_start_matches("rules:\n")
+    );
+    let (test, server) = openai_setup(&script, &[], 10);
+    let output = test.run(&arguments(&batched(&[])));
+    output.expect_code(1);
+    let results = results(&test, "out");
+    for (id, result) in &results {
+        match id.as_str() {
+            "t09" => {
+                assert_eq!(result["state"], "failure", "{result}");
+                assert!(
+                    result["error"].as_str().unwrap().contains("refused"),
+                    "{result}"
+                );
+            }
+            _ => assert_eq!(result["state"], "success", "{result}"),
+        }
+    }
+    let records = sessions(&test, "out");
+    let errors = invoke_errors(&records["t07"]);
+    assert_eq!(errors.len(), 4, "one failed attempt, then three rounds");
+    assert_eq!(errors[0]["status"], 500, "{errors:?}");
+    assert!(errors[1..].iter().all(Value::is_null), "{errors:?}");
+    assert_eq!(
+        invoke_errors(&records["t09"]).len(),
+        1,
+        "a 400 is not retried"
+    );
+    let ran: Vec<Value> = server
+        .requests()
+        .into_iter()
+        .filter(|entry| entry.get("custom_id").is_some())
+        .collect();
+    assert_eq!(ran.len(), 8 * 3 + 4 + 1);
+    let batches: BTreeSet<String> = ran.iter().map(|entry| entry["batch"].to_string()).collect();
+    assert_eq!(batches.len(), 4, "task 7 takes a round more");
+}
+
+#[test]
+fn expired_requests_fail_their_calls_until_the_retries_run_out() {
+    let (test, server) = openai_setup(SCRIPT, &["--batch-expire", "1"], 4);
+    let output = test.run(&arguments(&batched(&[])));
+    output.expect_code(1);
+    let results = results(&test, "out");
+    assert_eq!(results.len(), 4);
+    let records = sessions(&test, "out");
+    for (id, result) in &results {
+        assert_eq!(result["state"], "failure", "{result}");
+        assert!(
+            result["error"].as_str().unwrap().contains("expired"),
+            "{result}"
+        );
+        let errors = invoke_errors(&records[id]);
+        assert!(
+            errors.len() > 1,
+            "an expired request is retried: {errors:?}"
+        );
+        assert!(
+            errors.iter().all(|error| error["code"] == "batch_expired"),
+            "{errors:?}"
+        );
+    }
+    let created: Vec<Value> = server
+        .requests()
+        .into_iter()
+        .filter(|entry| entry.get("custom_ids").is_some())
+        .collect();
+    let attempts = invoke_errors(&records["t00"]).len();
+    assert_eq!(created.len(), attempts, "one round per attempt");
+    assert!(
+        created
+            .iter()
+            .all(|entry| entry["custom_ids"].as_array().unwrap().len() == 4)
+    );
+}
+
+fn interrupt(cancel: bool) {
+    let (test, server) = openai_setup(SCRIPT, &["--batch-polls", "1"], 5);
+    let mut first = polling("3600", &["--grace", "0"]);
+    if cancel {
+        first.push("--cancel-on-interrupt".into());
+    }
+    let child = test.spawn(&arguments(&first));
+    let started = Instant::now();
+    while retrieved(&server, "/v1/batches/").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no batch retrieved"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = common::Output::of(child.wait_with_output().unwrap());
+    output.expect_code(130);
+    let cancels = server
+        .requests()
+        .into_iter()
+        .filter(|entry| {
+            entry["path"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("/cancel")
+        })
+        .count();
+    assert_eq!(cancels, usize::from(cancel), "{}", output.stderr);
+    let journal = std::fs::read_to_string(test.path("out/batch-api.jsonl")).unwrap();
+    assert_eq!(
+        journal.contains("\"type\":\"cancelled\""),
+        cancel,
+        "{journal}"
+    );
+
+    test.run(&arguments(&batched(&["--resume"]))).expect_code(0);
+    let results = results(&test, "out");
+    assert!(results.values().all(|result| result["state"] == "success"));
+    let log = server.requests();
+    let submitted: usize = log
+        .iter()
+        .filter_map(|entry| entry.get("custom_ids").and_then(Value::as_array))
+        .map(Vec::len)
+        .sum();
+    let ran = log
+        .iter()
+        .filter(|entry| entry.get("custom_id").is_some())
+        .count();
+    assert_eq!(ran, 15, "every call ran once");
+    // A cancelled batch's requests are submitted again; a batch left running is polled again.
+    assert_eq!(submitted, if cancel { 20 } else { 15 });
+}
+
+#[test]
+fn ctrl_c_leaves_the_provider_batch_running_for_resume() {
+    interrupt(false);
+}
+
+#[test]
+fn ctrl_c_with_cancel_on_interrupt_cancels_the_provider_batch() {
+    interrupt(true);
+}
+
+#[test]
+fn a_journal_without_resume_is_refused_and_cancel_needs_the_batch_api() {
+    let (test, _server) = openai_setup(SCRIPT, &[], 2);
+    let test = test.file(
+        "out/batch-api.jsonl",
+        "{\"type\":\"ended\",\"submission\":\"s\",\"state\":\"completed\"}\n",
+    );
+    let output = test.run(&arguments(&batched(&[])));
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("batch-api.jsonl") && output.stderr.contains("--resume"),
+        "{}",
+        output.stderr
+    );
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "other",
+        "--cancel-on-interrupt",
+    ]);
+    output.expect_code(2);
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output.stderr.contains("--via batch-api"),
+        "{}",
+        output.stderr
     );
 }
