@@ -305,9 +305,9 @@ fn rounds_survive_kills(provider: &str, prefix: &str, env: &[(&str, &str)]) {
 #[test]
 fn three_rounds_through_the_openai_batch_api_survive_kills() {
     rounds_survive_kills(
-        r#"{api: openai, base_url: "{url}/v1"}"#,
+        r#"{api: openai, base_url: "{url}/v1", api_key_env: MOCK_KEY}"#,
         "/v1/batches/",
-        &[],
+        &[("MOCK_KEY", "sk-openai-test-key-9931")],
     );
 }
 
