@@ -104,7 +104,6 @@ struct Fetched {
 struct InFlight {
     service: Arc<Service>,
     batch_id: String,
-    state: String,
 }
 
 #[derive(Default)]
@@ -136,6 +135,9 @@ pub struct BatchApi {
     services: Mutex<BTreeMap<String, Arc<Service>>>,
     /// Submissions of an earlier run to poll or find again at `start`.
     unfinished: Mutex<Vec<journal::Submission>>,
+    /// The batch ids the journal names: a lost submission is never taken
+    /// for one of them.
+    known_batches: Mutex<std::collections::BTreeSet<String>>,
     notes: Mutex<Option<Notes>>,
     pollers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -175,6 +177,10 @@ impl BatchApi {
             .map_err(|error| format!("cannot open `{}`: {error}", path.display()))?;
         let mut state = State::default();
         let mut unfinished = Vec::new();
+        let known_batches = submissions
+            .iter()
+            .filter_map(|submission| submission.batch_id.clone())
+            .collect();
         for submission in submissions {
             for request in &submission.requests {
                 // A dropped submission's requests without an answer were
@@ -199,6 +205,7 @@ impl BatchApi {
             changed: Notify::new(),
             services: Mutex::new(BTreeMap::new()),
             unfinished: Mutex::new(unfinished),
+            known_batches: Mutex::new(known_batches),
             notes: Mutex::new(None),
             pollers: Mutex::new(Vec::new()),
         })
@@ -252,10 +259,11 @@ impl BatchApi {
 
     /// Picks up the batches of an earlier run: those with an id are polled
     /// again; a submission whose batch id was never written down is looked
-    /// for at the provider (and, when not found, counted as never sent).
-    /// Then runs the collector until the returned task is aborted.
+    /// for at the provider (`recover`). Then runs the collector until the
+    /// returned task is aborted.
     pub async fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let unfinished = std::mem::take(&mut *lock(&self.unfinished));
+        let mut orphans = Vec::new();
         for submission in unfinished {
             let service = lock(&self.services).get(&submission.service).cloned();
             let Some(service) = service else {
@@ -267,62 +275,162 @@ impl BatchApi {
                 self.abandon(&submission, "its service is not used by this run");
                 continue;
             };
-            let batch_id = match &submission.batch_id {
-                Some(batch_id) => Some(batch_id.clone()),
-                None => {
-                    let found = retrying(&self.settings, || {
-                        service.find(
-                            &submission.id,
-                            submission.submitted_at,
-                            submission.requests.len(),
-                        )
-                    })
-                    .await;
-                    match found {
-                        Ok(Some(batch_id)) => {
-                            self.write(&Entry::Batch {
-                                submission: submission.id.clone(),
-                                batch_id: batch_id.clone(),
-                            });
-                            Some(batch_id)
-                        }
-                        Ok(None) => None,
-                        Err(error) => {
-                            self.note(&format!(
-                                "batch-api: cannot look for the batch of submission {}: {error}; \
-                                 counted as never sent",
-                                submission.id
-                            ));
-                            None
-                        }
-                    }
-                }
-            };
-            match batch_id {
-                Some(batch_id) => {
-                    self.note(&format!(
-                        "batch-api: {} batch {batch_id} of an earlier run ({} requests) is \
-                         polled again",
-                        service.provider,
-                        submission.requests.len()
-                    ));
-                    let custom_ids = submission
-                        .requests
-                        .iter()
-                        .map(|request| request.custom_id.clone())
-                        .collect();
-                    let hub = self.clone();
-                    let id = submission.id.clone();
-                    let poller = tokio::spawn(async move {
-                        hub.poll(service, id, batch_id, custom_ids).await;
-                    });
-                    lock(&self.pollers).push(poller);
-                }
-                None => self.abandon(&submission, "no batch was found at the provider"),
+            match submission.batch_id.clone() {
+                Some(batch_id) => self.poll_again(service, &submission, batch_id),
+                None => orphans.push((service, submission)),
             }
+        }
+        if !orphans.is_empty() {
+            self.recover(orphans).await;
         }
         let hub = self.clone();
         tokio::spawn(async move { hub.collect().await })
+    }
+
+    /// Polls a batch of an earlier run again.
+    fn poll_again(
+        self: &Arc<Self>,
+        service: Arc<Service>,
+        submission: &journal::Submission,
+        batch_id: String,
+    ) {
+        self.note(&format!(
+            "batch-api: {} batch {batch_id} of an earlier run ({} requests) is polled again",
+            service.provider,
+            submission.requests.len()
+        ));
+        let custom_ids = submission
+            .requests
+            .iter()
+            .map(|request| request.custom_id.clone())
+            .collect();
+        let hub = self.clone();
+        let id = submission.id.clone();
+        let poller = tokio::spawn(async move {
+            hub.poll(service, id, batch_id, custom_ids).await;
+        });
+        lock(&self.pollers).push(poller);
+    }
+
+    /// Finds the batches of submissions whose batch id was never written
+    /// down (a kill between creating a batch and journaling it). An OpenAI
+    /// batch is found by the submission id in its metadata, and polled
+    /// again. Anthropic batches carry nothing of ours: every batch created
+    /// since the earliest such submission that the journal does not name is
+    /// waited for until it ends, and its results' custom_ids (`{submission}-
+    /// {n}`) say whose it is. A submission no batch turns out to hold was
+    /// never sent: its requests go out again.
+    async fn recover(self: &Arc<Self>, orphans: Vec<(Arc<Service>, journal::Submission)>) {
+        let mut anthropic: BTreeMap<String, (Arc<Service>, Vec<journal::Submission>)> =
+            BTreeMap::new();
+        for (service, submission) in orphans {
+            if service.api == Api::Anthropic {
+                anthropic
+                    .entry(service.key.clone())
+                    .or_insert_with(|| (service.clone(), Vec::new()))
+                    .1
+                    .push(submission);
+                continue;
+            }
+            let known = lock(&self.known_batches).clone();
+            let found = retrying(&self.settings, || {
+                service.candidates(&submission.id, submission.submitted_at, &known)
+            })
+            .await;
+            match found.as_deref() {
+                Ok([batch_id, ..]) => {
+                    lock(&self.known_batches).insert(batch_id.clone());
+                    self.write(&Entry::Batch {
+                        submission: submission.id.clone(),
+                        batch_id: batch_id.clone(),
+                    });
+                    self.poll_again(service, &submission, batch_id.clone());
+                }
+                Ok([]) => self.abandon(&submission, "no batch was found at the provider"),
+                Err(error) => {
+                    let reason = format!("cannot look for its batch: {error}");
+                    self.abandon(&submission, &reason);
+                }
+            }
+        }
+        for (service, submissions) in anthropic.into_values() {
+            self.recover_anthropic(&service, submissions).await;
+        }
+    }
+
+    /// `recover` for the Anthropic submissions of one service.
+    async fn recover_anthropic(
+        self: &Arc<Self>,
+        service: &Arc<Service>,
+        mut submissions: Vec<journal::Submission>,
+    ) {
+        let since = submissions
+            .iter()
+            .map(|submission| submission.submitted_at)
+            .min()
+            .unwrap_or_default();
+        let known = lock(&self.known_batches).clone();
+        let candidates =
+            match retrying(&self.settings, || service.candidates("", since, &known)).await {
+                Ok(candidates) => candidates,
+                Err(error) => {
+                    for submission in &submissions {
+                        let reason = format!("cannot look for its batch: {error}");
+                        self.abandon(submission, &reason);
+                    }
+                    return;
+                }
+            };
+        if !candidates.is_empty() {
+            self.note(&format!(
+                "batch-api: {} submission(s) to {} were cut off before their batch id was \
+                 written down; waiting for the {} batch(es) created since to end, to tell \
+                 which are lllm's",
+                submissions.len(),
+                service.provider,
+                candidates.len()
+            ));
+        }
+        for batch_id in candidates {
+            let answers = match self.wait_ended(service, &batch_id).await {
+                Ok(status) => {
+                    retrying(&self.settings, || service.results(&batch_id, &status)).await
+                }
+                Err(error) => Err(error),
+            };
+            let Ok(answers) = answers else {
+                continue;
+            };
+            let owner = answers.first().and_then(|(custom_id, _)| {
+                let (submission, _) = custom_id.rsplit_once('-')?;
+                submissions.iter().position(|known| known.id == submission)
+            });
+            let Some(owner) = owner else {
+                continue;
+            };
+            let submission = submissions.remove(owner);
+            lock(&self.known_batches).insert(batch_id.clone());
+            self.write(&Entry::Batch {
+                submission: submission.id.clone(),
+                batch_id: batch_id.clone(),
+            });
+            let mut answered: HashMap<String, Answer> = answers.into_iter().collect();
+            for request in &submission.requests {
+                let answer = answered.remove(&request.custom_id).unwrap_or_else(|| {
+                    Err(ProviderError::transient(format!(
+                        "batch {batch_id} ended without an answer to this request"
+                    )))
+                });
+                self.answer(&request.custom_id, answer);
+            }
+            self.write(&Entry::Ended {
+                submission: submission.id.clone(),
+                state: "ended".into(),
+            });
+        }
+        for submission in &submissions {
+            self.abandon(submission, "no batch was found at the provider");
+        }
     }
 
     /// Counts `submission` as never sent: its requests may go again.
@@ -608,37 +716,9 @@ impl BatchApi {
             InFlight {
                 service: service.clone(),
                 batch_id: batch_id.clone(),
-                state: String::new(),
             },
         );
-        let mut wait = self.settings.poll_interval;
-        let status = loop {
-            match service.retrieve(&batch_id).await {
-                Ok(status) => {
-                    let changed = lock(&self.state)
-                        .in_flight
-                        .get_mut(&submission)
-                        .is_some_and(|batch| {
-                            let changed = batch.state != status.state;
-                            batch.state = status.state.clone();
-                            changed
-                        });
-                    if changed {
-                        self.note(&format!(
-                            "batch-api: {} batch {batch_id}: {}",
-                            service.provider, status.state
-                        ));
-                    }
-                    if status.ended {
-                        break Ok(status);
-                    }
-                }
-                Err(error) if error.is_retryable() => {}
-                Err(error) => break Err(error),
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(self.settings.poll_max.max(self.settings.poll_interval));
-        };
+        let status = self.wait_ended(&service, &batch_id).await;
         let answers = match status {
             Ok(status) => self.fetch(&service, &batch_id, &status).await,
             Err(error) => Err(error),
@@ -671,6 +751,33 @@ impl BatchApi {
             }
         }
         lock(&self.state).in_flight.remove(&submission);
+    }
+
+    /// Retrieves a batch, with back-off, until it ends; each change of its
+    /// state is a progress note.
+    async fn wait_ended(&self, service: &Service, batch_id: &str) -> Result<Status, ProviderError> {
+        let mut wait = self.settings.poll_interval;
+        let mut last = String::new();
+        loop {
+            match service.retrieve(batch_id).await {
+                Ok(status) => {
+                    if status.state != last {
+                        self.note(&format!(
+                            "batch-api: {} batch {batch_id}: {}",
+                            service.provider, status.state
+                        ));
+                        last = status.state.clone();
+                    }
+                    if status.ended {
+                        return Ok(status);
+                    }
+                }
+                Err(error) if error.is_retryable() => {}
+                Err(error) => return Err(error),
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(self.settings.poll_max.max(self.settings.poll_interval));
+        }
     }
 
     /// The answers of an ended batch. A batch refused as a whole (OpenAI's
@@ -768,8 +875,9 @@ fn endpoint_of(api: Api, api_type: ApiType) -> &'static str {
     }
 }
 
-/// SHA-256 of the endpoint and the exact body: equal requests, equal digests.
-fn digest(endpoint: &str, body: &Value) -> String {
+/// SHA-256 of the endpoint and the exact body: equal requests, equal
+/// digests. The journal matches calls to submitted requests by it.
+pub fn digest(endpoint: &str, body: &Value) -> String {
     let mut hasher = Sha256::new();
     hasher.update(endpoint.as_bytes());
     hasher.update([0]);

@@ -237,18 +237,20 @@ impl Service {
         self.json(Method::POST, &suffix, None).await.map(drop)
     }
 
-    /// The batch a submission made, when the process died between creating
-    /// it and writing its id down. OpenAI's carries the submission in its
-    /// `metadata`; Anthropic's batches carry nothing of ours, so the one
-    /// created after `submitted_at` (seconds since the epoch, a minute of
-    /// clock skew allowed) with exactly `count` requests is taken, if it is
-    /// the only one.
-    pub async fn find(
+    /// The batches that may hold a submission whose batch id was never
+    /// written down (the process died between creating the batch and
+    /// journaling it). OpenAI's batch carries the submission in its
+    /// `metadata`: the one found, if any. Anthropic's carry nothing of ours:
+    /// every batch created since `submitted_at` (seconds since the epoch, a
+    /// minute of clock skew allowed); the caller tells them apart by the
+    /// custom_ids of their results. Batches in `known` (the journal's) are
+    /// never returned. Only the newest 100 batches are looked at.
+    pub async fn candidates(
         &self,
         submission: &str,
         submitted_at: i64,
-        count: usize,
-    ) -> Result<Option<String>, ProviderError> {
+        known: &std::collections::BTreeSet<String>,
+    ) -> Result<Vec<String>, ProviderError> {
         let suffix = match self.api {
             Api::OpenAi => "/batches?limit=100",
             Api::Anthropic => "?limit=100",
@@ -259,32 +261,20 @@ impl Service {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let found: Vec<String> = match self.api {
-            Api::OpenAi => batches
-                .iter()
-                .filter(|batch| batch["metadata"]["lllm_submission"].as_str() == Some(submission))
-                .filter_map(|batch| text(batch, "id"))
-                .collect(),
-            Api::Anthropic => batches
-                .iter()
-                .filter(|batch| {
-                    let created = batch["created_at"]
-                        .as_str()
-                        .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok())
-                        .map_or(0, |time| time.timestamp());
-                    let total: u64 = batch["request_counts"]
-                        .as_object()
-                        .map(|counts| counts.values().filter_map(Value::as_u64).sum())
-                        .unwrap_or(0);
-                    created >= submitted_at - 60 && total == count as u64
-                })
-                .filter_map(|batch| text(batch, "id"))
-                .collect(),
-        };
-        Ok(match found.as_slice() {
-            [one] => Some(one.clone()),
-            _ => None,
-        })
+        let found = batches.iter().filter(|batch| match self.api {
+            Api::OpenAi => batch["metadata"]["lllm_submission"].as_str() == Some(submission),
+            Api::Anthropic => {
+                let created = batch["created_at"]
+                    .as_str()
+                    .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok())
+                    .map_or(0, |time| time.timestamp());
+                created >= submitted_at - 60
+            }
+        });
+        Ok(found
+            .filter_map(|batch| text(batch, "id"))
+            .filter(|id| !known.contains(id))
+            .collect())
     }
 }
 
