@@ -184,8 +184,12 @@ impl BatchApi {
         for submission in submissions {
             for request in &submission.requests {
                 // A dropped submission's requests without an answer were
-                // never answered: they may be submitted again.
-                if submission.dropped && !journal.has_answer(&request.custom_id) {
+                // never answered, and an ended one's answer that is missing
+                // was lost (a write that failed): they may be submitted
+                // again. Only an unfinished submission's requests wait for
+                // answers to come.
+                let finished = submission.dropped || submission.ended;
+                if finished && !journal.has_answer(&request.custom_id) {
                     continue;
                 }
                 state

@@ -155,7 +155,19 @@ impl Service {
                     .ok_or_else(|| ProviderError::transient("the uploaded file has no `id`"))?;
                 let body = json!({"input_file_id": file_id, "endpoint": endpoint,
                     "completion_window": "24h", "metadata": {"lllm_submission": submission}});
-                self.json(Method::POST, "/batches", Some(&body)).await?
+                match self.json(Method::POST, "/batches", Some(&body)).await {
+                    Ok(created) => created,
+                    // The batch may exist though its answer was lost: found
+                    // by its metadata, it is not created a second time.
+                    Err(error) if error.is_retryable() => {
+                        let known = std::collections::BTreeSet::new();
+                        match self.candidates(submission, 0, &known).await {
+                            Ok(found) if !found.is_empty() => json!({"id": found[0]}),
+                            _ => return Err(error),
+                        }
+                    }
+                    Err(error) => return Err(error),
+                }
             }
             Api::Anthropic => {
                 let requests: Vec<Value> = requests
