@@ -258,7 +258,13 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let collector = match &batch_api {
         Some(hub) => {
             let notes = reporter.clone();
-            hub.set_notes(Arc::new(move |text: &str| notes.note(text)));
+            hub.set_notes(Arc::new(move |text: &str, warning: bool| {
+                if warning {
+                    notes.note(text)
+                } else {
+                    notes.event(text)
+                }
+            }));
             shared.set_batch_api(hub.clone());
             Some(hub.start().await)
         }

@@ -77,8 +77,10 @@ impl Default for Settings {
     }
 }
 
-/// Reports what the Batch API work is doing (a progress note per change).
-pub type Notes = Arc<dyn Fn(&str) + Send + Sync>;
+/// Reports what the Batch API work is doing: a line and whether it is a
+/// warning (a failure, a batch left running) or a progress event (a batch
+/// submitted, its state changed).
+pub type Notes = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
 /// A call waiting to be submitted.
 struct Pending {
@@ -220,11 +222,22 @@ impl BatchApi {
         *lock(&self.notes) = Some(notes);
     }
 
+    /// A warning.
     fn note(&self, text: &str) {
+        self.tell(text, true);
+    }
+
+    /// A progress event.
+    fn event(&self, text: &str) {
+        self.tell(text, false);
+    }
+
+    fn tell(&self, text: &str, warning: bool) {
         let notes = lock(&self.notes).clone();
         match notes {
-            Some(notes) => notes(text),
-            None => crate::report::warn(text),
+            Some(notes) => notes(text, warning),
+            None if warning => crate::report::warn(text),
+            None => {}
         }
     }
 
@@ -298,7 +311,7 @@ impl BatchApi {
         submission: &journal::Submission,
         batch_id: String,
     ) {
-        self.note(&format!(
+        self.event(&format!(
             "batch-api: {} batch {batch_id} of an earlier run ({} requests) is polled again",
             service.provider,
             submission.requests.len()
@@ -386,7 +399,7 @@ impl BatchApi {
                 }
             };
         if !candidates.is_empty() {
-            self.note(&format!(
+            self.event(&format!(
                 "batch-api: {} submission(s) to {} were cut off before their batch id was \
                  written down; waiting for the {} batch(es) created since to end, to tell \
                  which are lllm's",
@@ -686,7 +699,7 @@ impl BatchApi {
                     submission: submission.clone(),
                     batch_id: batch_id.clone(),
                 });
-                self.note(&format!(
+                self.event(&format!(
                     "batch-api: submitted {} batch {batch_id} ({} requests to {endpoint})",
                     service.provider,
                     custom_ids.len()
@@ -766,7 +779,7 @@ impl BatchApi {
             match service.retrieve(batch_id).await {
                 Ok(status) => {
                     if status.state != last {
-                        self.note(&format!(
+                        self.event(&format!(
                             "batch-api: {} batch {batch_id}: {}",
                             service.provider, status.state
                         ));
