@@ -564,3 +564,38 @@ fn a_journal_without_resume_is_refused_and_cancel_needs_the_batch_api() {
         output.stderr
     );
 }
+
+#[test]
+fn a_responses_api_tactic_goes_to_a_responses_batch_and_delivers_as_directly() {
+    let (test, server) = openai_setup(SCRIPT, &[], 5);
+    let tactic = std::fs::read_to_string(test.path("t.yaml")).unwrap();
+    let tactic = tactic.replace(
+        "  max_llm_recall: 2\n",
+        "  max_llm_recall: 2\n  api_type: response\n",
+    );
+    let test = test.file("t.yaml", &tactic);
+    test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "direct",
+        "-q",
+    ])
+    .expect_code(0);
+    test.run(&arguments(&batched(&[]))).expect_code(0);
+    let (direct, via) = (results(&test, "direct"), results(&test, "out"));
+    assert_eq!(via.len(), 5);
+    for (id, expected) in &direct {
+        assert_eq!(via[id]["delivery"], expected["delivery"], "task {id}");
+        assert_eq!(via[id]["calls"], 3);
+    }
+    let endpoints: BTreeSet<String> = server
+        .requests()
+        .into_iter()
+        .filter(|entry| entry["path"] == "/v1/batches" && entry["method"] == "POST")
+        .map(|entry| entry["body"]["endpoint"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(endpoints, BTreeSet::from(["/v1/responses".to_string()]));
+}
