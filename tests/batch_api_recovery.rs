@@ -150,7 +150,7 @@ async fn recover(api: Api) {
                 submitted_at: now,
                 requests: vec![Request {
                     custom_id: format!("{submission}-0"),
-                    digest: digest(endpoint(api), &body(messages)),
+                    digest: digest(&first.key, endpoint(api), &body(messages)),
                 }],
             })
             .unwrap();

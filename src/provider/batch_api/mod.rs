@@ -892,10 +892,13 @@ fn endpoint_of(api: Api, api_type: ApiType) -> &'static str {
     }
 }
 
-/// SHA-256 of the endpoint and the exact body: equal requests, equal
-/// digests. The journal matches calls to submitted requests by it.
-pub fn digest(endpoint: &str, body: &Value) -> String {
+/// SHA-256 of the service (`Service::key`), the endpoint and the exact
+/// body: equal requests to one provider, equal digests. The journal matches
+/// calls to submitted requests by it.
+pub fn digest(service: &str, endpoint: &str, body: &Value) -> String {
     let mut hasher = Sha256::new();
+    hasher.update(service.as_bytes());
+    hasher.update([0]);
     hasher.update(endpoint.as_bytes());
     hasher.update([0]);
     hasher.update(body.to_string().as_bytes());
@@ -928,7 +931,7 @@ impl BatchApiProvider {
         };
         let endpoint = endpoint_of(self.service.api, request.api_type);
         let body = self.inner.wire_request(&request).body;
-        let digest = digest(endpoint, &body);
+        let digest = digest(&self.service.key, endpoint, &body);
         let reply = self
             .hub
             .call(&self.service, endpoint, request.model, body, digest)

@@ -5,13 +5,14 @@ use serde_json::json;
 use super::*;
 
 #[test]
-fn equal_requests_have_equal_digests_and_the_endpoint_counts() {
+fn equal_requests_have_equal_digests_and_the_service_and_endpoint_count() {
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-    let chat = digest("/v1/chat/completions", &body);
-    assert_eq!(chat, digest("/v1/chat/completions", &body.clone()));
-    assert_ne!(chat, digest("/v1/responses", &body));
+    let chat = digest("a", "/v1/chat/completions", &body);
+    assert_eq!(chat, digest("a", "/v1/chat/completions", &body.clone()));
+    assert_ne!(chat, digest("a", "/v1/responses", &body));
+    assert_ne!(chat, digest("b", "/v1/chat/completions", &body));
     let other = json!({"model": "m", "messages": [{"role": "user", "content": "hi!"}]});
-    assert_ne!(chat, digest("/v1/chat/completions", &other));
+    assert_ne!(chat, digest("a", "/v1/chat/completions", &other));
 }
 
 #[test]
