@@ -242,12 +242,15 @@ impl BatchApi {
     }
 
     /// Makes `service` known, so batches of an earlier run on it can be
-    /// polled again; the one already known under its key if any.
+    /// polled again (by the first service registered under its key), and
+    /// returns it for its provider: two tactics that name one provider and
+    /// URL with different keys each submit with their own.
     pub fn register(&self, service: Service) -> Arc<Service> {
+        let service = Arc::new(service);
         lock(&self.services)
             .entry(service.key.clone())
-            .or_insert_with(|| Arc::new(service))
-            .clone()
+            .or_insert_with(|| service.clone());
+        service
     }
 
     /// Counts a task as running until the guard is dropped.
@@ -618,14 +621,17 @@ impl BatchApi {
     /// Groups calls by service, endpoint and model (one model per OpenAI
     /// batch), splits groups at the batch limits, and submits each.
     fn submit_all(self: &Arc<Self>, pending: Vec<Pending>) {
-        let mut groups: BTreeMap<(String, &'static str, String), Vec<Pending>> = BTreeMap::new();
+        // A service by its address: equal keys may carry different credentials.
+        type Group = (usize, &'static str, String);
+        let mut groups: BTreeMap<Group, Vec<Pending>> = BTreeMap::new();
         for call in pending {
             let model = match call.service.api {
                 Api::OpenAi => call.model.clone(),
                 Api::Anthropic => String::new(),
             };
+            let service = Arc::as_ptr(&call.service) as usize;
             groups
-                .entry((call.service.key.clone(), call.endpoint, model))
+                .entry((service, call.endpoint, model))
                 .or_default()
                 .push(call);
         }
