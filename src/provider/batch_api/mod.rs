@@ -45,6 +45,10 @@ const MAX_REQUESTS: usize = 50_000;
 /// The most bytes of bodies one provider batch takes (under OpenAI's 200 MB
 /// file and Anthropic's 256 MB request).
 const MAX_BYTES: usize = 180 << 20;
+/// Retrievals of a batch in a row that may fail transiently before its
+/// calls fail (with the wait doubling to `--poll-max`, about 40 minutes at
+/// the defaults).
+const MAX_POLL_FAILURES: u32 = 25;
 /// Attempts at a Batch API request that failed transiently (a submission, a
 /// retrieval, a download), with the poll back-off between them.
 const ATTEMPTS: u32 = 5;
@@ -781,6 +785,7 @@ impl BatchApi {
     async fn wait_ended(&self, service: &Service, batch_id: &str) -> Result<Status, ProviderError> {
         let mut wait = self.settings.poll_interval;
         let mut last = String::new();
+        let mut failures = 0;
         loop {
             match service.retrieve(batch_id).await {
                 Ok(status) => {
@@ -794,8 +799,13 @@ impl BatchApi {
                     if status.ended {
                         return Ok(status);
                     }
+                    failures = 0;
                 }
-                Err(error) if error.is_retryable() => {}
+                // A provider out of reach for that long fails the calls
+                // (the batch stays in the journal: `--resume` polls it again).
+                Err(error) if error.is_retryable() && failures + 1 < MAX_POLL_FAILURES => {
+                    failures += 1;
+                }
                 Err(error) => return Err(error),
             }
             tokio::time::sleep(wait).await;
