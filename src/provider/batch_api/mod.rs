@@ -22,6 +22,8 @@
 //! being started (`scheduling`); the HTTP is `service`'s.
 
 pub mod journal;
+mod provider;
+mod resume;
 pub mod service;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -29,14 +31,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, oneshot};
 
-use super::{ChatRequest, Provider, ProviderError, WireRequest};
-use crate::dialog::{ApiType, Message};
+use super::ProviderError;
 use journal::{Entry, Journal, Request};
+pub use provider::{BATCH_USAGE_KEY, BatchApiProvider, digest};
 use service::{Answer, Api, Service, Status};
 
 /// The most requests one provider batch takes (OpenAI's limit; Anthropic's
@@ -281,182 +281,6 @@ impl BatchApi {
         }
     }
 
-    /// Picks up the batches of an earlier run: those with an id are polled
-    /// again; a submission whose batch id was never written down is looked
-    /// for at the provider (`recover`). Then runs the collector until the
-    /// returned task is aborted.
-    pub async fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let unfinished = std::mem::take(&mut *lock(&self.unfinished));
-        let mut orphans = Vec::new();
-        for submission in unfinished {
-            let service = lock(&self.services).get(&submission.service).cloned();
-            let Some(service) = service else {
-                self.note(&format!(
-                    "batch-api: submission {} was made to `{}`, which no tactic of this run \
-                     uses; its requests are sent again if asked",
-                    submission.id, submission.service
-                ));
-                self.abandon(&submission, "its service is not used by this run");
-                continue;
-            };
-            match submission.batch_id.clone() {
-                Some(batch_id) => self.poll_again(service, &submission, batch_id),
-                None => orphans.push((service, submission)),
-            }
-        }
-        if !orphans.is_empty() {
-            self.recover(orphans).await;
-        }
-        let hub = self.clone();
-        tokio::spawn(async move { hub.collect().await })
-    }
-
-    /// Polls a batch of an earlier run again.
-    fn poll_again(
-        self: &Arc<Self>,
-        service: Arc<Service>,
-        submission: &journal::Submission,
-        batch_id: String,
-    ) {
-        self.event(&format!(
-            "batch-api: {} batch {batch_id} of an earlier run ({} requests) is polled again",
-            service.provider,
-            submission.requests.len()
-        ));
-        let custom_ids = submission
-            .requests
-            .iter()
-            .map(|request| request.custom_id.clone())
-            .collect();
-        let hub = self.clone();
-        let id = submission.id.clone();
-        let poller = tokio::spawn(async move {
-            hub.poll(service, id, batch_id, custom_ids).await;
-        });
-        lock(&self.pollers).push(poller);
-    }
-
-    /// Finds the batches of submissions whose batch id was never written
-    /// down (a kill between creating a batch and journaling it). An OpenAI
-    /// batch is found by the submission id in its metadata, and polled
-    /// again. Anthropic batches carry nothing of ours: every batch created
-    /// since the earliest such submission that the journal does not name is
-    /// waited for until it ends, and its results' custom_ids (`{submission}-
-    /// {n}`) say whose it is. A submission no batch turns out to hold was
-    /// never sent: its requests go out again.
-    async fn recover(self: &Arc<Self>, orphans: Vec<(Arc<Service>, journal::Submission)>) {
-        let mut anthropic: BTreeMap<String, (Arc<Service>, Vec<journal::Submission>)> =
-            BTreeMap::new();
-        for (service, submission) in orphans {
-            if service.api == Api::Anthropic {
-                anthropic
-                    .entry(service.key.clone())
-                    .or_insert_with(|| (service.clone(), Vec::new()))
-                    .1
-                    .push(submission);
-                continue;
-            }
-            let known = lock(&self.known_batches).clone();
-            let found = retrying(&self.settings, || {
-                service.candidates(&submission.id, submission.submitted_at, &known)
-            })
-            .await;
-            match found.as_deref() {
-                Ok([batch_id, ..]) => {
-                    lock(&self.known_batches).insert(batch_id.clone());
-                    self.write(&Entry::Batch {
-                        submission: submission.id.clone(),
-                        batch_id: batch_id.clone(),
-                    });
-                    self.poll_again(service, &submission, batch_id.clone());
-                }
-                Ok([]) => self.abandon(&submission, "no batch was found at the provider"),
-                Err(error) => {
-                    let reason = format!("cannot look for its batch: {error}");
-                    self.abandon(&submission, &reason);
-                }
-            }
-        }
-        for (service, submissions) in anthropic.into_values() {
-            self.recover_anthropic(&service, submissions).await;
-        }
-    }
-
-    /// `recover` for the Anthropic submissions of one service.
-    async fn recover_anthropic(
-        self: &Arc<Self>,
-        service: &Arc<Service>,
-        mut submissions: Vec<journal::Submission>,
-    ) {
-        let since = submissions
-            .iter()
-            .map(|submission| submission.submitted_at)
-            .min()
-            .unwrap_or_default();
-        let known = lock(&self.known_batches).clone();
-        let candidates =
-            match retrying(&self.settings, || service.candidates("", since, &known)).await {
-                Ok(candidates) => candidates,
-                Err(error) => {
-                    for submission in &submissions {
-                        let reason = format!("cannot look for its batch: {error}");
-                        self.abandon(submission, &reason);
-                    }
-                    return;
-                }
-            };
-        if !candidates.is_empty() {
-            self.event(&format!(
-                "batch-api: {} submission(s) to {} were cut off before their batch id was \
-                 written down; waiting for the {} batch(es) created since to end, to tell \
-                 which are lllm's",
-                submissions.len(),
-                service.provider,
-                candidates.len()
-            ));
-        }
-        for batch_id in candidates {
-            let answers = match self.wait_ended(service, &batch_id).await {
-                Ok(status) => {
-                    retrying(&self.settings, || service.results(&batch_id, &status)).await
-                }
-                Err(error) => Err(error),
-            };
-            let Ok(answers) = answers else {
-                continue;
-            };
-            let owner = answers.first().and_then(|(custom_id, _)| {
-                let (submission, _) = custom_id.rsplit_once('-')?;
-                submissions.iter().position(|known| known.id == submission)
-            });
-            let Some(owner) = owner else {
-                continue;
-            };
-            let submission = submissions.remove(owner);
-            lock(&self.known_batches).insert(batch_id.clone());
-            self.write(&Entry::Batch {
-                submission: submission.id.clone(),
-                batch_id: batch_id.clone(),
-            });
-            let mut answered: HashMap<String, Answer> = answers.into_iter().collect();
-            for request in &submission.requests {
-                let answer = answered.remove(&request.custom_id).unwrap_or_else(|| {
-                    Err(ProviderError::transient(format!(
-                        "batch {batch_id} ended without an answer to this request"
-                    )))
-                });
-                self.answer(&request.custom_id, answer);
-            }
-            self.write(&Entry::Ended {
-                submission: submission.id.clone(),
-                state: "ended".into(),
-            });
-        }
-        for submission in &submissions {
-            self.abandon(submission, "no batch was found at the provider");
-        }
-    }
-
     /// Counts `submission` as never sent: its requests may go again.
     fn abandon(&self, submission: &journal::Submission, reason: &str) {
         self.write(&Entry::Abandoned {
@@ -592,6 +416,9 @@ impl BatchApi {
                 let mut state = lock(&self.state);
                 state.pending.retain(|pending| !pending.reply.is_closed());
                 state.awaiting.retain(|_, sender| !sender.is_closed());
+                if state.pending.is_empty() {
+                    state.first_pending = None;
+                }
                 match state.first_pending {
                     _ if state.pending.is_empty() => None,
                     Some(first) => {
@@ -898,88 +725,3 @@ where
         }
     }
 }
-
-/// The wire endpoint a request goes to in a batch.
-fn endpoint_of(api: Api, api_type: ApiType) -> &'static str {
-    match (api, api_type) {
-        (Api::Anthropic, _) => "/v1/messages",
-        (Api::OpenAi, ApiType::Response) => "/v1/responses",
-        (Api::OpenAi, _) => "/v1/chat/completions",
-    }
-}
-
-/// SHA-256 of the service (`Service::key`), the endpoint and the exact
-/// body: equal requests to one provider, equal digests. The journal matches
-/// calls to submitted requests by it.
-pub fn digest(service: &str, endpoint: &str, body: &Value) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(service.as_bytes());
-    hasher.update([0]);
-    hasher.update(endpoint.as_bytes());
-    hasher.update([0]);
-    hasher.update(body.to_string().as_bytes());
-    format!("{:x}", hasher.finalize())
-}
-
-/// The key marking a reply's usage as answered by a Batch API, priced at
-/// the batch discount (`pricing::BATCH_DISCOUNT`).
-pub const BATCH_USAGE_KEY: &str = "batch_api";
-
-/// A provider whose calls go through its Batch API: `inner` builds each
-/// request's body (`wire_request`), `BatchApi` submits it, and the reply is
-/// read as `inner`'s API reads it.
-pub struct BatchApiProvider {
-    /// The OpenAI or Anthropic provider the bodies are built by.
-    pub inner: Arc<dyn Provider>,
-    /// Its Batch API.
-    pub service: Arc<Service>,
-    /// The run's collector.
-    pub hub: Arc<BatchApi>,
-}
-
-impl BatchApiProvider {
-    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        // A batch answers whole; a stream, if asked for, gets the whole text.
-        let sink = request.stream;
-        let request = ChatRequest {
-            stream: None,
-            ..request
-        };
-        let endpoint = endpoint_of(self.service.api, request.api_type);
-        let body = self.inner.wire_request(&request).body;
-        let digest = digest(&self.service.key, endpoint, &body);
-        let reply = self
-            .hub
-            .call(&self.service, endpoint, request.model, body, digest)
-            .await?;
-        let message = match endpoint {
-            "/v1/messages" => super::anthropic::parse_response(&reply),
-            "/v1/responses" => super::responses::parse_response(&reply),
-            _ => super::openai::parse_response(&reply),
-        };
-        let mut message = super::exchange::require_output(message?)?;
-        message
-            .usage
-            .insert(BATCH_USAGE_KEY.into(), Value::Bool(true));
-        if let Some(sink) = sink {
-            sink(&message.content);
-        }
-        Ok(message)
-    }
-}
-
-impl Provider for BatchApiProvider {
-    fn invoke<'a>(
-        &'a self,
-        request: ChatRequest<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(self.send(request))
-    }
-
-    fn wire_request(&self, request: &ChatRequest<'_>) -> WireRequest {
-        self.inner.wire_request(request)
-    }
-}
-
-#[cfg(test)]
-mod tests;
