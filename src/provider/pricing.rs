@@ -201,6 +201,33 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_api_answer_costs_half_of_every_rate() {
+        let price = |batched: bool| {
+            let mut usage = usage(json!({"prompt_tokens": 1000, "completion_tokens": 100,
+                "prompt_tokens_details": {"cached_tokens": 400}}));
+            if batched {
+                usage.insert(
+                    crate::provider::batch_api::BATCH_USAGE_KEY.into(),
+                    json!(true),
+                );
+            }
+            let table = ModelTable::bundled();
+            assert!(apply(
+                table,
+                "openai",
+                Some("openai"),
+                "gpt-4o-mini",
+                &mut usage
+            ));
+            crate::dialog::InvokeCost::from_usage(&usage)
+        };
+        let (full, batched) = (price(false), price(true));
+        assert!((batched.prompt_cost - full.prompt_cost * BATCH_DISCOUNT).abs() < 1e-15);
+        assert!((batched.completion_cost - full.completion_cost * BATCH_DISCOUNT).abs() < 1e-15);
+        assert!(batched.prompt_cost > 0.0 && batched.cost_known);
+    }
+
+    #[test]
     fn every_price_and_limit_out_of_range_is_named() {
         let table = json!({
             "ours": {"input_per_million": -1, "output_per_million": ".inf",

@@ -310,9 +310,10 @@ impl BatchApi {
         }
     }
 
-    /// At the end of the run: stops polling. After Ctrl-C, with
-    /// `cancel_on_interrupt`, cancels the batches in flight first; without
-    /// it they keep running at the provider and `--resume` picks them up.
+    /// At the end of the run: stops polling. Batches still in flight (the
+    /// run was interrupted, or stopped by `--fail-fast` or the budget) keep
+    /// running at the provider and `--resume` picks them up; after Ctrl-C
+    /// with `cancel_on_interrupt` they are cancelled instead.
     pub async fn finish(&self, interrupted: bool) {
         for poller in lock(&self.pollers).drain(..) {
             poller.abort();
@@ -328,10 +329,10 @@ impl BatchApi {
                 )
             })
             .collect();
-        if in_flight.is_empty() || !interrupted {
+        if in_flight.is_empty() {
             return;
         }
-        if !self.settings.cancel_on_interrupt {
+        if !(interrupted && self.settings.cancel_on_interrupt) {
             self.note(&format!(
                 "batch-api: {} provider batch(es) keep running; `--resume` picks them up",
                 in_flight.len()
