@@ -37,8 +37,9 @@ pub struct BatchArgs {
     /// pick up batches in flight).
     #[arg(long, value_enum, default_value_t = ViaArg::Direct)]
     pub via: ViaArg,
-    /// With `--via batch-api`: seconds before the first retrieval of a
-    /// provider batch; the wait doubles up to `--poll-max`.
+    /// With `--via batch-api`: seconds between the first two retrievals of a
+    /// provider batch (the first is right after its creation); the wait
+    /// doubles up to `--poll-max`.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = numbers::poll, allow_negative_numbers = true)]
     pub poll_interval: f64,
     /// With `--via batch-api`: the longest wait between two retrievals.
@@ -124,8 +125,7 @@ const DEFAULT_CONCURRENCY: usize = 16;
 const BATCH_API_CONCURRENCY: usize = 10_000;
 
 pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
-    let batch_api_flags = args.cancel_on_interrupt;
-    if args.via == ViaArg::Direct && batch_api_flags {
+    if args.via == ViaArg::Direct && args.cancel_on_interrupt {
         return Err(Error::Usage(
             "`--cancel-on-interrupt` needs `--via batch-api`".into(),
         ));

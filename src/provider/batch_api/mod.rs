@@ -56,7 +56,8 @@ const ATTEMPTS: u32 = 5;
 /// How `--via batch-api` submits and polls.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The first wait between two retrievals of a batch (`--poll-interval`).
+    /// The wait between the first two retrievals of a batch (the first is
+    /// right after its creation; `--poll-interval`).
     pub poll_interval: Duration,
     /// The longest wait between two retrievals: the wait doubles up to it
     /// (`--poll-max`).
