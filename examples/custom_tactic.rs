@@ -139,6 +139,7 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
         budget: None,
         registry: &registry,
         cache: None,
+        batch_api: None,
     };
     let task = Task::new(TASK);
     let tactic = match lllm::tactic::load(tactic, &options, Some(&task)) {

@@ -203,7 +203,8 @@ pub struct AgentSpec {
 /// # std::fs::write(&path, "tactic_type: echo_twice\nagent_configs:\n  - {name: echo, model_name: mock/echo}\n").unwrap();
 /// # let registry = Registry::new().flow(Echo);
 /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None };
+/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
+/// #     batch_api: None };
 /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hello".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("hello / once more"), "{:?}", record.error);
@@ -493,7 +494,8 @@ impl Agent {
     /// # std::fs::write(&path, "tactic_type: panel\nagent_configs:\n  - {name: host, model_name: mock/echo}\n").unwrap();
     /// # let registry = lllm::Registry::new().flow(Panel);
     /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-    /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None };
+    /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
+    /// #     batch_api: None };
     /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
     /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("".into()));
     /// # assert_eq!(record.delivery.as_deref(), Some("Owls hunt at night."), "{:?}", record.error);

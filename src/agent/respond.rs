@@ -61,7 +61,8 @@ pub struct CallOptions {
 /// # std::fs::write(&path, "tactic_type: ask\nagent_configs:\n  - {name: echo, model_name: mock/echo}\n").unwrap();
 /// # let registry = lllm::Registry::new().flow(Ask);
 /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None };
+/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
+/// #     batch_api: None };
 /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hi".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("hi"), "{:?}", record.error);

@@ -45,6 +45,12 @@ impl Lock {
             let _ = std::fs::remove_file(dir.join(IDENTITY));
             let _ = std::fs::remove_file(dir.join(LOCK));
             let _ = std::fs::remove_file(dir.join(super::formats::DEFAULT_TACTIC_FILE));
+            // The Batch API journal, opened before pre-flight, holds nothing
+            // when nothing was sent.
+            let journal = dir.join(crate::provider::batch_api::journal::FILE);
+            if std::fs::metadata(&journal).is_ok_and(|meta| meta.len() == 0) {
+                let _ = std::fs::remove_file(journal);
+            }
             // Fails, and keeps the directory, if anything else is in it.
             let _ = std::fs::remove_dir(dir);
         }

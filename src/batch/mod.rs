@@ -78,6 +78,20 @@ pub struct Options {
     /// `--cache` / `--no-cache` and the response cache (`None`: nothing is
     /// cached, whatever the tactics say).
     pub cache: Option<Arc<crate::provider::cache::CacheSource>>,
+    /// How model calls are sent: one by one (the default), or through the
+    /// providers' Batch APIs (`--via batch-api`).
+    pub via: Via,
+}
+
+/// How a batch's model calls reach the providers (`--via`).
+#[derive(Debug, Clone, Default)]
+pub enum Via {
+    /// Each call is its own request (`direct`).
+    #[default]
+    Direct,
+    /// Calls are collected into the providers' Batch APIs (`batch-api`),
+    /// at their batch price; see `provider::batch_api`.
+    BatchApi(crate::provider::batch_api::Settings),
 }
 
 /// Tags and metadata given for a whole batch.
@@ -151,12 +165,24 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let budget = options
         .max_cost
         .map(|max| Arc::new(CostBudget::new(max, previous.spent.cost)));
+    let batch_api = match &options.via {
+        Via::Direct => None,
+        Via::BatchApi(settings) => Some(Arc::new(
+            crate::provider::batch_api::BatchApi::open(
+                &options.output,
+                settings.clone(),
+                options.resume || options.retry_errors,
+            )
+            .map_err(Error::Usage)?,
+        )),
+    };
     let mut tactics = tactics::Tactics::new(
         options.model.clone(),
         options.prices.as_deref(),
         budget.clone(),
         options.registry.clone(),
         options.cache.clone(),
+        batch_api.clone(),
     )?;
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
@@ -257,6 +283,21 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         }
     };
     let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
+    let collector = match &batch_api {
+        Some(hub) => {
+            let notes = reporter.clone();
+            hub.set_notes(Arc::new(move |text: &str, warning: bool| {
+                if warning {
+                    notes.note(text)
+                } else {
+                    notes.event(text)
+                }
+            }));
+            shared.set_batch_api(hub.clone());
+            Some(hub.start().await)
+        }
+        None => None,
+    };
     let signals = tokio::spawn(scheduler::watch_signals(
         shared.clone(),
         options.grace,
@@ -282,10 +323,18 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             done: &done,
             concurrency: options.concurrency,
             labels: &options.labels,
+            batch_api: batch_api.clone(),
         },
         shared.clone(),
     )
     .await;
+    if let Some(hub) = &batch_api {
+        let interrupted = shared.stop.borrow().reason() == Some(Reason::Interrupted);
+        hub.finish(interrupted).await;
+    }
+    if let Some(collector) = collector {
+        collector.abort();
+    }
     for tactic in tactics.values() {
         tactic.shutdown().await;
     }

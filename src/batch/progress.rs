@@ -74,6 +74,12 @@ pub trait Reporter: Send + Sync + std::fmt::Debug {
     fn finish(&self, snapshot: &Snapshot);
     /// A message for the person (a warning), shown without breaking the display.
     fn note(&self, text: &str);
+    /// A line about how the run advances (a provider batch submitted, its
+    /// state changed): shown like a progress line, not as a warning, and not
+    /// at all when quiet.
+    fn event(&self, text: &str) {
+        crate::output::stderr_line(&format!("lllm batch: {text}"));
+    }
 }
 
 /// Nothing when `quiet`, else a plain line every `interval`.
@@ -97,6 +103,7 @@ impl Reporter for Quiet {
     fn note(&self, text: &str) {
         crate::report::warn(text);
     }
+    fn event(&self, _: &str) {}
 }
 
 /// A plain line per interval, for logs.

@@ -30,6 +30,7 @@ use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::summary::Totals;
 use super::tasks::{self, Lines, Task};
+use crate::provider::batch_api::{BatchApi, Running};
 use crate::provider::budget::{CostBudget, REFUSED_CODE};
 use crate::provider::limit::Waiting;
 use crate::tactic::{RunState, Tactic};
@@ -83,6 +84,9 @@ pub struct Shared {
     in_flight: AtomicU64,
     write_error: Mutex<Option<std::io::Error>>,
     fail_fast: bool,
+    /// `--via batch-api`: what the run waits on when its calls are in a
+    /// provider batch.
+    batch_api: std::sync::OnceLock<Arc<BatchApi>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,7 +106,13 @@ impl Shared {
             in_flight: AtomicU64::new(0),
             write_error: Mutex::new(None),
             fail_fast,
+            batch_api: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Shows what `hub` waits on in progress lines.
+    pub fn set_batch_api(&self, hub: Arc<BatchApi>) {
+        let _ = self.batch_api.set(hub);
     }
 
     pub fn totals(&self) -> Totals {
@@ -165,6 +175,8 @@ impl Shared {
             .is_some_and(|budget| budget.is_waiting())
         {
             Some("budget")
+        } else if let Some(waiting) = self.batch_api.get().and_then(|hub| hub.waiting()) {
+            Some(waiting)
         } else {
             tactics
                 .iter()
@@ -205,6 +217,9 @@ pub struct Run<'a> {
     pub concurrency: usize,
     /// Tags and metadata of the whole batch, added to each task's.
     pub labels: &'a super::Labels,
+    /// `--via batch-api`: told how many tasks run and whether more are
+    /// starting, so it submits when every running task waits on a call.
+    pub batch_api: Option<Arc<BatchApi>>,
 }
 
 /// A line's `tactic` as written, and the model its tactic is built for.
@@ -221,6 +236,12 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let mut stop = shared.stop.subscribe();
     let mut selector = run.selector;
     let mut lines = Lines::open(run.tasks_file)?;
+    let scheduling = |starting: bool| {
+        if let Some(hub) = &run.batch_api {
+            hub.scheduling(starting);
+        }
+    };
+    scheduling(true);
     while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(std::io::Error::other)?;
         let parsed = run.reader.parse(text, number);
@@ -296,7 +317,17 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                 continue;
             }
         };
-        let Some(permit) = admit(&shared, &slots, &mut stop).await else {
+        // Waiting for a slot, the scheduler starts no task: the calls of the
+        // running ones need not wait for more.
+        let full = slots.available_permits() == 0;
+        if full {
+            scheduling(false);
+        }
+        let admitted = admit(&shared, &slots, &mut stop).await;
+        if full {
+            scheduling(true);
+        }
+        let Some(permit) = admitted else {
             // Stopped while waiting: account for this task like the ones after it.
             let reason = shared.stop.borrow().reason();
             if let Some(reason @ (Reason::FailFast | Reason::Budget)) = reason {
@@ -306,8 +337,10 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             }
             break;
         };
-        running.spawn(run_task(shared.clone(), tactic, task, permit));
+        let counted = run.batch_api.as_ref().map(|hub| hub.task_started());
+        running.spawn(run_task(shared.clone(), tactic, task, (permit, counted)));
     }
+    scheduling(false);
     while running.join_next().await.is_some() {}
     Ok(())
 }
@@ -340,7 +373,7 @@ async fn run_task(
     shared: Arc<Shared>,
     tactic: Arc<Tactic>,
     task: Task,
-    permit: OwnedSemaphorePermit,
+    permit: (OwnedSemaphorePermit, Option<Running>),
 ) {
     shared.in_flight.fetch_add(1, Ordering::Relaxed);
     let mut stop = shared.stop.subscribe();
@@ -535,6 +568,7 @@ mod tests {
                 done: &|_| false,
                 concurrency: 2,
                 labels: &crate::batch::Labels::default(),
+                batch_api: None,
             },
             shared.clone(),
         )

@@ -27,6 +27,8 @@ pub struct Tactics {
     registry: crate::Registry,
     /// `--cache` / `--no-cache` and the response cache, for every tactic.
     cache: Option<Arc<crate::provider::cache::CacheSource>>,
+    /// `--via batch-api`: the collector every tactic's calls go through.
+    batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
     built: HashMap<Key, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<Key, String>,
@@ -42,6 +44,7 @@ impl Tactics {
         budget: Option<Arc<CostBudget>>,
         registry: crate::Registry,
         cache: Option<Arc<crate::provider::cache::CacheSource>>,
+        batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
     ) -> Result<Tactics> {
         let prices = match prices {
             Some(path) => {
@@ -55,6 +58,7 @@ impl Tactics {
             budget,
             registry,
             cache,
+            batch_api,
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
@@ -122,6 +126,7 @@ impl Tactics {
             budget: self.budget.clone(),
             registry: &self.registry,
             cache: self.cache.clone(),
+            batch_api: self.batch_api.clone(),
         };
         Ok(crate::tactic::load(path, &options, None)?)
     }

@@ -412,6 +412,12 @@ impl AnthropicProvider {
         })
     }
 
+    /// `{base_url}/v1/messages` with its headers (the Batch API's requests
+    /// carry the same).
+    pub fn messages_endpoint(&self) -> &http::Endpoint {
+        &self.messages
+    }
+
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
         let body = build_request(&request);
         let target = Target {

@@ -118,6 +118,7 @@ impl CacheSource {
     ///     model: None, prices: None, env: &|_| None, dry_run: None, warn: &|_| {},
     ///     budget: None, registry: &registry,
     ///     cache: Some(Arc::new(CacheSource::with(None, cache))),
+    ///     batch_api: None,
     /// };
     /// let tactic = lllm::tactic::load(&tactic, &options, None)?;
     /// // Every call of `tactic` now answers from the cache what it answered before.

@@ -142,6 +142,20 @@ impl Endpoint {
     pub fn place(&self) -> &str {
         &self.place
     }
+
+    /// The same headers and secrets at another URL (`path` joined to this
+    /// endpoint's URL, as `Url::join` does): the Batch APIs' files and batch
+    /// objects live beside the model endpoint, under the same key.
+    pub fn at(&self, url: &str) -> Result<Endpoint, String> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|error| format!("invalid URL `{}`: {error}", redact::place(url)))?;
+        Ok(Endpoint {
+            url: parsed,
+            headers: self.headers.clone(),
+            secrets: self.secrets.clone(),
+            place: redact::place(url),
+        })
+    }
 }
 
 /// `Basic base64(user:password)`, as reqwest makes it from a URL.
@@ -188,17 +202,62 @@ pub async fn post_json(
     })
 }
 
+/// A request other than a model call (the Batch APIs' files and batch
+/// objects): `method` to the endpoint with its headers, an optional body
+/// with its content type. The whole reply is read and scrubbed like
+/// `post_json`'s; a redirect is not followed (these APIs send none), so the
+/// key never leaves for another place.
+pub async fn request(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    method: reqwest::Method,
+    body: Option<(Vec<u8>, String)>,
+    timeout: Duration,
+) -> Result<HttpReply, ProviderError> {
+    let mut headers = endpoint.headers.clone();
+    let mut builder = client
+        .request(method, endpoint.url.clone())
+        .timeout(timeout);
+    if let Some((body, content_type)) = body {
+        let value = HeaderValue::from_str(&content_type).unwrap_or(JSON);
+        headers.insert(CONTENT_TYPE, value);
+        builder = builder.body(body);
+    } else {
+        headers.remove(CONTENT_TYPE);
+    }
+    let response = builder
+        .headers(headers)
+        .send()
+        .await
+        .map_err(|error| network_error(error, endpoint, timeout))?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = read_body_up_to(response, endpoint, timeout, MAX_DOWNLOAD_BYTES).await?;
+    let mut body = utf8_text(&body);
+    endpoint.secrets.scrub_string(&mut body);
+    Ok(HttpReply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The most a Batch API download (a results file) may hold: the providers
+/// cap a batch's input at 200 MB (OpenAI) and 256 MB (Anthropic), and its
+/// answers are of the same order.
+pub const MAX_DOWNLOAD_BYTES: usize = 1 << 30;
+
 /// The most a reply (a whole body, or all of a stream) may hold. A chat reply
 /// is kilobytes, one with logprobs of a long answer a few megabytes; a server
 /// that sends more is broken or hostile, and reading on would only fill the
 /// memory until the timeout.
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
-fn too_large(endpoint: &Endpoint) -> ProviderError {
+fn too_large(endpoint: &Endpoint, limit: usize) -> ProviderError {
     ProviderError::permanent(format!(
         "the reply from `{}` is larger than {} MiB; not read further",
         endpoint.place(),
-        MAX_REPLY_BYTES >> 20
+        limit >> 20
     ))
 }
 
@@ -206,19 +265,29 @@ fn too_large(endpoint: &Endpoint) -> ProviderError {
 /// server announces is read in one piece (the usual case, and the cheapest);
 /// one sent in chunks is read chunk by chunk and stopped at the cap.
 async fn read_body(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     endpoint: &Endpoint,
     timeout: Duration,
 ) -> Result<bytes::Bytes, ProviderError> {
+    read_body_up_to(response, endpoint, timeout, MAX_REPLY_BYTES).await
+}
+
+/// A whole reply body, at most `limit` bytes.
+async fn read_body_up_to(
+    mut response: reqwest::Response,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    limit: usize,
+) -> Result<bytes::Bytes, ProviderError> {
     let network = |error| network_error(error, endpoint, timeout);
     match response.content_length() {
-        Some(length) if length > MAX_REPLY_BYTES as u64 => Err(too_large(endpoint)),
+        Some(length) if length > limit as u64 => Err(too_large(endpoint, limit)),
         Some(_) => response.bytes().await.map_err(network),
         None => {
             let mut body = Vec::new();
             while let Some(chunk) = response.chunk().await.map_err(network)? {
-                if body.len() + chunk.len() > MAX_REPLY_BYTES {
-                    return Err(too_large(endpoint));
+                if body.len() + chunk.len() > limit {
+                    return Err(too_large(endpoint, limit));
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -273,7 +342,7 @@ where
     {
         streamed = streamed.saturating_add(chunk.len());
         if streamed > MAX_REPLY_BYTES {
-            return Err(too_large(endpoint));
+            return Err(too_large(endpoint, MAX_REPLY_BYTES));
         }
         if !events.push(&chunk, &mut scrubbed)? {
             return Ok(Streamed::Read(headers));

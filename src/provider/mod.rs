@@ -193,6 +193,7 @@ mod optional_millis {
 // not a stable API (hidden from the docs).
 #[doc(hidden)]
 pub mod anthropic;
+pub mod batch_api;
 #[doc(hidden)]
 pub mod budget;
 pub mod cache;

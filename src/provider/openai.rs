@@ -794,6 +794,12 @@ impl OpenAiProvider {
         })
     }
 
+    /// `{base_url}/chat/completions` with its headers (the Batch API's
+    /// requests carry the same).
+    pub fn chat_endpoint(&self) -> &http::Endpoint {
+        &self.chat
+    }
+
     /// Where `request` goes and its body as a JSON tree (`--dry-run`).
     fn wire(&self, request: &ChatRequest<'_>) -> (&http::Endpoint, Value) {
         if request.api_type == ApiType::Response {

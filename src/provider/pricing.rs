@@ -100,8 +100,15 @@ pub fn check_table(table: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// What a Batch API answer costs, as a share of the same call's price: both
+/// OpenAI's Batch API and Anthropic's Message Batches charge half (input,
+/// output and cached input alike).
+pub const BATCH_DISCOUNT: f64 = 0.5;
+
 /// Prices `usage` of `model` on `provider` (whose endpoint is the hosted
-/// `service`, if any) in place; returns whether the price was known.
+/// `service`, if any) in place; returns whether the price was known. Usage
+/// marked as answered by a Batch API (`batch_api::BATCH_USAGE_KEY`) is
+/// priced at `BATCH_DISCOUNT` of the table's prices.
 pub fn apply(
     table: &ModelTable,
     provider: &str,
@@ -112,17 +119,22 @@ pub fn apply(
     let counts = crate::dialog::InvokeCost::from_usage(usage);
     let (prompt, completion) = (counts.prompt_tokens, counts.completion_tokens);
     let cached = counts.cached_prompt_tokens.min(prompt);
+    let share = if usage.get(super::batch_api::BATCH_USAGE_KEY) == Some(&Value::Bool(true)) {
+        BATCH_DISCOUNT
+    } else {
+        1.0
+    };
     let (input, output, cached_rate) = if provider == "mock" {
         (0.0, 0.0, 0.0)
     } else {
         match table.price(provider, service, model) {
             Some(info) => {
-                let input = info.input_per_million / 1e6;
+                let input = info.input_per_million / 1e6 * share;
                 (
                     input,
-                    info.output_per_million / 1e6,
+                    info.output_per_million / 1e6 * share,
                     info.cached_input_per_million
-                        .map_or(input, |rate| rate / 1e6),
+                        .map_or(input, |rate| rate / 1e6 * share),
                 )
             }
             None => {
@@ -186,6 +198,33 @@ mod tests {
         assert!((cost.prompt_cost - expected_prompt).abs() < 1e-12);
         assert!((cost.completion_cost - 100.0 * 0.6e-6).abs() < 1e-12);
         assert!(cost.cost_known);
+    }
+
+    #[test]
+    fn a_batch_api_answer_costs_half_of_every_rate() {
+        let price = |batched: bool| {
+            let mut usage = usage(json!({"prompt_tokens": 1000, "completion_tokens": 100,
+                "prompt_tokens_details": {"cached_tokens": 400}}));
+            if batched {
+                usage.insert(
+                    crate::provider::batch_api::BATCH_USAGE_KEY.into(),
+                    json!(true),
+                );
+            }
+            let table = ModelTable::bundled();
+            assert!(apply(
+                table,
+                "openai",
+                Some("openai"),
+                "gpt-4o-mini",
+                &mut usage
+            ));
+            crate::dialog::InvokeCost::from_usage(&usage)
+        };
+        let (full, batched) = (price(false), price(true));
+        assert!((batched.prompt_cost - full.prompt_cost * BATCH_DISCOUNT).abs() < 1e-15);
+        assert!((batched.completion_cost - full.completion_cost * BATCH_DISCOUNT).abs() < 1e-15);
+        assert!(batched.prompt_cost > 0.0 && batched.cost_known);
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::anthropic::AnthropicProvider;
+use super::batch_api::BatchApiProvider;
+use super::batch_api::service::{Api, Service};
 pub use super::endpoints::BaseUrl;
 use super::endpoints::{self, PRESETS, preset};
 use super::limit::{Limiter, Limits};
@@ -123,6 +125,9 @@ pub struct Providers {
     dry_run: Option<Arc<super::dry_run::DryRun>>,
     /// Taken out of everything a provider returns (`scrub`).
     secrets: Arc<crate::redact::Secrets>,
+    /// Sends every OpenAI and Anthropic call through the provider's Batch
+    /// API (`lllm batch --via batch-api`).
+    batch_api: Option<Arc<super::batch_api::BatchApi>>,
 }
 
 impl Providers {
@@ -130,6 +135,14 @@ impl Providers {
     /// `lllm replay --rerun` answers from a record this way.
     pub fn serve_all_with(mut self, provider: Arc<dyn Provider>) -> Providers {
         self.replacement = Some(provider);
+        self
+    }
+
+    /// Every OpenAI and Anthropic call goes through the provider's Batch
+    /// API, collected by `hub` (`lllm batch --via batch-api`); mock
+    /// providers answer as usual.
+    pub fn via_batch_api(mut self, hub: Arc<super::batch_api::BatchApi>) -> Providers {
+        self.batch_api = Some(hub);
         self
     }
 
@@ -174,6 +187,7 @@ impl Providers {
             replacement: None,
             dry_run: None,
             secrets,
+            batch_api: None,
         })
     }
 
@@ -205,7 +219,16 @@ impl Providers {
                 cache: None,
             });
         }
-        let retry = retry_policy(self.configs.get(provider_name));
+        let mut retry = retry_policy(self.configs.get(provider_name));
+        if self.batch_api.is_some() && self.api(provider_name) != Some(ProviderApi::Mock) {
+            // A failed call is tried again in the next round of batches: a
+            // wait before it would only hold the round back.
+            retry = RetryPolicy {
+                base: Duration::ZERO,
+                cap: Duration::ZERO,
+                jitter: 0.0,
+            };
+        }
         let mut provider = self.provider(provider_name, model_name, model)?;
         if let Some(log) = &self.dry_run {
             provider = Arc::new(super::dry_run::DryRunProvider {
@@ -340,12 +363,58 @@ impl Providers {
                     })?;
                 Arc::new(mock)
             }
-            ProviderApi::OpenAi => Arc::new(self.openai(name, model_name)?),
-            ProviderApi::Anthropic => Arc::new(self.anthropic(name, model_name)?),
+            ProviderApi::OpenAi => {
+                let provider = self.openai(name, model_name)?;
+                let service = self.batch_service(name, Api::OpenAi, provider.chat_endpoint())?;
+                self.through_batches(Arc::new(provider), service)
+            }
+            ProviderApi::Anthropic => {
+                let provider = self.anthropic(name, model_name)?;
+                let endpoint = provider.messages_endpoint();
+                let service = self.batch_service(name, Api::Anthropic, endpoint)?;
+                self.through_batches(Arc::new(provider), service)
+            }
         };
         let provider = super::scrub::wrap(provider, &self.secrets);
         built.insert(key, provider.clone());
         Ok(provider)
+    }
+
+    /// Provider `name`'s Batch API, registered with the run's collector,
+    /// when calls go through Batch APIs.
+    fn batch_service(
+        &self,
+        name: &str,
+        api: Api,
+        endpoint: &http::Endpoint,
+    ) -> Result<Option<Arc<Service>>> {
+        let Some(hub) = &self.batch_api else {
+            return Ok(None);
+        };
+        let config = self.configs.get(name);
+        let service = Service::new(name, api, self.client_for(name, config)?, endpoint).map_err(
+            |message| Error::Invalid {
+                provider: name.into(),
+                message,
+            },
+        )?;
+        Ok(Some(hub.register(service)))
+    }
+
+    /// `provider`, or the provider sending its calls through `service`.
+    fn through_batches(
+        &self,
+        provider: Arc<dyn Provider>,
+        service: Option<Arc<Service>>,
+    ) -> Arc<dyn Provider> {
+        match (service, &self.batch_api) {
+            (Some(service), Some(hub)) => Arc::new(BatchApiProvider {
+                inner: provider,
+                service,
+                hub: hub.clone(),
+            }),
+            _ => provider,
+        }
     }
 
     /// The run's shared client, or one of its own for a provider with its own

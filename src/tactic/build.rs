@@ -103,6 +103,7 @@ impl Tactic {
                 dry_run: None,
                 budget: None,
                 cache: None,
+                batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -124,6 +125,7 @@ impl Tactic {
                 dry_run: None,
                 budget: None,
                 cache: None,
+                batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -146,6 +148,7 @@ impl Tactic {
                 dry_run: Some(log),
                 budget: None,
                 cache: None,
+                batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -169,6 +172,7 @@ impl Tactic {
                 dry_run: None,
                 budget: Some(budget),
                 cache: None,
+                batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
             },
@@ -213,6 +217,7 @@ impl Tactic {
             dry_run: dry_run.clone(),
             budget: builder.budget.clone(),
             cache: builder.cache.clone(),
+            batch_api: builder.batch_api.clone(),
             ..*builder
         };
         let mut problems = Problems::default();
@@ -235,7 +240,10 @@ impl Tactic {
             .map(|providers| match (replacement, dry_run) {
                 (Some(provider), _) => providers.serve_all_with(provider),
                 (None, Some(log)) => providers.dry_run(log),
-                (None, None) => providers,
+                (None, None) => match &builder.batch_api {
+                    Some(hub) => providers.via_batch_api(hub.clone()),
+                    None => providers,
+                },
             });
         let prices = match &config.pricing {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
@@ -626,6 +634,8 @@ pub(super) struct Builder<'a> {
     pub(super) budget: Option<Arc<CostBudget>>,
     /// The response cache and the `--cache` / `--no-cache` choice.
     pub(super) cache: Option<Arc<crate::provider::cache::CacheSource>>,
+    /// Collects the calls for the providers' Batch APIs (`--via batch-api`).
+    pub(super) batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
     /// The tactic files being built, outermost first (to find cycles).
     pub(super) stack: Vec<PathBuf>,
     /// The `api_key_env` names of those tactics: no tool inherits them.

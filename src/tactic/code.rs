@@ -48,6 +48,7 @@ impl Tactic {
             budget: None,
             registry,
             cache: None,
+            batch_api: None,
         };
         super::load(path.as_ref(), &options, None)
     }

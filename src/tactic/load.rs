@@ -41,6 +41,9 @@ pub struct LoadOptions<'a> {
     /// `--cache` / `--no-cache` and the response cache (`None`: no call is
     /// cached, whatever the tactic says).
     pub cache: Option<Arc<crate::provider::cache::CacheSource>>,
+    /// `lllm batch --via batch-api`: every OpenAI and Anthropic call goes
+    /// through the provider's Batch API, collected here (`None`: sent as usual).
+    pub batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
 }
 
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
@@ -53,6 +56,7 @@ pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Resu
         dry_run: options.dry_run.clone(),
         budget: options.budget.clone(),
         cache: options.cache.clone(),
+        batch_api: options.batch_api.clone(),
         stack: Vec::new(),
         hidden_variables: Vec::new(),
     };

@@ -39,9 +39,34 @@ pub struct BatchArgs {
     /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
-    /// Tasks running at once.
-    #[arg(long, short = 'j', default_value_t = 16, value_parser = numbers::concurrency, allow_negative_numbers = true)]
-    pub concurrency: usize,
+    /// Tasks running at once [default: 16; with `--via batch-api`: 10000, so
+    /// that a provider batch holds a call of every task].
+    #[arg(long, short = 'j', value_parser = numbers::concurrency, allow_negative_numbers = true)]
+    pub concurrency: Option<usize>,
+    /// How model calls are sent: `direct` (each call its own request) or
+    /// `batch-api` (collected into the providers' Batch APIs, OpenAI's and
+    /// Anthropic's, at half price: every round submits the next call of
+    /// every running task; the journal `batch-api.jsonl` lets `--resume`
+    /// pick up batches in flight).
+    #[arg(long, value_enum, default_value_t = ViaArg::Direct)]
+    pub via: ViaArg,
+    /// With `--via batch-api`: seconds between the first two retrievals of a
+    /// provider batch (the first is right after its creation); the wait
+    /// doubles up to `--poll-max`.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0, value_parser = numbers::poll, allow_negative_numbers = true)]
+    pub poll_interval: f64,
+    /// With `--via batch-api`: the longest wait between two retrievals.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0, value_parser = numbers::poll, allow_negative_numbers = true)]
+    pub poll_max: f64,
+    /// With `--via batch-api`: seconds calls wait for the other running
+    /// tasks' calls before they are submitted anyway (a task busy with a
+    /// long tool joins the next round).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::gather_window, allow_negative_numbers = true)]
+    pub gather_window: f64,
+    /// With `--via batch-api`: at Ctrl-C, cancel the provider batches in
+    /// flight (by default they keep running and `--resume` picks them up).
+    #[arg(long)]
+    pub cancel_on_interrupt: bool,
     /// Continue the run in the output directory: skip tasks that already have a
     /// result (success or failure); run the rest.
     #[arg(long)]
@@ -97,7 +122,41 @@ pub struct BatchArgs {
     pub store: crate::store::StoreArgs,
 }
 
+/// `--via`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViaArg {
+    /// Each call is its own request.
+    Direct,
+    /// Calls go through the providers' Batch APIs.
+    BatchApi,
+}
+
+/// `-j` when not given.
+const DEFAULT_CONCURRENCY: usize = 16;
+/// `-j` with `--via batch-api` when not given: a round submits a call of
+/// every running task, so they should be many.
+const BATCH_API_CONCURRENCY: usize = 10_000;
+
 pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
+    if args.via == ViaArg::Direct && args.cancel_on_interrupt {
+        return Err(Error::Usage(
+            "`--cancel-on-interrupt` needs `--via batch-api`".into(),
+        ));
+    }
+    let via = match args.via {
+        ViaArg::Direct => batch::Via::Direct,
+        ViaArg::BatchApi => batch::Via::BatchApi(lllm::provider::batch_api::Settings {
+            // All checked against their ranges (`numbers`) when parsed.
+            poll_interval: Duration::from_secs_f64(args.poll_interval),
+            poll_max: Duration::from_secs_f64(args.poll_max),
+            gather_window: Duration::from_secs_f64(args.gather_window),
+            cancel_on_interrupt: args.cancel_on_interrupt,
+        }),
+    };
+    let concurrency = args.concurrency.unwrap_or(match args.via {
+        ViaArg::Direct => DEFAULT_CONCURRENCY,
+        ViaArg::BatchApi => BATCH_API_CONCURRENCY,
+    });
     let shard = match (&args.shard, args.shards) {
         (Some(text), _) => Requested::Given(Shard::parse(text).map_err(Error::Usage)?),
         (None, Some(count)) => {
@@ -112,7 +171,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         input_format: args.input_format,
         output_format: args.output_format,
         output: args.output,
-        concurrency: args.concurrency,
+        concurrency,
         resume: args.resume,
         retry_errors: args.retry_errors,
         fail_fast: args.fail_fast,
@@ -135,6 +194,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         },
         store: args.store.dir(),
         cache: Some(cache.clone()),
+        via,
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

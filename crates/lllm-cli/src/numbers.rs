@@ -26,6 +26,12 @@ pub const MAX_COST: Range = flag(0.0, 1e9, false, "USD");
 pub const GRACE: Range = flag(0.0, 86_400.0, false, "seconds");
 /// Below 50 ms the progress lines would cost more than the tasks.
 pub const PROGRESS_INTERVAL: Range = flag(0.05, 86_400.0, false, "seconds");
+/// Waits between two retrievals of a provider batch (`--poll-interval`,
+/// `--poll-max`): a millisecond at least (tests against a local mock), a
+/// day at most (a batch's completion window).
+pub const POLL: Range = flag(0.001, 86_400.0, false, "seconds");
+/// `--gather-window`.
+pub const GATHER_WINDOW: Range = flag(0.0, 86_400.0, false, "seconds");
 
 /// `must be a whole number from 1 to 1024 (threads)`, or `…, at least 1 (tasks)`.
 fn problem(range: &Range) -> String {
@@ -87,6 +93,14 @@ pub fn grace(text: &str) -> Result<f64, String> {
 
 pub fn progress_interval(text: &str) -> Result<f64, String> {
     real(text, &PROGRESS_INTERVAL)
+}
+
+pub fn poll(text: &str) -> Result<f64, String> {
+    real(text, &POLL)
+}
+
+pub fn gather_window(text: &str) -> Result<f64, String> {
+    real(text, &GATHER_WINDOW)
 }
 
 #[cfg(test)]

@@ -46,4 +46,9 @@ impl Reporter for Bar {
     fn note(&self, text: &str) {
         self.bar.suspend(|| lllm::report::warn(text));
     }
+
+    fn event(&self, text: &str) {
+        self.bar
+            .suspend(|| lllm::output::stderr_line(&format!("lllm batch: {text}")));
+    }
 }

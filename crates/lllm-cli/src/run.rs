@@ -70,6 +70,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         budget: None,
         registry,
         cache: Some(cache.clone()),
+        batch_api: None,
     };
     let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {

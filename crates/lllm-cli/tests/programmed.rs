@@ -231,6 +231,7 @@ fn lllm_run_runs_a_registered_flow_and_load_problems_exit_2() {
         budget: None,
         registry: &registry(),
         cache: None,
+        batch_api: None,
     };
     let problems = lllm::tactic::load(Path::new(&broken), &options, None)
         .err()

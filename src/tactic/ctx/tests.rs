@@ -29,6 +29,7 @@ fn load(
         budget: None,
         registry,
         cache: None,
+        batch_api: None,
     };
     crate::tactic::load(&path, &options, None).map_err(|error| error.to_string())
 }
