@@ -543,6 +543,8 @@ mod tests {
             other.get("k", Duration::from_secs(60)).unwrap().content,
             "hi"
         );
+        // Each handle writes its own hits; `stats` waits for its own only.
+        cache.flush();
         let stats = other.stats().unwrap();
         assert_eq!((stats.entries, stats.hits, stats.expired), (1, 2, 0));
         assert_eq!(stats.saved_usd, 1.0);
