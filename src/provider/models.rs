@@ -26,6 +26,11 @@ pub struct ModelInfo {
     /// Cached input; the input price when not given.
     #[serde(default)]
     pub cached_input_per_million: Option<f64>,
+    /// Writing the prompt cache (Anthropic's `cache_creation_input_tokens`),
+    /// as published; shown by `lllm models`, while a reply's cost still
+    /// prices those tokens as input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_million: Option<f64>,
     /// Input token limit (D13).
     #[serde(default)]
     pub context_window: Option<u64>,
@@ -61,6 +66,11 @@ impl ModelTable {
                 models: bundle.map(|bundle| bundle.models).unwrap_or_default(),
             }
         })
+    }
+
+    /// Every entry by name, sorted.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &ModelInfo)> {
+        self.models.iter().map(|(name, info)| (name.as_str(), info))
     }
 
     /// What is known of a model, whoever serves it (its context window and
@@ -192,6 +202,9 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
             }
             if let Some(cached) = number("cache_read_input_token_cost") {
                 info["cached_input_per_million"] = serde_json::json!(cached * 1e6);
+            }
+            if let Some(written) = number("cache_creation_input_token_cost") {
+                info["cache_write_per_million"] = serde_json::json!(written * 1e6);
             }
             for (from, to) in [
                 ("max_input_tokens", "context_window"),
