@@ -92,7 +92,9 @@ pub fn run(args: ModelsArgs, registry: &lllm::Registry) -> Result<Outcome> {
         })
         .collect();
     if rows.is_empty() {
-        let known = table.entries().filter_map(|(_, info)| info.provider.as_deref());
+        let known = table
+            .entries()
+            .filter_map(|(_, info)| info.provider.as_deref());
         let hint = match &args.provider {
             Some(provider) => lllm::suggest::hint(provider, known),
             None => String::new(),
