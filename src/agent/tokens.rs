@@ -110,6 +110,25 @@ pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
 mod tests {
     use super::*;
 
+    #[track_caller]
+    fn tokenizer(provider: &str, model: &str, expected: &str) {
+        assert_eq!(Tokenizer::of(provider, model).name(), expected, "{model}");
+    }
+
+    #[test]
+    fn tokenizers_follow_tiktokens_families() {
+        tokenizer("openai", "gpt-4o-mini", "o200k_base");
+        tokenizer("openai", "gpt-4o-2024-08-06", "o200k_base");
+        tokenizer("openai", "gpt-5", "o200k_base");
+        tokenizer("openai", "o3-mini", "o200k_base");
+        tokenizer("openai", "gpt-4-turbo", "cl100k_base");
+        tokenizer("openai", "gpt-3.5-turbo", "cl100k_base");
+        // Whoever serves it, as the context manager counts.
+        tokenizer("local", "gpt-4o-mini", "o200k_base");
+        tokenizer("anthropic", "claude-sonnet-4-5", "estimate");
+        tokenizer("local", "llama3", "estimate");
+    }
+
     #[test]
     fn openai_models_use_their_bpe_and_others_an_estimate() {
         assert_eq!(counter_for("openai", "gpt-4o").count("hello world"), 2);
