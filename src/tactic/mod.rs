@@ -40,7 +40,7 @@ pub use calls::{
 };
 pub use ctx::{Ctx, CtxError};
 pub use flow::INTERRUPTED;
-pub use load::{LoadOptions, load};
+pub use load::{LoadOptions, load, load_unsent};
 pub use models::ModelUse;
 pub use program::{Flow, FlowResult};
 pub use record::{RunState, SessionRecord};

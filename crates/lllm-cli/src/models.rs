@@ -106,8 +106,9 @@ pub fn run(args: ModelsArgs, registry: &lllm::Registry) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// `--check`: the tactic loaded as `lllm batch` loads it (keys included),
-/// its models listed, and one line on stderr per model without a price.
+/// `--check`: the tactic loaded as `lllm batch` loads it, but with nothing
+/// able to send (no key is needed), its models listed, and one line on
+/// stderr per model without a price.
 fn check(
     args: &ModelsArgs,
     path: &std::path::Path,
@@ -126,7 +127,7 @@ fn check(
         cache: None,
         batch_api: None,
     };
-    let tactic = lllm::tactic::load(path, &options, None)?;
+    let tactic = lllm::tactic::load_unsent(path, &options)?;
     // One row per model, however many agents use it.
     let mut uses: Vec<ModelUse> = Vec::new();
     for found in tactic.models() {

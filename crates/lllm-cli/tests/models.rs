@@ -11,7 +11,8 @@ use serde_json::Value;
 const LOCAL: &str = "providers:\n  local: {api: openai, base_url: \"http://127.0.0.1:9/v1\"}\n";
 
 /// A tactic whose writer uses `writer` and whose sub-tactic's critic uses a
-/// self-hosted `local/llama3`, with `pricing` added to the sub-tactic.
+/// self-hosted `local/llama3`, with `pricing` added to the sub-tactic. No
+/// key is set: nothing is sent, so `--check` needs none.
 fn tactics(writer: &str, pricing: &str) -> Test {
     Test::new()
         .file(
@@ -29,7 +30,6 @@ fn tactics(writer: &str, pricing: &str) -> Test {
                  flow:\n  - {{step: judge, agent: critic, text: \"{{{{ task }}}}\"}}\n{pricing}"
             ),
         )
-        .env("OPENAI_API_KEY", "sk-test")
 }
 
 #[test]
@@ -259,4 +259,22 @@ fn a_bad_tactic_path_is_one_error_line_and_exit_2() {
     let output = Test::new().run(&["models", "--prices", "missing.json"]);
     output.expect_code(2);
     assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+}
+
+#[test]
+fn a_hosted_service_without_a_published_price_is_named_too() {
+    let test = tactics("groq/brand-new-model", "").file(
+        "prices.json",
+        r#"{"local/llama3": {"input_per_million": 0.5, "output_per_million": 1}}"#,
+    );
+    let output = test.run(&["models", "--check", "t.yaml", "--prices", "prices.json"]);
+    output.expect_code(1);
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output.stderr.starts_with(
+            "no price for `groq/brand-new-model` (agent `writer` in `t.yaml`: groq publishes none lllm knows)"
+        ),
+        "{}",
+        output.stderr
+    );
 }
