@@ -27,10 +27,10 @@ Exit codes: 0 listed (every model priced, with --check); 1 no model matched, or
 --check found a model without a price; 2 bad input (nothing was checked).")]
 pub struct ModelsArgs {
     /// Only models whose name contains this text (case-insensitive).
-    #[arg(value_name = "SEARCH")]
+    #[arg(value_name = "SEARCH", conflicts_with = "check")]
     pub search: Option<String>,
     /// Only models of this provider service (`openai`, `anthropic`, `gemini`, …).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check")]
     pub provider: Option<String>,
     /// One JSON object per line (model, provider, context_window,
     /// max_output_tokens, the four prices, tokenizer) instead of the table.
