@@ -33,15 +33,46 @@ impl TokenCounter for Estimate {
     }
 }
 
-/// The counter for a model: its tokenizer from the model table, or the estimate.
+/// What tokens of a model are counted with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokenizer {
+    /// tiktoken's `o200k_base` (GPT-4o, GPT-4.1, GPT-5, the o-series).
+    O200k,
+    /// tiktoken's `cl100k_base` (GPT-4, GPT-3.5).
+    Cl100k,
+    /// `ceil(bytes / 3)`, for models without a known tokenizer.
+    Estimate,
+}
+
+impl Tokenizer {
+    /// The tokenizer of a model: the bundled model table's `tokenizer` of
+    /// the entry [`ModelTable::lookup`] finds, else the estimate. Prices a
+    /// tactic adds do not change it.
+    pub fn of(provider: &str, model: &str) -> Tokenizer {
+        let info = ModelTable::bundled().lookup(provider, model);
+        match info.and_then(|info| info.tokenizer.as_deref()) {
+            Some("o200k") => Tokenizer::O200k,
+            Some("cl100k") => Tokenizer::Cl100k,
+            _ => Tokenizer::Estimate,
+        }
+    }
+
+    /// Its name: tiktoken's encoding, or `estimate`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tokenizer::O200k => "o200k_base",
+            Tokenizer::Cl100k => "cl100k_base",
+            Tokenizer::Estimate => "estimate",
+        }
+    }
+}
+
+/// The counter for a model: its [`Tokenizer`], a BPE encoder or the estimate.
 pub fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> {
-    let tokenizer = ModelTable::bundled()
-        .lookup(provider, model)
-        .and_then(|info| info.tokenizer.clone());
-    match tokenizer.as_deref() {
-        Some("o200k") => Arc::new(Bpe(tiktoken_rs::o200k_base_singleton())),
-        Some("cl100k") => Arc::new(Bpe(tiktoken_rs::cl100k_base_singleton())),
-        _ => Arc::new(Estimate),
+    match Tokenizer::of(provider, model) {
+        Tokenizer::O200k => Arc::new(Bpe(tiktoken_rs::o200k_base_singleton())),
+        Tokenizer::Cl100k => Arc::new(Bpe(tiktoken_rs::cl100k_base_singleton())),
+        Tokenizer::Estimate => Arc::new(Estimate),
     }
 }
 
@@ -78,6 +109,25 @@ pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[track_caller]
+    fn tokenizer(provider: &str, model: &str, expected: &str) {
+        assert_eq!(Tokenizer::of(provider, model).name(), expected, "{model}");
+    }
+
+    #[test]
+    fn tokenizers_follow_tiktokens_families() {
+        tokenizer("openai", "gpt-4o-mini", "o200k_base");
+        tokenizer("openai", "gpt-4o-2024-08-06", "o200k_base");
+        tokenizer("openai", "gpt-5", "o200k_base");
+        tokenizer("openai", "o3-mini", "o200k_base");
+        tokenizer("openai", "gpt-4-turbo", "cl100k_base");
+        tokenizer("openai", "gpt-3.5-turbo", "cl100k_base");
+        // Whoever serves it, as the context manager counts.
+        tokenizer("local", "gpt-4o-mini", "o200k_base");
+        tokenizer("anthropic", "claude-sonnet-4-5", "estimate");
+        tokenizer("local", "llama3", "estimate");
+    }
 
     #[test]
     fn openai_models_use_their_bpe_and_others_an_estimate() {

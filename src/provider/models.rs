@@ -26,6 +26,11 @@ pub struct ModelInfo {
     /// Cached input; the input price when not given.
     #[serde(default)]
     pub cached_input_per_million: Option<f64>,
+    /// Writing the prompt cache (Anthropic's `cache_creation_input_tokens`),
+    /// as published; shown by `lllm models`, while a reply's cost still
+    /// prices those tokens as input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_million: Option<f64>,
     /// Input token limit (D13).
     #[serde(default)]
     pub context_window: Option<u64>,
@@ -61,6 +66,11 @@ impl ModelTable {
                 models: bundle.map(|bundle| bundle.models).unwrap_or_default(),
             }
         })
+    }
+
+    /// Every entry by name, sorted.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &ModelInfo)> {
+        self.models.iter().map(|(name, info)| (name.as_str(), info))
     }
 
     /// What is known of a model, whoever serves it (its context window and
@@ -193,6 +203,9 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
             if let Some(cached) = number("cache_read_input_token_cost") {
                 info["cached_input_per_million"] = serde_json::json!(cached * 1e6);
             }
+            if let Some(written) = number("cache_creation_input_token_cost") {
+                info["cache_write_per_million"] = serde_json::json!(written * 1e6);
+            }
             for (from, to) in [
                 ("max_input_tokens", "context_window"),
                 ("max_output_tokens", "max_output_tokens"),
@@ -266,6 +279,35 @@ mod tests {
     }
 
     #[test]
+    fn bundled_entries_name_a_known_service_and_tokenizer() {
+        let services: Vec<&str> = crate::provider::endpoints::PRESETS
+            .iter()
+            .filter(|preset| preset.key_required)
+            .map(|preset| preset.name)
+            .chain(["anthropic"])
+            .collect();
+        let table = ModelTable::bundled();
+        assert!(table.entries().count() > 100);
+        for (name, info) in table.entries() {
+            let service = info.provider.as_deref().unwrap_or_default();
+            assert!(services.contains(&service), "{name}: {service}");
+            assert!(
+                matches!(info.tokenizer.as_deref(), None | Some("o200k" | "cl100k")),
+                "{name}"
+            );
+            assert!(info.input_per_million >= 0.0 && info.output_per_million >= 0.0);
+        }
+        // Undated names of dated snapshots, and retired models kept by hand.
+        for name in ["claude-opus-4-5", "claude-3-5-haiku", "gpt-4o-mini"] {
+            assert!(
+                table.price("anthropic", Some("anthropic"), name).is_some()
+                    || table.price("openai", Some("openai"), name).is_some(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn price_files_in_both_formats() {
         let dir = tempfile::tempdir().unwrap();
         let litellm = dir.path().join("litellm.json");
@@ -273,7 +315,7 @@ mod tests {
             &litellm,
             r#"{"sample_spec": {"max_tokens": "set to max"},
                 "openai/my-model": {"input_cost_per_token": 2e-6, "output_cost_per_token": 8e-6,
-                                    "cache_read_input_token_cost": 5e-7, "max_input_tokens": 1000, "litellm_provider": "openai"},
+                                    "cache_read_input_token_cost": 5e-7, "cache_creation_input_token_cost": 2.5e-6, "max_input_tokens": 1000, "litellm_provider": "openai"},
                 "dall-e-3": {"output_cost_per_image": 0.04}}"#,
         )
         .unwrap();
@@ -289,6 +331,7 @@ mod tests {
                 && (info.output_per_million - 8.0).abs() < 1e-9
         );
         assert_eq!(info.context_window, Some(1000));
+        assert!((info.cache_write_per_million.unwrap_or_default() - 2.5).abs() < 1e-9);
         let ours = dir.path().join("ours.yaml");
         std::fs::write(&ours, "m: {input_per_million: 1, output_per_million: 2}\n").unwrap();
         assert_eq!(

@@ -18,16 +18,18 @@ use super::models::ModelTable;
 use crate::config::numbers::Range;
 
 /// Our format: USD per million tokens, up to a dollar a token.
-const PER_MILLION: [Range; 3] = [
+const PER_MILLION: [Range; 4] = [
     per_million("input_per_million"),
     per_million("output_per_million"),
     per_million("cached_input_per_million"),
+    per_million("cache_write_per_million"),
 ];
 /// LiteLLM's: USD per token.
-const PER_TOKEN: [Range; 3] = [
+const PER_TOKEN: [Range; 4] = [
     per_token("input_cost_per_token"),
     per_token("output_cost_per_token"),
     per_token("cache_read_input_token_cost"),
+    per_token("cache_creation_input_token_cost"),
 ];
 /// Token limits in either format (a model's window, its reply limit).
 const LIMITS: [Range; 4] = [

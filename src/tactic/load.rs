@@ -49,10 +49,48 @@ pub struct LoadOptions<'a> {
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
 /// lists every problem found in every phase.
 pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Result<Tactic> {
+    load_serving(path, options, task, None)
+}
+
+/// [`load`] for looking at a tactic, not running it (`lllm models --check`):
+/// every model is served by a stand-in that sends nothing and answers every
+/// call with an error, so no key is needed; each model keeps the provider
+/// name and the hosted service its endpoint belongs to, and so its price. A
+/// provider no tactic defines is not an error here (it has no service, and
+/// so no bundled price).
+pub fn load_unsent(path: &Path, options: &LoadOptions<'_>) -> Result<Tactic> {
+    load_serving(path, options, None, Some(Arc::new(Unsent)))
+}
+
+/// The stand-in of [`load_unsent`].
+struct Unsent;
+
+impl crate::provider::Provider for Unsent {
+    fn invoke<'a>(
+        &'a self,
+        _request: crate::provider::ChatRequest<'a>,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<crate::dialog::Message, crate::provider::ProviderError>,
+    > {
+        Box::pin(async {
+            Err(crate::provider::ProviderError::permanent(
+                "this tactic was loaded to be looked at, not run: nothing is sent",
+            ))
+        })
+    }
+}
+
+fn load_serving(
+    path: &Path,
+    options: &LoadOptions<'_>,
+    task: Option<&Task>,
+    replacement: Option<Arc<dyn crate::provider::Provider>>,
+) -> Result<Tactic> {
     let builder = Builder {
         env: options.env,
         extensions: options.registry,
-        replacement: None,
+        replacement,
         dry_run: options.dry_run.clone(),
         budget: options.budget.clone(),
         cache: options.cache.clone(),

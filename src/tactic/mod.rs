@@ -15,6 +15,7 @@ mod code;
 mod ctx;
 mod flow;
 mod load;
+mod models;
 mod nodes;
 pub(crate) mod program;
 pub mod record;
@@ -39,7 +40,8 @@ pub use calls::{
 };
 pub use ctx::{Ctx, CtxError};
 pub use flow::INTERRUPTED;
-pub use load::{LoadOptions, load};
+pub use load::{LoadOptions, load, load_unsent};
+pub use models::ModelUse;
 pub use program::{Flow, FlowResult};
 pub use record::{RunState, SessionRecord};
 pub use task::Task;

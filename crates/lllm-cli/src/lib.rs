@@ -9,6 +9,7 @@ mod cache;
 mod compare;
 mod logs;
 mod merge;
+mod models;
 mod numbers;
 mod progress;
 mod report;
@@ -54,6 +55,9 @@ pub enum Command {
     Logs(logs::LogsArgs),
     /// The response cache (`--cache`): what it holds and saved, or empty it.
     Cache(cache::CacheArgs),
+    /// Known models with their prices, context windows and tokenizers; or
+    /// (`--check TACTIC`) the models a tactic uses that have no price.
+    Models(models::ModelsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,6 +196,11 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Compare(args) => compare::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Cache(args) => cache::run(args),
+        Command::Models(args) => {
+            // Building a tactic's providers wants a runtime to be current.
+            let _entered = runtime.enter();
+            models::run(args, registry)
+        }
     }
 }
 
