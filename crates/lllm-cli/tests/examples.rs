@@ -124,3 +124,29 @@ fn every_shipped_tactic_runs_in_a_batch() {
         assert_eq!(calls, expected_calls, "{id}");
     }
 }
+
+#[test]
+fn every_shipped_tactic_bounds_its_replies() {
+    // A small local model otherwise rambles into its context window (a
+    // critic wrote 3,800 tokens and the repair turn overflowed 4,096).
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let test = Test::new();
+    for tactic in [
+        "summarize.yaml",
+        "critique_loop.yaml",
+        "map_summarize.yaml",
+        "research.yaml",
+    ] {
+        let output = test.run(&["run", &format!("{root}/tactics/{tactic}"), "--show-config"]);
+        output.expect_code(0);
+        let config: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+        for agent in config["agent_configs"].as_array().expect("agents") {
+            let bound = agent["model_args"]["max_tokens"].as_u64();
+            assert!(
+                bound.is_some_and(|tokens| tokens <= 4096),
+                "{tactic}: agent {} has no max_tokens: {agent}",
+                agent["name"]
+            );
+        }
+    }
+}
