@@ -208,3 +208,48 @@ fn man_out_into_a_file_is_one_error_line_and_exit_1() {
         output.stderr
     );
 }
+
+/// The documents `--help`, the README and the code comments point at are in
+/// the repository, with the sections they cite, and nothing points outside it
+/// (a user has the repository, not the files beside it).
+#[test]
+fn the_docs_named_are_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join(name)).unwrap_or_else(|error| panic!("{name}: {error}"))
+    };
+    let formats = read("docs/formats.md");
+    for section in [
+        "## 1. Tactic YAML",
+        "## 2. Prompt files",
+        "## 3. Task lines",
+        "## 4. Result lines and the batch directory",
+        "## 5. The session record",
+        "## 6. Provider errors and retries",
+        "## 7. Exit codes",
+    ] {
+        assert!(
+            formats.contains(section),
+            "docs/formats.md lacks {section:?}"
+        );
+    }
+    for name in [
+        "README.md",
+        "docs/decisions.md",
+        "docs/guide.md",
+        "CHANGELOG.md",
+    ] {
+        let text = read(name);
+        assert!(
+            !text.contains("../shared/"),
+            "{name} points outside the repository"
+        );
+        assert!(
+            !text.contains("DESIGN"),
+            "{name} cites a design page users never have"
+        );
+    }
+    assert!(read("LICENSE-MIT").contains("MIT License"));
+    assert!(read("LICENSE-APACHE").contains("Apache License"));
+    assert!(read("CHANGELOG.md").contains("## [Unreleased]"));
+}
