@@ -1,4 +1,4 @@
-//! The top-level error of a command and the exit code it maps to (DESIGN §7).
+//! The top-level error of a command and the exit code it maps to (docs/formats.md §7).
 //!
 //! Every layer has its own error type; here they meet, and each is sorted into
 //! "bad input, nothing was sent" (exit 2) or something that happened while

@@ -2,7 +2,8 @@
 //! manager, the provider call through the one retry loop, parser repairs, tool
 //! execution with repeat detection, and the interrupt-final prompt.
 //!
-//! Where the Python loop is wrong we follow DESIGN D1–D8 (each marked below).
+//! Where the Python loop is wrong we do what docs/decisions.md says instead
+//! (D1–D8, each marked below).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

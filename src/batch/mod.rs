@@ -1,5 +1,5 @@
-//! `lllm batch` (DESIGN §6): many tasks through tactics, in parallel,
-//! resumable, budgeted, observable.
+//! `lllm batch` (docs/formats.md §3 and §4): many tasks through tactics, in
+//! parallel, resumable, budgeted, observable.
 //!
 //! The pipeline, top to bottom: lock the output directory and check the run
 //! it holds (its shard), read its results (`--resume`), build the tactics,

@@ -1,4 +1,4 @@
-//! Task lines (DESIGN §6): one JSON value per line of a TASKS file, read as a
+//! Task lines (docs/formats.md §3): one JSON value per line of a TASKS file, read as a
 //! stream so a file of any size is never held in memory.
 //!
 //! A line is `{"id", "task", "args", "tags", "metadata", "tactic", "model",

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 ///
 /// `cost` is `None` when no price is known for the model; adding costs keeps the
 /// sum of the known parts and clears `cost_known`, so a total is marked partial and
-/// never shows a silent $0 (DESIGN §4).
+/// never shows a silent $0 (docs/formats.md §6).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct InvokeCost {

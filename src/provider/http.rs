@@ -476,7 +476,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     super::rate_headers::retry_after(headers, std::time::SystemTime::now())
 }
 
-/// The retry class of an HTTP status (DESIGN §4), before looking at the body.
+/// The retry class of an HTTP status (docs/formats.md §6), before looking at the body.
 pub fn classify_status(status: u16) -> ErrorKind {
     match status {
         429 => ErrorKind::RateLimit,

@@ -3,7 +3,7 @@
 //!
 //! Provider modules only translate (request → wire JSON, wire JSON → `Message`);
 //! `http` is the one place that talks HTTP and `retry` the one retry loop
-//! (DESIGN §4). Prices and model limits live in `models` and `pricing`.
+//! (docs/formats.md §6). Prices and model limits live in `models` and `pricing`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +50,7 @@ pub struct ChatRequest<'a> {
     pub stream: Option<TextSink<'a>>,
 }
 
-/// How the retry loop treats an error (DESIGN §4).
+/// How the retry loop treats an error (docs/formats.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {

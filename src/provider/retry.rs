@@ -1,4 +1,4 @@
-//! The one retry loop (DESIGN §4, D6): transient and rate-limit errors are
+//! The one retry loop (docs/formats.md §6, D6): transient and rate-limit errors are
 //! retried with exponential backoff and jitter, honouring what the server asks
 //! (`retry-after-ms` / `Retry-After`) up to the policy's cap; permanent errors
 //! return at once. Every failed attempt is reported so the session records it.

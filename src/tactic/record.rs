@@ -1,4 +1,4 @@
-//! The session record (DESIGN §5, `format: lllm.session/2`): one self-contained
+//! The session record (docs/formats.md §5, `format: lllm.session/2`): one self-contained
 //! JSON document per tactic run, holding the resolved config, every prompt
 //! used, every dialog of the fork tree and every agent call with all invokes.
 //!

@@ -7,6 +7,8 @@
 mod batch;
 mod cache;
 mod compare;
+mod generate;
+mod help;
 mod logs;
 mod merge;
 mod models;
@@ -30,7 +32,9 @@ use lllm::error::{Outcome, Result};
 #[command(
     name = "lllm",
     version,
-    about = "Run LLM agents from YAML tactic configs"
+    about = "Run LLM agents from YAML tactic configs",
+    after_help = help::TOP,
+    after_long_help = help::TOP_LONG
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -40,10 +44,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one task through a tactic; the delivery goes to stdout.
+    #[command(after_long_help = help::RUN)]
     Run(RunArgs),
     /// Run many tasks (a JSONL file) in parallel: resumable, budgeted, sharded.
+    #[command(after_long_help = help::BATCH)]
     Batch(batch::BatchArgs),
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
+    #[command(after_long_help = help::REPLAY)]
     Replay(ReplayArgs),
     /// Merge the output directories of a batch's shards into one; nothing is sent.
     Merge(merge::MergeArgs),
@@ -58,6 +65,20 @@ pub enum Command {
     /// Known models with their prices, context windows and tokenizers; or
     /// (`--check TACTIC`) the models a tactic uses that have no price.
     Models(models::ModelsArgs),
+    /// Print a shell's completion script for lllm (bash, zsh, fish, elvish, powershell).
+    #[command(after_long_help = "Examples:
+  lllm completions bash > ~/.local/share/bash-completion/completions/lllm
+  lllm completions zsh > ~/.zfunc/_lllm        (with fpath+=~/.zfunc before compinit)
+  lllm completions fish > ~/.config/fish/completions/lllm.fish
+  lllm completions powershell >> $PROFILE
+")]
+    Completions(generate::CompletionsArgs),
+    /// Print lllm's man page (roff), or write one page per command with `--out DIR`.
+    #[command(after_long_help = "Examples:
+  lllm man | man -l -
+  lllm man --out ~/.local/share/man/man1 && man lllm-batch
+")]
+    Man(generate::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -146,9 +167,12 @@ pub struct RunArgs {
 
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
-    if let Command::Merge(args) = cli.command {
-        // Files only: no runtime, no registry.
-        return merge::run(args);
+    // Files only: no runtime, no registry.
+    match cli.command {
+        Command::Merge(args) => return merge::run(args),
+        Command::Completions(args) => return generate::completions(args),
+        Command::Man(args) => return generate::man(args),
+        _ => {}
     }
     // A batch is driven by one thread unless asked otherwise: its tasks spend
     // their time waiting on the network, and one thread doing all their work
@@ -201,6 +225,8 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
             let _entered = runtime.enter();
             models::run(args, registry)
         }
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(args),
     }
 }
 

@@ -1,0 +1,123 @@
+//! The texts after `--help`: examples, exit codes and where the docs are, for
+//! the top-level command and the commands people type most (`run`, `batch`,
+//! `replay`). The exit codes are those of `lllm::error::Outcome` and
+//! `lllm::error::Error::exit_code`; the README and docs/formats.md hold the
+//! same table.
+//!
+//! `-h` shows the short text (`after_help`), `--help` and the man pages the
+//! long one (`after_long_help`).
+
+/// The exit codes every command shares (each command's own line may add to it).
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
+  0    success: every task succeeded
+  1    a run or a task failed (its record says why), or an output could not be written
+  2    bad usage, config, prompt or input: nothing was sent
+  130  interrupted by Ctrl-C or SIGTERM: what finished is on disk
+"
+    };
+}
+
+/// Where the documentation is, for someone who has only the binary.
+macro_rules! docs {
+    () => {
+        "Docs: `lllm man` (or `lllm man --out DIR`: one page per command), `lllm <COMMAND> --help`;
+in the source repository README.md (every command) and docs/formats.md (tactic YAML,
+prompt files, task and result lines, the session record, exit codes)
+"
+    };
+}
+
+pub const TOP: &str = concat!(exit_codes!(), "\n", docs!());
+
+pub const TOP_LONG: &str = concat!(
+    "Examples:
+  lllm run tactics/summarize.yaml --task-file examples/article.txt
+  lllm run t.yaml \"What is 2 + 2?\" -m openai/gpt-4o-mini
+  echo \"What is 2 + 2?\" | lllm run t.yaml --json
+  lllm batch tasks.jsonl --tactic t.yaml -o out -j 32 --resume
+  lllm replay sessions/<session id>.json --rerun
+  lllm completions bash > ~/.local/share/bash-completion/completions/lllm
+  lllm man --out ~/.local/share/man/man1
+
+",
+    exit_codes!(),
+    "\n",
+    docs!()
+);
+
+pub const RUN: &str = concat!(
+    "Examples:
+  lllm run t.yaml \"What is 2 + 2?\"                 the task as an argument
+  echo \"What is 2 + 2?\" | lllm run t.yaml          a piped stdin is the task
+  lllm run t.yaml --task-file a.txt -m anthropic/claude-haiku-4-5
+  lllm run t.yaml --task hi --var tone=formal --attach chart.png
+  lllm run t.yaml --task hi --dry-run               the exact requests, nothing sent
+  lllm run t.yaml --task hi --json                  one JSON object: delivery, state, cost…
+
+",
+    exit_codes!(),
+    "\nDocs: README.md, \"lllm run\"; the session record in docs/formats.md
+"
+);
+
+pub const BATCH: &str = concat!(
+    "Examples:
+  lllm batch tasks.jsonl --tactic t.yaml -o out -j 32
+  lllm batch tasks.jsonl --tactic t.yaml -o out --resume --max-cost 5
+  lllm batch tasks.jsonl --tactic t.yaml -o out --retry-errors
+  lllm batch tasks.jsonl --tactic t.yaml -o out/shard-1 --shard 1/8
+  lllm batch tasks.jsonl --tactic t.yaml -o out --via batch-api
+
+",
+    "Exit codes:
+  0    every task of the run succeeded
+  1    a task failed or was skipped, or the output could not be written
+  2    bad usage, config or task lines, or DIR is held by another run or holds
+       another shard: nothing was sent
+  130  interrupted by Ctrl-C or SIGTERM: what finished is on disk (--resume goes on)
+",
+    "\nDocs: README.md, \"lllm batch\"; task and result lines in docs/formats.md
+"
+);
+
+pub const REPLAY: &str = concat!(
+    "Examples:
+  lllm replay sessions/<session id>.json            the run: dialog tree, calls, messages
+  lllm replay out/sessions.jsonl --id TASK_ID       one session of a batch
+  lllm replay RECORD --json                         the normalized record
+  lllm replay RECORD --rerun --tactic edited.yaml   re-execute offline, stop where it differs
+
+",
+    "Exit codes:
+  0    shown, or every request of --rerun matched the record
+  1    --rerun diverged from the record (where and how is printed)
+  2    bad usage, or a record or tactic that cannot be read
+",
+    "\nDocs: README.md, \"lllm replay\"; the session record in docs/formats.md
+"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code `Outcome` and `Error` can end a command with is in the
+    /// top-level table, so a new code cannot go undocumented.
+    #[test]
+    fn the_top_level_table_names_every_exit_code() {
+        use lllm::error::{Error, Outcome};
+        let codes = [
+            Outcome::Success.exit_code(),
+            Outcome::Failed.exit_code(),
+            Outcome::Interrupted.exit_code(),
+            Error::Usage(String::new()).exit_code(),
+        ];
+        for code in codes {
+            let line = format!("\n  {code:<4} ");
+            assert!(TOP.contains(&line), "{code} missing from:\n{TOP}");
+            assert!(TOP_LONG.contains(&line), "{code} missing from:\n{TOP_LONG}");
+        }
+    }
+}
