@@ -210,7 +210,7 @@ impl Binding {
         hasher.update(format!("{api_type:?}").as_bytes());
         hasher.update([0]);
         hasher.update(request_sha256.as_bytes());
-        hex(&hasher.finalize())
+        super::digest::hex(&hasher.finalize())
     }
 }
 
@@ -231,11 +231,7 @@ pub fn scope(api: &str, base_url: &str, headers: &[(&str, &str)]) -> String {
         feed(&name.to_ascii_lowercase());
         feed(value);
     }
-    hex(&hasher.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    super::digest::hex(&hasher.finalize())
 }
 
 /// A hit as the agent loop records it: the stored reply with no usage but a

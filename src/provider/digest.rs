@@ -46,11 +46,15 @@ pub fn request_sha256(request: &ChatRequest<'_>) -> String {
     }
     feed(&request.format.map(Value::to_string).unwrap_or_default());
     feed(&serde_json::to_string(request.model_args).unwrap_or_default());
-    // Hex digits written directly: `format!("{:x}")` goes through the
-    // formatting machinery once per byte.
+    hex(&hasher.finalize())
+}
+
+/// Lower-case hex of `bytes`. Digits written directly: `format!("{:x}")`
+/// goes through the formatting machinery once per byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(64);
-    for byte in hasher.finalize() {
+    let mut text = String::with_capacity(2 * bytes.len());
+    for byte in bytes {
         text.push(char::from(HEX[usize::from(byte >> 4)]));
         text.push(char::from(HEX[usize::from(byte & 0xF)]));
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{BUSY_TIMEOUT, Result, StoreError};
+use super::{Result, StoreError, connect};
 use crate::dialog::Message;
 use crate::provider::cache::{Entry, ResponseCache};
 
@@ -142,40 +142,20 @@ impl Cache {
     /// Opens (creating if needed) the cache of the store in `dir`.
     pub fn open(dir: &Path) -> Result<Cache> {
         let path = dir.join(CACHE_FILE);
-        let open_error = |message: String| StoreError::Open {
-            path: path.display().to_string(),
-            message,
-        };
-        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string()))?;
-        let connection = Connection::open(&path).map_err(|error| open_error(error.to_string()))?;
-        connection
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|error| open_error(error.to_string()))?;
-        // As the index: WAL (readers never wait), NORMAL sync (a power cut
-        // may lose the last replies kept, which only costs a request).
-        connection
-            .execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {SCHEMA}"
-            ))
-            .map_err(|error| open_error(error.to_string()))?;
-        let writer_connection =
-            Connection::open(&path).map_err(|error| open_error(error.to_string()))?;
-        writer_connection
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|error| open_error(error.to_string()))?;
-        // `synchronous` is a connection's own: without this the writer would
-        // sync the disk at every commit (FULL, SQLite's default).
-        writer_connection
-            .execute_batch("PRAGMA synchronous = NORMAL;")
-            .map_err(|error| open_error(error.to_string()))?;
+        // Two connections: lookups in the caller, writes on the thread.
+        let connection = connect(&path, SCHEMA)?;
+        let writer_connection = connect(&path, "")?;
         let warned = Arc::new(AtomicBool::new(false));
         let (sender, receiver) = mpsc::sync_channel(4 * WRITES_PER_TRANSACTION);
         let thread = {
-            let (path, warned) = (path.clone(), warned.clone());
+            let (thread_path, warned) = (path.clone(), warned.clone());
             std::thread::Builder::new()
                 .name("lllm-cache".into())
-                .spawn(move || write_loop(writer_connection, receiver, &path, &warned))
-                .map_err(|error| open_error(error.to_string()))?
+                .spawn(move || write_loop(writer_connection, receiver, &thread_path, &warned))
+                .map_err(|error| StoreError::Open {
+                    path: path.display().to_string(),
+                    message: error.to_string(),
+                })?
         };
         Ok(Cache {
             connection: Mutex::new(connection),

@@ -229,6 +229,33 @@ fn collect_models(record: &SessionRecord, models: &mut Vec<ModelUse>) {
     }
 }
 
+/// A connection to the SQLite file at `path` (its directory created if
+/// needed), set up as every file of the store is, then `schema` run. WAL:
+/// readers never wait for a writer, writers queue on the busy timeout;
+/// NORMAL sync is safe in WAL mode (a power cut may lose the last
+/// transactions, which `reindex` brings back from the records, and which
+/// cost the cache only their requests again). `synchronous` belongs to a
+/// connection, so each one is set up here.
+fn connect(path: &Path, schema: &str) -> Result<Connection> {
+    let open_error = |message: String| StoreError::Open {
+        path: path.display().to_string(),
+        message,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string()))?;
+    }
+    let connection = Connection::open(path).map_err(|error| open_error(error.to_string()))?;
+    connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(|error| open_error(error.to_string()))?;
+    connection
+        .execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {schema}"
+        ))
+        .map_err(|error| open_error(error.to_string()))?;
+    Ok(connection)
+}
+
 /// The session store: an open index in a directory.
 ///
 /// ```
@@ -283,23 +310,7 @@ impl Store {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Store> {
         let path = dir.join(INDEX_FILE);
-        let open_error = |message: String| StoreError::Open {
-            path: path.display().to_string(),
-            message,
-        };
-        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string()))?;
-        let connection = Connection::open(&path).map_err(|error| open_error(error.to_string()))?;
-        connection
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(|error| open_error(error.to_string()))?;
-        // WAL: readers never wait for a writer, writers queue on the busy
-        // timeout; NORMAL sync is safe in WAL mode (a power cut may lose the
-        // last transactions, which `reindex` brings back from the records).
-        connection
-            .execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {SCHEMA}"
-            ))
-            .map_err(|error| open_error(error.to_string()))?;
+        let connection = connect(&path, SCHEMA)?;
         Ok(Store { connection, path })
     }
 
