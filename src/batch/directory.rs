@@ -209,11 +209,7 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&block[..read]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect())
+    Ok(crate::provider::digest::hex(&hasher.finalize()))
 }
 
 /// The shard this run is, given what the command line asks and what the
