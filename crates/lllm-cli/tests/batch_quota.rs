@@ -7,7 +7,6 @@
 mod common;
 
 use common::{MockServer, Test};
-use serde_json::Value;
 
 const TASKS: usize = 240;
 /// The quota: 200 requests a minute, so the batch outruns the minute's
@@ -69,7 +68,7 @@ fn batch(wire: &str, limits: &str) -> (usize, usize, usize) {
     let status = |code: u64| {
         requests
             .iter()
-            .filter(|line| line["status"] == Value::from(code))
+            .filter(|line| line["status"] == code)
             .count()
     };
     (
