@@ -159,7 +159,18 @@ pub fn check_success(
             tpm: Some(10_000),
             ..Limits::default()
         });
-        limiter.on_success(&headers, message.total_tokens(), 256);
+        let estimate = lllm::provider::limit::Estimate::from(256);
+        // The limiter's clock is tokio's: a small runtime of its own.
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            runtime.block_on(async {
+                let permit = limiter.acquire(estimate).await;
+                permit.observe(&headers);
+            });
+        }
+        limiter.on_success(message.total_tokens(), estimate);
         let _ = limiter.waiting();
     }
     parsed

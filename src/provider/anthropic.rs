@@ -427,16 +427,15 @@ impl AnthropicProvider {
             timeout: self.timeout,
             limiter: &self.limiter,
         };
-        let text: usize = request
-            .messages
-            .iter()
-            .map(|message| message.content.len())
-            .sum();
-        let reply_budget = body
-            .get("max_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(DEFAULT_MAX_TOKENS);
-        let estimate = (text.div_ceil(4) as u64).saturating_add(reply_budget);
+        // What Anthropic counts at admission: the prompt against the input
+        // window, `max_tokens` against the output window.
+        let estimate = super::limit::Estimate {
+            input: super::limit::prompt_tokens(request.messages),
+            output: body
+                .get("max_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(DEFAULT_MAX_TOKENS),
+        };
         let wire = Wire {
             parse_body: |body| parse_response(&super::exchange::parse_json(body)?),
             parse_error,

@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::http::{self, HttpReply};
-use super::limit::Limiter;
+use super::limit::{Estimate, Limiter};
 use super::{ErrorKind, ProviderError, TextSink};
 use crate::dialog::Message;
 
@@ -49,15 +49,16 @@ pub struct Target<'a> {
 }
 
 /// Sends `body` and returns the reply as a message. With a `sink` the reply is
-/// streamed through `A`; `estimate` is the token estimate for the `tpm` budget.
+/// streamed through `A`; `estimate` is what the quota's token windows are
+/// charged (the prompt and the reply budget, as the providers count them).
 pub async fn exchange<A: Assembler>(
     target: Target<'_>,
     body: Vec<u8>,
-    estimate: u64,
+    estimate: Estimate,
     sink: Option<TextSink<'_>>,
     wire: &Wire,
 ) -> Result<Message, ProviderError> {
-    let _permit = target.limiter.acquire(estimate).await;
+    let permit = target.limiter.acquire(estimate).await;
     let failed = |mut error: ProviderError| {
         if error.kind == ErrorKind::RateLimit {
             target.limiter.on_rate_limited();
@@ -81,7 +82,7 @@ pub async fn exchange<A: Assembler>(
         }
         failed(error)
     };
-    let (message, reply_headers) = if let Some(sink) = sink {
+    let message = if let Some(sink) = sink {
         // A new attempt starts: a display drops what earlier attempts streamed.
         sink("");
         let mut assembler = A::default();
@@ -94,28 +95,28 @@ pub async fn exchange<A: Assembler>(
         let posted =
             http::post_sse(target.client, target.endpoint, body, target.timeout, feed).await;
         // A streamed reply's headers count too: its rate-limit windows.
-        let headers = match posted {
-            Ok(http::Streamed::Refused(reply)) => return Err(failed((wire.parse_error)(&reply))),
-            Ok(http::Streamed::Read(headers)) => headers,
+        match posted {
+            Ok(http::Streamed::Refused(reply)) => {
+                permit.observe(&reply.headers);
+                return Err(failed((wire.parse_error)(&reply)));
+            }
+            Ok(http::Streamed::Read(headers)) => permit.observe(&headers),
             Err(error) if stream_failed => return Err(failed(error)),
             Err(error) => return Err(unreachable(error)),
-        };
-        (assembler.finish().map_err(failed)?, headers)
+        }
+        assembler.finish().map_err(failed)?
     } else {
         let reply = http::post_json(target.client, target.endpoint, body, target.timeout)
             .await
             .map_err(unreachable)?;
+        // Every reply states the quota's windows, a 429's included.
+        permit.observe(&reply.headers);
         if !(200..300).contains(&reply.status) {
             return Err(failed((wire.parse_error)(&reply)));
         }
-        (
-            (wire.parse_body)(&reply.body).map_err(failed)?,
-            reply.headers,
-        )
+        (wire.parse_body)(&reply.body).map_err(failed)?
     };
-    target
-        .limiter
-        .on_success(&reply_headers, message.total_tokens(), estimate);
+    target.limiter.on_success(message.total_tokens(), estimate);
     require_output(message)
 }
 

@@ -1,11 +1,16 @@
 //! Per-provider limits shared by every agent and task of a run: a concurrency
-//! cap that halves when 429s arrive and recovers gradually, `rpm` / `tpm`
-//! token buckets, and pauses: everyone waits out a 429's `Retry-After` while
-//! its request is retried, and waits for a window to reset when the
-//! rate-limit headers (`x-ratelimit-*`, `anthropic-ratelimit-*`) run low.
-//! No pause is longer than `Limits::max_pause` (the provider's retry cap),
-//! whatever a server asks. Providers take a `Permit` before each HTTP attempt
-//! and report how it went.
+//! cap that halves when 429s arrive and recovers gradually, and the
+//! provider's quota kept as the provider keeps it: token buckets for
+//! requests, tokens, input and output tokens that hold a minute's limit and
+//! refill continuously (OpenAI's and Anthropic's documented model). A bucket
+//! comes from the configuration (`rpm`, `tpm`) or is learned from the
+//! rate-limit headers of the replies (`x-ratelimit-*`,
+//! `anthropic-ratelimit-*`, read by `rate_headers`): its limit, and a level
+//! never above what the server says remains, so requests slow down before
+//! they reach the wall rather than after. A 429's `Retry-After` pauses
+//! everyone while its request is retried. No pause is longer than
+//! `Limits::max_pause` (the provider's retry cap), whatever a server asks.
+//! Providers take a `Permit` before each HTTP attempt and report how it went.
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -13,6 +18,8 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::HeaderMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::rate_headers::{self, Family};
 
 /// Limits as configured (`providers: {name: {max_concurrency, rpm, tpm,
 /// retry_cap_ms}}`).
@@ -37,35 +44,90 @@ impl Default for Limits {
     }
 }
 
+/// What a request will cost in tokens, counted as the providers count it at
+/// admission: its prompt (estimated) and the reply budget it asks for
+/// (`max_tokens`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Estimate {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Estimate {
+    /// Prompt and reply budget together.
+    pub fn total(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
+
+    /// What it takes of a window counting `family`.
+    fn of(&self, family: Family) -> f64 {
+        match family {
+            Family::Requests => 1.0,
+            Family::Tokens => self.total() as f64,
+            Family::InputTokens => self.input as f64,
+            Family::OutputTokens => self.output as f64,
+        }
+    }
+}
+
+impl From<u64> for Estimate {
+    /// `tokens` of prompt, no reply budget.
+    fn from(tokens: u64) -> Estimate {
+        Estimate {
+            input: tokens,
+            output: 0,
+        }
+    }
+}
+
+/// A prompt's tokens as the providers estimate them for their quotas before
+/// the model reads it: four bytes of its messages' text a token (bytes, so
+/// never fewer than a server counting characters), at least one.
+pub fn prompt_tokens(messages: &[std::sync::Arc<crate::dialog::Message>]) -> u64 {
+    let text: usize = messages.iter().map(|message| message.content.len()).sum();
+    text.div_ceil(4).max(1) as u64
+}
+
 /// The longest a bucket makes a request wait, whatever it holds (a bucket
 /// refilling at a sane configured rate never needs this long).
 const LONGEST_BUCKET_WAIT: Duration = Duration::from_secs(3600);
 
-/// A refilling budget; holds at most one second's worth (so an `rpm` limit is
-/// never exceeded by a burst).
+/// A refilling budget holding at most `capacity` (a minute's limit), as the
+/// providers' own buckets do.
 #[derive(Debug)]
 struct Bucket {
+    family: Family,
     per_second: f64,
     capacity: f64,
     level: f64,
     updated: Instant,
+    /// A configured bucket refills only from the end of the first request:
+    /// the server's starts at its arrival, which a client cannot see, and
+    /// a bucket of ours refilling earlier than the server's would send what
+    /// the server refuses.
+    refilling: bool,
 }
 
 impl Bucket {
-    fn per_minute(per_minute: f64, now: Instant) -> Bucket {
+    fn per_minute(family: Family, per_minute: f64, now: Instant) -> Bucket {
         // The config allows no rate under 1 per minute; a library caller's 0
         // must not divide by zero below.
-        let per_second = per_minute.max(1.0) / 60.0;
-        let capacity = per_second.max(1.0);
+        let capacity = per_minute.max(1.0);
         Bucket {
-            per_second,
+            family,
+            per_second: capacity / 60.0,
             capacity,
             level: capacity,
             updated: now,
+            refilling: false,
         }
     }
 
     fn refill(&mut self, now: Instant) {
+        if !self.refilling {
+            self.updated = now;
+            return;
+        }
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.level = (self.level + elapsed * self.per_second).min(self.capacity);
         self.updated = now;
@@ -82,15 +144,31 @@ impl Bucket {
                 .map_or(LONGEST_BUCKET_WAIT, |wait| wait.min(LONGEST_BUCKET_WAIT))
         }
     }
+
+    /// What a reply's headers say of this window, `latency` after the
+    /// request was sent. The level never rises above what the server says
+    /// remains, allowing for what refilled since the server counted and for
+    /// its rounding down; a smaller limit replaces ours.
+    fn observe(&mut self, window: &rate_headers::Window, latency: Duration, now: Instant) {
+        self.refill(now);
+        if window.limit < self.capacity {
+            self.capacity = window.limit;
+            self.per_second = window.per_second;
+        }
+        let ceiling = window.remaining + 1.0 + self.per_second * latency.as_secs_f64();
+        self.level = self.level.min(ceiling).min(self.capacity);
+    }
 }
 
 #[derive(Debug)]
 struct State {
     in_flight: usize,
+    /// What the requests in flight were estimated to cost.
+    in_flight_cost: Estimate,
     /// Adaptive concurrency: halves on a 429, grows by one per `allowed` successes.
     allowed: f64,
-    requests: Option<Bucket>,
-    tokens: Option<Bucket>,
+    /// The quota's windows, configured or learned from the headers.
+    buckets: Vec<Bucket>,
     /// Everyone waits until then, and why (`BackOff` or `RateLimit`).
     paused_until: Option<(Instant, Waiting)>,
     /// Requests sleeping in the retry loop before their next attempt.
@@ -108,11 +186,31 @@ pub struct Limiter {
 /// A held slot; dropping it frees the slot.
 pub struct Permit<'a> {
     limiter: &'a Limiter,
+    estimate: Estimate,
+    sent: Instant,
+}
+
+impl Permit<'_> {
+    /// The server answered (any status): learn its rate-limit windows.
+    pub fn observe(&self, headers: &HeaderMap) {
+        self.limiter.observe(headers, self.estimate, self.sent);
+    }
 }
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        self.limiter.lock().in_flight -= 1;
+        {
+            let mut state = self.limiter.lock();
+            state.in_flight -= 1;
+            let now = Instant::now();
+            for bucket in state.buckets.iter_mut().filter(|bucket| !bucket.refilling) {
+                bucket.updated = now;
+                bucket.refilling = true;
+            }
+            let cost = &mut state.in_flight_cost;
+            cost.input = cost.input.saturating_sub(self.estimate.input);
+            cost.output = cost.output.saturating_sub(self.estimate.output);
+        }
         self.limiter.freed.notify_waiters();
     }
 }
@@ -132,7 +230,7 @@ impl Drop for Retrying<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
     Concurrency,
-    /// The `rpm` / `tpm` budget, or a window the server says is nearly spent.
+    /// The quota: configured (`rpm`, `tpm`) or learned from the headers.
     RateLimit,
     /// Everyone paused while a 429's request waits out its `Retry-After`.
     BackOff,
@@ -145,15 +243,21 @@ impl Limiter {
     pub fn new(limits: Limits) -> Limiter {
         let now = Instant::now();
         let max_concurrency = limits.max_concurrency.unwrap_or(usize::MAX / 2).max(1);
+        let requests = limits
+            .rpm
+            .map(|rpm| Bucket::per_minute(Family::Requests, rpm as f64, now));
+        let tokens = limits
+            .tpm
+            .map(|tpm| Bucket::per_minute(Family::Tokens, tpm as f64, now));
         Limiter {
             max_concurrency,
             max_pause: limits.max_pause,
             state: Mutex::new(State {
                 in_flight: 0,
+                in_flight_cost: Estimate::default(),
                 retrying: 0,
                 allowed: max_concurrency as f64,
-                requests: limits.rpm.map(|rpm| Bucket::per_minute(rpm as f64, now)),
-                tokens: limits.tpm.map(|tpm| Bucket::per_minute(tpm as f64, now)),
+                buckets: requests.into_iter().chain(tokens).collect(),
                 paused_until: None,
             }),
             freed: Notify::new(),
@@ -166,23 +270,29 @@ impl Limiter {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Waits until a request of about `tokens` tokens may be sent.
-    pub async fn acquire(&self, tokens: u64) -> Permit<'_> {
+    /// Waits until a request estimated at `estimate` may be sent.
+    pub async fn acquire(&self, estimate: impl Into<Estimate>) -> Permit<'_> {
+        let estimate = estimate.into();
         loop {
             let freed = self.freed.notified();
             let wait = {
                 let mut state = self.lock();
                 let now = Instant::now();
-                match self.blocked(&mut state, tokens, now) {
+                match self.blocked(&mut state, estimate, now) {
                     None => {
                         state.in_flight += 1;
-                        if let Some(bucket) = &mut state.requests {
-                            bucket.level -= 1.0;
+                        state.in_flight_cost.input =
+                            state.in_flight_cost.input.saturating_add(estimate.input);
+                        state.in_flight_cost.output =
+                            state.in_flight_cost.output.saturating_add(estimate.output);
+                        for bucket in &mut state.buckets {
+                            bucket.level -= estimate.of(bucket.family).min(bucket.capacity);
                         }
-                        if let Some(bucket) = &mut state.tokens {
-                            bucket.level -= (tokens as f64).min(bucket.capacity);
-                        }
-                        return Permit { limiter: self };
+                        return Permit {
+                            limiter: self,
+                            estimate,
+                            sent: now,
+                        };
                     }
                     Some((_, wait)) => wait,
                 }
@@ -204,7 +314,7 @@ impl Limiter {
     fn blocked(
         &self,
         state: &mut State,
-        tokens: u64,
+        estimate: Estimate,
         now: Instant,
     ) -> Option<(Waiting, Option<Duration>)> {
         if let Some((until, why)) = state.paused_until {
@@ -216,15 +326,12 @@ impl Limiter {
         if state.in_flight as f64 >= state.allowed.floor().max(1.0) {
             return Some((Waiting::Concurrency, None));
         }
-        let request_wait = state
-            .requests
-            .as_mut()
-            .map_or(Duration::ZERO, |bucket| bucket.wait_for(1.0, now));
-        let token_wait = state
-            .tokens
-            .as_mut()
-            .map_or(Duration::ZERO, |bucket| bucket.wait_for(tokens as f64, now));
-        let wait = request_wait.max(token_wait);
+        let wait = state
+            .buckets
+            .iter_mut()
+            .map(|bucket| bucket.wait_for(estimate.of(bucket.family), now))
+            .max()
+            .unwrap_or(Duration::ZERO);
         (!wait.is_zero()).then_some((Waiting::RateLimit, Some(wait)))
     }
 
@@ -232,7 +339,7 @@ impl Limiter {
     pub fn waiting(&self) -> Option<Waiting> {
         let mut state = self.lock();
         let retrying = state.retrying > 0 && state.retrying >= state.in_flight;
-        self.blocked(&mut state, 0, Instant::now())
+        self.blocked(&mut state, Estimate::default(), Instant::now())
             .map(|(why, _)| why)
             .or(retrying.then_some(Waiting::Retry))
     }
@@ -276,22 +383,61 @@ impl Limiter {
         }
     }
 
-    /// A request succeeded: grow back towards the configured concurrency, and
-    /// pause if the server says a window is nearly spent.
-    pub fn on_success(&self, headers: &HeaderMap, used_tokens: u64, estimated_tokens: u64) {
-        {
-            let mut state = self.lock();
-            if state.allowed < self.max_concurrency as f64 {
-                state.allowed =
-                    (state.allowed + 1.0 / state.allowed).min(self.max_concurrency as f64);
-            }
-            if let Some(bucket) = &mut state.tokens {
-                // Settle the estimate against what was really used.
-                bucket.level -= used_tokens as f64 - (estimated_tokens as f64).min(bucket.capacity);
+    /// A reply's rate-limit windows, for a request estimated at `estimate`
+    /// and sent at `sent`. A window seen for the first time becomes a
+    /// bucket holding what the server says remains, less what is in flight
+    /// besides this request (the server may not have counted it yet).
+    fn observe(&self, headers: &HeaderMap, estimate: Estimate, sent: Instant) {
+        let windows = rate_headers::windows(headers, SystemTime::now());
+        if windows.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let latency = now.saturating_duration_since(sent);
+        let mut state = self.lock();
+        let others = Estimate {
+            input: state.in_flight_cost.input.saturating_sub(estimate.input),
+            output: state.in_flight_cost.output.saturating_sub(estimate.output),
+        };
+        let other_requests = state.in_flight.saturating_sub(1) as f64;
+        for window in &windows {
+            match state
+                .buckets
+                .iter_mut()
+                .find(|bucket| bucket.family == window.family)
+            {
+                Some(bucket) => bucket.observe(window, latency, now),
+                None => {
+                    let in_flight = match window.family {
+                        Family::Requests => other_requests,
+                        family => others.of(family),
+                    };
+                    state.buckets.push(Bucket {
+                        family: window.family,
+                        per_second: window.per_second,
+                        capacity: window.limit,
+                        level: window.remaining - in_flight,
+                        updated: now,
+                        refilling: true,
+                    });
+                }
             }
         }
-        if let Some(wait) = super::rate_headers::spent_window_reset(headers, SystemTime::now()) {
-            self.pause_for(wait, Waiting::RateLimit);
+    }
+
+    /// A request succeeded: grow back towards the configured concurrency,
+    /// and charge the token windows what the reply used beyond the estimate
+    /// (never refunding less: the providers count the estimate at admission).
+    pub fn on_success(&self, used_tokens: u64, estimate: Estimate) {
+        let mut state = self.lock();
+        if state.allowed < self.max_concurrency as f64 {
+            state.allowed = (state.allowed + 1.0 / state.allowed).min(self.max_concurrency as f64);
+        }
+        let beyond = used_tokens.saturating_sub(estimate.total()) as f64;
+        for bucket in &mut state.buckets {
+            if bucket.family == Family::Tokens {
+                bucket.level -= beyond;
+            }
         }
     }
 
@@ -306,167 +452,4 @@ impl Limiter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        super::super::http::headers(pairs.iter().copied()).unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn rpm_is_never_exceeded() {
-        let limiter = Limiter::new(Limits {
-            rpm: Some(120),
-            ..Limits::default()
-        });
-        let started = Instant::now();
-        let mut times = Vec::new();
-        for _ in 0..6 {
-            let _permit = limiter.acquire(0).await;
-            times.push(started.elapsed());
-        }
-        // Two per second: a burst of two, then one every half second.
-        assert_eq!(times[1], Duration::ZERO);
-        assert_eq!(times[2], Duration::from_millis(500));
-        assert_eq!(times[5], Duration::from_millis(2000));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn tpm_budgets_tokens() {
-        let limiter = Limiter::new(Limits {
-            tpm: Some(60_000),
-            ..Limits::default()
-        });
-        let started = Instant::now();
-        drop(limiter.acquire(1000).await);
-        drop(limiter.acquire(1000).await);
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(1),
-            "1,000 tokens per second"
-        );
-    }
-
-    #[tokio::test]
-    async fn retries_sleeping_out_their_back_off_are_a_reason_once_they_are_most() {
-        let limiter = Limiter::new(Limits::default());
-        assert_eq!(limiter.waiting(), None);
-        let first = limiter.retrying();
-        assert_eq!(limiter.waiting(), Some(Waiting::Retry));
-        let (one, two) = (limiter.acquire(0).await, limiter.acquire(0).await);
-        assert_eq!(
-            limiter.waiting(),
-            None,
-            "more requests in flight than retrying"
-        );
-        let second = limiter.retrying();
-        assert_eq!(limiter.waiting(), Some(Waiting::Retry));
-        drop((one, two, first, second));
-        assert_eq!(limiter.waiting(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn concurrency_is_capped_and_halves_on_429() {
-        let limiter = Limiter::new(Limits {
-            max_concurrency: Some(4),
-            ..Limits::default()
-        });
-        let permits: Vec<_> =
-            futures_util::future::join_all((0..4).map(|_| limiter.acquire(0))).await;
-        assert_eq!(limiter.waiting(), Some(Waiting::Concurrency));
-        limiter.on_rate_limited();
-        limiter.pause(Duration::from_secs(2));
-        drop(permits);
-        assert_eq!(limiter.allowed(), 2);
-        assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
-        let started = Instant::now();
-        drop(limiter.acquire(0).await);
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(2),
-            "Retry-After pauses everyone"
-        );
-        for _ in 0..10 {
-            limiter.on_success(&HeaderMap::new(), 0, 0);
-        }
-        assert_eq!(
-            limiter.allowed(),
-            4,
-            "recovers gradually to the configured cap"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn low_remaining_headers_pause_until_reset() {
-        let limiter = Limiter::new(Limits::default());
-        limiter.on_success(
-            &headers(&[
-                ("x-ratelimit-limit-requests", "1000"),
-                ("x-ratelimit-remaining-requests", "10"),
-                ("x-ratelimit-reset-requests", "1.5s"),
-            ]),
-            0,
-            0,
-        );
-        assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
-        let started = Instant::now();
-        drop(limiter.acquire(0).await);
-        assert_eq!(started.elapsed(), Duration::from_millis(1500));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn no_server_pauses_anyone_longer_than_max_pause() {
-        let limiter = Limiter::new(Limits {
-            max_pause: Duration::from_secs(5),
-            ..Limits::default()
-        });
-        limiter.pause(Duration::from_secs(999_999));
-        assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
-        let started = Instant::now();
-        drop(limiter.acquire(0).await);
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(5),
-            "a 429 asking days"
-        );
-        limiter.on_success(
-            &headers(&[
-                ("anthropic-ratelimit-tokens-limit", "1000"),
-                ("anthropic-ratelimit-tokens-remaining", "0"),
-                ("anthropic-ratelimit-tokens-reset", "9999-12-31T23:59:59Z"),
-            ]),
-            0,
-            0,
-        );
-        assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
-        let started = Instant::now();
-        drop(limiter.acquire(0).await);
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(5),
-            "a window reset far away"
-        );
-        // A shorter pause never shortens a longer one in force.
-        limiter.pause(Duration::from_secs(4));
-        limiter.pause(Duration::from_secs(1));
-        let started = Instant::now();
-        drop(limiter.acquire(0).await);
-        assert_eq!(started.elapsed(), Duration::from_secs(4));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn zero_rates_from_a_library_caller_wait_instead_of_panicking() {
-        let limiter = Limiter::new(Limits {
-            rpm: Some(0),
-            tpm: Some(0),
-            ..Limits::default()
-        });
-        let started = Instant::now();
-        drop(limiter.acquire(u64::MAX).await);
-        drop(limiter.acquire(u64::MAX).await);
-        assert!(
-            started.elapsed() >= Duration::from_secs(60),
-            "as 1 per minute"
-        );
-    }
-}
+mod tests;

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::exchange::{self, Target, Wire, exchange};
 use super::http::{self, HttpReply};
-use super::limit::Limiter;
+use super::limit::{Estimate, Limiter};
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
 
@@ -693,20 +693,19 @@ impl super::exchange::Assembler for StreamAssembler {
     }
 }
 
-/// Tokens a request will use, roughly: its text at four bytes a token, plus
-/// the reply budget it asks for. Only the `tpm` limiter uses it, and settles it
-/// against the real usage afterwards.
-fn estimate_tokens(request: &ChatRequest<'_>) -> u64 {
-    let text: usize = request
-        .messages
-        .iter()
-        .map(|message| message.content.len())
-        .sum();
-    let reply = ["max_tokens", "max_completion_tokens"]
+/// Tokens a request counts against the quota's token windows, as the
+/// providers count them at admission: its text at four bytes a token (at
+/// least what a server estimating from characters counts), plus the reply
+/// budget it asks for (256 when it asks none).
+fn estimate_tokens(request: &ChatRequest<'_>) -> Estimate {
+    let reply = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
         .iter()
         .find_map(|key| request.model_args.get(*key).and_then(Value::as_u64))
         .unwrap_or(256);
-    (text.div_ceil(4) as u64).saturating_add(reply)
+    Estimate {
+        input: super::limit::prompt_tokens(request.messages),
+        output: reply,
+    }
 }
 
 /// A classified error from a non-2xx reply.

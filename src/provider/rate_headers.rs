@@ -1,7 +1,8 @@
 //! What a provider's reply headers ask of us, read defensively: how long to
 //! wait before retrying (`retry-after-ms`, `Retry-After` in seconds or as an
-//! HTTP date) and whether a rate-limit window is nearly spent (OpenAI's
-//! `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`).
+//! HTTP date) and the rate-limit windows it states (OpenAI's
+//! `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`): limit, remaining
+//! and refill rate, from which the limiter keeps its own copy of the quota.
 //!
 //! Headers come from servers and proxies we do not control (issue 12:
 //! `Retry-After: inf` and `1e20` crashed the run). A value that is not a
@@ -17,13 +18,6 @@ use reqwest::header::HeaderMap;
 /// The longest wait any header can ask for; larger values are clamped to it.
 pub const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// When the remaining requests or tokens fall under this share of the window,
-/// the window counts as nearly spent.
-pub const LOW_REMAINING: f64 = 0.05;
-
-/// How long to wait when a nearly spent window does not say when it resets.
-const UNKNOWN_RESET: Duration = Duration::from_secs(1);
-
 /// The wait a reply asks for: `retry-after-ms` (OpenAI's and Anthropic's
 /// SDKs read it first), else `Retry-After` as seconds (fractions allowed, as
 /// those SDKs allow them) or as an HTTP date, in any of the three forms RFC
@@ -37,51 +31,95 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     })
 }
 
-/// When a reply says a rate-limit window is nearly spent (remaining under
-/// [`LOW_REMAINING`] of the limit): the wait until the latest such window
-/// resets. OpenAI spells the reset as a duration (`6m0s`, `1.5s`, `250ms`),
-/// Anthropic as an RFC 3339 time; a nearly spent window whose reset cannot be
-/// read waits a second.
-pub fn spent_window_reset(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let openai = ["requests", "tokens"].map(|family| {
+/// What a rate-limit window counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Requests,
+    /// Prompt and reply together (OpenAI's TPM; Anthropic's most
+    /// restrictive token window).
+    Tokens,
+    /// Anthropic's input tokens per minute.
+    InputTokens,
+    /// Anthropic's output tokens per minute.
+    OutputTokens,
+}
+
+/// One rate-limit window as a reply states it: its limit, what remains and
+/// how fast it refills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub family: Family,
+    pub limit: f64,
+    pub remaining: f64,
+    /// The limits are per minute; a reset further away than a per-minute
+    /// refill allows (a window per hour or day) gives the slower rate.
+    pub per_second: f64,
+}
+
+/// The rate-limit windows a reply states: OpenAI's `x-ratelimit-{limit,
+/// remaining,reset}-{requests,tokens}` (the reset a duration such as `6m0s`,
+/// `1.5s`, `250ms`) and Anthropic's `anthropic-ratelimit-{requests,tokens,
+/// input-tokens,output-tokens}-{limit,remaining,reset}` (the reset an RFC
+/// 3339 time, in whole seconds). A window whose limit or remaining count is
+/// not a count is left out; `remaining` is at most `limit`.
+pub fn windows(headers: &HeaderMap, now: SystemTime) -> Vec<Window> {
+    let openai =
+        [(Family::Requests, "requests"), (Family::Tokens, "tokens")].map(|(family, name)| {
+            window(
+                headers,
+                family,
+                [
+                    format!("x-ratelimit-limit-{name}"),
+                    format!("x-ratelimit-remaining-{name}"),
+                    format!("x-ratelimit-reset-{name}"),
+                ],
+                go_duration,
+            )
+        });
+    let anthropic = [
+        (Family::Requests, "requests"),
+        (Family::Tokens, "tokens"),
+        (Family::InputTokens, "input-tokens"),
+        (Family::OutputTokens, "output-tokens"),
+    ]
+    .map(|(family, name)| {
         window(
             headers,
-            &format!("x-ratelimit-limit-{family}"),
-            &format!("x-ratelimit-remaining-{family}"),
-            &format!("x-ratelimit-reset-{family}"),
-            go_duration,
-        )
-    });
-    let anthropic = ["requests", "tokens", "input-tokens", "output-tokens"].map(|family| {
-        window(
-            headers,
-            &format!("anthropic-ratelimit-{family}-limit"),
-            &format!("anthropic-ratelimit-{family}-remaining"),
-            &format!("anthropic-ratelimit-{family}-reset"),
+            family,
+            ["limit", "remaining", "reset"]
+                .map(|part| format!("anthropic-ratelimit-{name}-{part}")),
             |reset| rfc3339(reset, now),
         )
     });
-    openai.into_iter().chain(anthropic).flatten().max()
+    openai.into_iter().chain(anthropic).flatten().collect()
 }
 
-/// One window: `Some(wait)` when it is nearly spent.
+/// One window, if its counts are counts.
 fn window(
     headers: &HeaderMap,
-    limit: &str,
-    remaining: &str,
-    reset: &str,
+    family: Family,
+    [limit, remaining, reset]: [String; 3],
     read_reset: impl Fn(&str) -> Option<Duration>,
-) -> Option<Duration> {
-    let limit = text(headers, limit).and_then(number)?;
-    let remaining = text(headers, remaining).and_then(number)?;
-    if limit <= 0.0 || remaining / limit >= LOW_REMAINING {
-        return None;
-    }
-    Some(
-        text(headers, reset)
-            .and_then(read_reset)
-            .unwrap_or(UNKNOWN_RESET),
-    )
+) -> Option<Window> {
+    let limit = text(headers, &limit)
+        .and_then(number)
+        .filter(|limit| *limit >= 1.0)?;
+    let remaining = text(headers, &remaining).and_then(number)?.min(limit);
+    let per_minute = limit / 60.0;
+    let missing = limit - remaining;
+    // Anthropic's resets are whole seconds, rounded up: a second of slack.
+    let per_second = match text(headers, &reset).and_then(read_reset) {
+        Some(reset) if missing > 0.0 && reset.as_secs_f64() > missing / per_minute + 1.0 => {
+            missing / reset.as_secs_f64()
+        }
+        _ => per_minute,
+    };
+    Some(Window {
+        family,
+        limit,
+        remaining,
+        per_second,
+    })
 }
 
 fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -252,103 +290,100 @@ mod tests {
     }
 
     #[track_caller]
-    fn spent(pairs: &[(&str, &str)], expected: Option<Duration>) {
-        assert_eq!(
-            spent_window_reset(&map(pairs), now()),
-            expected,
-            "{pairs:?}"
-        );
+    fn read(pairs: &[(&str, &str)]) -> Vec<(Family, f64, f64, f64)> {
+        windows(&map(pairs), now())
+            .into_iter()
+            .map(|window| {
+                (
+                    window.family,
+                    window.limit,
+                    window.remaining,
+                    window.per_second,
+                )
+            })
+            .collect()
     }
 
     #[test]
-    fn openai_windows_nearly_spent_wait_for_their_reset() {
-        spent(
-            &[
-                ("x-ratelimit-limit-requests", "1000"),
-                ("x-ratelimit-remaining-requests", "10"),
-                ("x-ratelimit-reset-requests", "1.5s"),
-            ],
-            Some(Duration::from_millis(1500)),
+    fn openai_windows_are_read_with_their_refill_rate() {
+        assert_eq!(
+            read(&[
+                ("x-ratelimit-limit-requests", "6000"),
+                ("x-ratelimit-remaining-requests", "5999"),
+                ("x-ratelimit-reset-requests", "10ms"),
+                ("x-ratelimit-limit-tokens", "600000"),
+                ("x-ratelimit-remaining-tokens", "0"),
+                ("x-ratelimit-reset-tokens", "1m0s"),
+            ]),
+            vec![
+                (Family::Requests, 6000.0, 5999.0, 100.0),
+                (Family::Tokens, 600_000.0, 0.0, 10_000.0),
+            ]
         );
-        spent(
-            &[
-                ("x-ratelimit-limit-requests", "1000"),
-                ("x-ratelimit-remaining-requests", "999"),
-                ("x-ratelimit-reset-requests", "1.5s"),
-            ],
-            None,
+        // A reset further than a minute's refill: a slower window (per day).
+        assert_eq!(
+            read(&[
+                ("x-ratelimit-limit-requests", "14400"),
+                ("x-ratelimit-remaining-requests", "14399"),
+                ("x-ratelimit-reset-requests", "6s"),
+            ]),
+            vec![(Family::Requests, 14400.0, 14399.0, 1.0 / 6.0)]
         );
-        // The latest reset of the spent windows.
-        spent(
-            &[
-                ("x-ratelimit-limit-requests", "1000"),
-                ("x-ratelimit-remaining-requests", "0"),
-                ("x-ratelimit-reset-requests", "1s"),
-                ("x-ratelimit-limit-tokens", "1000"),
-                ("x-ratelimit-remaining-tokens", "1"),
-                ("x-ratelimit-reset-tokens", "6m0s"),
-            ],
-            Some(Duration::from_secs(360)),
-        );
-        for (reset, expected) in [
-            ("1e20", LONGEST),
-            ("inf", UNKNOWN_RESET),
-            ("1e20s", UNKNOWN_RESET),
-            ("NaN", UNKNOWN_RESET),
-            ("-1s", UNKNOWN_RESET),
-            ("soon", UNKNOWN_RESET),
-        ] {
-            spent(
-                &[
-                    ("x-ratelimit-limit-tokens", "100"),
-                    ("x-ratelimit-remaining-tokens", "0"),
-                    ("x-ratelimit-reset-tokens", reset),
-                ],
-                Some(expected),
-            );
-        }
-        // Counts that are not counts are no window at all.
+        // Counts that are not counts are no window at all; a remaining
+        // above the limit is the limit; an unreadable reset is a minute's.
         for (limit, remaining) in [("inf", "0"), ("0", "0"), ("NaN", "0"), ("100", "-1")] {
-            spent(
-                &[
+            assert_eq!(
+                read(&[
                     ("x-ratelimit-limit-requests", limit),
                     ("x-ratelimit-remaining-requests", remaining),
-                ],
-                None,
+                ]),
+                vec![],
+                "{limit} {remaining}"
+            );
+        }
+        for reset in ["soon", "inf", "-1s", "1e20s"] {
+            assert_eq!(
+                read(&[
+                    ("x-ratelimit-limit-tokens", "60"),
+                    ("x-ratelimit-remaining-tokens", "1e9"),
+                    ("x-ratelimit-reset-tokens", reset),
+                ]),
+                vec![(Family::Tokens, 60.0, 60.0, 1.0)],
+                "{reset}"
             );
         }
     }
 
     #[test]
-    fn anthropic_windows_nearly_spent_wait_for_their_reset() {
-        for family in ["requests", "tokens", "input-tokens", "output-tokens"] {
-            let name = |part: &str| format!("anthropic-ratelimit-{family}-{part}");
-            let (limit, remaining, reset) = (name("limit"), name("remaining"), name("reset"));
-            let headers = |left: &str, at: &str| {
-                map(&[
-                    (limit.as_str(), "50"),
+    fn anthropic_windows_are_read_with_their_refill_rate() {
+        for (family, name) in [
+            (Family::Requests, "requests"),
+            (Family::Tokens, "tokens"),
+            (Family::InputTokens, "input-tokens"),
+            (Family::OutputTokens, "output-tokens"),
+        ] {
+            let header = |part: &str| format!("anthropic-ratelimit-{name}-{part}");
+            let (limit, remaining, reset) = (header("limit"), header("remaining"), header("reset"));
+            let at = |left: &str, at: &str| {
+                read(&[
+                    (limit.as_str(), "600"),
                     (remaining.as_str(), left),
                     (reset.as_str(), at),
                 ])
             };
-            let wait = |left: &str, at: &str| spent_window_reset(&headers(left, at), now());
+            // 10 a second: 50 missing refill in 5 s, rounded up to whole
+            // seconds by the server.
             assert_eq!(
-                wait("1", "2026-01-01T00:00:02Z"),
-                Some(Duration::from_secs(2)),
-                "{family}"
+                at("550", "2026-01-01T00:00:06Z"),
+                vec![(family, 600.0, 550.0, 10.0)],
+                "{name}"
             );
             assert_eq!(
-                wait("0", "2026-01-01T00:00:00.250Z"),
-                Some(Duration::from_millis(250))
+                at("0", "2026-01-01T01:00:00Z"),
+                vec![(family, 600.0, 0.0, 600.0 / 3600.0)],
+                "a window of an hour"
             );
-            assert_eq!(
-                wait("0", "2026-01-01T01:00:00+01:00"),
-                Some(Duration::ZERO),
-                "a reset that has passed"
-            );
-            assert_eq!(wait("0", "9999-12-31T23:59:59Z"), Some(LONGEST));
-            assert_eq!(wait("0", "tomorrow"), Some(UNKNOWN_RESET));
-            assert_eq!(wait("49", "2026-01-01T00:00:02Z"), None, "room left");
+            assert_eq!(at("0", "tomorrow"), vec![(family, 600.0, 0.0, 10.0)]);
         }
     }
 }

@@ -36,6 +36,7 @@ use lllm::mock::script::{
 use log::{LogEntry, RequestLog};
 
 pub use batch::BatchOptions;
+pub use quota::QuotaOptions;
 
 mod anthropic_batch;
 mod batch;
@@ -44,6 +45,7 @@ mod headers;
 mod log;
 mod multipart;
 mod openai_batch;
+mod quota;
 
 /// How long a stopping server waits for requests still in flight.
 const GRACE: Duration = Duration::from_secs(2);
@@ -76,6 +78,8 @@ pub struct ServerOptions {
     /// How the emulated Batch APIs process a batch: how long it stays in
     /// progress and which requests expire.
     pub batch: BatchOptions,
+    /// Requests and tokens per minute for each API key (none by default).
+    pub quota: QuotaOptions,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +94,7 @@ impl Default for ServerOptions {
             log: None,
             allow_remote: false,
             batch: BatchOptions::default(),
+            quota: QuotaOptions::default(),
         }
     }
 }
@@ -110,6 +115,8 @@ pub enum ServerError {
     Latency(f64),
     #[error("`--batch-expire` must be a fraction between 0 and 1, not `{0}`")]
     BatchExpire(f64),
+    #[error("`{0}` must be at least 1; hint: leave it out for no limit")]
+    Quota(&'static str),
     #[error("the server failed: {0}")]
     Serve(String),
 }
@@ -132,6 +139,8 @@ struct Shared {
     batches: batch::Batches,
     /// `http://HOST:PORT`, for the URLs a response names (`results_url`).
     url: String,
+    /// Each API key's requests and tokens per minute, when limited.
+    quotas: Option<quota::Quotas>,
 }
 
 /// Binds, prints `listening on http://HOST:PORT` (one line, flushed), then
@@ -176,6 +185,7 @@ impl Server {
             script.set_latency_ms(millis);
         }
         options.batch.check()?;
+        options.quota.check()?;
         let log = match &options.log {
             Some(path) => Some(RequestLog::open(path).map_err(|error| ServerError::Log {
                 path: path.display().to_string(),
@@ -201,6 +211,7 @@ impl Server {
                 stopping: watch::Sender::new(false),
                 batches: batch::Batches::new(options.batch.clone()),
                 url: format!("http://{address}"),
+                quotas: quota::Quotas::new(options.quota),
             }),
         })
     }
@@ -359,25 +370,35 @@ impl Shared {
     /// The checks the real API makes, then the script's answer: the one path
     /// every model request takes, on its own or inside a batch.
     fn take_turn(&self, api: Api, headers: &HeaderMap, body: &Value) -> Result<Turn, Refused> {
-        if !body.is_object() {
-            return Err((
-                400,
-                "invalid_json",
-                "lllm-mock: the request body is not a JSON object".into(),
-            ));
-        }
-        if let Some(refused) = refusal(api, headers, body) {
-            return Err(refused);
-        }
-        let incoming = api.read(body);
+        let incoming = checked(api, headers, body)?;
+        Ok(self.script_turn(incoming))
+    }
+
+    /// The script's answer to a request that passed the checks.
+    fn script_turn(&self, incoming: Incoming) -> Turn {
         let served = self.script.next(&ScriptRequest {
             model: &incoming.model,
             last_text: &incoming.last_text,
             last_role: &incoming.last_role,
             message_count: incoming.message_count,
         });
-        Ok(Turn { incoming, served })
+        Turn { incoming, served }
     }
+}
+
+/// The checks the real API makes before it looks at a request's content.
+fn checked(api: Api, headers: &HeaderMap, body: &Value) -> Result<Incoming, Refused> {
+    if !body.is_object() {
+        return Err((
+            400,
+            "invalid_json",
+            "lllm-mock: the request body is not a JSON object".into(),
+        ));
+    }
+    if let Some(refused) = refusal(api, headers, body) {
+        return Err(refused);
+    }
+    Ok(api.read(body))
 }
 
 /// What to do once the script has answered.
@@ -401,14 +422,34 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let mut entry = LogEntry::new("POST", uri.path(), &headers, &body, shared.log.is_some());
-    let Turn { incoming, served } = match shared.take_turn(api, &headers, &entry.body) {
-        Ok(turn) => turn,
+    let incoming = match checked(api, &headers, &entry.body) {
+        Ok(incoming) => incoming,
         Err((status, code, message)) => {
             entry.status = Some(status);
             shared.record(entry);
             return json_response(status, api.error_body(status, Some(code), &message));
         }
     };
+    // The quota counts a request before the model runs; a refused one
+    // never reaches the script.
+    let quota_headers = match &shared.quotas {
+        Some(quotas) => {
+            let key = log::fingerprint(&headers);
+            let cost = quota::Cost::of(&incoming, &entry.body);
+            match quotas.admit(key.as_str().unwrap_or_default(), api, cost) {
+                Ok(headers) => headers,
+                Err(exceeded) => {
+                    entry.status = Some(429);
+                    entry.model = Some(incoming.model);
+                    entry.extra.push(("quota", json!("exceeded")));
+                    shared.record(entry);
+                    return quota_exceeded(api, exceeded);
+                }
+            }
+        }
+        None => lllm::mock::script::ReplyHeaders::default(),
+    };
+    let Turn { incoming, served } = shared.script_turn(incoming);
     if !served.delay.is_zero() {
         tokio::time::sleep(served.delay).await;
     }
@@ -455,6 +496,12 @@ async fn answer(
     };
     if let Outcome::Respond { status, response } = &mut outcome {
         entry.status = Some(*status);
+        headers::add(
+            response.headers_mut(),
+            api,
+            &quota_headers,
+            chrono::Utc::now(),
+        );
         headers::add(
             response.headers_mut(),
             api,
@@ -509,6 +556,42 @@ fn refusal(api: Api, headers: &HeaderMap, body: &Value) -> Option<(u16, &'static
             .err()
             .map(|message| (400, "invalid_request_error", message)),
     }
+}
+
+/// A 429 in the provider's shape (OpenAI's `type` names the window that
+/// refused: `requests` or `tokens`), with its `retry-after` headers and the
+/// windows as they stand.
+fn quota_exceeded(api: Api, exceeded: quota::Exceeded) -> Response {
+    let body = match api {
+        Api::Chat | Api::Responses => {
+            let window = if exceeded.message.contains("(RPM)") {
+                "requests"
+            } else {
+                "tokens"
+            };
+            json!({"error": {"message": exceeded.message, "type": window, "param": null, "code": "rate_limit_exceeded"}})
+        }
+        Api::Anthropic => api.error_body(429, Some("rate_limit_error"), &exceeded.message),
+    };
+    let mut response = json_response(429, body);
+    headers::add(
+        response.headers_mut(),
+        api,
+        &exceeded.headers,
+        chrono::Utc::now(),
+    );
+    if let Some(wait) = exceeded.wait {
+        let headers = response.headers_mut();
+        // Whole seconds, rounded up, as HTTP allows; the SDKs read the
+        // millisecond header first where OpenAI sends it.
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        if api != Api::Anthropic {
+            let millis = wait.as_nanos().div_ceil(1_000_000).max(1);
+            headers.insert("retry-after-ms", HeaderValue::from(millis as u64));
+        }
+    }
+    response
 }
 
 fn fault_name(fault: &Fault) -> &'static str {

@@ -43,6 +43,18 @@ struct Args {
     /// Batch APIs: the request with this custom_id expires (repeatable).
     #[arg(long, value_name = "ID")]
     batch_expire_id: Vec<String>,
+    /// Quota: requests per minute for each API key (a token bucket, as the providers keep).
+    #[arg(long, value_name = "N")]
+    rpm: Option<u64>,
+    /// Quota: tokens per minute for each key; a request counts its prompt (4 characters a token) and its max_tokens.
+    #[arg(long, value_name = "N")]
+    tpm: Option<u64>,
+    /// Quota: prompt tokens per minute for each key (Anthropic's ITPM; Anthropic wire only).
+    #[arg(long, value_name = "N")]
+    input_tpm: Option<u64>,
+    /// Quota: max_tokens per minute for each key (Anthropic's OTPM; Anthropic wire only).
+    #[arg(long, value_name = "N")]
+    output_tpm: Option<u64>,
 }
 
 fn main() {
@@ -59,6 +71,12 @@ fn main() {
             delay_ms: args.batch_delay_ms,
             expire_fraction: args.batch_expire,
             expire_ids: args.batch_expire_id,
+        },
+        quota: lllm_mock::server::QuotaOptions {
+            rpm: args.rpm,
+            tpm: args.tpm,
+            input_tpm: args.input_tpm,
+            output_tpm: args.output_tpm,
         },
     };
     let result = match tokio::runtime::Builder::new_multi_thread()

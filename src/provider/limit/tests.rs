@@ -1,0 +1,210 @@
+//! The limiter's buckets, pauses and concurrency, on tokio's paused clock.
+
+use super::*;
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    super::super::http::headers(pairs.iter().copied()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn rpm_is_the_provider_s_token_bucket() {
+    let limiter = Limiter::new(Limits {
+        rpm: Some(120),
+        ..Limits::default()
+    });
+    let started = Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..124 {
+        let _permit = limiter.acquire(0).await;
+        times.push(started.elapsed());
+    }
+    // The minute's 120 at once, as the provider's bucket holds them,
+    // then two a second as it refills.
+    assert_eq!(times[119], Duration::ZERO);
+    assert_eq!(times[120], Duration::from_millis(500));
+    assert_eq!(times[123], Duration::from_millis(2000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_bucket_refills_from_the_end_of_the_first_request() {
+    let limiter = Limiter::new(Limits {
+        rpm: Some(60),
+        ..Limits::default()
+    });
+    let held: Vec<_> = futures_util::future::join_all((0..60).map(|_| limiter.acquire(0))).await;
+    // The server's bucket starts at the first request's arrival, which
+    // may be late (a new connection): ours waits for an answer.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let started = Instant::now();
+    let ((), elapsed) = tokio::join!(
+        async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(held);
+        },
+        async {
+            drop(limiter.acquire(0).await);
+            started.elapsed()
+        }
+    );
+    assert_eq!(elapsed, Duration::from_secs(6), "one a second from then");
+}
+
+#[tokio::test(start_paused = true)]
+async fn tpm_budgets_tokens() {
+    let limiter = Limiter::new(Limits {
+        tpm: Some(60_000),
+        ..Limits::default()
+    });
+    let estimate = Estimate {
+        input: 10_000,
+        output: 20_000,
+    };
+    let started = Instant::now();
+    drop(limiter.acquire(estimate).await);
+    drop(limiter.acquire(estimate).await);
+    assert_eq!(started.elapsed(), Duration::ZERO, "the minute's 60,000");
+    drop(limiter.acquire(1000).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(1),
+        "then 1,000 tokens per second"
+    );
+    // A reply that used more than its estimate is charged the rest; one
+    // that used less refunds nothing (the server counted the estimate).
+    limiter.on_success(40_000, Estimate::from(1000));
+    limiter.on_success(0, estimate);
+    let started = Instant::now();
+    drop(limiter.acquire(0).await);
+    assert_eq!(started.elapsed(), Duration::from_secs(39));
+}
+
+#[tokio::test]
+async fn retries_sleeping_out_their_back_off_are_a_reason_once_they_are_most() {
+    let limiter = Limiter::new(Limits::default());
+    assert_eq!(limiter.waiting(), None);
+    let first = limiter.retrying();
+    assert_eq!(limiter.waiting(), Some(Waiting::Retry));
+    let (one, two) = (limiter.acquire(0).await, limiter.acquire(0).await);
+    assert_eq!(
+        limiter.waiting(),
+        None,
+        "more requests in flight than retrying"
+    );
+    let second = limiter.retrying();
+    assert_eq!(limiter.waiting(), Some(Waiting::Retry));
+    drop((one, two, first, second));
+    assert_eq!(limiter.waiting(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrency_is_capped_and_halves_on_429() {
+    let limiter = Limiter::new(Limits {
+        max_concurrency: Some(4),
+        ..Limits::default()
+    });
+    let permits: Vec<_> = futures_util::future::join_all((0..4).map(|_| limiter.acquire(0))).await;
+    assert_eq!(limiter.waiting(), Some(Waiting::Concurrency));
+    limiter.on_rate_limited();
+    limiter.pause(Duration::from_secs(2));
+    drop(permits);
+    assert_eq!(limiter.allowed(), 2);
+    assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
+    let started = Instant::now();
+    drop(limiter.acquire(0).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(2),
+        "Retry-After pauses everyone"
+    );
+    for _ in 0..10 {
+        limiter.on_success(0, Estimate::default());
+    }
+    assert_eq!(
+        limiter.allowed(),
+        4,
+        "recovers gradually to the configured cap"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn windows_learned_from_the_headers_pace_requests_before_the_wall() {
+    let limiter = Limiter::new(Limits::default());
+    let first = limiter.acquire(0).await;
+    let second = limiter.acquire(0).await;
+    // 600 a minute, 10 a second; 12 left when the first reply left the
+    // server, which may not have counted the second yet.
+    first.observe(&headers(&[
+        ("x-ratelimit-limit-requests", "600"),
+        ("x-ratelimit-remaining-requests", "12"),
+        ("x-ratelimit-reset-requests", "58.8s"),
+    ]));
+    drop((first, second));
+    let started = Instant::now();
+    let mut times = Vec::new();
+    for _ in 0..13 {
+        drop(limiter.acquire(0).await);
+        times.push(started.elapsed());
+    }
+    assert_eq!(times[10], Duration::ZERO, "12, less the one in flight");
+    assert_eq!(times[11], Duration::from_millis(100), "then 10 a second");
+    assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
+    // A later reply lowers what is left (another client uses the key),
+    // never raises it, and a smaller limit replaces a configured one.
+    let limiter = Limiter::new(Limits {
+        tpm: Some(600_000),
+        ..Limits::default()
+    });
+    let permit = limiter.acquire(Estimate::from(100)).await;
+    permit.observe(&headers(&[
+        ("anthropic-ratelimit-tokens-limit", "6000"),
+        ("anthropic-ratelimit-tokens-remaining", "99"),
+        ("anthropic-ratelimit-tokens-reset", "2026-01-01T00:00:00Z"),
+    ]));
+    drop(permit);
+    let started = Instant::now();
+    drop(limiter.acquire(Estimate::from(200)).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(1),
+        "100 a second from 100"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_server_pauses_anyone_longer_than_max_pause() {
+    let limiter = Limiter::new(Limits {
+        max_pause: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    limiter.pause(Duration::from_secs(999_999));
+    assert_eq!(limiter.waiting(), Some(Waiting::BackOff));
+    let started = Instant::now();
+    drop(limiter.acquire(0).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(5),
+        "a 429 asking days"
+    );
+    // A shorter pause never shortens a longer one in force.
+    limiter.pause(Duration::from_secs(4));
+    limiter.pause(Duration::from_secs(1));
+    let started = Instant::now();
+    drop(limiter.acquire(0).await);
+    assert_eq!(started.elapsed(), Duration::from_secs(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_rates_from_a_library_caller_wait_instead_of_panicking() {
+    let limiter = Limiter::new(Limits {
+        rpm: Some(0),
+        tpm: Some(0),
+        ..Limits::default()
+    });
+    let started = Instant::now();
+    drop(limiter.acquire(u64::MAX).await);
+    drop(limiter.acquire(u64::MAX).await);
+    assert!(
+        started.elapsed() >= Duration::from_secs(60),
+        "as 1 per minute"
+    );
+}
