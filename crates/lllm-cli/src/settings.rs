@@ -366,8 +366,11 @@ fn parse_config(
     };
     file.concurrency = lllm::config::numbers::read_whole(
         map.get("concurrency"),
-        &crate::numbers::CONCURRENCY,
-        &format!("{place}: `concurrency`"),
+        &lllm::config::numbers::Range {
+            key: "concurrency",
+            ..crate::numbers::CONCURRENCY
+        },
+        place,
         &mut problems,
     )
     .map(|count| count as usize);
@@ -479,9 +482,9 @@ mod tests {
             ("- a\n", "config.yaml: not a mapping of settings"),
             (
                 "concurrency: 0\n",
-                "config.yaml: `concurrency`: must be a whole number from 1 to 100000",
+                "config.yaml: `concurrency: 0` must be a whole number from 1 to 100000",
             ),
-            ("concurrency: .inf\n", "config.yaml: `concurrency`"),
+            ("concurrency: .inf\n", "config.yaml: `concurrency: .inf`"),
             (
                 "cache: maybe\n",
                 "config.yaml: `cache` must be `true` or `false`",
@@ -496,11 +499,11 @@ mod tests {
             ),
             (
                 "providers:\n  local: {base_ur: x}\n",
-                "config.yaml: `providers.local`",
+                "config.yaml: `providers.local.base_ur`: unknown field `base_ur`, expected one of `api`, `base_url`",
             ),
             (
                 "providers:\n  local: {max_concurrency: 0}\n",
-                "config.yaml: provider `local`: `max_concurrency`",
+                "config.yaml: provider `local`: `max_concurrency: 0` must be",
             ),
             (
                 "providers: [a]\n",
