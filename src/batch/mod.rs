@@ -92,7 +92,10 @@ pub struct Options {
 /// Where a batch's tactics read environment variables: a lookup by name.
 /// Its `Debug` shows no values (they may be keys).
 #[derive(Clone)]
-pub struct Environment(pub Arc<dyn Fn(&str) -> Option<String> + Send + Sync>);
+pub struct Environment(pub Arc<Lookup>);
+
+/// A variable's value by its name.
+pub type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 
 impl Environment {
     /// The value of the variable `name`, if set.

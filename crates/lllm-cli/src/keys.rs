@@ -101,6 +101,7 @@ pub fn run(args: KeysArgs, settings: &Settings) -> Result<Outcome> {
                     Some((_, source)) => format!("{source} wins"),
                     None => "empty".to_string(),
                 };
+                let name = lllm::redact::terminal_line(name);
                 text.push_str(&format!("{name}\t{place}\n"));
             }
             lllm::output::stdout(&text)?;
@@ -208,7 +209,8 @@ fn read_document(path: &Path) -> Result<Map<String, Value>> {
     warn_if_shared(path);
     let bad = |why: &str| {
         Error::Usage(format!(
-            "keys file `{}`: {why}; hint: `lllm keys set NAME` rewrites it",
+            "keys file `{}`: {why}; hint: fix it, or delete it and store the keys again \
+             with `lllm keys set NAME`",
             path.display()
         ))
     };
