@@ -47,8 +47,9 @@ pub struct SettingsArgs {
         value_name = "FILE"
     )]
     pub env_files: Vec<PathBuf>,
-    /// Do not read `./.env`.
-    #[arg(long, global = true, conflicts_with = "env_files")]
+    /// Read no env file: neither `./.env` nor those of `--env-file` or
+    /// `LLLM_ENV_FILE`.
+    #[arg(long, global = true)]
     pub no_env_file: bool,
 }
 
@@ -119,18 +120,23 @@ impl Settings {
     pub fn load(args: &SettingsArgs) -> Result<Settings> {
         let mut environment = Environment::process();
         let mut env_files = Vec::new();
-        if !args.env_files.is_empty() {
-            for path in &args.env_files {
-                environment.add_file(path)?;
-                env_files.push(path.clone());
-            }
-        } else if !args.no_env_file {
-            // Like docker compose and promptfoo: a `.env` where one stands.
+        // Like docker compose and promptfoo: a `.env` where one stands,
+        // unless files are named (they replace it) or none is wanted.
+        let paths = if args.no_env_file {
+            Vec::new()
+        } else if !args.env_files.is_empty() {
+            args.env_files.clone()
+        } else {
             let path = PathBuf::from(".env");
             if path.is_file() {
-                environment.add_file(&path)?;
-                env_files.push(path);
+                vec![path]
+            } else {
+                Vec::new()
             }
+        };
+        for path in paths {
+            environment.add_file(&path)?;
+            env_files.push(path);
         }
         let explicit = args.config.is_some();
         let config_path = args.config.clone().or_else(|| {

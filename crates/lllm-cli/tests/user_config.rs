@@ -421,9 +421,14 @@ fn dot_env_and_env_files_give_keys_and_the_environment_wins() {
         &[("LLLM_ENV_FILE", "other.env")],
     )
     .expect_code(0);
-    // Without `.env` no key is found: the local server gets none.
-    test.run(&["run", "t.yaml", "hi", "--no-record", "--no-env-file"])
-        .expect_code(0);
+    // Without `.env` no key is found: the local server gets none. The flag
+    // wins over `LLLM_ENV_FILE`.
+    run_with(
+        &test,
+        &["run", "t.yaml", "hi", "--no-record", "--no-env-file"],
+        &[("LLLM_ENV_FILE", "other.env")],
+    )
+    .expect_code(0);
     let test = test.env("LOCAL_KEY", "sk-process");
     test.run(&["run", "t.yaml", "hi", "--no-record"])
         .expect_code(0);
@@ -672,4 +677,30 @@ fn help_shows_the_variables_of_the_flags() {
             output.stdout
         );
     }
+}
+
+#[test]
+fn replay_rerun_and_models_check_take_the_default_model() {
+    let test = Test::new()
+        .file(CONFIG, "model: mock/echo\n")
+        .file("t.yaml", NO_MODEL);
+    test.run(&["run", "t.yaml", "hello", "--record", "r.json"])
+        .expect_code(0);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .starts_with("identical: 1 model call(s) replayed"),
+        "{}",
+        output.stdout
+    );
+    let output = test.run(&["models", "--check", "t.yaml"]);
+    output.expect_code(0);
+    assert!(output.stdout.contains("mock/echo"), "{}", output.stdout);
+    // Without the default, the tactic names no model: exit 2.
+    let test = test.file("empty.yaml", "# no settings\n");
+    let output = test.run(&["run", "t.yaml", "hello", "--config", "empty.yaml"]);
+    output.expect_code(2);
+    assert!(output.stderr.contains("has no `model_name`"), "{}", output.stderr);
 }
