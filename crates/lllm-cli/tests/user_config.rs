@@ -702,5 +702,9 @@ fn replay_rerun_and_models_check_take_the_default_model() {
     let test = test.file("empty.yaml", "# no settings\n");
     let output = test.run(&["run", "t.yaml", "hello", "--config", "empty.yaml"]);
     output.expect_code(2);
-    assert!(output.stderr.contains("has no `model_name`"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("has no `model_name`"),
+        "{}",
+        output.stderr
+    );
 }
