@@ -33,8 +33,8 @@ pub struct StoreArgs {
     /// before, and keep new replies there: a hit is not sent and costs $0.
     /// Over the tactic's and providers' `cache` settings. The cache is
     /// `cache.sqlite` in the store's directory (`--no-store` does not move it).
-    /// `--cache=false` (or `LLLM_CACHE=0`) leaves it to the tactics; without
-    /// either, the config file's `cache` decides.
+    /// `--cache=false` (or `LLLM_CACHE=0`) is `--no-cache`; without either,
+    /// the config file's `cache` decides, and without that the tactics'.
     #[arg(
         long,
         env = "LLLM_CACHE",
@@ -78,7 +78,7 @@ impl StoreArgs {
         let flag = match (self.cache, self.no_cache) {
             (_, true) => Some(false),
             (Some(true), _) => Some(true),
-            (Some(false), _) => None,
+            (Some(false), _) => Some(false),
             (None, _) => settings.file.cache,
         };
         let dir = settings.store_dir(self.store.as_deref());

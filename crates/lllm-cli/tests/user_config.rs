@@ -708,3 +708,34 @@ fn replay_rerun_and_models_check_take_the_default_model() {
         output.stderr
     );
 }
+
+#[test]
+fn the_cache_setting_comes_from_the_flag_then_the_variable_then_the_file() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let test = test
+        .file(CONFIG, &config(&server, "cache: true\n"))
+        .file("t.yaml", NO_MODEL)
+        .env("LOCAL_KEY", "k");
+    let run = ["run", "t.yaml", "same question", "--no-record"];
+    // The file turns the cache on: the second run is answered from it.
+    test.run(&run).expect_code(0);
+    test.run(&run).expect_code(0);
+    assert_eq!(server.requests().len(), 1);
+    // `LLLM_CACHE=0` over the file, `--cache` over the variable.
+    run_with(&test, &run, &[("LLLM_CACHE", "0")]).expect_code(0);
+    assert_eq!(server.requests().len(), 2);
+    let mut cached = run.to_vec();
+    cached.push("--cache");
+    run_with(&test, &cached, &[("LLLM_CACHE", "0")]).expect_code(0);
+    assert_eq!(server.requests().len(), 2);
+    test.run(&[
+        "run",
+        "t.yaml",
+        "same question",
+        "--no-record",
+        "--no-cache",
+    ])
+    .expect_code(0);
+    assert_eq!(server.requests().len(), 3);
+}
