@@ -140,6 +140,7 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
         registry: &registry,
         cache: None,
         batch_api: None,
+        defaults: None,
     };
     let task = Task::new(TASK);
     let tactic = match lllm::tactic::load(tactic, &options, Some(&task)) {

@@ -530,6 +530,26 @@ pub async fn rerun(
     model: Option<&str>,
     registry: &crate::Registry,
 ) -> crate::error::Result<crate::error::Outcome> {
+    rerun_with(
+        record,
+        tactic,
+        model,
+        &crate::config::Defaults::default(),
+        registry,
+    )
+    .await
+}
+
+/// [`rerun`] with a user's `defaults` (model, providers) under the tactic,
+/// as the run had them: a tactic that names no model needs the default
+/// model the run used.
+pub async fn rerun_with(
+    record: &SessionRecord,
+    tactic: Option<&Path>,
+    model: Option<&str>,
+    defaults: &crate::config::Defaults,
+    registry: &crate::Registry,
+) -> crate::error::Result<crate::error::Outcome> {
     use crate::error::Outcome;
     use crate::provider::replay::ReplayProvider;
     use std::sync::Arc;
@@ -564,7 +584,7 @@ pub async fn rerun(
             recorded.to_path_buf()
         }
     };
-    let mut config = crate::config::load(&path)?;
+    let mut config = crate::config::load_with(&path, defaults)?;
     // `--model`, else the run's: its `--model`, else the task's own.
     if let Some(model) = model
         .or(record.tactic.model.as_deref())

@@ -204,7 +204,7 @@ pub struct AgentSpec {
 /// # let registry = Registry::new().flow(Echo);
 /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
 /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-/// #     batch_api: None };
+/// #     batch_api: None, defaults: None };
 /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hello".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("hello / once more"), "{:?}", record.error);
@@ -495,7 +495,7 @@ impl Agent {
     /// # let registry = lllm::Registry::new().flow(Panel);
     /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
     /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-    /// #     batch_api: None };
+    /// #     batch_api: None, defaults: None };
     /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
     /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("".into()));
     /// # assert_eq!(record.delivery.as_deref(), Some("Owls hunt at night."), "{:?}", record.error);

@@ -81,6 +81,33 @@ pub struct Options {
     /// How model calls are sent: one by one (the default), or through the
     /// providers' Batch APIs (`--via batch-api`).
     pub via: Via,
+    /// Reads environment variables (keys, base URLs) for every tactic
+    /// (`None`: the process environment). The `lllm` binary passes its
+    /// environment over its env files and keys file.
+    pub env: Option<Environment>,
+    /// A user's defaults (model, providers) under every tactic (`None`: none).
+    pub defaults: Option<Arc<crate::config::Defaults>>,
+}
+
+/// Where a batch's tactics read environment variables: a lookup by name.
+/// Its `Debug` shows no values (they may be keys).
+#[derive(Clone)]
+pub struct Environment(pub Arc<Lookup>);
+
+/// A variable's value by its name.
+pub type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+impl Environment {
+    /// The value of the variable `name`, if set.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name)
+    }
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Environment(..)")
+    }
 }
 
 /// How a batch's model calls reach the providers (`--via`).
@@ -184,6 +211,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         options.cache.clone(),
         batch_api.clone(),
     )?;
+    tactics.set_sources(options.env.clone(), options.defaults.clone());
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }

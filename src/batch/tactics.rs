@@ -29,6 +29,10 @@ pub struct Tactics {
     cache: Option<Arc<crate::provider::cache::CacheSource>>,
     /// `--via batch-api`: the collector every tactic's calls go through.
     batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
+    /// Where keys and base URLs are read (`None`: the process environment).
+    env: Option<super::Environment>,
+    /// A user's defaults under every tactic.
+    defaults: Option<Arc<crate::config::Defaults>>,
     built: HashMap<Key, Arc<Tactic>>,
     /// Tactics that failed to build, with their error (reported once).
     failed: HashMap<Key, String>,
@@ -59,10 +63,23 @@ impl Tactics {
             registry,
             cache,
             batch_api,
+            env: None,
+            defaults: None,
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
         })
+    }
+
+    /// Where every tactic reads environment variables, and the user's
+    /// defaults laid under each (both `None` by default).
+    pub fn set_sources(
+        &mut self,
+        env: Option<super::Environment>,
+        defaults: Option<Arc<crate::config::Defaults>>,
+    ) {
+        self.env = env;
+        self.defaults = defaults;
     }
 
     /// The tactic at `path` for a task naming `model` (or none), built on
@@ -120,13 +137,17 @@ impl Tactics {
         let options = crate::tactic::LoadOptions {
             model,
             prices: self.prices.as_ref(),
-            env: &|name| std::env::var(name).ok(),
+            env: &|name| match &self.env {
+                Some(env) => env.get(name),
+                None => std::env::var(name).ok(),
+            },
             dry_run: None,
             warn: &|warning| crate::report::warn(&format!("{}: {warning}", path.display())),
             budget: self.budget.clone(),
             registry: &self.registry,
             cache: self.cache.clone(),
             batch_api: self.batch_api.clone(),
+            defaults: self.defaults.as_deref(),
         };
         Ok(crate::tactic::load(path, &options, None)?)
     }

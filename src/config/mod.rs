@@ -6,6 +6,7 @@
 //! so they keep pointing where their author meant.
 
 mod builder;
+mod defaults;
 mod flow;
 mod merge;
 #[doc(hidden)]
@@ -20,13 +21,14 @@ use serde_json::{Map, Value};
 use crate::suggest::printable;
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
+pub use defaults::Defaults;
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
 };
 pub use merge::merge;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
-    ProviderConfig, SystemPrompt, TacticConfig, ToolConfig,
+    ProviderConfig, SystemPrompt, TacticConfig, ToolConfig, check_providers,
 };
 
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.
@@ -93,8 +95,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Reads, merges and resolves the tactic at `path`.
 pub fn load(path: &Path) -> Result<TacticConfig> {
+    load_with(path, &Defaults::default())
+}
+
+/// [`load`] with a user's `defaults` laid under the tactic's own settings.
+pub fn load_with(path: &Path, defaults: &Defaults) -> Result<TacticConfig> {
     let mut chain = Vec::new();
     let mut document = load_document(path, &mut chain)?;
+    defaults.apply(&mut document);
     let directory = parent_dir(path);
     if let Value::Object(map) = &mut document {
         map.entry("prompts")

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::flow::{FlowItem, FlowParser};
 use super::merge::merge;
 use super::numbers::{self, read, read_whole};
-use super::raw::{AGENT_KEYS, RawAgent, RawTactic};
+use super::raw::{AGENT_KEYS, RawAgent, RawProvider, RawTactic};
 use crate::dialog::ApiType;
 use crate::suggest;
 
@@ -344,98 +344,7 @@ pub(super) fn resolve(
         }
     }
 
-    let mut providers = BTreeMap::new();
-    for (name, provider) in raw.providers.clone().unwrap_or_default() {
-        let api = match provider.api.as_deref() {
-            None if name == "anthropic" => ProviderApi::Anthropic,
-            None if name == "mock" => ProviderApi::Mock,
-            None | Some("openai") => ProviderApi::OpenAi,
-            Some("anthropic") => ProviderApi::Anthropic,
-            Some("mock") => ProviderApi::Mock,
-            Some(other) => {
-                problems.push(format!(
-                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
-                    suggest::hint(other, ["openai", "anthropic", "mock"])
-                ));
-                continue;
-            }
-        };
-        let place = format!("provider `{name}`");
-        let number = |value: &Option<Value>, range, problems: &mut Vec<String>| {
-            read_whole(value.as_ref(), range, &place, problems)
-        };
-        let seconds = |value: &Option<Value>, range, problems: &mut Vec<String>| {
-            read(value.as_ref(), range, &place, problems)
-        };
-        let max_concurrency = number(
-            &provider.max_concurrency,
-            &numbers::MAX_CONCURRENCY,
-            &mut problems,
-        );
-        let rpm = number(&provider.rpm, &numbers::RPM, &mut problems);
-        let tpm = number(&provider.tpm, &numbers::TPM, &mut problems);
-        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S, &mut problems);
-        let connect_timeout_s = seconds(
-            &provider.connect_timeout_s,
-            &numbers::CONNECT_TIMEOUT_S,
-            &mut problems,
-        );
-        let retry_base_ms = number(
-            &provider.retry_base_ms,
-            &numbers::RETRY_BASE_MS,
-            &mut problems,
-        );
-        let retry_cap_ms = number(
-            &provider.retry_cap_ms,
-            &numbers::RETRY_CAP_MS,
-            &mut problems,
-        );
-        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S, &mut problems);
-        if let Some(base) = retry_base_ms {
-            let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
-            if base > cap {
-                let default = if retry_cap_ms.is_none() {
-                    ", the default"
-                } else {
-                    ""
-                };
-                problems.push(format!(
-                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
-                ));
-            }
-        }
-        if let Some(role) = provider
-            .system_role
-            .as_deref()
-            .filter(|role| !matches!(*role, "system" | "developer"))
-        {
-            problems.push(format!(
-                "provider `{name}`: `system_role: {role}` must be `system` or `developer`"
-            ));
-        }
-        providers.insert(
-            name,
-            ProviderConfig {
-                api,
-                base_url: provider.base_url,
-                api_key_env: provider.api_key_env,
-                // In range, so the casts are exact.
-                max_concurrency: max_concurrency.map(|value| value as usize),
-                rpm: rpm.map(|value| value as u32),
-                tpm,
-                timeout_s,
-                connect_timeout_s,
-                system_role: provider.system_role,
-                send_name: provider.send_name,
-                retry_base_ms,
-                retry_cap_ms,
-                script: provider.script.map(PathBuf::from),
-                headers: provider.headers.unwrap_or_default(),
-                cache: provider.cache,
-                cache_ttl_s,
-            },
-        );
-    }
+    let providers = resolve_providers(raw.providers.clone().unwrap_or_default(), &mut problems);
 
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut tools = Vec::new();
@@ -791,4 +700,113 @@ fn agent_config(
         api_type,
         name,
     })
+}
+
+/// The `providers:` entries, checked; each problem goes to `problems` and
+/// its entry is left out.
+fn resolve_providers(
+    raw: BTreeMap<String, RawProvider>,
+    problems: &mut Vec<String>,
+) -> BTreeMap<String, ProviderConfig> {
+    let mut providers = BTreeMap::new();
+    for (name, provider) in raw {
+        let api = match provider.api.as_deref() {
+            None if name == "anthropic" => ProviderApi::Anthropic,
+            None if name == "mock" => ProviderApi::Mock,
+            None | Some("openai") => ProviderApi::OpenAi,
+            Some("anthropic") => ProviderApi::Anthropic,
+            Some("mock") => ProviderApi::Mock,
+            Some(other) => {
+                problems.push(format!(
+                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
+                    suggest::hint(other, ["openai", "anthropic", "mock"])
+                ));
+                continue;
+            }
+        };
+        let place = format!("provider `{name}`");
+        let number = |value: &Option<Value>, range, problems: &mut Vec<String>| {
+            read_whole(value.as_ref(), range, &place, problems)
+        };
+        let seconds = |value: &Option<Value>, range, problems: &mut Vec<String>| {
+            read(value.as_ref(), range, &place, problems)
+        };
+        let max_concurrency = number(
+            &provider.max_concurrency,
+            &numbers::MAX_CONCURRENCY,
+            problems,
+        );
+        let rpm = number(&provider.rpm, &numbers::RPM, problems);
+        let tpm = number(&provider.tpm, &numbers::TPM, problems);
+        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S, problems);
+        let connect_timeout_s = seconds(
+            &provider.connect_timeout_s,
+            &numbers::CONNECT_TIMEOUT_S,
+            problems,
+        );
+        let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS, problems);
+        let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS, problems);
+        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S, problems);
+        if let Some(base) = retry_base_ms {
+            let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
+            if base > cap {
+                let default = if retry_cap_ms.is_none() {
+                    ", the default"
+                } else {
+                    ""
+                };
+                problems.push(format!(
+                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
+                ));
+            }
+        }
+        if let Some(role) = provider
+            .system_role
+            .as_deref()
+            .filter(|role| !matches!(*role, "system" | "developer"))
+        {
+            problems.push(format!(
+                "provider `{name}`: `system_role: {role}` must be `system` or `developer`"
+            ));
+        }
+        providers.insert(
+            name,
+            ProviderConfig {
+                api,
+                base_url: provider.base_url,
+                api_key_env: provider.api_key_env,
+                // In range, so the casts are exact.
+                max_concurrency: max_concurrency.map(|value| value as usize),
+                rpm: rpm.map(|value| value as u32),
+                tpm,
+                timeout_s,
+                connect_timeout_s,
+                system_role: provider.system_role,
+                send_name: provider.send_name,
+                retry_base_ms,
+                retry_cap_ms,
+                script: provider.script.map(PathBuf::from),
+                headers: provider.headers.unwrap_or_default(),
+                cache: provider.cache,
+                cache_ttl_s,
+            },
+        );
+    }
+    providers
+}
+
+/// The problems of `providers:` entries given outside a tactic (a user's
+/// config file), as a tactic's would have them, one line each: unknown keys
+/// (with a "did you mean"), numbers out of range, unknown `api`s.
+pub fn check_providers(providers: &Map<String, Value>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, entry) in providers {
+        match typed::<RawProvider>(entry.clone(), &format!("providers.{name}")) {
+            Ok(raw) => {
+                resolve_providers(BTreeMap::from([(name.clone(), raw)]), &mut problems);
+            }
+            Err(problem) => problems.push(problem),
+        }
+    }
+    problems
 }

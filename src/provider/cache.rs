@@ -119,6 +119,7 @@ impl CacheSource {
     ///     budget: None, registry: &registry,
     ///     cache: Some(Arc::new(CacheSource::with(None, cache))),
     ///     batch_api: None,
+    ///     defaults: None,
     /// };
     /// let tactic = lllm::tactic::load(&tactic, &options, None)?;
     /// // Every call of `tactic` now answers from the cache what it answered before.

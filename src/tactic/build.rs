@@ -106,6 +106,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                defaults: None,
             },
         )
     }
@@ -128,6 +129,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                defaults: None,
             },
         )
     }
@@ -151,6 +153,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                defaults: None,
             },
         )
     }
@@ -175,6 +178,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                defaults: None,
             },
         )
     }
@@ -640,4 +644,6 @@ pub(super) struct Builder<'a> {
     pub(super) stack: Vec<PathBuf>,
     /// The `api_key_env` names of those tactics: no tool inherits them.
     pub(super) hidden_variables: Vec<String>,
+    /// A user's defaults under every tactic of the run.
+    pub(super) defaults: Option<&'a crate::config::Defaults>,
 }

@@ -49,6 +49,7 @@ impl Tactic {
             registry,
             cache: None,
             batch_api: None,
+            defaults: None,
         };
         super::load(path.as_ref(), &options, None)
     }

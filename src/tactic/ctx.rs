@@ -66,7 +66,7 @@ pub enum CtxError {
 /// # let registry = lllm::Registry::new().flow(Both);
 /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
 /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-/// #     batch_api: None };
+/// #     batch_api: None, defaults: None };
 /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hi".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("from a from b"), "{:?}", record.error);

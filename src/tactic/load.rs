@@ -44,6 +44,9 @@ pub struct LoadOptions<'a> {
     /// `lllm batch --via batch-api`: every OpenAI and Anthropic call goes
     /// through the provider's Batch API, collected here (`None`: sent as usual).
     pub batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
+    /// A user's defaults (model, providers) under this tactic and its
+    /// sub-tactics (`None`: none).
+    pub defaults: Option<&'a crate::config::Defaults>,
 }
 
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
@@ -97,6 +100,7 @@ fn load_serving(
         batch_api: options.batch_api.clone(),
         stack: Vec::new(),
         hidden_variables: Vec::new(),
+        defaults: options.defaults,
     };
     let adjust = |config: &mut TacticConfig| {
         for warning in &config.warnings {
@@ -133,7 +137,9 @@ pub(super) fn load_config(
     builder: &Builder<'_>,
     task: Option<&Task>,
 ) -> Result<Tactic> {
-    let (mut config, config_problems) = match crate::config::load(path) {
+    let no_defaults = crate::config::Defaults::default();
+    let defaults = builder.defaults.unwrap_or(&no_defaults);
+    let (mut config, config_problems) = match crate::config::load_with(path, defaults) {
         Ok(config) => (config, Vec::new()),
         Err(crate::config::Error::Incomplete {
             path,

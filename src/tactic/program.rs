@@ -63,7 +63,7 @@ pub type FlowResult = Result<String, crate::BoxError>;
 /// let registry = Registry::new().flow(DraftReview);
 /// let options = lllm::tactic::LoadOptions {
 ///     model: None, prices: None, env: &|_| None, dry_run: None,
-///     warn: &|_| {}, budget: None, registry: &registry, cache: None, batch_api: None,
+///     warn: &|_| {}, budget: None, registry: &registry, cache: None, batch_api: None, defaults: None,
 /// };
 /// let tactic = lllm::tactic::load(&path, &options, None)?;
 /// let record = tokio::runtime::Runtime::new()?.block_on(tactic.run("Owls.".into()));

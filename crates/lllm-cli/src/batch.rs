@@ -39,9 +39,10 @@ pub struct BatchArgs {
     /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
-    /// Tasks running at once [default: 16; with `--via batch-api`: 10000, so
-    /// that a provider batch holds a call of every task].
-    #[arg(long, short = 'j', value_parser = numbers::concurrency, allow_negative_numbers = true)]
+    /// Tasks running at once [default: the config file's `concurrency`, else
+    /// 16; with `--via batch-api`: 10000, so that a provider batch holds a
+    /// call of every task].
+    #[arg(long, short = 'j', env = "LLLM_CONCURRENCY", value_parser = numbers::concurrency, allow_negative_numbers = true)]
     pub concurrency: Option<usize>,
     /// How model calls are sent: `direct` (each call its own request) or
     /// `batch-api` (collected into the providers' Batch APIs, OpenAI's and
@@ -98,10 +99,13 @@ pub struct BatchArgs {
     #[arg(long)]
     pub skip_invalid: bool,
     /// Use this model (`provider/model`) for every agent of every tactic.
+    /// Without it, an agent whose tactic names no model uses `LLLM_MODEL`,
+    /// else the config file's `model`.
     #[arg(long, short)]
     pub model: Option<String>,
-    /// Prices over the bundled table (our format or LiteLLM's JSON).
-    #[arg(long, value_name = "FILE")]
+    /// Prices over the bundled table (our format or LiteLLM's JSON)
+    /// [default: the config file's `prices`].
+    #[arg(long, value_name = "FILE", env = "LLLM_PRICES")]
     pub prices: Option<PathBuf>,
     /// Seconds between progress lines when stderr is not a terminal.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::progress_interval, allow_negative_numbers = true)]
@@ -153,14 +157,15 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             cancel_on_interrupt: args.cancel_on_interrupt,
         }),
     };
+    let settings = crate::settings::current();
     let concurrency = args.concurrency.unwrap_or(match args.via {
-        ViaArg::Direct => DEFAULT_CONCURRENCY,
+        ViaArg::Direct => settings.file.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         ViaArg::BatchApi => BATCH_API_CONCURRENCY,
     });
     let shard = match (&args.shard, args.shards) {
         (Some(text), _) => Requested::Given(Shard::parse(text).map_err(Error::Usage)?),
         (None, Some(count)) => {
-            Shard::from_env(count, &|name| std::env::var(name).ok()).map_err(Error::Usage)?
+            Shard::from_env(count, &crate::settings::var).map_err(Error::Usage)?
         }
         (None, None) => Requested::Whole,
     };
@@ -180,7 +185,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         shard,
         skip_invalid: args.skip_invalid,
         model: args.model,
-        prices: args.prices,
+        prices: settings.prices(args.prices.as_deref()),
         quiet: args.quiet,
         // Both checked against their ranges (`numbers`) when parsed.
         progress_interval: Duration::from_secs_f64(args.progress_interval),
@@ -195,6 +200,8 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         store: args.store.dir(),
         cache: Some(cache.clone()),
         via,
+        env: Some(crate::settings::batch_environment()),
+        defaults: Some(Arc::new(settings.defaults())),
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

@@ -25,6 +25,8 @@ macro_rules! docs {
         "Docs: `lllm man` (or `lllm man --out DIR`: one page per command), `lllm <COMMAND> --help`;
 in the source repository README.md (every command) and docs/formats.md (tactic YAML,
 prompt files, task and result lines, the session record, exit codes)
+Settings: flag > LLLM_* variable > ~/.config/lllm/config.yaml (`lllm config path`) > default;
+keys from the environment, then ./.env (or --env-file), then `lllm keys`
 "
     };
 }
@@ -37,7 +39,9 @@ pub const TOP_LONG: &str = concat!(
   lllm run t.yaml \"What is 2 + 2?\" -m openai/gpt-4o-mini
   echo \"What is 2 + 2?\" | lllm run t.yaml --json
   lllm batch tasks.jsonl --tactic t.yaml -o out -j 32 --resume
-  lllm replay sessions/<session id>.json --rerun
+  lllm replay ~/.local/share/lllm/sessions/<session id>.json --rerun
+  lllm keys set openai                 keys in a 0600 file; the environment and ./.env win
+  lllm config show                     the config file's settings and where each comes from
   lllm completions bash > ~/.local/share/bash-completion/completions/lllm
   lllm man --out ~/.local/share/man/man1
 

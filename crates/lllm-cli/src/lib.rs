@@ -7,8 +7,11 @@
 mod batch;
 mod cache;
 mod compare;
+mod config_command;
+mod envfile;
 mod generate;
 mod help;
+mod keys;
 mod logs;
 mod merge;
 mod models;
@@ -16,6 +19,7 @@ mod numbers;
 mod progress;
 mod report;
 mod run;
+mod settings;
 mod store;
 
 use std::path::PathBuf;
@@ -39,6 +43,8 @@ use lllm::error::{Outcome, Result};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub settings: settings::SettingsArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +71,17 @@ pub enum Command {
     /// Known models with their prices, context windows and tokenizers; or
     /// (`--check TACTIC`) the models a tactic uses that have no price.
     Models(models::ModelsArgs),
+    /// API keys in a private file (`keys.json` beside the config file, mode
+    /// 0600); a variable in the environment or an env file wins over it.
+    #[command(after_long_help = "Examples:
+  lllm keys set openai                 (asks for the key; or pipe it: printf %s \"$KEY\" | lllm keys set openai)
+  lllm keys list                       (names and where each is read from; never values)
+  lllm keys remove OPENAI_API_KEY
+")]
+    Keys(keys::KeysArgs),
+    /// The user config file: where it is, and the settings in effect with
+    /// where each comes from.
+    Config(config_command::ConfigArgs),
     /// Print a shell's completion script for lllm (bash, zsh, fish, elvish, powershell).
     #[command(after_long_help = "Examples:
   lllm completions bash > ~/.local/share/bash-completion/completions/lllm
@@ -127,14 +144,18 @@ pub struct RunArgs {
     /// an `http(s)` URL or a base64 `data:` URL is taken too.
     #[arg(long = "attach", value_name = "FILE")]
     pub attach: Vec<String>,
-    /// Use this model (`provider/model`) for every agent.
+    /// Use this model (`provider/model`) for every agent, over the tactic's.
+    /// Without it, an agent whose tactic names no model uses `LLLM_MODEL`,
+    /// else the config file's `model`.
     #[arg(long, short)]
     pub model: Option<String>,
     /// Prices to use over the bundled table: our format or LiteLLM's
-    /// `model_prices_and_context_window.json`.
-    #[arg(long, value_name = "FILE")]
+    /// `model_prices_and_context_window.json` [default: the config file's `prices`].
+    #[arg(long, value_name = "FILE", env = "LLLM_PRICES")]
     pub prices: Option<PathBuf>,
-    /// Where to write the session record (default: `sessions/<session id>.json`).
+    /// Where to write the session record (default: `<session id>.json` in the
+    /// config file's `records` directory, else in `sessions/` of the session
+    /// store, where `lllm logs` finds it from any directory).
     #[arg(long)]
     pub record: Option<PathBuf>,
     /// Do not write a session record.
@@ -174,6 +195,10 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Man(args) => return generate::man(args),
         _ => {}
     }
+    // The user's settings (env files, keys file, config file), read before
+    // anything runs: a bad file is exit 2 with nothing done.
+    let settings = settings::Settings::load(&cli.settings)?;
+    settings::install(settings);
     // A batch is driven by one thread unless asked otherwise: its tasks spend
     // their time waiting on the network, and one thread doing all their work
     // in turn costs a third less CPU per call than several threads handing
@@ -227,6 +252,8 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         }
         Command::Completions(args) => generate::completions(args),
         Command::Man(args) => generate::man(args),
+        Command::Keys(args) => keys::run(args, &settings::current()),
+        Command::Config(args) => config_command::run(args, &settings::current()),
     }
 }
 
@@ -241,10 +268,11 @@ fn replay(
     }
     let record = loaded.record;
     if args.rerun {
-        return runtime.block_on(lllm::replay::rerun(
+        return runtime.block_on(lllm::replay::rerun_with(
             &record,
             args.tactic.as_deref(),
             args.model.as_deref(),
+            &settings::current().defaults(),
             registry,
         ));
     }

@@ -37,8 +37,9 @@ pub struct ModelsArgs {
     #[arg(long)]
     pub json: bool,
     /// Prices over the bundled table, as `lllm run --prices` takes them: our
-    /// format or LiteLLM's `model_prices_and_context_window.json`.
-    #[arg(long, value_name = "FILE")]
+    /// format or LiteLLM's `model_prices_and_context_window.json` [default:
+    /// the config file's `prices`].
+    #[arg(long, value_name = "FILE", env = "LLLM_PRICES")]
     pub prices: Option<PathBuf>,
     /// List the models this tactic's agents use (sub-tactics' too) with
     /// their prices, and name each one without a price.
@@ -58,7 +59,7 @@ struct Row {
 }
 
 pub fn run(args: ModelsArgs, registry: &lllm::Registry) -> Result<Outcome> {
-    let prices = match &args.prices {
+    let prices = match &crate::settings::current().prices(args.prices.as_deref()) {
         Some(path) => Some(read_price_file(path).map_err(Error::Usage)?),
         None => None,
     };
@@ -115,7 +116,9 @@ fn check(
     prices: Option<&Value>,
     registry: &lllm::Registry,
 ) -> Result<Outcome> {
-    let env = |name: &str| std::env::var(name).ok();
+    let settings = crate::settings::current();
+    let defaults = settings.defaults();
+    let env = |name: &str| settings.environment.var(name);
     let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         prices,
@@ -126,6 +129,7 @@ fn check(
         registry,
         cache: None,
         batch_api: None,
+        defaults: Some(&defaults),
     };
     let tactic = lllm::tactic::load_unsent(path, &options)?;
     // One row per model, however many agents use it.

@@ -6,7 +6,7 @@
 //! a terminal, since a pipe or a file gets the delivery byte for byte.
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -29,12 +29,14 @@ fn read_attachments(specs: &[String]) -> Result<Vec<lllm::dialog::ContentPart>> 
 }
 
 pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
-    let prices = match &args.prices {
+    let settings = crate::settings::current();
+    let defaults = settings.defaults();
+    let prices = match &settings.prices(args.prices.as_deref()) {
         Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
         None => None,
     };
     if args.show_config {
-        let mut config = lllm::config::load(&args.tactic)?;
+        let mut config = lllm::config::load_with(&args.tactic, &defaults)?;
         if let Some(model) = &args.model {
             config.override_model(model);
         }
@@ -56,7 +58,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         attachments: read_attachments(&args.attach)?,
         ..Task::default()
     };
-    let env = |name: &str| std::env::var(name).ok();
+    let env = |name: &str| settings.environment.var(name);
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
     // Config, build and this task's check in one pre-flight: every problem
     // of every phase at once, and nothing sent unless there is none.
@@ -71,6 +73,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         registry,
         cache: Some(cache.clone()),
         batch_api: None,
+        defaults: Some(&defaults),
     };
     let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
     if let Some(log) = dry_run {
@@ -118,7 +121,9 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         (None, None)
     } else {
         let path = args.record.clone().unwrap_or_else(|| {
-            PathBuf::from("sessions").join(format!("{}.json", record.session_id))
+            settings
+                .records_dir(args.store.store.as_deref())
+                .join(format!("{}.json", record.session_id))
         });
         match record.write(&path) {
             Ok(()) => (Some(path), None),

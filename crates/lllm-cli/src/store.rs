@@ -21,7 +21,8 @@ pub struct StoreArgs {
     #[arg(long = "meta", value_name = "KEY=VALUE")]
     pub metadata: Vec<String>,
     /// The session store to register the session(s) in (default: `$LLLM_HOME`,
-    /// else `$XDG_DATA_HOME/lllm`, else `~/.local/share/lllm`).
+    /// else the config file's `store`, else `$XDG_DATA_HOME/lllm`, else
+    /// `~/.local/share/lllm`).
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// Do not register the session(s) in the session store.
@@ -32,8 +33,19 @@ pub struct StoreArgs {
     /// before, and keep new replies there: a hit is not sent and costs $0.
     /// Over the tactic's and providers' `cache` settings. The cache is
     /// `cache.sqlite` in the store's directory (`--no-store` does not move it).
-    #[arg(long, overrides_with = "no_cache")]
-    pub cache: bool,
+    /// `--cache=false` (or `LLLM_CACHE=0`) is `--no-cache`; without either,
+    /// the config file's `cache` decides, and without that the tactics'.
+    #[arg(
+        long,
+        env = "LLLM_CACHE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        overrides_with = "no_cache"
+    )]
+    pub cache: Option<bool>,
     /// Send every call, whatever the tactic's and providers' `cache` say.
     #[arg(long, overrides_with = "cache")]
     pub no_cache: bool,
@@ -46,7 +58,7 @@ impl StoreArgs {
         if self.no_store {
             return None;
         }
-        let dir = self.store.clone().or_else(default_dir);
+        let dir = crate::settings::current().store_dir(self.store.as_deref());
         if dir.is_none() {
             lllm::report::warn(
                 "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
@@ -61,12 +73,15 @@ impl StoreArgs {
     /// `--cache` / `--no-cache` and the store's response cache, opened when a
     /// tactic's settings first turn it on.
     pub fn cache_source(&self) -> std::sync::Arc<lllm::provider::cache::CacheSource> {
+        let settings = crate::settings::current();
+        // `--no-cache`, then `--cache` (or `LLLM_CACHE`), then the config file.
         let flag = match (self.cache, self.no_cache) {
-            (true, _) => Some(true),
             (_, true) => Some(false),
-            _ => None,
+            (Some(true), _) => Some(true),
+            (Some(false), _) => Some(false),
+            (None, _) => settings.file.cache,
         };
-        let dir = self.store.clone().or_else(default_dir);
+        let dir = settings.store_dir(self.store.as_deref());
         std::sync::Arc::new(lllm::provider::cache::CacheSource::new(flag, move || {
             let Some(dir) = &dir else {
                 return Err(
@@ -85,9 +100,10 @@ impl StoreArgs {
     }
 }
 
-/// The default store directory of this process's environment.
+/// The default store directory: `LLLM_HOME`, the config file's `store`,
+/// the XDG data directory (`settings`).
 pub fn default_dir() -> Option<PathBuf> {
-    lllm::store::Store::default_dir(&|name| std::env::var(name).ok())
+    crate::settings::current().store_dir(None)
 }
 
 /// `key=value` flags (`flag` names them in errors) into a map of strings.

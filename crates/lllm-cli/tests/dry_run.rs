@@ -81,10 +81,9 @@ flow:
         assert!(!text.contains("sk-dry-secret-42"));
     }
     assert!(server.requests().is_empty(), "nothing reaches the server");
-    assert!(
-        !test.path("sessions").exists(),
-        "a dry run writes no record"
-    );
+    for records in ["sessions", ".local/share/lllm/sessions"] {
+        assert!(!test.path(records).exists(), "a dry run writes no record");
+    }
 }
 
 #[test]

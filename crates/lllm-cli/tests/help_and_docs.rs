@@ -7,7 +7,7 @@ mod common;
 use common::Test;
 
 /// The commands a user types; completions and man pages must name each.
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 13] = [
     "run",
     "batch",
     "replay",
@@ -17,6 +17,8 @@ const COMMANDS: [&str; 11] = [
     "logs",
     "cache",
     "models",
+    "keys",
+    "config",
     "completions",
     "man",
 ];
@@ -99,7 +101,7 @@ fn bash_completions_name_every_command() {
         .lines()
         .find(|line| {
             line.trim_start()
-                .starts_with("opts=\"-h -V --help --version")
+                .starts_with("opts=\"-h -V --config --env-file --no-env-file --help --version")
         })
         .unwrap_or_else(|| panic!("no top-level words in:\n{}", output.stdout));
     for command in COMMANDS {

@@ -296,9 +296,15 @@ fn reindex_after_the_index_is_deleted_lists_the_same() {
     );
     let after = test.run(&["logs", "--json"]);
     assert_eq!(before.stdout, after.stdout);
-    // Records the store never saw, found under `--from`.
-    std::fs::remove_dir_all(test.path("home")).unwrap();
-    let output = test.run(&["logs", "reindex", "--from", "out", "sessions"]);
+    // Records the store never saw, found under `--from` (the runs' records
+    // are in the store's `sessions/` by default: all but those go).
+    for entry in std::fs::read_dir(test.path("home")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.ends_with("sessions") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let output = test.run(&["logs", "reindex", "--from", "out", "home/sessions"]);
     output.expect_code(0);
     assert!(
         output.stderr.contains("5 session(s) indexed"),
@@ -381,7 +387,15 @@ fn a_batch_and_a_run_at_once_are_both_registered() {
 fn a_broken_store_warns_and_the_run_succeeds() {
     // The store's directory is a file: it cannot be created.
     let test = test().file("home", "not a directory");
-    let output = test.run(&["run", "t.yaml", "--task", "hello"]);
+    // Records go to the store's `sessions/` by default: here beside it.
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "hello",
+        "--record",
+        "r/record.json",
+    ]);
     output.expect_code(0);
     assert_eq!(output.stdout, "hello\n");
     assert!(
@@ -391,7 +405,7 @@ fn a_broken_store_warns_and_the_run_succeeds() {
         "{}",
         output.stderr
     );
-    let sessions: Vec<_> = std::fs::read_dir(test.path("sessions")).unwrap().collect();
+    let sessions: Vec<_> = std::fs::read_dir(test.path("r")).unwrap().collect();
     assert_eq!(sessions.len(), 1);
     std::fs::write(test.path("tasks.jsonl"), "\"one\"\n\"two\"\n").unwrap();
     let output = test.run(&[
@@ -431,11 +445,18 @@ fn a_broken_store_warns_and_the_run_succeeds() {
     listed.expect_code(2);
     assert_eq!(listed.stderr.lines().count(), 1, "{}", listed.stderr);
 
-    // `--no-store`: nothing registered, no store made.
+    // `--no-store`: nothing registered, no store made (the record is
+    // written in its `sessions/` all the same).
     let test = self::test();
     test.run(&["run", "t.yaml", "--task", "hello", "--no-store", "-q"])
         .expect_code(0);
-    assert!(!test.path("home").exists());
+    assert!(!test.path("home/index.sqlite").exists());
+    assert_eq!(
+        std::fs::read_dir(test.path("home/sessions"))
+            .unwrap()
+            .count(),
+        1
+    );
     let empty = test.run(&["logs"]);
     empty.expect_code(2);
     assert!(
@@ -485,8 +506,27 @@ fn no_secret_reaches_the_store() {
     assert_eq!(logs(&test, &[]).len(), 2);
     // The requests were really sent (with the key).
     assert_eq!(server.requests().len(), 2);
+    // The index, the cache and the run's record under `sessions/`.
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
     for entry in std::fs::read_dir(test.path("home")).unwrap() {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .unwrap()
+                    .map(|entry| entry.unwrap().path()),
+            );
+        } else {
+            files.push(path);
+        }
+    }
+    assert!(files.iter().any(|path| {
+        path.ends_with("sessions")
+            || path
+                .extension()
+                .is_some_and(|extension| extension == "json")
+    }));
+    for path in files {
         let bytes = std::fs::read(&path).unwrap();
         let text = String::from_utf8_lossy(&bytes);
         assert!(!text.contains(key), "the key is in {}", path.display());

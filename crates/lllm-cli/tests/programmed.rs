@@ -232,6 +232,7 @@ fn lllm_run_runs_a_registered_flow_and_load_problems_exit_2() {
         registry: &registry(),
         cache: None,
         batch_api: None,
+        defaults: None,
     };
     let problems = lllm::tactic::load(Path::new(&broken), &options, None)
         .err()

@@ -347,19 +347,20 @@ fn runs_offline_on_the_mock_provider() {
     let output = test.run(&["run", "t.yaml", "--task", "hello there", "--no-record"]);
     output.expect_code(0);
     assert_eq!(output.stdout, "hello there\n");
-    assert!(
-        !test.path("sessions").exists(),
-        "--no-record writes nothing"
-    );
+    // The records' default place: `sessions/` in the session store's
+    // directory (`$HOME/.local/share/lllm` here), not the working directory.
+    let records = test.path(".local/share/lllm/sessions");
+    assert!(!records.exists(), "--no-record writes nothing");
 
     let output = test.run(&["run", "t.yaml", "--task", "again"]);
     output.expect_code(0);
-    let records: Vec<_> = std::fs::read_dir(test.path("sessions")).unwrap().collect();
+    let written: Vec<_> = std::fs::read_dir(&records).unwrap().collect();
     assert_eq!(
-        records.len(),
+        written.len(),
         1,
-        "a record is written under sessions/ by default"
+        "a record is written under the store's sessions/ by default"
     );
+    assert!(!test.path("sessions").exists());
 }
 
 #[test]

@@ -30,6 +30,7 @@ fn load(
         registry,
         cache: None,
         batch_api: None,
+        defaults: None,
     };
     crate::tactic::load(&path, &options, None).map_err(|error| error.to_string())
 }
