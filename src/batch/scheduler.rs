@@ -476,17 +476,24 @@ pub async fn watch_signals(shared: Arc<Shared>, grace: Duration, reporter: Arc<d
 
 /// Completes at Ctrl-C or SIGTERM (what `kill`, Slurm at its time limit,
 /// Kubernetes and `docker stop` send): both stop a run the same way.
-/// SIGTERM's handler is installed when this is called, Ctrl-C's when the
-/// future is first polled.
+/// Both handlers are installed when this is called, not when the future is
+/// first polled: a signal in between (a tool already started, the future not
+/// yet awaited) would otherwise kill the process instead of stopping the run.
 pub fn stop_signal() -> impl std::future::Future<Output = std::io::Result<()>> {
     #[cfg(unix)]
-    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    let (interrupt, terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
     async move {
         #[cfg(unix)]
         {
-            let mut terminate = terminate?;
+            let (mut interrupt, mut terminate) = (interrupt?, terminate?);
             tokio::select! {
-                result = tokio::signal::ctrl_c() => result,
+                _ = interrupt.recv() => Ok(()),
                 _ = terminate.recv() => Ok(()),
             }
         }
