@@ -345,14 +345,20 @@ impl Call<'_> {
                     })
                 }
                 None => {
-                    retry::invoke_with_retry(
+                    // Every event of these calls names the provider and model.
+                    let span = tracing::info_span!(
+                        "call",
+                        provider = %model.provider_name,
+                        model = %model.model
+                    );
+                    let attempts = retry::invoke_with_retry(
                         model.provider.as_ref(),
                         request,
                         &model.retry,
                         self.spec.limits.max_llm_recall,
                         |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
-                    )
-                    .await
+                    );
+                    tracing::Instrument::instrument(attempts, span).await
                 }
             };
             for failed in failed_attempts {
@@ -523,7 +529,7 @@ impl Call<'_> {
         } else {
             let found = self.runtime.toolbox.get(&call.name);
             match found.or_else(|| self.runtime.mcp.tool(&call.name)) {
-                Some(tool) => match tool.call(&call.arguments).await {
+                Some(tool) => match tool::traced_call(tool.as_ref(), &call.arguments).await {
                     Ok(result) => {
                         let text = tool::result_text(&call.name, &call.arguments, &result);
                         call.result = Some(Value::String(result));

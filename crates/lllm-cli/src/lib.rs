@@ -17,6 +17,7 @@ mod progress;
 mod report;
 mod run;
 mod store;
+mod verbose;
 
 use std::path::PathBuf;
 
@@ -37,6 +38,11 @@ use lllm::error::{Outcome, Result};
     after_long_help = help::TOP_LONG
 )]
 pub struct Cli {
+    /// Trace requests and replies on stderr, secrets redacted: `-v` one line
+    /// per request, reply and retry; `-vv` with bodies and tool runs; `-vvv`
+    /// everything lllm says. `RUST_LOG` (or `LLLM_LOG`) wins when set.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -167,6 +173,7 @@ pub struct RunArgs {
 
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
+    verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
     // Files only: no runtime, no registry.
     match cli.command {
         Command::Merge(args) => return merge::run(args),
