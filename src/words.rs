@@ -25,6 +25,17 @@ pub fn count(number: impl Into<u64>, one: &str, many: &str) -> String {
     format!("{number} {noun}")
 }
 
+/// Calls with their retries, as the run summary and `lllm replay` say it:
+/// `1 call`, `3 calls (2 retries)`.
+pub fn calls(calls: impl Into<u64>, retries: impl Into<u64>) -> String {
+    let retries = retries.into();
+    let mut text = count(calls, "call", "calls");
+    if retries > 0 {
+        text.push_str(&format!(" ({})", count(retries, "retry", "retries")));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,5 +45,8 @@ mod tests {
         for (number, expected) in [(0, "0 retries"), (1, "1 retry"), (2, "2 retries")] {
             assert_eq!(count(number as u64, "retry", "retries"), expected);
         }
+        assert_eq!(calls(1u64, 0u64), "1 call");
+        assert_eq!(calls(2u64, 1u64), "2 calls (1 retry)");
+        assert_eq!(calls(3u64, 2u64), "3 calls (2 retries)");
     }
 }

@@ -379,8 +379,10 @@ impl Call<'_> {
                 Ok(attempted) => attempted,
                 Err(failed) => {
                     return Err(format!(
-                        "model `{}` failed after {} attempt(s): {}",
-                        self.spec.model_name, failed.attempts, failed.error
+                        "model `{}` failed after {}: {}",
+                        self.spec.model_name,
+                        crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
+                        failed.error
                     ));
                 }
             };
@@ -460,9 +462,9 @@ impl Call<'_> {
             };
             if session.reach_max_exception_retry() {
                 return Err(format!(
-                    "reply of agent `{}` still does not parse after {} repair(s): {error}",
+                    "reply of agent `{}` still does not parse after {}: {error}",
                     self.spec.name,
-                    session.exception_retries_count()
+                    crate::words::count(session.exception_retries_count(), "repair", "repairs")
                 ));
             }
             // A registered handler sees the call before this repair is counted.

@@ -163,7 +163,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Print one JSON object instead of the delivery: `delivery`, `state`,
-    /// `error`, `tokens`, `cost`, `calls`, `cache_hits`, `session_id`,
+    /// `error`, `tokens`, `cost`, `calls`, `retries`, `cache_hits`, `session_id`,
     /// `record`, `latency_ms` (no summary line on stderr but a failure's).
     #[arg(long, conflicts_with_all = ["show_config", "dry_run", "stream"])]
     pub json: bool,

@@ -309,7 +309,8 @@ fn reindex(args: ReindexArgs) -> Result<Outcome> {
             lllm::report::warn(problem);
         }
         lllm::output::stderr_line(&format!(
-            "lllm: {count} session(s) indexed in `{}`",
+            "lllm: {} indexed in `{}`",
+            lllm::words::count(count as u64, "session", "sessions"),
             store.path().display()
         ));
     }

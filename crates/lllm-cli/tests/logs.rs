@@ -290,7 +290,7 @@ fn reindex_after_the_index_is_deleted_lists_the_same() {
     let output = test.run(&["logs", "reindex"]);
     output.expect_code(0);
     assert!(
-        output.stderr.contains("5 session(s) indexed"),
+        output.stderr.contains("5 sessions indexed"),
         "{}",
         output.stderr
     );
@@ -301,7 +301,7 @@ fn reindex_after_the_index_is_deleted_lists_the_same() {
     let output = test.run(&["logs", "reindex", "--from", "out", "sessions"]);
     output.expect_code(0);
     assert!(
-        output.stderr.contains("5 session(s) indexed"),
+        output.stderr.contains("5 sessions indexed"),
         "{}",
         output.stderr
     );
