@@ -16,8 +16,8 @@
 /// `number` and the noun for it: `one` when it is 1, `many` otherwise.
 ///
 /// ```
-/// assert_eq!(lllm::words::count(1, "retry", "retries"), "1 retry");
-/// assert_eq!(lllm::words::count(0, "call", "calls"), "0 calls");
+/// assert_eq!(lllm::words::count(1u32, "retry", "retries"), "1 retry");
+/// assert_eq!(lllm::words::count(0u64, "call", "calls"), "0 calls");
 /// ```
 pub fn count(number: impl Into<u64>, one: &str, many: &str) -> String {
     let number = number.into();

@@ -466,7 +466,7 @@ pub async fn watch_signals(shared: Arc<Shared>, grace: Duration, reporter: Arc<d
     reporter.note(&format!(
         "interrupted: waiting up to {} s for {}; press Ctrl-C again to stop now",
         grace.as_secs(),
-        crate::words::count(in_flight as u64, "running task", "running tasks")
+        crate::words::count(in_flight, "running task", "running tasks")
     ));
     tokio::select! {
         _ = tokio::time::sleep(grace) => {}

@@ -76,7 +76,7 @@ impl SlurmArray {
                     "this Slurm array has {} (`SLURM_ARRAY_TASK_COUNT`), not the \
                      {shards} of `--shards {shards}`, as when one element is resubmitted, so \
                      which shard array task {id} is cannot be read from it",
-                    crate::words::count(tasks as u64, "task", "tasks")
+                    crate::words::count(tasks, "task", "tasks")
                 ),
                 guess: (id < shards).then_some(Shard {
                     index: id + 1,

@@ -322,7 +322,7 @@ fn reindex(args: ReindexArgs) -> Result<Outcome> {
         }
         lllm::output::stderr_line(&format!(
             "lllm: {} indexed in `{}`",
-            lllm::words::count(count as u64, "session", "sessions"),
+            lllm::words::count(count, "session", "sessions"),
             store.path().display()
         ));
     }

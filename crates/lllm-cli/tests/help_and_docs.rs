@@ -99,7 +99,7 @@ fn bash_completions_name_every_command() {
         .lines()
         .find(|line| {
             line.trim_start()
-                .starts_with("opts=\"-h -V --help --version")
+                .starts_with("opts=\"-v -h -V --verbose --help --version")
         })
         .unwrap_or_else(|| panic!("no top-level words in:\n{}", output.stdout));
     for command in COMMANDS {
