@@ -288,3 +288,47 @@ fn a_batch_traces_every_task_one_whole_line_per_event() {
     }
     assert_no_secret(&output.stderr);
 }
+
+#[test]
+fn dash_vv_shows_tool_runs_without_the_keys_they_print() {
+    let tactic = r#"global: {model_name: mock/script}
+agent_configs:
+  - name: a
+    tools: [show]
+providers:
+  mock: {script: replies.yaml}
+tools:
+  - name: show
+    command: [env]
+    env: {PASSED_KEY: "${OPENAI_API_KEY}"}
+"#;
+    let replies = "replies:\n  - tool_calls: [{name: show, arguments: {}}]\n  - text: done\n";
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("replies.yaml", replies)
+        .env("OPENAI_API_KEY", KEY);
+    let output = test.run(&["-vv", "run", "t.yaml", "the task", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "done\n");
+    let tool_lines: Vec<&str> = trace_lines(&output.stderr)
+        .into_iter()
+        .filter(|line| line.contains(" DEBUG ") && line.contains("lllm::tool: tool `show` "))
+        .collect();
+    assert_eq!(tool_lines.len(), 2, "{}", output.stderr);
+    assert!(
+        tool_lines[0].ends_with("tool `show` runs with {}"),
+        "{}",
+        tool_lines[0]
+    );
+    // The program printed the key it was passed; the trace shows `***`.
+    assert!(
+        tool_lines[1].contains("PASSED_KEY=***"),
+        "{}",
+        tool_lines[1]
+    );
+    assert_no_secret(&output.stderr);
+    // Without `-vv`, no tool line.
+    let output = test.run(&["-v", "run", "t.yaml", "the task", "--no-record"]);
+    output.expect_code(0);
+    assert!(!output.stderr.contains("lllm::tool"), "{}", output.stderr);
+}
