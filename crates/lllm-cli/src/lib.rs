@@ -120,7 +120,7 @@ pub struct ReplayArgs {
 pub struct RunArgs {
     /// The tactic YAML file (or `-t FILE`; then the first argument is the task).
     #[arg(value_name = "TACTIC", required_unless_present = "tactic_option")]
-    pub tactic_argument: Option<String>,
+    pub tactic_argument: Option<PathBuf>,
     /// The task text, as `--task` takes it. With no task given at all, a
     /// piped stdin is the task.
     #[arg(value_name = "TASK")]

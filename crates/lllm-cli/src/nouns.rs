@@ -8,8 +8,6 @@
 //! belongs and refuses what names a noun twice. A hint for a flag's old
 //! spelling (`lllm logs -q TEXT`) is [`hint`]'s.
 
-use std::path::PathBuf;
-
 use lllm::error::{Error, Result};
 
 use crate::RunArgs;
@@ -20,18 +18,31 @@ pub(crate) fn resolve_run(args: &mut RunArgs) -> Result<()> {
     let (tactic, task) = match (args.tactic_option.take(), args.tactic_argument.take()) {
         (Some(tactic), first) => {
             if let Some(second) = args.task_argument.take() {
+                let first = first.unwrap_or_default();
                 return Err(Error::Usage(format!(
                     "the tactic is given twice: `-t {}` and `{}`; hint: with `-t`, the only \
                      argument is the task (`lllm run -t {} {}`)",
                     tactic.display(),
-                    lllm::redact::terminal_line(first.as_deref().unwrap_or_default()),
+                    lllm::redact::terminal_line(&first.to_string_lossy()),
                     tactic.display(),
                     quoted(&second),
                 )));
             }
-            (tactic, first)
+            // The argument in the tactic's place is the task: text, as `--task` takes it.
+            let task = match first.map(|first| first.into_os_string().into_string()) {
+                Some(Err(_)) => {
+                    return Err(Error::Usage(
+                        "the task argument is not UTF-8 text; hint: `--task-file PATH` reads \
+                         it from a file"
+                            .into(),
+                    ));
+                }
+                Some(Ok(task)) => Some(task),
+                None => None,
+            };
+            (tactic, task)
         }
-        (None, Some(tactic)) => (PathBuf::from(tactic), args.task_argument.take()),
+        (None, Some(tactic)) => (tactic, args.task_argument.take()),
         // clap requires one of them; this is its message, should it not.
         (None, None) => {
             return Err(Error::Usage(
