@@ -190,10 +190,7 @@ pub async fn post_json(
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
     let started = Instant::now();
-    let failed = |error: ProviderError| {
-        trace::failed(&error, started);
-        error
-    };
+    let failed = |error| trace::failed(error, started);
     let response = send(client, endpoint, body, timeout)
         .await
         .map_err(failed)?;
@@ -225,10 +222,7 @@ pub async fn request(
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
     let started = Instant::now();
-    let failed = |error: ProviderError| {
-        trace::failed(&error, started);
-        error
-    };
+    let failed = |error| trace::failed(error, started);
     let sent_body = body.as_ref().map_or(&[][..], |(body, _)| body.as_slice());
     trace::sent(
         method.as_str(),
@@ -343,10 +337,7 @@ where
     F: FnMut(&str) -> Result<bool, ProviderError>,
 {
     let started = Instant::now();
-    let failed = |error: ProviderError| {
-        trace::failed(&error, started);
-        error
-    };
+    let failed = |error| trace::failed(error, started);
     let mut response = send(client, endpoint, body, timeout)
         .await
         .map_err(failed)?;

@@ -105,12 +105,14 @@ pub fn stream_data(data: &str, secrets: &Secrets) {
 
 /// No reply: the transport failed (no connection, a timeout, a reset, a
 /// body too large). `error` names the place as `redact::place` shows it.
-pub fn failed(error: &super::ProviderError, started: Instant) {
+/// Returns `error`, for `map_err`.
+pub fn failed(error: super::ProviderError, started: Instant) -> super::ProviderError {
     tracing::info!(
         "no reply after {} ms: {}",
         started.elapsed().as_millis(),
         shown(&error.to_string(), &Secrets::new(), usize::MAX)
     );
+    error
 }
 
 #[cfg(test)]

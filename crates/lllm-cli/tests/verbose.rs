@@ -332,3 +332,49 @@ tools:
     output.expect_code(0);
     assert!(!output.stderr.contains("lllm::tool"), "{}", output.stderr);
 }
+
+#[test]
+fn dash_v_shows_a_request_that_got_no_reply() {
+    // A port nothing listens on: each attempt fails before any reply.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let server = flaky(dir.path());
+    let test = test(&server);
+    let tactic = std::fs::read_to_string(test.path("t.yaml"))
+        .unwrap()
+        .replace(
+            server.url.strip_prefix("http://").unwrap(),
+            &format!("127.0.0.1:{port}"),
+        );
+    let test = test.file("t.yaml", &tactic);
+    let output = test.run(&["-v", "run", "t.yaml", "the task", "--no-record"]);
+    output.expect_code(1);
+    let failures: Vec<&str> = trace_lines(&output.stderr)
+        .into_iter()
+        .filter(|line| line.contains("lllm::provider::trace: no reply after "))
+        .collect();
+    assert_eq!(
+        failures.len(),
+        4,
+        "the first call and 3 retries:\n{}",
+        output.stderr
+    );
+    let place = format!("http://***@127.0.0.1:{port}/v1/chat/completions");
+    assert!(
+        failures[0].ends_with(&format!("cannot connect to `{place}`")),
+        "{}",
+        failures[0]
+    );
+    assert!(
+        output
+            .stderr
+            .contains("not retried (3 retries spent): cannot connect to"),
+        "{}",
+        output.stderr
+    );
+    assert_no_secret(&output.stderr);
+}
