@@ -41,6 +41,7 @@ pub mod suggest;
 pub mod tactic;
 pub(crate) mod time;
 pub mod tool;
+pub mod words;
 
 pub use agent::{Agent, Handler};
 pub use prompt::{Parse, ParseFailure, Render};

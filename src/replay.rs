@@ -16,6 +16,7 @@ use crate::dialog::{Dialog, InvokeCost, Message, Modality};
 use crate::provider::ProviderError;
 use crate::provider::replay::Recorded;
 use crate::tactic::record::{self, RunState, SessionRecord};
+use crate::words::count;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -143,8 +144,8 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
                 .map(usize::to_string)
                 .collect();
             notes.push(format!(
-                "`{label}`: skipped {} line(s) that are not session records (line {})",
-                unreadable.len(),
+                "`{label}`: skipped {} not readable as session records (line {})",
+                crate::words::count(unreadable.len() as u64, "line", "lines"),
                 shown.join(", ")
             ));
         }
@@ -251,11 +252,11 @@ fn render_raw(record: &SessionRecord) -> String {
     };
     let _ = writeln!(
         out,
-        "session {} · tactic `{}` ({}) · {state} · {} invoke(s){} · {} tokens · {} · {:.1} s",
+        "session {} · tactic `{}` ({}) · {state} · {}{} · {} tokens · {} · {:.1} s",
         record.session_id,
         record.tactic.name,
         record.tactic.path,
-        record.invoke_count(),
+        crate::words::calls(record.invoke_count() as u64, record.retry_count() as u64),
         match record.cache_hit_count() {
             0 => String::new(),
             hits => format!(" + {hits} from the cache"),
@@ -346,24 +347,24 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
         .unwrap_or_default();
     let _ = writeln!(
         out,
-        "\nagent call {number}{step}: `{}` on `{}` · {} · {} invoke(s), {} tool round(s), {} repair(s), {} retry(ies) · {} tokens · {} · {} ms",
+        "\nagent call {number}{step}: `{}` on `{}` · {} · {}, {}, {}, {} · {} tokens · {} · {} ms",
         call.agent,
         call.model,
         format!("{:?}", call.state).to_lowercase(),
-        call.invokes.len(),
-        call.interrupts.len(),
-        call.exception_retries.len(),
-        call.llm_recalls.len(),
+        count(call.invokes.len() as u64, "call", "calls"),
+        count(call.retries_count(), "retry", "retries"),
+        count(call.interrupts.len() as u64, "tool round", "tool rounds"),
+        count(call.exception_retries.len() as u64, "repair", "repairs"),
         call.cost.total_tokens,
         cost_text(&call.cost),
         call.latency_ms
     );
     for invoke in &call.invokes {
         let head = if invoke.cached {
-            format!("  invoke round {} · cached (not sent)", invoke.step)
+            format!("  call in round {} · cached (not sent)", invoke.step)
         } else {
             format!(
-                "  invoke round {} attempt {} · {} ms",
+                "  call in round {}, attempt {} · {} ms",
                 invoke.step, invoke.attempt, invoke.latency_ms
             )
         };
@@ -606,8 +607,8 @@ pub async fn rerun_with(
     let remaining = provider.remaining();
     if remaining > 0 {
         crate::output::stderr_line(&format!(
-            "lllm replay: the re-run made {} model call(s); the record has {remaining} more",
-            provider.served()
+            "lllm replay: the re-run made {}; the record has {remaining} more",
+            count(provider.served() as u64, "model call", "model calls")
         ));
         return Ok(Outcome::Failed);
     }
@@ -620,8 +621,8 @@ pub async fn rerun_with(
         return Ok(Outcome::Failed);
     }
     crate::output::stdout(&format!(
-        "identical: {} model call(s) replayed, same {}\n",
-        provider.served(),
+        "identical: {} replayed, same {}\n",
+        count(provider.served() as u64, "model call", "model calls"),
         if rerun.delivery.is_some() {
             "delivery"
         } else {

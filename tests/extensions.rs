@@ -230,7 +230,7 @@ async fn a_repair_budget_spent_on_a_custom_parser_fails_the_call() {
         .await;
     let error = record.error.unwrap_or_default();
     assert!(
-        error.contains("still does not parse after 1 repair(s): no <verdict> tag"),
+        error.contains("still does not parse after 1 repair: no <verdict> tag"),
         "{error}"
     );
 }

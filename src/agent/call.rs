@@ -345,14 +345,20 @@ impl Call<'_> {
                     })
                 }
                 None => {
-                    retry::invoke_with_retry(
+                    // Every event of these calls names the provider and model.
+                    let span = tracing::info_span!(
+                        "call",
+                        provider = %model.provider_name,
+                        model = %model.model
+                    );
+                    let attempts = retry::invoke_with_retry(
                         model.provider.as_ref(),
                         request,
                         &model.retry,
                         self.spec.limits.max_llm_recall,
                         |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
-                    )
-                    .await
+                    );
+                    tracing::Instrument::instrument(attempts, span).await
                 }
             };
             for failed in failed_attempts {
@@ -373,8 +379,10 @@ impl Call<'_> {
                 Ok(attempted) => attempted,
                 Err(failed) => {
                     return Err(format!(
-                        "model `{}` failed after {} attempt(s): {}",
-                        self.spec.model_name, failed.attempts, failed.error
+                        "model `{}` failed after {}: {}",
+                        self.spec.model_name,
+                        crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
+                        failed.error
                     ));
                 }
             };
@@ -454,9 +462,9 @@ impl Call<'_> {
             };
             if session.reach_max_exception_retry() {
                 return Err(format!(
-                    "reply of agent `{}` still does not parse after {} repair(s): {error}",
+                    "reply of agent `{}` still does not parse after {}: {error}",
                     self.spec.name,
-                    session.exception_retries_count()
+                    crate::words::count(session.exception_retries_count(), "repair", "repairs")
                 ));
             }
             // A registered handler sees the call before this repair is counted.
@@ -523,7 +531,7 @@ impl Call<'_> {
         } else {
             let found = self.runtime.toolbox.get(&call.name);
             match found.or_else(|| self.runtime.mcp.tool(&call.name)) {
-                Some(tool) => match tool.call(&call.arguments).await {
+                Some(tool) => match tool::traced_call(tool.as_ref(), &call.arguments).await {
                     Ok(result) => {
                         let text = tool::result_text(&call.name, &call.arguments, &result);
                         call.result = Some(Value::String(result));

@@ -253,9 +253,19 @@ impl AgentCallSession {
         self.exception_retries.len() as u32
     }
 
-    /// How many provider attempts failed.
+    /// How many provider attempts failed (retried or not: a call that
+    /// failed for good counts too).
     pub fn llm_recalls_count(&self) -> u32 {
         self.llm_recalls.len() as u32
+    }
+
+    /// How many retries (`lllm::words`): calls that repeated a request
+    /// after a provider error, i.e. every attempt but the first.
+    pub fn retries_count(&self) -> u32 {
+        self.invokes
+            .iter()
+            .filter(|invoke| !invoke.cached && invoke.attempt > 1)
+            .count() as u32
     }
 
     /// How many tool rounds ran.

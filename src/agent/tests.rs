@@ -284,11 +284,7 @@ async fn exhausted_repairs_fail_with_every_invoke_recorded() {
         "the first reply and two repairs (D7)"
     );
     assert!(
-        session
-            .error
-            .as_ref()
-            .unwrap()
-            .contains("after 2 repair(s)"),
+        session.error.as_ref().unwrap().contains("after 2 repairs"),
         "{:?}",
         session.error
     );

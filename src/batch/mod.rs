@@ -271,8 +271,8 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             )));
         }
         reporter.note(&format!(
-            "{} bad line(s) will be recorded as failed (--skip-invalid):\n{report}",
-            plan.invalid.len()
+            "{} will be recorded as failed (--skip-invalid):\n{report}",
+            crate::words::count(plan.invalid.len() as u64, "bad line", "bad lines")
         ));
     }
     let tactics: HashMap<tactics::Key, Arc<crate::tactic::Tactic>> = tactics
@@ -460,9 +460,9 @@ fn previous_results(options: &Options) -> Result<Previous> {
     let previous = output::read_previous(&results).map_err(write_error(&results))?;
     if previous.unreadable > 0 {
         crate::report::warn(&format!(
-            "`{}`: ignored {} line(s) that are not results",
+            "`{}`: ignored {} not readable as results",
             results.display(),
-            previous.unreadable
+            crate::words::count(previous.unreadable as u64, "line", "lines")
         ));
     }
     Ok(previous)

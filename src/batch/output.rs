@@ -63,9 +63,14 @@ pub struct ResultLine {
     #[serde(default)]
     pub latency_ms: u64,
     pub session_id: Option<String>,
-    /// LLM requests sent (retries included).
+    /// Calls (`lllm::words`): requests sent to providers, retries and
+    /// failed ones included.
     #[serde(default)]
     pub calls: u64,
+    /// Of those, the retries: calls that repeated a request after a
+    /// provider error (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u64,
     /// Replies answered from the response cache instead (absent when none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_hits: u64,
@@ -113,6 +118,7 @@ impl ResultLine {
             latency_ms: record.latency_ms,
             session_id: Some(record.session_id.clone()),
             calls: record.invoke_count() as u64,
+            retries: record.retry_count() as u64,
             cache_hits: record.cache_hit_count() as u64,
             tags: record.tags.clone(),
             args: record.args.clone(),
@@ -139,6 +145,7 @@ impl ResultLine {
             latency_ms: 0,
             session_id: None,
             calls: 0,
+            retries: 0,
             cache_hits: 0,
             tags: Map::new(),
             args: Map::new(),
@@ -424,6 +431,7 @@ pub struct Brief {
     pub cost_known: bool,
     pub usage: Usage,
     pub calls: u64,
+    pub retries: u64,
     pub cache_hits: u64,
 }
 
@@ -434,6 +442,7 @@ impl Brief {
         cost_known: bool,
         usage: Usage,
         calls: u64,
+        retries: u64,
         cache_hits: u64,
     ) -> Brief {
         Brief {
@@ -442,6 +451,7 @@ impl Brief {
             cost_known: cost_known && cost.is_some(),
             usage,
             calls,
+            retries,
             cache_hits,
         }
     }
@@ -455,6 +465,7 @@ impl From<&ResultLine> for Brief {
             result.cost_known,
             result.usage,
             result.calls,
+            result.retries,
             result.cache_hits,
         )
     }
@@ -535,6 +546,8 @@ struct BriefLine<'a> {
     #[serde(default)]
     calls: u64,
     #[serde(default)]
+    retries: u64,
+    #[serde(default)]
     cache_hits: u64,
 }
 
@@ -564,6 +577,7 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
                     result.cost_known,
                     result.usage,
                     result.calls,
+                    result.retries,
                     result.cache_hits,
                 );
                 previous.spent.add(&brief);

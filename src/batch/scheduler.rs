@@ -464,8 +464,9 @@ pub async fn watch_signals(shared: Arc<Shared>, grace: Duration, reporter: Arc<d
     shared.request_stop(Stop::Drain(Reason::Interrupted));
     let in_flight = shared.in_flight.load(Ordering::Relaxed);
     reporter.note(&format!(
-        "interrupted: waiting up to {} s for {in_flight} running task(s); press Ctrl-C again to stop now",
-        grace.as_secs()
+        "interrupted: waiting up to {} s for {}; press Ctrl-C again to stop now",
+        grace.as_secs(),
+        crate::words::count(in_flight, "running task", "running tasks")
     ));
     tokio::select! {
         _ = tokio::time::sleep(grace) => {}

@@ -73,9 +73,10 @@ impl SlurmArray {
             Some(tasks) if tasks < shards => Ok(Requested::Unknown {
                 count: shards,
                 reason: format!(
-                    "this Slurm array has {tasks} task(s) (`SLURM_ARRAY_TASK_COUNT`), not the \
+                    "this Slurm array has {} (`SLURM_ARRAY_TASK_COUNT`), not the \
                      {shards} of `--shards {shards}`, as when one element is resubmitted, so \
-                     which shard array task {id} is cannot be read from it"
+                     which shard array task {id} is cannot be read from it",
+                    crate::words::count(tasks, "task", "tasks")
                 ),
                 guess: (id < shards).then_some(Shard {
                     index: id + 1,

@@ -18,8 +18,10 @@ pub struct Totals {
     pub success: u64,
     pub failure: u64,
     pub skipped: u64,
-    /// LLM requests sent.
+    /// Calls: requests sent (`lllm::words`).
     pub calls: u64,
+    /// Of those, retries after a provider error.
+    pub retries: u64,
     /// Replies from the response cache instead.
     pub cache_hits: u64,
     pub usage: Usage,
@@ -36,6 +38,7 @@ impl Default for Totals {
             failure: 0,
             skipped: 0,
             calls: 0,
+            retries: 0,
             cache_hits: 0,
             usage: Usage::default(),
             cost: 0.0,
@@ -53,6 +56,7 @@ impl Totals {
             TaskState::Skipped => self.skipped += 1,
         }
         self.calls += brief.calls;
+        self.retries += brief.retries;
         self.cache_hits += brief.cache_hits;
         // Token counts come from servers: saturate rather than overflow.
         self.usage.prompt_tokens = self
@@ -87,7 +91,10 @@ pub struct Summary {
     /// USD over every result line, retried attempts included.
     pub cost: f64,
     pub cost_known: bool,
+    /// Calls: requests sent (`lllm::words`), retries included.
     pub calls: u64,
+    /// Of those, retries after a provider error.
+    pub retries: u64,
     /// Replies from the response cache (not sent, not paid).
     pub cache_hits: u64,
     pub this_run: ThisRun,
@@ -137,6 +144,7 @@ impl Summary {
             cost: spent.cost,
             cost_known: spent.cost_known,
             calls: spent.calls,
+            retries: spent.retries,
             cache_hits: spent.cache_hits,
             this_run: ThisRun {
                 tasks: this_run.tasks,
@@ -165,14 +173,17 @@ impl Summary {
             rows.push(("not run", self.not_run.to_string()));
         }
         rows.extend([
-            (
-                "LLM calls",
+            ("calls", {
+                let mut text = self.calls.to_string();
+                if self.retries > 0 {
+                    let retries = crate::words::count(self.retries, "retry", "retries");
+                    text.push_str(&format!(" ({retries})"));
+                }
                 if self.cache_hits > 0 {
-                    format!("{} (+{} from the cache)", self.calls, self.cache_hits)
-                } else {
-                    self.calls.to_string()
-                },
-            ),
+                    text.push_str(&format!(" (+{} from the cache)", self.cache_hits));
+                }
+                text
+            }),
             (
                 "tokens",
                 format!(
@@ -186,8 +197,8 @@ impl Summary {
             (
                 "this run",
                 format!(
-                    "{} task(s) in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
-                    self.this_run.tasks,
+                    "{} in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
+                    crate::words::count(self.this_run.tasks, "task", "tasks"),
                     self.this_run.wall_time_s,
                     self.this_run.tasks_per_s,
                     self.this_run.calls_per_s

@@ -10,11 +10,11 @@
 //! endpoint's origin (`follow`); every reply body is scrubbed of the secrets
 //! the endpoint sends before anyone reads it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION};
 
-use super::{ErrorKind, ProviderError};
+use super::{ErrorKind, ProviderError, trace};
 use crate::redact::{self, Secrets};
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -189,12 +189,19 @@ pub async fn post_json(
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
-    let response = send(client, endpoint, body, timeout).await?;
+    let started = Instant::now();
+    let failed = |error| trace::failed(error, started);
+    let response = send(client, endpoint, body, timeout)
+        .await
+        .map_err(failed)?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = read_body(response, endpoint, timeout).await?;
+    let body = read_body(response, endpoint, timeout)
+        .await
+        .map_err(failed)?;
     let mut body = utf8_text(&body);
     endpoint.secrets.scrub_string(&mut body);
+    trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
     Ok(HttpReply {
         status,
         headers,
@@ -214,6 +221,15 @@ pub async fn request(
     body: Option<(Vec<u8>, String)>,
     timeout: Duration,
 ) -> Result<HttpReply, ProviderError> {
+    let started = Instant::now();
+    let failed = |error| trace::failed(error, started);
+    let sent_body = body.as_ref().map_or(&[][..], |(body, _)| body.as_slice());
+    trace::sent(
+        method.as_str(),
+        endpoint.place(),
+        sent_body,
+        &endpoint.secrets,
+    );
     let mut headers = endpoint.headers.clone();
     let mut builder = client
         .request(method, endpoint.url.clone())
@@ -229,12 +245,15 @@ pub async fn request(
         .headers(headers)
         .send()
         .await
-        .map_err(|error| network_error(error, endpoint, timeout))?;
+        .map_err(|error| failed(network_error(error, endpoint, timeout)))?;
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = read_body_up_to(response, endpoint, timeout, MAX_DOWNLOAD_BYTES).await?;
+    let body = read_body_up_to(response, endpoint, timeout, MAX_DOWNLOAD_BYTES)
+        .await
+        .map_err(failed)?;
     let mut body = utf8_text(&body);
     endpoint.secrets.scrub_string(&mut body);
+    trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
     Ok(HttpReply {
         status,
         headers,
@@ -317,13 +336,20 @@ pub async fn post_sse<F>(
 where
     F: FnMut(&str) -> Result<bool, ProviderError>,
 {
-    let mut response = send(client, endpoint, body, timeout).await?;
+    let started = Instant::now();
+    let failed = |error| trace::failed(error, started);
+    let mut response = send(client, endpoint, body, timeout)
+        .await
+        .map_err(failed)?;
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
         let headers = response.headers().clone();
-        let body = read_body(response, endpoint, timeout).await?;
+        let body = read_body(response, endpoint, timeout)
+            .await
+            .map_err(failed)?;
         let mut body = utf8_text(&body);
         endpoint.secrets.scrub_string(&mut body);
+        trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
         return Ok(Streamed::Refused(HttpReply {
             status,
             headers,
@@ -333,22 +359,28 @@ where
     let headers = response.headers().clone();
     let mut events = super::sse::SseDecoder::default();
     // Payloads lose the endpoint's secrets before anything parses them.
-    let mut scrubbed = |data: &str| on_data(&endpoint.secrets.scrub(data));
+    let mut scrubbed = |data: &str| {
+        let data = endpoint.secrets.scrub(data);
+        trace::stream_data(&data, &endpoint.secrets);
+        on_data(&data)
+    };
     let mut streamed: usize = 0;
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|error| network_error(error, endpoint, timeout))?
+        .map_err(|error| failed(network_error(error, endpoint, timeout)))?
     {
         streamed = streamed.saturating_add(chunk.len());
         if streamed > MAX_REPLY_BYTES {
-            return Err(too_large(endpoint, MAX_REPLY_BYTES));
+            return Err(failed(too_large(endpoint, MAX_REPLY_BYTES)));
         }
         if !events.push(&chunk, &mut scrubbed)? {
+            trace::streamed(endpoint.place(), status, streamed, started);
             return Ok(Streamed::Read(headers));
         }
     }
     events.finish(&mut scrubbed)?;
+    trace::streamed(endpoint.place(), status, streamed, started);
     Ok(Streamed::Read(headers))
 }
 
@@ -364,6 +396,16 @@ async fn send(
     let mut url = endpoint.url.clone();
     let mut redirects = 0;
     loop {
+        if redirects == 0 {
+            trace::sent("POST", endpoint.place(), &body, &endpoint.secrets);
+        } else if tracing::enabled!(tracing::Level::INFO) {
+            trace::sent(
+                "POST",
+                &redact::place(url.as_str()),
+                &body,
+                &endpoint.secrets,
+            );
+        }
         let response = client
             .post(url)
             .headers(endpoint.headers.clone())

@@ -232,6 +232,8 @@ pub mod retry;
 pub mod scrub;
 #[doc(hidden)]
 pub mod sse;
+#[doc(hidden)]
+pub mod trace;
 
 #[cfg(test)]
 mod tests {

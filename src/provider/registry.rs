@@ -179,6 +179,8 @@ impl Providers {
             .map(|name| (name.clone(), env(&name).filter(|v| !v.is_empty())))
             .collect();
         let secrets = Arc::new(super::scrub::known_secrets(configs, &env));
+        // No trace line shows them either, whichever provider's it is.
+        super::trace::remember(&secrets);
         Ok(Providers {
             configs: configs.clone(),
             built: Default::default(),

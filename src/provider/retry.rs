@@ -87,7 +87,10 @@ where
     let mut attempt = 1;
     loop {
         let started = Instant::now();
-        let error = match provider.invoke(request).await {
+        // Every event of this attempt (the request, the reply) names it.
+        let span = tracing::info_span!("attempt", number = attempt);
+        let invoked = tracing::Instrument::instrument(provider.invoke(request), span).await;
+        let error = match invoked {
             Ok(message) => {
                 return Ok(Attempted {
                     message,
@@ -104,6 +107,7 @@ where
         } else {
             Duration::ZERO
         };
+        trace_failure(&error, attempt, max_recall, retry.then_some(waited));
         on_failed_attempt(&FailedAttempt {
             attempt,
             error: error.clone(),
@@ -127,6 +131,36 @@ where
         let _retrying = limiter.map(|limiter| limiter.retrying());
         tokio::time::sleep(waited).await;
         attempt += 1;
+    }
+}
+
+/// What the retry loop does about a failed attempt, as one `info` event:
+/// `HTTP 429, waiting 2.0 s (retry 1 of 3)`, or why it stops (the error
+/// says what it was).
+fn trace_failure(error: &ProviderError, attempt: u32, max_recall: u32, wait: Option<Duration>) {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let what = match error.status {
+        Some(status) => format!("HTTP {status}"),
+        None => match error.kind {
+            ErrorKind::RateLimit => "rate limited".to_string(),
+            ErrorKind::Transient => "transient error".to_string(),
+            ErrorKind::Permanent => "permanent error".to_string(),
+        },
+    };
+    match wait {
+        Some(wait) => tracing::info!(
+            "{what}, waiting {:.1} s (retry {attempt} of {max_recall})",
+            wait.as_secs_f64()
+        ),
+        None if error.kind == ErrorKind::Permanent => {
+            tracing::info!("not retried (permanent): {error}")
+        }
+        None => tracing::info!(
+            "not retried ({} spent): {error}",
+            crate::words::count(max_recall, "retry", "retries")
+        ),
     }
 }
 

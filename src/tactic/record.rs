@@ -284,7 +284,8 @@ impl SessionRecord {
         }
     }
 
-    /// Invokes sent to providers (attempts included), sub-tactics included;
+    /// Calls (`lllm::words`): requests sent to providers, failed ones and
+    /// retries included, sub-tactics included;
     /// replies from the response cache are not sent ([`cache_hit_count`](Self::cache_hit_count)).
     pub fn invoke_count(&self) -> usize {
         self.count_invokes(false)
@@ -293,6 +294,22 @@ impl SessionRecord {
     /// Invokes answered from the response cache, sub-tactics included.
     pub fn cache_hit_count(&self) -> usize {
         self.count_invokes(true)
+    }
+
+    /// Retries (`lllm::words`): calls that repeated a request after a
+    /// provider error, sub-tactics included.
+    pub fn retry_count(&self) -> usize {
+        let own: usize = self
+            .agent_calls
+            .iter()
+            .map(|call| call.retries_count() as usize)
+            .sum();
+        let nested: usize = self
+            .sub_tactic_sessions
+            .iter()
+            .map(SessionRecord::retry_count)
+            .sum();
+        own + nested
     }
 
     fn count_invokes(&self, cached: bool) -> usize {

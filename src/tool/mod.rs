@@ -42,6 +42,43 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, Result<String, String>>;
 }
 
+/// Runs `tool`, telling a `tracing` subscriber at `debug` what it was given
+/// and what came back (scrubbed of every secret the run knows, cut short),
+/// and how long it took.
+pub async fn traced_call(
+    tool: &dyn Tool,
+    arguments: &Map<String, Value>,
+) -> Result<String, String> {
+    use crate::provider::trace;
+    let name = &tool.spec().name;
+    let enabled = tracing::enabled!(tracing::Level::DEBUG);
+    if enabled {
+        let arguments = Value::Object(arguments.clone()).to_string();
+        let none = crate::redact::Secrets::new();
+        tracing::debug!(
+            "tool `{name}` runs with {}",
+            trace::shown(&arguments, &none, trace::BODY_BYTES)
+        );
+    }
+    let started = std::time::Instant::now();
+    let result = tool.call(arguments).await;
+    if enabled {
+        let none = crate::redact::Secrets::new();
+        let milliseconds = started.elapsed().as_millis();
+        match &result {
+            Ok(text) => tracing::debug!(
+                "tool `{name}` returned in {milliseconds} ms: {}",
+                trace::shown(text, &none, trace::BODY_BYTES)
+            ),
+            Err(error) => tracing::debug!(
+                "tool `{name}` failed in {milliseconds} ms: {}",
+                trace::shown(error, &none, trace::BODY_BYTES)
+            ),
+        }
+    }
+    result
+}
+
 /// Every tool a run can offer, by name, in declaration order.
 #[derive(Default, Clone)]
 pub struct Toolbox {

@@ -24,7 +24,7 @@ pub struct BatchArgs {
     /// The tactic of every line that does not name its own (without one, a line
     /// naming a model runs on the default tactic: one agent, that model, the
     /// line's messages, a plain-text reply).
-    #[arg(long)]
+    #[arg(long, short, value_name = "FILE")]
     pub tactic: Option<PathBuf>,
     /// The TASKS file's format: `lllm`, `openai` (Batch API lines: `custom_id`,
     /// `method`, `url`, `body`) or `anthropic` (Message Batches: `custom_id`,
@@ -85,7 +85,7 @@ pub struct BatchArgs {
     #[arg(long, value_name = "USD", value_parser = numbers::max_cost, allow_negative_numbers = true)]
     pub max_cost: Option<f64>,
     /// Run only the first N tasks (of the shard).
-    #[arg(long, value_name = "N", value_parser = numbers::limit, allow_negative_numbers = true)]
+    #[arg(long, short = 'n', value_name = "N", value_parser = numbers::limit, allow_negative_numbers = true)]
     pub limit: Option<u64>,
     /// Run the K-th of N stable partitions of the task ids (1-based: `1/4` … `4/4`).
     #[arg(long, value_name = "K/N", conflicts_with = "shards")]

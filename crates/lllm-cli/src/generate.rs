@@ -36,7 +36,8 @@ pub struct ManArgs {
     /// Write `lllm.1` and one page per command (`lllm-run.1`, `lllm-logs-show.1`,
     /// …) into this directory, created if missing, instead of printing
     /// `lllm.1` to stdout.
-    #[arg(long, value_name = "DIR")]
+    // `-o/--output` as in every command that writes files; `--out` as first shipped.
+    #[arg(long = "output", short, visible_alias = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 

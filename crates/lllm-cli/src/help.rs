@@ -59,6 +59,8 @@ pub const RUN: &str = concat!(
   lllm run t.yaml --task hi --var tone=formal --attach chart.png
   lllm run t.yaml --task hi --dry-run               the exact requests, nothing sent
   lllm run t.yaml --task hi --json                  one JSON object: delivery, state, cost…
+  lllm run -t t.yaml \"What is 2 + 2?\"              the tactic as batch and replay take it
+  lllm -v run t.yaml hi                             a line per request and reply (-vv: bodies)
 
 ",
     exit_codes!(),
@@ -73,6 +75,7 @@ pub const BATCH: &str = concat!(
   lllm batch tasks.jsonl --tactic t.yaml -o out --retry-errors
   lllm batch tasks.jsonl --tactic t.yaml -o out/shard-1 --shard 1/8
   lllm batch tasks.jsonl --tactic t.yaml -o out --via batch-api
+  lllm batch tasks.jsonl -t t.yaml -o out -n 10 -v  the first 10 tasks, each request traced
 
 ",
     "Exit codes:
@@ -92,6 +95,7 @@ pub const REPLAY: &str = concat!(
   lllm replay out/sessions.jsonl --id TASK_ID       one session of a batch
   lllm replay RECORD --json                         the normalized record
   lllm replay RECORD --rerun --tactic edited.yaml   re-execute offline, stop where it differs
+  lllm replay RECORD --rerun -t edited.yaml -m openai/gpt-4o-mini
 
 ",
     "Exit codes:

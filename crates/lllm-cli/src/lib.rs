@@ -15,12 +15,14 @@ mod keys;
 mod logs;
 mod merge;
 mod models;
+mod nouns;
 mod numbers;
 mod progress;
 mod report;
 mod run;
 mod settings;
 mod store;
+mod verbose;
 
 use std::path::PathBuf;
 
@@ -41,6 +43,15 @@ use lllm::error::{Outcome, Result};
     after_long_help = help::TOP_LONG
 )]
 pub struct Cli {
+    /// Trace requests and replies on stderr (`-vv` bodies, `-vvv` all); secrets redacted.
+    ///
+    /// `-v`: one line per request sent, per reply or failure received and per
+    /// retry wait; `-vv`: the bodies and tool runs too; `-vvv`: everything
+    /// lllm says. A filter in `RUST_LOG` (or `LLLM_LOG`, `EnvFilter` syntax:
+    /// `lllm=debug`) wins when set; other crates' events show only when it
+    /// names them.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
     #[command(flatten)]
@@ -114,21 +125,31 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub rerun: bool,
     /// With `--rerun`: the (possibly edited) tactic to run instead of the recorded path.
-    #[arg(long, requires = "rerun")]
+    #[arg(long, short, value_name = "FILE", requires = "rerun")]
     pub tactic: Option<PathBuf>,
     /// With `--rerun`: use this model (`provider/model`) for every agent,
     /// instead of the `--model` the run was given (or the tactic's models).
-    #[arg(long, requires = "rerun")]
+    #[arg(long, short, requires = "rerun")]
     pub model: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The tactic YAML file.
-    pub tactic: PathBuf,
+    /// The tactic YAML file (or `-t FILE`; then the first argument is the task).
+    #[arg(value_name = "TACTIC", required_unless_present = "tactic_option")]
+    pub tactic_argument: Option<PathBuf>,
     /// The task text, as `--task` takes it. With no task given at all, a
     /// piped stdin is the task.
-    #[arg(value_name = "TASK", conflicts_with_all = ["task", "task_file"])]
+    #[arg(value_name = "TASK")]
+    pub task_argument: Option<String>,
+    /// The tactic YAML file, as `batch` and `replay --rerun` take it.
+    #[arg(long = "tactic", short = 't', value_name = "FILE")]
+    pub tactic_option: Option<PathBuf>,
+    /// The tactic (from `TACTIC` or `-t`; set by `nouns::resolve_run`).
+    #[arg(skip)]
+    pub tactic: PathBuf,
+    /// The task given as an argument (set by `nouns::resolve_run`).
+    #[arg(skip)]
     pub task_text: Option<String>,
     /// The task text (`-` reads it from stdin).
     #[arg(long, conflicts_with = "task_file")]
@@ -178,7 +199,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Print one JSON object instead of the delivery: `delivery`, `state`,
-    /// `error`, `tokens`, `cost`, `calls`, `cache_hits`, `session_id`,
+    /// `error`, `tokens`, `cost`, `calls`, `retries`, `cache_hits`, `session_id`,
     /// `record`, `latency_ms` (no summary line on stderr but a failure's).
     #[arg(long, conflicts_with_all = ["show_config", "dry_run", "stream"])]
     pub json: bool,
@@ -188,6 +209,7 @@ pub struct RunArgs {
 
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
+    verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
     // Files only: no runtime, no registry.
     match cli.command {
         Command::Merge(args) => return merge::run(args),
@@ -226,7 +248,10 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         lllm::error::Error::Usage(format!("cannot start the async runtime: {error}"))
     })?;
     match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args, registry)),
+        Command::Run(mut args) => {
+            nouns::resolve_run(&mut args)?;
+            runtime.block_on(run::run(args, registry))
+        }
         // With several threads, on a worker rather than the main thread: the
         // scheduler and its tasks wake each other for every task, and a wake
         // across to the main thread is a context switch.
@@ -311,12 +336,20 @@ pub fn run_with(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
     registry: Registry,
 ) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(error) => {
             // clap prints help and version to stdout (exit 0), usage errors to
             // stderr (exit 2).
             let _ = error.print();
+            let words: Vec<String> = args
+                .iter()
+                .map(|argument| argument.to_string_lossy().into_owned())
+                .collect();
+            if let Some(hint) = nouns::hint(&error, &words) {
+                lllm::output::stderr_line(hint);
+            }
             return ExitCode::from(error.exit_code().clamp(0, 255) as u8);
         }
     };

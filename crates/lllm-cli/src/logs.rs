@@ -59,7 +59,13 @@ pub struct FilterArgs {
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
     /// Words in the task or the delivery (all must appear; `"a phrase"` in quotes).
-    #[arg(long = "query", short = 'q', value_name = "TEXT")]
+    // `-s`, not `-q`: `-q` is `--quiet` in every command (README, "Flags").
+    #[arg(
+        long = "search",
+        short = 's',
+        visible_alias = "query",
+        value_name = "TEXT"
+    )]
     pub text: Option<String>,
 }
 
@@ -112,6 +118,9 @@ pub struct ReindexArgs {
     /// One JSON object: the sessions indexed and the problems met.
     #[arg(long)]
     pub json: bool,
+    /// Print only the problems (no count of the sessions indexed).
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
 }
 
 pub fn run(args: LogsArgs) -> Result<Outcome> {
@@ -308,8 +317,12 @@ fn reindex(args: ReindexArgs) -> Result<Outcome> {
         for problem in &problems {
             lllm::report::warn(problem);
         }
+        if args.quiet {
+            return Ok(Outcome::Success);
+        }
         lllm::output::stderr_line(&format!(
-            "lllm: {count} session(s) indexed in `{}`",
+            "lllm: {} indexed in `{}`",
+            lllm::words::count(count, "session", "sessions"),
             store.path().display()
         ));
     }

@@ -56,10 +56,11 @@ pub fn run(args: MergeArgs) -> Result<Outcome> {
                     shown.push(format!("… and {} more", ids.len() - SHOWN));
                 }
                 stderr_line(&format!(
-                    "missing: {} id(s) of `{}` have no result: {}; hint: `lllm batch --resume` \
+                    "missing: {} of `{}` {} no result: {}; hint: `lllm batch --resume` \
                      on the merged directory runs them",
-                    ids.len(),
+                    lllm::words::count(ids.len() as u64, "id", "ids"),
                     tasks.display(),
+                    if ids.len() == 1 { "has" } else { "have" },
                     shown.join(", ")
                 ));
             }
@@ -68,7 +69,8 @@ pub fn run(args: MergeArgs) -> Result<Outcome> {
         Missing::Unchecked { reason, shards } => {
             if !shards.is_empty() {
                 stderr_line(&format!(
-                    "missing: no input holds shard(s) {}",
+                    "missing: no input holds {} {}",
+                    if shards.len() == 1 { "shard" } else { "shards" },
                     shards.join(", ")
                 ));
             }

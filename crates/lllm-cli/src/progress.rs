@@ -21,7 +21,18 @@ impl Bar {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> ");
         bar.set_style(style);
+        // Trace lines (`-v`) are printed above the bar, never through it.
+        let above = bar.clone();
+        crate::verbose::print_through(Some(std::sync::Arc::new(move |line: &str| {
+            above.suspend(|| lllm::output::stderr_line(line))
+        })));
         Bar { bar }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        crate::verbose::print_through(None);
     }
 }
 

@@ -273,8 +273,8 @@ fn show_dry_run(record: &SessionRecord, captured: &[Captured]) -> Result<Outcome
         }
         _ => {
             lllm::output::stderr_line(&format!(
-                "lllm: dry run: {} request(s) shown, nothing sent; later turns need model replies",
-                captured.len()
+                "lllm: dry run: {} shown, nothing sent; later turns need model replies",
+                lllm::words::count(captured.len() as u64, "request", "requests")
             ));
             Ok(Outcome::Success)
         }
@@ -394,6 +394,7 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
         "cost": cost.cost,
         "cost_known": record.cost_known,
         "calls": record.invoke_count(),
+        "retries": record.retry_count(),
         "cache_hits": record.cache_hit_count(),
         "latency_ms": record.latency_ms,
         "session_id": record.session_id,
@@ -401,7 +402,8 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
     })
 }
 
-/// `lllm: success in 1.2 s · 2 calls · 120 tokens (100 in, 20 out) · $0.000030 · record sessions/….json`
+/// `lllm: success in 1.2 s · 2 calls (1 retry) · 120 tokens (100 in, 20 out) · $0.000030 · record sessions/….json`
+/// (the words of `lllm::words`).
 fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
     let state = match (&record.state, &record.error) {
         (RunState::Success, _) => "success".to_string(),
@@ -415,9 +417,9 @@ fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
         (None, _) => "cost unknown".to_string(),
     };
     let mut line = format!(
-        "lllm: {state} in {:.1} s · {} call(s) · {} tokens ({} in, {} out) · {dollars}",
+        "lllm: {state} in {:.1} s · {} · {} tokens ({} in, {} out) · {dollars}",
         record.latency_ms as f64 / 1000.0,
-        record.invoke_count(),
+        lllm::words::calls(record.invoke_count() as u64, record.retry_count() as u64),
         cost.total_tokens,
         cost.prompt_tokens,
         cost.completion_tokens,

@@ -115,9 +115,7 @@ fn an_openai_batch_file_runs_without_a_tactic() {
     let output = test.run(&["replay", "out/sessions.jsonl", "--id", "req-1", "--rerun"]);
     output.expect_code(0);
     assert!(
-        output
-            .stdout
-            .contains("identical: 1 model call(s) replayed"),
+        output.stdout.contains("identical: 1 model call replayed"),
         "{}{}",
         output.stdout,
         output.stderr

@@ -224,7 +224,7 @@ fn a_run_says_what_came_from_the_cache_and_clear_empties_it() {
     let second = run();
     assert_eq!(second.stdout.trim(), "hello");
     assert!(
-        second.stderr.contains("0 call(s)") && second.stderr.contains("1 from the cache"),
+        second.stderr.contains("0 calls") && second.stderr.contains("1 from the cache"),
         "{}",
         second.stderr
     );

@@ -73,7 +73,7 @@ flow:
         "later turns need replies: {stdout}"
     );
     assert!(
-        output.stderr.contains("2 request(s) shown, nothing sent"),
+        output.stderr.contains("2 requests shown, nothing sent"),
         "{}",
         output.stderr
     );

@@ -23,7 +23,7 @@ fn run_example(tactic: &str, task: &str) -> common::Output {
 fn the_summarize_example_drafts_checks_and_reviews() {
     let output = run_example("summarize.yaml", "A long text about parks.");
     assert!(output.stdout.contains("Critic: ok."), "{}", output.stdout);
-    assert!(output.stderr.contains("3 call(s)"), "{}", output.stderr);
+    assert!(output.stderr.contains("3 calls"), "{}", output.stderr);
 }
 
 #[test]
@@ -35,7 +35,7 @@ fn the_critique_loop_revises_until_approved() {
         output.stdout
     );
     assert!(
-        output.stderr.contains("4 call(s)"),
+        output.stderr.contains("4 calls"),
         "draft, review, revise, review: {}",
         output.stderr
     );
@@ -58,7 +58,7 @@ fn map_then_summarize_runs_one_branch_per_topic() {
         "Three notes were written in parallel and summarized here.\n"
     );
     assert!(
-        output.stderr.contains("4 call(s)"),
+        output.stderr.contains("4 calls"),
         "three notes and a summary: {}",
         output.stderr
     );

@@ -101,7 +101,7 @@ fn bash_completions_name_every_command() {
         .lines()
         .find(|line| {
             line.trim_start()
-                .starts_with("opts=\"-h -V --config --env-file --no-env-file --help --version")
+                .starts_with("opts=\"-v -h -V --verbose --config --env-file --no-env-file --help --version")
         })
         .unwrap_or_else(|| panic!("no top-level words in:\n{}", output.stdout));
     for command in COMMANDS {

@@ -136,8 +136,8 @@ fn runs_and_a_batch_are_found_by_tag_state_text_and_time() {
         logs(&test, &["--state", "success", "--tag", "run=r1"]).len(),
         2
     );
-    assert_eq!(task_ids(&logs(&test, &["-q", "wolf"])), ["b1"]);
-    assert_eq!(logs(&test, &["-q", "owl"]).len(), 2);
+    assert_eq!(task_ids(&logs(&test, &["-s", "wolf"])), ["b1"]);
+    assert_eq!(logs(&test, &["--search", "owl"]).len(), 2);
     assert_eq!(logs(&test, &["--tactic", "echoer", "-n", "2"]).len(), 2);
     assert_eq!(logs(&test, &["--tactic", "other"]).len(), 0);
     assert_eq!(logs(&test, &["--model", "mock/script"]).len(), 5);
@@ -165,7 +165,7 @@ fn runs_and_a_batch_are_found_by_tag_state_text_and_time() {
 fn json_lines_carry_the_session_heading() {
     let test = test();
     fill(&test);
-    let first = logs(&test, &["-q", "snowy"]);
+    let first = logs(&test, &["--query", "snowy"]);
     assert_eq!(first.len(), 1);
     let session = &first[0];
     let keys: Vec<&str> = session
@@ -213,7 +213,7 @@ fn json_lines_carry_the_session_heading() {
     assert_eq!(record["session_id"], session["session_id"]);
     assert_eq!(record["metadata"]["note"], "first");
     // A batch line's metadata, and the batch's tag merged into its tags.
-    let wolf = &logs(&test, &["-q", "wolf"])[0];
+    let wolf = &logs(&test, &["-s", "wolf"])[0];
     assert_eq!(wolf["metadata"], serde_json::json!({"source": "zoo"}));
     assert_eq!(
         wolf["tags"],
@@ -254,7 +254,7 @@ fn json_lines_carry_the_session_heading() {
 fn show_reads_a_batch_session_from_its_line() {
     let test = test();
     fill(&test);
-    let wolf = &logs(&test, &["-q", "wolf"])[0];
+    let wolf = &logs(&test, &["-s", "wolf"])[0];
     let id = wolf["session_id"].as_str().unwrap();
     // Run from elsewhere: the record path is absolute.
     let shown = test.run(&["logs", "show", id]);
@@ -290,7 +290,7 @@ fn reindex_after_the_index_is_deleted_lists_the_same() {
     let output = test.run(&["logs", "reindex"]);
     output.expect_code(0);
     assert!(
-        output.stderr.contains("5 session(s) indexed"),
+        output.stderr.contains("5 sessions indexed"),
         "{}",
         output.stderr
     );
@@ -307,7 +307,7 @@ fn reindex_after_the_index_is_deleted_lists_the_same() {
     let output = test.run(&["logs", "reindex", "--from", "out", "home/sessions"]);
     output.expect_code(0);
     assert!(
-        output.stderr.contains("5 session(s) indexed"),
+        output.stderr.contains("5 sessions indexed"),
         "{}",
         output.stderr
     );

@@ -158,7 +158,7 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
     assert!(
         output
             .stderr
-            .contains(&format!("missing: {} id(s) of `tasks.jsonl`", absent.len())),
+            .contains(&format!("missing: {} ids of `tasks.jsonl`", absent.len())),
         "{}",
         output.stderr
     );
@@ -191,9 +191,7 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
     let output = test.run(&["merge", "s1", "s2", "-o", "merged2"]);
     output.expect_code(1);
     assert!(
-        output
-            .stderr
-            .contains("missing: no input holds shard(s) 3/3"),
+        output.stderr.contains("missing: no input holds shard 3/3"),
         "{}",
         output.stderr
     );
@@ -216,7 +214,7 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
     assert!(
         output
             .stderr
-            .contains(&format!("missing: {} id(s) of `moved.jsonl`", absent.len())),
+            .contains(&format!("missing: {} ids of `moved.jsonl`", absent.len())),
         "{}",
         output.stderr
     );

@@ -255,7 +255,7 @@ fn rerun_is_identical_until_a_prompt_changes() {
     output.expect_code(0);
     assert_eq!(
         output.stdout,
-        "identical: 3 model call(s) replayed, same delivery\n"
+        "identical: 3 model calls replayed, same delivery\n"
     );
 
     // From another directory the recorded (relative) tactic path is not
@@ -320,7 +320,7 @@ fn rerun_replays_recorded_errors_offline() {
     let output = test.run(&["replay", "r.json", "--rerun"]);
     output.expect_code(0);
     assert_eq!(
-        output.stdout, "identical: 3 model call(s) replayed, same delivery\n",
+        output.stdout, "identical: 3 model calls replayed, same delivery\n",
         "{}",
         output.stderr
     );

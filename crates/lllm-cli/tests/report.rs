@@ -290,7 +290,7 @@ fn report_options_and_bad_input() {
     assert!(
         output
             .stderr
-            .contains("skipped 1 line(s) that are not result lines (line 5)"),
+            .contains("skipped 1 line not readable as result lines (line 5)"),
         "{}",
         output.stderr
     );

@@ -277,7 +277,7 @@ fn exhausted_repairs_fail_with_the_whole_trace_recorded() {
     assert_eq!(output.stdout, "");
     assert!(output.stderr.contains("lllm: failure"), "{}", output.stderr);
     assert!(
-        output.stderr.contains("does not parse after 2 repair(s)"),
+        output.stderr.contains("does not parse after 2 repairs"),
         "{}",
         output.stderr
     );

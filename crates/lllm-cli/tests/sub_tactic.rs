@@ -51,7 +51,7 @@ fn a_step_runs_another_tactic_and_its_session_nests_in_the_record() {
     ]);
     output.expect_code(0);
     assert_eq!(output.stdout, "final: terse: draft of owls\n");
-    assert!(output.stderr.contains("3 call(s)"), "{}", output.stderr);
+    assert!(output.stderr.contains("3 calls"), "{}", output.stderr);
 
     let record = test.read_json("r.json");
     let subs = record["sub_tactic_sessions"].as_array().unwrap();
@@ -145,7 +145,7 @@ flow:
     let rerun = test.run(&["replay", "r.json", "--rerun"]);
     rerun.expect_code(0);
     assert!(
-        rerun.stdout.contains("identical: 4 model call(s)"),
+        rerun.stdout.contains("identical: 4 model calls"),
         "{}",
         rerun.stdout
     );
@@ -161,7 +161,7 @@ fn rerun_replays_sub_tactic_calls_and_finds_a_change_inside_one() {
     let rerun = test.run(&["replay", "r.json", "--rerun"]);
     rerun.expect_code(0);
     assert!(
-        rerun.stdout.contains("identical: 3 model call(s)"),
+        rerun.stdout.contains("identical: 3 model calls"),
         "{}",
         rerun.stdout
     );

@@ -691,7 +691,7 @@ fn replay_rerun_and_models_check_take_the_default_model() {
     assert!(
         output
             .stdout
-            .starts_with("identical: 1 model call(s) replayed"),
+            .starts_with("identical: 1 model call replayed"),
         "{}",
         output.stdout
     );

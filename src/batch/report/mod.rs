@@ -274,8 +274,10 @@ fn attach_sessions(dir: &Path, tasks: &mut [TaskReport], notes: &mut Vec<String>
     let missing = wanted.len() - found.len();
     if missing > 0 {
         notes.push(format!(
-            "{missing} result(s) have no record in `{}`: their session view is empty",
-            path.display()
+            "{} no record in `{}`: {} session view is empty",
+            crate::words::count(missing as u64, "result has", "results have"),
+            path.display(),
+            if missing == 1 { "its" } else { "their" }
         ));
     }
     Ok(())
@@ -316,9 +318,9 @@ fn skipped_note(notes: &mut Vec<String>, path: &Path, what: &str, lines: &[usize
     }
     let shown: Vec<String> = lines.iter().take(10).map(usize::to_string).collect();
     notes.push(format!(
-        "`{}`: skipped {} line(s) that are not {what} (line {})",
+        "`{}`: skipped {} not readable as {what} (line {})",
         path.display(),
-        lines.len(),
+        crate::words::count(lines.len() as u64, "line", "lines"),
         shown.join(", ")
     ));
 }

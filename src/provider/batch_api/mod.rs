@@ -335,8 +335,13 @@ impl BatchApi {
         }
         if !(interrupted && self.settings.cancel_on_interrupt) {
             self.note(&format!(
-                "batch-api: {} provider batch(es) keep running; `--resume` picks them up",
-                in_flight.len()
+                "batch-api: {} {} running; `--resume` picks them up",
+                crate::words::count(in_flight.len() as u64, "provider batch", "provider batches"),
+                if in_flight.len() == 1 {
+                    "keeps"
+                } else {
+                    "keep"
+                }
             ));
             return;
         }

@@ -139,12 +139,17 @@ impl BatchApi {
             };
         if !candidates.is_empty() {
             self.event(&format!(
-                "batch-api: {} submission(s) to {} were cut off before their batch id was \
-                 written down; waiting for the {} batch(es) created since to end, to tell \
+                "batch-api: {} to {} {} cut off before their batch id was \
+                 written down; waiting for the {} created since to end, to tell \
                  which are lllm's",
-                submissions.len(),
+                crate::words::count(submissions.len() as u64, "submission", "submissions"),
                 service.provider,
-                candidates.len()
+                if submissions.len() == 1 {
+                    "was"
+                } else {
+                    "were"
+                },
+                crate::words::count(candidates.len() as u64, "batch", "batches")
             ));
         }
         for batch_id in candidates {

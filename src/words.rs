@@ -1,0 +1,52 @@
+//! The words lllm counts a run's work with, the same in the `run` summary,
+//! `lllm replay`, `results.jsonl`, `summary.json` and the batch's end table
+//! (docs/formats.md, "Words for a run's work"):
+//!
+//! - a **call** is one request sent to a provider (or answered from the
+//!   cache), whatever came back;
+//! - a **retry** is a call repeated after a provider error (429, 5xx, a
+//!   timeout): every call but the first of one request;
+//! - a **repair** is a turn asking the model to fix a reply that did not
+//!   parse;
+//! - a **tool round** is a turn answering the model's tool calls.
+//!
+//! [`count`] writes a number with its noun, singular for one ("1 retry",
+//! "2 retries"), never "retry(ies)".
+
+/// `number` and the noun for it: `one` when it is 1, `many` otherwise.
+///
+/// ```
+/// assert_eq!(lllm::words::count(1u32, "retry", "retries"), "1 retry");
+/// assert_eq!(lllm::words::count(0u64, "call", "calls"), "0 calls");
+/// ```
+pub fn count(number: impl Into<u64>, one: &str, many: &str) -> String {
+    let number = number.into();
+    let noun = if number == 1 { one } else { many };
+    format!("{number} {noun}")
+}
+
+/// Calls with their retries, as the run summary and `lllm replay` say it:
+/// `1 call`, `3 calls (2 retries)`.
+pub fn calls(calls: impl Into<u64>, retries: impl Into<u64>) -> String {
+    let retries = retries.into();
+    let mut text = count(calls, "call", "calls");
+    if retries > 0 {
+        text.push_str(&format!(" ({})", count(retries, "retry", "retries")));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_is_singular_and_every_other_number_plural() {
+        for (number, expected) in [(0, "0 retries"), (1, "1 retry"), (2, "2 retries")] {
+            assert_eq!(count(number as u64, "retry", "retries"), expected);
+        }
+        assert_eq!(calls(1u64, 0u64), "1 call");
+        assert_eq!(calls(2u64, 1u64), "2 calls (1 retry)");
+        assert_eq!(calls(3u64, 2u64), "3 calls (2 retries)");
+    }
+}
