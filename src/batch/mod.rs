@@ -12,6 +12,7 @@
 
 pub mod directory;
 pub mod formats;
+pub mod ids;
 pub mod merge;
 pub mod openai_output;
 pub mod output;
@@ -153,9 +154,8 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let previous = previous_results(&options)?;
     let done = |id: &str| {
         previous
-            .latest
-            .get(id)
-            .is_some_and(|brief| match brief.state {
+            .state(id)
+            .is_some_and(|state| match state {
                 TaskState::Success => true,
                 TaskState::Failure => !options.retry_errors,
                 TaskState::Skipped => false,
@@ -475,7 +475,7 @@ fn write_summary(
             path: results.display().to_string(),
             source,
         })?;
-        (everything.latest_totals(), everything.spent)
+        (everything.latest_totals, everything.spent)
     };
     let summary = Summary {
         shard: shard.map(|shard| shard.to_string()),

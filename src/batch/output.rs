@@ -13,7 +13,6 @@
 //! first); a kill in the middle of a line leaves a torn last line, which
 //! `repair` cuts off before anything is appended.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -461,11 +460,17 @@ impl From<&ResultLine> for Brief {
 }
 
 /// The latest result of each id in `results.jsonl` (a later line wins).
+/// Only each id's state is kept (24 bytes an id, `ids::Latest`), so
+/// `--resume` of a million-task run stays small; the totals are summed
+/// while reading.
 #[derive(Debug, Default)]
 pub struct Previous {
-    pub latest: HashMap<String, Brief>,
+    /// The state of each id's latest line.
+    pub latest: super::ids::Latest<TaskState>,
     /// Every line counted, retried attempts included: what was spent.
     pub spent: super::summary::Totals,
+    /// Totals over each id's latest line.
+    pub latest_totals: super::summary::Totals,
     /// Lines that are not results (reported, then ignored).
     pub unreadable: usize,
 }
@@ -476,13 +481,9 @@ impl Previous {
         self.latest.is_empty() && self.unreadable == 0 && self.spent.tasks == 0
     }
 
-    /// Totals over each id's latest result.
-    pub fn latest_totals(&self) -> super::summary::Totals {
-        let mut totals = super::summary::Totals::default();
-        for brief in self.latest.values() {
-            totals.add(brief);
-        }
-        totals
+    /// The state of `id`'s latest result, if it has one.
+    pub fn state(&self, id: &str) -> Option<TaskState> {
+        self.latest.get(id)
     }
 }
 
@@ -539,11 +540,51 @@ struct BriefLine<'a> {
 }
 
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
+/// When an id has several lines (a resumed or retried run), the file is read
+/// a second time to sum only the latest ones.
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
+    let mut superseded = Vec::new();
+    let mut first_pass = |brief: Option<(&str, Brief)>| match brief {
+        Some((id, brief)) => {
+            previous.spent.add(&brief);
+            previous.latest.push(id, brief.state);
+        }
+        None => previous.unreadable += 1,
+    };
+    if !each_brief(path, &mut first_pass)? {
+        return Ok(previous);
+    }
+    superseded.extend(previous.latest.finish());
+    if superseded.is_empty() {
+        previous.latest_totals = previous.spent;
+        return Ok(previous);
+    }
+    // Result lines in the order `latest` numbered them (readable ones only).
+    let (mut position, mut next) = (0u32, superseded.iter().peekable());
+    let latest_totals = &mut previous.latest_totals;
+    each_brief(path, &mut |brief| {
+        if let Some((_, brief)) = brief {
+            if next.peek().is_some_and(|&&lost| lost == position) {
+                next.next();
+            } else {
+                latest_totals.add(&brief);
+            }
+            position = position.saturating_add(1);
+        }
+    })?;
+    Ok(previous)
+}
+
+/// Calls `each` with every line of `path` as a brief (`None`: not a result
+/// line); `false` when there is no such file.
+fn each_brief(
+    path: &Path,
+    each: &mut dyn FnMut(Option<(&str, Brief)>),
+) -> std::io::Result<bool> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(previous),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
     };
     let mut reader = BufReader::with_capacity(1 << 16, file);
@@ -557,27 +598,21 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
             continue;
         }
         match serde_json::from_str::<BriefLine<'_>>(&line) {
-            Ok(result) => {
-                let brief = Brief::new(
+            Ok(result) => each(Some((
+                result.id.as_ref(),
+                Brief::new(
                     result.state,
                     result.cost,
                     result.cost_known,
                     result.usage,
                     result.calls,
                     result.cache_hits,
-                );
-                previous.spent.add(&brief);
-                match previous.latest.get_mut(result.id.as_ref()) {
-                    Some(latest) => *latest = brief,
-                    None => {
-                        previous.latest.insert(result.id.into_owned(), brief);
-                    }
-                }
-            }
-            Err(_) => previous.unreadable += 1,
+                ),
+            ))),
+            Err(_) => each(None),
         }
     }
-    Ok(previous)
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -614,7 +649,13 @@ mod tests {
         );
         std::fs::write(&path, text).unwrap();
         let previous = read_previous(&path).unwrap();
-        assert_eq!(previous.latest["a"].state, TaskState::Skipped);
+        assert_eq!(previous.state("a"), Some(TaskState::Skipped));
+        assert_eq!(previous.state("b"), None);
         assert_eq!(previous.unreadable, 1);
+        // Spent counts both lines of `a`; the latest totals only the last.
+        assert_eq!(previous.spent.tasks, 2);
+        assert_eq!(previous.latest_totals.tasks, 1);
+        assert_eq!(previous.latest_totals.skipped, 1);
+        assert_eq!(previous.latest_totals.failure, 0);
     }
 }
