@@ -9,6 +9,9 @@
 #
 #   bench/scale.sh [N ...]
 #
+# The session store is on, as by default, in a fresh directory (LLLM_HOME);
+# ARGS adds flags to each `lllm batch` (e.g. ARGS=--no-store).
+#
 # Builds the release binaries first unless NO_BUILD is set (for quick
 # iterations: CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16).
 set -euo pipefail
@@ -20,6 +23,7 @@ J=${J:-256}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(100000 300000 1000000)
 N=0 C=$J L=0 NO_BUILD=1 source "$root/bench/setup.sh"
+export LLLM_HOME=$work/home
 
 # A task of 300-400 bytes: prose with quotes and escaped newlines.
 tasks() {
@@ -38,16 +42,16 @@ for n in "${sizes[@]}"; do
     tasks "$n" > "$work/tasks.jsonl"
     out=$work/out-$n
     /usr/bin/time -f '%M %e %U %S' -o "$work/time" \
-        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$out" -j "$J" -q \
+        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$out" -j "$J" -q ${ARGS:-} \
         || { echo "lllm batch failed (N=$n)"; cat "$work/time"; exit 1; }
     read -r rss wall user system < "$work/time"
     done_count=$(grep -c '"state":"success"' "$out/results.jsonl" || true)
     [ "$done_count" -eq "$n" ] || { echo "only $done_count of $n tasks succeeded"; exit 1; }
-    awk -v n="$n" -v rss="$rss" -v wall="$wall" -v user="$user" -v system="$system" \
+    awk -v n="$n" -v rss="$rss" -v wall="$wall" -v user="$user" -v sys="$system" \
         -v sessions="$(stat -c %s "$out/sessions.jsonl")" -v results="$(stat -c %s "$out/results.jsonl")" \
         'BEGIN { printf "%10d %10.1f %8.2f %12.1f %14.0f %14.0f\n", n, rss / 1024, wall,
-                 (user + system) * 1e6 / n, sessions / n, results / n }'
-    rm -rf "$out"
+                 (user + sys) * 1e6 / n, sessions / n, results / n }'
+    rm -rf "$out" "$LLLM_HOME"
 done
 
 # One realistic single-turn task: its record against its payload.

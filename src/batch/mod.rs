@@ -153,13 +153,11 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     .map_err(Error::Usage)?;
     let previous = previous_results(&options)?;
     let done = |id: &str| {
-        previous
-            .state(id)
-            .is_some_and(|state| match state {
-                TaskState::Success => true,
-                TaskState::Failure => !options.retry_errors,
-                TaskState::Skipped => false,
-            })
+        previous.state(id).is_some_and(|state| match state {
+            TaskState::Success => true,
+            TaskState::Failure => !options.retry_errors,
+            TaskState::Skipped => false,
+        })
     };
 
     let budget = options

@@ -255,8 +255,14 @@ pub struct WriteFailure {
     pub source: std::io::Error,
 }
 
-/// Lines queued before a finishing task waits for the disk.
-const QUEUE: usize = 4096;
+/// Lines queued before a finishing task waits for the disk: enough for
+/// every task of a large `-j` to finish at once, few enough that the queue
+/// stays a few megabytes of records.
+const QUEUE: usize = 1024;
+
+/// Bytes the writer gathers before writing them (a few writes per
+/// millisecond at thousands of tasks a second; its buffers keep this size).
+const GATHER: usize = 1 << 20;
 
 impl Writer {
     pub fn open(dir: &Path) -> std::io::Result<Writer> {
@@ -379,7 +385,7 @@ fn write_loop(
             }
             result_lines.extend_from_slice(&encoded.result);
             chunk.push((encoded, at));
-            if result_lines.len() + session_lines.len() >= 1 << 22 {
+            if result_lines.len() + session_lines.len() >= GATHER {
                 break;
             }
             match receiver.try_recv() {
@@ -545,7 +551,7 @@ struct BriefLine<'a> {
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
     let mut superseded = Vec::new();
-    let mut first_pass = |brief: Option<(&str, Brief)>| match brief {
+    let mut first_pass = |brief: BriefRead<'_>| match brief {
         Some((id, brief)) => {
             previous.spent.add(&brief);
             previous.latest.push(id, brief.state);
@@ -576,12 +582,12 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     Ok(previous)
 }
 
-/// Calls `each` with every line of `path` as a brief (`None`: not a result
-/// line); `false` when there is no such file.
-fn each_brief(
-    path: &Path,
-    each: &mut dyn FnMut(Option<(&str, Brief)>),
-) -> std::io::Result<bool> {
+/// A result line's id and brief, `None` for a line that is not a result.
+type BriefRead<'a> = Option<(&'a str, Brief)>;
+
+/// Calls `each` with every line of `path` as a brief; `false` when there is
+/// no such file.
+fn each_brief(path: &Path, each: &mut dyn FnMut(BriefRead<'_>)) -> std::io::Result<bool> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),

@@ -232,7 +232,11 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         // The ids are read again from their lines (only when some repeat).
         let ids = ids_of(inputs.tasks_file, inputs.reader, &duplicates)?;
         for ((line, first), id) in duplicates.into_iter().zip(ids) {
-            state.push(format!("duplicate id `{id}` (first on line {first})"), line, true);
+            state.push(
+                format!("duplicate id `{id}` (first on line {first})"),
+                line,
+                true,
+            );
         }
         state.problems.sort_by_key(|problem| problem.lines[0]);
     }
