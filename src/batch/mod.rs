@@ -12,6 +12,7 @@
 
 pub mod directory;
 pub mod formats;
+pub mod ids;
 pub mod merge;
 pub mod openai_output;
 pub mod output;
@@ -179,14 +180,11 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     .map_err(Error::Usage)?;
     let previous = previous_results(&options)?;
     let done = |id: &str| {
-        previous
-            .latest
-            .get(id)
-            .is_some_and(|brief| match brief.state {
-                TaskState::Success => true,
-                TaskState::Failure => !options.retry_errors,
-                TaskState::Skipped => false,
-            })
+        previous.state(id).is_some_and(|state| match state {
+            TaskState::Success => true,
+            TaskState::Failure => !options.retry_errors,
+            TaskState::Skipped => false,
+        })
     };
 
     let budget = options
@@ -503,7 +501,7 @@ fn write_summary(
             path: results.display().to_string(),
             source,
         })?;
-        (everything.latest_totals(), everything.spent)
+        (everything.latest_totals, everything.spent)
     };
     let summary = Summary {
         shard: shard.map(|shard| shard.to_string()),

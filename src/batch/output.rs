@@ -13,7 +13,6 @@
 //! first); a kill in the middle of a line leaves a torn last line, which
 //! `repair` cuts off before anything is appended.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -263,8 +262,14 @@ pub struct WriteFailure {
     pub source: std::io::Error,
 }
 
-/// Lines queued before a finishing task waits for the disk.
-const QUEUE: usize = 4096;
+/// Lines queued before a finishing task waits for the disk: enough for
+/// every task of a large `-j` to finish at once, few enough that the queue
+/// stays a few megabytes of records.
+const QUEUE: usize = 1024;
+
+/// Bytes the writer gathers before writing them (a few writes per
+/// millisecond at thousands of tasks a second; its buffers keep this size).
+const GATHER: usize = 1 << 20;
 
 impl Writer {
     pub fn open(dir: &Path) -> std::io::Result<Writer> {
@@ -387,7 +392,7 @@ fn write_loop(
             }
             result_lines.extend_from_slice(&encoded.result);
             chunk.push((encoded, at));
-            if result_lines.len() + session_lines.len() >= 1 << 22 {
+            if result_lines.len() + session_lines.len() >= GATHER {
                 break;
             }
             match receiver.try_recv() {
@@ -472,11 +477,17 @@ impl From<&ResultLine> for Brief {
 }
 
 /// The latest result of each id in `results.jsonl` (a later line wins).
+/// Only each id's state is kept (24 bytes an id, `ids::Latest`), so
+/// `--resume` of a million-task run stays small; the totals are summed
+/// while reading.
 #[derive(Debug, Default)]
 pub struct Previous {
-    pub latest: HashMap<String, Brief>,
+    /// The state of each id's latest line.
+    pub latest: super::ids::Latest<TaskState>,
     /// Every line counted, retried attempts included: what was spent.
     pub spent: super::summary::Totals,
+    /// Totals over each id's latest line.
+    pub latest_totals: super::summary::Totals,
     /// Lines that are not results (reported, then ignored).
     pub unreadable: usize,
 }
@@ -487,13 +498,9 @@ impl Previous {
         self.latest.is_empty() && self.unreadable == 0 && self.spent.tasks == 0
     }
 
-    /// Totals over each id's latest result.
-    pub fn latest_totals(&self) -> super::summary::Totals {
-        let mut totals = super::summary::Totals::default();
-        for brief in self.latest.values() {
-            totals.add(brief);
-        }
-        totals
+    /// The state of `id`'s latest result, if it has one.
+    pub fn state(&self, id: &str) -> Option<TaskState> {
+        self.latest.get(id)
     }
 }
 
@@ -552,11 +559,51 @@ struct BriefLine<'a> {
 }
 
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
+/// When an id has several lines (a resumed or retried run), the file is read
+/// a second time to sum only the latest ones.
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
+    let mut superseded = Vec::new();
+    let mut first_pass = |brief: BriefRead<'_>| match brief {
+        Some((id, brief)) => {
+            previous.spent.add(&brief);
+            previous.latest.push(id, brief.state);
+        }
+        None => previous.unreadable += 1,
+    };
+    if !each_brief(path, &mut first_pass)? {
+        return Ok(previous);
+    }
+    superseded.extend(previous.latest.finish());
+    if superseded.is_empty() {
+        previous.latest_totals = previous.spent;
+        return Ok(previous);
+    }
+    // Result lines in the order `latest` numbered them (readable ones only).
+    let (mut position, mut next) = (0u32, superseded.iter().peekable());
+    let latest_totals = &mut previous.latest_totals;
+    each_brief(path, &mut |brief| {
+        if let Some((_, brief)) = brief {
+            if next.peek().is_some_and(|&&lost| lost == position) {
+                next.next();
+            } else {
+                latest_totals.add(&brief);
+            }
+            position = position.saturating_add(1);
+        }
+    })?;
+    Ok(previous)
+}
+
+/// A result line's id and brief, `None` for a line that is not a result.
+type BriefRead<'a> = Option<(&'a str, Brief)>;
+
+/// Calls `each` with every line of `path` as a brief; `false` when there is
+/// no such file.
+fn each_brief(path: &Path, each: &mut dyn FnMut(BriefRead<'_>)) -> std::io::Result<bool> {
     let file = match File::open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(previous),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
     };
     let mut reader = BufReader::with_capacity(1 << 16, file);
@@ -570,8 +617,9 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
             continue;
         }
         match serde_json::from_str::<BriefLine<'_>>(&line) {
-            Ok(result) => {
-                let brief = Brief::new(
+            Ok(result) => each(Some((
+                result.id.as_ref(),
+                Brief::new(
                     result.state,
                     result.cost,
                     result.cost_known,
@@ -579,19 +627,12 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
                     result.calls,
                     result.retries,
                     result.cache_hits,
-                );
-                previous.spent.add(&brief);
-                match previous.latest.get_mut(result.id.as_ref()) {
-                    Some(latest) => *latest = brief,
-                    None => {
-                        previous.latest.insert(result.id.into_owned(), brief);
-                    }
-                }
-            }
-            Err(_) => previous.unreadable += 1,
+                ),
+            ))),
+            Err(_) => each(None),
         }
     }
-    Ok(previous)
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -628,7 +669,13 @@ mod tests {
         );
         std::fs::write(&path, text).unwrap();
         let previous = read_previous(&path).unwrap();
-        assert_eq!(previous.latest["a"].state, TaskState::Skipped);
+        assert_eq!(previous.state("a"), Some(TaskState::Skipped));
+        assert_eq!(previous.state("b"), None);
         assert_eq!(previous.unreadable, 1);
+        // Spent counts both lines of `a`; the latest totals only the last.
+        assert_eq!(previous.spent.tasks, 2);
+        assert_eq!(previous.latest_totals.tasks, 1);
+        assert_eq!(previous.latest_totals.skipped, 1);
+        assert_eq!(previous.latest_totals.failure, 0);
     }
 }

@@ -5,14 +5,16 @@
 //! sent for a file that cannot finish.
 //!
 //! The file is streamed in chunks; rayon parses and checks each chunk in
-//! parallel. What is kept across chunks is small: the ids seen (duplicates are
-//! an error), the grouped problems, and the counts the run needs.
+//! parallel. What is kept across chunks is small: a 16-byte digest and the
+//! line of each id (`ids::Seen`: duplicates are an error, found by one sort
+//! at the end), the grouped problems, and the counts the run needs.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use rayon::prelude::*;
 
+use super::ids::Seen;
 use super::shard::Shard;
 use super::tactics::Tactics;
 use super::tasks::{self, Lines, Task};
@@ -131,7 +133,7 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         .unwrap_or_default();
     let mut lines = Lines::open(inputs.tasks_file)?;
     let mut state = State {
-        ids: HashMap::new(),
+        ids: Seen::default(),
         problems: Vec::new(),
         index: HashMap::new(),
         plan_invalid: HashMap::new(),
@@ -186,11 +188,7 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
                 }
             };
             let selected = state.selector.select(&task.id);
-            if let Some(first) = state.ids.insert(task.id.clone(), number) {
-                let message = format!("duplicate id `{}` (first on line {first})", task.id);
-                state.push(message, number, true);
-                continue;
-            }
+            state.ids.add(&task.id, number);
             match tasks::tactic_path(
                 &task,
                 &tasks_dir,
@@ -228,6 +226,20 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
             }
         }
     }
+    let duplicates = std::mem::take(&mut state.ids).duplicates();
+    if !duplicates.is_empty() {
+        // A fatal problem: nothing runs, so the counts above do not matter.
+        // The ids are read again from their lines (only when some repeat).
+        let ids = ids_of(inputs.tasks_file, inputs.reader, &duplicates)?;
+        for ((line, first), id) in duplicates.into_iter().zip(ids) {
+            state.push(
+                format!("duplicate id `{id}` (first on line {first})"),
+                line,
+                true,
+            );
+        }
+        state.problems.sort_by_key(|problem| problem.lines[0]);
+    }
     Ok(Plan {
         problems: state.problems,
         invalid: state.plan_invalid,
@@ -236,9 +248,32 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
     })
 }
 
+/// The ids of the task lines `duplicates` names first (in the same order).
+fn ids_of(
+    tasks_file: &Path,
+    reader: &super::formats::LineReader,
+    duplicates: &[(usize, usize)],
+) -> std::io::Result<Vec<String>> {
+    let wanted: std::collections::HashSet<usize> =
+        duplicates.iter().map(|&(line, _)| line).collect();
+    let mut found: HashMap<usize, String> = HashMap::new();
+    let mut lines = Lines::open(tasks_file)?;
+    while let Some(Ok((number, text))) = lines.next_line() {
+        if wanted.contains(&number)
+            && let Ok(Some(task)) = reader.parse(text, number)
+        {
+            found.insert(number, task.id);
+        }
+    }
+    Ok(duplicates
+        .iter()
+        .map(|(line, _)| found.remove(line).unwrap_or_else(|| format!("line-{line}")))
+        .collect())
+}
+
 /// Pre-flight's running state.
 struct State {
-    ids: HashMap<String, usize>,
+    ids: Seen,
     problems: Vec<Problem>,
     /// Message → index in `problems`, to group lines sharing a problem.
     index: HashMap<String, usize>,
