@@ -21,7 +21,7 @@ instructions() {
     grep -E '^(summary|totals):' "$1" | head -1 | awk '{print $2}'
 }
 valgrind --tool=callgrind --callgrind-out-file="$work/runner.out" \
-    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/runner.err"
+    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q ${LLLM_BENCH_FLAGS:-} 2> "$work/runner.err"
 valgrind --tool=callgrind --callgrind-out-file="$work/floor.out" \
     "${floor[@]}" > /dev/null 2> "$work/floor.err"
 results=$(wc -l < "$work/out/results.jsonl")
