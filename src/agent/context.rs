@@ -220,9 +220,9 @@ impl ContextManager for DefaultContextManager {
     fn apply(&self, dialog: &mut Dialog) -> Option<Dialog> {
         let budget = self.budget? as usize;
         let messages = dialog.messages();
-        // Fast path: most dialogs are far below the window, and counting a
-        // few KB with BPE costs more than the rest of a call (issue 17). A
-        // token is at least one byte, so each message's bytes bound its
+        // Fast path: most dialogs are far below the window, and BPE over
+        // every message on every request would be paid per byte (issue 17).
+        // A token is at least one byte, so each message's bytes bound its
         // tokens from above; only a dialog that may not fit is counted.
         if messages
             .iter()
