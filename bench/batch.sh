@@ -4,6 +4,9 @@
 #   bench/batch.sh [N tasks] [C concurrency] [L latency ms]      (defaults: 20000 256 50)
 #   NO_BUILD=1 bench/batch.sh 100000 256 0                       (reuse the release build)
 #   ROUNDS=5 bench/batch.sh …                                     (rounds; default 3)
+#   PAYLOAD=realistic bench/batch.sh …     (1-4 KB tasks, 0.5-2 KB replies; default tiny)
+#   PAYLOAD=realistic TURNS=3 bench/batch.sh …   (a tool loop: two tool calls, then the answer)
+#   BIN=/path/to/release NO_BUILD=1 bench/batch.sh …   (other binaries, e.g. a build to compare)
 #
 # Reports tasks/s against the ideal C / L, CPU time per LLM call of the runner
 # (user + system of the `lllm` process over the calls it made) and its peak
@@ -20,9 +23,9 @@ source "$(dirname "$0")/setup.sh"
 : > "$work/runs"
 : > "$work/floors"
 for round in $(seq "${ROUNDS:-3}"); do
-    rm -rf "$work/out"
+    rm -rf "$work/out" "$LLLM_HOME"
     /usr/bin/time -f '%U %S %M %e' -o "$work/time" \
-        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q
+        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q ${LLLM_BENCH_FLAGS:-}
     python3 - "$work/out/summary.json" "$(cat "$work/time")" >> "$work/runs" <<'PY'
 import json, sys
 summary = json.load(open(sys.argv[1]))
@@ -33,23 +36,25 @@ print(json.dumps({"time": sys.argv[2].split(), "calls": run["calls"], "tasks_per
 PY
     # The floor: the same HTTP client, runtime and concurrency doing only the
     # requests (no agent loop, no records), against the same server.
-    /usr/bin/time -f '%U %S' -o "$work/floor_time" "$bin/examples/http_floor" "$url" "$N" "$C" > /dev/null
+    # It sends the same bytes: system prompt, task, tool rounds and replies.
+    /usr/bin/time -f '%U %S' -o "$work/floor_time" "${floor[@]}" > /dev/null
     cat "$work/floor_time" >> "$work/floors"
 done
-python3 - "$work/runs" "$work/floors" "$N" "$C" "$L" <<'PY'
+python3 - "$work/runs" "$work/floors" "$N" "$C" "$L" "$payload" "$turns" <<'PY'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 floors = [list(map(float, line.split())) for line in open(sys.argv[2])]
 n, c, l = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+payload, turns = sys.argv[6], int(sys.argv[7])
 def cpu(run):
     user, system = float(run["time"][0]), float(run["time"][1])
     return 1e6 * (user + system) / max(run["calls"], 1)
 per_call = [cpu(run) for run in runs]
-floor = [1e6 * (user + system) / n for user, system in floors]
+floor = [1e6 * (user + system) / (n * turns) for user, system in floors]
 ratios = [a / b for a, b in zip(per_call, floor)]
 own = [a - b for a, b in zip(per_call, floor)]
 med = statistics.median
-print(f"tasks {n} · concurrency {c} · latency {l:g} ms · {len(runs)} round(s) · "
+print(f"tasks {n} · payload {payload} · {turns} request(s) per task · concurrency {c} · latency {l:g} ms · {len(runs)} round(s) · "
       f"success {min(run['success'] for run in runs)}/{runs[0]['total']} in every round")
 rates = [run["tasks_per_s"] for run in runs]
 if l > 0:

@@ -5,6 +5,7 @@
 #
 #   bench/instructions.sh [N tasks]          (default 3000; needs valgrind)
 #   NO_BUILD=1 bench/instructions.sh 3000    (reuse the release build)
+#   PAYLOAD=realistic TURNS=3 bench/instructions.sh 1000   (payloads as in bench/batch.sh)
 #
 # Both run under callgrind against `lllm-mock` with no latency, at
 # concurrency 256, writing records and results as any run does; user-space
@@ -20,17 +21,18 @@ instructions() {
     grep -E '^(summary|totals):' "$1" | head -1 | awk '{print $2}'
 }
 valgrind --tool=callgrind --callgrind-out-file="$work/runner.out" \
-    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/runner.err"
+    "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q ${LLLM_BENCH_FLAGS:-} 2> "$work/runner.err"
 valgrind --tool=callgrind --callgrind-out-file="$work/floor.out" \
-    "$bin/examples/http_floor" "$url" "$N" "$C" > /dev/null 2> "$work/floor.err"
+    "${floor[@]}" > /dev/null 2> "$work/floor.err"
 results=$(wc -l < "$work/out/results.jsonl")
 [ "$results" -eq "$N" ] || { echo "bench/instructions.sh: $results of $N results" >&2; exit 1; }
 runner=$(instructions "$work/runner.out")
-floor=$(instructions "$work/floor.out")
-python3 - "$runner" "$floor" "$N" <<'PY'
+floor_instructions=$(instructions "$work/floor.out")
+python3 - "$runner" "$floor_instructions" "$N" "$turns" "$payload" <<'PY'
 import sys
-runner, floor, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-print(f"tasks {n} · concurrency 256 · latency 0 ms · user-space instructions (callgrind)")
+runner, floor, tasks, turns = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+n = tasks * turns
+print(f"tasks {tasks} · payload {sys.argv[5]} · {turns} request(s) per task · concurrency 256 · latency 0 ms · user-space instructions (callgrind)")
 print(f"runner       {runner / n:,.0f} per LLM call (lllm batch: pre-flight, agent loop, HTTP, records, output)")
 print(f"HTTP floor   {floor / n:,.0f} per request (same client, runtime and C; no agent, no records)")
 print(f"runner/floor {runner / floor:.2f}× · runner's own {(runner - floor) / n:,.0f} per call above the floor")

@@ -90,44 +90,60 @@ impl Writer<'_> {
     }
 }
 
-/// Whether any byte of `bytes` needs escaping: a quote, a backslash or a
-/// control character below 0x20. Eight bytes at a time; the last word
-/// overlaps the one before it (a word pieced together in memory from a few
-/// bytes stalls the load that reads it).
-fn needs_escape(bytes: &[u8]) -> bool {
+/// The high bit of each byte of `word` that needs escaping, exact up to the
+/// lowest one set: a quote, a backslash or a control character below 0x20
+/// (bytes from 0x80 up never are; the subtractions' borrows only reach bytes
+/// above one that is, so a byte above the first flagged one may be flagged
+/// wrongly, never the first itself).
+fn flagged(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // The high bit of each byte that is below 0x20, a quote or a backslash
-    // (bytes from 0x80 up never are; the subtractions' borrows only reach
-    // bytes above one that is).
-    let flagged = |chunk: &[u8]| {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let control = word.wrapping_sub(ONES * 0x20);
-        let quote = (word ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
-        let backslash = (word ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
-        (control | quote | backslash) & !word & HIGHS != 0
-    };
-    if bytes.len() < 8 {
-        return bytes
-            .iter()
-            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
-    }
-    let mut chunks = bytes.chunks_exact(8);
-    if chunks.any(flagged) {
-        return true;
-    }
-    !chunks.remainder().is_empty() && flagged(&bytes[bytes.len() - 8..])
+    let control = word.wrapping_sub(ONES * 0x20);
+    let quote = (word ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
+    let backslash = (word ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
+    (control | quote | backslash) & !word & HIGHS
 }
 
-/// Appends `bytes` (UTF-8) escaped as serde_json escapes them: quotes, backslashes and
-/// the control characters below 0x20; nothing else.
-fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
-    if !needs_escape(bytes) {
-        out.extend_from_slice(bytes);
-        return;
+/// The index of the first byte from `from` on that needs escaping, if any.
+/// Eight bytes at a time; the last word overlaps the one before it (a word
+/// pieced together in memory from a few bytes stalls the load that reads it).
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    let word_at = |at: usize| {
+        let chunk: [u8; 8] = bytes[at..at + 8].try_into().unwrap_or_default();
+        flagged(u64::from_le_bytes(chunk))
+    };
+    let first_in = |at: usize, mask: u64| at + (mask.trailing_zeros() / 8) as usize;
+    if bytes.len() < from + 8 {
+        return (from..bytes.len())
+            .find(|&index| matches!(bytes[index], 0x00..=0x1F | b'"' | b'\\'));
     }
+    let mut at = from;
+    while at + 8 <= bytes.len() {
+        let mask = word_at(at);
+        if mask != 0 {
+            return Some(first_in(at, mask));
+        }
+        at += 8;
+    }
+    if at == bytes.len() {
+        return None;
+    }
+    // The overlapping last word: only its bytes from `at` on are new.
+    let last = bytes.len() - 8;
+    let mask = word_at(last) & (u64::MAX << (8 * (at - last)));
+    (mask != 0).then(|| first_in(last, mask))
+}
+
+/// Appends `bytes` (UTF-8) escaped as serde_json escapes them: quotes,
+/// backslashes and the control characters below 0x20; nothing else. The runs
+/// between escapes are found a word at a time and copied whole, so text with
+/// a newline every line costs about what text without one does.
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut run_start = 0;
-    for (index, &byte) in bytes.iter().enumerate() {
+    while let Some(index) = next_escape(bytes, run_start) {
+        out.extend_from_slice(&bytes[run_start..index]);
+        run_start = index + 1;
+        let byte = bytes[index];
         let short = match byte {
             b'"' => b'"',
             b'\\' => b'\\',
@@ -136,11 +152,8 @@ fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
             0x0A => b'n',
             0x0C => b'f',
             0x0D => b'r',
-            0x00..=0x1F => b'u',
-            _ => continue,
+            _ => b'u',
         };
-        out.extend_from_slice(&bytes[run_start..index]);
-        run_start = index + 1;
         if short == b'u' {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.extend_from_slice(&[

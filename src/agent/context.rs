@@ -220,24 +220,15 @@ impl ContextManager for DefaultContextManager {
     fn apply(&self, dialog: &mut Dialog) -> Option<Dialog> {
         let budget = self.budget? as usize;
         let messages = dialog.messages();
-        // Fast path: a BPE token is at least one byte, so bytes bound tokens.
-        let bytes: usize = messages
+        // Fast path: most dialogs are far below the window, and BPE over
+        // every message on every request would be paid per byte (issue 17).
+        // A token is at least one byte, so each message's bytes bound its
+        // tokens from above; only a dialog that may not fit is counted.
+        if messages
             .iter()
-            .map(|message| {
-                message.content.len()
-                    + message.name.len()
-                    + 16
-                    + message.function_calls.len() * 64
-                    + message.parts.len() * tokens::IMAGE_TOKENS
-            })
-            .sum();
-        if bytes <= budget
-            && messages.iter().all(|message| {
-                message
-                    .function_calls
-                    .iter()
-                    .all(|c| c.arguments_text().len() < 64)
-            })
+            .map(|message| tokens::message_bytes(message))
+            .sum::<usize>()
+            <= budget
         {
             return None;
         }
@@ -377,6 +368,33 @@ mod tests {
     fn a_dialog_that_fits_is_sent_as_is() {
         let mut small = dialog(vec![Message::system("sys"), Message::user("hi")]);
         assert!(manager(1000).apply(&mut small).is_none());
+    }
+
+    #[test]
+    fn the_byte_shortcut_decides_as_counting_does_at_the_windows_edge() {
+        // Bytes far above tokens (multi-byte text, repeated words): below its
+        // bytes, only the token count can tell whether the dialog fits.
+        let messages = vec![
+            Message::system("sys"),
+            Message::assistant("a", "Zürich — 日本語, \"quoted\" text\n".repeat(40)),
+            Message::user("the newest question"),
+        ];
+        let counter = manager(1).counter;
+        let tokens: usize = messages
+            .iter()
+            .map(|message| tokens::message_tokens(counter.as_ref(), message))
+            .sum();
+        let bytes: usize = messages.iter().map(tokens::message_bytes).sum();
+        assert!(bytes > 2 * tokens, "{bytes} bytes, {tokens} tokens");
+        let applied = |budget: usize| manager(budget as u64).apply(&mut dialog(messages.clone()));
+        for budget in [bytes + 1, bytes, bytes - 1, tokens + 1, tokens] {
+            assert!(
+                applied(budget).is_none(),
+                "a budget of {budget} holds {tokens} tokens"
+            );
+        }
+        let cut = applied(tokens - 1).expect("one token short: truncated");
+        assert_eq!(contents(&cut)[0], "sys");
     }
 
     #[test]

@@ -106,6 +106,29 @@ pub fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
     content + calls + MESSAGE_OVERHEAD + counter.count(&message.name).min(8)
 }
 
+/// An upper bound of [`message_tokens`] for every counter, computed without
+/// tokenizing: [`message_tokens`] with each text's bytes in place of its
+/// tokens (a BPE token is at least one byte; the estimate is a third of that).
+pub fn message_bytes(message: &Message) -> usize {
+    let content = match message.modality {
+        Modality::Image => IMAGE_TOKENS,
+        Modality::Text => {
+            let images = message
+                .parts
+                .iter()
+                .filter(|part| part.image_ref().is_some())
+                .count();
+            message.content.len() + images * IMAGE_TOKENS
+        }
+    };
+    let calls: usize = message
+        .function_calls
+        .iter()
+        .map(|call| call.name.len() + call.arguments_text().len() + MESSAGE_OVERHEAD)
+        .sum();
+    content + calls + MESSAGE_OVERHEAD + message.name.len().min(8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +150,40 @@ mod tests {
         tokenizer("local", "gpt-4o-mini", "o200k_base");
         tokenizer("anthropic", "claude-sonnet-4-5", "estimate");
         tokenizer("local", "llama3", "estimate");
+    }
+
+    #[test]
+    fn bytes_bound_the_tokens_of_every_kind_of_message() {
+        use crate::dialog::FunctionCall;
+        let long_name = "a_tool_with_a_long_name_".repeat(2);
+        let mut with_calls = Message::assistant("agent_with_a_long_name", "");
+        with_calls.function_calls = (0..5)
+            .map(|index| {
+                let arguments = format!(r#"{{"q": "{}"}}"#, "x ".repeat(40 * index));
+                FunctionCall::from_model("c1", &long_name, &arguments)
+            })
+            .collect();
+        let mut image = Message::user("a.png");
+        image.modality = Modality::Image;
+        let messages = [
+            Message::user(""),
+            Message::user("Zürich — 日本語 \"quoted\"\n".repeat(30)),
+            Message::system("word ".repeat(500)),
+            with_calls,
+            image,
+        ];
+        for counter in [
+            counter_for("openai", "gpt-4o"),
+            counter_for("local", "llama"),
+        ] {
+            for message in &messages {
+                let tokens = message_tokens(counter.as_ref(), message);
+                assert!(
+                    message_bytes(message) >= tokens,
+                    "{message:?}: {tokens} tokens"
+                );
+            }
+        }
     }
 
     #[test]

@@ -36,6 +36,28 @@ fn every_escaped_byte_at_every_place_of_a_chunk() {
 }
 
 #[test]
+fn two_escapes_at_every_distance_in_long_text() {
+    // Runs between escapes are found a word at a time: the second escape may
+    // sit in the same word as the first, the next one, or the overlapping
+    // last word of the string.
+    for length in [8, 9, 15, 16, 17, 31, 40] {
+        for first in 0..length {
+            for second in first..length {
+                let text: String = (0..length)
+                    .map(|index| match index {
+                        _ if index == first => '"',
+                        _ if index == second => '\n',
+                        _ if index % 5 == 0 => 'é',
+                        _ => 'a',
+                    })
+                    .collect();
+                same_as_serde_json(&text);
+            }
+        }
+    }
+}
+
+#[test]
 fn random_strings_read_as_serde_json_writes_them() {
     let alphabet: Vec<char> = "ab \"\\\n\t\r\u{0}\u{1f}\u{8}\u{c}é😀{}:,/"
         .chars()
