@@ -731,7 +731,10 @@ fn an_rpm_limit_is_kept_across_agents() {
     // (The log's times are in whole milliseconds.)
     for (index, at_least) in [(60, 999), (61, 1999)] {
         let span = (times[index] - times[0]).num_milliseconds();
-        assert!(span >= at_least, "request {index} after {span} ms: {times:?}");
+        assert!(
+            span >= at_least,
+            "request {index} after {span} ms: {times:?}"
+        );
     }
 }
 
