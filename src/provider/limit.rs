@@ -13,7 +13,7 @@
 //! Providers take a `Permit` before each HTTP attempt and report how it went.
 
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use tokio::sync::Notify;
@@ -388,7 +388,7 @@ impl Limiter {
     /// bucket holding what the server says remains, less what is in flight
     /// besides this request (the server may not have counted it yet).
     fn observe(&self, headers: &HeaderMap, estimate: Estimate, sent: Instant) {
-        let windows = rate_headers::windows(headers, SystemTime::now());
+        let windows = rate_headers::windows(headers);
         if windows.is_empty() {
             return;
         }

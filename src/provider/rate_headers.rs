@@ -51,8 +51,9 @@ pub struct Window {
     pub family: Family,
     pub limit: f64,
     pub remaining: f64,
-    /// The limits are per minute; a reset further away than a per-minute
-    /// refill allows (a window per hour or day) gives the slower rate.
+    /// A sixtieth of the limit: both providers' limits are per minute. The
+    /// reset is not read: it says when the bucket is full again, not when
+    /// the next request fits, and a hostile one must not slow anyone down.
     pub per_second: f64,
 }
 
@@ -62,7 +63,7 @@ pub struct Window {
 /// input-tokens,output-tokens}-{limit,remaining,reset}` (the reset an RFC
 /// 3339 time, in whole seconds). A window whose limit or remaining count is
 /// not a count is left out; `remaining` is at most `limit`.
-pub fn windows(headers: &HeaderMap, now: SystemTime) -> Vec<Window> {
+pub fn windows(headers: &HeaderMap) -> Vec<Window> {
     let openai =
         [(Family::Requests, "requests"), (Family::Tokens, "tokens")].map(|(family, name)| {
             window(
@@ -71,9 +72,7 @@ pub fn windows(headers: &HeaderMap, now: SystemTime) -> Vec<Window> {
                 [
                     format!("x-ratelimit-limit-{name}"),
                     format!("x-ratelimit-remaining-{name}"),
-                    format!("x-ratelimit-reset-{name}"),
                 ],
-                go_duration,
             )
         });
     let anthropic = [
@@ -86,39 +85,23 @@ pub fn windows(headers: &HeaderMap, now: SystemTime) -> Vec<Window> {
         window(
             headers,
             family,
-            ["limit", "remaining", "reset"]
-                .map(|part| format!("anthropic-ratelimit-{name}-{part}")),
-            |reset| rfc3339(reset, now),
+            ["limit", "remaining"].map(|part| format!("anthropic-ratelimit-{name}-{part}")),
         )
     });
     openai.into_iter().chain(anthropic).flatten().collect()
 }
 
 /// One window, if its counts are counts.
-fn window(
-    headers: &HeaderMap,
-    family: Family,
-    [limit, remaining, reset]: [String; 3],
-    read_reset: impl Fn(&str) -> Option<Duration>,
-) -> Option<Window> {
+fn window(headers: &HeaderMap, family: Family, [limit, remaining]: [String; 2]) -> Option<Window> {
     let limit = text(headers, &limit)
         .and_then(number)
         .filter(|limit| *limit >= 1.0)?;
     let remaining = text(headers, &remaining).and_then(number)?.min(limit);
-    let per_minute = limit / 60.0;
-    let missing = limit - remaining;
-    // Anthropic's resets are whole seconds, rounded up: a second of slack.
-    let per_second = match text(headers, &reset).and_then(read_reset) {
-        Some(reset) if missing > 0.0 && reset.as_secs_f64() > missing / per_minute + 1.0 => {
-            missing / reset.as_secs_f64()
-        }
-        _ => per_minute,
-    };
     Some(Window {
         family,
         limit,
         remaining,
-        per_second,
+        per_second: limit / 60.0,
     })
 }
 
@@ -152,51 +135,10 @@ fn http_date(text: &str, now: SystemTime) -> Option<Duration> {
     Some(until(at, now))
 }
 
-/// An RFC 3339 time (`2025-08-21T12:40:59Z`) as the wait from `now`.
-fn rfc3339(text: &str, now: SystemTime) -> Option<Duration> {
-    let at = chrono::DateTime::parse_from_rfc3339(text).ok()?;
-    let now = chrono::DateTime::<chrono::Utc>::from(now);
-    // chrono's dates span ±262,143 years, well inside a `TimeDelta`.
-    let wait = at.with_timezone(&chrono::Utc) - now;
-    Some(wait.to_std().unwrap_or(Duration::ZERO).min(LONGEST))
-}
-
 fn until(at: SystemTime, now: SystemTime) -> Duration {
     at.duration_since(now)
         .unwrap_or(Duration::ZERO)
         .min(LONGEST)
-}
-
-/// A Go duration as OpenAI sends resets (`6m0s`, `1.5s`, `250ms`, `1h2m3s`,
-/// also `µs`/`us` and `ns`), or plain seconds.
-fn go_duration(text: &str) -> Option<Duration> {
-    if let Some(plain) = seconds(text, 1.0) {
-        return Some(plain);
-    }
-    let mut rest = text;
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&end| end > 0)?;
-        let value = number(&rest[..digits])?;
-        rest = &rest[digits..];
-        let (unit, length) = [
-            ("h", 3600.0),
-            ("ms", 1e-3),
-            ("m", 60.0),
-            ("s", 1.0),
-            ("µs", 1e-6),
-            ("us", 1e-6),
-            ("ns", 1e-9),
-        ]
-        .into_iter()
-        .find(|(unit, _)| rest.starts_with(unit))
-        .map(|(unit, scale)| (scale, unit.len()))?;
-        total += value * unit;
-        rest = &rest[length..];
-    }
-    (!text.is_empty()).then(|| clamped(total))
 }
 
 #[cfg(test)]
@@ -263,35 +205,9 @@ mod tests {
         asks(&[("retry-after", "Thu, 32 Jan 2026 00:00:30 GMT")], None);
     }
 
-    #[test]
-    fn go_durations_as_openai_sends_them() {
-        let ms = Duration::from_millis;
-        for (text, expected) in [
-            ("1s", Some(ms(1000))),
-            ("6m0s", Some(ms(360_000))),
-            ("250ms", Some(ms(250))),
-            ("1.5s", Some(ms(1500))),
-            ("1h2m3s", Some(ms(3_723_000))),
-            ("9ms", Some(ms(9))),
-            ("1500us", Some(ms(1) + Duration::from_micros(500))),
-            ("2", Some(ms(2000))),
-            ("99999999999999999999h", Some(LONGEST)),
-            ("inf", None),
-            ("-1s", None),
-            ("NaN", None),
-            ("soon", None),
-            ("1x", None),
-            ("s", None),
-            ("", None),
-            ("1.2.3s", None),
-        ] {
-            assert_eq!(go_duration(text), expected, "{text}");
-        }
-    }
-
     #[track_caller]
     fn read(pairs: &[(&str, &str)]) -> Vec<(Family, f64, f64, f64)> {
-        windows(&map(pairs), now())
+        windows(&map(pairs))
             .into_iter()
             .map(|window| {
                 (
@@ -320,17 +236,9 @@ mod tests {
                 (Family::Tokens, 600_000.0, 0.0, 10_000.0),
             ]
         );
-        // A reset further than a minute's refill: a slower window (per day).
-        assert_eq!(
-            read(&[
-                ("x-ratelimit-limit-requests", "14400"),
-                ("x-ratelimit-remaining-requests", "14399"),
-                ("x-ratelimit-reset-requests", "6s"),
-            ]),
-            vec![(Family::Requests, 14400.0, 14399.0, 1.0 / 6.0)]
-        );
         // Counts that are not counts are no window at all; a remaining
-        // above the limit is the limit; an unreadable reset is a minute's.
+        // above the limit is the limit; no reset, however hostile, changes
+        // the rate.
         for (limit, remaining) in [("inf", "0"), ("0", "0"), ("NaN", "0"), ("100", "-1")] {
             assert_eq!(
                 read(&[
@@ -371,17 +279,15 @@ mod tests {
                     (reset.as_str(), at),
                 ])
             };
-            // 10 a second: 50 missing refill in 5 s, rounded up to whole
-            // seconds by the server.
+            // 10 a second, whatever the reset says.
             assert_eq!(
                 at("550", "2026-01-01T00:00:06Z"),
                 vec![(family, 600.0, 550.0, 10.0)],
                 "{name}"
             );
             assert_eq!(
-                at("0", "2026-01-01T01:00:00Z"),
-                vec![(family, 600.0, 0.0, 600.0 / 3600.0)],
-                "a window of an hour"
+                at("0", "9999-12-31T23:59:59Z"),
+                vec![(family, 600.0, 0.0, 10.0)]
             );
             assert_eq!(at("0", "tomorrow"), vec![(family, 600.0, 0.0, 10.0)]);
         }

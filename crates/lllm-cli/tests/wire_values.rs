@@ -134,7 +134,7 @@ fn hostile_reset_headers_on_a_200_never_cost_a_batch_task_its_result() {
     let script: String = std::iter::once("replies:\n".to_string())
         .chain(values.iter().map(|value| {
             format!(
-                "  - text: ok\n    headers: {{x-ratelimit-limit-requests: \"100\", x-ratelimit-remaining-requests: \"0\", x-ratelimit-reset-requests: \"{value}\", x-ratelimit-limit-tokens: \"1000\", x-ratelimit-remaining-tokens: \"1\", x-ratelimit-reset-tokens: \"{value}\"}}\n"
+                "  - text: ok\n    headers: {{x-ratelimit-limit-requests: \"100\", x-ratelimit-remaining-requests: \"0\", x-ratelimit-reset-requests: \"{value}\", x-ratelimit-limit-tokens: \"6000000\", x-ratelimit-remaining-tokens: \"1\", x-ratelimit-reset-tokens: \"{value}\"}}\n"
             )
         }))
         .collect();
@@ -239,18 +239,21 @@ fn two_steps(api: &str, base_url: &str) -> String {
 }
 
 #[test]
-fn anthropic_rate_limit_headers_make_the_next_request_wait_for_the_reset() {
-    for (window, reset_s) in [
-        ("requests", 2),
-        ("tokens", 2),
-        ("input_tokens", 2),
-        ("output_tokens", 2),
+fn anthropic_rate_limit_headers_pace_the_next_request() {
+    // Each window, spent, refilling a sixtieth of its limit a second: the
+    // second request (one request; its prompt and max_tokens 4096 as
+    // tokens) fits 1.5 s later or more, whatever the reset says.
+    for (window, limit, reset_s) in [
+        ("requests", 40, 2),
+        ("tokens", 160_000, 3600),
+        ("input_tokens", 40, 2),
+        ("output_tokens", 160_000, 2),
     ] {
         let test = Test::new();
         let server = MockServer::start(
             test.dir.path(),
             &format!(
-                "replies:\n  - text: one\n    rate_limit: {{{window}: {{limit: 50, remaining: 1, reset_s: {reset_s}}}}}\n  - text: two\n"
+                "replies:\n  - text: one\n    rate_limit: {{{window}: {{limit: {limit}, remaining: 0, reset_s: {reset_s}}}}}\n  - text: two\n"
             ),
         );
         let test = test
@@ -288,11 +291,11 @@ fn anthropic_headers_with_room_left_do_not_slow_anything_down() {
 }
 
 #[test]
-fn openai_rate_limit_headers_make_the_next_request_wait_for_the_reset() {
+fn openai_rate_limit_headers_pace_the_next_request() {
     let test = Test::new();
     let server = MockServer::start(
         test.dir.path(),
-        "replies:\n  - text: one\n    rate_limit: {requests: {limit: 500, remaining: 0, reset_s: 1.5}}\n  - text: two\n",
+        "replies:\n  - text: one\n    rate_limit: {requests: {limit: 40, remaining: 0, reset_s: 1.5}}\n  - text: two\n",
     );
     let test = test
         .file("t.yaml", &two_steps("openai", &server.base_url()))
@@ -300,6 +303,7 @@ fn openai_rate_limit_headers_make_the_next_request_wait_for_the_reset() {
     let output = finish(test.spawn(&["run", "t.yaml", "--task", "hi", "--no-record"]));
     output.expect_code(0);
     let requests = server.requests();
+    // 40 a minute: the next request fits 1.5 s later, not at the reset.
     assert!(gap(&requests[0], &requests[1]) >= Duration::from_millis(1400));
 }
 
