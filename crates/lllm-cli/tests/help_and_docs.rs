@@ -100,8 +100,9 @@ fn bash_completions_name_every_command() {
         .stdout
         .lines()
         .find(|line| {
-            line.trim_start()
-                .starts_with("opts=\"-v -h -V --verbose --config --env-file --no-env-file --help --version")
+            line.trim_start().starts_with(
+                "opts=\"-v -h -V --verbose --config --env-file --no-env-file --help --version",
+            )
         })
         .unwrap_or_else(|| panic!("no top-level words in:\n{}", output.stdout));
     for command in COMMANDS {
