@@ -32,19 +32,68 @@ pub fn quiet_on_closed_pipe(result: std::io::Result<()>) -> Result<(), Error> {
     }
 }
 
+/// Wraps every write to stderr made through this module: a program that
+/// draws on the terminal (the `lllm` command's progress bar) installs one
+/// that clears its drawing, lets the write happen, and draws again. Writes
+/// from any thread go through it, so a library warning during a batch is
+/// printed above the bar instead of through it.
+pub type StderrGuard = std::sync::Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+
+static STDERR_GUARD: std::sync::RwLock<Option<StderrGuard>> = std::sync::RwLock::new(None);
+
+/// Installs `guard` around every later write to stderr of this module
+/// ([`stderr_line`], [`stderr`]), or removes it with `None`. The guard must
+/// not write to stderr through this module itself (it would wait on itself).
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+///
+/// let writes = Arc::new(AtomicUsize::new(0));
+/// let counted = writes.clone();
+/// lllm::output::guard_stderr(Some(Arc::new(move |write: &mut dyn FnMut()| {
+///     counted.fetch_add(1, Ordering::SeqCst);
+///     write();
+/// })));
+/// lllm::output::stderr_line("warning: shown above whatever the program draws");
+/// lllm::output::guard_stderr(None);
+/// assert_eq!(writes.load(Ordering::SeqCst), 1);
+/// ```
+pub fn guard_stderr(guard: Option<StderrGuard>) {
+    *STDERR_GUARD
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = guard;
+}
+
+/// Runs `write` inside the installed guard, if any.
+fn guarded(write: &mut dyn FnMut()) {
+    let guard = STDERR_GUARD
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone();
+    match guard {
+        Some(guard) => guard(write),
+        None => write(),
+    }
+}
+
 /// One line on stderr (`eprintln!` that cannot panic), control characters
 /// escaped (`redact::terminal_line`): what a provider or a model wrote can
 /// neither drive the terminal nor break the line.
 pub fn stderr_line(text: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{}", crate::redact::terminal_line(text));
+    let line = crate::redact::terminal_line(text);
+    guarded(&mut || {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{line}");
+    });
 }
 
 /// Text on stderr (`eprint!` that cannot panic), laid out over lines as it
 /// is but with other control characters escaped (`redact::terminal_text`).
 pub fn stderr(text: &str) {
     let text = crate::redact::terminal_text(text);
-    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    guarded(&mut || {
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    });
 }
 
 #[cfg(test)]

@@ -21,18 +21,20 @@ impl Bar {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> ");
         bar.set_style(style);
-        // Trace lines (`-v`) are printed above the bar, never through it.
+        // Every line lllm writes to stderr while the bar is drawn (trace
+        // lines of `-v`, the library's warnings, the run's notes) is printed
+        // above it, never through it.
         let above = bar.clone();
-        crate::verbose::print_through(Some(std::sync::Arc::new(move |line: &str| {
-            above.suspend(|| lllm::output::stderr_line(line))
-        })));
+        lllm::output::guard_stderr(Some(std::sync::Arc::new(
+            move |write: &mut dyn FnMut()| above.suspend(write),
+        )));
         Bar { bar }
     }
 }
 
 impl Drop for Bar {
     fn drop(&mut self) {
-        crate::verbose::print_through(None);
+        lllm::output::guard_stderr(None);
     }
 }
 
@@ -52,14 +54,16 @@ impl Reporter for Bar {
     fn finish(&self, snapshot: &Snapshot) {
         self.update(snapshot);
         self.bar.finish();
+        // The finished bar stays where it is; what follows (the summary
+        // table) goes below it, not through a redraw.
+        lllm::output::guard_stderr(None);
     }
 
     fn note(&self, text: &str) {
-        self.bar.suspend(|| lllm::report::warn(text));
+        lllm::report::warn(text);
     }
 
     fn event(&self, text: &str) {
-        self.bar
-            .suspend(|| lllm::output::stderr_line(&format!("lllm batch: {text}")));
+        lllm::output::stderr_line(&format!("lllm batch: {text}"));
     }
 }

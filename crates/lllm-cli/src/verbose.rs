@@ -16,7 +16,6 @@
 //! line), and written while the progress bar is hidden.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::filter_fn;
@@ -69,20 +68,6 @@ fn shown_target(target: &str, named: &[String]) -> bool {
                 .is_some_and(|rest| rest.starts_with("::"))
     };
     OURS.iter().any(|ours| within(ours)) || named.iter().any(|name| within(name))
-}
-
-/// Where a line goes: the progress bar's `suspend` when a bar is up, stderr
-/// otherwise. Set by the progress module while its bar lives.
-type Printer = Arc<dyn Fn(&str) + Send + Sync>;
-
-static PRINTER: Mutex<Option<Printer>> = Mutex::new(None);
-
-/// While `printer` is set, trace lines go through it (the progress bar
-/// prints them above itself); `None` goes back to plain stderr.
-pub(crate) fn print_through(printer: Option<Printer>) {
-    *PRINTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = printer;
 }
 
 /// Starts the subscriber if `-v` was given or a filter variable is set;
@@ -155,15 +140,10 @@ impl Drop for Line {
     }
 }
 
+/// One event's line on stderr: above the progress bar while one is drawn
+/// (the bar guards every write of `lllm::output`).
 fn emit(line: &str) {
-    let printer = PRINTER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone();
-    match printer {
-        Some(printer) => printer(line),
-        None => lllm::output::stderr_line(line),
-    }
+    lllm::output::stderr_line(line);
 }
 
 #[cfg(test)]
