@@ -55,11 +55,10 @@ pub fn run(args: CacheArgs) -> Result<Outcome> {
 /// (nothing was ever cached there), which both commands report as empty.
 fn open(place: &Place) -> Result<(std::path::PathBuf, Option<Cache>)> {
     let Some(dir) = place.store.clone().or_else(crate::store::default_dir) else {
-        return Err(Error::Usage(
-            "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
-             hint: pass `--store DIR`"
-                .into(),
-        ));
+        return Err(Error::Usage(format!(
+            "no session store: {}",
+            crate::store::NO_STORE_DIR
+        )));
     };
     let cache = Cache::open_existing(&dir).map_err(|error| Error::Usage(error.to_string()))?;
     Ok((dir, cache))

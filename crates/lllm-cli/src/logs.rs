@@ -143,11 +143,10 @@ fn open(place: &Place, create: bool) -> Result<Store> {
     let dir = match place.store.clone().or_else(crate::store::default_dir) {
         Some(dir) => dir,
         None => {
-            return Err(Error::Usage(
-                "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
-                 hint: pass `--store DIR`"
-                    .into(),
-            ));
+            return Err(Error::Usage(format!(
+                "no session store: {}",
+                crate::store::NO_STORE_DIR
+            )));
         }
     };
     if !create && !dir.join(lllm::store::INDEX_FILE).is_file() {

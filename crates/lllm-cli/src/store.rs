@@ -60,10 +60,7 @@ impl StoreArgs {
         }
         let dir = crate::settings::current().store_dir(self.store.as_deref());
         if dir.is_none() {
-            lllm::report::warn(
-                "no session store: none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set; \
-                 hint: pass `--store DIR`",
-            );
+            lllm::report::warn(&format!("no session store: {NO_STORE_DIR}"));
         }
         dir
     }
@@ -84,11 +81,7 @@ impl StoreArgs {
         let dir = settings.store_dir(self.store.as_deref());
         std::sync::Arc::new(lllm::provider::cache::CacheSource::new(flag, move || {
             let Some(dir) = &dir else {
-                return Err(
-                    "no response cache: none of `LLLM_HOME`, `XDG_DATA_HOME` and \
-                            `HOME` is set (hint: pass `--store DIR`)"
-                        .to_string(),
-                );
+                return Err(format!("no response cache: {NO_STORE_DIR}"));
             };
             lllm::store::Cache::open(dir)
                 .map(|cache| {
@@ -99,6 +92,11 @@ impl StoreArgs {
         }))
     }
 }
+
+/// Why no store directory is known, and the way out (after `no session
+/// store: ` or `no response cache: `).
+pub const NO_STORE_DIR: &str = "none of `LLLM_HOME`, `XDG_DATA_HOME` and `HOME` is set \
+     and the config file names no `store`; hint: pass `--store DIR`";
 
 /// The default store directory: `LLLM_HOME`, the config file's `store`,
 /// the XDG data directory (`settings`).

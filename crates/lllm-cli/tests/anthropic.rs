@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{MockServer, Test};
+use common::{MockServer, Test, fingerprint};
 
 fn tactic(base_url: &str) -> String {
     format!(
@@ -109,16 +109,6 @@ fn a_missing_anthropic_key_is_reported_before_sending() {
         "{}",
         output.stderr
     );
-}
-
-fn fingerprint(header: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(header.as_bytes());
-    let hex: String = digest[..6]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("sha256:{hex}")
 }
 
 #[test]

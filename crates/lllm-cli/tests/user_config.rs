@@ -8,20 +8,8 @@ mod common;
 
 use std::path::Path;
 
-use common::{MockServer, Test};
+use common::{MockServer, Test, fingerprint};
 use serde_json::Value;
-
-/// `sha256:` and the first 6 bytes of the header's digest, as `lllm-mock`
-/// logs an auth header.
-fn fingerprint(header: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(header.as_bytes());
-    let hex: String = digest[..6]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("sha256:{hex}")
-}
 
 /// A tactic whose one agent names no model.
 const NO_MODEL: &str = "agent_configs:\n  - name: a\n    system_prompt: terse\n";

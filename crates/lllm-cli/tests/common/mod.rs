@@ -191,3 +191,16 @@ impl Test {
         self.command(args).spawn().expect("start lllm")
     }
 }
+
+/// `sha256:` and the first 6 bytes of an auth header's digest, as `lllm-mock`
+/// logs the key a request carried (computed here on its own, so a test checks
+/// the mock's log against it).
+pub fn fingerprint(header: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(header.as_bytes());
+    let hex: String = digest[..6]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
