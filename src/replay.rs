@@ -24,7 +24,7 @@ pub enum Error {
     Read { path: String, message: String },
     #[error(
         "`{path}` is a `{found}` record; this lllm reads `{}` (re-run the tactic, or use the lllm that wrote it)",
-        record::READS.join("` and `")
+        record::READS.join("`, `")
     )]
     Format { path: String, found: String },
     #[error("`{path}` is not a valid `{}` record: {message}", record::FORMAT)]

@@ -204,11 +204,26 @@ pub struct AgentCallSession {
     /// How the call ended: [`CallState::Success`] or [`CallState::Failure`]
     /// once it has.
     pub state: CallState,
-    /// The agent's limit on repairs of replies that do not parse.
+    /// The agent's limit on repairs of replies that do not parse (left out
+    /// of a record when it is the default, 3).
+    #[serde(
+        default = "limits::exception_retry",
+        skip_serializing_if = "limits::is_exception_retry"
+    )]
     pub max_exception_retry: u32,
-    /// The agent's limit on tool rounds (0: unlimited up to 100).
+    /// The agent's limit on tool rounds (0: unlimited up to 100; left out
+    /// when it is the default, 5).
+    #[serde(
+        default = "limits::interrupt_steps",
+        skip_serializing_if = "limits::is_interrupt_steps"
+    )]
     pub max_interrupt_steps: u32,
-    /// The agent's limit on retries of one request after provider errors.
+    /// The agent's limit on retries of one request after provider errors
+    /// (left out when it is the default, 3).
+    #[serde(
+        default = "limits::llm_recall",
+        skip_serializing_if = "limits::is_llm_recall"
+    )]
     pub max_llm_recall: u32,
     /// The repairs, in order; absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -346,5 +361,31 @@ impl AgentCallSession {
     pub(crate) fn failure(&mut self, error: String) {
         self.error = Some(error);
         self.state = CallState::Failure;
+    }
+}
+
+/// The agents' default limits, which a record leaves out.
+mod limits {
+    use crate::config::{
+        DEFAULT_MAX_EXCEPTION_RETRY, DEFAULT_MAX_INTERRUPT_STEPS, DEFAULT_MAX_LLM_RECALL,
+    };
+
+    pub(super) fn exception_retry() -> u32 {
+        DEFAULT_MAX_EXCEPTION_RETRY
+    }
+    pub(super) fn is_exception_retry(limit: &u32) -> bool {
+        *limit == DEFAULT_MAX_EXCEPTION_RETRY
+    }
+    pub(super) fn interrupt_steps() -> u32 {
+        DEFAULT_MAX_INTERRUPT_STEPS
+    }
+    pub(super) fn is_interrupt_steps(limit: &u32) -> bool {
+        *limit == DEFAULT_MAX_INTERRUPT_STEPS
+    }
+    pub(super) fn llm_recall() -> u32 {
+        DEFAULT_MAX_LLM_RECALL
+    }
+    pub(super) fn is_llm_recall(limit: &u32) -> bool {
+        *limit == DEFAULT_MAX_LLM_RECALL
     }
 }

@@ -30,6 +30,9 @@ pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
     ProviderConfig, SystemPrompt, TacticConfig, ToolConfig, check_providers,
 };
+pub(crate) use resolve::{
+    DEFAULT_MAX_EXCEPTION_RETRY, DEFAULT_MAX_INTERRUPT_STEPS, DEFAULT_MAX_LLM_RECALL,
+};
 
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.
 #[derive(Debug, thiserror::Error)]

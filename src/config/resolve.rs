@@ -15,6 +15,13 @@ use super::raw::{AGENT_KEYS, RawAgent, RawProvider, RawTactic};
 use crate::dialog::ApiType;
 use crate::suggest;
 
+/// An agent's repairs of replies that do not parse, unless set.
+pub(crate) const DEFAULT_MAX_EXCEPTION_RETRY: u32 = 3;
+/// An agent's tool rounds per call, unless set.
+pub(crate) const DEFAULT_MAX_INTERRUPT_STEPS: u32 = 5;
+/// An agent's retries of one request after provider errors, unless set.
+pub(crate) const DEFAULT_MAX_LLM_RECALL: u32 = 3;
+
 /// The system prompt of an agent that sets none (the seeds' default).
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant.";
 
@@ -693,9 +700,9 @@ fn agent_config(
         model_args: agent.model_args.unwrap_or_default(),
         tools: agent.tools.unwrap_or_default(),
         mcp_servers: agent.mcp_servers.unwrap_or_default(),
-        max_exception_retry: max_exception_retry.unwrap_or(3),
-        max_interrupt_steps: max_interrupt_steps.unwrap_or(5),
-        max_llm_recall: max_llm_recall.unwrap_or(3),
+        max_exception_retry: max_exception_retry.unwrap_or(DEFAULT_MAX_EXCEPTION_RETRY),
+        max_interrupt_steps: max_interrupt_steps.unwrap_or(DEFAULT_MAX_INTERRUPT_STEPS),
+        max_llm_recall: max_llm_recall.unwrap_or(DEFAULT_MAX_LLM_RECALL),
         context_manager,
         api_type,
         name,

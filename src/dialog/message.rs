@@ -57,7 +57,7 @@ pub enum Modality {
 }
 
 impl Modality {
-    fn is_text(&self) -> bool {
+    pub(super) fn is_text(&self) -> bool {
         *self == Modality::Text
     }
 }
@@ -74,7 +74,7 @@ pub enum ApiType {
 }
 
 impl ApiType {
-    fn is_completion(&self) -> bool {
+    pub(super) fn is_completion(&self) -> bool {
         *self == ApiType::Completion
     }
 }
@@ -114,12 +114,16 @@ pub struct FunctionCall {
     pub arguments: Map<String, Value>,
     /// The model's argument text when it was not a JSON object (D8); `arguments`
     /// is then empty and the call is answered with a tool-result error.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_arguments: Option<String>,
     /// The tool's result as a value, once executed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// The result text the model is shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub result_str: Option<String>,
     /// Why the call failed, when it did (the model is shown this instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
 }
 
@@ -344,8 +348,8 @@ impl std::fmt::Display for ContentPart {
 /// assert_eq!(Message::new(Role::User, "ann lee", "hi").sanitized_name(), "ann_lee");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "MessageFields")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "super::message_json::MessageFields")]
 pub struct Message {
     /// Who speaks.
     pub role: Role,
@@ -353,138 +357,31 @@ pub struct Message {
     pub content: String,
     /// The speaker's name: `user`, an agent's name, a tool's name.
     pub name: String,
-    // Empty and default fields are left out of records (they are most of a
-    // message) and read back as their defaults.
-    #[serde(default, skip_serializing_if = "Modality::is_text")]
     /// Text, or an image in `content`.
     pub modality: Modality,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     /// The tools the model asked to call, with their results once run.
     pub function_calls: Vec<FunctionCall>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
     /// The prompt parser's output for this reply (always with `raw`).
     pub parsed: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
     /// The provider's token usage, as it reported it.
     pub usage: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The model that wrote the reply.
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     /// Log probabilities, when asked for (`model_args: {logprobs: true}`).
     pub logprobs: Vec<TokenLogprob>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
     /// Anything else: `dialog_id`, `tool_call_id`, `mime_type`, `finish_reason`, …
     pub metadata: Map<String, Value>,
-    #[serde(default, skip_serializing_if = "ApiType::is_completion")]
     /// Which OpenAI API family produced it.
     pub api_type: ApiType,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     /// Embedding vectors (kept and written; nothing computes them yet).
     pub vectors: Vec<f64>,
     /// The parts of a multipart message (empty for a plain one); sent in
     /// place of `content` to user turns.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<ContentPart>,
 }
 
-/// `Message` as it is read: `content` may be a list of parts (the Python
-/// framework's form), which becomes `parts` with their text as `content`.
-#[derive(Deserialize)]
-struct MessageFields {
-    role: Role,
-    content: Content,
-    name: String,
-    #[serde(default)]
-    modality: Modality,
-    #[serde(default)]
-    function_calls: Vec<FunctionCall>,
-    #[serde(default)]
-    parsed: Map<String, Value>,
-    #[serde(default)]
-    usage: Map<String, Value>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    logprobs: Vec<TokenLogprob>,
-    #[serde(default)]
-    metadata: Map<String, Value>,
-    #[serde(default)]
-    api_type: ApiType,
-    #[serde(default)]
-    vectors: Vec<f64>,
-    #[serde(default)]
-    parts: Vec<ContentPart>,
-}
-
-/// A `content` as written: text, or a list of parts.
-enum Content {
-    Text(String),
-    Parts(Vec<ContentPart>),
-}
-
-impl<'de> Deserialize<'de> for Content {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Content, D::Error> {
-        struct ContentVisitor;
-        impl<'de> serde::de::Visitor<'de> for ContentVisitor {
-            type Value = Content;
-            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                formatter.write_str("a string or a list of content parts")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
-                Ok(Content::Text(text.to_string()))
-            }
-            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
-                Ok(Content::Text(text))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Content, E> {
-                // The Python framework writes `None` content on tool-call messages.
-                Ok(Content::Text(String::new()))
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Content, E> {
-                Ok(Content::Text(String::new()))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Content, A::Error> {
-                let mut parts = Vec::new();
-                while let Some(part) = seq.next_element()? {
-                    parts.push(part);
-                }
-                Ok(Content::Parts(parts))
-            }
-        }
-        deserializer.deserialize_any(ContentVisitor)
-    }
-}
-
-impl From<MessageFields> for Message {
-    fn from(fields: MessageFields) -> Message {
-        let (content, parts) = match fields.content {
-            Content::Text(text) => (text, fields.parts),
-            Content::Parts(parts) => (parts_text(&parts), parts),
-        };
-        Message {
-            role: fields.role,
-            content,
-            name: fields.name,
-            modality: fields.modality,
-            function_calls: fields.function_calls,
-            parsed: fields.parsed,
-            usage: fields.usage,
-            model: fields.model,
-            logprobs: fields.logprobs,
-            metadata: fields.metadata,
-            api_type: fields.api_type,
-            vectors: fields.vectors,
-            parts,
-        }
-    }
-}
-
 /// The text parts, one after another, a line apart.
-fn parts_text(parts: &[ContentPart]) -> String {
+pub(super) fn parts_text(parts: &[ContentPart]) -> String {
     let texts: Vec<&str> = parts.iter().filter_map(ContentPart::as_text).collect();
     texts.join("\n")
 }

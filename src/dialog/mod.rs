@@ -7,6 +7,7 @@ mod attachment;
 mod cost;
 pub mod import;
 mod message;
+mod message_json;
 mod tree;
 
 use std::path::Path;

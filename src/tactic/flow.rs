@@ -178,9 +178,7 @@ pub(super) async fn run(
         .sum();
     let mut dialogs = dialog_records(tactic, std::mem::take(&mut run.agents));
     dialogs.append(&mut run.branch_dialogs);
-    record::share_responses(&mut run.calls, &dialogs);
-    crate::dialog::share_prefixes(&mut dialogs);
-    SessionRecord {
+    let mut record = SessionRecord {
         format: record::FORMAT.to_string(),
         session_id,
         tactic: TacticInfo {
@@ -215,7 +213,10 @@ pub(super) async fn run(
         cost,
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
-    }
+        shared: None,
+    };
+    super::compact::compact(&mut record);
+    record
 }
 
 /// The template context before any step: each task argument at top level,

@@ -12,6 +12,7 @@ mod build;
 mod calls;
 mod check;
 mod code;
+mod compact;
 mod ctx;
 mod flow;
 mod load;

@@ -1,14 +1,14 @@
-//! The session record (docs/formats.md §5, `format: lllm.session/2`): one self-contained
+//! The session record (docs/formats.md §5, `format: lllm.session/3`): one self-contained
 //! JSON document per tactic run, holding the resolved config, every prompt
 //! used, every dialog of the fork tree and every agent call with all invokes.
 //!
 //! Bump `FORMAT` when a field changes meaning or goes away; adding a field
 //! keeps the version (readers ignore what they do not know). Version 2 is
 //! version 1 without the parts that repeat others (each invoke's response
-//! held by its working dialog, each call's delivery); `expand` puts them
-//! back, so every version in `READS` reads the same.
+//! held by its working dialog, each call's delivery); version 3 also holds
+//! the task, the delivery and prompt templates once (`compact`). `expand`
+//! puts everything back, so every version in `READS` reads the same.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -18,17 +18,16 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::agent::AgentCallSession;
-use crate::agent::session::InvokeTrace;
 use crate::dialog::{DialogRecord, InvokeCost, Message};
 
 /// Kept here for callers that name it by its old place; it lives in `crate::time`.
 pub(crate) use crate::time::timestamp;
 
 /// The format this lllm writes, in every record's `format`.
-pub const FORMAT: &str = "lllm.session/2";
+pub const FORMAT: &str = "lllm.session/3";
 
 /// The versions this lllm reads.
-pub const READS: [&str; 2] = ["lllm.session/1", FORMAT];
+pub const READS: [&str; 3] = ["lllm.session/1", "lllm.session/2", FORMAT];
 
 /// How a tactic run ended, written `success` or `failure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +264,12 @@ pub struct SessionRecord {
     /// Whether every call's price was known, so `cost` is the whole of it
     /// (the same as `cost.cost_known`).
     pub cost_known: bool,
+    /// Present in a record's written form (format 3): the texts cut out of
+    /// messages because the record holds them elsewhere, and where they go
+    /// back; its presence also says that messages leave out their own
+    /// dialog's id. [`expand`](SessionRecord::expand) takes it away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<super::compact::SharedTexts>,
 }
 
 impl SessionRecord {
@@ -329,21 +334,15 @@ impl SessionRecord {
 
     /// Puts back what a written record leaves out because it repeats
     /// something else in it: the messages each fork shares with its parent
-    /// (`DialogRecord::inherited`) and each call's delivery (the last
-    /// invoke's response), here and in the sub-tactic sessions. Call it on a
+    /// (`DialogRecord::inherited`), each call's delivery (the last
+    /// invoke's response), and the texts `shared` places in messages, here
+    /// and in the sub-tactic sessions. Call it on a
     /// record read from disk, and on one fresh from a run before reading its
     /// calls' replies ([`AgentCallSession::delivery`], each invoke's
     /// `response`): a run's record keeps them in its dialogs only.
     /// Expanding twice changes nothing.
     pub fn expand(&mut self) {
-        crate::dialog::expand_shared_prefixes(&mut self.dialogs);
-        restore_responses(&mut self.agent_calls, &self.dialogs);
-        for call in &mut self.agent_calls {
-            call.restore_delivery();
-        }
-        for sub in &mut self.sub_tactic_sessions {
-            sub.expand();
-        }
+        super::compact::expand(self);
     }
 
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
@@ -375,73 +374,6 @@ impl SessionRecord {
     }
 }
 
-/// The metadata key `Dialog::append` stamps on each message.
-const DIALOG_ID: &str = "dialog_id";
-
-/// The message each invoke's response became: the one after the request's
-/// messages in the request's dialog (the working fork).
-fn held_reply<'a>(
-    invoke: &InvokeTrace,
-    index: &HashMap<&str, usize>,
-    dialogs: &'a [DialogRecord],
-) -> Option<&'a Arc<Message>> {
-    let at = *index.get(invoke.request.dialog_id.as_str())?;
-    dialogs[at].messages.get(invoke.request.messages)
-}
-
-fn dialog_index(dialogs: &[DialogRecord]) -> HashMap<&str, usize> {
-    dialogs
-        .iter()
-        .enumerate()
-        .map(|(at, dialog)| (dialog.tree_node.dialog_id.as_str(), at))
-        .collect()
-}
-
-/// Leaves out each invoke's response that its working dialog holds (every
-/// reply the loop received: it is appended to the fork it was asked from),
-/// so a record holds it once. `dialogs` must be whole (before
-/// `share_prefixes`); `restore_responses` puts the responses back.
-pub(crate) fn share_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
-    let index = dialog_index(dialogs);
-    for invoke in calls.iter_mut().flat_map(|call| &mut call.invokes) {
-        let Some(held) = held_reply(invoke, &index, dialogs) else {
-            continue;
-        };
-        let Some(response) = &invoke.response else {
-            continue;
-        };
-        // A live run's trace shares the very message; otherwise the held copy
-        // must differ only by the dialog id `append` stamped on it.
-        let held_copy = Arc::ptr_eq(response, held)
-            || (!response.metadata.contains_key(DIALOG_ID) && {
-                let mut stamped = Message::clone(response);
-                let id = Value::String(invoke.request.dialog_id.clone());
-                stamped.metadata.insert(DIALOG_ID.into(), id);
-                stamped.is_copy_of(held)
-            });
-        if held_copy {
-            invoke.response = None;
-            invoke.response_in_dialog = true;
-        }
-    }
-}
-
-/// Puts back the responses `share_responses` left out (`dialogs` whole).
-fn restore_responses(calls: &mut [AgentCallSession], dialogs: &[DialogRecord]) {
-    let index = dialog_index(dialogs);
-    for invoke in calls.iter_mut().flat_map(|call| &mut call.invokes) {
-        if !invoke.response_in_dialog {
-            continue;
-        }
-        if let Some(held) = held_reply(invoke, &index, dialogs) {
-            let mut response = Message::clone(held);
-            response.metadata.shift_remove(DIALOG_ID);
-            invoke.response = Some(Arc::new(response));
-            invoke.response_in_dialog = false;
-        }
-    }
-}
-
 /// A time-ordered UUID (version 7, RFC 9562), hyphenated:
 /// `019a2b3c-4d5e-7f60-8a1b-2c3d4e5f6a7b`. The first 48 bits are the Unix time
 /// in milliseconds, so ids sort by start time as text; the other 74 bits are a
@@ -462,31 +394,6 @@ pub fn new_session_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::session::{CallState, RequestDigest};
-    use crate::dialog::{Dialog, Role};
-
-    fn invoke(dialog: &Dialog, messages: usize, response: Message) -> InvokeTrace {
-        InvokeTrace {
-            step: 0,
-            attempt: 1,
-            request: RequestDigest {
-                sha256: String::new(),
-                dialog_id: dialog.dialog_id().to_string(),
-                messages,
-                model: "m".into(),
-                tools: Vec::new(),
-                format: false,
-                model_args: Map::new(),
-            },
-            response: Some(Arc::new(response)),
-            response_in_dialog: false,
-            error: None,
-            parse_error: None,
-            latency_ms: 0,
-            waited_ms: 0,
-            cached: false,
-        }
-    }
 
     #[test]
     fn session_ids_are_unique_and_ordered_even_within_one_millisecond() {
@@ -522,57 +429,5 @@ mod tests {
                 assert!(all.insert(id));
             }
         }
-    }
-
-    #[test]
-    fn a_response_its_dialog_holds_is_written_once_and_read_back() {
-        let mut working = Dialog::new("a", "main");
-        working.append(Message::user("hi"));
-        let reply = Message::new(Role::Assistant, "a", "hello");
-        working.append(reply.clone());
-        let mut edited = reply.clone();
-        edited.content = "not what the dialog holds".into();
-        let call = AgentCallSession {
-            agent: "a".into(),
-            model: "p/m".into(),
-            dialog_alias: "main".into(),
-            dialog_id: working.dialog_id().to_string(),
-            state: CallState::Success,
-            max_exception_retry: 0,
-            max_interrupt_steps: 0,
-            max_llm_recall: 0,
-            exception_retries: Vec::new(),
-            interrupts: Vec::new(),
-            llm_recalls: Vec::new(),
-            invokes: vec![
-                invoke(&working, 1, reply.clone()),
-                invoke(&working, 1, edited.clone()),
-            ],
-            delivery: None,
-            error: None,
-            cost: InvokeCost::default(),
-            started_at: String::new(),
-            ended_at: None,
-            latency_ms: 0,
-            metadata: Map::new(),
-            parser_args: Map::new(),
-        };
-        let dialogs = vec![working.into_record()];
-        let mut calls = vec![call.clone()];
-        share_responses(&mut calls, &dialogs);
-        assert!(calls[0].invokes[0].response.is_none());
-        assert!(calls[0].invokes[0].response_in_dialog);
-        assert_eq!(
-            calls[0].invokes[1].response.as_ref(),
-            Some(&Arc::new(edited.clone())),
-            "kept: not a copy"
-        );
-        assert!(!calls[0].invokes[1].response_in_dialog);
-        restore_responses(&mut calls, &dialogs);
-        assert_eq!(calls[0], call, "read back as it was");
-        assert_eq!(
-            calls[0].delivery().map(|message| &message.content),
-            Some(&"not what the dialog holds".to_string())
-        );
     }
 }

@@ -133,7 +133,7 @@ fn every_task_gets_one_result_and_one_record_whatever_the_order() {
     assert!(
         records
             .iter()
-            .all(|record| record["format"] == "lllm.session/2")
+            .all(|record| record["format"] == "lllm.session/3")
     );
     // The bare string and `same` too; the `own` line's tactic runs in-process.
     assert_eq!(server.requests().len(), 42);

@@ -80,6 +80,53 @@ fn renders_a_recorded_run() {
     );
 }
 
+/// What version 3 leaves out of a written record, put back as
+/// docs/formats.md §5 says: the texts `shared` places (`[dialog, message,
+/// byte]`), and each message's own dialog id (`null`: it had none).
+fn put_back_texts_and_dialog_ids(record: &mut Value, shared: &Value) {
+    for (name, place) in shared.as_object().unwrap() {
+        let text = match name.as_str() {
+            "task" => record["task"].as_str().unwrap().to_string(),
+            "delivery" => record["delivery"].as_str().unwrap().to_string(),
+            other => {
+                let key = other.strip_prefix("prompt:").unwrap();
+                record["prompts"][key]["template"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+        };
+        let at = |i: usize| place[i].as_u64().unwrap() as usize;
+        let message = &mut record["dialogs"][at(0)]["messages"][at(1)];
+        let mut content = message["content"].as_str().unwrap().to_string();
+        content.insert_str(at(2), &text);
+        message["content"] = Value::String(content);
+    }
+    for dialog in record["dialogs"].as_array_mut().unwrap() {
+        let own = dialog["tree_node"]["dialog_id"].clone();
+        for message in dialog["messages"].as_array_mut().unwrap() {
+            let message = message.as_object_mut().unwrap();
+            let metadata = message
+                .entry("metadata")
+                .or_insert_with(|| serde_json::json!({}))
+                .as_object_mut()
+                .unwrap();
+            match metadata.get("dialog_id") {
+                None => {
+                    metadata.insert("dialog_id".into(), own.clone());
+                }
+                Some(Value::Null) => {
+                    metadata.remove("dialog_id");
+                }
+                Some(_) => {}
+            }
+            if metadata.is_empty() {
+                message.remove("metadata");
+            }
+        }
+    }
+}
+
 #[test]
 fn json_and_jsonl_and_bad_records() {
     let test = Test::new();
@@ -92,6 +139,13 @@ fn json_and_jsonl_and_bad_records() {
     // Normalized: a fork's messages shared with its parent, left out on disk
     // (`inherited`), are back in full; everything else is as read.
     let mut compact = a.clone();
+    let shared = compact
+        .as_object_mut()
+        .unwrap()
+        .remove("shared")
+        .expect("a written record has `shared`");
+    assert!(shared.get("task").is_some(), "{shared}");
+    put_back_texts_and_dialog_ids(&mut compact, &shared);
     let expanded = normalized["dialogs"].take();
     let on_disk = compact["dialogs"].take();
     let (expanded, on_disk) = (expanded.as_array().unwrap(), on_disk.as_array().unwrap());
@@ -204,7 +258,7 @@ fn json_and_jsonl_and_bad_records() {
     output.expect_code(2);
     assert!(
         output.stderr.contains(
-            "is a `lllm.session/0` record; this lllm reads `lllm.session/1` and `lllm.session/2`"
+            "is a `lllm.session/0` record; this lllm reads `lllm.session/1`, `lllm.session/2`, `lllm.session/3`"
         ),
         "{}",
         output.stderr

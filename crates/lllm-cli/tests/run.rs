@@ -63,7 +63,7 @@ fn answers_on_stdout_and_writes_a_complete_record() {
     );
 
     let record = record(&test);
-    assert_eq!(record["format"], "lllm.session/2");
+    assert_eq!(record["format"], "lllm.session/3");
     assert_eq!(record["state"], "success");
     assert_eq!(record["delivery"], "Paris.");
     assert_eq!(record["task"], "Capital of France?");
@@ -610,7 +610,7 @@ fn the_context_manager_truncates_what_is_sent() {
     );
     assert!(user.ends_with("THE END"));
     assert!(user.len() < long_task.len() / 4);
-    let record = record(&test);
+    let record = expanded_record(&test);
     let canonical = record["dialogs"]
         .as_array()
         .unwrap()

@@ -60,7 +60,7 @@ fn a_step_runs_another_tactic_and_its_session_nests_in_the_record() {
     assert_eq!(subs[0]["task"], "draft of owls");
     assert_eq!(subs[0]["args"]["style"], "terse");
     assert_eq!(subs[0]["delivery"], "terse: draft of owls");
-    assert_eq!(subs[0]["format"], "lllm.session/2");
+    assert_eq!(subs[0]["format"], "lllm.session/3");
     let steps = record["steps"].as_array().unwrap();
     assert_eq!(steps[1]["step"], "short");
     assert_eq!(steps[1]["sub_tactic"], 0);
