@@ -415,9 +415,15 @@ impl Tactic {
                 (key, info)
             })
             .collect();
+        let shared_templates = super::compact::shared_templates(
+            recorded_prompts
+                .iter()
+                .map(|(key, info)| (key.as_str(), info.template.as_str())),
+        );
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
             recorded_prompts: record::SharedJson::new(&recorded_prompts),
+            shared_templates,
             config: Arc::new(config),
             registry: Arc::new(registry),
             agents: Arc::new(agents),

@@ -44,7 +44,8 @@ const RAW: &str = "raw";
 
 /// Turns a fresh run's record (whole dialogs, every response in its invoke)
 /// into its written form. Sub-tactic sessions are already in it.
-pub(super) fn compact(record: &mut SessionRecord) {
+/// `templates` are the tactic's [`shared_templates`].
+pub(super) fn compact(record: &mut SessionRecord, templates: &[(String, String)]) {
     share_responses(&mut record.agent_calls, &record.dialogs);
     crate::dialog::share_prefixes(&mut record.dialogs);
     let mut shared = SharedTexts::new();
@@ -70,12 +71,11 @@ pub(super) fn compact(record: &mut SessionRecord) {
             &mut shared,
         );
     }
-    for (key, template) in prompt_templates(&record.prompts.value()) {
-        let name = format!("prompt:{key}");
+    for (name, template) in templates {
         share_text(
             &mut record.dialogs,
-            &name,
-            &template,
+            name,
+            template,
             Role::System,
             &mut taken,
             &mut shared,
@@ -101,15 +101,15 @@ pub(super) fn expand(record: &mut SessionRecord) {
     }
 }
 
-/// Each prompt's key and template, from the record's `prompts`.
-fn prompt_templates(prompts: &Value) -> Vec<(String, String)> {
-    let Some(prompts) = prompts.as_object() else {
-        return Vec::new();
-    };
+/// The prompt templates a record of a tactic with these prompts (`key`,
+/// template) may hold once, named `prompt:KEY`: made once per tactic, not
+/// per record.
+pub(super) fn shared_templates<'a>(
+    prompts: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Arc<[(String, String)]> {
     prompts
-        .iter()
-        .filter_map(|(key, info)| Some((key.clone(), info.get("template")?.as_str()?.to_string())))
         .filter(|(_, template)| template.len() >= MIN_SHARED)
+        .map(|(key, template)| (format!("prompt:{key}"), template.to_string()))
         .collect()
 }
 
@@ -516,7 +516,15 @@ mod tests {
         for call in &mut record.agent_calls {
             call.delivery = None;
         }
-        compact(record);
+        let prompts = record.prompts.value();
+        let templates = shared_templates(
+            prompts
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(key, info)| (key.as_str(), info["template"].as_str().unwrap())),
+        );
+        compact(record, &templates);
     }
 
     #[test]

@@ -215,7 +215,7 @@ pub(super) async fn run(
         sub_tactic_sessions: run.subs,
         shared: None,
     };
-    super::compact::compact(&mut record);
+    super::compact::compact(&mut record, &tactic.shared_templates);
     record
 }
 

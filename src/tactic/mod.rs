@@ -133,6 +133,9 @@ pub struct Tactic {
     /// record of this tactic holds them (made once, not per run).
     pub(crate) recorded_config: record::SharedJson,
     pub(crate) recorded_prompts: record::SharedJson,
+    /// The prompt templates long enough for a record to hold once
+    /// (`compact`), as `prompt:KEY` and template.
+    pub(crate) shared_templates: Arc<[(String, String)]>,
 }
 
 impl Tactic {
