@@ -198,14 +198,19 @@ impl Entry {
             started_at: record.started_at.clone(),
             ended_at: record.ended_at.clone(),
             latency_ms: record.latency_ms,
-            task: match &record.task {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            },
+            task: task_text(&record.task),
             delivery: record.delivery.clone(),
             error: record.error.clone(),
             place,
         }
+    }
+}
+
+/// A task as the index keeps it: a string as is, anything else as JSON.
+fn task_text(task: &Value) -> String {
+    match task {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
     }
 }
 

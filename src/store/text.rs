@@ -19,6 +19,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{Result, Store};
 
+/// Problems [`TextIndexed`] keeps the text of (it counts them all).
+const PROBLEMS_KEPT: usize = 100;
+
 /// Sessions per catch-up transaction: a batch registering at the same time
 /// waits for at most one of them.
 const CATCH_UP_BATCH: usize = 1000;
@@ -28,9 +31,11 @@ const CATCH_UP_BATCH: usize = 1000;
 pub struct TextIndexed {
     /// Sessions whose text was indexed.
     pub sessions: u64,
-    /// Records that could not be read back, one line each: those sessions are
-    /// searched in the first 200 characters of their task and delivery (what
-    /// the index row keeps).
+    /// Sessions whose record could not be read back: they are searched in
+    /// the first 200 characters of their task and delivery (what the index
+    /// row keeps).
+    pub unreadable: u64,
+    /// Why, one line each, for the first 100 of them.
     pub problems: Vec<String>,
 }
 
@@ -70,22 +75,22 @@ impl Store {
             after = last.id;
             // Read outside the write lock: a batch registering meanwhile
             // waits only for the inserts below.
-            let texts: Vec<(i64, String, Option<String>)> = pending
+            let texts: Vec<Text> = pending
                 .into_iter()
                 .map(
                     |session| match super::read_record(&session.path, session.offset) {
-                        Ok(record) => {
-                            let entry =
-                                super::Entry::of(&record, super::RecordPlace::File(PathBuf::new()));
-                            (session.id, entry.task, entry.delivery)
-                        }
-                        Err(error) => {
-                            done.problems.push(format!(
-                                "{error}; its session is searched in the first 200 characters \
-                             of its task and delivery"
-                            ));
-                            (session.id, session.task, session.delivery)
-                        }
+                        Ok(record) => Text {
+                            id: session.id,
+                            task: super::task_text(&record.task),
+                            delivery: record.delivery,
+                            problem: None,
+                        },
+                        Err(error) => Text {
+                            id: session.id,
+                            task: session.task,
+                            delivery: session.delivery,
+                            problem: Some(error.to_string()),
+                        },
                     },
                 )
                 .collect();
@@ -96,7 +101,17 @@ impl Store {
             .map_err(|error| self.sql(error))?;
             let indexed = index_pending(&transaction, &texts).map_err(|error| self.sql(error))?;
             transaction.commit().map_err(|error| self.sql(error))?;
-            done.sessions += indexed;
+            done.sessions += indexed.len() as u64;
+            // Only the sessions this catch-up indexed count as its problems.
+            for problem in indexed.iter().filter_map(|&at| texts[at].problem.as_ref()) {
+                done.unreadable += 1;
+                if done.problems.len() < PROBLEMS_KEPT {
+                    done.problems.push(format!(
+                        "{problem}; its session is searched in the first 200 characters \
+                         of its task and delivery"
+                    ));
+                }
+            }
         }
     }
 
@@ -125,27 +140,33 @@ impl Store {
     }
 }
 
+/// One pending session's text, read back from its record (or, when it could
+/// not be, `problem` says why and the row's previews stand in).
+struct Text {
+    id: i64,
+    task: String,
+    delivery: Option<String>,
+    problem: Option<String>,
+}
+
 /// Indexes the texts whose sessions are still pending (another catch-up may
-/// have done some); returns how many. A pending row whose session was
-/// replaced or dropped meanwhile is only deleted.
-fn index_pending(
-    connection: &Connection,
-    texts: &[(i64, String, Option<String>)],
-) -> rusqlite::Result<u64> {
+/// have done some); returns the positions of those it indexed. A pending row
+/// whose session was replaced or dropped meanwhile is only deleted.
+fn index_pending(connection: &Connection, texts: &[Text]) -> rusqlite::Result<Vec<usize>> {
     let mut claim = connection.prepare_cached("DELETE FROM text_pending WHERE id = ?1")?;
     let mut alive = connection.prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")?;
-    let mut count = 0;
-    for (id, task, delivery) in texts {
-        if claim.execute([id])? == 0 {
+    let mut indexed = Vec::new();
+    for (at, text) in texts.iter().enumerate() {
+        if claim.execute([text.id])? == 0 {
             continue;
         }
-        if alive.query_row([id], |_| Ok(())).optional()?.is_none() {
+        if alive.query_row([text.id], |_| Ok(())).optional()?.is_none() {
             continue;
         }
-        insert_text(connection, *id, task, delivery.as_deref())?;
-        count += 1;
+        insert_text(connection, text.id, &text.task, text.delivery.as_deref())?;
+        indexed.push(at);
     }
-    Ok(count)
+    Ok(indexed)
 }
 
 /// Adds one session's task and delivery to the full-text index.
@@ -249,9 +270,9 @@ agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
             assert_eq!(text_rows(&store), 0);
         }
         let store = Store::open(dir.path()).unwrap();
-        assert_eq!(found(&store, "\"snowy owl\""), [first.session_id.clone()]);
+        assert_eq!(found(&store, "\"snowy owl\""), [first.session_id]);
         assert_eq!(store.pending_text().unwrap(), 0);
-        assert_eq!(found(&store, "wolf"), [second.session_id.clone()]);
+        assert_eq!(found(&store, "wolf"), [second.session_id]);
         assert_eq!(found(&store, "\"owl snowy\""), Vec::<String>::new());
         assert_eq!(text_rows(&store), 2);
     }
@@ -266,9 +287,14 @@ agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
         store.register(std::slice::from_ref(&entry)).unwrap();
         {
             let transaction = store.connection.transaction().unwrap();
-            let indexed =
-                super::index_pending(&transaction, &[(1, "a barn owl".into(), None)]).unwrap();
-            assert_eq!(indexed, 1);
+            let text = super::Text {
+                id: 1,
+                task: "a barn owl".into(),
+                delivery: None,
+                problem: None,
+            };
+            let indexed = super::index_pending(&transaction, &[text]).unwrap();
+            assert_eq!(indexed, [0]);
             // Dropped: rolled back.
         }
         assert_eq!(store.pending_text().unwrap(), 1);
@@ -305,7 +331,9 @@ agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(text_rows(&store), 2500);
         // The records are gone: the previews were indexed, and said so.
-        assert!(results.iter().any(|done| !done.problems.is_empty()));
+        let unreadable: u64 = results.iter().map(|done| done.unreadable).sum();
+        assert_eq!(unreadable, 2500);
+        assert!(results.iter().all(|done| done.problems.len() <= 100));
         assert_eq!(found(&store, "number17"), ["00017"]);
         assert_eq!(found(&store, "\"reply to task number2499\""), ["02499"]);
     }

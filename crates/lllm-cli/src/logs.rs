@@ -251,11 +251,12 @@ fn catch_up_text(store: &Store, filter: &Filter) -> Result<()> {
     for problem in done.problems.iter().take(PROBLEMS_SHOWN) {
         lllm::report::warn(problem);
     }
-    if done.problems.len() > PROBLEMS_SHOWN {
+    let shown = done.problems.len().min(PROBLEMS_SHOWN) as u64;
+    if done.unreadable > shown {
         lllm::report::warn(&format!(
-            "{} more records could not be read; hint: `lllm logs reindex` drops sessions \
-             whose records are gone",
-            done.problems.len() - PROBLEMS_SHOWN
+            "{} more could not be read; hint: `lllm logs reindex` drops sessions whose \
+             records are gone",
+            lllm::words::count(done.unreadable - shown, "record", "records")
         ));
     }
     Ok(())
