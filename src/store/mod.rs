@@ -16,6 +16,7 @@
 mod cache;
 mod query;
 mod registrar;
+mod text;
 
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use crate::tactic::{RunState, SessionRecord};
 pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
 pub use query::{CostGroup, CostRow, Filter, GroupBy, Listed, parse_since, parse_time};
 pub(crate) use registrar::Registrar;
+pub use text::TextIndexed;
 
 /// The index's file name inside the store's directory.
 pub const INDEX_FILE: &str = "index.sqlite";
@@ -41,7 +43,8 @@ pub const RECORDS_FILE: &str = "records.list";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The characters of the task and delivery kept in a row for listing (the
-/// full text is in the full-text index only).
+/// full text is in the full-text index only, once a search indexed it: see
+/// `text`).
 const PREVIEW: usize = 200;
 
 /// What can go wrong with the store, naming the file.
@@ -195,14 +198,19 @@ impl Entry {
             started_at: record.started_at.clone(),
             ended_at: record.ended_at.clone(),
             latency_ms: record.latency_ms,
-            task: match &record.task {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            },
+            task: task_text(&record.task),
             delivery: record.delivery.clone(),
             error: record.error.clone(),
             place,
         }
+    }
+}
+
+/// A task as the index keeps it: a string as is, anything else as JSON.
+fn task_text(task: &Value) -> String {
+    match task {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -333,8 +341,15 @@ impl Store {
     }
 
     /// Registers sessions in one transaction; a session already there (by
-    /// session id) is replaced.
+    /// session id) is replaced. Their text is indexed when a search first
+    /// needs it ([`Store::index_text`]).
     pub fn register(&mut self, entries: &[Entry]) -> Result<()> {
+        self.register_with(entries, false)
+    }
+
+    /// [`Store::register`]; `with_text`: the entries' text is indexed in the
+    /// same transaction (`reindex`, which has it at hand).
+    fn register_with(&mut self, entries: &[Entry], with_text: bool) -> Result<()> {
         let path = self.path.display().to_string();
         let sql = |source| StoreError::Sql {
             path: path.clone(),
@@ -348,7 +363,7 @@ impl Store {
             .connection
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(sql)?;
-        let new_files = insert(&transaction, entries).map_err(sql)?;
+        let new_files = insert(&transaction, entries, with_text).map_err(sql)?;
         transaction.commit().map_err(sql)?;
         if !new_files.is_empty() {
             self.remember(&new_files)?;
@@ -446,7 +461,7 @@ impl Store {
         files.sort();
         files.dedup();
         self.connection
-            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM record_files;")
+            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
             .map_err(|error| self.sql(error))?;
         let mut count = 0;
         for file in files {
@@ -455,7 +470,7 @@ impl Store {
                 problems.push(problem);
             }
             for chunk in entries.chunks(1000) {
-                self.register(chunk)?;
+                self.register_with(chunk, true)?;
                 count += chunk.len() as u64;
             }
         }
@@ -506,6 +521,9 @@ CREATE TABLE IF NOT EXISTS session_models (
 CREATE INDEX IF NOT EXISTS session_models_session ON session_models (session);
 CREATE TABLE IF NOT EXISTS record_files (path TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS sessions_text USING fts5 (task, delivery, content = '');
+-- Sessions whose text is not in `sessions_text` yet (see `text`). A store
+-- made before this table indexed every session at registration.
+CREATE TABLE IF NOT EXISTS text_pending (id INTEGER PRIMARY KEY);
 ";
 
 fn preview(text: &str) -> &str {
@@ -523,8 +541,13 @@ pub fn tag_text(value: &Value) -> String {
     }
 }
 
-/// Inserts the entries; returns the record files not seen before.
-fn insert(connection: &Connection, entries: &[Entry]) -> rusqlite::Result<Vec<String>> {
+/// Inserts the entries, their text indexed (`with_text`) or noted as
+/// pending; returns the record files not seen before.
+fn insert(
+    connection: &Connection,
+    entries: &[Entry],
+    with_text: bool,
+) -> rusqlite::Result<Vec<String>> {
     let mut new_files = Vec::new();
     let mut file = connection.prepare_cached("INSERT OR IGNORE INTO record_files VALUES (?1)")?;
     let mut old = connection.prepare_cached("SELECT id FROM sessions WHERE session_id = ?1")?;
@@ -544,8 +567,8 @@ fn insert(connection: &Connection, entries: &[Entry]) -> rusqlite::Result<Vec<St
         connection.prepare_cached("INSERT OR IGNORE INTO session_tags VALUES (?1, ?2, ?3)")?;
     let mut model = connection
         .prepare_cached("INSERT OR IGNORE INTO session_models VALUES (?1, ?2, ?3, ?4)")?;
-    let mut text = connection
-        .prepare_cached("INSERT INTO sessions_text (rowid, task, delivery) VALUES (?1, ?2, ?3)")?;
+    let mut pending = connection.prepare_cached("INSERT INTO text_pending VALUES (?1)")?;
+    let mut forget_pending = connection.prepare_cached("DELETE FROM text_pending WHERE id = ?1")?;
     for entry in entries {
         // Replaced, not updated: a contentless full-text index cannot
         // delete a row's terms, so the old rowid is left to match nothing.
@@ -554,6 +577,7 @@ fn insert(connection: &Connection, entries: &[Entry]) -> rusqlite::Result<Vec<St
             forget.execute([id])?;
             forget_tags.execute([id])?;
             forget_models.execute([id])?;
+            forget_pending.execute([id])?;
         }
         let models: Vec<&str> = entry
             .models
@@ -590,7 +614,11 @@ fn insert(connection: &Connection, entries: &[Entry]) -> rusqlite::Result<Vec<St
         for used in &entry.models {
             model.execute(params![used.model, id, used.total_tokens as i64, used.cost])?;
         }
-        text.execute(params![id, entry.task, entry.delivery])?;
+        if with_text {
+            text::insert_text(connection, id, &entry.task, entry.delivery.as_deref())?;
+        } else {
+            pending.execute([id])?;
+        }
         let path = entry.place.path().display().to_string();
         if new_files.last() != Some(&path) && file.execute([&path])? == 1 {
             new_files.push(path);

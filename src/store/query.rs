@@ -294,6 +294,7 @@ fn object(text: String) -> Map<String, Value> {
 impl Store {
     /// The newest `limit` sessions that pass `filter`, newest first.
     pub fn list(&self, filter: &Filter, limit: usize) -> Result<Vec<Listed>> {
+        self.text_ready(filter)?;
         let (clause, mut values) = condition(filter, self.dense(filter, limit)?);
         values.push(SqlValue::Integer(limit.min(i64::MAX as usize) as i64));
         let sql = format!(
@@ -336,6 +337,16 @@ impl Store {
         Ok(rows)
     }
 
+    /// Before a text search: the text of every session registered since the
+    /// last one is indexed (a program wanting the problems, or a note while
+    /// it takes, calls [`Store::index_text`] first).
+    fn text_ready(&self, filter: &Filter) -> Result<()> {
+        if filter.text.is_some() {
+            self.index_text()?;
+        }
+        Ok(())
+    }
+
     /// Whether every tag and model of `filter` is common enough (more than
     /// [`DENSE`] rows, and many more than `limit`) that testing sessions
     /// newest first finds `limit` of them sooner than sorting every match.
@@ -370,6 +381,7 @@ impl Store {
 
     /// Cost totals of the sessions that pass `filter`, grouped `by`.
     pub fn cost(&self, filter: &Filter, by: &GroupBy) -> Result<CostGroup> {
+        self.text_ready(filter)?;
         let (clause, mut values) = condition(filter, false);
         let sums = "COUNT(*), SUM(s.state = 'failure'), \
                     SUM(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL)";

@@ -184,6 +184,7 @@ fn filter(args: &FilterArgs) -> Result<Filter> {
 fn list(args: ListArgs) -> Result<Outcome> {
     let filter = filter(&args.filter)?;
     let store = open(&args.place, false)?;
+    catch_up_text(&store, &filter)?;
     let sessions = store.list(&filter, args.count).map_err(store_error)?;
     let mut text = String::new();
     for session in &sessions {
@@ -225,6 +226,42 @@ fn list(args: ListArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
+/// Pending sessions from which a text search says, before it starts, that
+/// it indexes their text first (about a second's work).
+const NOTE_PENDING: u64 = 10_000;
+
+/// Records whose read failure is warned about one by one; the rest are counted.
+const PROBLEMS_SHOWN: usize = 5;
+
+/// Before a text search: the text of the sessions registered since the last
+/// one is indexed (runs and batches leave it to the first search), with a
+/// note when there are many, and a warning for records that cannot be read.
+fn catch_up_text(store: &Store, filter: &Filter) -> Result<()> {
+    if filter.text.is_none() {
+        return Ok(());
+    }
+    let pending = store.pending_text().map_err(store_error)?;
+    if pending >= NOTE_PENDING {
+        lllm::output::stderr_line(&format!(
+            "lllm: indexing the text of {} for the search (once)…",
+            lllm::words::count(pending, "session", "sessions")
+        ));
+    }
+    let done = store.index_text().map_err(store_error)?;
+    for problem in done.problems.iter().take(PROBLEMS_SHOWN) {
+        lllm::report::warn(problem);
+    }
+    let shown = done.problems.len().min(PROBLEMS_SHOWN) as u64;
+    if done.unreadable > shown {
+        lllm::report::warn(&format!(
+            "{} more could not be read; hint: `lllm logs reindex` drops sessions whose \
+             records are gone",
+            lllm::words::count(done.unreadable - shown, "record", "records")
+        ));
+    }
+    Ok(())
+}
+
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match flat.char_indices().nth(max) {
@@ -250,6 +287,7 @@ fn cost(args: CostArgs) -> Result<Outcome> {
     let by = GroupBy::parse(&args.by).map_err(store_error)?;
     let filter = filter(&args.filter)?;
     let store = open(&args.place, false)?;
+    catch_up_text(&store, &filter)?;
     let totals = store.cost(&filter, &by).map_err(store_error)?;
     let mut text = String::new();
     if args.json {

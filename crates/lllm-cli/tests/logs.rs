@@ -537,3 +537,117 @@ fn no_secret_reaches_the_store() {
         );
     }
 }
+
+/// A batch of `count` tasks, each over 200 characters with its own word at
+/// the end (`wordN`, past what a row's preview keeps), registered but not
+/// yet text-indexed: the first search indexes them from the records.
+fn long_batch(test: &Test, count: usize, out: &str) {
+    let filler = "lorem ipsum ".repeat(30);
+    let lines: String = (0..count)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"t{i}\", \"task\": \"{filler}\\\"quoted\\\" line\\nend word{i}\"}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(test.path("long.jsonl"), lines).unwrap();
+    test.run(&["batch", "long.jsonl", "--tactic", "t.yaml", "-o", out, "-q"])
+        .expect_code(0);
+}
+
+#[test]
+fn a_search_finds_any_word_or_phrase_of_sessions_registered_before_it() {
+    let test = test();
+    long_batch(&test, 3, "out");
+    test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "a single run with a tawny owl",
+        "-q",
+    ])
+    .expect_code(0);
+    // Words past the 200-character preview, of the task and of the delivery
+    // (an echo), a phrase across a newline, punctuation kept out of FTS5.
+    assert_eq!(task_ids(&logs(&test, &["-s", "word1"])), ["t1"]);
+    assert_eq!(logs(&test, &["-s", "\"line end\""]).len(), 3);
+    assert_eq!(logs(&test, &["-s", "\"end line\""]).len(), 0);
+    assert_eq!(logs(&test, &["-s", "\"tawny owl\" single"]).len(), 1);
+    // Registered after the first search: found by the next one.
+    long_batch(&test, 5, "more");
+    assert_eq!(logs(&test, &["-s", "word4"]).len(), 1);
+    assert_eq!(logs(&test, &["-s", "word1"]).len(), 2);
+    // `cost` filters by text too.
+    let cost = test.run(&["logs", "cost", "-s", "quoted", "--json"]);
+    cost.expect_code(0);
+    let total: Value = serde_json::from_str(cost.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(total["sessions"], 8);
+    // After `reindex` (which indexes the text it reads), the same.
+    test.run(&["logs", "reindex", "-q"]).expect_code(0);
+    assert_eq!(logs(&test, &["-s", "word1"]).len(), 2);
+    assert_eq!(logs(&test, &["-s", "tawny"]).len(), 1);
+}
+
+/// A record gone before the first search: its session is still found by
+/// the start of its text (the row's preview), with a warning naming it.
+#[test]
+fn a_search_whose_records_are_gone_finds_the_preview_and_warns() {
+    let test = test();
+    long_batch(&test, 2, "out");
+    std::fs::remove_file(test.path("out/sessions.jsonl")).unwrap();
+    let output = test.run(&["logs", "-s", "lorem", "--json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout.lines().count(), 2);
+    assert!(
+        output.stderr.contains("sessions.jsonl"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("first 200 characters"),
+        "{}",
+        output.stderr
+    );
+    // The words past the preview are not known without the record.
+    assert_eq!(logs(&test, &["-s", "word1"]).len(), 0);
+}
+
+/// Searches at once, while a batch registers: each finds every session
+/// registered before it started (they share the catch-up of 300 sessions'
+/// text), and the batch's sessions are found once it is done.
+#[test]
+fn searches_at_once_with_a_batch_registering_find_every_session() {
+    let test = test();
+    long_batch(&test, 300, "first");
+    let lines: String = (0..300)
+        .map(|i| format!("{{\"id\": \"s{i}\", \"task\": \"second batch {i}\"}}\n"))
+        .collect();
+    std::fs::write(test.path("second.jsonl"), lines).unwrap();
+    let batch = test.spawn(&[
+        "batch",
+        "second.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "second",
+        "-q",
+    ]);
+    let searches: Vec<_> = (0..3)
+        .map(|_| test.spawn(&["logs", "-s", "\"line end\"", "-n", "1000", "--json"]))
+        .collect();
+    for search in searches {
+        let output = common::Output::of(search.wait_with_output().unwrap());
+        output.expect_code(0);
+        assert_eq!(output.stdout.lines().count(), 300, "{}", output.stderr);
+    }
+    common::Output::of(batch.wait_with_output().unwrap()).expect_code(0);
+    assert_eq!(
+        logs(&test, &["-s", "second batch", "-n", "1000"]).len(),
+        300
+    );
+    assert_eq!(
+        logs(&test, &["-s", "\"second batch\"", "-n", "1000"]).len(),
+        300
+    );
+    assert_eq!(logs(&test, &["-s", "lorem", "-n", "1000"]).len(), 300);
+}
