@@ -379,6 +379,7 @@ fn a_merge_waits_for_no_one_and_refuses_a_held_output() {
     );
     assert!(!test.path("merged/results.jsonl").exists());
     drop(lock);
+    wait_until_unlocked(&test.path("merged/.lock"));
     // An input a batch is still writing is refused, not read half-done.
     let writing = std::fs::OpenOptions::new()
         .write(true)
@@ -395,9 +396,29 @@ fn a_merge_waits_for_no_one_and_refuses_a_held_output() {
         output.stderr
     );
     drop(writing);
+    wait_until_unlocked(&test.path("s2/.lock"));
     test.run(&["merge", "s1", "s2", "s3", "-o", "merged", "-q"])
         .expect_code(0);
     assert_eq!(ids(&test, "merged").len(), TASKS);
+}
+
+/// Waits until nothing holds `path`'s lock. A lock dropped by this test can
+/// outlive the drop: a child that another test's thread forked while it was
+/// held shares it until that child execs (and closes it).
+fn wait_until_unlocked(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        if file.try_lock().is_ok() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`{}` stays locked",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 // ---- The job-engine examples ------------------------------------------------
