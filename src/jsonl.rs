@@ -31,6 +31,11 @@ pub const LINE_CAP: u64 = 1 << 30;
 /// times the CPU.
 pub const LEVEL: i32 = 3;
 
+/// The bytes of lines a frame holds when a whole file is written at once
+/// (`lllm merge`): large enough to compress as well as one frame would,
+/// small enough that `lllm logs show` decompresses little to show one.
+pub const FRAME: usize = 1 << 20;
+
 /// The largest window a frame may ask of the reader (16 MiB): frames written
 /// at [`LEVEL`] use 2 MiB at most; a frame asking more is refused, not
 /// allocated.
@@ -62,6 +67,36 @@ pub fn form_of(path: &Path) -> io::Result<Form> {
     } else {
         Form::Plain
     })
+}
+
+/// Whether `path` holds lines (a `.jsonl` file, plain or compressed, or any
+/// zstd file but a `.json.zst`) rather than one JSON document.
+pub fn is_lines(path: &Path) -> io::Result<bool> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if name.ends_with(".jsonl") || name.ends_with(".jsonl.zst") {
+        return Ok(true);
+    }
+    Ok(!name.ends_with(".json.zst") && form_of(path)? == Form::Compressed)
+}
+
+/// The text of the regular file at `path`, decompressed if it is zstd, of
+/// at most `cap` bytes (`crate::file::read_text` for either form).
+pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
+    if form_of(path)? == Form::Plain {
+        return crate::file::read_text(path, cap);
+    }
+    let mut bytes = Vec::new();
+    let mut lines = Lines::open(path)?;
+    lines.cap = u64::MAX;
+    lines.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("more than the {} MiB such a file may hold", cap >> 20),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 /// A line's place in a compressed file: the byte its frame starts at and
@@ -283,18 +318,25 @@ impl BufRead for Lines {
 /// Writes lines to a record file in its form: appended as they are to a
 /// plain file, or as one complete zstd frame per [`write`](FrameWriter::write)
 /// (with its checksum and size) to a compressed one.
-pub struct FrameWriter {
-    file: File,
+pub struct FrameWriter<W: Write = File> {
+    file: W,
     compressor: Option<zstd::bulk::Compressor<'static>>,
     frame: Vec<u8>,
     /// The file's length: where the next write starts.
     length: u64,
 }
 
-impl FrameWriter {
+impl FrameWriter<File> {
     /// Appends to `file` (opened for appending) in `form`.
     pub fn new(file: File, form: Form) -> io::Result<FrameWriter> {
         let length = file.metadata()?.len();
+        FrameWriter::to(file, form, length)
+    }
+}
+
+impl<W: Write> FrameWriter<W> {
+    /// Writes to `file`, which holds `length` bytes already, in `form`.
+    pub fn to(file: W, form: Form, length: u64) -> io::Result<FrameWriter<W>> {
         let compressor = match form {
             Form::Plain => None,
             Form::Compressed => {
@@ -314,6 +356,11 @@ impl FrameWriter {
             frame: Vec::new(),
             length,
         })
+    }
+
+    /// The writer, to flush or sync it.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.file
     }
 
     /// The place of a line `offset` bytes into the next [`write`](FrameWriter::write)
@@ -352,7 +399,11 @@ impl FrameWriter {
 /// Returns how many bytes were cut; a compressed file whose frames do not
 /// parse is an `InvalidData` error naming the byte.
 pub fn repair(path: &Path) -> io::Result<u64> {
-    let mut file = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(error),
@@ -444,10 +495,8 @@ fn frame_length(reader: &mut io::BufReader<&mut File>, at: u64) -> io::Result<Op
         2 => 4,
         _ => 8,
     };
-    let header = 5
-        + u64::from(!single_segment)
-        + [0, 1, 2, 4][usize::from(descriptor & 3)]
-        + content_size;
+    let header =
+        5 + u64::from(!single_segment) + [0, 1, 2, 4][usize::from(descriptor & 3)] + content_size;
     let mut size = header;
     reader.seek_relative((header - 5) as i64)?;
     loop {
@@ -521,7 +570,10 @@ mod tests {
             let texts: Vec<&str> = read.iter().map(|(_, text)| text.as_str()).collect();
             assert_eq!(texts, ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}", "{\"d\":4}"]);
             let read_places: Vec<u64> = read.iter().map(|(place, _)| *place).collect();
-            assert_eq!(read_places, places, "{form:?}: the reader's places are the writer's");
+            assert_eq!(
+                read_places, places,
+                "{form:?}: the reader's places are the writer's"
+            );
             for (place, text) in &read {
                 assert_eq!(Lines::read_at(&path, *place).unwrap().trim_end(), text);
             }
@@ -551,13 +603,20 @@ mod tests {
             };
             for cut in [1, 3, 6] {
                 std::fs::write(&path, &whole[..whole.len() - cut]).unwrap();
-                assert_eq!(repair(&path).unwrap(), (whole.len() - cut) as u64 - last_start);
+                assert_eq!(
+                    repair(&path).unwrap(),
+                    (whole.len() - cut) as u64 - last_start
+                );
                 let texts: Vec<String> = read_all(&path)
                     .unwrap()
                     .into_iter()
                     .map(|(_, text)| text)
                     .collect();
-                assert_eq!(texts, ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"], "{form:?} cut {cut}");
+                assert_eq!(
+                    texts,
+                    ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"],
+                    "{form:?} cut {cut}"
+                );
             }
         }
         assert_eq!(repair(&dir.path().join("missing")).unwrap(), 0);
@@ -583,7 +642,10 @@ mod tests {
         let mut greedy = ZSTD_MAGIC.to_vec();
         greedy.extend_from_slice(&[0x00, 0xF0, 0x01, 0x00, 0x00]);
         std::fs::write(&path, &greedy).unwrap();
-        assert_eq!(read_all(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            read_all(&path).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
         assert!(repair(&path).is_ok());
     }
 
@@ -602,7 +664,11 @@ mod tests {
         let error = lines.read_until(b'\n', &mut gathered).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
         assert_eq!(error.to_string(), "a line longer than 1 MiB");
-        assert!(gathered.len() <= (1 << 20) + (1 << 16), "{}", gathered.len());
+        assert!(
+            gathered.len() <= (1 << 20) + (1 << 16),
+            "{}",
+            gathered.len()
+        );
     }
 
     #[test]
