@@ -117,8 +117,9 @@ pub fn unpack(place: u64) -> (u64, u64) {
 /// A record file read a line at a time, in either form ([`BufRead`]: use
 /// `read_line`, `lines`); [`place`](Lines::place) says where the next line
 /// starts. Errors are `InvalidData` for a corrupt frame or a line past
-/// [`LINE_CAP`], `UnexpectedEof` for a torn last frame; the caller names the
-/// file.
+/// [`LINE_CAP`]; the caller names the file. A torn last frame (a killed
+/// writer) is read as far as it goes, as a torn last line is: its last line
+/// is usually torn too, and readers skip it as they skip a plain file's.
 pub struct Lines {
     source: io::BufReader<File>,
     decoder: Option<zstd::stream::raw::Decoder<'static>>,
@@ -135,6 +136,8 @@ pub struct Lines {
     /// Whether the decoder is inside a frame (a frame ended with the last
     /// output when false).
     in_frame: bool,
+    /// The offset of a last frame cut short, once read.
+    torn: Option<u64>,
     /// Bytes consumed since the last newline, and the most allowed.
     run: u64,
     cap: u64,
@@ -170,6 +173,7 @@ impl Lines {
             frame: start,
             within: 0,
             in_frame: false,
+            torn: None,
             run: 0,
             cap: LINE_CAP,
         })
@@ -202,6 +206,12 @@ impl Lines {
         let mut line = String::new();
         lines.read_line(&mut line)?;
         Ok(line)
+    }
+
+    /// The offset of the last frame when the file ended inside it (a killed
+    /// writer), once the reader got there.
+    pub fn torn_frame(&self) -> Option<u64> {
+        self.torn
     }
 
     /// Whether the file is compressed.
@@ -244,10 +254,8 @@ impl Lines {
             let input = self.source.fill_buf()?;
             if input.is_empty() {
                 if self.in_frame {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("the zstd frame at byte {} is cut short", self.frame),
-                    ));
+                    self.torn = Some(self.frame);
+                    self.in_frame = false;
                 }
                 return Ok(false);
             }
@@ -623,15 +631,27 @@ mod tests {
     }
 
     #[test]
-    fn torn_and_corrupt_frames_are_errors_not_panics() {
+    fn a_torn_frame_reads_as_far_as_it_goes_and_corrupt_ones_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("z");
-        write(&path, Form::Compressed, CHUNKS);
+        write(
+            &path,
+            Form::Compressed,
+            &[&["{\"a\":1}"], &["{\"b\":2}", "{\"c\":3}"]],
+        );
         let whole = std::fs::read(&path).unwrap();
+        // The last frame without its checksum: its block is whole.
         std::fs::write(&path, &whole[..whole.len() - 2]).unwrap();
-        let error = read_all(&path).unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
-        assert!(error.to_string().contains("is cut short"), "{error}");
+        let mut lines = Lines::open(&path).unwrap();
+        let mut text = String::new();
+        lines.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
+        let second = unpack(read_all(&path).unwrap()[1].0).0;
+        assert_eq!(lines.torn_frame(), Some(second));
+        // Cut inside the block: the frame gives nothing; the first stays.
+        std::fs::write(&path, &whole[..second as usize + 8]).unwrap();
+        let read = read_all(&path).unwrap();
+        assert_eq!(read.len(), 1);
         let mut flipped = whole.clone();
         let middle = flipped.len() - 6;
         flipped[middle] ^= 0xFF;

@@ -642,6 +642,7 @@ fn write_atomic(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::output::SESSIONS;
 
     fn line(id: &str, state: &str, session: Option<&str>) -> String {
         serde_json::json!({
