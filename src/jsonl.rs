@@ -179,6 +179,13 @@ impl Lines {
         })
     }
 
+    /// The same reader with lines capped at `cap` bytes instead of
+    /// [`LINE_CAP`] (a fuzzer's memory is smaller).
+    pub fn with_line_cap(mut self, cap: u64) -> Lines {
+        self.cap = cap;
+        self
+    }
+
     /// The line at `place` (a byte offset in a plain file, a [`pack`]ed one
     /// in a compressed file), without its newline; reads one frame at most.
     pub fn read_at(path: &Path, place: u64) -> io::Result<String> {
