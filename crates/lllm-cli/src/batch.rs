@@ -36,7 +36,7 @@ pub struct BatchArgs {
     /// others) in the output directory, each task once, in its final state.
     #[arg(long, value_name = "FORMAT", default_value = "lllm", value_parser = batch::openai_output::OutputFormat::from_name)]
     pub output_format: batch::openai_output::OutputFormat,
-    /// The output directory: `results.jsonl`, `sessions.jsonl`, `summary.json`.
+    /// The output directory: `results.jsonl`, `sessions.jsonl` (or `sessions.jsonl.zst`), `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
     /// Write the session records zstd-compressed, `sessions.jsonl.zst`

@@ -111,7 +111,7 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// A session record (`.json`) or a `sessions.jsonl` file.
+    /// A session record (`.json`) or a `sessions.jsonl` file (or `sessions.jsonl.zst`).
     pub record: PathBuf,
     /// In a `.jsonl` file: the session id, or the task id (its latest session),
     /// of the session to show.

@@ -494,7 +494,7 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             (
                 "model: a\nmodle: b\n",
-                "config.yaml:2: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache; did you mean `model`?",
+                "config.yaml:2: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache, compress; did you mean `model`?",
             ),
             ("model: [a\n", "config.yaml:2:1: did not find expected"),
             ("- a\n", "config.yaml: not a mapping of settings"),
