@@ -70,7 +70,11 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(mut lines) = Lines::open(&path).map(|lines| lines.with_line_cap(CAP)) {
                 let mut sink = Vec::new();
                 if std::io::copy(&mut lines, &mut sink).is_ok() {
-                    assert_eq!(lines.torn_frame(), None, "a repaired file has no torn frame");
+                    assert_eq!(
+                        lines.torn_frame(),
+                        None,
+                        "a repaired file has no torn frame"
+                    );
                 }
             }
         }
