@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for frame in &frames {
             output.clear();
             output.reserve(zstd::zstd_safe::compress_bound(frame.len()));
-            compressed += compressor.compress_to_buffer(*frame, &mut output)?;
+            compressed += compressor.compress_to_buffer(frame, &mut output)?;
         }
         let seconds = started.elapsed().as_secs_f64();
         println!(

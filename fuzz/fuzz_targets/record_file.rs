@@ -47,11 +47,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let read = read_all(&path);
-    if mode % 2 == 0 {
-        if let Ok(lines) = &read {
-            let bytes: Vec<u8> = lines.iter().flat_map(|(_, line)| line.clone()).collect();
-            assert_eq!(bytes, rest, "frames give back what was written");
-        }
+    if let (0, Ok(lines)) = (mode % 2, &read) {
+        let bytes: Vec<u8> = lines.iter().flat_map(|(_, line)| line.clone()).collect();
+        assert_eq!(bytes, rest, "frames give back what was written");
     }
     if let Ok(lines) = &read {
         for (place, line) in lines.iter().take(8) {
@@ -82,8 +80,11 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
+/// A line read and its place.
+type Placed = (Option<u64>, Vec<u8>);
+
 /// Every line with its place, or the first error (checked to be one line).
-fn read_all(path: &std::path::Path) -> Result<Vec<(Option<u64>, Vec<u8>)>, ()> {
+fn read_all(path: &std::path::Path) -> Result<Vec<Placed>, ()> {
     let mut lines = match Lines::open(path) {
         Ok(lines) => lines.with_line_cap(CAP),
         Err(error) => {

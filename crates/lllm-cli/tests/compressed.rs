@@ -240,7 +240,14 @@ fn resume_cuts_a_torn_last_frame_keeps_every_claimed_record_and_runs_the_rest() 
 
 #[test]
 fn the_setting_follows_flag_then_variable_then_config_file() {
-    let cases: &[(&[&str], &[(&str, &str)], Option<&str>, &str)] = &[
+    // Flags, variables, the config file, and the records file written.
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a [(&'a str, &'a str)],
+        Option<&'a str>,
+        &'a str,
+    );
+    let cases: &[Case] = &[
         (&[], &[], None, "sessions.jsonl"),
         (&["--compress"], &[], None, "sessions.jsonl.zst"),
         (&[], &[("LLLM_COMPRESS", "1")], None, "sessions.jsonl.zst"),
