@@ -236,6 +236,18 @@ fn resume_cuts_a_torn_last_frame_keeps_every_claimed_record_and_runs_the_rest() 
     // The torn frame's records are gone and written again, with the ten
     // tasks never run: one record per task.
     assert_eq!(after.len(), 30, "{} lost", lost.len());
+    // `logs show` finds records of the first frame and of the resumed run's
+    // frames (a frame past the cut) at their places.
+    let (first_place, first) = &after[0];
+    let (last_place, last) = after.last().unwrap();
+    assert!(unpack(*last_place).0 > unpack(*first_place).0);
+    for record in [first, last] {
+        let id = record["session_id"].as_str().unwrap();
+        let shown = test.run(&["logs", "show", id]);
+        shown.expect_code(0);
+        let replayed = test.run(&["replay", "out/sessions.jsonl.zst", "--id", id]);
+        assert_eq!(shown.stdout, replayed.stdout);
+    }
 }
 
 #[test]
