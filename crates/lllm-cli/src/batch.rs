@@ -40,7 +40,7 @@ pub struct BatchArgs {
     #[arg(long, short)]
     pub output: PathBuf,
     /// Write the session records zstd-compressed, `sessions.jsonl.zst`
-    /// instead of `sessions.jsonl` (a tenth of the size; every command that
+    /// instead of `sessions.jsonl` (~26 times smaller; every command that
     /// reads records takes either). `--compress=false` (or `LLLM_COMPRESS=0`)
     /// turns it off; without either, the config file's `compress` decides.
     /// `--resume` continues a directory's records file in its own form.
