@@ -20,6 +20,7 @@ pub mod preflight;
 pub mod progress;
 pub mod report;
 pub mod scheduler;
+pub mod sessions_file;
 pub mod shard;
 pub mod summary;
 pub mod tactics;
