@@ -3,14 +3,19 @@
 # `lllm batch` over N single-turn tasks of a few hundred bytes (with quotes
 # and newlines) against `lllm-mock` at latency 0 with `-j $J` (256), and
 # reports the peak RSS, the wall time, the CPU per task and the bytes each
-# task leaves in sessions.jsonl and results.jsonl. Then one realistic
+# task leaves in sessions.jsonl and results.jsonl; each N runs twice, with
+# plain records and with `--compress` (sessions.jsonl.zst), and a line gives
+# the compressed run's bytes and CPU per task as ratios of the plain one's
+# (FORMS=plain or FORMS=compressed runs one). Then one realistic
 # single-turn task (a 2 KB task, a 1 KB reply, a short system prompt):
 # the bytes of its sessions.jsonl line against its payload (task + reply).
 #
 #   bench/scale.sh [N ...]
 #
 # The session store is on, as by default, in a fresh directory (LLLM_HOME);
-# ARGS adds flags to each `lllm batch` (e.g. ARGS=--no-store).
+# ARGS adds flags to each `lllm batch` (e.g. ARGS=--no-store). LEVELS=1 also
+# shows zstd's own benchmark of levels 1-9 and 19 on the plain records of the
+# first N in 1 MiB blocks (the batch writer's frames; needs the `zstd` CLI).
 #
 # Builds the release binaries first unless NO_BUILD is set (for quick
 # iterations: CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16).
@@ -37,21 +42,38 @@ tasks() {
     }'
 }
 
-printf '%10s %10s %8s %12s %14s %14s\n' tasks peak_MB wall_s cpu_us/task sessions_B/task results_B/task
+forms=(${FORMS:-plain compressed})
+printf '%10s %10s %10s %8s %12s %14s %14s\n' tasks form peak_MB wall_s cpu_us/task sessions_B/task results_B/task
 for n in "${sizes[@]}"; do
     tasks "$n" > "$work/tasks.jsonl"
-    out=$work/out-$n
-    /usr/bin/time -f '%M %e %U %S' -o "$work/time" \
-        "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$out" -j "$J" -q ${ARGS:-} \
-        || { echo "lllm batch failed (N=$n)"; cat "$work/time"; exit 1; }
-    read -r rss wall user system < "$work/time"
-    done_count=$(grep -c '"state":"success"' "$out/results.jsonl" || true)
-    [ "$done_count" -eq "$n" ] || { echo "only $done_count of $n tasks succeeded"; exit 1; }
-    awk -v n="$n" -v rss="$rss" -v wall="$wall" -v user="$user" -v sys="$system" \
-        -v sessions="$(stat -c %s "$out/sessions.jsonl")" -v results="$(stat -c %s "$out/results.jsonl")" \
-        'BEGIN { printf "%10d %10.1f %8.2f %12.1f %14.0f %14.0f\n", n, rss / 1024, wall,
-                 (user + sys) * 1e6 / n, sessions / n, results / n }'
-    rm -rf "$out" "$LLLM_HOME"
+    declare -A cpu=() bytes=()
+    for form in "${forms[@]}"; do
+        out=$work/out-$n-$form
+        flag= sessions=$out/sessions.jsonl
+        if [ "$form" = compressed ]; then flag=--compress sessions=$out/sessions.jsonl.zst; fi
+        /usr/bin/time -f '%M %e %U %S' -o "$work/time" \
+            "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$out" -j "$J" -q $flag ${ARGS:-} \
+            || { echo "lllm batch failed (N=$n, $form)"; cat "$work/time"; exit 1; }
+        read -r rss wall user system < "$work/time"
+        done_count=$(grep -c '"state":"success"' "$out/results.jsonl" || true)
+        [ "$done_count" -eq "$n" ] || { echo "only $done_count of $n tasks succeeded"; exit 1; }
+        cpu[$form]=$(awk -v user="$user" -v sys="$system" -v n="$n" 'BEGIN { print (user + sys) * 1e6 / n }')
+        bytes[$form]=$(stat -c %s "$sessions")
+        awk -v n="$n" -v form="$form" -v rss="$rss" -v wall="$wall" -v cpu="${cpu[$form]}" \
+            -v sessions="${bytes[$form]}" -v results="$(stat -c %s "$out/results.jsonl")" \
+            'BEGIN { printf "%10d %10s %10.1f %8.2f %12.1f %14.0f %14.0f\n", n, form, rss / 1024, wall,
+                     cpu, sessions / n, results / n }'
+        if [ -n "${LEVELS:-}" ] && [ "$form" = plain ] && [ "$n" = "${sizes[0]}" ]; then
+            echo "zstd levels on these records, 1 MiB blocks (zstd -b):"
+            zstd -q -b1 -e9 -B1MiB "$sessions" 2>&1 | tr '\r' '\n' | grep -E '^ ?[0-9]+#' || true
+            zstd -q -b19 -B1MiB "$sessions" 2>&1 | tr '\r' '\n' | grep -E '^ ?[0-9]+#' || true
+        fi
+        rm -rf "$out" "$LLLM_HOME"
+    done
+    if [ -n "${cpu[plain]:-}" ] && [ -n "${cpu[compressed]:-}" ]; then
+        awk -v n="$n" -v pb="${bytes[plain]}" -v cb="${bytes[compressed]}" -v pc="${cpu[plain]}" -v cc="${cpu[compressed]}" \
+            'BEGIN { printf "%10d compressed/plain: sessions bytes %.3fx (%.1f:1), cpu per task %.3fx\n", n, cb / pb, pb / cb, cc / pc }'
+    fi
 done
 
 # One realistic single-turn task: its record against its payload.

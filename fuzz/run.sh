@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-TARGETS=(tactic_yaml prompt_file task_line chat_reply responses_reply anthropic_reply sse_lines)
+TARGETS=(tactic_yaml prompt_file task_line chat_reply responses_reply anthropic_reply sse_lines record_file)
 
 usage() {
   sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -20,6 +20,7 @@ pub mod error;
 pub mod file;
 #[doc(hidden)]
 pub mod json;
+pub mod jsonl;
 pub mod mock;
 #[doc(hidden)]
 pub mod output;

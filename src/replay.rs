@@ -97,20 +97,20 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
         path: label.clone(),
         message: error.to_string(),
     };
-    let is_lines = path
-        .extension()
-        .is_some_and(|extension| extension == "jsonl");
+    // A `.jsonl` file, or a zstd one (`sessions.jsonl.zst`), but a `.json.zst`.
+    let is_lines = crate::jsonl::is_lines(path).map_err(read_error)?;
     let mut notes = Vec::new();
     let value: Value = if is_lines {
-        // Read as a stream, a line at a time; a regular file only (a named
-        // pipe would block the open, a device could be endless).
-        let (file, _) = crate::file::open_regular(path).map_err(read_error)?;
+        // Read as a stream, a line at a time, in either form (plain or zstd);
+        // a regular file only (a named pipe would block the open, a device
+        // could be endless).
+        let lines = crate::jsonl::Lines::open(path).map_err(read_error)?;
         // The chosen line's text (parsed in full once, at the end) and heading.
         let mut chosen: Option<(String, Heading)> = None;
         let mut by_session_id = false;
         let mut same_task: Vec<Heading> = Vec::new();
         let (mut count, mut unreadable) = (0, Vec::new());
-        for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+        for (number, line) in lines.lines().enumerate() {
             let line = line.map_err(read_error)?;
             if line.trim().is_empty() {
                 continue;
@@ -184,7 +184,7 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
             }
         }
     } else {
-        let text = crate::file::read_text(path, RECORD_CAP).map_err(read_error)?;
+        let text = crate::jsonl::read_text(path, RECORD_CAP).map_err(read_error)?;
         serde_json::from_str(&text).map_err(|error| Error::Invalid {
             path: label.clone(),
             message: error.to_string(),

@@ -4,7 +4,8 @@
 //! only files are read and written.
 //!
 //! - **Inputs.** Each DIR holds a `results.jsonl` (else it is refused) and
-//!   may hold `sessions.jsonl` and `batch.json`. Every line of both files is
+//!   may hold `sessions.jsonl` (or `sessions.jsonl.zst`: `--compress`) and
+//!   `batch.json`. Every line of both files is
 //!   checked before anything is written: a line that is not a result (or not a
 //!   session record with a `session_id`) is one error naming `file:line`.
 //!   An input a running batch holds is refused; the merge holds a shared lock
@@ -21,7 +22,8 @@
 //!   of the file with no result in any input is missing. Without the file,
 //!   shards of one `N` still tell which shards `K/N` no input holds.
 //! - **Output.** `results.jsonl`: the winning line of each id, in input
-//!   order; `sessions.jsonl`: every record of every input (each is a run that
+//!   order; `sessions.jsonl` (`sessions.jsonl.zst` when `compress` is asked,
+//!   whatever the inputs' forms): every record of every input (each is a run that
 //!   happened), with the winners of duplicated ids last, so `lllm replay
 //!   --id TASK` shows the winner; `summary.json` in the shape a batch writes
 //!   (counts by the winners, spend over every input line, `this_run` empty:
@@ -37,14 +39,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::directory::{self, Identity};
-use super::output::{Brief, RESULTS, ResultLine, SESSIONS, SUMMARY, TaskState};
+use super::output::{Brief, RESULTS, ResultLine, SUMMARY, SessionsFile, TaskState};
 use super::shard::Shard;
 use super::summary::{Summary, Totals};
 use crate::error::{Error, Result};
@@ -135,13 +137,18 @@ struct SessionHead {
 /// };
 /// let a = shard("a", "{\"id\":\"1\",\"state\":\"success\",\"delivery\":\"x\",\"error\":null,\"cost\":0.0,\"session_id\":null}\n")?;
 /// let b = shard("b", "{\"id\":\"2\",\"state\":\"failure\",\"delivery\":null,\"error\":\"no\",\"cost\":0.0,\"session_id\":null}\n")?;
-/// let merged = lllm::batch::merge::merge(&[a, b], &dir.path().join("all"), None)?;
+/// let merged = lllm::batch::merge::merge(&[a, b], &dir.path().join("all"), None, false)?;
 /// assert_eq!((merged.ids, merged.summary.success, merged.summary.failure), (2, 1, 1));
 /// assert!(dir.path().join("all/summary.json").exists());
 /// # Ok(())
 /// # }
 /// ```
-pub fn merge(inputs: &[PathBuf], output: &Path, tasks: Option<&Path>) -> Result<Merged> {
+pub fn merge(
+    inputs: &[PathBuf],
+    output: &Path,
+    tasks: Option<&Path>,
+    compress: bool,
+) -> Result<Merged> {
     let started = Instant::now();
     check_paths(inputs, output)?;
     // Held while the inputs are read: none is being written meanwhile.
@@ -150,7 +157,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path, tasks: Option<&Path>) -> Result<
         .map(|input| read_lock(input))
         .collect::<Result<Vec<_>>>()?;
     let lock = directory::lock(output).map_err(Error::Usage)?;
-    let merged = merge_locked(inputs, output, tasks, started);
+    let merged = merge_locked(inputs, output, tasks, compress, started);
     if merged.is_err() {
         // Refused before writing: a directory this merge created goes again.
         lock.discard();
@@ -238,6 +245,7 @@ fn merge_locked(
     inputs: &[PathBuf],
     output: &Path,
     tasks: Option<&Path>,
+    compress: bool,
     started: Instant,
 ) -> Result<Merged> {
     if output.join(RESULTS).exists() && !output.join(MERGE).exists() {
@@ -251,11 +259,15 @@ fn merge_locked(
         .iter()
         .map(|input| directory::read_identity(input).map_err(usage))
         .collect::<Result<Vec<_>>>()?;
+    let records = inputs
+        .iter()
+        .map(|input| SessionsFile::path_in(input).map_err(usage))
+        .collect::<Result<Vec<_>>>()?;
     // Every session's end, to order duplicates; read (and checked) first.
     let mut ended: HashMap<String, String> = HashMap::new();
     let mut sessions = 0u64;
-    for input in inputs {
-        for_each_line(&input.join(SESSIONS), |place, line| {
+    for path in records.iter().flatten() {
+        for_each_line(path, |place, line| {
             let head: SessionHead = serde_json::from_str(line)
                 .map_err(|error| format!("{place}: not a session record: {}", one_line(&error)))?;
             sessions += 1;
@@ -293,25 +305,49 @@ fn merge_locked(
         .iter()
         .filter_map(|duplicate| winners[&duplicate.id].session_id.as_deref())
         .collect();
-    write_atomic(output, SESSIONS, |file| {
+    let form = SessionsFile::new(compress);
+    write_atomic(output, form.name, |file| {
+        // Lines gathered into frames of `jsonl::FRAME` bytes (written as they
+        // are when not compressed).
+        let mut writer = crate::jsonl::FrameWriter::to(file, form.form, 0)?;
+        let mut chunk = Vec::with_capacity(crate::jsonl::FRAME + (1 << 16));
+        let mut add = |chunk: &mut Vec<u8>, line: &str| {
+            chunk.extend_from_slice(line.as_bytes());
+            chunk.push(b'\n');
+            if chunk.len() >= crate::jsonl::FRAME {
+                writer.write(chunk)?;
+                chunk.clear();
+            }
+            std::io::Result::Ok(())
+        };
         let mut deferred = Vec::new();
-        for input in inputs {
-            for_each_line(&input.join(SESSIONS), |_, line| {
+        for path in records.iter().flatten() {
+            for_each_line(path, |_, line| {
                 let head: SessionHead = serde_json::from_str(line).map_err(|e| e.to_string())?;
                 if last.contains(head.session_id.as_str()) {
                     deferred.push(line.to_string());
                 } else {
-                    writeln!(file, "{line}").map_err(|e| e.to_string())?;
+                    add(&mut chunk, line).map_err(|e| e.to_string())?;
                 }
                 Ok(())
             })
             .map_err(|error| std::io::Error::other(error.to_string()))?;
         }
         for line in deferred {
-            writeln!(file, "{line}")?;
+            add(&mut chunk, &line)?;
         }
-        Ok(())
+        writer.write(&chunk)
     })?;
+    // An earlier merge into this directory may have written the other form.
+    let other = SessionsFile::new(!compress).name;
+    if let Err(source) = std::fs::remove_file(output.join(other))
+        && source.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(Error::Write {
+            path: output.join(other).display().to_string(),
+            source,
+        });
+    }
     write_atomic(output, RESULTS, |file| file.write_all(&results))?;
     let whole = identities.first().cloned().flatten().filter(|first| {
         identities.iter().all(|identity| {
@@ -537,12 +573,11 @@ fn for_each_line(
     path: &Path,
     mut each: impl FnMut(&str, &str) -> std::result::Result<(), String>,
 ) -> Result<()> {
-    let file = match File::open(path) {
-        Ok(file) => file,
+    let mut reader = match crate::jsonl::Lines::open(path) {
+        Ok(reader) => reader,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(usage(format!("cannot read `{}`: {error}", path.display()))),
     };
-    let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut line = String::new();
     let mut number = 0usize;
     loop {
@@ -607,6 +642,7 @@ fn write_atomic(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::output::SESSIONS;
 
     fn line(id: &str, state: &str, session: Option<&str>) -> String {
         serde_json::json!({
@@ -646,7 +682,7 @@ mod tests {
                 + &session("s4", "2026-01-01T00:00:01.000Z")),
         );
         let out = root.path().join("out");
-        let merged = merge(&[a.clone(), b], &out, None).unwrap();
+        let merged = merge(&[a.clone(), b], &out, None, false).unwrap();
         assert_eq!(merged.ids, 2);
         let kept: Vec<(&str, &Path)> = merged
             .duplicates
@@ -671,7 +707,7 @@ mod tests {
         let a = input(root.path(), "a", &line("x", "success", None), "");
         let b = input(root.path(), "b", "{\"id\": 3}\n", "");
         let out = root.path().join("out");
-        let error = merge(&[a, b], &out, None).unwrap_err().to_string();
+        let error = merge(&[a, b], &out, None, false).unwrap_err().to_string();
         assert!(
             error.contains("b/results.jsonl:1: not a result line"),
             "{error}"

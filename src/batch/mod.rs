@@ -20,6 +20,7 @@ pub mod preflight;
 pub mod progress;
 pub mod report;
 pub mod scheduler;
+pub mod sessions_file;
 pub mod shard;
 pub mod summary;
 pub mod tactics;
@@ -49,6 +50,10 @@ pub struct Options {
     /// `--output-format`: the files written besides lllm's own.
     pub output_format: openai_output::OutputFormat,
     pub output: PathBuf,
+    /// `--compress`: a new output directory's records go to
+    /// `sessions.jsonl.zst` (zstd frames) instead of `sessions.jsonl`; a
+    /// directory's existing records file is continued in its own form.
+    pub compress: bool,
     pub concurrency: usize,
     pub resume: bool,
     pub retry_errors: bool,
@@ -178,7 +183,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         &tasks_sha256,
     )
     .map_err(Error::Usage)?;
-    let previous = previous_results(&options)?;
+    let (previous, sessions) = previous_results(&options)?;
     let done = |id: &str| {
         previous.state(id).is_some_and(|state| match state {
             TaskState::Success => true,
@@ -295,19 +300,20 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             return Err(error.into());
         }
     }
-    let writer = match output::Writer::open_indexed(&options.output, options.store.clone()) {
-        Ok(writer) => writer,
-        Err(source) => {
-            for tactic in tactics.values() {
-                tactic.shutdown().await;
+    let writer =
+        match output::Writer::open_indexed(&options.output, sessions, options.store.clone()) {
+            Ok(writer) => writer,
+            Err(source) => {
+                for tactic in tactics.values() {
+                    tactic.shutdown().await;
+                }
+                // Nothing was sent yet: bad usage (exit 2), not a failed run.
+                return Err(Error::Usage(format!(
+                    "cannot write to `{}`: {source}",
+                    options.output.display()
+                )));
             }
-            // Nothing was sent yet: bad usage (exit 2), not a failed run.
-            return Err(Error::Usage(format!(
-                "cannot write to `{}`: {source}",
-                options.output.display()
-            )));
-        }
-    };
+        };
     let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
     let collector = match &batch_api {
         Some(hub) => {
@@ -414,12 +420,17 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     })
 }
 
-/// What the output directory holds already. Without `--resume` it must hold
-/// no results (two runs must not mix silently); with it, a torn last line
-/// left by a kill is cut off first.
-fn previous_results(options: &Options) -> Result<Previous> {
+/// What the output directory holds already, and the records file the run
+/// appends to. Without `--resume` it must hold no results (two runs must not
+/// mix silently); with it, a torn last line (or zstd frame) left by a kill
+/// is cut off first.
+fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile)> {
     // A pipe or a device in their place would block or never end a read.
-    for name in [output::RESULTS, output::SESSIONS] {
+    for name in [
+        output::RESULTS,
+        output::SESSIONS,
+        output::SESSIONS_COMPRESSED,
+    ] {
         let path = options.output.join(name);
         if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
             return Err(Error::Usage(format!(
@@ -427,6 +438,11 @@ fn previous_results(options: &Options) -> Result<Previous> {
                 path.display()
             )));
         }
+    }
+    let (sessions, note) =
+        output::SessionsFile::of_dir(&options.output, options.compress).map_err(Error::Usage)?;
+    if let Some(note) = note {
+        crate::report::warn(&note);
     }
     let results = options.output.join(output::RESULTS);
     let resuming = options.resume || options.retry_errors;
@@ -439,18 +455,37 @@ fn previous_results(options: &Options) -> Result<Previous> {
                 options.output.display()
             )));
         }
-        return Ok(Previous::default());
+        return Ok((Previous::default(), sessions));
     }
     let write_error = |path: &Path| {
         let path = path.display().to_string();
         move |source| Error::Write { path, source }
     };
-    for name in [output::RESULTS, output::SESSIONS] {
+    for (name, form) in [
+        (output::RESULTS, crate::jsonl::Form::Plain),
+        (sessions.name, sessions.form),
+    ] {
         let path = options.output.join(name);
-        let cut = output::repair(&path).map_err(write_error(&path))?;
+        let cut = crate::jsonl::repair(&path).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::InvalidData {
+                // Frames that do not parse: nothing can be appended after them.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: `{}`: {error}; hint: `lllm merge` copies what \
+                     is readable into a new directory",
+                    options.output.display(),
+                    path.display()
+                ))
+            } else {
+                write_error(&path)(error)
+            }
+        })?;
         if cut > 0 {
+            let what = match form {
+                crate::jsonl::Form::Plain => "line",
+                crate::jsonl::Form::Compressed => "zstd frame",
+            };
             crate::report::warn(&format!(
-                "`{}`: cut a torn last line ({cut} bytes) left by an earlier run that was killed",
+                "`{}`: cut a torn last {what} ({cut} bytes) left by an earlier run that was killed",
                 path.display()
             ));
         }
@@ -463,7 +498,7 @@ fn previous_results(options: &Options) -> Result<Previous> {
             crate::words::count(previous.unreadable as u64, "line", "lines")
         ));
     }
-    Ok(previous)
+    Ok((previous, sessions))
 }
 
 async fn tick(

@@ -24,7 +24,7 @@
 //! task once, in its final state.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -104,12 +104,12 @@ pub fn write(dir: &Path) -> std::io::Result<Written> {
 
 /// Calls `each` with every readable result line and its index.
 fn for_each_result(path: &Path, mut each: impl FnMut(usize, ResultLine)) -> std::io::Result<()> {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
+    let lines = match crate::jsonl::Lines::open(path) {
+        Ok(lines) => lines,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(error),
     };
-    for (index, line) in BufReader::new(file).lines().enumerate() {
+    for (index, line) in lines.lines().enumerate() {
         if let Ok(result) = serde_json::from_str::<ResultLine>(&line?) {
             each(index, result);
         }

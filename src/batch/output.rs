@@ -1,8 +1,9 @@
 //! The output directory of a batch: `results.jsonl` (one line per finished
-//! task), `sessions.jsonl` (one compact session record per run task) and
-//! `summary.json`. Both JSONL files are only ever appended, one whole line per
-//! write, flushed at once, so a crash or a kill loses at most the line being
-//! written.
+//! task), `sessions.jsonl` (one compact session record per run task; with
+//! `--compress`, `sessions.jsonl.zst`: the same lines in zstd frames, see
+//! `crate::jsonl`) and `summary.json`. Both JSONL files are only ever
+//! appended, whole lines (a whole frame) per write, so a crash or a kill
+//! loses at most what is being written.
 //!
 //! A task's session record is written before its result line: the result line
 //! is what marks the task done. One thread writes both files (group commit);
@@ -10,11 +11,11 @@
 //! at most the tasks in flight and the few just finished (which `--resume` runs
 //! again). A kill between the two leaves a record without a
 //! result, and `--resume` runs the task again (its second record follows the
-//! first); a kill in the middle of a line leaves a torn last line, which
-//! `repair` cuts off before anything is appended.
+//! first); a kill in the middle of a write leaves a torn last line (or
+//! frame), which `jsonl::repair` cuts off before anything is appended.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,6 +26,10 @@ use crate::tactic::{RunState, SessionRecord};
 
 pub const RESULTS: &str = "results.jsonl";
 pub const SESSIONS: &str = "sessions.jsonl";
+/// The records of a batch run with `--compress` (instead of [`SESSIONS`]).
+pub const SESSIONS_COMPRESSED: &str = "sessions.jsonl.zst";
+pub use super::sessions_file::SessionsFile;
+
 pub const SUMMARY: &str = "summary.json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -257,7 +262,7 @@ pub struct Writer {
 /// whole; the failed write may leave a torn last line, which `--resume` cuts.
 #[derive(Debug)]
 pub struct WriteFailure {
-    /// `RESULTS` or `SESSIONS`.
+    /// `RESULTS`, `SESSIONS` or `SESSIONS_COMPRESSED`.
     pub file: &'static str,
     pub source: std::io::Error,
 }
@@ -273,14 +278,20 @@ const GATHER: usize = 1 << 20;
 
 impl Writer {
     pub fn open(dir: &Path) -> std::io::Result<Writer> {
-        Writer::open_indexed(dir, None)
+        Writer::open_indexed(dir, SessionsFile::new(false), None)
     }
 
-    /// [`open`](Writer::open), registering each record written in the
-    /// session store in `store` (a directory; see `crate::store`), a batch of
-    /// sessions per transaction. A store that cannot be opened or written is
-    /// a warning, never a failed run: the record files are written anyway.
-    pub fn open_indexed(dir: &Path, store: Option<std::path::PathBuf>) -> std::io::Result<Writer> {
+    /// [`open`](Writer::open), appending records to `sessions` (one zstd
+    /// frame per write when compressed) and registering each record written
+    /// in the session store in `store` (a directory; see `crate::store`), a
+    /// batch of sessions per transaction. A store that cannot be opened or
+    /// written is a warning, never a failed run: the record files are
+    /// written anyway.
+    pub fn open_indexed(
+        dir: &Path,
+        sessions: SessionsFile,
+        store: Option<std::path::PathBuf>,
+    ) -> std::io::Result<Writer> {
         std::fs::create_dir_all(dir)?;
         let append = |name: &str| {
             OpenOptions::new()
@@ -288,31 +299,32 @@ impl Writer {
                 .append(true)
                 .open(dir.join(name))
         };
-        let (results, sessions) = (append(RESULTS)?, append(SESSIONS)?);
+        let results = append(RESULTS)?;
+        let name = sessions.name;
+        let sessions = crate::jsonl::FrameWriter::new(append(name)?, sessions.form)?;
         #[cfg(feature = "store")]
-        let mut registrar =
-            store.map(|store| crate::store::Registrar::new(store, dir.join(SESSIONS)));
+        let mut registrar = store.map(|store| crate::store::Registrar::new(store, dir.join(name)));
         #[cfg(not(feature = "store"))]
         let _ = store;
         #[cfg(feature = "store")]
         let indexes = registrar.is_some();
         #[cfg(not(feature = "store"))]
         let indexes = false;
-        // Where the next record line starts (the file is appended to).
-        let offset = sessions.metadata()?.len();
         let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
         let thread = std::thread::Builder::new()
             .name("lllm-batch-writer".into())
             .spawn(move || {
                 #[cfg(feature = "store")]
-                let mut hook = |encoded: &mut Encoded, at: u64| {
-                    if let (Some(registrar), Some(entry)) = (&mut registrar, encoded.entry.take()) {
+                let mut hook = |encoded: &mut Encoded, at: Option<u64>| {
+                    if let (Some(registrar), Some(entry), Some(at)) =
+                        (&mut registrar, encoded.entry.take(), at)
+                    {
                         registrar.add(entry, at);
                     }
                 };
                 #[cfg(not(feature = "store"))]
-                let mut hook = |_: &mut Encoded, _: u64| {};
-                let written = write_loop(&receiver, results, sessions, offset, &mut hook);
+                let mut hook = |_: &mut Encoded, _: Option<u64>| {};
+                let written = write_loop(&receiver, results, sessions, name, &mut hook);
                 #[cfg(feature = "store")]
                 if let Some(registrar) = &mut registrar {
                     registrar.flush();
@@ -363,16 +375,17 @@ impl Drop for Writer {
     }
 }
 
-/// The writer's loop. `written(encoded, offset)` is told of each record line
-/// after it is on disk, with the byte its line starts at.
+/// The writer's loop. `written(encoded, place)` is told of each record line
+/// after it is on disk, with its place (`jsonl::Lines::place`; `None` past
+/// what a compressed file's places can say).
 fn write_loop(
     receiver: &std::sync::mpsc::Receiver<Option<Encoded>>,
     mut results: File,
-    mut sessions: File,
-    mut offset: u64,
-    written: &mut dyn FnMut(&mut Encoded, u64),
+    mut sessions: crate::jsonl::FrameWriter,
+    sessions_name: &'static str,
+    written: &mut dyn FnMut(&mut Encoded, Option<u64>),
 ) -> Result<(), WriteFailure> {
-    let mut chunk: Vec<(Encoded, u64)> = Vec::new();
+    let mut chunk: Vec<(Encoded, Option<u64>)> = Vec::new();
     let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
     let mut finished = false;
     while !finished {
@@ -386,7 +399,9 @@ fn write_loop(
                 finished = true;
                 break;
             };
-            let at = offset + session_lines.len() as u64;
+            // Every line of a frame starts within its first GATHER bytes, so a
+            // compressed place always fits (`jsonl::pack`).
+            let at = sessions.place(session_lines.len() as u64);
             if let Some(session) = &encoded.session {
                 session_lines.extend_from_slice(session);
             }
@@ -400,11 +415,12 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        // Records first: a result line (the commit mark) never goes without its record.
+        // Records first (one frame when compressed): a result line (the
+        // commit mark) never goes without its record.
         sessions
-            .write_all(&session_lines)
+            .write(&session_lines)
             .map_err(|source| WriteFailure {
-                file: SESSIONS,
+                file: sessions_name,
                 source,
             })?;
         results
@@ -413,7 +429,6 @@ fn write_loop(
                 file: RESULTS,
                 source,
             })?;
-        offset += session_lines.len() as u64;
         for (encoded, at) in &mut chunk {
             written(encoded, *at);
         }
@@ -504,39 +519,6 @@ impl Previous {
     }
 }
 
-/// Cuts a torn last line (no final newline) off `path`, so appending starts on
-/// a fresh line. Returns how many bytes were cut.
-pub fn repair(path: &Path) -> std::io::Result<u64> {
-    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(error) => return Err(error),
-    };
-    let length = file.metadata()?.len();
-    if length == 0 {
-        return Ok(0);
-    }
-    // Walk back to the last newline, a block at a time.
-    let mut end = length;
-    let mut block = vec![0u8; 8192];
-    loop {
-        let start = end.saturating_sub(block.len() as u64);
-        let size = (end - start) as usize;
-        file.seek(SeekFrom::Start(start))?;
-        file.read_exact(&mut block[..size])?;
-        if let Some(position) = block[..size].iter().rposition(|byte| *byte == b'\n') {
-            let keep = start + position as u64 + 1;
-            file.set_len(keep)?;
-            return Ok(length - keep);
-        }
-        if start == 0 {
-            file.set_len(0)?;
-            return Ok(length);
-        }
-        end = start;
-    }
-}
-
 /// What `read_previous` takes of a result line: the id (borrowed from the
 /// line when it can be), the rest of `Brief`; the delivery and the error are
 /// skipped over, not copied.
@@ -601,12 +583,11 @@ type BriefRead<'a> = Option<(&'a str, Brief)>;
 /// Calls `each` with every line of `path` as a brief; `false` when there is
 /// no such file.
 fn each_brief(path: &Path, each: &mut dyn FnMut(BriefRead<'_>)) -> std::io::Result<bool> {
-    let file = match File::open(path) {
-        Ok(file) => file,
+    let mut reader = match crate::jsonl::Lines::open(path) {
+        Ok(reader) => reader,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
     };
-    let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut line = String::new();
     loop {
         line.clear();
@@ -638,23 +619,6 @@ fn each_brief(path: &Path, each: &mut dyn FnMut(BriefRead<'_>)) -> std::io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn repair_cuts_only_a_torn_last_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.jsonl");
-        for (content, kept) in [
-            ("", ""),
-            ("{\"a\":1}\n", "{\"a\":1}\n"),
-            ("{\"a\":1}\n{\"b\":", "{\"a\":1}\n"),
-            ("{\"b\":", ""),
-        ] {
-            std::fs::write(&path, content).unwrap();
-            repair(&path).unwrap();
-            assert_eq!(std::fs::read_to_string(&path).unwrap(), kept);
-        }
-        assert_eq!(repair(&dir.path().join("missing")).unwrap(), 0);
-    }
 
     #[test]
     fn later_lines_win_and_junk_is_counted() {

@@ -18,7 +18,7 @@ mod query;
 mod registrar;
 mod text;
 
-use std::io::{BufRead, Seek};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -90,7 +90,9 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub enum RecordPlace {
     /// A record file of its own (`lllm run`).
     File(PathBuf),
-    /// A line of a batch's `sessions.jsonl`, starting at this byte.
+    /// A line of a batch's `sessions.jsonl`, starting at this byte (in a
+    /// `sessions.jsonl.zst`: `offset` is `crate::jsonl::pack`ed, its frame's
+    /// byte and the line's offset in the frame).
     Line {
         /// The `sessions.jsonl` file.
         path: PathBuf,
@@ -637,21 +639,14 @@ pub fn read_record(path: &Path, offset: Option<u64>) -> Result<SessionRecord> {
         path: label.clone(),
         message,
     };
-    let text = match offset {
-        None => {
-            crate::file::read_text(path, RECORD_CAP).map_err(|error| failed(error.to_string()))?
-        }
-        Some(offset) => {
-            let mut file = std::fs::File::open(path).map_err(|error| failed(error.to_string()))?;
-            file.seek(std::io::SeekFrom::Start(offset))
-                .map_err(|error| failed(error.to_string()))?;
-            let mut line = String::new();
-            std::io::BufReader::new(file)
-                .read_line(&mut line)
-                .map_err(|error| failed(error.to_string()))?;
-            line
-        }
-    };
+    let text =
+        match offset {
+            None => crate::jsonl::read_text(path, RECORD_CAP)
+                .map_err(|error| failed(error.to_string()))?,
+            // One line; of a compressed file, from the one frame holding it.
+            Some(offset) => crate::jsonl::Lines::read_at(path, offset)
+                .map_err(|error| failed(error.to_string()))?,
+        };
     let value: Value = serde_json::from_str(&text).map_err(|error| {
         failed(format!(
             "not a record at byte {}: {error}; hint: `lllm logs reindex` rebuilds the index",
@@ -673,9 +668,8 @@ fn entries_of_file(
     problems: &mut Vec<String>,
 ) -> Result<(), String> {
     let label = path.display().to_string();
-    let is_lines = path
-        .extension()
-        .is_some_and(|extension| extension == "jsonl");
+    let is_lines =
+        crate::jsonl::is_lines(path).map_err(|error| format!("cannot read `{label}`: {error}"))?;
     if !is_lines {
         match read_record(path, None) {
             Ok(record) => entries.push(Entry::of(&record, RecordPlace::File(path.to_path_buf()))),
@@ -683,14 +677,15 @@ fn entries_of_file(
         }
         return Ok(());
     }
-    let file =
-        std::fs::File::open(path).map_err(|error| format!("cannot read `{label}`: {error}"))?;
-    let mut reader = std::io::BufReader::new(file);
-    let mut offset = 0u64;
+    // Either form; a line's place is its byte offset, or in a compressed
+    // file its frame's offset and its offset in the frame (`jsonl::pack`).
+    let mut reader = crate::jsonl::Lines::open(path)
+        .map_err(|error| format!("cannot read `{label}`: {error}"))?;
     let mut line = String::new();
     let mut number = 0;
     loop {
         line.clear();
+        let offset = reader.place();
         let read = reader
             .read_line(&mut line)
             .map_err(|error| format!("cannot read `{label}`: {error}"))?;
@@ -704,23 +699,29 @@ fn entries_of_file(
                 .and_then(|value| {
                     crate::replay::from_value(value, &label).map_err(|error| error.to_string())
                 });
-            match parsed {
-                Ok(record) => entries.push(Entry::of(
+            match (parsed, offset) {
+                (Ok(record), Some(offset)) => entries.push(Entry::of(
                     &record,
                     RecordPlace::Line {
                         path: path.to_path_buf(),
                         offset,
                     },
                 )),
-                Err(error) => problems.push(format!("`{label}` line {number} skipped: {error}")),
+                (Ok(_), None) => problems.push(format!(
+                    "`{label}` line {number} skipped: too far into its zstd frame to be \
+                     indexed; hint: `lllm merge --compress` rewrites the file in small frames"
+                )),
+                (Err(error), _) => {
+                    problems.push(format!("`{label}` line {number} skipped: {error}"))
+                }
             }
         }
-        offset += read as u64;
     }
     Ok(())
 }
 
-/// Record files under `dir`: `sessions.jsonl` files and `.json` files that
+/// Record files under `dir`: `sessions.jsonl` (and `sessions.jsonl.zst`)
+/// files and `.json` files that
 /// are session records (their `format` says so).
 fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>) {
     let entries = match std::fs::read_dir(dir) {
@@ -738,7 +739,8 @@ fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>
         if kind.is_dir() {
             find_records(&path, files, problems);
         } else if kind.is_file() {
-            let batch_records = entry.file_name() == crate::batch::output::SESSIONS;
+            let batch_records = entry.file_name() == crate::batch::output::SESSIONS
+                || entry.file_name() == crate::batch::output::SESSIONS_COMPRESSED;
             let is_json = path
                 .extension()
                 .is_some_and(|extension| extension == "json");

@@ -72,7 +72,9 @@ pub struct Listed {
     pub error: Option<String>,
     /// The record file (a `.json` file or a `sessions.jsonl`).
     pub record_path: String,
-    /// The line's byte offset in a `sessions.jsonl`; absent for a `.json` file.
+    /// The line's byte offset in a `sessions.jsonl` (in a
+    /// `sessions.jsonl.zst`, its frame's offset and its offset in the frame,
+    /// `crate::jsonl::pack`ed); absent for a `.json` file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record_offset: Option<u64>,
 }

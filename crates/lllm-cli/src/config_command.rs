@@ -116,6 +116,16 @@ fn show(settings: &Settings) -> String {
             None => add("cache", "per tactic".into(), "default".into()),
         },
     }
+    match std::env::var("LLLM_COMPRESS")
+        .ok()
+        .filter(|value| !value.is_empty())
+    {
+        Some(value) => add("compress", value, "LLLM_COMPRESS".into()),
+        None => match file.compress {
+            Some(on) => add("compress", on.to_string(), from_file("compress")),
+            None => add("compress", "false".into(), "default".into()),
+        },
+    }
     match settings.store_dir_with_origin(None) {
         Some((dir, origin)) => add("store", dir.display().to_string(), origin),
         None => add("store", "none".into(), "no home directory".into()),

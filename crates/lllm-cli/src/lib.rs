@@ -111,7 +111,7 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// A session record (`.json`) or a `sessions.jsonl` file.
+    /// A session record (`.json`) or a `sessions.jsonl` file (or `sessions.jsonl.zst`).
     pub record: PathBuf,
     /// In a `.jsonl` file: the session id, or the task id (its latest session),
     /// of the session to show.
@@ -212,7 +212,6 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
     // Files only: no runtime, no registry.
     match cli.command {
-        Command::Merge(args) => return merge::run(args),
         Command::Completions(args) => return generate::completions(args),
         Command::Man(args) => return generate::man(args),
         _ => {}
@@ -221,6 +220,10 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     // anything runs: a bad file is exit 2 with nothing done.
     let settings = settings::Settings::load(&cli.settings)?;
     settings::install(settings);
+    // Files only, but its `--compress` defaults to the config file's.
+    if let Command::Merge(args) = cli.command {
+        return merge::run(args);
+    }
     // A batch is driven by one thread unless asked otherwise: its tasks spend
     // their time waiting on the network, and one thread doing all their work
     // in turn costs a third less CPU per call than several threads handing

@@ -110,7 +110,7 @@ pub struct CostArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ReindexArgs {
-    /// Directories to search for record files too (`sessions.jsonl`, session `.json` files).
+    /// Directories to search for record files too (`sessions.jsonl`, `sessions.jsonl.zst`, session `.json` files).
     #[arg(long, value_name = "DIR", num_args = 1..)]
     pub from: Vec<PathBuf>,
     #[command(flatten)]

@@ -27,6 +27,7 @@ pub const KEYS: &[&str] = &[
     "records",
     "store",
     "cache",
+    "compress",
 ];
 
 /// `--config`, `--env-file`, `--no-env-file`: the flags that say where the
@@ -63,6 +64,8 @@ pub struct ConfigFile {
     pub records: Option<PathBuf>,
     pub store: Option<PathBuf>,
     pub cache: Option<bool>,
+    /// `lllm batch --compress` / `lllm merge --compress` by default.
+    pub compress: Option<bool>,
 }
 
 /// Everything a command reads outside its flags and its tactic.
@@ -211,6 +214,12 @@ impl Settings {
             .or_else(|| self.file.prices.clone())
     }
 
+    /// Whether records are written compressed: `--compress[=BOOL]` (or
+    /// `LLLM_COMPRESS`, both in `flag`), else the file's `compress`, else no.
+    pub fn compress(&self, flag: Option<bool>) -> bool {
+        flag.or(self.file.compress).unwrap_or(false)
+    }
+
     /// The store directory: `--store`, else `LLLM_HOME`, else the file's
     /// `store`, else `$XDG_DATA_HOME/lllm`, else `~/.local/share/lllm`.
     pub fn store_dir(&self, flag: Option<&Path>) -> Option<PathBuf> {
@@ -304,6 +313,7 @@ struct KeyCheck {
     records: Option<serde::de::IgnoredAny>,
     store: Option<serde::de::IgnoredAny>,
     cache: Option<serde::de::IgnoredAny>,
+    compress: Option<serde::de::IgnoredAny>,
 }
 
 fn parse_config(
@@ -362,14 +372,16 @@ fn parse_config(
     file.prices = text_of("prices", &mut problems).map(|path| absolute(&path));
     file.records = text_of("records", &mut problems).map(|path| absolute(&path));
     file.store = text_of("store", &mut problems).map(|path| absolute(&path));
-    file.cache = match map.get("cache") {
+    let switch = |key: &str, problems: &mut Vec<String>| match map.get(key) {
         None | Some(Value::Null) => None,
         Some(Value::Bool(on)) => Some(*on),
         Some(_) => {
-            problems.push(format!("{place}: `cache` must be `true` or `false`"));
+            problems.push(format!("{place}: `{key}` must be `true` or `false`"));
             None
         }
     };
+    file.cache = switch("cache", &mut problems);
+    file.compress = switch("compress", &mut problems);
     file.concurrency = lllm::config::numbers::read_whole(
         map.get("concurrency"),
         &lllm::config::numbers::Range {
@@ -482,7 +494,7 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             (
                 "model: a\nmodle: b\n",
-                "config.yaml:2: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache; did you mean `model`?",
+                "config.yaml:2: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache, compress; did you mean `model`?",
             ),
             ("model: [a\n", "config.yaml:2:1: did not find expected"),
             ("- a\n", "config.yaml: not a mapping of settings"),

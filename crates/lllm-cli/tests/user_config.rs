@@ -340,7 +340,7 @@ fn a_bad_config_file_is_one_line_and_nothing_runs() {
         output.stderr,
         format!(
             "error: {config_path}:4: unknown key `concurency`; known keys: model, providers, prices, \
-             concurrency, records, store, cache; did you mean `concurrency`?\n"
+             concurrency, records, store, cache, compress; did you mean `concurrency`?\n"
         )
     );
     assert!(server.requests().is_empty());

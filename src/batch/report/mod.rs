@@ -223,7 +223,12 @@ pub fn state_name(state: TaskState) -> &'static str {
 /// Reads the records the tasks' results name, one line at a time, and keeps
 /// only their rendering: memory stays at the report's size, not the file's.
 fn attach_sessions(dir: &Path, tasks: &mut [TaskReport], notes: &mut Vec<String>) -> Result<()> {
-    let path = dir.join(SESSIONS);
+    // `sessions.jsonl` or `sessions.jsonl.zst`, whichever the batch wrote.
+    let found = super::output::SessionsFile::path_in(dir).map_err(|message| Error::Read {
+        path: dir.display().to_string(),
+        message,
+    })?;
+    let path = found.unwrap_or_else(|| dir.join(SESSIONS));
     let wanted: HashMap<String, usize> = tasks
         .iter()
         .enumerate()
@@ -301,8 +306,9 @@ fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<()> {
         path: path.display().to_string(),
         message: error.to_string(),
     };
-    let (file, _) = crate::file::open_regular(path).map_err(read_error)?;
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+    // Either form: plain or zstd-compressed (`lllm batch --compress`).
+    let lines = crate::jsonl::Lines::open(path).map_err(read_error)?;
+    for (number, line) in lines.lines().enumerate() {
         let line = line.map_err(read_error)?;
         if !line.trim().is_empty() {
             each(number + 1, &line);
