@@ -17,7 +17,9 @@ use std::fs::File;
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+mod cursor;
 mod repair;
+pub use cursor::Cursor;
 pub use repair::repair;
 
 /// The first four bytes of a zstd frame (RFC 8878, little-endian 0xFD2FB528).
@@ -190,8 +192,17 @@ impl Lines {
     }
 
     /// The line at `place` (a byte offset in a plain file, a [`pack`]ed one
-    /// in a compressed file), without its newline; reads one frame at most.
+    /// in a compressed file), with its newline; reads one frame at most.
+    /// [`Cursor`] reads many lines of one file.
     pub fn read_at(path: &Path, place: u64) -> io::Result<String> {
+        let mut lines = Lines::at(path, place)?;
+        let mut line = String::new();
+        lines.read_line(&mut line)?;
+        Ok(line)
+    }
+
+    /// A reader of `path` whose next line is the one at `place`.
+    fn at(path: &Path, place: u64) -> io::Result<Lines> {
         let (file, _) = crate::file::open_regular(path)?;
         let compressed = form_of(path)? == Form::Compressed;
         let (start, skip) = if compressed {
@@ -213,9 +224,7 @@ impl Lines {
                 format!("the frame at byte {start} ends before offset {skip}"),
             ));
         }
-        let mut line = String::new();
-        lines.read_line(&mut line)?;
-        Ok(line)
+        Ok(lines)
     }
 
     /// The offset of the last frame when the file ended inside it (a killed

@@ -74,26 +74,34 @@ impl Store {
             };
             after = last.id;
             // Read outside the write lock: a batch registering meanwhile
-            // waits only for the inserts below.
-            let texts: Vec<Text> = pending
-                .into_iter()
-                .map(
-                    |session| match super::read_record(&session.path, session.offset) {
-                        Ok(record) => Text {
+            // waits only for the inserts below. In file order, so that a
+            // compressed file's frames are each decompressed once.
+            let mut order: Vec<usize> = (0..pending.len()).collect();
+            order.sort_by(|&a, &b| {
+                (&pending[a].path, pending[a].offset).cmp(&(&pending[b].path, pending[b].offset))
+            });
+            let mut cursor = crate::jsonl::Cursor::new();
+            let mut read: Vec<Option<Text>> = (0..pending.len()).map(|_| None).collect();
+            for at in order {
+                let session = &pending[at];
+                read[at] = Some(
+                    match read_texts(&mut cursor, &session.path, session.offset) {
+                        Ok((task, delivery)) => Text {
                             id: session.id,
-                            task: super::task_text(&record.task),
-                            delivery: record.delivery,
+                            task,
+                            delivery,
                             problem: None,
                         },
-                        Err(error) => Text {
+                        Err(problem) => Text {
                             id: session.id,
-                            task: session.task,
-                            delivery: session.delivery,
-                            problem: Some(error.to_string()),
+                            task: session.task.clone(),
+                            delivery: session.delivery.clone(),
+                            problem: Some(problem),
                         },
                     },
-                )
-                .collect();
+                );
+            }
+            let texts: Vec<Text> = read.into_iter().flatten().collect();
             let transaction = rusqlite::Transaction::new_unchecked(
                 &self.connection,
                 TransactionBehavior::Immediate,
@@ -137,6 +145,49 @@ impl Store {
             })
             .and_then(Iterator::collect)
             .map_err(|error| self.sql(error))
+    }
+}
+
+/// What a text search needs of a record: its task and delivery, top-level
+/// fields in every version (the rest of the line is skipped, not built).
+#[derive(serde::Deserialize)]
+struct Texts {
+    format: Option<String>,
+    task: serde_json::Value,
+    delivery: Option<String>,
+}
+
+/// The task and delivery of the record at `path` (`offset`: its line's
+/// place in a record file), or why they cannot be read.
+fn read_texts(
+    cursor: &mut crate::jsonl::Cursor,
+    path: &std::path::Path,
+    offset: Option<u64>,
+) -> std::result::Result<(String, Option<String>), String> {
+    let Some(offset) = offset else {
+        // A `.json` record: the store's own reader checks all of it.
+        return super::read_record(path, None)
+            .map(|record| (super::task_text(&record.task), record.delivery))
+            .map_err(|error| error.to_string());
+    };
+    let label = path.display();
+    let line = cursor
+        .read_at(path, offset)
+        .map_err(|error| format!("cannot read the record `{label}`: {error}"))?;
+    let texts: Texts = serde_json::from_str(&line).map_err(|error| {
+        format!(
+            "cannot read the record `{label}`: not a record at byte {offset}: {error}; \
+             hint: `lllm logs reindex` rebuilds the index"
+        )
+    })?;
+    match texts.format.as_deref() {
+        Some(format) if crate::tactic::record::READS.contains(&format) => {
+            Ok((super::task_text(&texts.task), texts.delivery))
+        }
+        found => Err(format!(
+            "cannot read the record `{label}` (byte {offset}): it is a `{}` record",
+            found.unwrap_or("unversioned")
+        )),
     }
 }
 
