@@ -97,6 +97,21 @@ fn a_compressed_batch_is_read_by_replay_logs_merge_and_report() {
     task.expect_code(0);
     assert!(task.stdout.contains("number 7"), "{}", task.stdout);
 
+    // The first text search indexes the sessions from the compressed file.
+    let found = |words: &str| -> Vec<String> {
+        let output = test.run(&["logs", "-s", words, "--json"]);
+        output.expect_code(0);
+        let mut ids: Vec<String> = output
+            .stdout
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap()["task_id"].to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(found("\"number 7\""), ["\"t7\""]);
+    assert_eq!(found("quoted").len(), 12);
+
     // reindex finds `sessions.jsonl.zst` and stores places that show.
     let before = test.run(&["logs", "--json"]);
     before.expect_code(0);
