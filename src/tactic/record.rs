@@ -20,6 +20,8 @@ use serde_json::{Map, Value};
 use crate::agent::AgentCallSession;
 use crate::dialog::{DialogRecord, InvokeCost, Message};
 
+/// Where a written record (format 3) cut its texts out of messages (`SessionRecord::shared`).
+pub use super::compact::{SharedTexts, TextAt};
 /// Kept here for callers that name it by its old place; it lives in `crate::time`.
 pub(crate) use crate::time::timestamp;
 
