@@ -39,21 +39,8 @@ pub struct BatchArgs {
     /// The output directory: `results.jsonl`, `sessions.jsonl` (or `sessions.jsonl.zst`), `summary.json`.
     #[arg(long, short)]
     pub output: PathBuf,
-    /// Write the session records zstd-compressed, `sessions.jsonl.zst`
-    /// instead of `sessions.jsonl` (~26 times smaller; every command that
-    /// reads records takes either). `--compress=false` (or `LLLM_COMPRESS=0`)
-    /// turns it off; without either, the config file's `compress` decides.
-    /// `--resume` continues a directory's records file in its own form.
-    #[arg(
-        long,
-        env = "LLLM_COMPRESS",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub compress: Option<bool>,
+    #[command(flatten)]
+    pub compress: crate::nouns::CompressArg,
     /// Tasks running at once [default: the config file's `concurrency`, else
     /// 16; with `--via batch-api`: 10000, so that a provider batch holds a
     /// call of every task].
@@ -191,7 +178,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         input_format: args.input_format,
         output_format: args.output_format,
         output: args.output,
-        compress: settings.compress(args.compress),
+        compress: settings.compress(args.compress.compress),
         concurrency,
         resume: args.resume,
         retry_errors: args.retry_errors,

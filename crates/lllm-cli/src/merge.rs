@@ -22,19 +22,8 @@ pub struct MergeArgs {
     /// inputs' `batch.json` recorded); its SHA-256 must be the recorded one.
     #[arg(long, value_name = "FILE")]
     pub tasks: Option<PathBuf>,
-    /// Write the merged records zstd-compressed (`sessions.jsonl.zst`), as
-    /// `lllm batch --compress` does, whatever the inputs' forms; same
-    /// default (`LLLM_COMPRESS`, the config file's `compress`, else no).
-    #[arg(
-        long,
-        env = "LLLM_COMPRESS",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub compress: Option<bool>,
+    #[command(flatten)]
+    pub compress: crate::nouns::CompressArg,
     /// Print only errors and what is missing (no duplicates, no summary table).
     #[arg(long, short)]
     pub quiet: bool,
@@ -43,7 +32,7 @@ pub struct MergeArgs {
 /// Exit 0 when every task of the merged run succeeded and none is missing,
 /// 1 otherwise (as `lllm batch`), 2 when nothing was written.
 pub fn run(args: MergeArgs) -> Result<Outcome> {
-    let compress = crate::settings::current().compress(args.compress);
+    let compress = crate::settings::current().compress(args.compress.compress);
     let merged = merge::merge(&args.inputs, &args.output, args.tasks.as_deref(), compress)?;
     if !args.quiet {
         for duplicate in &merged.duplicates {

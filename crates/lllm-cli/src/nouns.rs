@@ -92,6 +92,27 @@ pub(crate) fn hint(error: &clap::Error, arguments: &[String]) -> Option<&'static
     )
 }
 
+/// `--compress[=BOOL]`, the same in `batch` and `merge`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct CompressArg {
+    /// Write the session records zstd-compressed: `sessions.jsonl.zst`
+    /// instead of `sessions.jsonl`, about 20 times smaller; every command that
+    /// reads records takes either. `--compress=false` (or `LLLM_COMPRESS=0`)
+    /// turns it off; without either, the config file's `compress` decides.
+    /// `batch --resume` continues a directory's records in their own form;
+    /// `merge` writes the form asked for, whatever its inputs' forms.
+    #[arg(
+        long,
+        env = "LLLM_COMPRESS",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub compress: Option<bool>,
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
