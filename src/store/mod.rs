@@ -208,6 +208,36 @@ impl Entry {
     }
 }
 
+#[cfg(test)]
+impl Entry {
+    /// A succeeded session of tactic `t` (`t.yaml`) with no tags, calls,
+    /// cost or delivery, for the store's tests.
+    pub(crate) fn for_test(id: &str, task: &str, started_at: String, place: RecordPlace) -> Entry {
+        Entry {
+            session_id: id.into(),
+            tactic: "t".into(),
+            tactic_path: "t.yaml".into(),
+            task_id: None,
+            tags: Map::new(),
+            metadata: Map::new(),
+            state: "success".into(),
+            models: Vec::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            cost: None,
+            cost_known: true,
+            started_at,
+            ended_at: String::new(),
+            latency_ms: 0,
+            task: task.into(),
+            delivery: None,
+            error: None,
+            place,
+        }
+    }
+}
+
 /// A task as the index keeps it: a string as is, anything else as JSON.
 fn task_text(task: &Value) -> String {
     match task {

@@ -473,26 +473,13 @@ mod tests {
                     Value::String(if i % 7 == 0 { "rare" } else { "common" }.into()),
                 );
                 super::super::Entry {
-                    session_id: format!("{i:08}"),
-                    tactic: "t".into(),
-                    tactic_path: "t.yaml".into(),
-                    task_id: None,
                     tags,
-                    metadata: Map::new(),
-                    state: "success".into(),
-                    models: Vec::new(),
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    total_tokens: 0,
-                    cost: None,
-                    cost_known: true,
-                    started_at: format!("2026-01-01T00:00:{:02}.{:03}Z", i / 1000 % 60, i % 1000),
-                    ended_at: String::new(),
-                    latency_ms: 0,
-                    task: format!("task {i}"),
-                    delivery: None,
-                    error: None,
-                    place: super::super::RecordPlace::File("x.json".into()),
+                    ..super::super::Entry::for_test(
+                        &format!("{i:08}"),
+                        &format!("task {i}"),
+                        format!("2026-01-01T00:00:{:02}.{:03}Z", i / 1000 % 60, i % 1000),
+                        super::super::RecordPlace::File("x.json".into()),
+                    )
                 }
             })
             .collect();

@@ -242,26 +242,8 @@ mod tests {
     /// is not there, unless the test writes it).
     fn entry(id: &str, task: &str, place: RecordPlace) -> Entry {
         Entry {
-            session_id: id.into(),
-            tactic: "t".into(),
-            tactic_path: "t.yaml".into(),
-            task_id: None,
-            tags: Map::new(),
-            metadata: Map::new(),
-            state: "success".into(),
-            models: Vec::new(),
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            total_tokens: 0,
-            cost: None,
-            cost_known: true,
-            started_at: format!("2026-01-01T00:00:00.000Z{id}"),
-            ended_at: String::new(),
-            latency_ms: 0,
-            task: task.into(),
             delivery: Some(format!("reply to {task}")),
-            error: None,
-            place,
+            ..Entry::for_test(id, task, format!("2026-01-01T00:00:00.000Z{id}"), place)
         }
     }
 
