@@ -47,17 +47,7 @@ fn read_lines(test: &Test, relative: &str) -> Vec<Value> {
 }
 
 fn batch(test: &Test, out: &str, flags: &[&str]) {
-    let mut args = vec![
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        out,
-        "-q",
-    ];
-    args.extend_from_slice(flags);
-    test.run(&args).expect_code(0);
+    test.batch("t.yaml", out, flags).expect_code(0);
 }
 
 fn chat_requests(server: &MockServer) -> usize {
@@ -183,17 +173,7 @@ fn errors_are_never_cached() {
         .file("t.yaml", &tactic(&server.base_url(), ""))
         .file("tasks.jsonl", &tasks);
     let run = |out: &str| {
-        test.run(&[
-            "batch",
-            "tasks.jsonl",
-            "--tactic",
-            "t.yaml",
-            "-o",
-            out,
-            "-q",
-            "--cache",
-        ])
-        .expect_code(1);
+        test.batch("t.yaml", out, &["--cache"]).expect_code(1);
     };
     run("first");
     assert_eq!(chat_requests(&server), 2);

@@ -32,17 +32,7 @@ fn test(count: usize) -> Test {
 }
 
 fn batch(test: &Test, extra: &[&str]) -> common::Output {
-    let mut args = vec![
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        "out",
-        "-q",
-    ];
-    args.extend_from_slice(extra);
-    test.run(&args)
+    test.batch("t.yaml", "out", extra)
 }
 
 /// Every record of a records file (either form), with its place.
@@ -414,16 +404,7 @@ fn corrupt_or_hostile_input_is_one_error_line_and_magic_decides_the_form() {
         std::fs::read(test.path("out/batch.json")).unwrap(),
     )
     .unwrap();
-    let resume = test.run(&[
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        "junk",
-        "-q",
-        "--resume",
-    ]);
+    let resume = test.batch("t.yaml", "junk", &["--resume"]);
     resume.expect_code(2);
     assert!(
         resume.stderr.contains("not a zstd frame at byte 0"),

@@ -51,24 +51,14 @@ fn ids(test: &Test, dir: &str) -> BTreeSet<String> {
 
 /// `whole` (one unsharded run) and `s1`…`s3` (`--shard K/3`).
 fn batches(test: &Test) {
-    let batch = |out: &str, shard: Option<&str>| {
-        let mut args = vec![
-            "batch",
-            "tasks.jsonl",
-            "--tactic",
-            "echo.yaml",
-            "-o",
-            out,
-            "-q",
-        ];
-        if let Some(shard) = shard {
-            args.extend(["--shard", shard]);
-        }
-        test.run(&args).expect_code(0);
-    };
-    batch("whole", None);
+    test.batch("echo.yaml", "whole", &[]).expect_code(0);
     for k in 1..=3 {
-        batch(&format!("s{k}"), Some(&format!("{k}/3")));
+        test.batch(
+            "echo.yaml",
+            &format!("s{k}"),
+            &["--shard", &format!("{k}/3")],
+        )
+        .expect_code(0);
     }
 }
 
@@ -126,17 +116,8 @@ fn shards_merge_into_the_unsharded_run() {
     }
     // The merged directory is the whole file's run: `--resume` has nothing to do.
     assert_eq!(test.read_json("merged/batch.json")["shard"], Value::Null);
-    test.run(&[
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "echo.yaml",
-        "-o",
-        "merged",
-        "--resume",
-        "-q",
-    ])
-    .expect_code(0);
+    test.batch("echo.yaml", "merged", &["--resume"])
+        .expect_code(0);
     assert_eq!(lines(&test, "merged/results.jsonl").len(), TASKS);
     assert_eq!(
         test.read_json("merged/summary.json")["this_run"]["tasks"],
@@ -173,17 +154,8 @@ fn a_missing_shard_is_reported_by_its_ids_or_by_its_number() {
     assert_eq!(summary["total"], TASKS);
     assert_eq!(summary["not_run"], absent.len());
     // `lllm batch --resume` on the merged directory runs exactly those.
-    test.run(&[
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "echo.yaml",
-        "-o",
-        "merged",
-        "--resume",
-        "-q",
-    ])
-    .expect_code(0);
+    test.batch("echo.yaml", "merged", &["--resume"])
+        .expect_code(0);
     assert_eq!(ids(&test, "merged"), ids(&test, "whole"));
 
     // Without the task file the ids are unknown, the absent shard is not.
@@ -606,17 +578,8 @@ fn result_lines_carry_tags_and_args_also_for_lines_that_did_not_run() {
         "{\"id\":\"a\",\"task\":\"x\",\"args\":{\"who\":\"me\"},\"tags\":{\"k\":1}}\n\
          {\"id\":\"b\",\"task\":\"y\",\"tags\":{\"k\":2}}\n",
     );
-    test.run(&[
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        "out",
-        "--skip-invalid",
-        "-q",
-    ])
-    .expect_code(1);
+    test.batch("t.yaml", "out", &["--skip-invalid"])
+        .expect_code(1);
     let mut results = lines(&test, "out/results.jsonl");
     results.sort_by_key(|line| line["id"].as_str().unwrap().to_string());
     let joined: Vec<Value> = results

@@ -88,6 +88,14 @@ impl Test {
         Output::of(child.wait_with_output().expect("wait for lllm"))
     }
 
+    /// `lllm batch tasks.jsonl --tactic TACTIC -o OUT -q EXTRA…`, run to
+    /// the end: the batch every batch test starts from.
+    pub fn batch(&self, tactic: &str, out: &str, extra: &[&str]) -> Output {
+        let mut args = vec!["batch", "tasks.jsonl", "--tactic", tactic, "-o", out, "-q"];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
     pub fn read_json(&self, relative: &str) -> Value {
         let text = std::fs::read_to_string(self.path(relative)).expect("read json file");
         serde_json::from_str(&text).expect("valid json")
