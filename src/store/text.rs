@@ -236,7 +236,6 @@ pub(super) fn insert_text(
 #[cfg(test)]
 mod tests {
     use super::super::{Entry, Filter, RecordPlace, Store};
-    use serde_json::Map;
 
     /// An entry whose record is `sessions.jsonl` line `offset` (a line that
     /// is not there, unless the test writes it).
