@@ -13,7 +13,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{AsHeaderName, HeaderMap, HeaderName};
 
 /// The longest wait any header can ask for; larger values are clamped to it.
 pub const LONGEST: Duration = Duration::from_secs(24 * 60 * 60);
@@ -64,39 +64,59 @@ pub struct Window {
 /// 3339 time, in whole seconds). A window whose limit or remaining count is
 /// not a count is left out; `remaining` is at most `limit`.
 pub fn windows(headers: &HeaderMap) -> Vec<Window> {
-    let openai =
-        [(Family::Requests, "requests"), (Family::Tokens, "tokens")].map(|(family, name)| {
-            window(
-                headers,
-                family,
-                [
-                    format!("x-ratelimit-limit-{name}"),
-                    format!("x-ratelimit-remaining-{name}"),
-                ],
-            )
-        });
-    let anthropic = [
-        (Family::Requests, "requests"),
-        (Family::Tokens, "tokens"),
-        (Family::InputTokens, "input-tokens"),
-        (Family::OutputTokens, "output-tokens"),
-    ]
-    .map(|(family, name)| {
-        window(
-            headers,
-            family,
-            ["limit", "remaining"].map(|part| format!("anthropic-ratelimit-{name}-{part}")),
-        )
-    });
-    openai.into_iter().chain(anthropic).flatten().collect()
+    // Names spelled out: read on every reply, they cost no formatting.
+    const NAMES: [(Family, HeaderName, HeaderName); 6] = [
+        (
+            Family::Requests,
+            HeaderName::from_static("x-ratelimit-limit-requests"),
+            HeaderName::from_static("x-ratelimit-remaining-requests"),
+        ),
+        (
+            Family::Tokens,
+            HeaderName::from_static("x-ratelimit-limit-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        ),
+        (
+            Family::Requests,
+            HeaderName::from_static("anthropic-ratelimit-requests-limit"),
+            HeaderName::from_static("anthropic-ratelimit-requests-remaining"),
+        ),
+        (
+            Family::Tokens,
+            HeaderName::from_static("anthropic-ratelimit-tokens-limit"),
+            HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
+        ),
+        (
+            Family::InputTokens,
+            HeaderName::from_static("anthropic-ratelimit-input-tokens-limit"),
+            HeaderName::from_static("anthropic-ratelimit-input-tokens-remaining"),
+        ),
+        (
+            Family::OutputTokens,
+            HeaderName::from_static("anthropic-ratelimit-output-tokens-limit"),
+            HeaderName::from_static("anthropic-ratelimit-output-tokens-remaining"),
+        ),
+    ];
+    if headers.is_empty() {
+        return Vec::new();
+    }
+    NAMES
+        .iter()
+        .filter_map(|(family, limit, remaining)| window(headers, *family, limit, remaining))
+        .collect()
 }
 
 /// One window, if its counts are counts.
-fn window(headers: &HeaderMap, family: Family, [limit, remaining]: [String; 2]) -> Option<Window> {
-    let limit = text(headers, &limit)
+fn window(
+    headers: &HeaderMap,
+    family: Family,
+    limit: &HeaderName,
+    remaining: &HeaderName,
+) -> Option<Window> {
+    let limit = text(headers, limit)
         .and_then(number)
         .filter(|limit| *limit >= 1.0)?;
-    let remaining = text(headers, &remaining).and_then(number)?.min(limit);
+    let remaining = text(headers, remaining).and_then(number)?.min(limit);
     Some(Window {
         family,
         limit,
@@ -105,7 +125,7 @@ fn window(headers: &HeaderMap, family: Family, [limit, remaining]: [String; 2]) 
     })
 }
 
-fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn text<'a>(headers: &'a HeaderMap, name: impl AsHeaderName) -> Option<&'a str> {
     headers.get(name)?.to_str().ok().map(str::trim)
 }
 
