@@ -125,7 +125,7 @@ fn window(
     })
 }
 
-fn text<'a>(headers: &'a HeaderMap, name: impl AsHeaderName) -> Option<&'a str> {
+fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name)?.to_str().ok().map(str::trim)
 }
 
