@@ -35,7 +35,7 @@ results=$(wc -l < "$work/out/results.jsonl")
 runner=$(instructions "$work/runner.out")
 floor_instructions=$(instructions "$work/floor.out")
 # Self cost of the software SHA-256 (empty when the binary has no symbols).
-sha=$(callgrind_annotate "$work/runner.out" 2> /dev/null | awk '/sha2::sha256::soft::compress / { gsub(",", "", $1); print $1; exit }')
+sha=$(callgrind_annotate "$work/runner.out" 2> /dev/null | awk '/sha2::sha256::soft::compress / && !sha { gsub(",", "", $1); sha = $1 } END { print sha }')
 python3 - "$runner" "$floor_instructions" "$N" "$turns" "$payload" "$sha" <<'PY'
 import sys
 runner, floor, tasks, turns = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
