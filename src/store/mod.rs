@@ -581,6 +581,7 @@ fn insert(
     with_text: bool,
 ) -> rusqlite::Result<Vec<String>> {
     let mut new_files = Vec::new();
+    let mut last_file: Option<&Path> = None;
     let mut file = connection.prepare_cached("INSERT OR IGNORE INTO record_files VALUES (?1)")?;
     let mut old = connection.prepare_cached("SELECT id FROM sessions WHERE session_id = ?1")?;
     let mut forget = connection.prepare_cached("DELETE FROM sessions WHERE id = ?1; ")?;
@@ -593,7 +594,7 @@ fn insert(
          prompt_tokens, completion_tokens, total_tokens, cost, cost_known, started_at, ended_at, \
          latency_ms, tags, metadata, task, delivery, error, record_path, record_offset) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21)",
+         ?18, ?19, ?20, ?21) ON CONFLICT (session_id) DO NOTHING",
     )?;
     let mut tag =
         connection.prepare_cached("INSERT OR IGNORE INTO session_tags VALUES (?1, ?2, ?3)")?;
@@ -602,27 +603,24 @@ fn insert(
     let mut pending = connection.prepare_cached("INSERT INTO text_pending VALUES (?1)")?;
     let mut forget_pending = connection.prepare_cached("DELETE FROM text_pending WHERE id = ?1")?;
     for entry in entries {
-        // Replaced, not updated: a contentless full-text index cannot
-        // delete a row's terms, so the old rowid is left to match nothing.
-        let existing: Option<i64> = old.query_row([&entry.session_id], |row| row.get(0)).ok();
-        if let Some(id) = existing {
-            forget.execute([id])?;
-            forget_tags.execute([id])?;
-            forget_models.execute([id])?;
-            forget_pending.execute([id])?;
-        }
         let models: Vec<&str> = entry
             .models
             .iter()
             .map(|used| used.model.as_str())
             .collect();
-        session.execute(params![
+        let (models, tags, metadata) = (
+            models.join(" "),
+            Value::Object(entry.tags.clone()).to_string(),
+            Value::Object(entry.metadata.clone()).to_string(),
+        );
+        let record_path = entry.place.path().display().to_string();
+        let row = params![
             entry.session_id,
             entry.tactic,
             entry.tactic_path,
             entry.task_id,
             entry.state,
-            models.join(" "),
+            models,
             entry.prompt_tokens as i64,
             entry.completion_tokens as i64,
             entry.total_tokens as i64,
@@ -631,14 +629,25 @@ fn insert(
             entry.started_at,
             entry.ended_at,
             entry.latency_ms as i64,
-            Value::Object(entry.tags.clone()).to_string(),
-            Value::Object(entry.metadata.clone()).to_string(),
+            tags,
+            metadata,
             preview(&entry.task),
             entry.delivery.as_deref().map(preview),
             entry.error.as_deref().map(preview),
-            entry.place.path().display().to_string(),
+            record_path,
             entry.place.offset().map(|offset| offset as i64),
-        ])?;
+        ];
+        // A new session (nearly always) is one insert. One registered before
+        // is replaced, not updated: a contentless full-text index cannot
+        // delete a row's terms, so the old rowid is left to match nothing.
+        if session.execute(row)? == 0 {
+            let id: i64 = old.query_row([&entry.session_id], |row| row.get(0))?;
+            forget.execute([id])?;
+            forget_tags.execute([id])?;
+            forget_models.execute([id])?;
+            forget_pending.execute([id])?;
+            session.execute(row)?;
+        }
         let id = connection.last_insert_rowid();
         for (key, value) in &entry.tags {
             tag.execute(params![key, tag_text(value), id])?;
@@ -651,9 +660,15 @@ fn insert(
         } else {
             pending.execute([id])?;
         }
-        let path = entry.place.path().display().to_string();
-        if new_files.last() != Some(&path) && file.execute([&path])? == 1 {
-            new_files.push(path);
+        // A batch's entries share one file: it is looked up once per run of
+        // them, not once per session.
+        let path = entry.place.path();
+        if last_file != Some(path) {
+            last_file = Some(path);
+            let path = path.display().to_string();
+            if file.execute([&path])? == 1 {
+                new_files.push(path);
+            }
         }
     }
     Ok(new_files)
