@@ -104,71 +104,71 @@ fn flagged(word: u64) -> u64 {
     (control | quote | backslash) & !word & HIGHS
 }
 
-/// Appends `bytes` (UTF-8) escaped as serde_json escapes them: quotes,
-/// backslashes and the control characters below 0x20; nothing else.
-///
-/// Eight bytes at a time: each word is appended whole (a fixed-size copy,
-/// one store), and when it holds a byte to escape the buffer is cut back to
-/// that byte, its escape appended and the scan goes on after it. Copying
-/// each run between two escapes with `memcpy`, as this did before, cost a
-/// call per escape: on the string values of bench/payloads.py's records
-/// 8.8 instructions a byte then, 8.3 now; on text with an escape every few
-/// bytes (a whole record line as one string) 9.7 then, 7.5 now.
-fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let word: [u8; 8] = chunk.try_into().unwrap_or_default();
-        out.extend_from_slice(&word);
-        let mask = flagged(u64::from_le_bytes(word));
-        if mask == 0 {
-            at += 8;
-            continue;
-        }
-        let first = (mask.trailing_zeros() / 8) as usize;
-        out.truncate(out.len() - 8 + first);
-        escape_byte(out, word[first]);
-        at += first + 1;
+/// The index of the first byte from `from` on that needs escaping, if any.
+/// Eight bytes at a time; the last word overlaps the one before it (a word
+/// pieced together in memory from a few bytes stalls the load that reads it).
+fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    let word_at = |at: usize| {
+        let chunk: [u8; 8] = bytes[at..at + 8].try_into().unwrap_or_default();
+        flagged(u64::from_le_bytes(chunk))
+    };
+    let first_in = |at: usize, mask: u64| at + (mask.trailing_zeros() / 8) as usize;
+    if bytes.len() < from + 8 {
+        return (from..bytes.len())
+            .find(|&index| matches!(bytes[index], 0x00..=0x1F | b'"' | b'\\'));
     }
-    for &byte in &bytes[at..] {
-        if matches!(byte, 0x00..=0x1F | b'"' | b'\\') {
-            escape_byte(out, byte);
-        } else {
-            out.push(byte);
+    let mut at = from;
+    while at + 8 <= bytes.len() {
+        let mask = word_at(at);
+        if mask != 0 {
+            return Some(first_in(at, mask));
         }
+        at += 8;
     }
+    if at == bytes.len() {
+        return None;
+    }
+    // The overlapping last word: only its bytes from `at` on are new.
+    let last = bytes.len() - 8;
+    let mask = word_at(last) & (u64::MAX << (8 * (at - last)));
+    (mask != 0).then(|| first_in(last, mask))
 }
 
-/// The second byte of each byte's two-byte escape (`\n`), or 0 for one
-/// written `\u00XX` or none.
-const SHORT_ESCAPES: [u8; 256] = {
-    let mut table = [0; 256];
-    table[b'"' as usize] = b'"';
-    table[b'\\' as usize] = b'\\';
-    table[0x08] = b'b';
-    table[0x09] = b't';
-    table[0x0A] = b'n';
-    table[0x0C] = b'f';
-    table[0x0D] = b'r';
-    table
-};
-
-/// Appends the escape of `byte`, one that needs escaping.
-#[inline(always)]
-fn escape_byte(out: &mut Vec<u8>, byte: u8) {
-    let short = SHORT_ESCAPES[usize::from(byte)];
-    if short != 0 {
-        out.extend_from_slice(&[b'\\', short]);
-    } else {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        out.extend_from_slice(&[
-            b'\\',
-            b'u',
-            b'0',
-            b'0',
-            HEX[usize::from(byte >> 4)],
-            HEX[usize::from(byte & 0xF)],
-        ]);
+/// Appends `bytes` (UTF-8) escaped as serde_json escapes them: quotes,
+/// backslashes and the control characters below 0x20; nothing else. The runs
+/// between escapes are found a word at a time and copied whole, so text with
+/// a newline every line costs about what text without one does.
+fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut run_start = 0;
+    while let Some(index) = next_escape(bytes, run_start) {
+        out.extend_from_slice(&bytes[run_start..index]);
+        run_start = index + 1;
+        let byte = bytes[index];
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            0x08 => b'b',
+            0x09 => b't',
+            0x0A => b'n',
+            0x0C => b'f',
+            0x0D => b'r',
+            _ => b'u',
+        };
+        if short == b'u' {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xF)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', short]);
+        }
     }
+    out.extend_from_slice(&bytes[run_start..]);
 }
 
 impl<'a, 'b> ser::Serializer for &'a mut Writer<'b> {
