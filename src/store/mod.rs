@@ -458,7 +458,7 @@ impl Store {
     }
 
     /// Rebuilds the index from the records it names and the record files
-    /// found under `dirs` (`*.json` session records and `sessions.jsonl`
+    /// found under `dirs` (`*.json` and `*.json.zst` session records and `sessions.jsonl`
     /// files, searched recursively): every row is dropped, then every record
     /// still readable is registered again. Returns the sessions indexed and
     /// the problems met (a record gone, a line that is not a record), one
@@ -766,8 +766,8 @@ fn entries_of_file(
 }
 
 /// Record files under `dir`: `sessions.jsonl` (and `sessions.jsonl.zst`)
-/// files and `.json` files that
-/// are session records (their `format` says so).
+/// files, and `.json` (and `.json.zst`) files that are session records
+/// (their `format` says so).
 fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -786,9 +786,9 @@ fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>
         } else if kind.is_file() {
             let batch_records = entry.file_name() == crate::batch::output::SESSIONS
                 || entry.file_name() == crate::batch::output::SESSIONS_COMPRESSED;
-            let is_json = path
-                .extension()
-                .is_some_and(|extension| extension == "json");
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let is_json = name.ends_with(".json") || name.ends_with(".json.zst");
             if batch_records || (is_json && is_session_record(&path)) {
                 files.push(path);
             }
@@ -796,9 +796,9 @@ fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>
     }
 }
 
-/// Whether a `.json` file starts as a session record does.
+/// Whether a `.json` (or `.json.zst`) file starts as a session record does.
 fn is_session_record(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = crate::jsonl::Lines::open(path) else {
         return false;
     };
     let mut head = Vec::new();

@@ -349,7 +349,9 @@ impl SessionRecord {
 
     /// Writes the record as pretty JSON, atomically: a crash leaves either the
     /// old file or the new one, never half of one. When writing fails (a full
-    /// disk, a path that is a directory), the temporary file is removed.
+    /// disk, a path that is a directory), the temporary file is removed. A
+    /// path ending in `.zst` (`run.json.zst`) is written zstd-compressed;
+    /// every reader of records takes either form.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         if let Some(parent) = path
             .parent()
@@ -364,6 +366,9 @@ impl SessionRecord {
         let temporary = path.with_file_name(format!(".{file_name}.tmp"));
         let mut text = serde_json::to_vec_pretty(self)?;
         text.push(b'\n');
+        if file_name.ends_with(".zst") {
+            text = zstd::encode_all(text.as_slice(), zstd::DEFAULT_COMPRESSION_LEVEL)?;
+        }
         let mut file = std::fs::File::create(&temporary)?;
         let written = file
             .write_all(&text)

@@ -111,7 +111,7 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// A session record (`.json`) or a `sessions.jsonl` file (or `sessions.jsonl.zst`).
+    /// A session record (`.json` or `.json.zst`) or a `sessions.jsonl` file (or `sessions.jsonl.zst`).
     pub record: PathBuf,
     /// In a `.jsonl` file: the session id, or the task id (its latest session),
     /// of the session to show.
@@ -176,7 +176,8 @@ pub struct RunArgs {
     pub prices: Option<PathBuf>,
     /// Where to write the session record (default: `<session id>.json` in the
     /// config file's `records` directory, else in `sessions/` of the session
-    /// store, where `lllm logs` finds it from any directory).
+    /// store, where `lllm logs` finds it from any directory). A FILE ending
+    /// in `.zst` (`run.json.zst`) is written zstd-compressed.
     #[arg(long)]
     pub record: Option<PathBuf>,
     /// Do not write a session record.

@@ -412,3 +412,67 @@ fn corrupt_or_hostile_input_is_one_error_line_and_magic_decides_the_form() {
         resume.stderr
     );
 }
+
+/// `lllm run --record FILE.json.zst` writes the record compressed; replay,
+/// `logs show` and a reindex of the directory read it, and the record is the
+/// one a plain `--record` writes.
+#[test]
+fn a_run_record_named_json_zst_is_compressed_and_read_everywhere() {
+    let test = test(0);
+    test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "a \"quoted\"\ntask",
+        "--record",
+        "r/run.json.zst",
+    ])
+    .expect_code(0);
+    test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "a \"quoted\"\ntask",
+        "--record",
+        "p/run.json",
+    ])
+    .expect_code(0);
+    assert!(is_compressed(&test, "r/run.json.zst"));
+    assert!(!is_compressed(&test, "p/run.json"));
+    let record: Value = serde_json::from_str(
+        &lllm::jsonl::read_text(&test.path("r/run.json.zst"), 1 << 20).unwrap(),
+    )
+    .unwrap();
+    let plain = test.read_json("p/run.json");
+    assert_eq!(record["task"], "a \"quoted\"\ntask");
+    assert_eq!(record["delivery"], plain["delivery"]);
+    assert_eq!(record["format"], plain["format"]);
+
+    let replayed = test.run(&["replay", "r/run.json.zst", "--json"]);
+    replayed.expect_code(0);
+    let replayed: Value = serde_json::from_str(&replayed.stdout).unwrap();
+    assert_eq!(replayed["session_id"], record["session_id"]);
+    assert_eq!(replayed["task"], record["task"]);
+
+    let id = record["session_id"].as_str().unwrap();
+    test.run(&["logs", "show", id]).expect_code(0);
+    for name in [
+        "index.sqlite",
+        "index.sqlite-wal",
+        "index.sqlite-shm",
+        "records.list",
+    ] {
+        let _ = std::fs::remove_file(test.path("home").join(name));
+    }
+    let reindexed = test.run(&["logs", "reindex", "--from", "r"]);
+    reindexed.expect_code(0);
+    assert!(
+        reindexed.stderr.contains("1 sessions indexed")
+            || reindexed.stderr.contains("1 session indexed"),
+        "{}",
+        reindexed.stderr
+    );
+    let shown = test.run(&["logs", "show", id]);
+    shown.expect_code(0);
+    assert!(shown.stdout.contains("quoted"), "{}", shown.stdout);
+}
