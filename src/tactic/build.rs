@@ -422,7 +422,7 @@ impl Tactic {
         );
         let tactic = Tactic {
             recorded_config: record::SharedJson::new(&config.resolved),
-            recorded_prompts: record::SharedJson::new(&recorded_prompts),
+            recorded_prompts: super::compact::recorded_prompts(&recorded_prompts, &config.resolved),
             shared_templates,
             config: Arc::new(config),
             registry: Arc::new(registry),

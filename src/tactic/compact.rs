@@ -6,7 +6,10 @@
 //! - the `task`, the `delivery` and prompt templates where a message holds
 //!   them: cut out of that message, their place kept in `shared`;
 //! - each message's `dialog_id` when it is the dialog that holds it (a
-//!   message without one is written with `"dialog_id": null`).
+//!   message without one is written with `"dialog_id": null`);
+//! - the `template` of an agent's inline system prompt in `prompts` (key
+//!   `AGENT/system (inline)`, 48 bytes or more): the config's
+//!   `agent_configs` entry of that agent holds it as its `system_prompt`.
 //!
 //! A record with `shared` is in this form; expanding takes it away, so
 //! expanding twice changes nothing.
@@ -87,6 +90,7 @@ pub(super) fn compact(record: &mut SessionRecord, templates: &[(String, String)]
 
 /// Puts back what [`compact`] left out, in the reverse order.
 pub(super) fn expand(record: &mut SessionRecord) {
+    restore_inline_templates(record);
     if let Some(shared) = record.shared.take() {
         restore_dialog_ids(&mut record.dialogs);
         restore_texts(record, &shared);
@@ -98,6 +102,72 @@ pub(super) fn expand(record: &mut SessionRecord) {
     }
     for sub in &mut record.sub_tactic_sessions {
         sub.expand();
+    }
+}
+
+/// The key in `prompts` of an agent's inline system prompt.
+fn inline_key(agent: &str) -> String {
+    format!("{agent}/system (inline)")
+}
+
+/// The agents' inline system prompts of a resolved config (`agent_configs`
+/// entries with a `name` and a `system_prompt` text of [`MIN_SHARED`] bytes
+/// or more), by their key in `prompts`.
+fn inline_system_prompts(config: &Value) -> impl Iterator<Item = (String, &str)> {
+    config
+        .get("agent_configs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|agent| {
+            let name = agent.get("name")?.as_str()?;
+            let text = agent.get("system_prompt")?.as_str()?;
+            (text.len() >= MIN_SHARED).then(|| (inline_key(name), text))
+        })
+}
+
+/// The `prompts` of a record of a tactic with this resolved `config`: an
+/// inline system prompt that the config holds has no `template` (made once
+/// per tactic, not per record).
+pub(super) fn recorded_prompts<T: Serialize>(
+    prompts: &T,
+    config: &Value,
+) -> super::record::SharedJson {
+    let mut prompts = serde_json::to_value(prompts).unwrap_or(Value::Null);
+    for (key, text) in inline_system_prompts(config) {
+        if let Some(prompt) = prompts.get_mut(&key).and_then(Value::as_object_mut)
+            && prompt.get("template").and_then(Value::as_str) == Some(text)
+        {
+            prompt.remove("template");
+        }
+    }
+    super::record::SharedJson::new(&prompts)
+}
+
+/// Puts an inline system prompt's `template` back from the config (the
+/// `template` second, after `sha256`, where a record writes it).
+fn restore_inline_templates(record: &mut SessionRecord) {
+    let config = record.tactic.config.value();
+    let mut prompts = record.prompts.value();
+    let mut restored = false;
+    for (key, text) in inline_system_prompts(&config) {
+        let Some(prompt) = prompts.get_mut(&key).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        if prompt.contains_key("template") {
+            continue;
+        }
+        let mut whole = serde_json::Map::new();
+        if let Some(sha256) = prompt.remove("sha256") {
+            whole.insert("sha256".into(), sha256);
+        }
+        whole.insert("template".into(), Value::String(text.to_string()));
+        whole.append(prompt);
+        *prompt = whole;
+        restored = true;
+    }
+    if restored {
+        record.prompts = super::record::SharedJson::new(&prompts);
     }
 }
 
@@ -448,8 +518,13 @@ mod tests {
         let escaped = |text: &str| escaped(text)[1..escaped(text).len() - 1].to_string();
         // mock/echo delivers the task: `task` and `delivery` hold it, no message does.
         assert_eq!(json.matches(&escaped(task)).count(), 2, "{json}");
-        // The system prompt: the config's inline text and the prompt's template.
-        assert_eq!(json.matches(&escaped(system)).count(), 2, "{json}");
+        // The system prompt: the config's inline text only; the prompt's
+        // template is read back from it.
+        assert_eq!(json.matches(&escaped(system)).count(), 1, "{json}");
+        let written: Value = serde_json::from_str(&json).unwrap();
+        let prompt = &written["prompts"]["echo/system (inline)"];
+        assert_eq!(prompt["sha256"].as_str().map(str::len), Some(64), "{json}");
+        assert!(prompt.get("template").is_none(), "{json}");
         assert!(
             !json.contains("\"dialog_id\":null"),
             "every message was stamped"
@@ -465,6 +540,14 @@ mod tests {
         assert!(expected.shared.is_none());
         let read = read(&json);
         assert_eq!(read, expected);
+        let prompts = read.prompts.value();
+        let prompt = prompts["echo/system (inline)"].as_object().unwrap();
+        assert_eq!(
+            prompt.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["sha256", "template"],
+            "the template back in its place"
+        );
+        assert_eq!(prompt["template"], system);
         let main = &read.dialogs[0];
         assert_eq!(main.messages[0].content, system);
         assert_eq!(main.messages[1].content, task);
