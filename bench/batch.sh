@@ -11,7 +11,8 @@
 # Reports tasks/s against the ideal C / L, CPU time per LLM call of the runner
 # (user + system of the `lllm` process over the calls it made) and its peak
 # RSS, beside an HTTP floor measured in the same rounds. Session records and
-# results are written as in any run ("logging on").
+# results are written as in any run ("logging on"); the last round's records
+# are weighed against their payload (system prompt + task + reply).
 set -euo pipefail
 N=${1:-20000}
 C=${2:-256}
@@ -40,8 +41,8 @@ PY
     /usr/bin/time -f '%U %S' -o "$work/floor_time" "${floor[@]}" > /dev/null
     cat "$work/floor_time" >> "$work/floors"
 done
-python3 - "$work/runs" "$work/floors" "$N" "$C" "$L" "$payload" "$turns" <<'PY'
-import json, statistics, sys
+python3 - "$work/runs" "$work/floors" "$N" "$C" "$L" "$payload" "$turns" "$work/out" "$work/tasks.jsonl" "$work/system.txt" <<'PY'
+import json, os, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 floors = [list(map(float, line.split())) for line in open(sys.argv[2])]
 n, c, l = int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
@@ -71,4 +72,19 @@ print(f"HTTP floor   median {med(floor):.1f} µs per request (best {min(floor):.
 print(f"runner's own median {med(own):.1f} µs per call above the floor (agent loop, records, output, pre-flight)")
 rss = max(float(run["time"][2]) for run in runs) / 1024
 print(f"peak RSS     {rss:.1f} MB (largest round) · wall median {med([run['wall'] for run in runs]):.2f} s")
+
+# The last round's records against what they carry: the system prompt, the
+# task and the final reply of each task, in UTF-8 bytes.
+out, tasks_file, system = sys.argv[8], sys.argv[9], sys.argv[10]
+for name in ("sessions.jsonl", "sessions.jsonl.zst"):
+    if os.path.exists(f"{out}/{name}"):
+        records = os.path.getsize(f"{out}/{name}")
+        carried = n * os.path.getsize(system)
+        carried += sum(len(json.loads(line)["task"].encode()) for line in open(tasks_file, encoding="utf-8"))
+        for line in open(f"{out}/results.jsonl", encoding="utf-8"):
+            delivery = json.loads(line).get("delivery")
+            text = delivery if isinstance(delivery, str) else json.dumps(delivery, ensure_ascii=False)
+            carried += len(text.encode())
+        print(f"records      {records / n:,.0f} bytes per task ({name}): {records / carried:.2f}× the payload "
+              f"(system prompt + task + reply: {carried / n:,.0f} bytes per task)")
 PY
