@@ -132,15 +132,7 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
     let registry = registry();
     let options = lllm::tactic::LoadOptions {
         model,
-        prices: None,
-        env: &|name| std::env::var(name).ok(),
-        dry_run: None,
-        warn: &|warning| eprintln!("warning: {warning}"),
-        budget: None,
-        registry: &registry,
-        cache: None,
-        batch_api: None,
-        defaults: None,
+        ..lllm::tactic::LoadOptions::new(&registry)
     };
     let task = Task::new(TASK);
     let tactic = match lllm::tactic::load(tactic, &options, Some(&task)) {

@@ -44,8 +44,9 @@ pub(crate) mod time;
 pub mod tool;
 pub mod words;
 
-pub use agent::{Agent, Handler};
-pub use prompt::{Parse, ParseFailure, Render};
+pub use agent::{Agent, AgentCallSession, Handler};
+pub use dialog::{Dialog, Message, Role};
+pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;
 pub use registry::Registry;
 /// The JSON-schema derive a Rust tool's argument type uses

@@ -318,7 +318,7 @@ impl Call<'_> {
                 model: &model.model,
                 messages: working.messages(),
                 tools,
-                format: top.format.as_ref(),
+                format: top.format(),
                 model_args: &model_args,
                 api_type: self.spec.api_type,
                 stream: self.text_sink,

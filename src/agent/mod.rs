@@ -87,11 +87,15 @@ pub enum Error {
         /// The prompt key asked for.
         key: String,
     },
-    /// Prompt arguments were given as something other than a JSON object.
-    #[error("agent `{agent}`: prompt arguments must be a JSON object (or null), not {found}")]
+    /// Arguments (a prompt's, the model's, the parser's) or metadata were
+    /// given as something other than a JSON object.
+    #[error("agent `{agent}`: {what} must be a JSON object (or null), not {found}")]
     Args {
         /// The agent's name.
         agent: String,
+        /// What was given: `prompt arguments`, `model arguments`,
+        /// `parser arguments` or `metadata`.
+        what: &'static str,
         /// What was given instead (`a string`, `an array`, …).
         found: String,
     },
@@ -202,10 +206,7 @@ pub struct AgentSpec {
 /// # let path = dir.path().join("echo.yaml");
 /// # std::fs::write(&path, "tactic_type: echo_twice\nagent_configs:\n  - {name: echo, model_name: mock/echo}\n").unwrap();
 /// # let registry = Registry::new().flow(Echo);
-/// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-/// #     batch_api: None, defaults: None };
-/// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+/// # let tactic = lllm::Tactic::load(&path, &registry).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hello".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("hello / once more"), "{:?}", record.error);
 /// ```
@@ -393,7 +394,7 @@ impl Agent {
                 dialog.put_text(system, Role::System, "system", Map::new());
             }
             // An empty system prompt (the batch's default tactic) sends none.
-            None if self.spec.system_prompt.template.is_empty() => {}
+            None if self.spec.system_prompt.template().is_empty() => {}
             None => {
                 let args = self.with_context(args);
                 dialog
@@ -493,10 +494,7 @@ impl Agent {
     /// # let path = dir.path().join("panel.yaml");
     /// # std::fs::write(&path, "tactic_type: panel\nagent_configs:\n  - {name: host, model_name: mock/echo}\n").unwrap();
     /// # let registry = lllm::Registry::new().flow(Panel);
-    /// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-    /// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-    /// #     batch_api: None, defaults: None };
-    /// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+    /// # let tactic = lllm::Tactic::load(&path, &registry).unwrap();
     /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("".into()));
     /// # assert_eq!(record.delivery.as_deref(), Some("Owls hunt at night."), "{:?}", record.error);
     /// ```
@@ -538,6 +536,7 @@ impl Agent {
             other => {
                 return Err(Error::Args {
                     agent,
+                    what: "prompt arguments",
                     found: value_kind(&other).to_string(),
                 });
             }

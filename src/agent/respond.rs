@@ -60,10 +60,7 @@ pub struct CallOptions {
 /// # let path = dir.path().join("ask.yaml");
 /// # std::fs::write(&path, "tactic_type: ask\nagent_configs:\n  - {name: echo, model_name: mock/echo}\n").unwrap();
 /// # let registry = lllm::Registry::new().flow(Ask);
-/// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-/// #     batch_api: None, defaults: None };
-/// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+/// # let tactic = lllm::Tactic::load(&path, &registry).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hi".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("hi"), "{:?}", record.error);
 /// # assert_eq!(record.agent_calls[0].metadata["round"], 1);
@@ -114,21 +111,21 @@ impl<Output> Respond<'_, Output> {
     /// Model arguments for this call (a JSON object), merged over the
     /// agent's `model_args`: a key given here wins.
     pub fn args(mut self, args: Value) -> Self {
-        self.options.model_args = self.object(args);
+        self.options.model_args = self.object(args, "model arguments");
         self
     }
 
     /// Arguments for the governing prompt's parser (a JSON object), kept on
     /// the call session.
     pub fn parser_args(mut self, args: Value) -> Self {
-        self.options.parser_args = self.object(args);
+        self.options.parser_args = self.object(args, "parser arguments");
         self
     }
 
     /// Metadata (a JSON object) stored on the call session and in the
     /// session record; never sent to the model.
     pub fn metadata(mut self, metadata: Value) -> Self {
-        self.options.metadata = self.object(metadata);
+        self.options.metadata = self.object(metadata, "metadata");
         self
     }
 
@@ -141,13 +138,14 @@ impl<Output> Respond<'_, Output> {
 
     /// The object `value`, or nothing (and the misuse noted) when it is not
     /// one; `null` is an empty object.
-    fn object(&mut self, value: Value) -> Map<String, Value> {
+    fn object(&mut self, value: Value, what: &'static str) -> Map<String, Value> {
         match value {
             Value::Object(map) => map,
             Value::Null => Map::new(),
             other => {
                 self.misuse.get_or_insert(Error::Args {
                     agent: self.agent.name().to_string(),
+                    what,
                     found: super::value_kind(&other).to_string(),
                 });
                 Map::new()

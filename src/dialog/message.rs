@@ -102,7 +102,10 @@ pub struct TokenLogprob {
     pub top_logprobs: Vec<TopLogprob>,
 }
 
-/// One invocation of a tool requested by the model, with its result once executed.
+/// One invocation of a tool requested by the model. The copy the agent loop
+/// ran carries its result (`result`, `result_str` or `error_message`: in a
+/// tool round, [`ToolRound::calls`](crate::agent::session::ToolRound::calls)); the copy
+/// in the assistant's message stays as the model asked.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FunctionCall {
@@ -116,7 +119,7 @@ pub struct FunctionCall {
     /// is then empty and the call is answered with a tool-result error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_arguments: Option<String>,
-    /// The tool's result as a value, once executed.
+    /// The tool's result as a value, once executed (in a tool round's copy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// The result text the model is shown.
@@ -359,7 +362,10 @@ pub struct Message {
     pub name: String,
     /// Text, or an image in `content`.
     pub modality: Modality,
-    /// The tools the model asked to call, with their results once run.
+    /// The tools the model asked to call, as it asked. A message in a dialog
+    /// is never changed once appended, so their results are not here: each
+    /// is the tool message that follows, and the call's session keeps every
+    /// call with its result ([`AgentCallSession::interrupts`](crate::agent::AgentCallSession::interrupts)).
     pub function_calls: Vec<FunctionCall>,
     /// The prompt parser's output for this reply (always with `raw`).
     pub parsed: Map<String, Value>,

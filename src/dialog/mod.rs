@@ -453,6 +453,7 @@ impl Dialog {
     /// `first_k` messages (clamped so they do not overlap the tail) plus the last
     /// `last_n`. The child inherits session name, owner and top prompt; this
     /// dialog records the child's id.
+    #[must_use = "the child dialog: this one only records its id"]
     pub fn fork(&mut self, last_n: usize, first_k: usize) -> Dialog {
         let len = self.messages.len();
         let last_n = if last_n >= len { 0 } else { last_n };

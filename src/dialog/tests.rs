@@ -390,12 +390,12 @@ fn a_dialog_written_and_read_back_is_the_same_dialog() {
     let mut back = back;
     let stand_in = back.top_prompt.clone().unwrap();
     assert_eq!(
-        (stand_in.path.as_str(), stand_in.template.as_str()),
+        (stand_in.path.as_str(), stand_in.template()),
         ("writer/draft", "")
     );
     back.restore_top_prompt(&registry).unwrap();
     assert_eq!(
-        back.top_prompt.as_ref().unwrap().template,
+        back.top_prompt.as_ref().unwrap().template(),
         "On {{ topic }}."
     );
     let error = back

@@ -171,15 +171,16 @@ impl HandlerTexts {
 pub struct Prompt {
     /// Registry key, e.g. `writer/draft`.
     pub path: String,
-    /// The template as written.
-    pub template: String,
+    /// The template as written (`Prompt::template`; fixed at creation, as
+    /// the compiled form is made from it).
+    template: String,
     /// Front matter `metadata`, for experiment tracking.
     pub metadata: Map<String, Value>,
     /// How replies are parsed (front matter `parser`).
     pub parser: Option<Parser>,
-    /// JSON schema of a structured reply (D9): sent to the provider, and the
-    /// reply is validated against it when no parser is set.
-    pub format: Option<Value>,
+    /// JSON schema of a structured reply (D9): `Prompt::format`, set with
+    /// `set_format`, which compiles its validator.
+    format: Option<Value>,
     /// Tools this prompt offers besides the agent's (D1), by name.
     pub tools: Vec<String>,
     /// MCP servers whose tools this prompt offers, by name.
@@ -189,8 +190,8 @@ pub struct Prompt {
     /// A handler registered by name (front matter `handler: NAME`); when set,
     /// it writes those texts instead (`agent::Handler`).
     pub handler_name: Option<String>,
-    /// The template's syntax (front matter `renderer`).
-    pub renderer: Renderer,
+    /// The template's syntax (front matter `renderer`): `Prompt::renderer`.
+    renderer: Renderer,
     compiled: Compiled,
     template_vars: BTreeSet<String>,
     /// Attributes the template reads on context names (`draft.content`).
@@ -252,6 +253,68 @@ impl Prompt {
             .clone();
         prompt.path = path.into();
         prompt
+    }
+
+    /// The template as written.
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    /// The template's syntax (front matter `renderer`).
+    pub fn renderer(&self) -> &Renderer {
+        &self.renderer
+    }
+
+    /// JSON schema of a structured reply (D9): sent to the provider, and the
+    /// reply is validated against it when no parser is set.
+    pub fn format(&self) -> Option<&Value> {
+        self.format.as_ref()
+    }
+
+    /// This prompt with `parser` parsing its replies (front matter `parser`).
+    ///
+    /// ```
+    /// use lllm::prompt::{Parser, Prompt};
+    ///
+    /// let prompt = Prompt::new("answer", "Reply in JSON.")?
+    ///     .with_parser(Parser::from_value(&serde_json::json!({"type": "json"}))?);
+    /// assert!(prompt.parse("not json").is_err());
+    /// assert_eq!(prompt.parse(r#"{"a": 1}"#).unwrap()["a"], 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn with_parser(mut self, parser: Parser) -> Prompt {
+        self.parser = Some(parser);
+        self
+    }
+
+    /// This prompt with `schema` as its structured-output format (`set_format`).
+    ///
+    /// ```
+    /// use lllm::prompt::Prompt;
+    /// use serde_json::json;
+    ///
+    /// let schema = json!({"type": "object", "required": ["city"],
+    ///                     "properties": {"city": {"type": "string"}}});
+    /// let prompt = Prompt::new("where", "Which city?")?.with_format(schema)?;
+    /// assert!(prompt.parse("not json").is_err());
+    /// assert!(prompt.parse(r#"{"city": "Paris"}"#).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_format(mut self, schema: Value) -> Result<Prompt> {
+        self.set_format(Some(schema))?;
+        Ok(self)
+    }
+
+    /// This prompt offering `tools` (by name) besides the agent's (D1).
+    #[must_use]
+    pub fn with_tools<I, S>(mut self, tools: I) -> Prompt
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tools = tools.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Sets the structured-output schema, compiling its validator once.

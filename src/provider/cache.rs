@@ -115,11 +115,8 @@ impl CacheSource {
     /// let cache = Arc::new(store::Cache::open(&dir.path().join("store"))?);
     /// let registry = Registry::new();
     /// let options = lllm::tactic::LoadOptions {
-    ///     model: None, prices: None, env: &|_| None, dry_run: None, warn: &|_| {},
-    ///     budget: None, registry: &registry,
     ///     cache: Some(Arc::new(CacheSource::with(None, cache))),
-    ///     batch_api: None,
-    ///     defaults: None,
+    ///     ..lllm::tactic::LoadOptions::new(&registry)
     /// };
     /// let tactic = lllm::tactic::load(&tactic, &options, None)?;
     /// // Every call of `tactic` now answers from the cache what it answered before.

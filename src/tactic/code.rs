@@ -39,19 +39,7 @@ impl Tactic {
     /// assert!(error.to_string().contains("not found"), "{error}");
     /// ```
     pub fn load(path: impl AsRef<Path>, registry: &Registry) -> Result<Tactic> {
-        let options = LoadOptions {
-            model: None,
-            prices: None,
-            env: &process_env,
-            dry_run: None,
-            warn: &crate::report::warn,
-            budget: None,
-            registry,
-            cache: None,
-            batch_api: None,
-            defaults: None,
-        };
-        super::load(path.as_ref(), &options, None)
+        super::load(path.as_ref(), &LoadOptions::new(registry), None)
     }
 
     /// Builds the tactic of YAML `text` as if it were a file in `base_dir`

@@ -64,10 +64,7 @@ pub enum CtxError {
 /// # let path = dir.path().join("both.yaml");
 /// # std::fs::write(&path, "tactic_type: both\nglobal: {model_name: mock/echo}\nagent_configs: [{name: a}, {name: b}]\n").unwrap();
 /// # let registry = lllm::Registry::new().flow(Both);
-/// # let options = lllm::tactic::LoadOptions { model: None, prices: None, env: &|_| None,
-/// #     dry_run: None, warn: &|_| {}, budget: None, registry: &registry, cache: None,
-/// #     batch_api: None, defaults: None };
-/// # let tactic = lllm::tactic::load(&path, &options, None).unwrap();
+/// # let tactic = lllm::Tactic::load(&path, &registry).unwrap();
 /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("hi".into()));
 /// # assert_eq!(record.delivery.as_deref(), Some("from a from b"), "{:?}", record.error);
 /// ```

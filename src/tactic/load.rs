@@ -49,6 +49,40 @@ pub struct LoadOptions<'a> {
     pub defaults: Option<&'a crate::config::Defaults>,
 }
 
+impl<'a> LoadOptions<'a> {
+    /// What [`Tactic::load`] uses: the extensions of `registry`, keys and
+    /// base URLs from the process environment, warnings on stderr, and no
+    /// override, dry run, budget, cache, Batch API or user defaults. Change
+    /// what differs with struct update syntax:
+    ///
+    /// ```
+    /// use lllm::{Registry, tactic::LoadOptions};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("t.yaml");
+    /// std::fs::write(&path, "agent_configs: [{name: a, model_name: openai/gpt-4o}]")?;
+    /// let registry = Registry::new();
+    /// let options = LoadOptions { model: Some("mock/echo"), ..LoadOptions::new(&registry) };
+    /// let tactic = lllm::tactic::load(&path, &options, None)?;
+    /// assert_eq!(tactic.config.agents[0].model_name, "mock/echo");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(registry: &'a crate::Registry) -> LoadOptions<'a> {
+        LoadOptions {
+            model: None,
+            prices: None,
+            env: &super::code::process_env,
+            dry_run: None,
+            warn: &crate::report::warn,
+            budget: None,
+            registry,
+            cache: None,
+            batch_api: None,
+            defaults: None,
+        }
+    }
+}
+
 /// Loads, builds and (given `task`) checks the tactic at `path`; the error
 /// lists every problem found in every phase.
 pub fn load(path: &Path, options: &LoadOptions<'_>, task: Option<&Task>) -> Result<Tactic> {

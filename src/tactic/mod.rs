@@ -275,6 +275,7 @@ impl Tactic {
     /// are in its invokes and [`delivery`](crate::agent::AgentCallSession::delivery)
     /// (a written record holds each reply once, in its dialog; reading one
     /// back, [`SessionRecord::expand`] restores them).
+    #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run(&self, task: Task) -> SessionRecord {
         let mut record = flow::run(self, task, None, std::future::pending()).await;
         record.expand();
@@ -282,6 +283,7 @@ impl Tactic {
     }
 
     /// [`Tactic::run`], handing the final turn's text to `sink` as it arrives.
+    #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run_streaming(
         &self,
         task: Task,
@@ -298,6 +300,7 @@ impl Tactic {
     /// compact, written form (each reply held once, by its dialog: what
     /// `lllm run` and `lllm batch` write); [`SessionRecord::expand`] gives
     /// the full one.
+    #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run_until(
         &self,
         task: Task,

@@ -61,11 +61,7 @@ pub type FlowResult = Result<String, crate::BoxError>;
 ///   - {name: critic, system_prompt: You review.}
 /// ")?;
 /// let registry = Registry::new().flow(DraftReview);
-/// let options = lllm::tactic::LoadOptions {
-///     model: None, prices: None, env: &|_| None, dry_run: None,
-///     warn: &|_| {}, budget: None, registry: &registry, cache: None, batch_api: None, defaults: None,
-/// };
-/// let tactic = lllm::tactic::load(&path, &options, None)?;
+/// let tactic = lllm::Tactic::load(&path, &registry)?;
 /// let record = tokio::runtime::Runtime::new()?.block_on(tactic.run("Owls.".into()));
 /// // mock/echo answers with the last message: the critic's words, echoed.
 /// assert_eq!(record.delivery.as_deref(), Some("Review: Owls."));

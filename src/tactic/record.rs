@@ -128,10 +128,10 @@ impl PromptInfo {
     pub fn of(prompt: &crate::prompt::Prompt) -> PromptInfo {
         PromptInfo {
             sha256: prompt.sha256(),
-            template: prompt.template.clone(),
+            template: prompt.template().to_string(),
             parser: prompt.parser.as_ref().map(crate::prompt::Parser::to_value),
             handler: prompt.handler_name.clone(),
-            renderer: match prompt.renderer {
+            renderer: match prompt.renderer() {
                 crate::prompt::Renderer::Jinja => None,
                 ref other => Some(other.name().to_string()),
             },
@@ -352,7 +352,8 @@ impl SessionRecord {
     /// disk, a path that is a directory), the temporary file is removed. A
     /// path ending in `.zst` (`run.json.zst`) is written zstd-compressed;
     /// every reader of records takes either form.
-    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+    pub fn write(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let path = path.as_ref();
         if let Some(parent) = path
             .parent()
             .filter(|parent| !parent.as_os_str().is_empty())

@@ -174,6 +174,12 @@ impl From<String> for Task {
     }
 }
 
+impl From<&String> for Task {
+    fn from(text: &String) -> Task {
+        Task::new(text.as_str())
+    }
+}
+
 impl From<Value> for Task {
     fn from(task: Value) -> Task {
         Task::new(task)

@@ -273,7 +273,7 @@ fn ctx_refuses_unknown_and_repeated_agents() {
     assert!(lines[5].contains("nope"), "{}", lines[5]);
     assert_eq!(
         lines[6],
-        "agent `writer`: prompt arguments must be a JSON object (or null), not an array"
+        "agent `writer`: model arguments must be a JSON object (or null), not an array"
     );
     assert!(record.agent_calls.is_empty());
 }
