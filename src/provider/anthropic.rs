@@ -263,7 +263,7 @@ impl super::exchange::Assembler for StreamAssembler {
         data: &str,
         sink: Option<super::TextSink<'_>>,
     ) -> Result<bool, ProviderError> {
-        let event: Value = serde_json::from_str(data).map_err(|error| {
+        let event: Value = super::exchange::value(data).map_err(|error| {
             ProviderError::transient(format!("malformed stream event: {error}"))
         })?;
         match event.get("type").and_then(Value::as_str) {

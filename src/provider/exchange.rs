@@ -17,8 +17,66 @@ use crate::dialog::Message;
 
 /// A reply body as JSON; a body that is not JSON is a transient error.
 pub fn parse_json(body: &str) -> Result<Value, ProviderError> {
-    serde_json::from_str(body)
-        .map_err(|error| ProviderError::transient(format!("malformed reply: not JSON ({error})")))
+    value(body).map_err(|error| {
+        // A server that streams whatever was asked (`stream` is false here).
+        let start = body.trim_start();
+        if start.starts_with("data:") || start.starts_with("event:") {
+            return ProviderError::transient(
+                "malformed reply: an event stream (`data:` lines) where a JSON body was asked for",
+            );
+        }
+        ProviderError::transient(format!("malformed reply: not JSON ({error})"))
+    })
+}
+
+/// A reply body or stream payload as a JSON value. JSON's grammar allows an
+/// escaped UTF-16 surrogate without its pair (`"\ud800"`), which Python and
+/// JavaScript read, but a Rust string cannot hold one and serde_json refuses
+/// the whole text; such a reply is read with U+FFFD in its place, as invalid
+/// UTF-8 bytes are, instead of being thrown away with its paid usage.
+pub fn value(text: &str) -> serde_json::Result<Value> {
+    serde_json::from_str(text).or_else(|error| match lone_surrogates_replaced(text) {
+        Some(repaired) => serde_json::from_str(&repaired),
+        None => Err(error),
+    })
+}
+
+/// `text` with each `\u` escape of an unpaired surrogate replaced by
+/// `\ufffd`, or `None` when it has none. Only on a failed parse: backslashes
+/// occur in JSON only inside strings, so a scan of escapes finds them all.
+fn lone_surrogates_replaced(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let unit_at = |at: usize| -> Option<u16> {
+        if bytes.get(at..at + 2)? != b"\\u" {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?, 16).ok()
+    };
+    let mut repaired: Option<String> = None;
+    let mut copied = 0;
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            at += 1;
+            continue;
+        }
+        match unit_at(at) {
+            // Any other escape: skip the escaped character.
+            None => at += 2,
+            Some(0xD800..=0xDBFF) if matches!(unit_at(at + 6), Some(0xDC00..=0xDFFF)) => at += 12,
+            Some(0xD800..=0xDFFF) => {
+                let out = repaired.get_or_insert_with(|| String::with_capacity(text.len()));
+                out.push_str(&text[copied..at]);
+                out.push_str("\\ufffd");
+                at += 6;
+                copied = at;
+            }
+            Some(_) => at += 6,
+        }
+    }
+    let mut repaired = repaired?;
+    repaired.push_str(&text[copied..]);
+    Some(repaired)
 }
 
 /// Rebuilds a streamed reply from its `data:` payloads.
@@ -231,6 +289,35 @@ fn classify_code(code: &str) -> ErrorKind {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_event_stream_where_json_was_asked_for_says_so() {
+        let body = "data: {\"choices\": []}\n\ndata: [DONE]\n\n";
+        let error = super::parse_json(body).unwrap_err();
+        assert!(
+            error.message.contains("an event stream"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_lone_surrogate_reads_as_the_replacement_character() {
+        let read = |text: &str| super::value(text).map(|value| value["t"].clone());
+        assert_eq!(read(r#"{"t": "abc\ud800def"}"#).unwrap(), "abc\u{FFFD}def");
+        assert_eq!(read(r#"{"t": "\udc00"}"#).unwrap(), "\u{FFFD}");
+        // A high surrogate at the end, or followed by something else.
+        assert_eq!(read(r#"{"t": "x\ud83d"}"#).unwrap(), "x\u{FFFD}");
+        assert_eq!(read(r#"{"t": "\ud83d\u0041"}"#).unwrap(), "\u{FFFD}A");
+        // A proper pair and escaped backslashes are left as they are.
+        assert_eq!(
+            read(r#"{"t": "\ud83d\ude80 \\ud800"}"#).unwrap(),
+            "🚀 \\ud800"
+        );
+        // Not JSON for another reason: the original error.
+        let error = super::value(r#"{"t": "\ud800"#).unwrap_err();
+        assert!(error.is_eof(), "{error}");
+    }
+
     use serde_json::json;
 
     use super::*;

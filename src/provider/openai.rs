@@ -603,7 +603,7 @@ impl super::exchange::Assembler for StreamAssembler {
             self.done = true;
             return Ok(false);
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|error| {
+        let chunk: Value = super::exchange::value(data).map_err(|error| {
             ProviderError::transient(format!("malformed stream chunk: {error}"))
         })?;
         // A server that fails mid-stream says so in a chunk of its own

@@ -386,6 +386,17 @@ fn the_direct_reader_agrees_with_the_lenient_one() {
 }
 
 #[test]
+fn a_reply_with_a_lone_surrogate_is_kept() {
+    // Valid JSON that serde_json refuses as a Rust string: the reply and its
+    // usage are kept, with U+FFFD where the surrogate was.
+    let body = r#"{"choices": [{"message": {"role": "assistant", "content": "abc\ud800def"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}}"#;
+    let message = parse_body(body).unwrap();
+    assert_eq!(message.content, "abc\u{FFFD}def");
+    assert_eq!(message.total_tokens(), 15);
+}
+
+#[test]
 fn tool_call_indexes_and_token_counts_from_the_wire_are_not_trusted() {
     // A tool call's `index` sized a vector (`u64::MAX` overflowed, 10^12 asked
     // for terabytes) and counts near `u64::MAX` overflowed when summed.
