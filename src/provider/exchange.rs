@@ -159,6 +159,14 @@ pub async fn exchange<A: Assembler>(
                 return Err(failed((wire.parse_error)(&reply)));
             }
             Ok(http::Streamed::Read(headers)) => permit.observe(&headers),
+            // Asked to stream, the server answered whole: the same reply.
+            Ok(http::Streamed::Whole(reply)) => {
+                permit.observe(&reply.headers);
+                let message = (wire.parse_body)(&reply.body).map_err(failed)?;
+                sink(&message.content);
+                target.limiter.on_success(message.total_tokens(), estimate);
+                return require_output(message);
+            }
             Err(error) if stream_failed => return Err(failed(error)),
             Err(error) => return Err(unreachable(error)),
         }

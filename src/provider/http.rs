@@ -321,6 +321,9 @@ pub enum Streamed {
     Read(HeaderMap),
     /// A non-2xx status, read as a whole reply.
     Refused(HttpReply),
+    /// A 2xx reply with a JSON body instead of a stream (a server that does
+    /// not stream), read whole.
+    Whole(HttpReply),
 }
 
 /// POSTs `body` and hands each server-sent-event `data:` payload to `on_data`
@@ -357,6 +360,28 @@ where
         }));
     }
     let headers = response.headers().clone();
+    let json = headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if json {
+        let body = read_body(response, endpoint, timeout)
+            .await
+            .map_err(failed)?;
+        let mut body = utf8_text(&body);
+        endpoint.secrets.scrub_string(&mut body);
+        trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
+        return Ok(Streamed::Whole(HttpReply {
+            status,
+            headers,
+            body,
+        }));
+    }
     let mut events = super::sse::SseDecoder::default();
     // Payloads lose the endpoint's secrets before anything parses them.
     let mut scrubbed = |data: &str| {

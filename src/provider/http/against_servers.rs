@@ -296,6 +296,33 @@ async fn streamed_payloads_are_scrubbed_before_they_are_read() {
     );
 }
 
+#[tokio::test]
+async fn a_json_reply_to_a_streaming_request_is_read_whole() {
+    let body = format!("{{\"content\": \"hello {KEY}\"}}");
+    let server =
+        Server::start(move |_| response(200, &[("content-type", "application/json")], &body)).await;
+    let client = client(Duration::from_secs(30)).unwrap();
+    let endpoint = endpoint(&format!("{}/v1/messages", server.origin));
+    let mut payloads = 0;
+    let reply = post_sse(
+        &client,
+        &endpoint,
+        b"{}".to_vec(),
+        Duration::from_secs(60),
+        |_| {
+            payloads += 1;
+            Ok(true)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(payloads, 0);
+    match reply {
+        Streamed::Whole(reply) => assert_eq!(reply.body, "{\"content\": \"hello ***\"}"),
+        _ => panic!("not read whole"),
+    }
+}
+
 /// A server that answers one request with `head` and then `chunk` over and
 /// over, until the client hangs up (a body or stream without end).
 async fn endless(head: &'static str, chunk: Vec<u8>) -> String {
