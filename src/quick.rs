@@ -32,8 +32,9 @@ pub const AGENT_NAME: &str = "assistant";
 /// optionally `.system(text)` and model arguments with `.arg(name, value)`.
 ///
 /// The reply is the whole [`Message`]: its `content`, and its `usage`, `cost()`
-/// and `model` (as the provider names it; the offline `mock` providers name none). `.record()` gives the run's [`SessionRecord`] instead (write
-/// it with `record.write(path)`, show it with `lllm replay`).
+/// and `model` (as the provider names it; the offline `mock` providers name
+/// none). `.record()` gives the run's [`SessionRecord`] instead (write it
+/// with `record.write(path)`, show it with `lllm replay`).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
