@@ -5,7 +5,11 @@
 //! between the check and the read; only regular files are read.
 //!
 //! Used by prompt loading and the built-in file tools; how long a read may
-//! take is the caller's business.
+//! take is the caller's business. Writing a file whole ([`atomic`]) and telling
+//! whether two paths are one file ([`same`]) live in the submodules.
+
+pub mod atomic;
+pub mod same;
 
 use std::fs::{File, FileType};
 use std::io::{self, Read};

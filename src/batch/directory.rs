@@ -185,14 +185,8 @@ pub fn read_identity(dir: &Path) -> Result<Option<Identity>, String> {
 /// Writes `batch.json` atomically (a temporary file, then a rename).
 pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), (PathBuf, std::io::Error)> {
     let path = dir.join(IDENTITY);
-    let temporary = dir.join(format!(".{IDENTITY}.tmp"));
     let text = serde_json::to_string_pretty(identity).unwrap_or_default() + "\n";
-    std::fs::write(&temporary, text)
-        .and_then(|()| std::fs::rename(&temporary, &path))
-        .map_err(|error| {
-            let _ = std::fs::remove_file(&temporary);
-            (path, error)
-        })
+    crate::file::atomic::write(&path, text.as_bytes()).map_err(|error| (path, error))
 }
 
 /// The SHA-256 of a file, in hex, read in blocks.

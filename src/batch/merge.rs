@@ -174,7 +174,7 @@ fn check_paths(inputs: &[PathBuf], output: &Path) -> Result<()> {
     if inputs.is_empty() {
         return Err(usage("`lllm merge` needs at least one DIR to merge".into()));
     }
-    let output_real = real_path(output);
+    let output_real = crate::file::same::real_path(output);
     let mut seen = std::collections::HashSet::new();
     for input in inputs {
         if !input.join(RESULTS).is_file() {
@@ -223,22 +223,6 @@ fn read_lock(input: &Path) -> Result<Option<File>> {
             input.join(directory::LOCK).display()
         ))),
     }
-}
-
-/// `path` resolved through symbolic links, also when it does not exist yet
-/// (its parent resolved, then its name).
-fn real_path(path: &Path) -> Option<PathBuf> {
-    if let Ok(real) = std::fs::canonicalize(path) {
-        return Some(real);
-    }
-    let name = path.file_name()?;
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    std::fs::canonicalize(parent)
-        .ok()
-        .map(|parent| parent.join(name))
 }
 
 fn merge_locked(
@@ -619,23 +603,16 @@ fn one_line(error: &serde_json::Error) -> String {
 fn write_atomic(
     dir: &Path,
     name: &str,
-    fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+    fill: impl FnOnce(&mut crate::file::atomic::AtomicFile) -> std::io::Result<()>,
 ) -> Result<()> {
     let path = dir.join(name);
-    let temporary = dir.join(format!(".{name}.tmp"));
-    let written = File::create(&temporary).and_then(|file| {
-        let mut writer = std::io::BufWriter::new(file);
-        fill(&mut writer)?;
-        let file = writer.into_inner().map_err(|error| error.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, &path)
+    let written = crate::file::atomic::AtomicFile::create(&path).and_then(|mut file| {
+        fill(&mut file)?;
+        file.commit()
     });
-    written.map_err(|source| {
-        let _ = std::fs::remove_file(&temporary);
-        Error::Write {
-            path: path.display().to_string(),
-            source,
-        }
+    written.map_err(|source| Error::Write {
+        path: path.display().to_string(),
+        source,
     })
 }
 

@@ -551,16 +551,10 @@ fn write_summary(
         )
     };
     let path = options.output.join(output::SUMMARY);
-    let temporary = options.output.join(format!(".{}.tmp", output::SUMMARY));
     let text = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";
-    std::fs::write(&temporary, text)
-        .and_then(|()| std::fs::rename(&temporary, &path))
-        .map_err(|source| {
-            let _ = std::fs::remove_file(&temporary);
-            Error::Write {
-                path: path.display().to_string(),
-                source,
-            }
-        })?;
+    crate::file::atomic::write(&path, text.as_bytes()).map_err(|source| Error::Write {
+        path: path.display().to_string(),
+        source,
+    })?;
     Ok(summary)
 }

@@ -30,6 +30,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::output::{RESULTS, ResultLine, TaskState};
+use crate::file::atomic::AtomicFile;
 
 /// The output file: one line per succeeded task.
 pub const OUTPUT: &str = "openai_output.jsonl";
@@ -77,8 +78,9 @@ pub fn write(dir: &Path) -> std::io::Result<Written> {
     for_each_result(&results, |index, result| {
         latest.insert(result.id, index);
     })?;
-    let mut output = Temporary::create(dir, OUTPUT)?;
-    let mut errors = Temporary::create(dir, ERRORS)?;
+    // Each renamed into place when whole; dropped on an error, neither stays.
+    let mut output = AtomicFile::create(&dir.join(OUTPUT))?;
+    let mut errors = AtomicFile::create(&dir.join(ERRORS))?;
     let mut written = Written::default();
     let mut failed = None;
     for_each_result(&results, |index, result| {
@@ -89,7 +91,7 @@ pub fn write(dir: &Path) -> std::io::Result<Written> {
             TaskState::Success => (&mut output, &mut written.output),
             _ => (&mut errors, &mut written.errors),
         };
-        match writeln!(file.writer, "{}", line(&result)) {
+        match writeln!(file, "{}", line(&result)) {
             Ok(()) => *count += 1,
             Err(error) => failed = Some(error),
         }
@@ -97,8 +99,8 @@ pub fn write(dir: &Path) -> std::io::Result<Written> {
     if let Some(error) = failed {
         return Err(error);
     }
-    output.finish()?;
-    errors.finish()?;
+    output.commit()?;
+    errors.commit()?;
     Ok(written)
 }
 
@@ -188,37 +190,6 @@ fn created(session: &str) -> u64 {
         .ok()
         .and_then(|id| id.get_timestamp())
         .map_or(0, |timestamp| timestamp.to_unix().0)
-}
-
-/// A file written under a temporary name and renamed when whole.
-struct Temporary {
-    writer: std::io::BufWriter<std::fs::File>,
-    temporary: std::path::PathBuf,
-    path: std::path::PathBuf,
-}
-
-impl Temporary {
-    fn create(dir: &Path, name: &str) -> std::io::Result<Temporary> {
-        let temporary = dir.join(format!(".{name}.tmp"));
-        Ok(Temporary {
-            writer: std::io::BufWriter::new(std::fs::File::create(&temporary)?),
-            temporary,
-            path: dir.join(name),
-        })
-    }
-
-    fn finish(mut self) -> std::io::Result<()> {
-        self.writer.flush()?;
-        self.writer.get_ref().sync_all()?;
-        std::fs::rename(&self.temporary, &self.path)
-    }
-}
-
-impl Drop for Temporary {
-    fn drop(&mut self) {
-        // Renamed already when finished; otherwise nothing half-written stays.
-        let _ = std::fs::remove_file(&self.temporary);
-    }
 }
 
 #[cfg(test)]
@@ -312,6 +283,11 @@ mod tests {
             errors.contains("\"custom_id\":\"b\"") && !errors.contains("boom"),
             "{errors}"
         );
-        assert!(!dir.path().join(format!(".{OUTPUT}.tmp")).exists());
+        let temporary = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".tmp"))
+            .count();
+        assert_eq!(temporary, 0, "no temporary file stays");
     }
 }

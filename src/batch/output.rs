@@ -32,6 +32,25 @@ pub use super::sessions_file::SessionsFile;
 
 pub const SUMMARY: &str = "summary.json";
 
+/// Every file a batch directory holds of its own: what `lllm batch`
+/// (`--resume`, `--via batch-api`, `--output-format openai`) and `lllm merge`
+/// write and read there. An output of another command written over one of
+/// them would lose the batch's data, so `lllm report` and `lllm compare`
+/// refuse such a path (`report::check_outputs`).
+pub const OWN_FILES: &[&str] = &[
+    RESULTS,
+    SESSIONS,
+    SESSIONS_COMPRESSED,
+    SUMMARY,
+    super::directory::IDENTITY,
+    super::directory::LOCK,
+    super::merge::MERGE,
+    super::formats::DEFAULT_TACTIC_FILE,
+    super::openai_output::OUTPUT,
+    super::openai_output::ERRORS,
+    crate::provider::batch_api::journal::FILE,
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {

@@ -83,6 +83,82 @@ impl Default for InvokeCost {
     }
 }
 
+/// The most tokens any one count of a call's usage may hold: 100 million,
+/// far more than any model's context window (1–2 million in 2025), so a true
+/// count is never cut, while a server's `18446744073709551615` cannot make a
+/// call cost $36 trillion, overflow a sum, or exhaust `--max-cost` at once.
+pub const MAX_CALL_TOKENS: u64 = 100_000_000;
+
+/// A token count `name` as a provider reported it, made usable: a whole
+/// number from 0 to [`MAX_CALL_TOKENS`]. Larger counts are clamped to the
+/// maximum, a fraction (`12.7`, as some servers send counts in floats) is
+/// rounded down, and a negative number, `NaN`-like or non-number value is 0;
+/// each of these (not an absent count, not `null`) is a `tracing` warning
+/// (`lllm -v`) naming the count and the value.
+pub fn token_count(name: &str, value: &Value) -> u64 {
+    let Value::Number(number) = value else {
+        if !value.is_null() {
+            tracing::warn!("usage `{name}` is not a number ({value}); counted as 0");
+        }
+        return 0;
+    };
+    if let Some(count) = number.as_u64() {
+        return clamp_tokens(name, count);
+    }
+    match number.as_f64() {
+        Some(float) if float >= 0.0 => {
+            // `as` saturates: 1e300 becomes u64::MAX, then the maximum.
+            let count = float.floor() as u64;
+            if float.fract() != 0.0 {
+                tracing::warn!(
+                    "usage `{name}` is not a whole number ({value}); counted as {count}"
+                );
+            }
+            clamp_tokens(name, count)
+        }
+        _ => {
+            tracing::warn!("usage `{name}` is negative ({value}); counted as 0");
+            0
+        }
+    }
+}
+
+/// A call's total: the reported `total_tokens` read as [`token_count`] does;
+/// when it is not a number from 0 up (absent, `null`, negative, text), the
+/// `prompt` and `completion` counts added. At most [`MAX_CALL_TOKENS`] too.
+pub fn total_count(value: Option<&Value>, prompt: u64, completion: u64) -> u64 {
+    match value.filter(|value| value.as_f64().is_some_and(|number| number >= 0.0)) {
+        Some(value) => token_count("total_tokens", value),
+        None => clamp_tokens("total_tokens", prompt.saturating_add(completion)),
+    }
+}
+
+/// `count` at most [`MAX_CALL_TOKENS`], with a warning when it was more.
+pub fn clamp_tokens(name: &str, count: u64) -> u64 {
+    if count > MAX_CALL_TOKENS {
+        tracing::warn!(
+            "usage `{name}` is {count} tokens, more than one call can use; counted as {MAX_CALL_TOKENS}"
+        );
+        return MAX_CALL_TOKENS;
+    }
+    count
+}
+
+/// A `*_tokens_details` section with every count made usable
+/// ([`token_count`]); other values stay as they are.
+pub fn clamp_details(section: &Map<String, Value>) -> Map<String, Value> {
+    section
+        .iter()
+        .map(|(key, value)| {
+            let value = match value {
+                Value::Number(_) => Value::from(token_count(key, value)),
+                other => other.clone(),
+            };
+            (key.clone(), value)
+        })
+        .collect()
+}
+
 /// The count `key` of a `*_tokens_details` object (0 if absent).
 fn detail(details: &Value, key: &str) -> u64 {
     let Value::Object(details) = details else {
@@ -91,8 +167,7 @@ fn detail(details: &Value, key: &str) -> u64 {
     details
         .iter()
         .find(|(name, _)| *name == key)
-        .and_then(|(_, value)| value.as_u64())
-        .unwrap_or(0)
+        .map_or(0, |(_, value)| token_count(key, value))
 }
 
 impl InvokeCost {
@@ -113,13 +188,12 @@ impl InvokeCost {
         let mut read = InvokeCost::default();
         let mut total = None;
         let mut cost = None;
-        let count = |value: &Value| value.as_u64().unwrap_or(0);
         let dollars = |value: &Value| value.as_f64().unwrap_or(0.0);
         for (key, value) in usage {
             match key.as_str() {
-                "prompt_tokens" => read.prompt_tokens = count(value),
-                "completion_tokens" => read.completion_tokens = count(value),
-                "total_tokens" => total = value.as_u64(),
+                "prompt_tokens" => read.prompt_tokens = token_count(key, value),
+                "completion_tokens" => read.completion_tokens = token_count(key, value),
+                "total_tokens" => total = Some(value),
                 "prompt_tokens_details" => {
                     read.cached_prompt_tokens = detail(value, "cached_tokens");
                     read.audio_prompt_tokens = detail(value, "audio_tokens");
@@ -138,9 +212,9 @@ impl InvokeCost {
             }
         }
         InvokeCost {
-            // Counts come from servers: they saturate rather than overflow.
-            total_tokens: total
-                .unwrap_or(read.prompt_tokens.saturating_add(read.completion_tokens)),
+            // Counts come from servers: each is at most `MAX_CALL_TOKENS`,
+            // and sums saturate rather than overflow.
+            total_tokens: total_count(total, read.prompt_tokens, read.completion_tokens),
             cost,
             cost_known: cost.is_some(),
             ..read
@@ -300,14 +374,73 @@ mod tests {
         assert!(total.cost_known);
     }
 
+    #[track_caller]
+    fn count_case(value: Value, expected: u64) {
+        assert_eq!(token_count("prompt_tokens", &value), expected, "{value}");
+    }
+
     #[test]
-    fn token_counts_from_the_wire_saturate() {
-        let huge = InvokeCost::from_usage(&usage(
-            json!({"prompt_tokens": u64::MAX, "completion_tokens": 5}),
+    fn token_counts_from_the_wire_are_clamped_whole_numbers() {
+        count_case(json!(12), 12);
+        count_case(json!(0), 0);
+        count_case(json!(MAX_CALL_TOKENS), MAX_CALL_TOKENS);
+        count_case(json!(MAX_CALL_TOKENS + 1), MAX_CALL_TOKENS);
+        count_case(json!(u64::MAX), MAX_CALL_TOKENS);
+        count_case(json!(12.0), 12);
+        count_case(json!(12.7), 12);
+        count_case(json!(1e300), MAX_CALL_TOKENS);
+        count_case(json!(-5), 0);
+        count_case(json!(-0.5), 0);
+        count_case(json!(i64::MIN), 0);
+        count_case(json!("12"), 0);
+        count_case(json!(null), 0);
+        count_case(json!({"n": 1}), 0);
+    }
+
+    #[test]
+    fn token_counts_from_the_wire_are_clamped_and_sums_saturate() {
+        let huge = InvokeCost::from_usage(&usage(json!({
+            "prompt_tokens": u64::MAX, "completion_tokens": 5, "total_tokens": u64::MAX,
+            "prompt_tokens_details": {"cached_tokens": u64::MAX, "audio_tokens": -1},
+            "completion_tokens_details": {"reasoning_tokens": 2.0, "audio_tokens": 1e30},
+        })));
+        assert_eq!(
+            (
+                huge.prompt_tokens,
+                huge.completion_tokens,
+                huge.total_tokens
+            ),
+            (MAX_CALL_TOKENS, 5, MAX_CALL_TOKENS)
+        );
+        assert_eq!(huge.cached_prompt_tokens, MAX_CALL_TOKENS);
+        assert_eq!(huge.audio_prompt_tokens, 0);
+        assert_eq!(huge.reasoning_tokens, 2);
+        assert_eq!(huge.audio_completion_tokens, MAX_CALL_TOKENS);
+        let unsummed = InvokeCost::from_usage(&usage(
+            json!({"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX}),
         ));
-        assert_eq!(huge.total_tokens, u64::MAX);
-        let sum = huge.clone() + huge;
+        assert_eq!(unsummed.total_tokens, MAX_CALL_TOKENS, "the total too");
+        let total = InvokeCost::from_usage(&usage(
+            json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": -1}),
+        ));
+        assert_eq!(total.total_tokens, 5, "a negative total is no total");
+        // Sums of counts read back from old records (not clamped) saturate.
+        let old = InvokeCost {
+            prompt_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+            ..InvokeCost::default()
+        };
+        let sum = old.clone() + old;
         assert_eq!(sum.prompt_tokens, u64::MAX);
         assert_eq!(sum.total_tokens, u64::MAX);
+        let section = clamp_details(
+            json!({"cached_tokens": u64::MAX, "audio_tokens": 3, "note": "x"})
+                .as_object()
+                .unwrap(),
+        );
+        assert_eq!(
+            Value::Object(section),
+            json!({"cached_tokens": MAX_CALL_TOKENS, "audio_tokens": 3, "note": "x"})
+        );
     }
 }

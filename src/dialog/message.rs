@@ -498,12 +498,16 @@ impl Message {
 
     /// Tokens this reply used, as `cost().total_tokens` counts them.
     pub fn total_tokens(&self) -> u64 {
-        let count = |key: &str| self.usage.get(key).and_then(Value::as_u64);
-        count("total_tokens").unwrap_or_else(|| {
-            count("prompt_tokens")
-                .unwrap_or(0)
-                .saturating_add(count("completion_tokens").unwrap_or(0))
-        })
+        let count = |key: &str| {
+            self.usage
+                .get(key)
+                .map_or(0, |value| super::token_count(key, value))
+        };
+        super::total_count(
+            self.usage.get("total_tokens"),
+            count("prompt_tokens"),
+            count("completion_tokens"),
+        )
     }
 
     /// Whether the model asked for tool calls.

@@ -23,7 +23,8 @@ use crate::prompt::{Prompt, Registry};
 const IMAGE_CAP: u64 = 20 << 20;
 
 pub use attachment::Attachment;
-pub use cost::InvokeCost;
+pub use cost::{InvokeCost, MAX_CALL_TOKENS};
+pub(crate) use cost::{clamp_details, clamp_tokens, token_count, total_count};
 pub use message::{
     ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
     TopLogprob, sanitize_name,

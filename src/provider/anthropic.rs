@@ -196,17 +196,23 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
 /// Anthropic's `input_tokens` excludes cache reads and writes; the normalized
 /// `prompt_tokens` counts every input token, with cache reads as cached tokens.
 fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
-    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    // Each count at most `MAX_CALL_TOKENS` (README, "Numbers and their ranges").
+    let count = |key: &str| {
+        usage
+            .get(key)
+            .map_or(0, |value| crate::dialog::token_count(key, value))
+    };
     let cached = count("cache_read_input_tokens");
     // Counts come from the server: saturate rather than overflow.
     let prompt = count("input_tokens")
         .saturating_add(cached)
         .saturating_add(count("cache_creation_input_tokens"));
+    let prompt = crate::dialog::clamp_tokens("prompt_tokens", prompt);
     let completion = count("output_tokens");
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
-        "total_tokens": prompt.saturating_add(completion),
+        "total_tokens": crate::dialog::total_count(None, prompt, completion),
         "prompt_tokens_details": {"cached_tokens": cached},
         "cache_creation_input_tokens": count("cache_creation_input_tokens"),
     })
@@ -364,11 +370,13 @@ impl super::exchange::Assembler for StreamAssembler {
 
 /// Where the Messages API of `base` is: `{base}/v1/messages`, as Anthropic's
 /// SDKs build it from a host (`https://api.anthropic.com`). A base that ends
-/// in `/v1` already (the form lllm once documented) means the same.
+/// in `/v1` already (the form lllm once documented) means the same. Added to
+/// the URL's path: a query of the base stays a query.
 pub fn messages_url(base: &str) -> String {
-    let base = base.trim_end_matches('/');
-    let base = base.strip_suffix("/v1").unwrap_or(base);
-    format!("{base}/v1/messages")
+    http::edit_path(base, |path| {
+        let path = path.strip_suffix("/v1").unwrap_or(path);
+        format!("{path}/v1/messages")
+    })
 }
 
 pub struct AnthropicProvider {

@@ -195,8 +195,9 @@ pub fn read(value: &str, form: Form, default_path: &str) -> Result<String, Strin
     match form {
         Form::AsGiven => Ok(value.to_string()),
         Form::HostGetsPath => match reqwest::Url::parse(value) {
+            // The path goes before a query, not after it.
             Ok(url) if matches!(url.path(), "" | "/") => {
-                Ok(format!("{}{default_path}", value.trim_end_matches('/')))
+                Ok(super::http::edit_path(value, |_| default_path.to_string()))
             }
             // Not a URL: used as given, and the endpoint check names it.
             _ => Ok(value.to_string()),
@@ -357,6 +358,11 @@ mod tests {
         assert_eq!(
             read("http://gpu:8000/v1", Form::HostGetsPath, "/v1").unwrap(),
             "http://gpu:8000/v1"
+        );
+        assert_eq!(
+            read("http://gpu:8000/?api-version=1", Form::HostGetsPath, "/v1").unwrap(),
+            "http://gpu:8000/v1?api-version=1",
+            "the path goes before the query"
         );
         assert_eq!(
             read("http://127.0.0.1:8000", Form::AsGiven, "/v1").unwrap(),

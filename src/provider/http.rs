@@ -143,19 +143,63 @@ impl Endpoint {
         &self.place
     }
 
-    /// The same headers and secrets at another URL (`path` joined to this
-    /// endpoint's URL, as `Url::join` does): the Batch APIs' files and batch
-    /// objects live beside the model endpoint, under the same key.
-    pub fn at(&self, url: &str) -> Result<Endpoint, String> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|error| format!("invalid URL `{}`: {error}", redact::place(url)))?;
-        Ok(Endpoint {
-            url: parsed,
+    /// The same headers and secrets at the path `edit` makes of this
+    /// endpoint's path (see [`edit_path`]); the query stays. The Batch APIs'
+    /// files and batch objects live beside the model endpoint, under the
+    /// same key.
+    pub fn with_path(&self, edit: impl FnOnce(&str) -> String) -> Endpoint {
+        let mut url = self.url.clone();
+        set_path(&mut url, edit);
+        Endpoint {
+            place: redact::place(url.as_str()),
+            url,
             headers: self.headers.clone(),
             secrets: self.secrets.clone(),
-            place: redact::place(url),
-        })
+        }
     }
+
+    /// The same headers and secrets at `suffix` below this endpoint:
+    /// `suffix`'s path (`/batches/b1`) added to the end of the URL's path,
+    /// and its query (`?limit=100`) after the URL's own (Azure OpenAI's
+    /// `api-version` stays on every request).
+    pub fn below(&self, suffix: &str) -> Endpoint {
+        let (path, query) = match suffix.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (suffix, None),
+        };
+        let mut endpoint = self.with_path(|base| format!("{base}{path}"));
+        if let Some(query) = query {
+            let joined = match endpoint.url.query() {
+                Some(own) if !own.is_empty() => format!("{own}&{query}"),
+                _ => query.to_string(),
+            };
+            endpoint.url.set_query(Some(&joined));
+        }
+        endpoint
+    }
+}
+
+/// `url` with its path replaced by what `edit` makes of it (given without
+/// trailing slashes), its query and fragment kept: `/chat/completions` added
+/// to `https://h/openai/v1?api-version=2024-06-01` is
+/// `https://h/openai/v1/chat/completions?api-version=2024-06-01`, where
+/// formatting `{base}/chat/completions` put the path into the query (Azure
+/// OpenAI takes its API version in the query). Credentials stay in the URL
+/// for [`Endpoint::new`] to take out. A `url` that does not parse is edited
+/// as text, for `Endpoint::new` to refuse with its own message.
+pub fn edit_path(url: &str, edit: impl FnOnce(&str) -> String) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if !parsed.cannot_be_a_base() => {
+            set_path(&mut parsed, edit);
+            parsed.into()
+        }
+        _ => edit(url.trim_end_matches('/')),
+    }
+}
+
+fn set_path(url: &mut reqwest::Url, edit: impl FnOnce(&str) -> String) {
+    let path = edit(url.path().trim_end_matches('/'));
+    url.set_path(&path);
 }
 
 /// `Basic base64(user:password)`, as reqwest makes it from a URL.
@@ -612,6 +656,66 @@ mod tests {
         assert!(error.starts_with("invalid URL `not a url`"), "{error}");
         let error = Endpoint::new("ftp://host/v1?key=sk-3", []).err().unwrap();
         assert_eq!(error, "invalid URL `ftp://host/v1`: not http or https");
+    }
+
+    #[test]
+    fn paths_are_added_to_the_path_and_the_query_stays() {
+        let add = |url: &str| edit_path(url, |path| format!("{path}/chat/completions"));
+        for (base, expected) in [
+            (
+                "https://r.example/openai/v1?api-version=2024-06-01",
+                "https://r.example/openai/v1/chat/completions?api-version=2024-06-01",
+            ),
+            (
+                "https://r.example/v1/?api-version=1&x=y",
+                "https://r.example/v1/chat/completions?api-version=1&x=y",
+            ),
+            (
+                "http://127.0.0.1:9/v1",
+                "http://127.0.0.1:9/v1/chat/completions",
+            ),
+            (
+                "http://127.0.0.1:9/v1/",
+                "http://127.0.0.1:9/v1/chat/completions",
+            ),
+            ("http://h", "http://h/chat/completions"),
+            (
+                "http://u:p%40w@h/v1?k=v",
+                "http://u:p%40w@h/v1/chat/completions?k=v",
+            ),
+            ("not a url/", "not a url/chat/completions"),
+        ] {
+            assert_eq!(add(base), expected, "{base}");
+        }
+        let endpoint = Endpoint::new(&add("http://u:pw@h/v1?api-version=2"), []).unwrap();
+        assert_eq!(endpoint.place(), "http://***@h/v1/chat/completions");
+        let batches = endpoint.with_path(|path| {
+            path.strip_suffix("/chat/completions")
+                .unwrap_or(path)
+                .to_string()
+        });
+        assert_eq!(batches.url.as_str(), "http://h/v1?api-version=2");
+        assert_eq!(
+            batches.below("/batches?limit=100").url.as_str(),
+            "http://h/v1/batches?api-version=2&limit=100"
+        );
+        assert_eq!(
+            batches.below("/files/f1/content").url.as_str(),
+            "http://h/v1/files/f1/content?api-version=2"
+        );
+        let plain = Endpoint::new("http://h/v1/messages/batches", []).unwrap();
+        assert_eq!(
+            plain.below("?limit=100").url.as_str(),
+            "http://h/v1/messages/batches?limit=100"
+        );
+        assert_eq!(
+            plain.below("/b1").place(),
+            "http://h/v1/messages/batches/b1"
+        );
+        assert_eq!(
+            batches.headers["authorization"], endpoint.headers["authorization"],
+            "the same credentials"
+        );
     }
 
     #[test]

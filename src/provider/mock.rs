@@ -146,12 +146,18 @@ fn reply(
     usage: Option<(u64, u64)>,
 ) -> Message {
     let (prompt, completion) = usage.unwrap_or((prompt_tokens, estimate(text.len())));
+    // A script may report any count (to test what a server's absurd count
+    // does): clamped as a wire provider's, and summed without overflow.
+    let prompt = crate::dialog::clamp_tokens("prompt_tokens", prompt);
+    let completion = crate::dialog::clamp_tokens("completion_tokens", completion);
+    let total = crate::dialog::total_count(None, prompt, completion);
     let mut message = Message::new(Role::Assistant, "assistant", text);
     message.function_calls = calls;
-    message.usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
+    message.usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
     message
 }
 

@@ -15,7 +15,10 @@ use super::exchange::{self, Target, Wire, exchange};
 use super::http::{self, HttpReply};
 use super::limit::{Estimate, Limiter};
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
-use crate::dialog::{ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob};
+use crate::dialog::{
+    ApiType, FunctionCall, Message, Modality, Role, TokenLogprob, TopLogprob, clamp_details,
+    clamp_tokens, token_count, total_count,
+};
 
 /// Wire choices that vary between servers.
 #[derive(Debug, Clone, Default)]
@@ -293,7 +296,7 @@ struct Reply<'a> {
 
 /// The counters of a reply's `usage`; another shape of them (a float, a
 /// string) fails the typed read, and the reply is read as a tree instead
-/// (`parse_response`), which counts it as 0.
+/// (`parse_response`), which reads it as `token_count` does.
 #[derive(serde::Deserialize)]
 struct ReplyUsage {
     #[serde(default)]
@@ -536,9 +539,9 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
     let mut details: [Option<&Map<String, Value>>; 2] = [None, None];
     for (key, value) in usage {
         match (key.as_str(), value) {
-            ("prompt_tokens", value) => prompt = value.as_u64().unwrap_or(0),
-            ("completion_tokens", value) => completion = value.as_u64().unwrap_or(0),
-            ("total_tokens", value) => total = value.as_u64(),
+            ("prompt_tokens", value) => prompt = token_count(key, value),
+            ("completion_tokens", value) => completion = token_count(key, value),
+            ("total_tokens", value) => total = Some(value),
             ("prompt_tokens_details", Value::Object(section)) => details[0] = Some(section),
             ("completion_tokens_details", Value::Object(section)) => details[1] = Some(section),
             _ => {}
@@ -547,31 +550,35 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
     usage_map(
         prompt,
         completion,
-        total,
+        Some(total_count(total, prompt, completion)),
         details.map(|section| section.cloned()),
     )
 }
 
 /// A message's usage in OpenAI's shape: the counts, then the detail sections
-/// there are.
+/// there are. Every count is clamped to `MAX_CALL_TOKENS` (README, "Numbers
+/// and their ranges"): a server's count is not trusted to be sane.
 fn usage_map(
     prompt: u64,
     completion: u64,
     total: Option<u64>,
     details: [Option<Map<String, Value>>; 2],
 ) -> Map<String, Value> {
+    let prompt = clamp_tokens("prompt_tokens", prompt);
+    let completion = clamp_tokens("completion_tokens", completion);
+    let total = match total {
+        Some(total) => clamp_tokens("total_tokens", total),
+        None => total_count(None, prompt, completion),
+    };
     // Room for the counts and the six fields `pricing::apply` adds.
     let mut usage = Map::with_capacity(9);
     usage.insert("prompt_tokens".into(), json!(prompt));
     usage.insert("completion_tokens".into(), json!(completion));
-    usage.insert(
-        "total_tokens".into(),
-        json!(total.unwrap_or(prompt.saturating_add(completion))),
-    );
+    usage.insert("total_tokens".into(), json!(total));
     let names = ["prompt_tokens_details", "completion_tokens_details"];
     for (name, section) in names.into_iter().zip(details) {
         if let Some(section) = section {
-            usage.insert(name.into(), Value::Object(section));
+            usage.insert(name.into(), Value::Object(clamp_details(&section)));
         }
     }
     usage
@@ -781,11 +788,12 @@ impl OpenAiProvider {
                 .map(|(name, value)| (name.as_str(), value.as_str()))
                 .chain(bearer.as_deref().map(|bearer| ("authorization", bearer)))
         };
-        let base = base_url.url.trim_end_matches('/');
+        // Added to the base URL's path: a query (Azure's `?api-version=`) stays.
+        let below = |suffix: &str| http::edit_path(&base_url.url, |path| format!("{path}{suffix}"));
         Ok(OpenAiProvider {
             client,
-            chat: http::Endpoint::new(&format!("{base}/chat/completions"), pairs())?,
-            responses: http::Endpoint::new(&format!("{base}/responses"), pairs())?,
+            chat: http::Endpoint::new(&below("/chat/completions"), pairs())?,
+            responses: http::Endpoint::new(&below("/responses"), pairs())?,
             source: base_url.source,
             options,
             timeout,

@@ -12,7 +12,9 @@ use serde_json::{Map, Value, json};
 
 use super::exchange::error_object;
 use super::{ChatRequest, ErrorKind, ProviderError};
-use crate::dialog::{ApiType, ContentPart, FunctionCall, Message, Modality, Role};
+use crate::dialog::{
+    ApiType, ContentPart, FunctionCall, Message, Modality, Role, token_count, total_count,
+};
 
 /// A part of a multipart user message as a Responses input part.
 fn input_part(part: &ContentPart) -> Value {
@@ -211,19 +213,20 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
             .insert("finish_reason".into(), json!(reason));
     }
     if let Some(Value::Object(usage)) = body.get("usage") {
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+        // Each count at most `MAX_CALL_TOKENS` (README, "Numbers and their ranges").
+        let count = |key: &str| usage.get(key).map_or(0, |value| token_count(key, value));
         let detail = |section: &str, key: &str| {
             usage
                 .get(section)
                 .and_then(|d| d.get(key))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
+                .map_or(0, |value| token_count(key, value))
         };
         let (input, output) = (count("input_tokens"), count("output_tokens"));
+        let total = total_count(usage.get("total_tokens"), input, output);
         message.usage = json!({
             "prompt_tokens": input,
             "completion_tokens": output,
-            "total_tokens": usage.get("total_tokens").and_then(Value::as_u64).unwrap_or(input.saturating_add(output)),
+            "total_tokens": total,
             "prompt_tokens_details": {"cached_tokens": detail("input_tokens_details", "cached_tokens")},
             "completion_tokens_details": {"reasoning_tokens": detail("output_tokens_details", "reasoning_tokens")},
         })

@@ -238,6 +238,13 @@ impl Entry {
     }
 }
 
+/// A count as an SQLite integer (signed 64 bits): one above `i64::MAX` (a
+/// record's token count from before counts were clamped) is kept as
+/// `i64::MAX`, never wrapped to a negative number.
+fn sql_integer(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 /// A task as the index keeps it: a string as is, anything else as JSON.
 fn task_text(task: &Value) -> String {
     match task {
@@ -251,7 +258,9 @@ fn collect_models(record: &SessionRecord, models: &mut Vec<ModelUse>) {
         let tokens = call.cost.total_tokens;
         match models.iter_mut().find(|known| known.model == call.model) {
             Some(known) => {
-                known.total_tokens += tokens;
+                // Counts of records written before they were clamped may be
+                // as large as u64::MAX: a sum saturates.
+                known.total_tokens = known.total_tokens.saturating_add(tokens);
                 known.cost = match (known.cost, call.cost.cost) {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
@@ -621,9 +630,9 @@ fn insert(
             entry.task_id,
             entry.state,
             models,
-            entry.prompt_tokens as i64,
-            entry.completion_tokens as i64,
-            entry.total_tokens as i64,
+            sql_integer(entry.prompt_tokens),
+            sql_integer(entry.completion_tokens),
+            sql_integer(entry.total_tokens),
             entry.cost,
             entry.cost_known,
             entry.started_at,
@@ -653,7 +662,12 @@ fn insert(
             tag.execute(params![key, tag_text(value), id])?;
         }
         for used in &entry.models {
-            model.execute(params![used.model, id, used.total_tokens as i64, used.cost])?;
+            model.execute(params![
+                used.model,
+                id,
+                sql_integer(used.total_tokens),
+                used.cost
+            ])?;
         }
         if with_text {
             text::insert_text(connection, id, &entry.task, entry.delivery.as_deref())?;

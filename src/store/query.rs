@@ -385,8 +385,11 @@ impl Store {
     pub fn cost(&self, filter: &Filter, by: &GroupBy) -> Result<CostGroup> {
         self.text_ready(filter)?;
         let (clause, mut values) = condition(filter, false);
+        // Tokens summed with TOTAL (a float): SQLite's SUM of integers fails
+        // with "integer overflow" past i64::MAX, which large counts of old
+        // records reach; the float saturates when read back.
         let sums = "COUNT(*), SUM(s.state = 'failure'), \
-                    SUM(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL)";
+                    TOTAL(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL)";
         let sql = match by {
             GroupBy::Tactic => {
                 format!("SELECT s.tactic, {sums} FROM sessions s {clause} GROUP BY 1")
@@ -403,7 +406,7 @@ impl Store {
                 )
             }
             GroupBy::Model => format!(
-                "SELECT m.model, COUNT(*), SUM(s.state = 'failure'), SUM(m.total_tokens), \
+                "SELECT m.model, COUNT(*), SUM(s.state = 'failure'), TOTAL(m.total_tokens), \
                  TOTAL(m.cost), SUM(NOT s.cost_known OR m.cost IS NULL) FROM sessions s \
                  JOIN session_models m ON m.session = s.id {clause} GROUP BY 1"
             ),
@@ -413,7 +416,8 @@ impl Store {
                 group: row.get::<_, Option<String>>(0)?.unwrap_or_default(),
                 sessions: row.get::<_, i64>(1)? as u64,
                 failures: row.get::<_, Option<i64>>(2)?.unwrap_or(0) as u64,
-                total_tokens: row.get::<_, Option<i64>>(3)?.unwrap_or(0) as u64,
+                // `as` saturates: a float past u64::MAX reads as u64::MAX.
+                total_tokens: row.get::<_, f64>(3)? as u64,
                 cost: row.get::<_, f64>(4)?,
                 cost_unknown: row.get::<_, Option<i64>>(5)?.unwrap_or(0) as u64,
             })
@@ -509,6 +513,39 @@ mod tests {
             ..Filter::default()
         };
         assert!(store.dense(&common, 5).unwrap());
+    }
+
+    #[test]
+    fn huge_token_counts_of_old_records_saturate_in_sums() {
+        // Counts of records written before they were clamped: `as i64` made
+        // u64::MAX a -1, and SQLite's SUM failed with "integer overflow".
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let entries: Vec<super::super::Entry> = (0..3)
+            .map(|i| super::super::Entry {
+                total_tokens: u64::MAX,
+                models: vec![super::super::ModelUse {
+                    model: "op/m".into(),
+                    total_tokens: u64::MAX,
+                    cost: Some(1.0),
+                }],
+                ..super::super::Entry::for_test(
+                    &format!("s{i}"),
+                    "task",
+                    format!("2026-01-01T00:00:0{i}.000Z"),
+                    super::super::RecordPlace::File("x.json".into()),
+                )
+            })
+            .collect();
+        store.register(&entries).unwrap();
+        for by in [GroupBy::Tactic, GroupBy::Model] {
+            let group = store.cost(&Filter::default(), &by).unwrap();
+            assert_eq!(group.total.sessions, 3);
+            assert_eq!(group.total.total_tokens, u64::MAX, "{by:?}");
+            assert_eq!(group.rows[0].total_tokens, u64::MAX, "{by:?}");
+        }
+        let listed = store.list(&Filter::default(), 1).unwrap();
+        assert_eq!(listed[0].total_tokens, i64::MAX as u64, "never negative");
     }
 
     #[test]

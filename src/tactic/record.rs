@@ -9,7 +9,6 @@
 //! the task, the delivery and prompt templates once (`compact`). `expand`
 //! puts everything back, so every version in `READS` reads the same.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -360,25 +359,17 @@ impl SessionRecord {
         {
             std::fs::create_dir_all(parent)?;
         }
-        let file_name = path
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temporary = path.with_file_name(format!(".{file_name}.tmp"));
         let mut text = serde_json::to_vec_pretty(self)?;
         text.push(b'\n');
-        if file_name.ends_with(".zst") {
+        if path
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().ends_with(".zst"))
+        {
             text = zstd::encode_all(text.as_slice(), zstd::DEFAULT_COMPRESSION_LEVEL)?;
         }
-        let mut file = std::fs::File::create(&temporary)?;
-        let written = file
-            .write_all(&text)
-            .and_then(|()| file.sync_all())
-            .and_then(|()| std::fs::rename(&temporary, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temporary);
-        }
-        written
+        // A temporary file of this writer's own: runs given one `--record`
+        // each leave a whole record (the last rename wins).
+        crate::file::atomic::write(path, &text)
     }
 }
 
@@ -437,5 +428,40 @@ mod tests {
                 assert!(all.insert(id));
             }
         }
+    }
+
+    #[test]
+    fn writers_of_one_record_path_all_succeed_with_a_whole_record() {
+        // They shared `.same.json.tmp`: one writer's `File::create` cut
+        // another's bytes and one's rename took the file the other was about
+        // to rename ("No such file or directory", no record).
+        let yaml = "tactic_type: echo\nagent_configs: [{name: echo, model_name: mock/echo}]\n";
+        let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let record = runtime.block_on(tactic.run_until(
+            "the same task".into(),
+            None,
+            std::future::pending(),
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("same.json");
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| (0..40).map(|_| record.write(&path)).collect::<Vec<_>>()))
+                .collect();
+            for writer in writers {
+                for written in writer.join().unwrap() {
+                    written.unwrap();
+                }
+            }
+        });
+        let read: SessionRecord =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(read.session_id, record.session_id);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file stays");
     }
 }

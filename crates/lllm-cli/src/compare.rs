@@ -22,6 +22,11 @@ pub struct CompareArgs {
 }
 
 pub fn run(args: CompareArgs) -> Result<Outcome> {
+    if let Some(path) = &args.html {
+        // Neither directory's own files: the page never replaces an input.
+        report::check_outputs(&[("--html", path)], &[&args.a, &args.b])
+            .map_err(crate::report::error)?;
+    }
     let a = Batch::read_results(&args.a).map_err(crate::report::error)?;
     let b = Batch::read_results(&args.b).map_err(crate::report::error)?;
     for note in a.notes.iter().chain(&b.notes) {

@@ -29,12 +29,15 @@ pub fn error(error: report::Error) -> Error {
 }
 
 pub fn run(args: ReportArgs) -> Result<Outcome> {
+    let html_path = args.output.unwrap_or_else(|| args.dir.join("report.html"));
+    let csv_path = args.csv.unwrap_or_else(|| args.dir.join("report.csv"));
+    // Before anything is read: a report never replaces what it is made from.
+    report::check_outputs(&[("-o", &html_path), ("--csv", &csv_path)], &[&args.dir])
+        .map_err(error)?;
     let batch = Batch::read(&args.dir).map_err(error)?;
     for note in &batch.notes {
         lllm::output::stderr_line(&format!("note: {note}"));
     }
-    let html_path = args.output.unwrap_or_else(|| args.dir.join("report.html"));
-    let csv_path = args.csv.unwrap_or_else(|| args.dir.join("report.csv"));
     report::write(&html_path, &report::html::report(&batch)).map_err(error)?;
     report::write(&csv_path, &report::csv::report(&batch)).map_err(error)?;
     lllm::output::stderr_line(&format!(

@@ -599,3 +599,60 @@ fn a_responses_api_tactic_goes_to_a_responses_batch_and_delivers_as_directly() {
         .collect();
     assert_eq!(endpoints, BTreeSet::from(["/v1/responses".to_string()]));
 }
+
+#[test]
+fn a_base_url_s_query_goes_with_every_batch_api_request() {
+    // Azure OpenAI takes its API version in the query: the files and batch
+    // requests went to `{url}?api-version=…/files` (the path `/v1`).
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), SCRIPT);
+    let provider = format!(
+        r#"{{api: openai, base_url: "{}/v1?api-version=2024-06-01"}}"#,
+        server.url
+    );
+    let tasks: String = (0..3)
+        .map(|i| {
+            json!({"id": format!("t{i}"), "task": format!("Task number {i}")}).to_string() + "\n"
+        })
+        .collect();
+    let test = test
+        .file("t.yaml", &tactic(&provider))
+        .file("tasks.jsonl", &tasks);
+    test.run(&arguments(&batched(&[]))).expect_code(0);
+    assert_eq!(results(&test, "out").len(), 3);
+    // The client's own requests (a batch's runs are logged with their `custom_id`).
+    let sent: Vec<Value> = server
+        .requests()
+        .into_iter()
+        .filter(|entry| entry.get("custom_id").is_none())
+        .collect();
+    let paths: BTreeSet<String> = sent
+        .iter()
+        .map(|entry| {
+            let path = entry["path"].as_str().unwrap();
+            // Ids made generic: `/v1/batches/batch_…` is `/v1/batches/ID`.
+            let parts: Vec<&str> = path
+                .split('/')
+                .map(|part| {
+                    if part.contains('_') || part.contains('-') {
+                        "ID"
+                    } else {
+                        part
+                    }
+                })
+                .collect();
+            format!("{} {}", entry["method"].as_str().unwrap(), parts.join("/"))
+        })
+        .collect();
+    for expected in [
+        "POST /v1/files",
+        "POST /v1/batches",
+        "GET /v1/batches/ID",
+        "GET /v1/files/ID/content",
+    ] {
+        assert!(paths.contains(expected), "{expected} in {paths:?}");
+    }
+    for entry in &sent {
+        assert_eq!(entry["query"], "api-version=2024-06-01", "{entry}");
+    }
+}

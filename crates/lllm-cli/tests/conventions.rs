@@ -194,3 +194,44 @@ fn a_self_hosted_model_is_not_billed_at_a_hosted_price() {
     assert_eq!(known, Value::Bool(true));
     assert!((dollars.as_f64().unwrap() - 0.01).abs() < 1e-9, "{dollars}");
 }
+
+#[test]
+fn a_base_url_s_query_stays_on_every_request() {
+    // Azure OpenAI takes its API version in the query. `{base}/chat/completions`
+    // appended the path to the query: the request went to `/v1` (a 404).
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: fine}\n");
+    let providers = format!(
+        "providers:\n  az: {{api: openai, base_url: \"{url}/v1?api-version=2024-06-01\"}}\n  \
+         claude: {{api: anthropic, base_url: \"{url}/?gateway=a%20b\", api_key_env: TEST_KEY}}\n",
+        url = server.url
+    );
+    let responses = format!(
+        "global: {{model_name: az/m, max_llm_recall: 0, api_type: response}}\n{ONE_AGENT}{providers}"
+    );
+    let test = test
+        .file("chat.yaml", &tactic("az/m", &providers))
+        .file("responses.yaml", &responses)
+        .file("anthropic.yaml", &tactic("claude/m", &providers))
+        .env("TEST_KEY", "sk-test-key-1234");
+    for file in ["chat.yaml", "responses.yaml", "anthropic.yaml"] {
+        let output = test.run(&["run", file, "--task", "hi", "--no-record"]);
+        output.expect_code(0);
+        assert_eq!(output.stdout, "fine\n", "{file}: {}", output.stderr);
+    }
+    let arrived: Vec<(String, String)> = server
+        .requests()
+        .iter()
+        .map(|request| {
+            let text = |key: &str| request[key].as_str().unwrap_or_default().to_string();
+            (text("path"), text("query"))
+        })
+        .collect();
+    let expected = [
+        ("/v1/chat/completions", "api-version=2024-06-01"),
+        ("/v1/responses", "api-version=2024-06-01"),
+        ("/v1/messages", "gateway=a%20b"),
+    ]
+    .map(|(path, query)| (path.to_string(), query.to_string()));
+    assert_eq!(arrived, expected);
+}

@@ -413,3 +413,116 @@ fn compare_bad_input_is_exit_2() {
             .contains("`nowhere` is not a batch output directory")
     );
 }
+
+/// Every file of `dir`, with its bytes.
+fn snapshot(test: &Test, dir: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(test.path(dir))
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[track_caller]
+fn refused(output: &Output, line: &str) {
+    output.expect_code(2);
+    assert_eq!(output.stderr, format!("error: {line}\n"));
+    assert_eq!(output.stdout, "");
+}
+
+#[test]
+fn report_and_compare_never_overwrite_a_batch_directory_s_own_files() {
+    // `report out -o out/results.jsonl` replaced the results with the page
+    // (exit 0), and `compare --html B/results.jsonl` did the same to B.
+    let test = batch();
+    second_batch(&test);
+    let (before, before_b) = (snapshot(&test, "out"), snapshot(&test, "out_b"));
+    let hint = "hint: write it to a file outside the batch's own files";
+    refused(
+        &test.run(&["report", "out", "-o", "out/results.jsonl"]),
+        &format!(
+            "`-o out/results.jsonl` would overwrite `results.jsonl` of the batch directory `out`; {hint}"
+        ),
+    );
+    refused(
+        &test.run(&["report", "out", "--csv", "out/sessions.jsonl"]),
+        &format!(
+            "`--csv out/sessions.jsonl` would overwrite `sessions.jsonl` of the batch directory `out`; {hint}"
+        ),
+    );
+    // Another spelling of the same file, and files that do not exist yet.
+    std::fs::create_dir(test.path("elsewhere")).unwrap();
+    for path in [
+        "elsewhere/../out/summary.json",
+        "./out/batch.json",
+        "out/.lock",
+        "out/merge.json",
+        "out/sessions.jsonl.zst",
+        "out/openai_output.jsonl",
+    ] {
+        let output = test.run(&["report", "out", "-o", path]);
+        output.expect_code(2);
+        assert!(
+            output
+                .stderr
+                .starts_with(&format!("error: `-o {path}` would overwrite `")),
+            "{}",
+            output.stderr
+        );
+    }
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(test.path("out/results.jsonl"), test.path("link.html")).unwrap();
+        let output = test.run(&["report", "out", "-o", "link.html"]);
+        output.expect_code(2);
+        assert!(
+            output
+                .stderr
+                .contains("would overwrite `results.jsonl` of the batch directory `out`"),
+            "{}",
+            output.stderr
+        );
+    }
+    refused(
+        &test.run(&["report", "out", "-o", "page.html", "--csv", "page.html"]),
+        "`-o page.html` and `--csv page.html` name the same file; hint: give each its own file",
+    );
+    refused(
+        &test.run(&["compare", "out", "out_b", "--html", "out_b/results.jsonl"]),
+        &format!(
+            "`--html out_b/results.jsonl` would overwrite `results.jsonl` of the batch directory `out_b`; {hint}"
+        ),
+    );
+    refused(
+        &test.run(&["compare", "out", "out_b", "--html", "out/summary.json"]),
+        &format!(
+            "`--html out/summary.json` would overwrite `summary.json` of the batch directory `out`; {hint}"
+        ),
+    );
+    assert_eq!(snapshot(&test, "out"), before, "nothing of `out` changed");
+    assert_eq!(
+        snapshot(&test, "out_b"),
+        before_b,
+        "nothing of `out_b` changed"
+    );
+    assert!(!test.path("page.html").exists());
+
+    // A report inside the directory under a name of its own is fine.
+    test.run(&[
+        "report",
+        "out",
+        "-o",
+        "out/page.html",
+        "--csv",
+        "out/table.csv",
+    ])
+    .expect_code(0);
+    assert!(test.path("out/page.html").is_file() && test.path("out/table.csv").is_file());
+}

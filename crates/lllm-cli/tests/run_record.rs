@@ -142,3 +142,34 @@ fn a_record_that_cannot_be_written_still_delivers_and_leaves_no_temporary_file()
     let record: Value = test.read_json("ok/r.json");
     assert_eq!(record["delivery"], "deliver me");
 }
+
+#[test]
+fn runs_given_one_record_path_each_write_a_whole_record() {
+    // They shared one temporary file (`.same.json.tmp`): a run's rename took
+    // another's half-written file away, and that run failed with "No such
+    // file or directory" and no record.
+    let test = Test::new().file("echo.yaml", ECHO);
+    let children: Vec<_> = (0..12)
+        .map(|number| {
+            test.spawn(&[
+                "run",
+                "echo.yaml",
+                "--task",
+                &format!("task {number}"),
+                "--record",
+                "same.json",
+                "-q",
+            ])
+        })
+        .collect();
+    for child in children {
+        let output = Output::of(child.wait_with_output().unwrap());
+        output.expect_code(0);
+        assert_eq!(output.stderr, "", "every record was written");
+    }
+    let record = test.read_json("same.json");
+    assert_eq!(record["state"], "success");
+    let task = record["task"].as_str().unwrap();
+    assert_eq!(record["delivery"], task, "one run's record, whole");
+    assert_eq!(temporary_files(test.dir.path()), Vec::<String>::new());
+}

@@ -381,18 +381,42 @@ fn a_batch_paused_by_a_429_says_so_while_it_waits() {
     assert!(found, "no waiting reason shown:\n{}", seen.join("\n"));
 }
 
+/// Tokens of one call's count at most (README, "Numbers and their ranges").
+const MAX_CALL_TOKENS: u64 = 100_000_000;
+
+const HUGE_USAGE: &str =
+    "usage: {prompt_tokens: 18446744073709551615, completion_tokens: 18446744073709551615}";
+
 #[test]
-fn token_counts_at_the_edge_of_u64_saturate_instead_of_crashing() {
+fn token_counts_from_the_wire_are_clamped_to_a_call_s_maximum() {
+    // Counts of 2^64-1 were taken as sent: a run cost $36.9 trillion at $1
+    // per million tokens, a batch's summary said $1.1e14, and `--max-cost 1`
+    // recorded a spend of $3.7e13.
+    let pricing = "pricing:\n  local/test-model: {input_per_million: 1, output_per_million: 1, max_output_tokens: 100}\n";
+    // Each count clamped: prompt and completion at 10^8 tokens, $100 each.
+    let per_call = 200.0;
     for api in ["openai", "anthropic"] {
         let test = Test::new();
         let server = MockServer::start(
             test.dir.path(),
-            "default: {text: ok, usage: {prompt_tokens: 18446744073709551615, completion_tokens: 18446744073709551615}}\n",
+            &format!("default: {{text: ok, {HUGE_USAGE}}}\n"),
         );
+        let tactic = tactic(api, &server.base_url(), 0, 50) + pricing;
         let test = test
-            .file("t.yaml", &tactic(api, &server.base_url(), 0, 50))
-            .file("tasks.jsonl", "\"one\"\n\"two\"\n")
+            .file("t.yaml", &tactic)
+            .file("tasks.jsonl", "\"one\"\n\"two\"\n\"three\"\n")
             .env("TEST_KEY", "k");
+        let output = finish(test.spawn(&["run", "t.yaml", "--task", "hi", "--json", "-q"]));
+        output.expect_code(0);
+        let run: Value = serde_json::from_str(&output.stdout).unwrap();
+        assert_eq!(
+            run["tokens"],
+            serde_json::json!({"prompt": MAX_CALL_TOKENS, "completion": MAX_CALL_TOKENS,
+                "total": MAX_CALL_TOKENS}),
+            "{api}"
+        );
+        assert_eq!(run["cost"], per_call, "{api}");
+
         let output = finish(test.spawn(&[
             "batch",
             "tasks.jsonl",
@@ -406,8 +430,57 @@ fn token_counts_at_the_edge_of_u64_saturate_instead_of_crashing() {
         ]));
         output.expect_code(0);
         let summary = test.read_json("out/summary.json");
-        assert_eq!(summary["success"], 2, "{api}: {summary}");
-        let text = summary.to_string();
-        assert!(text.contains("18446744073709551615"), "{api}: {text}");
+        assert_eq!(summary["success"], 3, "{api}: {summary}");
+        assert_eq!(
+            summary["tokens"]["prompt_tokens"],
+            3 * MAX_CALL_TOKENS,
+            "{api}"
+        );
+        assert_eq!(
+            summary["tokens"]["total_tokens"],
+            3 * MAX_CALL_TOKENS,
+            "{api}"
+        );
+        assert_eq!(summary["cost"], 3.0 * per_call, "{api}");
+
+        // The budget sees the clamped cost: the first task's $200 reaches
+        // `--max-cost 1`, and nothing more is started.
+        let output = finish(test.spawn(&[
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            "capped",
+            "-j",
+            "1",
+            "-q",
+            "--max-cost",
+            "1",
+        ]));
+        output.expect_code(1);
+        let summary = test.read_json("capped/summary.json");
+        assert_eq!(summary["cost"], per_call, "{api}: {summary}");
+        assert_eq!(summary["skipped"], 2, "{api}: {summary}");
     }
+}
+
+#[test]
+fn the_in_process_mock_clamps_its_script_s_counts_too() {
+    // `mock/script` summed prompt and completion with a wrapping `+`:
+    // 2^64-2 tokens (a panic in a debug build).
+    let test = Test::new()
+        .file("script.yaml", &format!("default: {{text: ok, {HUGE_USAGE}}}\n"))
+        .file(
+            "t.yaml",
+            "global: {model_name: mock/script}\nagent_configs:\n  - {name: a}\nproviders:\n  mock: {script: script.yaml}\n",
+        );
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--json", "-q"]);
+    output.expect_code(0);
+    let run: Value = serde_json::from_str(&output.stdout).unwrap();
+    assert_eq!(
+        run["tokens"],
+        serde_json::json!({"prompt": MAX_CALL_TOKENS, "completion": MAX_CALL_TOKENS,
+            "total": MAX_CALL_TOKENS})
+    );
 }

@@ -333,13 +333,7 @@ async fn unknown_route(
         "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models, the OpenAI Batch API (/v1/files, /v1/batches) and Anthropic Message Batches (/v1/messages/batches)",
         uri.path()
     );
-    let mut entry = LogEntry::new(
-        method.as_str(),
-        uri.path(),
-        &headers,
-        &body,
-        shared.log.is_some(),
-    );
+    let mut entry = LogEntry::new(method.as_str(), &uri, &headers, &body, shared.log.is_some());
     entry.status = Some(404);
     shared.record(entry);
     // An Anthropic client gets Anthropic's error shape, others OpenAI's.
@@ -421,7 +415,7 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut entry = LogEntry::new("POST", uri.path(), &headers, &body, shared.log.is_some());
+    let mut entry = LogEntry::new("POST", &uri, &headers, &body, shared.log.is_some());
     let incoming = match checked(api, &headers, &entry.body) {
         Ok(incoming) => incoming,
         Err((status, code, message)) => {

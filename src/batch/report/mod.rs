@@ -59,6 +59,31 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// An output path is one of the files of a batch directory read (its
+    /// results, records, summary, …): writing it would lose them.
+    #[error(
+        "`{flag} {path}` would overwrite `{name}` of the batch directory `{dir}`; hint: write it to a file outside the batch's own files"
+    )]
+    OwnFile {
+        /// How the output was given (`-o`, `--csv`, `--html`).
+        flag: String,
+        /// The output path as given.
+        path: String,
+        /// The batch directory's file it names.
+        name: &'static str,
+        /// The batch directory.
+        dir: String,
+    },
+    /// Two outputs name one file: the second would replace the first.
+    #[error("`{first} {path}` and `{second}` name the same file; hint: give each its own file")]
+    SameOutput {
+        /// How the first output was given.
+        first: String,
+        /// How the second was.
+        second: String,
+        /// The first path as given.
+        path: String,
+    },
     /// A report could not be written.
     #[error("cannot write `{path}`: {source}")]
     Write {
@@ -329,6 +354,53 @@ fn skipped_note(notes: &mut Vec<String>, path: &Path, what: &str, lines: &[usize
         crate::words::count(lines.len() as u64, "line", "lines"),
         shown.join(", ")
     ));
+}
+
+/// Refuses outputs (each with the flag that gave it) that would replace one
+/// of the own files of the batch directories `dirs` (see
+/// [`OWN_FILES`](super::output::OWN_FILES); resolved paths compared, so a
+/// symbolic link, `..` or a hard link is caught too, whether the file exists
+/// or not), and two outputs that are one file. Checked before anything is
+/// read or written.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::path::Path;
+/// use lllm::batch::report::check_outputs;
+/// let dir = tempfile::tempdir()?;
+/// let results = dir.path().join("results.jsonl");
+/// let error = check_outputs(&[("-o", &results)], &[dir.path()]).unwrap_err();
+/// assert!(error.to_string().contains("would overwrite `results.jsonl`"));
+/// assert!(check_outputs(&[("-o", &dir.path().join("report.html"))], &[dir.path()]).is_ok());
+/// # Ok(())
+/// # }
+/// ```
+pub fn check_outputs(outputs: &[(&str, &Path)], dirs: &[&Path]) -> Result<()> {
+    for (at, (flag, path)) in outputs.iter().enumerate() {
+        for dir in dirs {
+            let own = super::output::OWN_FILES
+                .iter()
+                .find(|name| crate::file::same::same_file(path, &dir.join(name)));
+            if let Some(name) = own {
+                return Err(Error::OwnFile {
+                    flag: flag.to_string(),
+                    path: path.display().to_string(),
+                    name,
+                    dir: dir.display().to_string(),
+                });
+            }
+        }
+        for (second, other) in &outputs[at + 1..] {
+            if crate::file::same::same_file(path, other) {
+                return Err(Error::SameOutput {
+                    first: flag.to_string(),
+                    second: format!("{second} {}", other.display()),
+                    path: path.display().to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes a report file, naming it in the error.

@@ -214,5 +214,24 @@ fn stream_events_of_odd_shapes_are_kept_as_sent() {
     let message = assembler.finish().unwrap();
     assert_eq!(message.content, format!("A{}", "b".repeat(100_000)));
     assert_eq!(message.usage["completion_tokens"], 3);
-    assert_eq!(message.total_tokens(), u64::MAX);
+    assert_eq!(
+        message.usage["prompt_tokens"],
+        crate::dialog::MAX_CALL_TOKENS
+    );
+    assert_eq!(message.total_tokens(), crate::dialog::MAX_CALL_TOKENS);
+}
+
+#[test]
+fn usage_counts_are_clamped_each_and_in_their_sum() {
+    let body = json!({"content": [{"type": "text", "text": "x"}], "usage": {
+        "input_tokens": 18446744073709551615u64, "output_tokens": -2,
+        "cache_read_input_tokens": 99999999, "cache_creation_input_tokens": 7.5}});
+    let usage = parse_response(&body).unwrap().usage;
+    assert_eq!(
+        Value::Object(usage),
+        json!({"prompt_tokens": crate::dialog::MAX_CALL_TOKENS, "completion_tokens": 0,
+            "total_tokens": crate::dialog::MAX_CALL_TOKENS,
+            "prompt_tokens_details": {"cached_tokens": 99999999},
+            "cache_creation_input_tokens": 7})
+    );
 }

@@ -72,15 +72,15 @@ impl Service {
         client: reqwest::Client,
         model_endpoint: &Endpoint,
     ) -> Result<Service, String> {
-        let url = model_endpoint.url.as_str().trim_end_matches('/');
-        let url = match api {
-            Api::OpenAi => url
+        // Paths, not texts: the model endpoint's query (Azure's
+        // `?api-version=`) stays on every request of the Batch API.
+        let base = model_endpoint.with_path(|path| match api {
+            Api::OpenAi => path
                 .strip_suffix("/chat/completions")
-                .unwrap_or(url)
+                .unwrap_or(path)
                 .to_string(),
-            Api::Anthropic => format!("{url}/batches"),
-        };
-        let base = model_endpoint.at(&url)?;
+            Api::Anthropic => format!("{path}/batches"),
+        });
         Ok(Service {
             key: format!("{provider} {}", base.place()),
             provider: provider.to_string(),
@@ -90,10 +90,9 @@ impl Service {
         })
     }
 
-    /// The endpoint `suffix` below the base.
-    fn at(&self, suffix: &str) -> Result<Endpoint, ProviderError> {
-        let url = format!("{}{suffix}", self.base.url.as_str().trim_end_matches('/'));
-        self.base.at(&url).map_err(ProviderError::permanent)
+    /// The endpoint `suffix` (a path, perhaps with a query) below the base.
+    fn at(&self, suffix: &str) -> Endpoint {
+        self.base.below(suffix)
     }
 
     async fn send(
@@ -102,7 +101,7 @@ impl Service {
         suffix: &str,
         body: Option<(Vec<u8>, String)>,
     ) -> Result<HttpReply, ProviderError> {
-        let endpoint = self.at(suffix)?;
+        let endpoint = self.at(suffix);
         let reply = http::request(&self.client, &endpoint, method, body, TIMEOUT).await?;
         if (200..300).contains(&reply.status) {
             return Ok(reply);

@@ -6,7 +6,7 @@ use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use crate::dialog::{Dialog, ImageSource};
+use crate::dialog::{Dialog, ImageSource, MAX_CALL_TOKENS};
 use crate::provider::ToolSpec;
 use crate::provider::exchange::Assembler;
 
@@ -417,7 +417,50 @@ fn tool_call_indexes_and_token_counts_from_the_wire_are_not_trusted() {
         .map(|call| call.name.as_str())
         .collect();
     assert_eq!(names, ["f", "g"], "in the order of their indexes, no gaps");
-    assert_eq!(message.total_tokens(), u64::MAX);
+    // Each count is clamped to `MAX_CALL_TOKENS`.
+    assert_eq!(message.usage["prompt_tokens"], MAX_CALL_TOKENS);
+    assert_eq!(
+        message.total_tokens(),
+        MAX_CALL_TOKENS,
+        "and so is their sum"
+    );
     let body = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":1}}"#;
-    assert_eq!(parse_body(body).unwrap().total_tokens(), u64::MAX);
+    assert_eq!(parse_body(body).unwrap().total_tokens(), MAX_CALL_TOKENS);
+}
+
+#[test]
+fn usage_counts_of_every_shape_are_clamped_whole_numbers() {
+    // Either reader (typed, then the tree for floats and negative numbers):
+    // every count and detail count as `token_count` reads it.
+    let bodies = [
+        (
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":18446744073709551615,"total_tokens":18446744073709551615,"prompt_tokens_details":{"cached_tokens":18446744073709551615},"completion_tokens_details":{"reasoning_tokens":1e30}}}"#,
+            MAX_CALL_TOKENS,
+        ),
+        // A negative total is no total: prompt and completion added (and clamped).
+        (
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":1e30,"completion_tokens":5e20,"total_tokens":-1,"prompt_tokens_details":{"cached_tokens":1e19},"completion_tokens_details":{"reasoning_tokens":100000001}}}"#,
+            MAX_CALL_TOKENS,
+        ),
+    ];
+    for (body, total) in bodies {
+        let usage = parse_body(body).unwrap().usage;
+        let expected = json!({
+            "prompt_tokens": MAX_CALL_TOKENS, "completion_tokens": MAX_CALL_TOKENS,
+            "total_tokens": total,
+            "prompt_tokens_details": {"cached_tokens": MAX_CALL_TOKENS},
+            "completion_tokens_details": {"reasoning_tokens": MAX_CALL_TOKENS},
+        });
+        assert_eq!(Value::Object(usage), expected, "{body}");
+    }
+    let body = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":-3,"completion_tokens":2.9,"total_tokens":"5"}}"#;
+    let usage = parse_body(body).unwrap().usage;
+    assert_eq!(
+        (
+            &usage["prompt_tokens"],
+            &usage["completion_tokens"],
+            &usage["total_tokens"]
+        ),
+        (&json!(0), &json!(2), &json!(2))
+    );
 }

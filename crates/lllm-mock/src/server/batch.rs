@@ -184,6 +184,7 @@ impl Shared {
             received,
             method: "POST".into(),
             path: api.path().into(),
+            query: None,
             model: None,
             stream: false,
             auth: submitter.auth.clone(),
@@ -297,13 +298,7 @@ impl<'a> Call<'a> {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Call<'a> {
-        let mut entry = LogEntry::new(
-            method.as_str(),
-            uri.path(),
-            headers,
-            body,
-            shared.log.is_some(),
-        );
+        let mut entry = LogEntry::new(method.as_str(), uri, headers, body, shared.log.is_some());
         if body.is_empty() {
             entry.body = Value::Null;
         }

@@ -1,6 +1,7 @@
 //! The request log of `lllm-mock` (`--log FILE`): one JSON line per request,
 //! `{"n", "ts", "method", "path", "model", "stream", "auth", "body", "status",
-//! "fault"}`, flushed before the response goes out. The key header is logged
+//! "fault"}` (and `"query"`, the query string, when the URL has one), flushed
+//! before the response goes out. The key header is logged
 //! only as a short SHA-256 fingerprint, never as itself.
 //!
 //! The Batch APIs add keys to their lines: a batch's creation names the
@@ -13,7 +14,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Uri, header};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -23,6 +24,8 @@ pub struct LogEntry {
     pub received: chrono::DateTime<chrono::Utc>,
     pub method: String,
     pub path: String,
+    /// The URL's query string (`api-version=1`), when it has one.
+    pub query: Option<String>,
     pub model: Option<String>,
     pub stream: bool,
     pub auth: Value,
@@ -37,7 +40,7 @@ impl LogEntry {
     /// `logging: false` skips hashing the key header nobody will read.
     pub fn new(
         method: &str,
-        path: &str,
+        uri: &Uri,
         headers: &HeaderMap,
         body: &[u8],
         logging: bool,
@@ -46,7 +49,11 @@ impl LogEntry {
             index: None,
             received: chrono::Utc::now(),
             method: method.to_string(),
-            path: path.to_string(),
+            path: uri.path().to_string(),
+            query: uri
+                .query()
+                .filter(|query| !query.is_empty())
+                .map(str::to_string),
             model: None,
             stream: false,
             auth: if logging {
@@ -94,6 +101,9 @@ impl RequestLog {
             "status": entry.status,
             "fault": entry.fault,
         });
+        if let Some(query) = entry.query {
+            line["query"] = Value::String(query);
+        }
         for (key, value) in entry.extra {
             line[key] = value;
         }

@@ -1000,8 +1000,13 @@ fn run(
                 let usage = &body["usage"];
                 let count =
                     |keys: [&str; 2]| keys.iter().find_map(|key| usage[key].as_u64()).unwrap_or(0);
-                batch.input_tokens += count(["prompt_tokens", "input_tokens"]);
-                batch.output_tokens += count(["completion_tokens", "output_tokens"]);
+                // A script may report any count: the batch's sums saturate.
+                batch.input_tokens = batch
+                    .input_tokens
+                    .saturating_add(count(["prompt_tokens", "input_tokens"]));
+                batch.output_tokens = batch
+                    .output_tokens
+                    .saturating_add(count(["completion_tokens", "output_tokens"]));
                 batch.completed += 1;
                 let line_response = response(200, body);
                 push_line(
