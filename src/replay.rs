@@ -5,14 +5,14 @@
 //! control characters in recorded text (a model's, a tool's, a server's) are
 //! escaped; `--json` is the data.
 
+use std::collections::HashMap;
 use std::fmt::Write;
-use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::agent::AgentCallSession;
-use crate::dialog::{Dialog, InvokeCost, Message, Modality};
+use crate::dialog::{Dialog, DialogRecord, InvokeCost, Message, Modality};
 use crate::provider::ProviderError;
 use crate::provider::replay::Recorded;
 use crate::tactic::record::{self, RunState, SessionRecord};
@@ -37,6 +37,11 @@ pub enum Error {
     },
     #[error("`{path}` holds {count} sessions; pick one with `--id`")]
     Ambiguous { path: String, count: usize },
+    #[error("cannot read `{path}`: {reason}")]
+    Oversized {
+        path: String,
+        reason: record::Oversized,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -110,13 +115,20 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
         let mut by_session_id = false;
         let mut same_task: Vec<Heading> = Vec::new();
         let (mut count, mut unreadable) = (0, Vec::new());
-        for (number, line) in lines.lines().enumerate() {
-            let line = line.map_err(read_error)?;
-            if line.trim().is_empty() {
-                continue;
-            }
+        for line in crate::jsonl::numbered_lines(lines) {
+            let (number, line) = line.map_err(read_error)?;
+            // A line that is not UTF-8 is torn or corrupted, as one that is
+            // not JSON: skipped with the others.
+            let line = match line {
+                Some(line) if line.trim().is_empty() => continue,
+                Some(line) => line,
+                None => {
+                    unreadable.push(number);
+                    continue;
+                }
+            };
             let Ok(heading) = serde_json::from_str::<Heading>(&line) else {
-                unreadable.push(number + 1);
+                unreadable.push(number);
                 continue;
             };
             count += 1;
@@ -195,7 +207,8 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
 }
 
 /// A record from its JSON (a `.json` file's text or a line of a
-/// `sessions.jsonl`), its format checked and [`expand`](SessionRecord::expand)ed;
+/// `sessions.jsonl`), its format checked and expanded
+/// [within](SessionRecord::expand_within) [`ExpansionLimit::READ`](record::ExpansionLimit::READ);
 /// `label` names where it came from in errors. The session store reads one
 /// line of a batch's `sessions.jsonl` with it (`lllm logs show`).
 pub fn from_value(value: Value, label: &str) -> Result<SessionRecord> {
@@ -210,10 +223,15 @@ pub fn from_value(value: Value, label: &str) -> Result<SessionRecord> {
     }
     let mut record: SessionRecord =
         serde_path_to_error::deserialize(value).map_err(|error| Error::Invalid {
-            path: label,
+            path: label.clone(),
             message: format!("`{}`: {}", error.path(), error.inner()),
         })?;
-    record.expand();
+    record
+        .expand_within(record::ExpansionLimit::READ)
+        .map_err(|reason| Error::Oversized {
+            path: label,
+            reason,
+        })?;
     Ok(record)
 }
 
@@ -225,10 +243,32 @@ fn cost_text(cost: &InvokeCost) -> String {
     }
 }
 
+/// The start of `text` on one line: its words a space apart, cut at `max`
+/// characters with `…`. Only the first `max` × 4 + 4 KiB bytes are looked
+/// at, so a long text costs the same as a short one each time it is shown (a
+/// record shows a message once per call on its dialog).
 fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut end = text.len().min(max.saturating_mul(4).saturating_add(4096));
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut flat = String::new();
+    let mut shown = 0;
+    for word in text[..end].split_whitespace() {
+        if !flat.is_empty() {
+            flat.push(' ');
+            shown += 1;
+        }
+        flat.push_str(word);
+        shown += word.chars().count();
+        if shown > max {
+            break;
+        }
+    }
     match flat.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &flat[..cut]),
+        // The words looked at fit, but more text follows them.
+        None if end < text.len() => format!("{flat}…"),
         None => flat,
     }
 }
@@ -287,6 +327,20 @@ fn render_raw(record: &SessionRecord) -> String {
         .map(|dialog| Dialog::from_record(dialog, None))
         .collect();
     let all: Vec<&Dialog> = dialogs.iter().collect();
+    // Looked up by id once per call: the first dialog of an id, as listed.
+    let mut by_id: HashMap<&str, &Dialog> = HashMap::with_capacity(dialogs.len());
+    for dialog in &dialogs {
+        by_id.entry(dialog.dialog_id()).or_insert(dialog);
+    }
+    // The first step of each agent call and of each sub-tactic session.
+    let (mut call_steps, mut sub_steps) = (HashMap::new(), HashMap::new());
+    for step in &record.steps {
+        match step.sub_tactic {
+            None => call_steps.entry(step.agent_call),
+            Some(sub) => sub_steps.entry(sub),
+        }
+        .or_insert(step.step.as_str());
+    }
     let _ = writeln!(out, "\ndialog tree");
     for root in dialogs.iter().filter(|dialog| dialog.tree_node.is_root()) {
         for line in root.tree_overview(&all).lines() {
@@ -295,16 +349,9 @@ fn render_raw(record: &SessionRecord) -> String {
     }
 
     for (index, call) in record.agent_calls.iter().enumerate() {
-        let step = record
-            .steps
-            .iter()
-            .find(|step| step.agent_call == index && step.sub_tactic.is_none())
-            .map(|step| step.step.as_str());
+        let step = call_steps.get(&index).copied();
         render_call(&mut out, index + 1, step, call);
-        if let Some(dialog) = dialogs
-            .iter()
-            .find(|dialog| dialog.dialog_id() == call.dialog_id)
-        {
+        if let Some(dialog) = by_id.get(call.dialog_id.as_str()) {
             let _ = writeln!(
                 out,
                 "  dialog `{}` [{}]:",
@@ -318,11 +365,7 @@ fn render_raw(record: &SessionRecord) -> String {
     }
 
     for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
-        let step = record
-            .steps
-            .iter()
-            .find(|step| step.sub_tactic == Some(index))
-            .map_or("?", |step| step.step.as_str());
+        let step = sub_steps.get(&index).copied().unwrap_or("?");
         let _ = writeln!(out, "\nstep `{step}` ran tactic `{}`:", sub.tactic.name);
         for line in render(sub).lines() {
             let _ = writeln!(out, "  | {line}");
@@ -462,9 +505,21 @@ fn recorded_calls(record: &SessionRecord) -> Vec<Recorded> {
     calls
 }
 
+/// The record's dialogs by id (the first of an id, as listed).
+fn dialogs_by_id(record: &SessionRecord) -> HashMap<&str, &DialogRecord> {
+    let mut by_id = HashMap::with_capacity(record.dialogs.len());
+    for dialog in &record.dialogs {
+        by_id
+            .entry(dialog.tree_node.dialog_id.as_str())
+            .or_insert(dialog);
+    }
+    by_id
+}
+
 /// The record's model calls in the order the run made them: its own calls,
 /// with each sub-tactic's calls (recursively) where its step ran.
 fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
+    let dialogs = dialogs_by_id(record);
     let mut next = 0;
     for step in &record.steps {
         let Some(sub) = step
@@ -474,22 +529,24 @@ fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
             continue;
         };
         while next < step.agent_call.min(record.agent_calls.len()) {
-            enqueue_call(record, &record.agent_calls[next], queue);
+            enqueue_call(&dialogs, &record.agent_calls[next], queue);
             next += 1;
         }
         enqueue(sub, queue);
     }
     for call in record.agent_calls.iter().skip(next) {
-        enqueue_call(record, call, queue);
+        enqueue_call(&dialogs, call, queue);
     }
 }
 
-fn enqueue_call(record: &SessionRecord, call: &AgentCallSession, queue: &mut Vec<Recorded>) {
+fn enqueue_call(
+    dialogs: &HashMap<&str, &DialogRecord>,
+    call: &AgentCallSession,
+    queue: &mut Vec<Recorded>,
+) {
     for invoke in &call.invokes {
-        let messages = record
-            .dialogs
-            .iter()
-            .find(|dialog| dialog.tree_node.dialog_id == invoke.request.dialog_id)
+        let messages = dialogs
+            .get(invoke.request.dialog_id.as_str())
             .map(|dialog| {
                 dialog
                     .messages
@@ -630,4 +687,27 @@ pub async fn rerun_with(
         }
     ))?;
     Ok(Outcome::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_shows_the_start_of_a_text_of_any_length() {
+        for (text, max, shown) in [
+            ("a  b\n\tc", 10, "a b c"),
+            ("one two three", 7, "one two…"),
+            ("", 5, ""),
+            ("naïve café au lait", 10, "naïve café…"),
+        ] {
+            assert_eq!(one_line(text, max), shown, "{text:?}");
+        }
+        // Only the start is looked at: a long text of spaces then words
+        // shows as continuing.
+        let long = format!("start{}end", " ".repeat(1 << 20));
+        assert_eq!(one_line(&long, 10), "start…");
+        let words = "word ".repeat(1 << 20);
+        assert_eq!(one_line(&words, 12), "word word wo…");
+    }
 }

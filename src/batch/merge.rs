@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -565,19 +565,25 @@ fn for_each_line(
     let mut line = String::new();
     let mut number = 0usize;
     loop {
-        line.clear();
-        let read = reader
-            .read_line(&mut line)
+        let read = crate::jsonl::read_text_line(&mut reader, &mut line)
             .map_err(|error| usage(format!("cannot read `{}`: {error}", path.display())))?;
-        if read == 0 {
-            return Ok(());
-        }
         number += 1;
+        let place = format!("{}:{number}", path.display());
+        match read {
+            crate::jsonl::LineRead::End => return Ok(()),
+            // Refused as a line that is not JSON is: the merge keeps every line.
+            crate::jsonl::LineRead::NotText => {
+                return Err(usage(format!(
+                    "{place}: not UTF-8 text (a torn or corrupted line); hint: remove \
+                     the line, or merge without that input"
+                )));
+            }
+            crate::jsonl::LineRead::Text => {}
+        }
         let text = line.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
             continue;
         }
-        let place = format!("{}:{number}", path.display());
         each(&place, text).map_err(|error| {
             let torn = if line.ends_with('\n') {
                 ""

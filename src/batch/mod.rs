@@ -490,12 +490,23 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
             ));
         }
     }
-    let previous = output::read_previous(&results).map_err(write_error(&results))?;
+    // Nothing ran yet: a file that cannot be read is bad input (exit 2).
+    let previous = output::read_previous(&results)
+        .map_err(|error| Error::Usage(format!("cannot read `{}`: {error}", results.display())))?;
     if previous.unreadable > 0 {
+        let mut lines: Vec<String> = previous
+            .unreadable_lines
+            .iter()
+            .map(usize::to_string)
+            .collect();
+        if previous.unreadable > lines.len() {
+            lines.push("…".into());
+        }
         crate::report::warn(&format!(
-            "`{}`: ignored {} not readable as results",
+            "`{}`: ignored {} not readable as results (line {})",
             results.display(),
-            crate::words::count(previous.unreadable as u64, "line", "lines")
+            crate::words::count(previous.unreadable as u64, "line", "lines"),
+            lines.join(", ")
         ));
     }
     Ok((previous, sessions))
@@ -532,9 +543,13 @@ fn write_summary(
         (this_run, this_run)
     } else {
         let results = options.output.join(output::RESULTS);
+        // Without the results, the summary cannot be written.
         let everything = output::read_previous(&results).map_err(|source| Error::Write {
-            path: results.display().to_string(),
-            source,
+            path: options.output.join(output::SUMMARY).display().to_string(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!("cannot read `{}`: {source}", results.display()),
+            ),
         })?;
         (everything.latest_totals, everything.spent)
     };

@@ -24,7 +24,7 @@
 //! task once, in its final state.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -111,9 +111,11 @@ fn for_each_result(path: &Path, mut each: impl FnMut(usize, ResultLine)) -> std:
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(error),
     };
-    for (index, line) in lines.lines().enumerate() {
-        if let Ok(result) = serde_json::from_str::<ResultLine>(&line?) {
-            each(index, result);
+    // A line that is not UTF-8 is skipped as one that is not JSON.
+    for line in crate::jsonl::numbered_lines(lines) {
+        let (number, line) = line?;
+        if let Some(result) = line.and_then(|line| serde_json::from_str::<ResultLine>(&line).ok()) {
+            each(number - 1, result);
         }
     }
     Ok(())

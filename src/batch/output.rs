@@ -15,7 +15,7 @@
 //! frame), which `jsonl::repair` cuts off before anything is appended.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -522,9 +522,15 @@ pub struct Previous {
     pub spent: super::summary::Totals,
     /// Totals over each id's latest line.
     pub latest_totals: super::summary::Totals,
-    /// Lines that are not results (reported, then ignored).
+    /// Lines that are not results (reported, then ignored): JSON that is
+    /// not a result, not JSON, or not UTF-8 (a torn or corrupted line).
     pub unreadable: usize,
+    /// The numbers (1-based) of the first [`UNREADABLE_LISTED`] of them.
+    pub unreadable_lines: Vec<usize>,
 }
+
+/// Unreadable result lines named by number in [`Previous::unreadable_lines`].
+pub const UNREADABLE_LISTED: usize = 10;
 
 impl Previous {
     /// No result line at all (a fresh output directory).
@@ -565,12 +571,17 @@ struct BriefLine<'a> {
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
     let mut superseded = Vec::new();
-    let mut first_pass = |brief: BriefRead<'_>| match brief {
+    let mut first_pass = |number: usize, brief: BriefRead<'_>| match brief {
         Some((id, brief)) => {
             previous.spent.add(&brief);
             previous.latest.push(id, brief.state);
         }
-        None => previous.unreadable += 1,
+        None => {
+            previous.unreadable += 1;
+            if previous.unreadable_lines.len() < UNREADABLE_LISTED {
+                previous.unreadable_lines.push(number);
+            }
+        }
     };
     if !each_brief(path, &mut first_pass)? {
         return Ok(previous);
@@ -583,7 +594,7 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     // Result lines in the order `latest` numbered them (readable ones only).
     let (mut position, mut next) = (0u32, superseded.iter().peekable());
     let latest_totals = &mut previous.latest_totals;
-    each_brief(path, &mut |brief| {
+    each_brief(path, &mut |_, brief| {
         if let Some((_, brief)) = brief {
             if next.peek().is_some_and(|&&lost| lost == position) {
                 next.next();
@@ -599,37 +610,46 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
 /// A result line's id and brief, `None` for a line that is not a result.
 type BriefRead<'a> = Option<(&'a str, Brief)>;
 
-/// Calls `each` with every line of `path` as a brief; `false` when there is
-/// no such file.
-fn each_brief(path: &Path, each: &mut dyn FnMut(BriefRead<'_>)) -> std::io::Result<bool> {
+/// Calls `each` with every non-blank line of `path` as a brief, with its
+/// number; `false` when there is no such file.
+fn each_brief(path: &Path, each: &mut dyn FnMut(usize, BriefRead<'_>)) -> std::io::Result<bool> {
     let mut reader = match crate::jsonl::Lines::open(path) {
         Ok(reader) => reader,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(error) => return Err(error),
     };
     let mut line = String::new();
+    let mut number = 0;
     loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
+        let read = crate::jsonl::read_text_line(&mut reader, &mut line)?;
+        number += 1;
+        match read {
+            crate::jsonl::LineRead::End => break,
+            // Torn or corrupted: not a result, as a line that is not JSON.
+            crate::jsonl::LineRead::NotText => {
+                each(number, None);
+                continue;
+            }
+            crate::jsonl::LineRead::Text if line.trim().is_empty() => continue,
+            crate::jsonl::LineRead::Text => {}
         }
         match serde_json::from_str::<BriefLine<'_>>(&line) {
-            Ok(result) => each(Some((
-                result.id.as_ref(),
-                Brief::new(
-                    result.state,
-                    result.cost,
-                    result.cost_known,
-                    result.usage,
-                    result.calls,
-                    result.retries,
-                    result.cache_hits,
-                ),
-            ))),
-            Err(_) => each(None),
+            Ok(result) => each(
+                number,
+                Some((
+                    result.id.as_ref(),
+                    Brief::new(
+                        result.state,
+                        result.cost,
+                        result.cost_known,
+                        result.usage,
+                        result.calls,
+                        result.retries,
+                        result.cache_hits,
+                    ),
+                )),
+            ),
+            Err(_) => each(number, None),
         }
     }
     Ok(true)
@@ -660,5 +680,26 @@ mod tests {
         assert_eq!(previous.latest_totals.tasks, 1);
         assert_eq!(previous.latest_totals.skipped, 1);
         assert_eq!(previous.latest_totals.failure, 0);
+        assert_eq!(previous.unreadable_lines, [2]);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_unreadable_like_junk() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let done = serde_json::to_string(&ResultLine::skipped("a".into(), "budget")).unwrap();
+        let mut bytes = format!("{done}\n\n").into_bytes();
+        bytes.extend_from_slice(b"{\"id\":\"x\"\xff\n{garbage\n");
+        bytes.extend_from_slice(done.replace("\"a\"", "\"b\"").as_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let previous = read_previous(&path).unwrap();
+        assert_eq!(previous.unreadable, 2);
+        assert_eq!(previous.unreadable_lines, [3, 4]);
+        assert_eq!(previous.state("a"), Some(TaskState::Skipped));
+        assert_eq!(
+            previous.state("b"),
+            Some(TaskState::Skipped),
+            "read on past it"
+        );
     }
 }

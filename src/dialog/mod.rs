@@ -8,6 +8,7 @@ mod cost;
 pub mod import;
 mod message;
 mod message_json;
+mod shared_prefix;
 mod tree;
 
 use std::path::Path;
@@ -19,6 +20,11 @@ use serde_json::{Map, Value};
 
 use crate::prompt::{Prompt, Registry};
 
+/// The deepest indentation of [`Dialog::tree_overview`]: deeper forks are
+/// listed at this depth (a real tree is a few levels deep; a chain of
+/// thousands indented in full would grow with the square of its length).
+pub const TREE_INDENT: usize = 32;
+
 /// The largest image file `put_image` reads.
 const IMAGE_CAP: u64 = 20 << 20;
 
@@ -29,6 +35,7 @@ pub use message::{
     ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
     TopLogprob, sanitize_name,
 };
+pub use shared_prefix::{PrefixPlan, expand_shared_prefixes, share_prefixes};
 pub use tree::{DialogTreeNode, new_dialog_id};
 
 /// What can go wrong putting a message into a dialog.
@@ -159,72 +166,6 @@ pub struct DialogRecord {
 
 fn is_zero(count: &usize) -> bool {
     *count == 0
-}
-
-/// Leaves out of each dialog the messages it shares with the start of its
-/// parent (when the parent is among `records`); `expand_shared_prefixes`
-/// puts them back.
-pub fn share_prefixes(records: &mut [DialogRecord]) {
-    let position: std::collections::HashMap<&str, usize> = records
-        .iter()
-        .enumerate()
-        .map(|(index, record)| (record.tree_node.dialog_id.as_str(), index))
-        .collect();
-    let shared: Vec<usize> = records
-        .iter()
-        .map(|record| {
-            let Some(&parent) = record
-                .tree_node
-                .parent_id
-                .as_deref()
-                .and_then(|parent| position.get(parent))
-            else {
-                return 0;
-            };
-            let parent = &records[parent];
-            if parent.inherited != 0 || record.inherited != 0 {
-                return 0;
-            }
-            record
-                .messages
-                .iter()
-                .zip(&parent.messages)
-                .take_while(|(ours, theirs)| Arc::ptr_eq(ours, theirs) || ours.is_copy_of(theirs))
-                .count()
-        })
-        .collect();
-    for (record, shared) in records.iter_mut().zip(shared) {
-        if shared > 0 {
-            record.messages.drain(..shared);
-            record.inherited = shared;
-        }
-    }
-}
-
-/// Restores the messages `share_prefixes` left out. A dialog whose parent is
-/// missing keeps what it has.
-pub fn expand_shared_prefixes(records: &mut [DialogRecord]) {
-    // Parents before children: a parent may have inherited from its own parent.
-    let mut order: Vec<usize> = (0..records.len()).collect();
-    order.sort_by_key(|&index| records[index].tree_node.depth);
-    for index in order {
-        let inherited = records[index].inherited;
-        if inherited == 0 {
-            continue;
-        }
-        let parent_id = records[index].tree_node.parent_id.clone();
-        let prefix: Option<Vec<Arc<Message>>> = records
-            .iter()
-            .find(|record| Some(&record.tree_node.dialog_id) == parent_id.as_ref())
-            .filter(|parent| parent.inherited == 0 && parent.messages.len() >= inherited)
-            .map(|parent| parent.messages[..inherited].to_vec());
-        if let Some(mut prefix) = prefix {
-            let record = &mut records[index];
-            prefix.append(&mut record.messages);
-            record.messages = prefix;
-            record.inherited = 0;
-        }
-    }
 }
 
 impl Dialog {
@@ -520,14 +461,35 @@ impl Dialog {
     }
 
     /// The fork tree under this dialog, one line per dialog; children are looked
-    /// up by id among `dialogs` (ids not found there are skipped).
+    /// up by id among `dialogs` (ids not found there are skipped). Each
+    /// dialog is listed once, under the first parent that names it, and
+    /// indented at most [`TREE_INDENT`] levels: children lists read from a
+    /// file may go round in a circle or be thousands deep.
     pub fn tree_overview(&self, dialogs: &[&Dialog]) -> String {
+        let mut by_id: std::collections::HashMap<&str, &Dialog> =
+            std::collections::HashMap::with_capacity(dialogs.len());
+        for dialog in dialogs {
+            by_id.entry(dialog.dialog_id()).or_insert(dialog);
+        }
+        let mut listed = std::collections::HashSet::new();
         let mut lines = Vec::new();
-        self.tree_lines(dialogs, 0, &mut lines);
+        // Depth first, children in order: the next to list is on top.
+        let mut pending = vec![(self, 0usize)];
+        while let Some((dialog, indent)) = pending.pop() {
+            if !listed.insert(dialog.dialog_id()) {
+                continue;
+            }
+            lines.push(dialog.tree_line(indent));
+            for child_id in dialog.tree_node.children_ids.iter().rev() {
+                if let Some(child) = by_id.get(child_id.as_str()) {
+                    pending.push((child, indent + 1));
+                }
+            }
+        }
         lines.join("\n")
     }
 
-    fn tree_lines(&self, dialogs: &[&Dialog], indent: usize, lines: &mut Vec<String>) {
+    fn tree_line(&self, indent: usize) -> String {
         let node = &self.tree_node;
         let branch = if indent > 0 { "└─ " } else { "" };
         // A root was split from nothing: only forks say where they split.
@@ -537,7 +499,7 @@ impl Dialog {
         let id_prefix: String = node.dialog_id.chars().take(8).collect();
         let mut line = format!(
             "{}{branch}[{id_prefix}] owner={} msgs={}{split}",
-            "  ".repeat(indent),
+            "  ".repeat(indent.min(TREE_INDENT)),
             self.owner,
             self.messages.len(),
         );
@@ -546,12 +508,7 @@ impl Dialog {
         {
             line.push_str(&format!(" (last_n={last_n}, first_k={first_k})"));
         }
-        lines.push(line);
-        for child_id in &node.children_ids {
-            if let Some(child) = dialogs.iter().find(|dialog| dialog.dialog_id() == child_id) {
-                child.tree_lines(dialogs, indent + 1, lines);
-            }
-        }
+        line
     }
 
     /// The dialog's JSON form (what `Serialize` writes).

@@ -430,3 +430,31 @@ fn a_dialog_record_missing_its_shared_messages_is_refused() {
     let back: Dialog = serde_json::from_str(&serde_json::to_string(&records[1]).unwrap()).unwrap();
     assert_eq!(back.messages(), child.messages());
 }
+
+#[test]
+fn tree_overview_lists_each_dialog_once_and_caps_the_indent() {
+    // Children lists as a file may hold them: a circle, and a chain deeper
+    // than the indent goes.
+    let mut root = dialog_with(1);
+    let mut chain = vec![root.fork(0, 0)];
+    for _ in 0..TREE_INDENT + 5 {
+        let next = chain.last_mut().unwrap().fork(0, 0);
+        chain.push(next);
+    }
+    let root_id = root.dialog_id().to_string();
+    chain
+        .last_mut()
+        .unwrap()
+        .tree_node
+        .children_ids
+        .push(root_id.clone());
+    root.tree_node.children_ids.push(root_id);
+    let mut all = vec![&root];
+    all.extend(chain.iter());
+    let overview = root.tree_overview(&all);
+    let lines: Vec<&str> = overview.lines().collect();
+    assert_eq!(lines.len(), 1 + chain.len(), "{overview}");
+    let deepest = lines.last().unwrap();
+    let indent = deepest.len() - deepest.trim_start().len();
+    assert_eq!(indent, 2 * TREE_INDENT, "{deepest:?}");
+}

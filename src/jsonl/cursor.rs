@@ -5,10 +5,10 @@
 //! is in open and reads on when the next place is further in it, so reading
 //! places in file order decompresses each frame once.
 
-use std::io::{self, BufRead};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Form, Lines, unpack};
+use super::{Form, LineRead, Lines, not_text, read_one_line, read_text_line, unpack};
 
 /// Reads lines by place ([`read_at`](Cursor::read_at)); fastest when the
 /// places come in file order.
@@ -25,31 +25,30 @@ impl Cursor {
 
     /// The line at `place` of `path`, as [`Lines::read_at`] reads it.
     pub fn read_at(&mut self, path: &Path, place: u64) -> io::Result<String> {
-        let mut line = String::new();
         if let Some((open, lines)) = &mut self.open
             && open == path
             && lines.form() == Form::Compressed
         {
-            // Read on through the frame to `place`, if it is ahead in it.
+            // Read on through the frame to `place`, if it is ahead in it
+            // (past lines that are not text: they are not the one asked for).
             let frame = unpack(place).0;
+            let mut line = String::new();
             while let Some(next) = lines.place()
                 && unpack(next).0 == frame
                 && next <= place
             {
-                line.clear();
-                if lines.read_line(&mut line)? == 0 {
-                    break;
-                }
-                if next == place {
-                    return Ok(line);
+                match read_text_line(lines, &mut line)? {
+                    LineRead::End => break,
+                    LineRead::NotText if next == place => return Err(not_text()),
+                    LineRead::Text if next == place => return Ok(line),
+                    LineRead::NotText | LineRead::Text => {}
                 }
             }
         }
         let mut lines = Lines::at(path, place)?;
-        line.clear();
-        lines.read_line(&mut line)?;
+        let line = read_one_line(&mut lines);
         self.open = Some((path.to_path_buf(), lines));
-        Ok(line)
+        line
     }
 }
 

@@ -104,6 +104,115 @@ pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
+/// What a zstd error code means, in a few words. This build of libzstd has
+/// no error strings (`ZSTD_getErrorName` says only "Error strings
+/// stripped"), so the codes are told apart here: a function's result `r` is
+/// an error when `-r` is a code of `zstd_errors.h`, whose values below 100
+/// are stable.
+pub(crate) fn zstd_error(code: usize) -> String {
+    let number = code.wrapping_neg();
+    let what = match number {
+        10 => "no zstd magic number where a frame should start",
+        12 => "a zstd format version this build does not read",
+        14 => "a frame parameter this build does not support",
+        16 => "the frame asks for a larger window than lllm allows (16 MiB)",
+        20 | 24 => "its data is corrupted",
+        22 => "its checksum does not match its data",
+        30 | 32 => "it needs a dictionary that lllm does not have",
+        40..=42 => "a zstd parameter this build does not support",
+        64 => "out of memory",
+        70 | 72 | 80 | 82 => "it ends too early or runs on too long",
+        _ => "zstd failed",
+    };
+    format!("{what} (zstd error {number})")
+}
+
+/// What [`read_text_line`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRead {
+    /// Nothing: the end of the file.
+    End,
+    /// A line of text, with its newline if it had one.
+    Text,
+    /// A line that is not UTF-8 (a torn or corrupted line), read past:
+    /// readers skip it, or refuse it, as they do a line that is not JSON.
+    NotText,
+}
+
+/// Reads the next line into `line` (cleared first), as `read_line` does,
+/// but a line that is not UTF-8 is read past and reported, not an error
+/// that would end the reading of the whole file; `line` is then empty.
+pub fn read_text_line(reader: &mut impl BufRead, line: &mut String) -> io::Result<LineRead> {
+    let mut bytes = std::mem::take(line).into_bytes();
+    bytes.clear();
+    let read = reader.read_until(b'\n', &mut bytes);
+    let text = String::from_utf8(bytes);
+    let is_text = text.is_ok();
+    *line = text.unwrap_or_default();
+    Ok(match (read?, is_text) {
+        (0, _) => LineRead::End,
+        (_, true) => LineRead::Text,
+        (_, false) => LineRead::NotText,
+    })
+}
+
+/// The lines of `reader`, numbered from 1, without their line ends (`\n`,
+/// `\r\n`): `Some(text)`, or `None` for a line that is not UTF-8 (see
+/// [`read_text_line`]).
+pub fn numbered_lines<R: BufRead>(reader: R) -> NumberedLines<R> {
+    NumberedLines {
+        reader,
+        number: 0,
+        line: String::new(),
+    }
+}
+
+/// The iterator of [`numbered_lines`].
+pub struct NumberedLines<R> {
+    reader: R,
+    number: usize,
+    line: String,
+}
+
+impl<R: BufRead> Iterator for NumberedLines<R> {
+    type Item = io::Result<(usize, Option<String>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let read = match read_text_line(&mut self.reader, &mut self.line) {
+            Ok(read) => read,
+            Err(error) => return Some(Err(error)),
+        };
+        self.number += 1;
+        let text = match read {
+            LineRead::End => return None,
+            LineRead::NotText => None,
+            LineRead::Text => {
+                let text = self.line.strip_suffix('\n').unwrap_or(&self.line);
+                Some(text.strip_suffix('\r').unwrap_or(text).to_string())
+            }
+        };
+        Some(Ok((self.number, text)))
+    }
+}
+
+/// Reads the line at the reader's place for [`Lines::read_at`] and
+/// [`Cursor`]: one that is not UTF-8 is an `InvalidData` error.
+fn read_one_line(reader: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    match read_text_line(reader, &mut line)? {
+        LineRead::NotText => Err(not_text()),
+        LineRead::End | LineRead::Text => Ok(line),
+    }
+}
+
+/// The error of a line that is not UTF-8 where one line was asked for.
+fn not_text() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "the line is not UTF-8 text (a torn or corrupted line)",
+    )
+}
+
 /// A line's place in a compressed file: the byte its frame starts at and
 /// the line's offset in the frame's decompressed bytes, in one number (what
 /// the session store keeps as a record's offset). `None` when it does not fit
@@ -127,7 +236,7 @@ pub fn unpack(place: u64) -> (u64, u64) {
 /// is usually torn too, and readers skip it as they skip a plain file's.
 pub struct Lines {
     source: io::BufReader<File>,
-    decoder: Option<zstd::stream::raw::Decoder<'static>>,
+    decoder: Option<zstd::zstd_safe::DCtx<'static>>,
     buffer: Vec<u8>,
     start: usize,
     end: usize,
@@ -162,8 +271,14 @@ impl Lines {
         let read = (&mut file).take(4).read(&mut head)?;
         file.seek(SeekFrom::Start(start))?;
         let decoder = if read == 4 && head == ZSTD_MAGIC {
-            let mut decoder = zstd::stream::raw::Decoder::new()?;
-            decoder.set_parameter(zstd::stream::raw::DParameter::WindowLogMax(WINDOW_LOG_MAX))?;
+            // The context itself, not `zstd::stream`'s wrapper: its errors
+            // keep their code (`zstd_error`).
+            let mut decoder = zstd::zstd_safe::DCtx::try_create()
+                .ok_or_else(|| io::Error::other("cannot allocate a zstd decoder"))?;
+            let setup = decoder.init().and_then(|_| {
+                decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX))
+            });
+            setup.map_err(|code| io::Error::other(zstd_error(code)))?;
             Some(decoder)
         } else {
             None
@@ -195,10 +310,7 @@ impl Lines {
     /// in a compressed file), with its newline; reads one frame at most.
     /// [`Cursor`] reads many lines of one file.
     pub fn read_at(path: &Path, place: u64) -> io::Result<String> {
-        let mut lines = Lines::at(path, place)?;
-        let mut line = String::new();
-        lines.read_line(&mut line)?;
-        Ok(line)
+        read_one_line(&mut Lines::at(path, place)?)
     }
 
     /// A reader of `path` whose next line is the one at `place`.
@@ -279,13 +391,18 @@ impl Lines {
                 return Ok(false);
             }
             self.in_frame = true;
-            let mut input = zstd::stream::raw::InBuffer::around(input);
-            let mut output = zstd::stream::raw::OutBuffer::around(&mut self.buffer[..]);
-            let hint = zstd::stream::raw::Operation::run(decoder, &mut input, &mut output)
-                .map_err(|error| {
+            let mut input = zstd::zstd_safe::InBuffer::around(input);
+            let mut output = zstd::zstd_safe::OutBuffer::around(&mut self.buffer[..]);
+            let hint = decoder
+                .decompress_stream(&mut output, &mut input)
+                .map_err(|code| {
                     io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("the zstd frame at byte {} is corrupt: {error}", self.frame),
+                        format!(
+                            "the zstd frame at byte {} is corrupt: {}",
+                            self.frame,
+                            zstd_error(code)
+                        ),
                     )
                 })?;
             let (used, produced) = (input.pos(), output.pos());
@@ -370,7 +487,7 @@ impl<W: Write> FrameWriter<W> {
                 let mut compressor = zstd::bulk::Compressor::new(LEVEL)?;
                 let context = compressor.context_mut();
                 let flag = |result: Result<usize, usize>| {
-                    result.map_err(|code| io::Error::other(zstd::zstd_safe::get_error_name(code)))
+                    result.map_err(|code| io::Error::other(zstd_error(code)))
                 };
                 flag(context.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true)))?;
                 flag(context.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true)))?;
@@ -518,15 +635,84 @@ mod tests {
         std::fs::write(&path, &flipped).unwrap();
         let error = read_all(&path).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        // This libzstd has no error strings: the code says what happened.
+        let text = error.to_string();
+        assert!(text.starts_with("the zstd frame at byte "), "{text}");
+        assert!(!text.contains("stripped"), "{text}");
+        assert!(
+            text.contains("its data is corrupted (zstd error 20)")
+                || text.contains("its checksum does not match its data (zstd error 22)"),
+            "{text}"
+        );
         // A frame asking for a 1 TiB window is refused, not allocated.
         let mut greedy = ZSTD_MAGIC.to_vec();
         greedy.extend_from_slice(&[0x00, 0xF0, 0x01, 0x00, 0x00]);
         std::fs::write(&path, &greedy).unwrap();
+        let error = read_all(&path).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
         assert_eq!(
-            read_all(&path).unwrap_err().kind(),
-            io::ErrorKind::InvalidData
+            error.to_string(),
+            "the zstd frame at byte 0 is corrupt: the frame asks for a larger window than \
+             lllm allows (16 MiB) (zstd error 16)"
         );
         assert!(repair(&path).is_ok());
+    }
+
+    #[test]
+    fn zstd_error_codes_are_told_apart() {
+        // zstd returns error `E` as `(size_t)-E`.
+        for (code, text) in [
+            (20, "its data is corrupted (zstd error 20)"),
+            (22, "its checksum does not match its data (zstd error 22)"),
+            (
+                10,
+                "no zstd magic number where a frame should start (zstd error 10)",
+            ),
+            (99, "zstd failed (zstd error 99)"),
+        ] {
+            assert_eq!(zstd_error(0usize.wrapping_sub(code)), text);
+        }
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_read_past_in_both_forms() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = "{\"x\":\"\u{fffd}\"}";
+        for form in [Form::Plain, Form::Compressed] {
+            let path = dir.path().join(format!("{form:?}"));
+            let places = write(&path, form, &[&["{\"a\":1}", bad, "{\"c\":3}"]]);
+            // The replacement character's bytes made invalid: 0xEF 0xBF 0xBD → 0xFF 0xBF 0xBD.
+            let mut bytes = std::fs::read(&path).unwrap();
+            if form == Form::Compressed {
+                let mut plain = zstd::decode_all(bytes.as_slice()).unwrap();
+                let at = plain.iter().position(|byte| *byte == 0xEF).unwrap();
+                plain[at] = 0xFF;
+                bytes = zstd::encode_all(plain.as_slice(), LEVEL).unwrap();
+            } else {
+                let at = bytes.iter().position(|byte| *byte == 0xEF).unwrap();
+                bytes[at] = 0xFF;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let lines: Vec<(usize, Option<String>)> = numbered_lines(Lines::open(&path).unwrap())
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(
+                lines,
+                [
+                    (1, Some("{\"a\":1}".to_string())),
+                    (2, None),
+                    (3, Some("{\"c\":3}".to_string()))
+                ],
+                "{form:?}"
+            );
+            // Asked for by place, it is an error; the lines around it read.
+            let error = Lines::read_at(&path, places[1]).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+            assert!(error.to_string().contains("not UTF-8"), "{error}");
+            let mut cursor = Cursor::new();
+            assert_eq!(cursor.read_at(&path, places[0]).unwrap(), "{\"a\":1}\n");
+            assert_eq!(cursor.read_at(&path, places[2]).unwrap(), "{\"c\":3}\n");
+        }
     }
 
     #[test]

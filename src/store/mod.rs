@@ -18,7 +18,6 @@ mod query;
 mod registrar;
 mod text;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -743,15 +742,20 @@ fn entries_of_file(
     let mut line = String::new();
     let mut number = 0;
     loop {
-        line.clear();
         let offset = reader.place();
-        let read = reader
-            .read_line(&mut line)
+        let read = crate::jsonl::read_text_line(&mut reader, &mut line)
             .map_err(|error| format!("cannot read `{label}`: {error}"))?;
-        if read == 0 {
-            break;
-        }
         number += 1;
+        match read {
+            crate::jsonl::LineRead::End => break,
+            crate::jsonl::LineRead::NotText => {
+                problems.push(format!(
+                    "`{label}` line {number} skipped: not UTF-8 text (a torn or corrupted line)"
+                ));
+                continue;
+            }
+            crate::jsonl::LineRead::Text => {}
+        }
         if !line.trim().is_empty() {
             let parsed = serde_json::from_str::<Value>(&line)
                 .map_err(|error| error.to_string())

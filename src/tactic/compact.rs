@@ -20,6 +20,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::expansion::{Budget, ExpansionLimit, Oversized, charge};
 use super::record::SessionRecord;
 use crate::agent::AgentCallSession;
 use crate::agent::session::InvokeTrace;
@@ -90,10 +91,32 @@ pub(super) fn compact(record: &mut SessionRecord, templates: &[(String, String)]
 
 /// Puts back what [`compact`] left out, in the reverse order.
 pub(super) fn expand(record: &mut SessionRecord) {
+    // Without a limit nothing is refused: a run's own record.
+    let _ = expand_with(record, None);
+}
+
+/// [`expand`], refused before the copies are made when they would take the
+/// record (its sub-tactic sessions included) past `limit`.
+pub(super) fn expand_within(
+    record: &mut SessionRecord,
+    limit: ExpansionLimit,
+) -> Result<(), Oversized> {
+    expand_with(record, Some(&mut Budget::new(limit)))
+}
+
+fn expand_with(
+    record: &mut SessionRecord,
+    mut budget: Option<&mut Budget>,
+) -> Result<(), Oversized> {
+    // These put each text back once: what they add is bounded by the record.
     restore_inline_templates(record);
     if let Some(shared) = record.shared.take() {
         restore_dialog_ids(&mut record.dialogs);
         restore_texts(record, &shared);
+    }
+    // These copy a message once per fork or invoke that names it.
+    if let Some(budget) = budget.as_deref_mut() {
+        charge(record, budget)?;
     }
     crate::dialog::expand_shared_prefixes(&mut record.dialogs);
     restore_responses(&mut record.agent_calls, &record.dialogs);
@@ -101,8 +124,9 @@ pub(super) fn expand(record: &mut SessionRecord) {
         call.restore_delivery();
     }
     for sub in &mut record.sub_tactic_sessions {
-        sub.expand();
+        expand_with(sub, budget.as_deref_mut())?;
     }
+    Ok(())
 }
 
 /// The key in `prompts` of an agent's inline system prompt.
@@ -347,7 +371,7 @@ fn held_reply<'a>(
     dialogs[at].messages.get(invoke.request.messages)
 }
 
-fn dialog_index(dialogs: &[DialogRecord]) -> HashMap<&str, usize> {
+pub(super) fn dialog_index(dialogs: &[DialogRecord]) -> HashMap<&str, usize> {
     dialogs
         .iter()
         .enumerate()

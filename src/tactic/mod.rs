@@ -14,6 +14,7 @@ mod check;
 mod code;
 mod compact;
 mod ctx;
+mod expansion;
 mod flow;
 mod load;
 mod models;

@@ -21,6 +21,8 @@ use crate::dialog::{DialogRecord, InvokeCost, Message};
 
 /// Where a written record (format 3) cut its texts out of messages (`SessionRecord::shared`).
 pub use super::compact::{SharedTexts, TextAt};
+/// How much a record read from a file may hold once expanded, and why one was refused.
+pub use super::expansion::{ExpansionLimit, Oversized};
 /// Kept here for callers that name it by its old place; it lives in `crate::time`.
 pub(crate) use crate::time::timestamp;
 
@@ -344,6 +346,42 @@ impl SessionRecord {
     /// Expanding twice changes nothing.
     pub fn expand(&mut self) {
         super::compact::expand(self);
+    }
+
+    /// [`expand`](Self::expand) for a record read from a file: refused
+    /// before anything is copied when it would hold more than `limit` once
+    /// expanded (messages, and their size as JSON, sub-tactic sessions
+    /// included). A fork names the messages it shares with its parent by
+    /// count, so a small file can name one history from thousands of forks;
+    /// [`ExpansionLimit::READ`] is what lllm's readers accept. A record
+    /// refused may be partly expanded: drop it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::tactic::record::{ExpansionLimit, Oversized};
+    /// use lllm::{Registry, SessionRecord, Tactic};
+    ///
+    /// let yaml = "agent_configs: [{name: echo, model_name: mock/echo}]";
+    /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+    /// // The written form, as `lllm run` writes it.
+    /// let record = tactic
+    ///     .run_until("hello".into(), None, std::future::pending())
+    ///     .await;
+    /// let text = serde_json::to_string(&record)?;
+    ///
+    /// let mut read: SessionRecord = serde_json::from_str(&text)?;
+    /// read.expand_within(ExpansionLimit::READ)?;
+    /// assert_eq!(read.agent_calls[0].delivery().map(|reply| reply.content.as_str()), Some("hello"));
+    ///
+    /// let mut read: SessionRecord = serde_json::from_str(&text)?;
+    /// let tiny = ExpansionLimit { messages: 2, bytes: 1 << 20 };
+    /// assert!(matches!(read.expand_within(tiny), Err(Oversized::Messages { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expand_within(&mut self, limit: ExpansionLimit) -> Result<(), Oversized> {
+        super::compact::expand_within(self, limit)
     }
 
     /// Writes the record as pretty JSON, atomically: a crash leaves either the

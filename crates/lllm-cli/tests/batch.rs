@@ -746,3 +746,77 @@ fn an_output_directory_that_cannot_be_made_is_bad_usage() {
     );
     assert!(server.requests().is_empty(), "nothing was sent");
 }
+
+/// A line that is not UTF-8 (torn or corrupted) in `results.jsonl` or
+/// `sessions.jsonl` is read like a line that is not JSON: `--resume`,
+/// `replay`, `report`, `compare` and `logs reindex` skip it with a note naming the
+/// file and the line; `merge`, which refuses such lines, names `file:line`.
+#[test]
+fn a_line_that_is_not_utf8_is_skipped_like_one_that_is_not_json() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            "agent_configs: [{name: a, model_name: mock/echo}]\n",
+        )
+        .file(
+            "tasks.jsonl",
+            "{\"id\":\"a\",\"task\":\"x\"}\n{\"id\":\"b\",\"task\":\"y\"}\n",
+        );
+    test.batch("t.yaml", "out", &[]).expect_code(0);
+    for file in ["out/results.jsonl", "out/sessions.jsonl"] {
+        let mut bytes = std::fs::read(test.path(file)).unwrap();
+        bytes.extend_from_slice(b"{\"id\":\"x\"\xff\n");
+        std::fs::write(test.path(file), bytes).unwrap();
+    }
+
+    let output = test.batch("t.yaml", "out", &["--resume"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stderr
+            .contains("`out/results.jsonl`: ignored 1 line not readable as results (line 3)"),
+        "{}",
+        output.stderr
+    );
+    assert!(!output.stderr.contains("cannot"), "{}", output.stderr);
+
+    let output = test.run(&["replay", "out/sessions.jsonl", "--id", "a"]);
+    output.expect_code(0);
+    assert!(
+        output.stderr.contains(
+            "note: `out/sessions.jsonl`: skipped 1 line not readable as session records (line 3)"
+        ),
+        "{}",
+        output.stderr
+    );
+
+    let output = test.run(&["report", "out"]);
+    output.expect_code(0);
+    for note in [
+        "`out/results.jsonl`: skipped 1 line not readable as result lines (line 3)",
+        "`out/sessions.jsonl`: skipped 1 line not readable as session records (line 3)",
+    ] {
+        assert!(output.stderr.contains(note), "{}", output.stderr);
+    }
+    test.run(&["compare", "out", "out"]).expect_code(0);
+
+    let output = test.run(&["logs", "reindex", "--from", "out"]);
+    assert!(
+        output
+            .stderr
+            .contains("line 3 skipped: not UTF-8 text (a torn or corrupted line)"),
+        "{}",
+        output.stderr
+    );
+
+    let output = test.run(&["merge", "out", "-o", "merged", "-q"]);
+    output.expect_code(2);
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .contains("error: out/sessions.jsonl:3: not UTF-8 text (a torn or corrupted line)"),
+        "{}",
+        output.stderr
+    );
+}

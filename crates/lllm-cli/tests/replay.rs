@@ -415,3 +415,131 @@ fn rerun_uses_the_model_the_run_was_given() {
     test.run(&["replay", "r.json", "--model", "mock/echo"])
         .expect_code(2);
 }
+
+/// `record` with its dialogs replaced by its first one and a chain of
+/// `count` forks, each a child of the one before, inheriting all of its
+/// messages and listing one more (as `lllm` never writes: a crafted file).
+fn chain_of_forks(record: &Value, count: usize) -> Value {
+    let mut record = record.clone();
+    let dialogs = record["dialogs"].as_array().unwrap();
+    let (root, template) = (dialogs[0].clone(), dialogs[1].clone());
+    let mut parent = root["tree_node"]["dialog_id"].clone();
+    let listed = root["messages"].as_array().unwrap().len();
+    let mut chain = vec![root];
+    for index in 0..count {
+        let mut fork = template.clone();
+        fork["messages"] = serde_json::json!([{"role": "user", "content": "x"}]);
+        fork["inherited"] = (listed + index).into();
+        let id = Value::String(format!("{index:032x}"));
+        fork["tree_node"]["dialog_id"] = id.clone();
+        fork["tree_node"]["parent_id"] = parent;
+        fork["tree_node"]["depth"] = (index + 1).into();
+        fork["tree_node"]["children_ids"] = serde_json::json!([]);
+        parent = id;
+        chain.push(fork);
+    }
+    record["dialogs"] = Value::Array(chain);
+    record
+}
+
+/// A record whose forks would expand past what readers take (4 million
+/// messages: 3,000 forks listing one message each expand to 4.5 million)
+/// is refused before anything is copied: one error line naming the file,
+/// exit 2; readers of many records skip it with a note. A short chain reads.
+#[test]
+fn a_record_that_would_expand_past_the_limit_is_refused() {
+    let test = Test::new();
+    example_run(&test, "good.json");
+    let good = test.read_json("good.json");
+    let chain = chain_of_forks(&good, 3000);
+    std::fs::write(test.path("chain.json"), chain.to_string()).unwrap();
+    for args in [
+        &["replay", "chain.json"][..],
+        &["replay", "chain.json", "--json"],
+        &["replay", "chain.json", "--rerun"],
+    ] {
+        let output = test.run(args);
+        output.expect_code(2);
+        assert_eq!(output.stdout, "", "{args:?}");
+        let lines: Vec<&str> = output.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {}", output.stderr);
+        assert!(
+            lines[0].starts_with("error: cannot read `chain.json`: it would hold at least "),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("more than the 4000000 lllm reads in one record"),
+            "{}",
+            lines[0]
+        );
+    }
+
+    // As a line of a batch's `sessions.jsonl`: `replay --id` refuses it,
+    // `report` and `logs reindex` skip it and read the others.
+    let session = chain["session_id"].as_str().unwrap().to_string();
+    let mut second = good.clone();
+    second["session_id"] = Value::String("019a0000-0000-7000-8000-000000000000".into());
+    std::fs::create_dir_all(test.path("out")).unwrap();
+    std::fs::write(
+        test.path("out/sessions.jsonl"),
+        format!("{chain}\n{second}\n"),
+    )
+    .unwrap();
+    let result = |id: &str, session: &str| {
+        serde_json::json!({"id": id, "state": "success", "delivery": "d", "error": null,
+                           "cost": 0.0, "session_id": session})
+        .to_string()
+    };
+    std::fs::write(
+        test.path("out/results.jsonl"),
+        format!(
+            "{}\n{}\n",
+            result("t1", &session),
+            result("t2", second["session_id"].as_str().unwrap())
+        ),
+    )
+    .unwrap();
+    let output = test.run(&["replay", "out/sessions.jsonl", "--id", &session]);
+    output.expect_code(2);
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output
+            .stderr
+            .starts_with("error: cannot read `out/sessions.jsonl`: it would hold at least "),
+        "{}",
+        output.stderr
+    );
+    let output = test.run(&["report", "out"]);
+    output.expect_code(0);
+    assert!(
+        output.stderr.contains(
+            "`out/sessions.jsonl`: skipped 1 line not readable as session records (line 1)"
+        ),
+        "{}",
+        output.stderr
+    );
+    let page = std::fs::read_to_string(test.path("out/report.html")).unwrap();
+    assert!(page.contains("019a0000-0000-7000-8000-000000000000"));
+    let output = test.run(&["logs", "reindex", "--from", "out"]);
+    assert!(
+        output.stderr.contains("line 1 skipped: cannot read"),
+        "{}",
+        output.stderr
+    );
+
+    // A chain of real length (a tool loop of 50 rounds) reads in full.
+    std::fs::write(
+        test.path("short.json"),
+        chain_of_forks(&good, 50).to_string(),
+    )
+    .unwrap();
+    let output = test.run(&["replay", "short.json", "--json"]);
+    output.expect_code(0);
+    let read: Value = serde_json::from_str(&output.stdout).unwrap();
+    let root = good["dialogs"][0]["messages"].as_array().unwrap().len();
+    assert_eq!(
+        read["dialogs"][50]["messages"].as_array().unwrap().len(),
+        root + 50
+    );
+}

@@ -31,7 +31,6 @@ pub mod diff;
 pub mod html;
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -313,7 +312,8 @@ fn attach_sessions(dir: &Path, tasks: &mut [TaskReport], notes: &mut Vec<String>
     Ok(())
 }
 
-/// A record of a format this lllm reads, expanded as `replay` shows it.
+/// A record of a format this lllm reads, expanded as `replay` shows it
+/// (`None` for one that would expand past what `replay` reads either).
 fn parse_record(line: &str) -> Option<SessionRecord> {
     let value: Value = serde_json::from_str(line).ok()?;
     let format = value.get("format").and_then(Value::as_str)?;
@@ -321,11 +321,15 @@ fn parse_record(line: &str) -> Option<SessionRecord> {
         return None;
     }
     let mut record: SessionRecord = serde_json::from_value(value).ok()?;
-    record.expand();
+    record
+        .expand_within(crate::tactic::record::ExpansionLimit::READ)
+        .ok()?;
     Some(record)
 }
 
-/// Calls `each` with every non-blank line and its 1-based number.
+/// Calls `each` with every non-blank line and its 1-based number; a line
+/// that is not UTF-8 (torn or corrupted) is given as `""`, which no reader
+/// takes for JSON.
 fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<()> {
     let read_error = |error: std::io::Error| Error::Read {
         path: path.display().to_string(),
@@ -333,10 +337,11 @@ fn for_each_line(path: &Path, mut each: impl FnMut(usize, &str)) -> Result<()> {
     };
     // Either form: plain or zstd-compressed (`lllm batch --compress`).
     let lines = crate::jsonl::Lines::open(path).map_err(read_error)?;
-    for (number, line) in lines.lines().enumerate() {
-        let line = line.map_err(read_error)?;
-        if !line.trim().is_empty() {
-            each(number + 1, &line);
+    for line in crate::jsonl::numbered_lines(lines) {
+        match line.map_err(read_error)? {
+            (number, None) => each(number, ""),
+            (number, Some(line)) if !line.trim().is_empty() => each(number, &line),
+            (_, Some(_)) => {}
         }
     }
     Ok(())
