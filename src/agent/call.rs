@@ -7,11 +7,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
 
+use futures_util::StreamExt;
 use serde_json::{Map, Value};
 
 use super::handler::Handler;
+use super::in_flight::InFlight;
+use super::repeats::Repeats;
 use super::session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 use super::{AgentSpec, Runtime};
 use crate::dialog::{Dialog, FunctionCall, Message, Role};
@@ -22,6 +24,15 @@ use crate::tool;
 
 /// D3: `max_interrupt_steps: 0` means unlimited, up to this many tool rounds.
 const UNLIMITED_TOOL_ROUNDS: u32 = 100;
+
+/// The most tool calls of one reply that run. The rest are answered with an
+/// error saying so (every call has its answer, so the message sequence
+/// stays valid): a reply of 2,000 calls started 2,000 processes.
+pub(crate) const MAX_TOOL_CALLS_PER_REPLY: usize = 128;
+
+/// How many tool calls of one reply run at once; the others wait their
+/// turn, and the results still go back in call order.
+pub(crate) const TOOL_CALLS_AT_ONCE: usize = 8;
 
 pub(super) struct Call<'a> {
     pub spec: &'a AgentSpec,
@@ -68,10 +79,15 @@ fn ask_handler(top: &Prompt, write: impl FnOnce() -> String) -> Result<String, S
 }
 
 impl Call<'_> {
-    pub async fn run(&self, dialog: &mut Dialog, archive: &mut Vec<Dialog>) -> AgentCallSession {
-        let started = Instant::now();
+    /// Starts a call on `dialog`: a session in state `initial`, which goes
+    /// to `dropped` if the guard is dropped before [`InFlight::end`].
+    pub fn start<'d>(
+        &self,
+        dialog: &Dialog,
+        dropped: &'d mut Vec<AgentCallSession>,
+    ) -> InFlight<'d> {
         let limits = self.spec.limits;
-        let mut session = AgentCallSession {
+        let session = AgentCallSession {
             agent: self.spec.name.clone(),
             model: self.spec.model_name.clone(),
             dialog_alias: self.alias.to_string(),
@@ -93,10 +109,18 @@ impl Call<'_> {
             metadata: self.options.metadata.clone(),
             parser_args: self.options.parser_args.clone(),
         };
-        self.run_loop(dialog, archive, &mut session).await;
-        session.ended_at = Some(now());
-        session.latency_ms = started.elapsed().as_millis() as u64;
-        session
+        InFlight::new(session, dropped)
+    }
+
+    /// Runs the call started as `in_flight` to its end.
+    pub async fn run(
+        &self,
+        dialog: &mut Dialog,
+        archive: &mut Vec<Dialog>,
+        mut in_flight: InFlight<'_>,
+    ) -> AgentCallSession {
+        self.run_loop(dialog, archive, in_flight.session()).await;
+        in_flight.end()
     }
 
     async fn run_loop(
@@ -118,7 +142,7 @@ impl Call<'_> {
             steps => steps,
         };
         // D5: only calls that succeeded count as "already called".
-        let mut succeeded: Vec<FunctionCall> = Vec::new();
+        let mut succeeded = Repeats::default();
         let mut final_round = false;
         for step in 0..=max_rounds {
             let offered: &[ToolSpec] = if final_round { &[] } else { &tools };
@@ -137,28 +161,37 @@ impl Call<'_> {
                 session.success();
                 return;
             }
-            // The calls of one turn run concurrently; results go back in call
-            // order. A call identical to an earlier one of the same turn is not
-            // run twice: it gets the repeat answer.
-            let runs = reply
-                .function_calls
+            // The calls of one turn run concurrently, `TOOL_CALLS_AT_ONCE` at
+            // a time; results go back in call order. A call identical to an
+            // earlier one of the same turn is not run twice: it gets the
+            // repeat answer. Calls past `MAX_TOOL_CALLS_PER_REPLY` are not
+            // run at all.
+            let calls = &reply.function_calls;
+            let (to_run, too_many) = calls.split_at(calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
+            let mut this_turn = Repeats::default();
+            // Made up front (not lazily in the stream): the future must not
+            // hold a closure, or it is no longer `Send` for every lifetime.
+            let runs: Vec<_> = to_run
                 .iter()
-                .enumerate()
-                .map(|(index, call)| {
-                    let duplicate = reply.function_calls[..index]
-                        .iter()
-                        .any(|earlier| earlier.equals(call));
-                    self.execute(call, &succeeded, duplicate, &tool_names, offered.is_empty())
-                });
-            let results = futures_util::future::join_all(runs).await;
+                .map(|call| {
+                    let repeated = !this_turn.insert(call) || succeeded.contains(call);
+                    self.execute(call, repeated, &tool_names, offered.is_empty())
+                })
+                .collect();
+            let mut results: Vec<(FunctionCall, String)> = futures_util::stream::iter(runs)
+                .buffered(TOOL_CALLS_AT_ONCE)
+                .collect()
+                .await;
+            results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
+            let handler = named_handler(self.runtime, &top);
             let mut executed = Vec::with_capacity(results.len());
             for (call, result_text) in results {
                 if call.success() {
-                    succeeded.push(call.clone());
+                    succeeded.insert(&call);
                 }
                 let mut metadata = Map::new();
                 metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
-                let put = match named_handler(self.runtime, &top) {
+                let put = match handler {
                     Some(handler) => {
                         match ask_handler(&top, || handler.on_interrupt(&result_text, session)) {
                             Ok(text) => dialog.put_prompt(
@@ -493,12 +526,12 @@ impl Call<'_> {
     }
 
     /// Runs one requested call; returns it with its result and the text the
-    /// model will read.
+    /// model will read. `repeated`: an identical call came earlier in this
+    /// turn or succeeded in an earlier one.
     async fn execute(
         &self,
         call: &FunctionCall,
-        succeeded: &[FunctionCall],
-        duplicate: bool,
+        repeated: bool,
         offered: &[&str],
         final_round: bool,
     ) -> (FunctionCall, String) {
@@ -510,7 +543,7 @@ impl Call<'_> {
                 "the arguments of `{}` are not a JSON object: {raw}",
                 call.name
             ))
-        } else if duplicate || call.is_repeated(succeeded) {
+        } else if repeated {
             let text = format!(
                 "The function {} with identical arguments {} has been called earlier, please check the previous \
                  results and do not call it again. If you do not need to call more functions, just stop calling \
@@ -543,10 +576,26 @@ impl Call<'_> {
                 None => Some(format!("there is no tool `{}`", call.name)),
             }
         };
-        let message = error.unwrap_or_default();
-        let text = format!("Error: {message}");
-        call.error_message = Some(message);
-        call.result_str = Some(text.clone());
-        (call, text)
+        failed(call, error.unwrap_or_default())
     }
+}
+
+/// A call past `MAX_TOOL_CALLS_PER_REPLY` of a reply of `count` calls: not
+/// run, answered with an error the model can act on.
+fn not_run(call: &FunctionCall, count: usize) -> (FunctionCall, String) {
+    failed(
+        call.clone(),
+        format!(
+            "not run: a reply may call at most {MAX_TOOL_CALLS_PER_REPLY} tools and this one called {count}; \
+             the first {MAX_TOOL_CALLS_PER_REPLY} ran, call the others in a later turn if they are still needed"
+        ),
+    )
+}
+
+/// `call` answered with the error `message`, and the text the model reads.
+fn failed(mut call: FunctionCall, message: String) -> (FunctionCall, String) {
+    let text = format!("Error: {message}");
+    call.error_message = Some(message);
+    call.result_str = Some(text.clone());
+    (call, text)
 }

@@ -9,6 +9,8 @@
 mod call;
 pub mod context;
 mod handler;
+mod in_flight;
+mod repeats;
 mod respond;
 pub mod session;
 pub mod tokens;
@@ -226,6 +228,9 @@ pub struct Agent {
     prompts: Option<Arc<PromptRegistry>>,
     /// Where every finished call goes in a programmed run (its record).
     recorder: Option<Recorder>,
+    /// Calls dropped before they ended (the run was interrupted), as
+    /// failures holding what came back; the run's record takes them.
+    interrupted: Vec<AgentCallSession>,
 }
 
 /// The calls of a programmed run, in the order they finished, each with the
@@ -314,6 +319,7 @@ impl Agent {
             context: Map::new(),
             prompts: None,
             recorder: None,
+            interrupted: Vec::new(),
         }
     }
 
@@ -609,7 +615,9 @@ impl Agent {
             alias: &alias,
             options,
         };
-        let session = call.run(dialog, &mut self.archive).await;
+        // Dropped before it ends, the call lands in `interrupted`.
+        let in_flight = call.start(dialog, &mut self.interrupted);
+        let session = call.run(dialog, &mut self.archive, in_flight).await;
         if let Some(recorder) = &self.recorder {
             recorder
                 .lock()
@@ -648,6 +656,13 @@ impl Agent {
     /// Every dialog this agent made, open or not, oldest first.
     pub fn all_dialogs(&self) -> impl Iterator<Item = &Dialog> {
         self.dialogs.values().chain(self.archive.iter())
+    }
+
+    /// The calls that were dropped before they ended (a run interrupted
+    /// while they ran), each a failure with error `interrupted` holding the
+    /// invokes that came back; taken, so each is recorded once.
+    pub(crate) fn take_interrupted(&mut self) -> Vec<AgentCallSession> {
+        std::mem::take(&mut self.interrupted)
     }
 
     /// Every dialog, as `all_dialogs` orders them, taken out of the agent.

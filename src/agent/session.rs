@@ -16,12 +16,14 @@ use crate::provider::{ChatRequest, ProviderError};
 
 /// Where an agent call is in its loop (the seeds' states), written in
 /// records in `snake_case` (`llm_recall`). A finished call is `success` or
-/// `failure`; the others are only seen while a call runs (by a handler) or
-/// in a call that was interrupted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `failure`; the others are only seen while a call runs (by a handler). A
+/// call stopped before it ended (the run was interrupted) is a `failure`
+/// with error `interrupted`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallState {
     /// Nothing sent yet.
+    #[default]
     Initial,
     /// The last reply did not parse; it is being repaired (see
     /// [`AgentCallSession::exception_retries`]).
@@ -190,7 +192,7 @@ pub struct Recall {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentCallSession {
     /// The agent called, by name.
     pub agent: String,

@@ -26,6 +26,8 @@ struct Seen {
 struct FakeProvider {
     replies: Mutex<VecDeque<Result<Message, ProviderError>>>,
     seen: Mutex<Vec<Seen>>,
+    /// Out of replies: never answer (a held request) instead of an error.
+    hang: std::sync::atomic::AtomicBool,
 }
 
 impl Provider for FakeProvider {
@@ -37,11 +39,11 @@ impl Provider for FakeProvider {
             messages: request.messages.iter().map(|m| Message::clone(m)).collect(),
             tools: request.tools.iter().map(|tool| tool.name.clone()).collect(),
         });
-        let reply = self
-            .replies
-            .lock()
-            .unwrap()
-            .pop_front()
+        let reply = self.replies.lock().unwrap().pop_front();
+        if reply.is_none() && self.hang.load(Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
+        let reply = reply
             .unwrap_or_else(|| Err(ProviderError::permanent("fake provider: no more replies")));
         Box::pin(async move { reply })
     }
@@ -53,6 +55,9 @@ struct FakeTool {
     fail_first: bool,
     /// When set, every call waits here: two calls pass only if they run at once.
     barrier: Option<tokio::sync::Barrier>,
+    /// Calls running now, and the most that ever ran at once.
+    running: AtomicUsize,
+    most_running: AtomicUsize,
 }
 
 impl Tool for FakeTool {
@@ -71,9 +76,14 @@ impl Tool for FakeTool {
             Ok(format!("looked up {}", Value::Object(arguments.clone())))
         };
         Box::pin(async move {
+            let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_running.fetch_max(running, Ordering::SeqCst);
             if let Some(barrier) = &self.barrier {
                 barrier.wait().await;
             }
+            // Pending once: calls started together are all running here.
+            tokio::task::yield_now().await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
             result
         })
     }
@@ -120,6 +130,7 @@ fn fixture_with(
     let provider = Arc::new(FakeProvider {
         replies: Mutex::new(replies.into()),
         seen: Mutex::new(Vec::new()),
+        hang: Default::default(),
     });
     let tool = Arc::new(FakeTool {
         spec: ToolSpec {
@@ -130,6 +141,8 @@ fn fixture_with(
         calls: AtomicUsize::new(0),
         fail_first,
         barrier: barrier.then(|| tokio::sync::Barrier::new(2)),
+        running: AtomicUsize::new(0),
+        most_running: AtomicUsize::new(0),
     });
     let mut toolbox = Toolbox::default();
     toolbox.insert(tool.clone());
@@ -567,6 +580,100 @@ async fn the_calls_of_a_turn_really_run_at_the_same_time() {
         .expect("the two tool calls ran concurrently")
         .unwrap();
     assert_eq!(session.state, CallState::Success);
+}
+
+#[tokio::test]
+async fn a_reply_s_tool_calls_run_a_few_at_a_time_and_past_the_cap_not_at_all() {
+    // 200 calls, the second the same as the first: the first 128 are
+    // answered as always (127 run, the repeat gets the repeat answer), 8 at
+    // a time; the other 72 are answered with an error, so every call has
+    // its answer, in call order.
+    let count = 200;
+    let mut message = Message::assistant("model", "");
+    message.function_calls = (0..count)
+        .map(|index| {
+            let q = if index == 1 { 0 } else { index };
+            FunctionCall::from_model(format!("c{index}"), "lookup", &format!(r#"{{"q": {q}}}"#))
+        })
+        .collect();
+    let mut fixture = fixture(vec![Ok(message), text("done")], limits(3, 5, 3), false);
+    fixture.agent.receive("go").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
+    assert_eq!(session.state, CallState::Success);
+    assert_eq!(
+        fixture.tool.calls.load(Ordering::SeqCst),
+        call::MAX_TOOL_CALLS_PER_REPLY - 1
+    );
+    assert_eq!(
+        fixture.tool.most_running.load(Ordering::SeqCst),
+        call::TOOL_CALLS_AT_ONCE
+    );
+    let calls = &session.interrupts[0].calls;
+    assert_eq!(calls.len(), count);
+    let seen = fixture.provider.seen.lock().unwrap().clone();
+    let answers: Vec<&Message> = seen[1]
+        .messages
+        .iter()
+        .filter(|message| message.role == Role::Tool)
+        .collect();
+    assert_eq!(answers.len(), count, "every call answered");
+    for (index, answer) in answers.iter().enumerate() {
+        assert_eq!(answer.tool_call_id(), Some(format!("c{index}").as_str()));
+        let content = &answer.content;
+        match index {
+            1 => assert!(content.contains("has been called earlier"), "{content}"),
+            0..128 => assert!(content.contains("looked up {\"q\":"), "{content}"),
+            _ => {
+                assert!(
+                    content.contains(
+                        "Error: not run: a reply may call at most 128 tools and this one called 200"
+                    ),
+                    "{content}"
+                );
+                assert!(calls[index].error_message.is_some());
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_midway_is_kept_as_interrupted_with_what_came_back() {
+    let mut paid = tool_call("lookup", r#"{"q": 1}"#).unwrap();
+    paid.usage = json!({"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500})
+        .as_object()
+        .cloned()
+        .unwrap();
+    let mut fixture = fixture(vec![Ok(paid)], limits(3, 5, 3), false);
+    fixture.provider.hang.store(true, Ordering::SeqCst);
+    fixture.agent.receive("go").unwrap();
+    // The second request is never answered: the call is dropped (Ctrl-C).
+    let respond = fixture.agent.respond().session();
+    let dropped = tokio::time::timeout(Duration::from_secs(60), respond).await;
+    assert!(dropped.is_err(), "the call was still waiting");
+    assert_eq!(fixture.provider.seen.lock().unwrap().len(), 2);
+    let interrupted = fixture.agent.take_interrupted();
+    assert_eq!(interrupted.len(), 1);
+    let call = &interrupted[0];
+    assert_eq!(call.state, CallState::Failure);
+    assert_eq!(call.error.as_deref(), Some("interrupted"));
+    assert_eq!(call.invokes.len(), 1, "the request that came back");
+    assert_eq!(call.interrupts.len(), 1, "its tool round");
+    assert_eq!(call.cost.prompt_tokens, 1000);
+    assert_eq!(call.cost.completion_tokens, 500);
+    assert!(call.ended_at.is_some());
+    assert!(fixture.agent.take_interrupted().is_empty(), "taken once");
+    // A call that ends is not kept there.
+    fixture.provider.hang.store(false, Ordering::SeqCst);
+    fixture
+        .provider
+        .replies
+        .lock()
+        .unwrap()
+        .push_back(text("done"));
+    fixture.agent.receive("again").unwrap();
+    let session = fixture.agent.respond().session().await.unwrap();
+    assert!(session.is_success());
+    assert!(fixture.agent.take_interrupted().is_empty());
 }
 
 #[test]

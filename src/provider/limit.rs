@@ -9,7 +9,13 @@
 //! never above what the server says remains, so requests slow down before
 //! they reach the wall rather than after. A 429's `Retry-After` pauses
 //! everyone while its request is retried. No pause is longer than
-//! `Limits::max_pause` (the provider's retry cap), whatever a server asks.
+//! `Limits::max_pause` (the provider's retry cap), whatever a server asks:
+//! neither a `Retry-After` nor the wait for a window learned from the
+//! headers (a request waits for those windows at most `max_pause` in all,
+//! then goes, and a 429 says the rest). The configured windows are the
+//! user's own pace and are kept in full. No reply's usage, however large,
+//! puts a bucket more than one window's worth in debt, so none adds more
+//! than about a minute of waiting.
 //! Providers take a `Permit` before each HTTP attempt and report how it went.
 
 use std::sync::Mutex;
@@ -93,10 +99,14 @@ pub fn prompt_tokens(messages: &[std::sync::Arc<crate::dialog::Message>]) -> u64
 const LONGEST_BUCKET_WAIT: Duration = Duration::from_secs(3600);
 
 /// A refilling budget holding at most `capacity` (a minute's limit), as the
-/// providers' own buckets do.
+/// providers' own buckets do, and owing at most as much: its level stays
+/// within `-capacity ..= capacity`.
 #[derive(Debug)]
 struct Bucket {
     family: Family,
+    /// Learned from the headers (the server's window, whose waits are capped
+    /// at `max_pause`) rather than configured (`rpm`, `tpm`: the user's pace).
+    learned: bool,
     per_second: f64,
     capacity: f64,
     level: f64,
@@ -115,6 +125,7 @@ impl Bucket {
         let capacity = per_minute.max(1.0);
         Bucket {
             family,
+            learned: false,
             per_second: capacity / 60.0,
             capacity,
             level: capacity,
@@ -131,6 +142,13 @@ impl Bucket {
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.level = (self.level + elapsed * self.per_second).min(self.capacity);
         self.updated = now;
+    }
+
+    /// Takes `amount` out: a reply that used far more than the window holds
+    /// (an inflated `usage`) leaves it one window in debt, not more, so the
+    /// next request waits about one refill period at most, never for good.
+    fn charge(&mut self, amount: f64) {
+        self.level = (self.level - amount).max(-self.capacity);
     }
 
     /// Time until `amount` is available (zero if it is).
@@ -156,8 +174,34 @@ impl Bucket {
             self.per_second = window.per_second;
         }
         let ceiling = window.remaining + 1.0 + self.per_second * latency.as_secs_f64();
-        self.level = self.level.min(ceiling).min(self.capacity);
+        // A smaller capacity also bounds the debt.
+        self.level = self
+            .level
+            .min(ceiling)
+            .min(self.capacity)
+            .max(-self.capacity);
     }
+}
+
+/// What a request waits for in the quota: the window that holds it longest.
+#[derive(Debug, Clone, Copy)]
+struct QuotaWait {
+    /// How long it waits now.
+    wait: Duration,
+    family: Family,
+    learned: bool,
+    /// What the window alone would ask (longer than `wait` when the
+    /// server's window asks more than the request may still wait for it).
+    asked: Duration,
+}
+
+/// Why a request may not go yet, and for how long at most (`wait: None`:
+/// until a slot frees).
+#[derive(Debug, Clone, Copy)]
+struct Blocked {
+    why: Waiting,
+    wait: Option<Duration>,
+    quota: Option<QuotaWait>,
 }
 
 #[derive(Debug)]
@@ -270,15 +314,22 @@ impl Limiter {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Waits until a request estimated at `estimate` may be sent.
+    /// Waits until a request estimated at `estimate` may be sent. The
+    /// windows learned from the headers hold it `max_pause` at most in all
+    /// (the server's 429 and its `Retry-After` say the rest); the configured
+    /// windows and the concurrency cap as long as they need.
     pub async fn acquire(&self, estimate: impl Into<Estimate>) -> Permit<'_> {
         let estimate = estimate.into();
+        // How long this request has waited for the server's windows.
+        let mut waited_for_server = Duration::ZERO;
+        let mut traced = false;
         loop {
             let freed = self.freed.notified();
-            let wait = {
+            let blocked = {
                 let mut state = self.lock();
                 let now = Instant::now();
-                match self.blocked(&mut state, estimate, now) {
+                let allowance = self.max_pause.saturating_sub(waited_for_server);
+                match self.blocked(&mut state, estimate, now, allowance) {
                     None => {
                         state.in_flight += 1;
                         state.in_flight_cost.input =
@@ -286,7 +337,7 @@ impl Limiter {
                         state.in_flight_cost.output =
                             state.in_flight_cost.output.saturating_add(estimate.output);
                         for bucket in &mut state.buckets {
-                            bucket.level -= estimate.of(bucket.family).min(bucket.capacity);
+                            bucket.charge(estimate.of(bucket.family).min(bucket.capacity));
                         }
                         return Permit {
                             limiter: self,
@@ -294,10 +345,17 @@ impl Limiter {
                             sent: now,
                         };
                     }
-                    Some((_, wait)) => wait,
+                    Some(blocked) => blocked,
                 }
             };
-            match wait {
+            if let Some(quota) = blocked.quota
+                && !traced
+            {
+                traced = true;
+                trace_quota_wait(&quota, self.max_pause);
+            }
+            let slept = Instant::now();
+            match blocked.wait {
                 Some(wait) => {
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
@@ -306,42 +364,75 @@ impl Limiter {
                 }
                 None => freed.await,
             }
+            if blocked.quota.is_some_and(|quota| quota.learned) {
+                waited_for_server += slept.elapsed();
+            }
         }
     }
 
-    /// `None` when a request may go now; else why not, and for how long at most
-    /// (`None` duration: until a slot frees).
+    /// `None` when a request may go now; else why not. The server's windows
+    /// may hold it `allowance` longer at most.
     fn blocked(
         &self,
         state: &mut State,
         estimate: Estimate,
         now: Instant,
-    ) -> Option<(Waiting, Option<Duration>)> {
+        allowance: Duration,
+    ) -> Option<Blocked> {
         if let Some((until, why)) = state.paused_until {
             if until > now {
-                return Some((why, Some(until - now)));
+                return Some(Blocked {
+                    why,
+                    wait: Some(until - now),
+                    quota: None,
+                });
             }
             state.paused_until = None;
         }
         if state.in_flight as f64 >= state.allowed.floor().max(1.0) {
-            return Some((Waiting::Concurrency, None));
+            return Some(Blocked {
+                why: Waiting::Concurrency,
+                wait: None,
+                quota: None,
+            });
         }
-        let wait = state
+        let quota = state
             .buckets
             .iter_mut()
-            .map(|bucket| bucket.wait_for(estimate.of(bucket.family), now))
-            .max()
-            .unwrap_or(Duration::ZERO);
-        (!wait.is_zero()).then_some((Waiting::RateLimit, Some(wait)))
+            .map(|bucket| {
+                let asked = bucket.wait_for(estimate.of(bucket.family), now);
+                QuotaWait {
+                    wait: if bucket.learned {
+                        asked.min(allowance)
+                    } else {
+                        asked
+                    },
+                    family: bucket.family,
+                    learned: bucket.learned,
+                    asked,
+                }
+            })
+            .max_by_key(|quota| quota.wait)
+            .filter(|quota| !quota.wait.is_zero())?;
+        Some(Blocked {
+            why: Waiting::RateLimit,
+            wait: Some(quota.wait),
+            quota: Some(quota),
+        })
     }
 
     /// Why the next request would wait right now, if it would.
     pub fn waiting(&self) -> Option<Waiting> {
         let mut state = self.lock();
         let retrying = state.retrying > 0 && state.retrying >= state.in_flight;
-        self.blocked(&mut state, Estimate::default(), Instant::now())
-            .map(|(why, _)| why)
-            .or(retrying.then_some(Waiting::Retry))
+        self.blocked(
+            &mut state,
+            Estimate::default(),
+            Instant::now(),
+            self.max_pause,
+        )
+        .map(|blocked| blocked.why)
+        .or(retrying.then_some(Waiting::Retry))
     }
 
     /// Marks a request as sleeping before its retry until the guard is dropped.
@@ -401,10 +492,12 @@ impl Limiter {
         };
         let other_requests = state.in_flight.saturating_sub(1) as f64;
         for window in &windows {
+            // The configured windows stay the user's pace: the server's
+            // are kept apart, so that only their waits are capped.
             match state
                 .buckets
                 .iter_mut()
-                .find(|bucket| bucket.family == window.family)
+                .find(|bucket| bucket.learned && bucket.family == window.family)
             {
                 Some(bucket) => bucket.observe(window, latency, now),
                 None => {
@@ -414,9 +507,10 @@ impl Limiter {
                     };
                     state.buckets.push(Bucket {
                         family: window.family,
+                        learned: true,
                         per_second: window.per_second,
                         capacity: window.limit,
-                        level: window.remaining - in_flight,
+                        level: (window.remaining - in_flight).max(-window.limit),
                         updated: now,
                         refilling: true,
                     });
@@ -427,7 +521,8 @@ impl Limiter {
 
     /// A request succeeded: grow back towards the configured concurrency,
     /// and charge the token windows what the reply used beyond the estimate
-    /// (never refunding less: the providers count the estimate at admission).
+    /// (never refunding less: the providers count the estimate at admission),
+    /// one window's worth at most whatever the reply claims.
     pub fn on_success(&self, used_tokens: u64, estimate: Estimate) {
         let mut state = self.lock();
         if state.allowed < self.max_concurrency as f64 {
@@ -436,7 +531,7 @@ impl Limiter {
         let beyond = used_tokens.saturating_sub(estimate.total()) as f64;
         for bucket in &mut state.buckets {
             if bucket.family == Family::Tokens {
-                bucket.level -= beyond;
+                bucket.charge(beyond);
             }
         }
     }
@@ -448,6 +543,42 @@ impl Limiter {
     /// The current adaptive concurrency.
     pub fn allowed(&self) -> usize {
         self.lock().allowed.floor() as usize
+    }
+}
+
+/// One `info` line (`-v`, as the retry loop's line for a retry's wait) when
+/// a request starts waiting for the quota: how long, for which window, and
+/// what the server's window asked when `max_pause` cut it.
+fn trace_quota_wait(quota: &QuotaWait, max_pause: Duration) {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let window = match quota.family {
+        Family::Requests => "requests",
+        Family::Tokens => "tokens",
+        Family::InputTokens => "input tokens",
+        Family::OutputTokens => "output tokens",
+    };
+    let wait = quota.wait.as_secs_f64();
+    if !quota.learned {
+        let key = match quota.family {
+            Family::Requests => "rpm",
+            _ => "tpm",
+        };
+        tracing::info!(
+            "rate limit: waiting {wait:.1} s for the configured `{key}` ({window} per minute)"
+        );
+    } else if quota.asked > quota.wait {
+        tracing::info!(
+            "rate limit: waiting {wait:.1} s for the server's {window} window (it asks {:.1} s; \
+             `retry_cap_ms` caps a request's wait for it at {:.1} s, then it goes)",
+            quota.asked.as_secs_f64(),
+            max_pause.as_secs_f64()
+        );
+    } else {
+        tracing::info!(
+            "rate limit: waiting {wait:.1} s for the server's {window} window (its rate-limit headers)"
+        );
     }
 }
 

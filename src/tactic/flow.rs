@@ -83,6 +83,25 @@ fn dialog_records(tactic: &Tactic, agents: HashMap<String, Agent>) -> Vec<Dialog
         .collect()
 }
 
+/// The calls of a run's agents that were dropped before they ended, in the
+/// tactic's agent order, then in the order they started.
+fn interrupted_calls(
+    tactic: &Tactic,
+    agents: &mut HashMap<String, Agent>,
+) -> Vec<AgentCallSession> {
+    let mut calls: Vec<AgentCallSession> = agents
+        .values_mut()
+        .flat_map(Agent::take_interrupted)
+        .collect();
+    calls.sort_by(|left, right| {
+        let place = |call: &AgentCallSession| tactic.agents.get_index_of(call.agent.as_str());
+        place(left)
+            .cmp(&place(right))
+            .then_with(|| left.started_at.cmp(&right.started_at))
+    });
+    calls
+}
+
 impl<'a> Run<'a> {
     fn new(
         tactic: &'a Tactic,
@@ -114,8 +133,9 @@ impl<'a> Run<'a> {
 pub const INTERRUPTED: &str = "interrupted";
 
 /// Runs `task`; when `interrupt` completes first, the run stops there and the
-/// record holds every agent call that had finished (the one in flight and any
-/// running `parallel` branches are dropped).
+/// record holds every agent call that had finished, and the one in flight
+/// as a failure (`interrupted`) with the requests of it that came back. The
+/// calls of `parallel` branches and sub-tactics still running are dropped.
 pub(super) async fn run(
     tactic: &Tactic,
     task: Task,
@@ -166,6 +186,9 @@ pub(super) async fn run(
         run.calls = calls;
         run.steps = steps;
     }
+    // A call the interrupt stopped midway is on record too, with what its
+    // finished requests cost.
+    run.calls.extend(interrupted_calls(tactic, &mut run.agents));
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),
         Err(error) => (RunState::Failure, None, Some(error)),

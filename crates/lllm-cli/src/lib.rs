@@ -45,8 +45,8 @@ use lllm::error::{Outcome, Result};
 pub struct Cli {
     /// Trace requests and replies on stderr (`-vv` bodies, `-vvv` all); secrets redacted.
     ///
-    /// `-v`: one line per request sent, per reply or failure received and per
-    /// retry wait; `-vv`: the bodies and tool runs too; `-vvv`: everything
+    /// `-v`: one line per request sent, per reply or failure received, per
+    /// retry wait and per wait for the quota; `-vv`: the bodies and tool runs too; `-vvv`: everything
     /// lllm says. A filter in `RUST_LOG` (or `LLLM_LOG`, `EnvFilter` syntax:
     /// `lllm=debug`) wins when set; other crates' events show only when it
     /// names them.

@@ -3,7 +3,8 @@
 //! progress bar rather than through it.
 //!
 //! What each level shows (README, "Tracing"): `-v` one line per request sent,
-//! per reply or failure received and per retry wait (`lllm=info`); `-vv` the
+//! per reply or failure received, per retry wait and per wait for the quota
+//! (`lllm=info`); `-vv` the
 //! bodies and tool runs too (`lllm=debug`); `-vvv` everything lllm itself
 //! says (`lllm=trace`). A filter in `RUST_LOG` (`EnvFilter` syntax) wins over
 //! `-v`. Third-party crates (hyper, h2, reqwest, rustls, rmcp) log at debug

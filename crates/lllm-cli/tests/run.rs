@@ -1096,8 +1096,15 @@ fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
     assert_eq!(record["state"], "failure");
     assert_eq!(record["error"], "interrupted");
     let calls = record["agent_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "the finished call is kept");
+    assert_eq!(
+        calls.len(),
+        2,
+        "the finished call is kept, and the one in flight"
+    );
     assert_eq!(calls[0]["delivery"]["content"], "first done");
+    assert_eq!(calls[1]["state"], "failure");
+    assert_eq!(calls[1]["error"], "interrupted");
+    assert_eq!(calls[1]["invokes"], serde_json::json!([]), "none came back");
 }
 
 #[test]

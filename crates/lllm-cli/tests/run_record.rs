@@ -56,6 +56,102 @@ fn sigterm_stops_a_run_like_ctrl_c_and_its_record_is_written() {
     }
 }
 
+/// A paid tool-call turn (1,000 tokens in, 500 out: $0.002 at these
+/// prices), then a request the server holds until the client gives up.
+fn paid_then_held(base_url: &str) -> String {
+    format!(
+        "tactic_type: test\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs:\n  - {{name: a, system_prompt: \"Be brief.\", tools: [current_time]}}\n\
+         builtin_tools:\n  current_time: null\n\
+         providers:\n  local: {{api: openai, base_url: \"{base_url}\"}}\n\
+         pricing:\n  local/m: {{input_per_million: 1.0, output_per_million: 2.0}}\n"
+    )
+}
+
+const PAID_THEN_HELD: &str = "replies:\n  - tool_calls: [{name: current_time}]\n    usage: {prompt_tokens: 1000, completion_tokens: 500}\ndefault: {fault: timeout}\n";
+
+/// Sends SIGINT to `child` once `server` has seen `requests` requests.
+fn interrupt_after(server: &MockServer, requests: usize, child: &std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.requests().len() < requests {
+        assert!(Instant::now() < deadline, "the requests never arrived");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[cfg(unix)]
+#[test]
+fn an_interrupted_call_keeps_what_its_finished_requests_cost() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), PAID_THEN_HELD);
+    let test = test.file("t.yaml", &paid_then_held(&server.base_url()));
+    let child = test.spawn(&["run", "t.yaml", "--task", "hello", "--record", "r.json"]);
+    interrupt_after(&server, 2, &child);
+    let output = Output::of(child.wait_with_output().unwrap());
+    output.expect_code(130);
+    // The summary line counts the paid request.
+    assert!(
+        output
+            .stderr
+            .contains("1 call · 1500 tokens (1000 in, 500 out) · $0.002000"),
+        "{}",
+        output.stderr
+    );
+    let record = test.read_json("r.json");
+    assert_eq!(record["error"], "interrupted");
+    assert_eq!(record["cost"]["prompt_tokens"], 1000, "{record}");
+    assert_eq!(record["cost"]["completion_tokens"], 500);
+    let calls = record["agent_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "the call in flight is recorded");
+    assert_eq!(calls[0]["state"], "failure");
+    assert_eq!(calls[0]["error"], "interrupted");
+    assert_eq!(calls[0]["invokes"].as_array().unwrap().len(), 1);
+    assert_eq!(calls[0]["interrupts"].as_array().unwrap().len(), 1);
+    assert_eq!(calls[0]["cost"]["total_tokens"], 1500);
+    assert!(calls[0]["ended_at"].is_string());
+
+    // A batch stopped at once (`--grace 0`) counts it in its result line and
+    // summary too.
+    let server = MockServer::start(test.dir.path(), PAID_THEN_HELD);
+    let test = test
+        .file("b.yaml", &paid_then_held(&server.base_url()))
+        .file("tasks.jsonl", "\"hello\"\n");
+    let child = test.spawn(&[
+        "batch",
+        "tasks.jsonl",
+        "-t",
+        "b.yaml",
+        "-o",
+        "out",
+        "--grace",
+        "0",
+        "-q",
+    ]);
+    interrupt_after(&server, 2, &child);
+    let output = Output::of(child.wait_with_output().unwrap());
+    output.expect_code(130);
+    let results = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    let line: Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert_eq!(line["error"], "interrupted", "{line}");
+    assert_eq!(line["calls"], 1, "{line}");
+    assert_eq!(line["usage"]["prompt_tokens"], 1000, "{line}");
+    assert!(
+        (line["cost"].as_f64().unwrap() - 0.002).abs() < 1e-9,
+        "{line}"
+    );
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["calls"], 1, "{summary}");
+    assert!(
+        (summary["cost"].as_f64().unwrap() - 0.002).abs() < 1e-9,
+        "{summary}"
+    );
+}
+
 /// Entries of `dir` whose name ends with `.tmp`.
 fn temporary_files(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)

@@ -484,3 +484,69 @@ fn the_in_process_mock_clamps_its_script_s_counts_too() {
             "total": MAX_CALL_TOKENS})
     );
 }
+
+/// Three calls in a row on one provider (three steps of a flow).
+fn three_steps(api: &str, base_url: &str, retry_cap_ms: u64) -> String {
+    tactic(api, base_url, 0, retry_cap_ms)
+        + "flow:\n  - {step: one, agent: assistant, text: \"first\"}\n  - {step: two, agent: assistant, text: \"second\"}\n  - {step: three, agent: assistant, text: \"third\"}\n"
+}
+
+#[test]
+fn a_window_the_headers_state_holds_a_request_no_longer_than_the_retry_cap_and_says_so() {
+    // One request a minute and none left: the server's window would hold
+    // each later request a minute or two (past `finish`'s deadline); the
+    // retry cap of 0.2 s holds it that long, then it goes.
+    for api in ["openai", "anthropic"] {
+        let test = Test::new();
+        let server = MockServer::start(
+            test.dir.path(),
+            "replies:\n  - text: one\n    rate_limit: {requests: {limit: 1, remaining: 0, reset_s: 60}}\n  - text: two\n  - text: three\n",
+        );
+        let test = test
+            .file("t.yaml", &three_steps(api, &server.base_url(), 200))
+            .env("TEST_KEY", "k");
+        let output = finish(test.spawn(&["-v", "run", "t.yaml", "--task", "hi", "--no-record"]));
+        output.expect_code(0);
+        assert_eq!(output.stdout, "three\n");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3);
+        for pair in requests.windows(2) {
+            assert!(gap(&pair[0], &pair[1]) >= Duration::from_millis(200));
+        }
+        // `-v` says how long each waits and why.
+        let waits: Vec<&str> = output
+            .stderr
+            .lines()
+            .filter(|line| line.contains("rate limit: waiting"))
+            .collect();
+        assert_eq!(waits.len(), 2, "{api}:\n{}", output.stderr);
+        for line in waits {
+            assert!(line.contains(" INFO "), "{line}");
+            assert!(
+                line.contains(
+                    "rate limit: waiting 0.2 s for the server's requests window (it asks "
+                ) && line.contains(
+                    "`retry_cap_ms` caps a request's wait for it at 0.2 s, then it goes)"
+                ),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_inflated_usage_does_not_stall_the_provider() {
+    // A reply claiming 10^12 prompt tokens against a token window of a
+    // million: the next requests still go.
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - text: one\n    usage: {prompt_tokens: 1000000000000, completion_tokens: 1}\n    rate_limit: {tokens: {limit: 1000000, remaining: 1000000, reset_s: 1}}\n  - text: two\n  - text: three\n",
+    );
+    let test = test
+        .file("t.yaml", &three_steps("openai", &server.base_url(), 200))
+        .env("TEST_KEY", "k");
+    let output = finish(test.spawn(&["run", "t.yaml", "--task", "hi", "--no-record"]));
+    output.expect_code(0);
+    assert_eq!(output.stdout, "three\n");
+}

@@ -148,8 +148,7 @@ async fn windows_learned_from_the_headers_pace_requests_before_the_wall() {
     assert_eq!(times[10], Duration::ZERO, "12, less the one in flight");
     assert_eq!(times[11], Duration::from_millis(100), "then 10 a second");
     assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
-    // A later reply lowers what is left (another client uses the key),
-    // never raises it, and a smaller limit replaces a configured one.
+    // A smaller limit in the headers paces below a configured one.
     let limiter = Limiter::new(Limits {
         tpm: Some(600_000),
         ..Limits::default()
@@ -157,7 +156,7 @@ async fn windows_learned_from_the_headers_pace_requests_before_the_wall() {
     let permit = limiter.acquire(Estimate::from(100)).await;
     permit.observe(&headers(&[
         ("anthropic-ratelimit-tokens-limit", "6000"),
-        ("anthropic-ratelimit-tokens-remaining", "99"),
+        ("anthropic-ratelimit-tokens-remaining", "100"),
         ("anthropic-ratelimit-tokens-reset", "2026-01-01T00:00:00Z"),
     ]));
     drop(permit);
@@ -167,6 +166,24 @@ async fn windows_learned_from_the_headers_pace_requests_before_the_wall() {
         started.elapsed(),
         Duration::from_secs(1),
         "100 a second from 100"
+    );
+    // A later reply lowers what is left (another client uses the key),
+    // never raises it.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    for remaining in ["0", "6000"] {
+        let permit = limiter.acquire(0).await;
+        permit.observe(&headers(&[
+            ("anthropic-ratelimit-tokens-limit", "6000"),
+            ("anthropic-ratelimit-tokens-remaining", remaining),
+        ]));
+        drop(permit);
+    }
+    let started = Instant::now();
+    drop(limiter.acquire(Estimate::from(101)).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(1),
+        "from 0 left (and 1 for the server's rounding), 100 a second"
     );
 }
 
@@ -207,4 +224,91 @@ async fn zero_rates_from_a_library_caller_wait_instead_of_panicking() {
         started.elapsed() >= Duration::from_secs(60),
         "as 1 per minute"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inflated_usage_puts_a_bucket_one_window_in_debt_at_most() {
+    // Configured (`tpm`) and learned from the headers alike: a reply
+    // claiming 10^12 tokens costs about a minute of waiting, not forever.
+    let configured = Limiter::new(Limits {
+        tpm: Some(60_000),
+        ..Limits::default()
+    });
+    let learned = Limiter::new(Limits {
+        max_pause: Duration::from_secs(3600),
+        ..Limits::default()
+    });
+    let permit = learned.acquire(0).await;
+    permit.observe(&headers(&[
+        ("x-ratelimit-limit-tokens", "60000"),
+        ("x-ratelimit-remaining-tokens", "60000"),
+    ]));
+    drop(permit);
+    for limiter in [&configured, &learned] {
+        drop(limiter.acquire(1000).await);
+        limiter.on_success(10u64.pow(12), Estimate::from(1000));
+        let waited = tokio::time::timeout(Duration::from_secs(3600), async {
+            let started = Instant::now();
+            drop(limiter.acquire(1000).await);
+            started.elapsed()
+        })
+        .await;
+        assert_eq!(
+            waited,
+            Ok(Duration::from_secs(61)),
+            "60,000 owed and 1,000 asked, at 1,000 a second"
+        );
+        limiter.on_success(u64::MAX, Estimate::default());
+        let started = Instant::now();
+        drop(limiter.acquire(0).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(60), "no more owed");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_s_windows_hold_a_request_max_pause_at_most_the_configured_ones_in_full() {
+    let limiter = Limiter::new(Limits {
+        max_pause: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    let permit = limiter.acquire(0).await;
+    // One request a minute, none left: the server asks a minute per request.
+    permit.observe(&headers(&[
+        ("x-ratelimit-limit-requests", "1"),
+        ("x-ratelimit-remaining-requests", "0"),
+    ]));
+    drop(permit);
+    for _ in 0..3 {
+        let started = Instant::now();
+        let ((), elapsed) = tokio::join!(
+            async {
+                // Requests ending meanwhile wake the waiter: the cap holds
+                // for its whole wait, not for each part of it.
+                for _ in 0..4 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    limiter.freed.notify_waiters();
+                }
+            },
+            async {
+                drop(limiter.acquire(0).await);
+                started.elapsed()
+            }
+        );
+        assert_eq!(
+            elapsed,
+            Duration::from_secs(5),
+            "then it goes, and a 429 says the rest"
+        );
+    }
+    assert_eq!(limiter.waiting(), Some(Waiting::RateLimit));
+    // `rpm` is the user's own pace, kept whatever the retry cap.
+    let limiter = Limiter::new(Limits {
+        rpm: Some(1),
+        max_pause: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    drop(limiter.acquire(0).await);
+    let started = Instant::now();
+    drop(limiter.acquire(0).await);
+    assert_eq!(started.elapsed(), Duration::from_secs(60));
 }
