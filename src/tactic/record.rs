@@ -133,7 +133,7 @@ impl PromptInfo {
             handler: prompt.handler_name.clone(),
             renderer: match prompt.renderer() {
                 crate::prompt::Renderer::Jinja => None,
-                ref other => Some(other.name().to_string()),
+                other => Some(other.name().to_string()),
             },
         }
     }
