@@ -43,6 +43,8 @@ pub mod tactic;
 pub(crate) mod time;
 pub mod tool;
 pub mod words;
+#[doc(hidden)]
+pub mod yaml;
 
 pub use agent::{Agent, AgentCallSession, Handler};
 pub use dialog::{Dialog, Message, Role};

@@ -86,7 +86,7 @@ fn one_problem_per_line(text: &str) {
 /// as `config::load` reads it (same parser); what does not parse is kept, it
 /// never reaches a path.
 fn names_outside_paths(text: &str) -> bool {
-    let Ok(document) = serde_yaml_ng::from_str::<Value>(text) else {
+    let Ok(document) = lllm::yaml::parse(text) else {
         return false;
     };
     // The fuzzed file is one level down (`tactics/`), as are the examples.

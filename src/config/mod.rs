@@ -193,20 +193,15 @@ fn parse_yaml(text: &str, path: &str) -> Result<Value> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    numbers::parse_yaml(text).map_err(|error| {
+    crate::yaml::parse(text).map_err(|error| {
         let (line, column) = error
-            .location()
-            .map_or((1, 1), |location| (location.line(), location.column()));
-        let message = error.to_string();
-        let message = match message.find(" at line ") {
-            Some(cut) => message[..cut].to_string(),
-            None => message,
-        };
+            .location
+            .map_or((1, 1), |location| (location.line, location.column));
         Error::Syntax {
             path: path.to_string(),
             line,
             column,
-            message,
+            message: error.message,
         }
     })
 }

@@ -5,15 +5,14 @@
 //! `timeout_s: 1e20` and `rpm: 0` crashed runs, negative timeouts became 1 ms).
 //! The README's "Numbers and their ranges" table lists the same ranges.
 //!
-//! YAML's non-finite numbers (`.inf`, `.nan`) have no JSON form, so
-//! [`parse_yaml`] keeps them as their YAML text: a numeric key then rejects
-//! them by name instead of reading `null`, which would mean "the default".
+//! YAML's non-finite numbers (`.inf`, `.nan`) and integers past 64 bits have
+//! no JSON form, so [`crate::yaml::parse`] keeps them as their YAML text: a
+//! numeric key then rejects them by name instead of reading `null`, which
+//! would mean "the default", or the whole file failing.
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value};
+use serde_json::Value;
 
 /// The inclusive range of one numeric setting.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,95 +160,6 @@ pub fn seconds(value: f64) -> Duration {
     Duration::from_secs_f64(value.clamp(TIMEOUT_S.min, TIMEOUT_S.max))
 }
 
-/// Parses YAML into JSON values like `serde_yaml_ng::from_str::<Value>`,
-/// except that `.inf`, `-.inf` and `.nan` become the strings `.inf`, `-.inf`
-/// and `.nan` instead of `null`.
-pub fn parse_yaml(text: &str) -> Result<Value, serde_yaml_ng::Error> {
-    serde_yaml_ng::from_str::<Tree>(text).map(|tree| tree.0)
-}
-
-struct Tree(Value);
-
-impl<'de> serde::Deserialize<'de> for Tree {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tree, D::Error> {
-        deserializer.deserialize_any(TreeVisitor).map(Tree)
-    }
-}
-
-struct TreeVisitor;
-
-impl<'de> Visitor<'de> for TreeVisitor {
-    type Value = Value;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
-        formatter.write_str("any YAML value")
-    }
-
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
-    }
-
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(value).map_or_else(
-            || {
-                Value::String(
-                    match (value.is_nan(), value > 0.0) {
-                        (true, _) => ".nan",
-                        (false, true) => ".inf",
-                        (false, false) => "-.inf",
-                    }
-                    .into(),
-                )
-            },
-            Value::Number,
-        ))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_string()))
-    }
-
-    fn visit_string<E>(self, value: String) -> Result<Value, E> {
-        Ok(Value::String(value))
-    }
-
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(TreeVisitor)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Tree(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
-        let mut map = Map::new();
-        while let Some((key, Tree(value))) = entries.next_entry::<String, Tree>()? {
-            map.insert(key, value);
-        }
-        Ok(Value::Object(map))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -327,25 +237,5 @@ mod tests {
         assert_eq!(seconds(-1.0), Duration::from_millis(1));
         assert_eq!(seconds(1e20), Duration::from_secs(86_400));
         assert_eq!(seconds(f64::INFINITY), Duration::from_secs(86_400));
-    }
-
-    #[test]
-    fn yaml_keeps_non_finite_numbers_as_their_text() {
-        let value = parse_yaml(
-            "a: .inf\nb: -.inf\nc: .nan\nd: 1e20\ne: [1, -2, 2.5, x, null, true]\nf: {g: .NaN}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            value,
-            json!({"a": ".inf", "b": "-.inf", "c": ".nan", "d": 1e20,
-                   "e": [1, -2, 2.5, "x", null, true], "f": {"g": ".nan"}})
-        );
-        // Everything else reads as serde_yaml_ng reads it into JSON.
-        let text = "x: 1\ny: 'two'\nz:\n  - {a: 1.5, b: ~}\n";
-        assert_eq!(
-            parse_yaml(text).unwrap(),
-            serde_yaml_ng::from_str::<Value>(text).unwrap()
-        );
-        assert!(parse_yaml("a: [1, 2").is_err());
     }
 }

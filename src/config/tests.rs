@@ -113,6 +113,37 @@ fn syntax_errors_name_file_line_and_column() {
 }
 
 #[test]
+fn repeated_keys_and_deep_nesting_are_syntax_errors_at_their_line() {
+    let deep = format!("{MINIMAL}    model_args: {{x: {}}}\n", "[".repeat(1000));
+    let files = Files::new(&[
+        ("top.yaml", &format!("{MINIMAL}agent_configs: []\n")),
+        ("agent.yaml", &format!("{MINIMAL}    name: b\n")),
+        ("deep.yaml", &deep),
+    ]);
+    assert!(
+        files.error("top.yaml").ends_with(
+            "top.yaml:4:1: duplicate key `agent_configs`; a key may appear once in a mapping"
+        ),
+        "{}",
+        files.error("top.yaml")
+    );
+    assert!(
+        files
+            .error("agent.yaml")
+            .ends_with("agent.yaml:4:5: agent_configs[0]: duplicate key `name`; a key may appear once in a mapping"),
+        "{}",
+        files.error("agent.yaml")
+    );
+    assert!(
+        files.error("deep.yaml").ends_with(
+            "deep.yaml:4:148: flow collections (`[` / `{`) nested deeper than 128 levels"
+        ),
+        "{}",
+        files.error("deep.yaml")
+    );
+}
+
+#[test]
 fn unknown_keys_and_type_errors_are_named() {
     let files = Files::new(&[
         ("a.yaml", "agent_config: []\n"),

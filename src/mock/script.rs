@@ -390,19 +390,13 @@ impl Script {
             Value::Object(Map::new())
         } else {
             // `.inf` and `.nan` stay text, so a number field rejects them by name.
-            crate::config::numbers::parse_yaml(text).map_err(|error| {
-                let location = error.location();
-                let message = error.to_string();
+            crate::yaml::parse(text).map_err(|error| {
                 // The location goes in front, like every `file:line:column` error.
-                let message = match message.split_once(" at line ") {
-                    Some((message, _)) => message.to_string(),
-                    None => message,
-                };
                 ScriptError::Syntax {
                     origin: origin.to_string(),
-                    line: location.as_ref().map_or(0, |location| location.line()),
-                    column: location.as_ref().map_or(0, |location| location.column()),
-                    message,
+                    line: error.location.map_or(0, |location| location.line),
+                    column: error.location.map_or(0, |location| location.column),
+                    message: error.message,
                 }
             })?
         };

@@ -14,6 +14,7 @@ mod parser;
 pub(crate) mod placeholders;
 mod registry;
 pub(crate) mod render;
+mod walk;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

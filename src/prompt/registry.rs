@@ -3,19 +3,20 @@
 //!
 //! Loading never hangs and reports every bad file at once (issue 12): only
 //! regular files are read (a named pipe, socket or device with a prompt's
-//! extension is an error, never a wait), a symlinked directory that leads
-//! back to one being read is an error instead of an endless walk, and a file
-//! over `MAX_PROMPT_BYTES` is refused.
+//! extension is an error, never a wait), and a file over `MAX_PROMPT_BYTES`
+//! is refused. Which files there are is `walk`'s business: it never leaves
+//! the directory, reads each directory once and lists at most
+//! `MAX_WALK_ENTRIES` entries.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::walk::{MAX_WALK_ENTRIES, Walk, key_of, walk};
 use super::{Error, Extensions, HandlerTexts, NamedRenderer, Parser, Prompt, Renderer, Result};
 use crate::suggest;
 
-const EXTENSIONS: &[&str] = &["md", "txt", "j2"];
 /// The largest prompt file read (a prompt past this is surely a mistake, and
 /// every request would carry it).
 const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
@@ -69,28 +70,29 @@ impl Registry {
     /// `load_all`, where front matter may name the parsers and renderers of
     /// `extensions` (`parser: NAME`, `renderer: NAME`).
     pub fn load_all_with(directory: &Path, extensions: &Extensions) -> (Registry, Vec<Error>) {
-        let mut problems = Vec::new();
-        let mut files = Vec::new();
-        let mut ancestors = Vec::new();
-        collect(directory, &mut ancestors, &mut files, &mut problems);
-        files.sort_by(|(one, _), (other, _)| one.cmp(other));
         let mut registry = Registry {
             directory: Some(directory.to_path_buf()),
             prompts: BTreeMap::new(),
             broken: BTreeSet::new(),
             warnings: Vec::new(),
         };
+        let Walk {
+            mut files,
+            mut problems,
+            warnings,
+        } = match walk(directory, MAX_WALK_ENTRIES) {
+            Ok(found) => found,
+            // Too many entries: no file is read.
+            Err(problem) => return (registry, vec![problem]),
+        };
+        registry.warnings = warnings;
+        files.sort_by(|(one, _), (other, _)| one.cmp(other));
         let mut origins: BTreeMap<String, PathBuf> = BTreeMap::new();
         for (file, unreadable) in files {
             let Ok(relative) = file.strip_prefix(directory) else {
                 continue;
             };
-            let key = relative
-                .with_extension("")
-                .components()
-                .map(|part| part.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
+            let key = key_of(&relative.with_extension(""));
             if let Some(first) = origins.get(&key) {
                 problems.push(Error::File {
                     path: file.display().to_string(),
@@ -185,101 +187,6 @@ impl Registry {
     }
 }
 
-/// The prompt files under `directory`, recursively, each with the reason it
-/// cannot be read, if any. `ancestors` are the directories being read (device
-/// and inode), so a symlink that leads back to one of them is reported
-/// instead of followed forever.
-fn collect(
-    directory: &Path,
-    ancestors: &mut Vec<(u64, u64)>,
-    files: &mut Vec<(PathBuf, Option<Error>)>,
-    problems: &mut Vec<Error>,
-) {
-    let problem = |path: &Path, message: String| Error::File {
-        path: path.display().to_string(),
-        message,
-    };
-    let entries = match std::fs::read_dir(directory) {
-        Ok(entries) => entries,
-        Err(error) => {
-            problems.push(problem(
-                directory,
-                format!("cannot read the prompt directory: {error}"),
-            ));
-            return;
-        }
-    };
-    let identity = std::fs::metadata(directory)
-        .ok()
-        .map(|metadata| file_id(&metadata));
-    ancestors.extend(identity);
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(error) => {
-                problems.push(problem(directory, format!("cannot list: {error}")));
-                continue;
-            }
-        };
-        let path = entry.path();
-        let is_prompt = path
-            .extension()
-            .and_then(|extension| extension.to_str())
-            .is_some_and(|extension| EXTENSIONS.contains(&extension));
-        // Follows a symlink (to see what it leads to) without opening it.
-        let metadata = match std::fs::metadata(&path) {
-            Ok(metadata) => metadata,
-            // A dangling or self-referential link: an error only where a
-            // prompt was meant.
-            Err(error) => {
-                if is_prompt {
-                    let unreadable = problem(&path, format!("cannot read: {error}"));
-                    files.push((path, Some(unreadable)));
-                }
-                continue;
-            }
-        };
-        if metadata.is_dir() {
-            if ancestors.contains(&file_id(&metadata)) {
-                problems.push(problem(
-                    &path,
-                    "a symlink back to a directory that contains it (a loop); remove it".into(),
-                ));
-            } else {
-                collect(&path, ancestors, files, problems);
-            }
-        } else if is_prompt {
-            let unreadable = (!metadata.is_file()).then(|| {
-                problem(
-                    &path,
-                    format!(
-                        "{}, not a regular file; a prompt must be a regular file",
-                        crate::file::describe(&metadata.file_type())
-                    ),
-                )
-            });
-            files.push((path, unreadable));
-        }
-    }
-    if identity.is_some() {
-        ancestors.pop();
-    }
-}
-
-/// Device and inode: what a directory is, whatever path leads to it.
-fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        (metadata.dev(), metadata.ino())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = metadata;
-        (0, 0)
-    }
-}
-
 /// A prompt file's text: a regular file (checked on the open handle, so a
 /// pipe swapped in cannot block us), at most `MAX_PROMPT_BYTES`, UTF-8.
 fn read_prompt(file: &Path) -> Result<String> {
@@ -332,21 +239,27 @@ fn parse_file(key: &str, text: &str, file: &Path, extensions: &Extensions) -> Re
     let front: Map<String, Value> = if front.trim().is_empty() {
         Map::new()
     } else {
-        serde_yaml_ng::from_str(front).map_err(|error| {
-            let (line, column) = error
-                .location()
-                .map_or((1, 1), |location| (location.line(), location.column()));
-            let message = error.to_string();
-            let message = message
-                .split(" at line ")
-                .next()
-                .unwrap_or(&message)
-                .to_string();
-            Error::File {
-                path: format!("{file_label}:{}:{column}", line + 1),
-                message,
+        // The front matter starts on the file's second line.
+        let at = |line: usize, column: usize| format!("{file_label}:{}:{column}", line + 1);
+        match crate::yaml::parse(front) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => {
+                return Err(Error::File {
+                    path: at(1, 1),
+                    message: "the front matter must be a mapping of keys (`parser`, `format`, …)"
+                        .into(),
+                });
             }
-        })?
+            Err(error) => {
+                let (line, column) = error
+                    .location
+                    .map_or((1, 1), |location| (location.line, location.column));
+                return Err(Error::File {
+                    path: at(line, column),
+                    message: error.message,
+                });
+            }
+        }
     };
     for key in front.keys() {
         if !FRONT_MATTER_KEYS.contains(&key.as_str()) {
@@ -650,6 +563,23 @@ mod tests {
             ],
         );
         bad_case(&[("a.md", "---\ntools: [a\n---\nx")], &["a.md:"]);
+        bad_case(
+            &[("a.md", "---\nparser: json\ntools: []\nparser: tags\n---\nx")],
+            &["a.md:4:1: duplicate key `parser`"],
+        );
+        bad_case(
+            &[("a.md", "---\n- parser\n---\nx")],
+            &["a.md:2:1: the front matter must be a mapping"],
+        );
+        let deep = format!(
+            "---\nmetadata:\n  x: {}{}\n---\nx",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        bad_case(
+            &[("a.md", &deep)],
+            &["a.md:3:134: flow collections (`[` / `{`) nested deeper than 128 levels"],
+        );
         bad_case(
             &[("a.md", "---\nparser: json\n---\nline one\n{% if %}\n")],
             &["a.md:5"],

@@ -166,7 +166,7 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
     let text = crate::file::read_text(path, crate::file::CONFIG_CAP)
         .map_err(|error| format!("cannot read `{}`: {error}", path.display()))?;
     let document: Value = serde_json::from_str(&text)
-        .or_else(|_| crate::config::numbers::parse_yaml(&text))
+        .or_else(|_| crate::yaml::parse(&text))
         .map_err(|error| format!("`{}` is not JSON or YAML: {error}", path.display()))?;
     let Value::Object(entries) = document else {
         return Err(format!(

@@ -322,10 +322,10 @@ fn parse_config(
     directory: &Path,
     home: Option<&str>,
 ) -> std::result::Result<ConfigFile, Vec<String>> {
-    let document = lllm::config::numbers::parse_yaml(text).map_err(|error| {
-        vec![match error.location() {
-            Some(at) => format!("{place}:{}:{}: {error}", at.line(), at.column()),
-            None => format!("{place}: {error}"),
+    let document = lllm::yaml::parse(text).map_err(|error| {
+        vec![match error.location {
+            Some(at) => format!("{place}:{}:{}: {}", at.line, at.column, error.message),
+            None => format!("{place}: {}", error.message),
         }]
     })?;
     let map = match document {

@@ -33,6 +33,8 @@ fn out_of_range_tactic_numbers_are_all_named_before_anything_is_sent() {
 agent_configs:
   - name: a
     context_manager: {{type: default, max_tokens: 18446744073709551615}}
+    max_exception_retry: 99999999999999999999999999999
+    max_interrupt_steps: -99999999999999999999999999999
 providers:
   local: {{api: openai, base_url: "{}", rpm: 0, tpm: 0, timeout_s: 1e20, connect_timeout_s: 1e20, retry_cap_ms: 1e30}}
 tools:
@@ -49,6 +51,9 @@ mcp_servers:
         for expected in [
             "`global`: `max_llm_recall: 1000` must be a whole number from 0 to 100 (retries)",
             "agent `a`: `context_manager.max_tokens: 18446744073709551615` must be a whole number from 1 to 100000000 (tokens)",
+            // Past 64 bits: the same message, not a parse error hiding the rest.
+            "agent `a`: `max_exception_retry: 99999999999999999999999999999` must be a whole number from 0 to 100 (repairs)",
+            "agent `a`: `max_interrupt_steps: -99999999999999999999999999999` must be a whole number from 0 to 100",
             "provider `local`: `rpm: 0` must be a whole number from 1 to 1000000000 (requests per minute)",
             "provider `local`: `tpm: 0` must be",
             "provider `local`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
@@ -65,7 +70,7 @@ mcp_servers:
                 output.stderr
             );
         }
-        assert_eq!(errors.len(), 9, "{}", output.stderr);
+        assert_eq!(errors.len(), 11, "{}", output.stderr);
     }
     assert!(server.requests().is_empty(), "nothing sent");
 }

@@ -357,3 +357,92 @@ fn a_prompt_directory_that_would_block_or_loop_is_an_error_not_a_hang() {
         output.stderr
     );
 }
+
+/// Two links from each of 31 directories to the next: 2^30 paths for a walk
+/// that follows links, which used to hang a run (and grow its memory).
+#[cfg(unix)]
+fn link_ladder(levels: &std::path::Path) {
+    for level in 0..=30 {
+        std::fs::create_dir_all(levels.join(format!("lv{level}"))).unwrap();
+    }
+    for level in 0..30 {
+        for name in ["a", "b"] {
+            let next = format!("../lv{}", level + 1);
+            std::os::unix::fs::symlink(&next, levels.join(format!("lv{level}/{name}"))).unwrap();
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_prompt_directory_of_links_loads_without_walking_through_them() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - name: a\n    system_prompt_path: sys\n";
+    // Inside the prompt directory: each directory is read once.
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("prompts/sys.md", "You are terse.")
+        .file("prompts/lv30/leaf.md", "leaf");
+    link_ladder(&test.path("prompts"));
+    std::os::unix::fs::symlink("lv0", test.path("prompts/l0")).unwrap();
+    let output = run_bounded(&test, &["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stderr
+            .contains("prompts/l0: not followed: a symlink to `lv0`"),
+        "{}",
+        output.stderr
+    );
+    // Outside it: the link is not followed, and named.
+    let test = Test::new()
+        .file("t.yaml", tactic)
+        .file("prompts/sys.md", "You are terse.");
+    link_ladder(test.dir.path());
+    std::os::unix::fs::symlink("../lv0", test.path("prompts/l0")).unwrap();
+    std::os::unix::fs::symlink("..", test.path("prompts/up")).unwrap();
+    let output = run_bounded(&test, &["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(2);
+    let errors: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 2, "{}", output.stderr);
+    assert!(
+        errors[0].contains("prompts/l0: a symlink to `")
+            && errors[0].contains("/lv0`, outside the prompt directory `"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        errors[1].contains("prompts/up: a symlink back to a directory that contains it"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn a_prompt_directory_past_the_walk_limit_is_one_error() {
+    let tactic = "global: {model_name: mock/echo}\nagent_configs:\n  - {name: a, system_prompt: hi}\nprompts: many\n";
+    let test = Test::new().file("t.yaml", tactic);
+    // 100,091 entries: 101 directories of 990 files.
+    for directory in 0..=100 {
+        let directory = test.path(&format!("many/d{directory}"));
+        std::fs::create_dir_all(&directory).unwrap();
+        for file in 0..990 {
+            std::fs::write(directory.join(format!("f{file}")), "").unwrap();
+        }
+    }
+    let output = run_bounded(&test, &["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(2);
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output.stderr.contains(
+            "many: the prompt directory holds more than 100000 files and directories \
+             (counted through its subdirectories); hint: point `prompts:` at a directory that \
+             holds only prompts"
+        ),
+        "{}",
+        output.stderr
+    );
+}

@@ -1,0 +1,260 @@
+//! Reading user YAML — tactic files, prompt front matter, mock scripts, price
+//! files, the user config file — into JSON values. This is serde_yaml_ng with
+//! four guards:
+//!
+//! - flow collections nested deeper than [`MAX_FLOW_DEPTH`] are refused by a
+//!   linear pre-scan ([`check_nesting`]) before the parser sees the text:
+//!   libyaml's scanner takes time quadratic in the flow depth (150,000 `[` hung
+//!   a run), and the deserializer refuses more than 128 nested collections
+//!   anyway, so nothing the scan refuses could have loaded;
+//! - a key repeated in one mapping is an error at the repeated key, not the
+//!   last one silently winning;
+//! - numbers without a JSON form stay text, so a numeric key rejects them by
+//!   name: `.inf`, `-.inf` and `.nan` become those strings instead of `null`
+//!   (which means "the default"), and an integer past 64 bits its digits
+//!   instead of an error that hid every other problem of the file (serde_yaml_ng
+//!   itself keeps `1e309` as text).
+//!
+//! What the values mean is each caller's business.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+mod nesting;
+
+pub use nesting::{MAX_FLOW_DEPTH, check_nesting};
+
+/// Why YAML text could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// Where, from 1, when the parser knows.
+    pub location: Option<Location>,
+    /// What is wrong, without the location.
+    pub message: String,
+}
+
+/// A line and a column, both from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// The line, from 1.
+    pub line: usize,
+    /// The column (in characters), from 1.
+    pub column: usize,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str(&self.message)?;
+        if let Some(Location { line, column }) = self.location {
+            write!(formatter, " at line {line} column {column}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<serde_yaml_ng::Error> for Error {
+    fn from(error: serde_yaml_ng::Error) -> Error {
+        let location = error.location().map(|location| Location {
+            line: location.line(),
+            column: location.column(),
+        });
+        let message = error.to_string();
+        let message = match message.find(" at line ") {
+            Some(cut) => message[..cut].to_string(),
+            None => message,
+        };
+        Error { location, message }
+    }
+}
+
+/// Parses YAML into a JSON value (see the module documentation for what
+/// differs from `serde_yaml_ng::from_str::<Value>`).
+pub fn parse(text: &str) -> Result<Value, Error> {
+    check_nesting(text)?;
+    serde_yaml_ng::from_str::<Tree>(text)
+        .map(|tree| tree.0)
+        .map_err(Error::from)
+}
+
+/// A JSON value read from YAML (see the module documentation).
+struct Tree(Value);
+
+impl<'de> serde::Deserialize<'de> for Tree {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tree, D::Error> {
+        deserializer.deserialize_any(TreeVisitor).map(Tree)
+    }
+}
+
+struct TreeVisitor;
+
+impl<'de> Visitor<'de> for TreeVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_i128<E>(self, value: i128) -> Result<Value, E> {
+        Ok(Value::String(value.to_string()))
+    }
+
+    fn visit_u128<E>(self, value: u128) -> Result<Value, E> {
+        Ok(Value::String(value.to_string()))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or_else(
+            || {
+                Value::String(
+                    match (value.is_nan(), value > 0.0) {
+                        (true, _) => ".nan",
+                        (false, true) => ".inf",
+                        (false, false) => "-.inf",
+                    }
+                    .into(),
+                )
+            },
+            Value::Number,
+        ))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_string()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(TreeVisitor)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Tree(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = entries.next_key_seed(NewKey(&map))? {
+            let Tree(value) = entries.next_value()?;
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+}
+
+/// A mapping's key, refused when the mapping has it already. The check runs
+/// while the key itself is read, so the error carries the repeated key's
+/// line and column.
+struct NewKey<'a>(&'a Map<String, Value>);
+
+impl<'de> DeserializeSeed<'de> for NewKey<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_string(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NewKey<'_> {
+    type Value = String;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<String, E> {
+        if self.0.contains_key(key) {
+            Err(E::custom(format!(
+                "duplicate key `{key}`; a key may appear once in a mapping"
+            )))
+        } else {
+            Ok(key.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn numbers_without_a_json_form_stay_text() {
+        let value = parse(
+            "a: .inf\nb: -.inf\nc: .nan\nd: 1e20\ne: [1, -2, 2.5, x, null, true]\nf: {g: .NaN}\n\
+             h: 99999999999999999999999999999\ni: -99999999999999999999999999999\n",
+        )
+        .unwrap();
+        assert_eq!(
+            value,
+            json!({"a": ".inf", "b": "-.inf", "c": ".nan", "d": 1e20,
+                   "e": [1, -2, 2.5, "x", null, true], "f": {"g": ".nan"},
+                   "h": "99999999999999999999999999999",
+                   "i": "-99999999999999999999999999999"})
+        );
+        // Everything else reads as serde_yaml_ng reads it into JSON.
+        let text = "x: 1\ny: 'two'\nz:\n  - {a: 1.5, b: ~}\n";
+        assert_eq!(
+            parse(text).unwrap(),
+            serde_yaml_ng::from_str::<Value>(text).unwrap()
+        );
+    }
+
+    #[track_caller]
+    fn error_case(text: &str, expected: &str) {
+        assert_eq!(parse(text).unwrap_err().to_string(), expected, "{text:?}");
+    }
+
+    #[test]
+    fn errors_carry_the_place() {
+        error_case(
+            "a: [1, 2",
+            "did not find expected ',' or ']' at line 2 column 1",
+        );
+        error_case(
+            "a: 1\nb: 2\na: 3\n",
+            "duplicate key `a`; a key may appear once in a mapping at line 3 column 1",
+        );
+        error_case(
+            "agents:\n  - {name: x, model: y, name: z}\n",
+            "agents[0]: duplicate key `name`; a key may appear once in a mapping at line 2 column 25",
+        );
+        error_case(
+            "a:\n  b: 1\n  c:\n    d: 1\n    d: 2\n",
+            "a.c: duplicate key `d`; a key may appear once in a mapping at line 5 column 5",
+        );
+        // The same key in two mappings is no repeat.
+        assert!(parse("- {a: 1}\n- {a: 2}\n").is_ok());
+    }
+}
