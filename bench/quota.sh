@@ -7,6 +7,7 @@
 #
 #   bench/quota.sh [N tasks]                  (default 20000; the quota is scaled to N)
 #   NO_BUILD=1 bench/quota.sh 2000            (reuse the release build; a quick run)
+#   BIN=DIR NO_BUILD=1 bench/quota.sh …      (the binaries in DIR)
 #   WIRES="openai" bench/quota.sh             (default: "openai anthropic")
 #
 # The quota: rpm = N / 2 and a tpm that binds first (28 tokens a minute per
@@ -23,7 +24,7 @@ L=${L:-20}
 RPM=$((N / 2))
 TPM=$((RPM * 28))
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/target/release
+bin=${BIN:-$root/target/release}
 if [ -z "${NO_BUILD:-}" ]; then
     (cd "$root" && cargo build --release --bins --quiet)
 fi
