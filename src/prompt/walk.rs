@@ -1,14 +1,15 @@
 //! The walk of a prompt directory: which files are prompts, found without
-//! ever leaving the directory or reading one twice. Reading and parsing the
-//! files is the registry's business.
+//! reading a directory twice. Reading and parsing the files is the
+//! registry's business.
 //!
-//! Only the directory's own tree is walked, each directory once (by device
-//! and inode, so a bind mount cannot loop), at most `MAX_WALK_ENTRIES`
-//! entries. Symlinks are resolved, never walked through: following them made
-//! a few links an exponential walk and `up -> ..` a walk of the parent tree.
-//! A symlinked directory inside is read under its own name anyway (a
-//! warning), one leading back up or outside is an error; a symlinked prompt
-//! file is a prompt when it resolves inside the directory, else an error.
+//! Each directory is read once (by device and inode, so links and bind
+//! mounts cannot loop or multiply the walk), at most `MAX_WALK_ENTRIES`
+//! entries in all: following every link made a few links an exponential
+//! walk and `up -> ..` a walk of the parent tree. A symlinked directory
+//! inside is read under its own name anyway (a warning); one outside (a
+//! shared prompt library) is read under the link's name; one leading back
+//! up to a directory that contains it is an error. A symlinked prompt file
+//! is read wherever it leads.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -32,10 +33,8 @@ pub(super) struct Walk {
     pub(super) warnings: Vec<String>,
 }
 
-/// The prompt files under `directory`, recursively. Only the directory's own
-/// tree is walked, each directory once (a bind mount of one seen already is
-/// skipped); symlinks are resolved without being walked through (see the
-/// module documentation). More than `limit` entries is the error.
+/// The prompt files under `directory`, recursively, each directory read once
+/// (see the module documentation). More than `limit` entries is the error.
 pub(super) fn walk(directory: &Path, limit: usize) -> Result<Walk> {
     let problem = |path: &Path, message: String| Error::File {
         path: path.display().to_string(),
@@ -138,23 +137,6 @@ pub(super) fn walk(directory: &Path, limit: usize) -> Result<Walk> {
                     continue;
                 }
             };
-            let outside = || {
-                problem(
-                    &path,
-                    format!(
-                        "a symlink to `{}`, outside the prompt directory `{}`; prompts are read \
-                         only inside it (hint: move or copy the {} in, or point `prompts:` at a \
-                         directory that holds both)",
-                        target.display(),
-                        root.display(),
-                        if metadata.is_dir() {
-                            "directory"
-                        } else {
-                            "file"
-                        }
-                    ),
-                )
-            };
             if metadata.is_dir() {
                 if canonical.starts_with(&target) {
                     found.problems.push(problem(
@@ -170,14 +152,13 @@ pub(super) fn walk(directory: &Path, limit: usize) -> Result<Walk> {
                         path.display(),
                     ));
                 } else {
-                    found.problems.push(outside());
+                    // A directory of prompts shared from elsewhere: read under
+                    // the link's name, once however many links lead to it.
+                    subdirectories.push((path, target));
                 }
             } else if is_prompt {
-                let unreadable = if target.starts_with(&root) {
-                    (!metadata.is_file()).then(|| not_regular(&path, &metadata.file_type()))
-                } else {
-                    Some(outside())
-                };
+                let unreadable =
+                    (!metadata.is_file()).then(|| not_regular(&path, &metadata.file_type()));
                 found.files.push((path, unreadable));
             }
         }
@@ -225,7 +206,7 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn a_directory_is_walked_once_and_links_never_lead_out() {
+    fn a_directory_is_walked_once_and_a_shared_one_under_its_link_s_name() {
         use std::os::unix::fs::symlink;
         let dir = tempfile::tempdir().unwrap();
         let outside = dir.path().join("outside");
@@ -251,16 +232,28 @@ mod tests {
         symlink("lv0", root.join("l0")).unwrap();
         symlink("v2", root.join("current")).unwrap();
         symlink("v2/real.md", root.join("latest.md")).unwrap();
-        // Out: a directory, a prompt file, a file that is no prompt (ignored).
+        // Out: a directory (twice), a prompt file, a file that is no prompt
+        // (ignored), and a link back up (a loop).
         symlink(outside.join("shared"), root.join("shared")).unwrap();
+        symlink(outside.join("shared"), root.join("shared_again")).unwrap();
         symlink("../outside/secret.txt", root.join("secret.md")).unwrap();
         symlink("../outside/secret.txt", root.join("notes")).unwrap();
+        symlink("..", root.join("up")).unwrap();
         let (registry, problems) = Registry::load_all(&root);
         assert_eq!(
             registry.keys().collect::<Vec<_>>(),
-            ["latest", "lv30/leaf", "sys", "v2/real"]
+            [
+                "latest",
+                "lv30/leaf",
+                "secret",
+                "shared/x",
+                "sys",
+                "v2/real"
+            ]
         );
-        assert_eq!(registry.get("latest").unwrap().template, "real");
+        assert_eq!(registry.get("latest").unwrap().template(), "real");
+        assert_eq!(registry.get("shared/x").unwrap().template(), "shared");
+        assert_eq!(registry.get("secret").unwrap().template(), "secret");
         let shown = |text: String| {
             text.replace(
                 &outside.canonicalize().unwrap().display().to_string(),
@@ -275,16 +268,8 @@ mod tests {
             .collect();
         assert_eq!(
             problems,
-            [
-                "ROOT/shared: a symlink to `OUT/shared`, outside the prompt directory `ROOT`; \
-                 prompts are read only inside it (hint: move or copy the directory in, or point \
-                 `prompts:` at a directory that holds both)",
-                "ROOT/secret.md: a symlink to `OUT/secret.txt`, outside the prompt directory \
-                 `ROOT`; prompts are read only inside it (hint: move or copy the file in, or \
-                 point `prompts:` at a directory that holds both)",
-            ]
+            ["ROOT/up: a symlink back to a directory that contains it (a loop); remove it"]
         );
-        assert!(matches!(registry.get("secret"), Err(Error::Broken { .. })));
         let warnings: Vec<String> = registry.warnings().iter().cloned().map(shown).collect();
         assert_eq!(warnings.len(), 2 + 60, "{warnings:#?}");
         assert_eq!(
