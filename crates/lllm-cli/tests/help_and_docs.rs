@@ -241,6 +241,7 @@ fn the_docs_named_are_in_the_repository() {
         "README.md",
         "docs/decisions.md",
         "docs/guide.md",
+        "docs/benchmarks.md",
         "CHANGELOG.md",
     ] {
         let text = read(name);
