@@ -238,19 +238,7 @@ pub async fn post_json(
     let response = send(client, endpoint, body, timeout)
         .await
         .map_err(failed)?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = read_body(response, endpoint, timeout)
-        .await
-        .map_err(failed)?;
-    let mut body = utf8_text(&body);
-    endpoint.secrets.scrub_string(&mut body);
-    trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
-    Ok(HttpReply {
-        status,
-        headers,
-        body,
-    })
+    read_whole(response, endpoint, timeout, MAX_REPLY_BYTES, started).await
 }
 
 /// A request other than a model call (the Batch APIs' files and batch
@@ -290,19 +278,7 @@ pub async fn request(
         .send()
         .await
         .map_err(|error| failed(network_error(error, endpoint, timeout)))?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = read_body_up_to(response, endpoint, timeout, MAX_DOWNLOAD_BYTES)
-        .await
-        .map_err(failed)?;
-    let mut body = utf8_text(&body);
-    endpoint.secrets.scrub_string(&mut body);
-    trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
-    Ok(HttpReply {
-        status,
-        headers,
-        body,
-    })
+    read_whole(response, endpoint, timeout, MAX_DOWNLOAD_BYTES, started).await
 }
 
 /// The most a Batch API download (a results file) may hold: the providers
@@ -324,18 +300,33 @@ fn too_large(endpoint: &Endpoint, limit: usize) -> ProviderError {
     ))
 }
 
-/// A whole reply body, at most `MAX_REPLY_BYTES`. A body whose length the
-/// server announces is read in one piece (the usual case, and the cheapest);
-/// one sent in chunks is read chunk by chunk and stopped at the cap.
-async fn read_body(
+/// A whole reply of at most `limit` bytes as text, the endpoint's secrets
+/// scrubbed out before anything (the trace included) sees it.
+async fn read_whole(
     response: reqwest::Response,
     endpoint: &Endpoint,
     timeout: Duration,
-) -> Result<bytes::Bytes, ProviderError> {
-    read_body_up_to(response, endpoint, timeout, MAX_REPLY_BYTES).await
+    limit: usize,
+    started: Instant,
+) -> Result<HttpReply, ProviderError> {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = read_body_up_to(response, endpoint, timeout, limit)
+        .await
+        .map_err(|error| trace::failed(error, started))?;
+    let mut body = utf8_text(&body);
+    endpoint.secrets.scrub_string(&mut body);
+    trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
+    Ok(HttpReply {
+        status,
+        headers,
+        body,
+    })
 }
 
-/// A whole reply body, at most `limit` bytes.
+/// A whole reply body, at most `limit` bytes. A body whose length the
+/// server announces is read in one piece (the usual case, and the cheapest);
+/// one sent in chunks is read chunk by chunk and stopped at the cap.
 async fn read_body_up_to(
     mut response: reqwest::Response,
     endpoint: &Endpoint,
@@ -390,21 +381,11 @@ where
         .map_err(failed)?;
     let status = response.status().as_u16();
     if !(200..300).contains(&status) {
-        let headers = response.headers().clone();
-        let body = read_body(response, endpoint, timeout)
-            .await
-            .map_err(failed)?;
-        let mut body = utf8_text(&body);
-        endpoint.secrets.scrub_string(&mut body);
-        trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
-        return Ok(Streamed::Refused(HttpReply {
-            status,
-            headers,
-            body,
-        }));
+        let reply = read_whole(response, endpoint, timeout, MAX_REPLY_BYTES, started).await?;
+        return Ok(Streamed::Refused(reply));
     }
-    let headers = response.headers().clone();
-    let json = headers
+    let json = response
+        .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| {
@@ -414,18 +395,10 @@ where
                 .starts_with("application/json")
         });
     if json {
-        let body = read_body(response, endpoint, timeout)
-            .await
-            .map_err(failed)?;
-        let mut body = utf8_text(&body);
-        endpoint.secrets.scrub_string(&mut body);
-        trace::received(endpoint.place(), status, &body, started, &endpoint.secrets);
-        return Ok(Streamed::Whole(HttpReply {
-            status,
-            headers,
-            body,
-        }));
+        let reply = read_whole(response, endpoint, timeout, MAX_REPLY_BYTES, started).await?;
+        return Ok(Streamed::Whole(reply));
     }
+    let headers = response.headers().clone();
     let mut events = super::sse::SseDecoder::default();
     // Payloads lose the endpoint's secrets before anything parses them.
     let mut scrubbed = |data: &str| {
