@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-TARGETS=(tactic_yaml prompt_file task_line chat_reply responses_reply anthropic_reply sse_lines record_file)
+TARGETS=(tactic_yaml prompt_file task_line attachment_spec task_messages chat_reply responses_reply anthropic_reply sse_lines record_file)
 
 usage() {
   sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -66,6 +66,7 @@ run() {
   local dictionary="logs/$target.dict"
   case $target in
   tactic_yaml | prompt_file) cat "dicts/$target.dict" dicts/jinja.dict >"$dictionary" ;;
+  attachment_spec | task_messages) cat dicts/json.dict "dicts/$target.dict" >"$dictionary" ;;
   *) cat dicts/json.dict >"$dictionary" ;;
   esac
   # -timeout: an input that takes this long is a hang (generous: the machine

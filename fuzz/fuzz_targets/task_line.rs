@@ -6,6 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use lllm::batch::shard::shard_of;
 use lllm::batch::tasks::{Task, parse_line};
+use lllm::dialog::AttachmentScope;
 use lllm_fuzz::assert_one_line;
 use serde_json::{Value, json};
 
@@ -20,11 +21,10 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Relative attachment paths resolve here, which holds nothing.
-const NOWHERE: &str = "/nonexistent-lllm-fuzz";
-
 fn check(text: &str, number: usize) {
-    let task = match parse_line(text, number, std::path::Path::new(NOWHERE)) {
+    // No attachment is read from a file here (`attachment_spec` reads them).
+    let no_files = AttachmentScope::default();
+    let task = match parse_line(text, number, &no_files) {
         Err(message) => return assert_one_line(&message),
         Ok(None) => return assert!(text.trim().is_empty(), "a line with text was skipped"),
         Ok(Some(task)) => task,
@@ -40,7 +40,7 @@ fn check(text: &str, number: usize) {
             _ => assert_eq!(task.id, format!("line-{number}")),
         }
     }
-    let again = parse_line(&written(&task), number, std::path::Path::new(NOWHERE))
+    let again = parse_line(&written(&task), number, &no_files)
         .expect("a task written back does not read")
         .expect("a task written back reads as a blank line");
     assert_eq!(again.id, task.id);

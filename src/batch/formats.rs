@@ -11,7 +11,7 @@
 //! images → attachments), and its other fields model arguments. With no
 //! tactic, it runs on the default tactic (`DEFAULT_TACTIC`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -91,15 +91,23 @@ pub fn foreign_key(key: &str) -> Option<&'static str> {
 pub struct LineReader {
     /// The file's format.
     pub format: InputFormat,
-    /// The directory relative attachment paths start from.
-    pub base_dir: PathBuf,
+    /// Which files the lines' attachments may be read from: the TASKS
+    /// file's directory (where relative paths start) and the directories
+    /// the user allowed, never lllm's secrets.
+    pub attachments: crate::dialog::AttachmentScope,
 }
 
 impl LineReader {
     /// The reader of `path`: `forced` when given, else the format of its
-    /// first non-blank line.
-    pub fn for_file(path: &Path, forced: Option<InputFormat>) -> std::io::Result<LineReader> {
+    /// first non-blank line. Attachments are read within `attachments`
+    /// confined to the file's directory.
+    pub fn for_file(
+        path: &Path,
+        forced: Option<InputFormat>,
+        attachments: &crate::dialog::AttachmentScope,
+    ) -> std::io::Result<LineReader> {
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let attachments = attachments.clone().confine_to(base_dir)?;
         let format = match forced {
             Some(format) => format,
             None => {
@@ -115,7 +123,10 @@ impl LineReader {
                 format
             }
         };
-        Ok(LineReader { format, base_dir })
+        Ok(LineReader {
+            format,
+            attachments,
+        })
     }
 
     /// Parses line `line`; `Ok(None)` for a blank line.
@@ -124,7 +135,7 @@ impl LineReader {
             return Ok(None);
         }
         match self.format {
-            InputFormat::Lllm => tasks::parse_line(text, line, &self.base_dir),
+            InputFormat::Lllm => tasks::parse_line(text, line, &self.attachments),
             format => {
                 let found = InputFormat::of_line(text);
                 if found != format {
@@ -311,7 +322,7 @@ mod tests {
     fn reader(format: InputFormat) -> LineReader {
         LineReader {
             format,
-            base_dir: PathBuf::new(),
+            attachments: crate::dialog::AttachmentScope::default(),
         }
     }
 

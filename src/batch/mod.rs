@@ -93,6 +93,12 @@ pub struct Options {
     pub env: Option<Environment>,
     /// A user's defaults (model, providers) under every tactic (`None`: none).
     pub defaults: Option<Arc<crate::config::Defaults>>,
+    /// Which files task lines' attachments may be read from besides the
+    /// TASKS file's directory (`--attachments-dir`), and which never (lllm's
+    /// secrets); the batch confines it to that directory
+    /// (`AttachmentScope::confine_to`). `AttachmentScope::default()`: the
+    /// TASKS file's directory only.
+    pub attachments: crate::dialog::AttachmentScope,
 }
 
 /// Where a batch's tactics read environment variables: a lookup by name.
@@ -218,14 +224,17 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }
-    let reader = formats::LineReader::for_file(&options.tasks_file, options.input_format).map_err(
-        |error| {
-            Error::Usage(format!(
-                "cannot read `{}`: {error}",
-                options.tasks_file.display()
-            ))
-        },
-    )?;
+    let reader = formats::LineReader::for_file(
+        &options.tasks_file,
+        options.input_format,
+        &options.attachments,
+    )
+    .map_err(|error| {
+        Error::Usage(format!(
+            "cannot read `{}`: {error}",
+            options.tasks_file.display()
+        ))
+    })?;
     // Lines that name a model and no tactic run on the default tactic,
     // written beside the results so `lllm replay --rerun` finds it.
     let fallback = match &options.tactic {

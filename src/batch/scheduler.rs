@@ -566,7 +566,12 @@ mod tests {
         let ran = run(
             Run {
                 tasks_file: &tasks_file,
-                reader: &super::super::formats::LineReader::for_file(&tasks_file, None).unwrap(),
+                reader: &super::super::formats::LineReader::for_file(
+                    &tasks_file,
+                    None,
+                    &crate::dialog::AttachmentScope::default(),
+                )
+                .unwrap(),
                 default_tactic: Some(&tactic_path),
                 fallback_tactic: None,
                 tactics: &tactics,

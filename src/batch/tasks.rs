@@ -5,9 +5,11 @@
 //! "model_args", "messages", "attachments"}` (`custom_id` is accepted for
 //! `id`) or a bare JSON string, which is a task with id `line-N`. Blank lines
 //! are skipped. `messages` is an OpenAI chat conversation: without `task`,
-//! its last message (a user turn) is the task. Attachments are read here
-//! (relative paths from the TASKS file's directory), so a line whose file is
-//! missing or of an unknown type is a bad line before anything is sent.
+//! its last message (a user turn) is the task. Attachments are read here,
+//! within the batch's `AttachmentScope` (relative paths from the TASKS file's
+//! directory, which they may not leave but for `--attachments-dir`), so a
+//! line whose file is missing, elsewhere or of an unknown type is a bad line
+//! before anything is sent.
 //! This module only parses; checking a task against its tactic is
 //! `preflight`'s job.
 
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::dialog::{Attachment, ContentPart, Role};
+use crate::dialog::{Attachment, AttachmentScope, ContentPart, Role};
 
 /// One parsed task line.
 #[derive(Debug, Clone)]
@@ -45,10 +47,14 @@ const KEYS: [&str; 11] = [
 ];
 
 /// Parses line `line` (1-based) of a file of lllm task lines whose
-/// attachments' relative paths start at `base_dir`; `Ok(None)` for a blank
-/// line. The error says what is wrong, without the file and line (the
-/// caller adds them).
-pub fn parse_line(text: &str, line: usize, base_dir: &Path) -> Result<Option<Task>, String> {
+/// attachments are read within `attachments` (relative paths from its base,
+/// the TASKS file's directory); `Ok(None)` for a blank line. The error says
+/// what is wrong, without the file and line (the caller adds them).
+pub fn parse_line(
+    text: &str,
+    line: usize,
+    attachments: &AttachmentScope,
+) -> Result<Option<Task>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
@@ -102,6 +108,7 @@ pub fn parse_line(text: &str, line: usize, base_dir: &Path) -> Result<Option<Tas
         None | Some(Value::Null) => Vec::new(),
         Some(value) => crate::dialog::import::openai_messages(&value)?,
     };
+    let scope = attachments;
     let mut attachments = Vec::new();
     let task = match object.remove("task") {
         Some(task) => task,
@@ -111,7 +118,7 @@ pub fn parse_line(text: &str, line: usize, base_dir: &Path) -> Result<Option<Tas
             task
         }
     };
-    attachments.extend(read_attachments(object.remove("attachments"), base_dir)?);
+    attachments.extend(read_attachments(object.remove("attachments"), scope)?);
     let model = match object.remove("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(model)) if !model.trim().is_empty() => Some(model),
@@ -198,8 +205,11 @@ pub(crate) fn last_user_turn(
 }
 
 /// `attachments`: a list of paths, URLs and `data:` URLs, or objects
-/// `{"path"}`, `{"url"}`, `{"base64", "name"}`; each read now.
-fn read_attachments(value: Option<Value>, base_dir: &Path) -> Result<Vec<ContentPart>, String> {
+/// `{"path"}`, `{"url"}`, `{"base64", "name"}`; each read now, within `scope`.
+fn read_attachments(
+    value: Option<Value>,
+    scope: &AttachmentScope,
+) -> Result<Vec<ContentPart>, String> {
     let list = match value {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
@@ -237,7 +247,7 @@ fn read_attachments(value: Option<Value>, base_dir: &Path) -> Result<Vec<Content
                 }
             };
             attachment
-                .and_then(|attachment| attachment.to_part(base_dir))
+                .and_then(|attachment| attachment.to_part(scope))
                 .map_err(|error| format!("{place}: {error}"))
         })
         .collect()
@@ -339,12 +349,14 @@ mod tests {
 
     #[track_caller]
     fn ok(text: &str) -> Task {
-        parse_line(text, 7, Path::new("")).unwrap().unwrap()
+        parse_line(text, 7, &AttachmentScope::default())
+            .unwrap()
+            .unwrap()
     }
 
     #[track_caller]
     fn err(text: &str, expected: &str) {
-        let error = parse_line(text, 7, Path::new("")).unwrap_err();
+        let error = parse_line(text, 7, &AttachmentScope::default()).unwrap_err();
         assert!(error.contains(expected), "{error:?} lacks {expected:?}");
     }
 
@@ -367,7 +379,11 @@ mod tests {
                 .as_deref(),
             Some("t.yaml")
         );
-        assert!(parse_line("   \n", 1, Path::new("")).unwrap().is_none());
+        assert!(
+            parse_line("   \n", 1, &AttachmentScope::default())
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -397,7 +413,7 @@ mod tests {
             "unknown key `ar\\ngs`",
         );
         assert!(
-            !parse_line(r#"{"a\nb": 1}"#, 1, Path::new(""))
+            !parse_line(r#"{"a\nb": 1}"#, 1, &AttachmentScope::default())
                 .unwrap_err()
                 .contains('\n')
         );
@@ -409,7 +425,8 @@ mod tests {
         std::fs::write(dir.path().join("owl.jpg"), b"GIF89a-really-a-gif").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "owls hunt at night").unwrap();
         std::fs::write(dir.path().join("blob.bin"), b"\x00\x01\x02").unwrap();
-        let parse = |text: &str| parse_line(text, 2, dir.path());
+        let scope = AttachmentScope::default().confine_to(dir.path()).unwrap();
+        let parse = |text: &str| parse_line(text, 2, &scope);
         let task = parse(
             r#"{"id": "a", "model": "mock/echo", "model_args": {"temperature": 0},
                 "messages": [{"role": "system", "content": "Be terse."},

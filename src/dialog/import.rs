@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Attachment, ContentPart, FunctionCall, Message, Role};
+use super::{Attachment, AttachmentScope, ContentPart, FunctionCall, Message, Role};
 
 /// Reads OpenAI chat-completions messages (`messages` of a request body).
 ///
@@ -182,8 +182,9 @@ fn image_part(url: &str, place: &str) -> Result<ContentPart, String> {
             "{place}: an image is an http(s) URL or a base64 data: URL"
         ));
     }
+    // No file is read for a message's image, whatever the URL says.
     let part = Attachment::parse(url)
-        .and_then(|attachment| attachment.to_part(std::path::Path::new("")))
+        .and_then(|attachment| attachment.to_part(&AttachmentScope::default()))
         .map_err(|error| format!("{place}: {error}"))?;
     if part.image_ref().is_none() {
         return Err(format!(
@@ -441,10 +442,28 @@ mod tests {
             json!([{"role": "user", "content": [{"type": "input_audio"}]}]),
             "part type `input_audio` is not read",
         );
-        openai_fails(
-            json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "owl.png"}}]}]),
-            "http(s) URL or a base64 data: URL",
-        );
+        // A message's image never names a local file (issue 26).
+        for url in [
+            "owl.png",
+            "/etc/hostname",
+            "file:///etc/hostname",
+            "../keys.json",
+        ] {
+            openai_fails(
+                json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]),
+                "http(s) URL or a base64 data: URL",
+            );
+            let error = anthropic_messages(
+                None,
+                &json!([{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "url", "url": url}}]}]),
+            )
+            .unwrap_err();
+            assert!(
+                error.contains("http(s) URL or a base64 data: URL"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,6 @@ mod tree;
 use std::path::Path;
 use std::sync::Arc;
 
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -28,7 +27,7 @@ pub const TREE_INDENT: usize = 32;
 /// The largest image file `put_image` reads.
 const IMAGE_CAP: u64 = 20 << 20;
 
-pub use attachment::Attachment;
+pub use attachment::{Attachment, AttachmentScope, file_element};
 pub use cost::{InvokeCost, MAX_CALL_TOKENS};
 pub(crate) use cost::{clamp_details, clamp_tokens, token_count, total_count};
 pub use message::{
@@ -618,7 +617,6 @@ impl Serialize for Dialog {
 /// The bytes of an image and where they came from (for messages): a path is
 /// read when it names a regular file of at most 20 MiB.
 fn read_image(image: ImageSource<'_>) -> Result<(String, Vec<u8>)> {
-    let engine = base64::engine::general_purpose::STANDARD;
     Ok(match image {
         ImageSource::Path(path) => {
             // A regular file of at most the size the APIs take (OpenAI's
@@ -641,15 +639,11 @@ fn read_image(image: ImageSource<'_>) -> Result<(String, Vec<u8>)> {
             }
             (format!("`{}`", path.display()), bytes)
         }
-        ImageSource::Base64(text) => {
-            let bytes = engine
-                .decode(text.trim())
-                .map_err(|error| Error::ImageBase64 {
-                    origin: "string".into(),
-                    message: error.to_string(),
-                })?;
-            ("string".to_string(), bytes)
-        }
+        // Held to the files' cap, counted before decoding; wrapped base64 reads.
+        ImageSource::Base64(text) => (
+            "string".to_string(),
+            attachment::decode_base64(text, "string")?,
+        ),
         ImageSource::Bytes(bytes) => ("bytes".to_string(), bytes.to_vec()),
         ImageSource::Url(url) => match Attachment::parse(url)? {
             Attachment::Bytes { bytes, .. } => ("data: URL".to_string(), bytes),

@@ -1,4 +1,5 @@
 use super::*;
+use base64::Engine;
 use serde_json::json;
 
 fn args(value: Value) -> Map<String, Value> {

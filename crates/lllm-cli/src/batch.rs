@@ -97,6 +97,10 @@ pub struct BatchArgs {
     /// (any evenly spaced array of N tasks), or Kubernetes' `JOB_COMPLETION_INDEX`.
     #[arg(long, value_name = "N", value_parser = numbers::shards, allow_negative_numbers = true)]
     pub shards: Option<u64>,
+    /// Let task lines' attachments come from DIR too (repeatable); without
+    /// it, a line's files must be inside the TASKS file's directory.
+    #[arg(long = "attachments-dir", value_name = "DIR")]
+    pub attachments_dirs: Vec<PathBuf>,
     /// Record bad task lines as failed and run the others (duplicate ids stay an error).
     #[arg(long)]
     pub skip_invalid: bool,
@@ -171,6 +175,15 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         }
         (None, None) => Requested::Whole,
     };
+    let mut attachments = lllm::dialog::AttachmentScope::default();
+    for directory in &args.attachments_dirs {
+        attachments = attachments.allow_directory(directory).map_err(|error| {
+            Error::Usage(format!(
+                "`--attachments-dir {}`: {error}",
+                lllm::suggest::printable(&directory.to_string_lossy())
+            ))
+        })?;
+    }
     let cache = args.store.cache_source();
     let options = batch::Options {
         tasks_file: args.tasks,
@@ -205,6 +218,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         via,
         env: Some(crate::settings::batch_environment()),
         defaults: Some(Arc::new(settings.defaults())),
+        attachments: settings.refuse_secrets(attachments),
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

@@ -17,12 +17,17 @@ use lllm::tactic::{RunState, SessionRecord, Task};
 
 /// `--attach`: each read now (relative paths from the working directory),
 /// so a missing file or an unknown type is bad usage before anything is sent.
-fn read_attachments(specs: &[String]) -> Result<Vec<lllm::dialog::ContentPart>> {
+/// A path the user typed may name any file but lllm's own secrets.
+fn read_attachments(
+    specs: &[String],
+    settings: &crate::settings::Settings,
+) -> Result<Vec<lllm::dialog::ContentPart>> {
+    let scope = settings.refuse_secrets(lllm::dialog::AttachmentScope::anywhere(""));
     specs
         .iter()
         .map(|spec| {
             lllm::dialog::Attachment::parse(spec)
-                .and_then(|attachment| attachment.to_part(Path::new("")))
+                .and_then(|attachment| attachment.to_part(&scope))
                 .map_err(|error| Error::Usage(format!("--attach: {error}")))
         })
         .collect()
@@ -55,7 +60,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         args: parse_vars(&args.vars)?,
         tags: crate::store::pairs("--tag", &args.store.tags)?,
         metadata: crate::store::pairs("--meta", &args.store.metadata)?,
-        attachments: read_attachments(&args.attach)?,
+        attachments: read_attachments(&args.attach, &settings)?,
         ..Task::default()
     };
     let env = |name: &str| settings.environment.var(name);

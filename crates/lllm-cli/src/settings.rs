@@ -114,6 +114,15 @@ pub fn batch_environment() -> lllm::batch::Environment {
     lllm::batch::Environment(Arc::new(move |name: &str| settings.environment.var(name)))
 }
 
+/// lllm's own config directory: `$XDG_CONFIG_HOME/lllm`, else
+/// `~/.config/lllm`; `None` without either variable.
+fn own_directory(environment: &Environment) -> Option<PathBuf> {
+    let set = |name: &str| environment.var(name);
+    set("XDG_CONFIG_HOME")
+        .map(|dir| PathBuf::from(dir).join("lllm"))
+        .or_else(|| set("HOME").map(|home| PathBuf::from(home).join(".config/lllm")))
+}
+
 /// Where a setting's value came from, for `lllm config show`.
 pub type Origin = String;
 
@@ -142,14 +151,10 @@ impl Settings {
             env_files.push(path);
         }
         let explicit = args.config.is_some();
-        let config_path = args.config.clone().or_else(|| {
-            let set = |name: &str| environment.var(name);
-            set("XDG_CONFIG_HOME")
-                .map(|dir| PathBuf::from(dir).join("lllm/config.yaml"))
-                .or_else(|| {
-                    set("HOME").map(|home| PathBuf::from(home).join(".config/lllm/config.yaml"))
-                })
-        });
+        let config_path = args
+            .config
+            .clone()
+            .or_else(|| own_directory(&environment).map(|dir| dir.join("config.yaml")));
         let mut settings = Settings {
             environment,
             config_path: config_path.clone(),
@@ -185,6 +190,28 @@ impl Settings {
             Some(dir) if !dir.as_os_str().is_empty() => dir.join("keys.json"),
             _ => PathBuf::from("keys.json"),
         }
+    }
+
+    /// `scope` refusing lllm's own secrets as attachments, from a task line
+    /// or `--attach` alike (issue 26): the keys file, the config file, the
+    /// env files read, and everything in lllm's own config directory
+    /// (`$XDG_CONFIG_HOME/lllm`, `~/.config/lllm`), whichever config file
+    /// is in use. A `.env` anywhere is refused by its name too.
+    pub fn refuse_secrets(
+        &self,
+        scope: lllm::dialog::AttachmentScope,
+    ) -> lllm::dialog::AttachmentScope {
+        let mut scope = scope.refuse_file(&self.keys_path(), "lllm's keys file");
+        if let Some(path) = &self.config_path {
+            scope = scope.refuse_file(path, "lllm's config file");
+        }
+        if let Some(directory) = own_directory(&self.environment) {
+            scope = scope.refuse_directory(&directory, "inside lllm's config directory");
+        }
+        for path in &self.env_files {
+            scope = scope.refuse_file(path, "an env file lllm reads keys from");
+        }
+        scope
     }
 
     /// The default model of agents whose tactic names none: `LLLM_MODEL`
