@@ -149,19 +149,21 @@ fn a_damaged_index_found_while_rebuilding_is_replaced_too() {
     let dir = tempfile::tempdir().unwrap();
     let entry = record_file(&dir.path().join("a.json"), "kept");
     let store_dir = dir.path().join("store");
-    let mut store = Store::open(&store_dir).unwrap();
-    store.register(std::slice::from_ref(&entry)).unwrap();
-    // The file is overwritten under the open store: its next reads fail.
-    store
-        .connection
-        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+    // Closed: its WAL is checkpointed into the file.
+    Store::open(&store_dir)
+        .unwrap()
+        .register(std::slice::from_ref(&entry))
         .unwrap();
+    // The first page (the header and the schema) is sound, so the file
+    // opens; the tables' pages are garbage, found when `reindex` reads them.
     let index = store_dir.join(super::INDEX_FILE);
     let mut bytes = std::fs::read(&index).unwrap();
-    for byte in bytes.iter_mut().skip(100) {
+    assert!(bytes.len() > 4096 && !store_dir.join("index.sqlite-wal").exists());
+    for byte in bytes.iter_mut().skip(4096) {
         *byte = 0xAB;
     }
     std::fs::write(&index, &bytes).unwrap();
+    let mut store = Store::open(&store_dir).unwrap();
     let (count, problems) = store.reindex(&[]).unwrap();
     assert_eq!(count, 1, "{problems:?}");
     assert_eq!(problems.len(), 1, "{problems:?}");
