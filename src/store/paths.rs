@@ -105,7 +105,7 @@ pub(crate) fn push_entry(list: &mut Vec<u8>, path: &Path) {
 
 /// One path of `records.list` and the line it starts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Listed {
+pub(crate) struct ListEntry {
     pub path: PathBuf,
     pub line: usize,
 }
@@ -115,7 +115,7 @@ pub(crate) struct Listed {
 /// versions hold plain lines only). An entry that cannot be read (cut short
 /// by a crash, or not text where paths must be) is skipped with a problem
 /// naming its line; the rest are read.
-pub(crate) fn read_list(bytes: &[u8], label: &str) -> (Vec<Listed>, Vec<String>) {
+pub(crate) fn read_list(bytes: &[u8], label: &str) -> (Vec<ListEntry>, Vec<String>) {
     let mut listed = Vec::new();
     let mut problems = Vec::new();
     let mut at = 0;
@@ -149,7 +149,7 @@ pub(crate) fn read_list(bytes: &[u8], label: &str) -> (Vec<Listed>, Vec<String>)
             continue;
         };
         match path_of(path) {
-            Some(path) => listed.push(Listed {
+            Some(path) => listed.push(ListEntry {
                 path,
                 line: start_line,
             }),
