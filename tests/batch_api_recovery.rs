@@ -114,7 +114,12 @@ async fn recover(api: Api) {
     let (mut journal, _) = Journal::open(&out).unwrap();
     let now = chrono::Utc::now().timestamp();
     let named = first
-        .submit("named", endpoint(api), &[("named-0".into(), body(created))])
+        .submit(
+            "named",
+            now,
+            endpoint(api),
+            &[("named-0".into(), body(created))],
+        )
         .await
         .unwrap();
     journal
@@ -159,6 +164,7 @@ async fn recover(api: Api) {
     let batch = first
         .submit(
             "created",
+            now,
             endpoint(api),
             &[("created-0".into(), body(created))],
         )

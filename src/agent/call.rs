@@ -357,13 +357,15 @@ impl Call<'_> {
                 stream: self.text_sink,
             };
             let digest = RequestDigest::of(&request, working.dialog_id());
-            let cache_key = model
-                .cache
-                .as_ref()
-                .map(|binding| (binding, binding.key(&digest.sha256, self.spec.api_type)));
+            // Keyed by what goes on the wire, byte for byte (issue 26); a
+            // provider that sends nothing is never cached.
+            let cache_key = model.cache.as_ref().and_then(|binding| {
+                let wire = model.provider.wire_digest(&request)?;
+                Some((binding, binding.key(&wire)))
+            });
             let hit = cache_key
                 .as_ref()
-                .and_then(|(binding, key)| binding.get(key));
+                .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));
             let cached = hit.is_some();
             let mut failed_attempts = Vec::new();
             let outcome = match hit {

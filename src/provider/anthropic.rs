@@ -471,6 +471,23 @@ impl Provider for AnthropicProvider {
     fn limiter(&self) -> Option<&Limiter> {
         Some(&self.limiter)
     }
+
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        let whole = ChatRequest {
+            stream: None,
+            ..*request
+        };
+        let body = http::json_body(&build_request(&whole)).ok()?;
+        Some(self.messages.request_digest(&body))
+    }
+
+    /// The checks of every reply, and the scrubbing of what this endpoint
+    /// sends that `http` gives a fresh reply's body.
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        let mut reply = super::exchange::accept(reply)?;
+        super::scrub::scrub_message(&self.messages.secrets, &mut reply);
+        Ok(reply)
+    }
 }
 
 #[cfg(test)]

@@ -357,6 +357,14 @@ impl Provider for BudgetedProvider {
     fn limiter(&self) -> Option<&super::limit::Limiter> {
         self.inner.limiter()
     }
+
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        self.inner.wire_digest(request)
+    }
+
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        self.inner.check_reply(reply)
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,23 @@
 //! The response cache: a provider's successful replies kept by request, so a
 //! re-run of an unchanged call is answered without sending it.
 //!
-//! The key is the request digest the record already holds (model, messages,
-//! tools, format, model arguments: `digest::request_sha256`) hashed with the
-//! call's endpoint: the provider's API, its base URL (without credentials),
-//! its extra headers and the API type (chat completions or Responses). Only
-//! replies are kept, never errors; the replies are already scrubbed of every
-//! secret lllm knows (`scrub` wraps each provider), and keys are digests.
+//! The key covers every byte that reaches the wire (issue 26): the provider
+//! hashes the URL, every header but the credentials and the exact body it
+//! sends ([`Provider::wire_digest`], by the code that builds the body), and
+//! the key hashes that with the endpoint's identity (the provider's API, its
+//! base URL without credentials, its extra headers) under a version, so a
+//! key made another way is never looked up. A key of chosen fields missed
+//! `system_role: developer` and `send_name`, and answered requests that
+//! differ on the wire with each other's replies. Only replies are kept,
+//! never errors; the replies are already scrubbed of every secret lllm knows
+//! (`scrub` wraps each provider), and keys are digests.
+//!
+//! A kept reply passes what a fresh one passes before it is used: it is
+//! rebuilt from what a wire parser fills in ([`reply_of`]), then checked by
+//! the provider as its own replies are ([`Provider::check_reply`]: size,
+//! text or a tool call, secrets scrubbed), and parsed by the prompt (format,
+//! schema, repairs) as every reply is. One that fails is a miss: the request
+//! is sent, and its fresh reply replaces the entry.
 //!
 //! Whether an agent's calls use the cache is decided when the tactic is
 //! built ([`CacheSource`]): `--cache` / `--no-cache` first, then the
@@ -17,16 +28,23 @@
 //! (`store::Cache`, an SQLite file beside the index) for the `lllm` binary, or
 //! any implementation a program brings.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::dialog::{ApiType, Message};
+use super::{Provider, ProviderError};
+use crate::dialog::{FunctionCall, Message, Role};
 
 /// How long a reply is used when neither the provider nor the tactic sets
 /// `cache_ttl_s`: 14 days, as promptfoo's disk cache.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// What keys are made of, named in each: keys of version 1 (the record's
+/// request digest and the API type) are never looked up by this version.
+const KEY_VERSION: &str = "lllm.cache/2";
 
 /// Where replies are kept. Implementations never fail a call: a cache that
 /// cannot be read is a miss, one that cannot be written keeps nothing (and
@@ -68,6 +86,8 @@ pub struct CacheSource {
     flag: Option<bool>,
     open: Box<dyn Fn() -> Result<Arc<dyn ResponseCache>, String> + Send + Sync>,
     opened: OnceLock<Option<Arc<dyn ResponseCache>>>,
+    /// Whether a kept reply failed its checks yet (said once a run).
+    refused: AtomicBool,
 }
 
 impl std::fmt::Debug for CacheSource {
@@ -92,6 +112,7 @@ impl CacheSource {
             flag,
             open: Box::new(open),
             opened: OnceLock::new(),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -131,6 +152,7 @@ impl CacheSource {
             flag,
             open: Box::new(|| Err("already open".into())),
             opened,
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -145,6 +167,16 @@ impl CacheSource {
     pub fn flush(&self) {
         if let Some(Some(cache)) = self.opened.get() {
             cache.flush();
+        }
+    }
+
+    /// Says once a run that a kept reply failed the checks of a fresh one.
+    fn refuse(&self, error: &ProviderError, warn: &dyn Fn(&str)) {
+        if !self.refused.swap(true, Ordering::Relaxed) {
+            warn(&format!(
+                "response cache: a kept reply fails the checks a fresh reply passes ({error}); \
+                 its request is sent again (as is any other such request of this run)"
+            ));
         }
     }
 
@@ -187,9 +219,19 @@ impl std::fmt::Debug for Binding {
 }
 
 impl Binding {
-    /// The reply kept under `key`, if it is younger than the time to live.
-    pub fn get(&self, key: &str) -> Option<Message> {
-        self.source.cache(&crate::report::warn)?.get(key, self.ttl)
+    /// The reply kept under `key`, if it is younger than the time to live
+    /// and passes what a fresh reply of `provider` passes ([`reply_of`],
+    /// then [`Provider::check_reply`]); one that does not is a miss.
+    pub fn get(&self, key: &str, provider: &dyn Provider) -> Option<Message> {
+        let warn = crate::report::warn;
+        let kept = self.source.cache(&warn)?.get(key, self.ttl)?;
+        match provider.check_reply(reply_of(kept)) {
+            Ok(reply) => Some(reply),
+            Err(error) => {
+                self.source.refuse(&error, &warn);
+                None
+            }
+        }
     }
 
     /// Keeps `entry` under `key`.
@@ -199,17 +241,44 @@ impl Binding {
         }
     }
 
-    /// The key of a request with digest `request_sha256`, sent to this
-    /// binding's endpoint through API `api_type`.
-    pub fn key(&self, request_sha256: &str, api_type: ApiType) -> String {
+    /// The key of a request whose wire digest is `wire_digest`
+    /// ([`Provider::wire_digest`]), sent to this binding's endpoint.
+    pub fn key(&self, wire_digest: &str) -> String {
         let mut hasher = Sha256::new();
-        hasher.update(self.scope.as_bytes());
-        hasher.update([0]);
-        hasher.update(format!("{api_type:?}").as_bytes());
-        hasher.update([0]);
-        hasher.update(request_sha256.as_bytes());
+        for part in [KEY_VERSION, &self.scope, wire_digest] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
         super::digest::hex(&hasher.finalize())
     }
+}
+
+/// A kept reply rebuilt from what a provider's wire parser fills in: an
+/// assistant message's text, tool calls (read again from their argument
+/// text, as the parsers read them), model, log probabilities, finish reason
+/// and refusal, API type and usage. Anything else an entry holds (a parsed
+/// value, a tool call's result, parts, an image, other metadata: none of
+/// which a provider's reply carries) is left behind, so an edited entry
+/// cannot put it in a dialog.
+pub fn reply_of(kept: Message) -> Message {
+    let mut reply = Message::new(Role::Assistant, "assistant", kept.content);
+    reply.function_calls = kept
+        .function_calls
+        .iter()
+        .map(|call| FunctionCall::from_model(&call.id, &call.name, &call.arguments_text()))
+        .collect();
+    reply.model = kept.model;
+    reply.logprobs = kept.logprobs;
+    reply.api_type = kept.api_type;
+    reply.usage = kept.usage;
+    for key in ["finish_reason", "refusal"] {
+        if let Some(Value::String(text)) = kept.metadata.get(key) {
+            reply
+                .metadata
+                .insert(key.into(), Value::String(text.clone()));
+        }
+    }
+    reply
 }
 
 /// Hex SHA-256 of an endpoint's identity: its API, base URL (credentials
@@ -247,20 +316,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_depend_on_endpoint_api_type_and_request() {
+    fn keys_depend_on_endpoint_and_wire_digest() {
         let binding = |scope: String| Binding {
             source: Arc::new(CacheSource::with(None, Arc::new(Nothing))),
             scope,
             ttl: DEFAULT_TTL,
         };
         let here = binding(scope("openai", "http://127.0.0.1:1/v1", &[]));
-        let key = here.key("abc", ApiType::Completion);
+        let key = here.key("abc");
         assert_eq!(key.len(), 64);
-        assert_eq!(key, here.key("abc", ApiType::Completion));
-        assert_ne!(key, here.key("abd", ApiType::Completion));
-        assert_ne!(key, here.key("abc", ApiType::Response));
+        assert_eq!(key, here.key("abc"));
+        assert_ne!(key, here.key("abd"));
         let other = binding(scope("openai", "http://127.0.0.1:2/v1", &[]));
-        assert_ne!(key, other.key("abc", ApiType::Completion));
+        assert_ne!(key, other.key("abc"));
         // Credentials in the URL do not change the endpoint; headers do.
         assert_eq!(
             scope("openai", "http://user:secret@127.0.0.1:1/v1", &[]),
@@ -308,5 +376,97 @@ mod tests {
         }
 
         fn put(&self, _: &str, _: &Entry<'_>) {}
+    }
+
+    /// A cache holding one reply, under any key.
+    struct Holding(Message);
+
+    impl ResponseCache for Holding {
+        fn get(&self, _: &str, _: Duration) -> Option<Message> {
+            Some(self.0.clone())
+        }
+
+        fn put(&self, _: &str, _: &Entry<'_>) {}
+    }
+
+    /// A provider that sends nothing: its checks are the defaults.
+    struct Offline;
+
+    impl Provider for Offline {
+        fn invoke<'a>(
+            &'a self,
+            _: super::super::ChatRequest<'a>,
+        ) -> futures_util::future::BoxFuture<'a, Result<Message, ProviderError>> {
+            Box::pin(async { Err(ProviderError::permanent("offline")) })
+        }
+    }
+
+    #[test]
+    fn a_kept_reply_is_what_a_wire_parser_makes_of_it() {
+        let mut kept = Message::new(Role::System, "someone", "the answer");
+        kept.parsed
+            .insert("raw".into(), serde_json::json!("forged"));
+        kept.metadata
+            .insert("finish_reason".into(), serde_json::json!("stop"));
+        kept.metadata
+            .insert("tool_call_id".into(), serde_json::json!("call_9"));
+        kept.metadata
+            .insert("refusal".into(), serde_json::json!({"not": "text"}));
+        kept.parts.push(crate::dialog::ContentPart::Text {
+            text: "a part".into(),
+        });
+        kept.vectors.push(1.0);
+        let mut call = FunctionCall::from_model("c1", "grep", r#"{"q": "owl"}"#);
+        call.result_str = Some("already ran".into());
+        call.raw_arguments = Some("{\"q\": \"wolf\"}".into());
+        kept.function_calls.push(call);
+        let reply = reply_of(kept);
+        let mut expected = Message::new(Role::Assistant, "assistant", "the answer");
+        expected
+            .metadata
+            .insert("finish_reason".into(), serde_json::json!("stop"));
+        // The calls are read again from their text, as a parser reads them.
+        expected
+            .function_calls
+            .push(FunctionCall::from_model("c1", "grep", r#"{"q": "wolf"}"#));
+        assert_eq!(reply, expected);
+    }
+
+    #[test]
+    fn a_kept_reply_that_fails_the_checks_of_a_fresh_one_is_a_miss() {
+        let binding = |kept: Message| Binding {
+            source: Arc::new(CacheSource::with(Some(true), Arc::new(Holding(kept)))),
+            scope: scope("openai", "http://127.0.0.1:1/v1", &[]),
+            ttl: DEFAULT_TTL,
+        };
+        // Neither text nor a tool call: a fresh reply like it is an error.
+        let empty = binding(Message::assistant("model", ""));
+        assert!(empty.get("k", &Offline).is_none());
+        let warnings = std::sync::Mutex::new(Vec::new());
+        let warn = |text: &str| warnings.lock().unwrap().push(text.to_string());
+        let error = ProviderError::transient("no text");
+        empty.source.refuse(&error, &warn);
+        assert!(warnings.lock().unwrap().is_empty(), "said once a run");
+        let fresh = CacheSource::new(None, || Err("unused".into()));
+        fresh.refuse(&error, &warn);
+        fresh.refuse(&error, &warn);
+        assert_eq!(warnings.lock().unwrap().len(), 1);
+        // A secret the run knows is scrubbed as a fresh reply's is.
+        let mut secrets = crate::redact::Secrets::new();
+        secrets.add("sk-very-secret-key-123");
+        let scrubbing = super::super::scrub::ScrubbingProvider {
+            inner: Arc::new(Offline),
+            secrets: Arc::new(secrets),
+        };
+        let leaky = binding(Message::assistant(
+            "model",
+            "the key is sk-very-secret-key-123",
+        ));
+        let reply = leaky.get("k", &scrubbing).unwrap();
+        assert_eq!(reply.content, "the key is ***");
+        assert_eq!(
+            leaky.get("k", &Offline).unwrap().content,
+            "the key is sk-very-secret-key-123"
+        );
     }
 }

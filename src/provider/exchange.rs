@@ -6,7 +6,8 @@
 //! Also the rules every wire API shares about what a reply must hold: an
 //! error object inside a 200 reply or a stream is an error, classified the
 //! same way everywhere, and a reply with neither text nor a tool call is an
-//! error, never an empty answer.
+//! error, never an empty answer ([`accept`], which a reply from the
+//! response cache passes too).
 
 use serde_json::Value;
 
@@ -165,7 +166,7 @@ pub async fn exchange<A: Assembler>(
                 let message = (wire.parse_body)(&reply.body).map_err(failed)?;
                 sink(&message.content);
                 target.limiter.on_success(message.total_tokens(), estimate);
-                return require_output(message);
+                return accept(message);
             }
             Err(error) if stream_failed => return Err(failed(error)),
             Err(error) => return Err(unreachable(error)),
@@ -183,6 +184,31 @@ pub async fn exchange<A: Assembler>(
         (wire.parse_body)(&reply.body).map_err(failed)?
     };
     target.limiter.on_success(message.total_tokens(), estimate);
+    accept(message)
+}
+
+/// What every reply must be once its wire parser has read it, whether it
+/// came over the wire or from the response cache: no larger than a reply
+/// body may be ([`http::MAX_REPLY_BYTES`]; a fresh one is, since its body
+/// was), and holding text or a tool call ([`require_output`]).
+pub fn accept(message: Message) -> Result<Message, ProviderError> {
+    let size = message.content.len()
+        + message
+            .function_calls
+            .iter()
+            .map(|call| {
+                call.id.len()
+                    + call.name.len()
+                    + call.raw_arguments.as_ref().map_or(0, String::len)
+                    + call.arguments.len()
+            })
+            .sum::<usize>();
+    if size > http::MAX_REPLY_BYTES {
+        return Err(ProviderError::transient(format!(
+            "the reply is larger than a reply may be ({} MiB)",
+            http::MAX_REPLY_BYTES >> 20
+        )));
+    }
     require_output(message)
 }
 
@@ -431,5 +457,31 @@ mod tests {
         call.function_calls
             .push(crate::dialog::FunctionCall::from_model("c", "f", "{}"));
         assert!(require_output(call).is_ok());
+    }
+
+    /// `accept` is what a reply from the response cache passes too: no
+    /// larger than a reply body may be, and with text or a tool call.
+    #[test]
+    fn an_accepted_reply_is_no_larger_than_a_reply_body_may_be() {
+        let cap = http::MAX_REPLY_BYTES;
+        let sized = |size: usize| Message::new(Role::Assistant, "a", "x".repeat(size));
+        assert!(accept(sized(cap)).is_ok());
+        let error = accept(sized(cap + 1)).unwrap_err();
+        assert_eq!(
+            error.message,
+            "the reply is larger than a reply may be (64 MiB)"
+        );
+        let mut call = Message::new(Role::Assistant, "a", "");
+        call.function_calls
+            .push(crate::dialog::FunctionCall::from_model(
+                "c",
+                "f",
+                &"y".repeat(cap + 1),
+            ));
+        assert!(accept(call).is_err());
+        assert_eq!(
+            accept(sized(0)).unwrap_err().code.as_deref(),
+            Some("empty_reply")
+        );
     }
 }

@@ -177,7 +177,46 @@ impl Endpoint {
         }
         endpoint
     }
+
+    /// Hex SHA-256 of a request of `body` to this endpoint, as the response
+    /// cache keys it: the URL (its query included, credentials already
+    /// taken out), every header but the credentials (an API version, a beta
+    /// flag or a configured header may change the answer; the same server
+    /// answers whoever asks), and the body's bytes.
+    pub fn request_digest(&self, body: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        let mut feed = |part: &[u8]| {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        };
+        feed(self.url.as_str().as_bytes());
+        let mut headers: Vec<(&str, &[u8])> = self
+            .headers
+            .iter()
+            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(&name.as_str()))
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .collect();
+        headers.sort_unstable();
+        feed(&headers.len().to_le_bytes());
+        for (name, value) in headers {
+            feed(name.as_bytes());
+            feed(value);
+        }
+        feed(body);
+        super::digest::hex(&hasher.finalize())
+    }
 }
+
+/// Headers that carry who asks, not what is asked: left out of
+/// [`Endpoint::request_digest`].
+const CREDENTIAL_HEADERS: [&str; 5] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+];
 
 /// `url` with its path replaced by what `edit` makes of it (given without
 /// trailing slashes), its query and fragment kept: `/chat/completions` added

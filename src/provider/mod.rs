@@ -155,6 +155,29 @@ pub trait Provider: Send + Sync {
     fn limiter(&self) -> Option<&limit::Limiter> {
         None
     }
+
+    /// Hex SHA-256 of what `invoke` puts on the wire for `request`, as the
+    /// response cache keys it: the URL, every header but the credentials,
+    /// and the exact bytes of the body, built by the same code that builds
+    /// the body sent (issue 26: a key made of chosen fields missed
+    /// `system_role` and `send_name`). The body is the one sent when the
+    /// reply is not streamed: streaming changes how the reply arrives, not
+    /// what it says. `None` for a provider that sends nothing (offline,
+    /// replays, dry runs): its calls are never cached.
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        let _ = request;
+        None
+    }
+
+    /// Puts a reply that `invoke` did not fetch (the response cache's)
+    /// through what `invoke` puts a fresh one through once its wire parser
+    /// has read it: the checks every reply passes ([`exchange::accept`]:
+    /// its size, text or a tool call) and this provider's own (the secrets
+    /// its layers scrub). An error is what a fresh reply like it would have
+    /// been answered with.
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        exchange::accept(reply)
+    }
 }
 
 /// A request as it would go on the wire.
@@ -234,6 +257,9 @@ pub mod scrub;
 pub mod sse;
 #[doc(hidden)]
 pub mod trace;
+
+#[cfg(test)]
+mod wire_digest_tests;
 
 #[cfg(test)]
 mod tests {

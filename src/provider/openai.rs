@@ -817,18 +817,24 @@ impl OpenAiProvider {
         }
     }
 
-    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let responses = request.api_type == ApiType::Response;
-        let (endpoint, body) = if responses {
-            let body = super::responses::build_request(&request, self.options.developer_role);
-            (&self.responses, http::json_body(&body)?)
+    /// Where `request` goes and its body, byte for byte as sent: what
+    /// `send` posts and what `wire_digest` hashes.
+    fn body(&self, request: &ChatRequest<'_>) -> Result<(&http::Endpoint, Vec<u8>), ProviderError> {
+        if request.api_type == ApiType::Response {
+            let body = super::responses::build_request(request, self.options.developer_role);
+            Ok((&self.responses, http::json_body(&body)?))
         } else {
             let body = ChatBody {
-                request: &request,
+                request,
                 options: &self.options,
             };
-            (&self.chat, http::json_body(&body)?)
-        };
+            Ok((&self.chat, http::json_body(&body)?))
+        }
+    }
+
+    async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
+        let responses = request.api_type == ApiType::Response;
+        let (endpoint, body) = self.body(&request)?;
         let target = Target {
             client: &self.client,
             endpoint,
@@ -878,6 +884,23 @@ impl Provider for OpenAiProvider {
 
     fn limiter(&self) -> Option<&Limiter> {
         Some(&self.limiter)
+    }
+
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        let whole = ChatRequest {
+            stream: None,
+            ..*request
+        };
+        let (endpoint, body) = self.body(&whole).ok()?;
+        Some(endpoint.request_digest(&body))
+    }
+
+    /// The checks of every reply, and the scrubbing of what this endpoint
+    /// sends that `http` gives a fresh reply's body.
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        let mut reply = exchange::accept(reply)?;
+        super::scrub::scrub_message(&self.chat.secrets, &mut reply);
+        Ok(reply)
     }
 }
 

@@ -111,6 +111,18 @@ impl Provider for ScrubbingProvider {
     fn limiter(&self) -> Option<&Limiter> {
         self.inner.limiter()
     }
+
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        self.inner.wire_digest(request)
+    }
+
+    /// The inner provider's checks, then this layer's scrubbing, as a
+    /// fresh reply gets them.
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        let mut reply = self.inner.check_reply(reply)?;
+        scrub_message(&self.secrets, &mut reply);
+        Ok(reply)
+    }
 }
 
 /// Takes every secret out of a reply: its text, model name, tool calls and

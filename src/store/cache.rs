@@ -314,11 +314,17 @@ impl Cache {
         let oldest = now.saturating_sub(i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX));
         let connection = self.connection();
         // Prepared once per connection: preparing is most of a lookup's cost.
+        // A row larger than a reply may be (an edited file) is a miss, and
+        // is never read into memory (`octet_length` reads its size only).
         let found: Option<String> = connection
-            .prepare_cached("SELECT reply FROM responses WHERE key = ?1 AND created_at >= ?2")
+            .prepare_cached(
+                "SELECT reply FROM responses WHERE key = ?1 AND created_at >= ?2 \
+                 AND octet_length(reply) <= ?3",
+            )
             .and_then(|mut statement| {
+                let cap = crate::provider::http::MAX_REPLY_BYTES as i64;
                 statement
-                    .query_row(params![key, oldest], |row| row.get(0))
+                    .query_row(params![key, oldest, cap], |row| row.get(0))
                     .optional()
             })
             .map_err(|error| self.sql(error))?;

@@ -14,6 +14,7 @@
 //! (`cache`) is a file of its own beside the index.
 
 mod cache;
+mod paths;
 mod query;
 mod registrar;
 mod text;
@@ -25,6 +26,7 @@ use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
 use crate::tactic::{RunState, SessionRecord};
+use paths::{SqlPath, StoredPath};
 
 pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
 pub use query::{CostGroup, CostRow, Filter, GroupBy, Listed, parse_since, parse_time};
@@ -35,7 +37,8 @@ pub use text::TextIndexed;
 pub const INDEX_FILE: &str = "index.sqlite";
 
 /// The record files the store has registered sessions from, one path a
-/// line: what `reindex` reads again when the index file is gone.
+/// line (a path that is not UTF-8 or holds a newline as `NUL path NUL`):
+/// what `reindex` reads again when the index file is gone.
 pub const RECORDS_FILE: &str = "records.list";
 
 /// How long a writer waits for another's transaction before giving up.
@@ -76,6 +79,20 @@ pub enum StoreError {
     /// No session, or more than one, has this id or prefix.
     #[error("{0}")]
     NotFound(String),
+    /// The index names a record that turns out to be another session's
+    /// (its file was rewritten since it was indexed).
+    #[error(
+        "the index places session `{session_id}` at `{place}`, which holds session `{found}`: \
+         the index is out of date with its records; hint: `lllm logs reindex` rebuilds it"
+    )]
+    Mismatch {
+        /// The session asked for.
+        session_id: String,
+        /// Where the index says its record is (a file, and a line's byte).
+        place: String,
+        /// The session id the record there holds.
+        found: String,
+    },
     /// A filter that makes no sense (`--since tomorrow`).
     #[error("{0}")]
     Filter(String),
@@ -244,6 +261,30 @@ fn sql_integer(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
+/// The line that says a damaged index was moved aside and a new one made.
+fn replaced_note(path: &Path, aside: &Path, error: &StoreError) -> String {
+    let cause = match error {
+        StoreError::Open { message, .. } => message.clone(),
+        StoreError::Sql { source, .. } => source.to_string(),
+        other => other.to_string(),
+    };
+    format!(
+        "`{}` is not a readable session index ({cause}): moved it to `{}`; the index is \
+         rebuilt from the records",
+        path.display(),
+        aside.display()
+    )
+}
+
+/// An id from a file or the command line as an error shows it: at most 80
+/// characters (a record's id can be anything its file holds).
+fn short(id: &str) -> String {
+    match id.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &id[..cut]),
+        None => id.to_string(),
+    }
+}
+
 /// A task as the index keeps it: a string as is, anything else as JSON.
 fn task_text(task: &Value) -> String {
     match task {
@@ -290,24 +331,80 @@ const SOFT_HEAP_LIMIT: u64 = 16 << 20;
 /// cost the cache only their requests again). `synchronous` belongs to a
 /// connection, so each one is set up here.
 fn connect(path: &Path, schema: &str) -> Result<Connection> {
-    let open_error = |message: String| StoreError::Open {
-        path: path.display().to_string(),
-        message,
+    connect_telling(path, schema).map_err(|(error, _)| error)
+}
+
+/// [`connect`], telling whether a failure is the file's own (it is not an
+/// SQLite database, or a damaged one) rather than the disk's or a lock's.
+fn connect_telling(
+    path: &Path,
+    schema: &str,
+) -> std::result::Result<Connection, (StoreError, bool)> {
+    let open_error = |message: String, damaged: bool| {
+        let error = StoreError::Open {
+            path: path.display().to_string(),
+            message,
+        };
+        (error, damaged)
+    };
+    let sql_error = |error: rusqlite::Error| {
+        let damaged = is_damage(&error);
+        open_error(error.to_string(), damaged)
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|error| open_error(error.to_string(), false))?;
     }
-    let connection = Connection::open(path).map_err(|error| open_error(error.to_string()))?;
-    connection
-        .busy_timeout(BUSY_TIMEOUT)
-        .map_err(|error| open_error(error.to_string()))?;
+    let connection = Connection::open(path).map_err(sql_error)?;
+    connection.busy_timeout(BUSY_TIMEOUT).map_err(sql_error)?;
     connection
         .execute_batch(&format!(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
              PRAGMA soft_heap_limit = {SOFT_HEAP_LIMIT}; {schema}"
         ))
-        .map_err(|error| open_error(error.to_string()))?;
+        .map_err(sql_error)?;
     Ok(connection)
+}
+
+/// Whether SQLite says the file itself is bad: not a database, or damaged.
+fn is_damage(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+    )
+}
+
+/// Whether a store error is SQLite saying the file itself is damaged.
+fn error_is_damage(error: &StoreError) -> bool {
+    matches!(error, StoreError::Sql { source, .. } if is_damage(source))
+}
+
+/// Moves a bad index file aside, with the WAL and shared-memory files
+/// that belong to it (`index.sqlite` becomes `index.sqlite.damaged`, its
+/// `-wal` `index.sqlite.damaged-wal`, which SQLite pairs again if someone
+/// opens it): a new index must not pick up the old file's WAL. Returns
+/// where the file went.
+fn move_aside(path: &Path) -> Result<PathBuf> {
+    let aside = PathBuf::from(format!("{}.damaged", path.display()));
+    for suffix in ["", "-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{suffix}", path.display()));
+        let to = PathBuf::from(format!("{}{suffix}", aside.display()));
+        let moved = match std::fs::rename(&from, &to) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                // None of its own: one left from an earlier damaged file
+                // must not be paired with this one.
+                std::fs::remove_file(&to).or_else(|error| match error.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(error),
+                })
+            }
+            moved => moved,
+        };
+        moved.map_err(|error| StoreError::Open {
+            path: from.display().to_string(),
+            message: format!("cannot move it aside to `{}`: {error}", to.display()),
+        })?;
+    }
+    Ok(aside)
 }
 
 /// The session store: an open index in a directory.
@@ -368,6 +465,34 @@ impl Store {
         Ok(Store { connection, path })
     }
 
+    /// Opens the store in `dir` to rebuild it ([`Store::reindex`]): an
+    /// index file that is not an SQLite database, or a damaged one, is
+    /// moved aside (`index.sqlite.damaged`) and a new one made, with a line
+    /// saying so. Nothing is lost: the records are the source of truth, and
+    /// `records.list` names every record file the index had seen.
+    pub fn open_to_rebuild(dir: &Path) -> Result<(Store, Option<String>)> {
+        let path = dir.join(INDEX_FILE);
+        match connect_telling(&path, SCHEMA) {
+            Ok(connection) => Ok((Store { connection, path }, None)),
+            Err((error, true)) => {
+                let note = replaced_note(&path, &move_aside(&path)?, &error);
+                let connection = connect(&path, SCHEMA)?;
+                Ok((Store { connection, path }, Some(note)))
+            }
+            Err((error, false)) => Err(error),
+        }
+    }
+
+    /// Moves the index file aside after `error` said it is damaged, and
+    /// opens a new one in its place; returns the line that says so.
+    fn replace_damaged(&mut self, error: &StoreError) -> Result<String> {
+        let empty = Connection::open_in_memory().map_err(|error| self.sql(error))?;
+        drop(std::mem::replace(&mut self.connection, empty));
+        let note = replaced_note(&self.path, &move_aside(&self.path)?, error);
+        self.connection = connect(&self.path, SCHEMA)?;
+        Ok(note)
+    }
+
     /// The index file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -412,19 +537,18 @@ impl Store {
     }
 
     /// Appends record files to `records.list` (one `write`, so lines of
-    /// concurrent writers never mix).
-    fn remember(&self, files: &[String]) -> Result<()> {
+    /// concurrent writers never mix), each path byte for byte (`paths`).
+    fn remember(&self, files: &[PathBuf]) -> Result<()> {
         let list = self.path.with_file_name(RECORDS_FILE);
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         for file in files {
-            text.push_str(file);
-            text.push('\n');
+            paths::push_entry(&mut bytes, file);
         }
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&list)
-            .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes))
             .map_err(|error| StoreError::Open {
                 path: list.display().to_string(),
                 message: error.to_string(),
@@ -432,13 +556,28 @@ impl Store {
     }
 
     /// Reads back the record of the session with this id or unique prefix.
+    /// The record read must be that session's: an index out of date with
+    /// its files (a `sessions.jsonl` rewritten since) is named, never
+    /// answered with another session.
     pub fn show(&self, id: &str) -> Result<SessionRecord> {
-        let (path, offset) = self.locate(id)?;
-        read_record(&path, offset)
+        let (session_id, path, offset) = self.locate(id)?;
+        let record = read_record(&path, offset)?;
+        if record.session_id != session_id {
+            let place = match offset {
+                Some(offset) => format!("{} (byte {offset})", path.display()),
+                None => path.display().to_string(),
+            };
+            return Err(StoreError::Mismatch {
+                session_id,
+                place,
+                found: short(&record.session_id),
+            });
+        }
+        Ok(record)
     }
 
-    /// The record place of the session with this id or unique prefix.
-    fn locate(&self, id: &str) -> Result<(PathBuf, Option<u64>)> {
+    /// The id and record place of the session with this id or unique prefix.
+    fn locate(&self, id: &str) -> Result<(String, PathBuf, Option<u64>)> {
         if id.is_empty() {
             return Err(StoreError::NotFound("an empty session id".into()));
         }
@@ -449,16 +588,21 @@ impl Store {
                  WHERE session_id >= ?1 AND session_id < ?1 || char(1114111) LIMIT 2",
             )
             .map_err(|error| self.sql(error))?;
-        let rows: Vec<(String, String, Option<i64>)> = statement
+        let mut rows: Vec<(String, StoredPath, Option<i64>)> = statement
             .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
             .and_then(Iterator::collect)
             .map_err(|error| self.sql(error))?;
-        match rows.as_slice() {
+        let id = short(id);
+        match rows.as_mut_slice() {
             [] => Err(StoreError::NotFound(format!(
                 "no session `{id}` in the store `{}`; hint: `lllm logs` lists them",
                 self.path.display()
             ))),
-            [(_, path, offset)] => Ok((PathBuf::from(path), offset.map(|offset| offset as u64))),
+            [(session_id, path, offset)] => Ok((
+                std::mem::take(session_id),
+                std::mem::take(&mut path.0),
+                offset.map(|offset| offset as u64),
+            )),
             [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
                 "`{id}` names more than one session ({first}, {second}, …); give more of the id"
             ))),
@@ -469,45 +613,55 @@ impl Store {
     /// found under `dirs` (`*.json` and `*.json.zst` session records and `sessions.jsonl`
     /// files, searched recursively): every row is dropped, then every record
     /// still readable is registered again. Returns the sessions indexed and
-    /// the problems met (a record gone, a line that is not a record), one
-    /// line each.
+    /// the problems met (a record gone, a line that is not a record, an
+    /// entry of `records.list` that cannot be read), one line each. An index
+    /// file found damaged on the way is moved aside and rebuilt whole (a
+    /// problem line says so).
     pub fn reindex(&mut self, dirs: &[PathBuf]) -> Result<(u64, Vec<String>)> {
-        let listed =
-            std::fs::read_to_string(self.path.with_file_name(RECORDS_FILE)).unwrap_or_default();
-        let mut files: Vec<PathBuf> = {
-            let mut statement = self
-                .connection
-                .prepare("SELECT DISTINCT record_path FROM sessions")
-                .map_err(|error| self.sql(error))?;
-            statement
-                .query_map([], |row| row.get::<_, String>(0))
-                .and_then(Iterator::collect::<rusqlite::Result<Vec<String>>>)
-                .map_err(|error| self.sql(error))?
-                .into_iter()
-                .map(PathBuf::from)
-                .collect()
-        };
-        files.extend(
-            listed
-                .lines()
-                .filter(|line| !line.is_empty())
-                .map(PathBuf::from),
-        );
         let mut problems = Vec::new();
+        // Each record file, with the line of `records.list` that names it
+        // (a file that cannot be read at all is named by that line).
+        let mut files: std::collections::BTreeMap<PathBuf, Option<usize>> = Default::default();
+        let list = self.path.with_file_name(RECORDS_FILE);
+        let label = list.display().to_string();
+        match std::fs::read(&list) {
+            Ok(bytes) => {
+                let (listed, found) = paths::read_list(&bytes, &label);
+                problems.extend(found);
+                for entry in listed {
+                    files.entry(entry.path).or_insert(Some(entry.line));
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => problems.push(format!("cannot read `{label}`: {error}")),
+        }
+        let indexed = match self.clear() {
+            Ok(indexed) => indexed,
+            Err(error) if error_is_damage(&error) => {
+                problems.push(self.replace_damaged(&error)?);
+                Vec::new()
+            }
+            Err(error) => return Err(error),
+        };
+        for file in indexed {
+            files.entry(file).or_insert(None);
+        }
+        let mut found = Vec::new();
         for dir in dirs {
             let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-            find_records(&dir, &mut files, &mut problems);
+            find_records(&dir, &mut found, &mut problems);
         }
-        files.sort();
-        files.dedup();
-        self.connection
-            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
-            .map_err(|error| self.sql(error))?;
+        for file in found {
+            files.entry(file).or_insert(None);
+        }
         let mut count = 0;
-        for file in files {
+        for (file, line) in files {
             let mut entries = Vec::new();
             if let Err(problem) = entries_of_file(&file, &mut entries, &mut problems) {
-                problems.push(problem);
+                problems.push(match line {
+                    Some(line) => format!("`{label}` line {line}: {problem}"),
+                    None => problem,
+                });
             }
             for chunk in entries.chunks(1000) {
                 self.register_with(chunk, true)?;
@@ -515,6 +669,24 @@ impl Store {
             }
         }
         Ok((count, problems))
+    }
+
+    /// Drops every row; returns the record files the rows named.
+    fn clear(&mut self) -> Result<Vec<PathBuf>> {
+        let files = {
+            let mut statement = self
+                .connection
+                .prepare("SELECT DISTINCT record_path FROM sessions")
+                .map_err(|error| self.sql(error))?;
+            statement
+                .query_map([], |row| row.get::<_, StoredPath>(0))
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<StoredPath>>>)
+                .map_err(|error| self.sql(error))?
+        };
+        self.connection
+            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
+            .map_err(|error| self.sql(error))?;
+        Ok(files.into_iter().map(|file| file.0).collect())
     }
 }
 
@@ -587,7 +759,7 @@ fn insert(
     connection: &Connection,
     entries: &[Entry],
     with_text: bool,
-) -> rusqlite::Result<Vec<String>> {
+) -> rusqlite::Result<Vec<PathBuf>> {
     let mut new_files = Vec::new();
     let mut last_file: Option<&Path> = None;
     let mut file = connection.prepare_cached("INSERT OR IGNORE INTO record_files VALUES (?1)")?;
@@ -621,7 +793,7 @@ fn insert(
             Value::Object(entry.tags.clone()).to_string(),
             Value::Object(entry.metadata.clone()).to_string(),
         );
-        let record_path = entry.place.path().display().to_string();
+        let record_path = SqlPath(entry.place.path());
         let row = params![
             entry.session_id,
             entry.tactic,
@@ -678,9 +850,8 @@ fn insert(
         let path = entry.place.path();
         if last_file != Some(path) {
             last_file = Some(path);
-            let path = path.display().to_string();
-            if file.execute([&path])? == 1 {
-                new_files.push(path);
+            if file.execute([SqlPath(path)])? == 1 {
+                new_files.push(path.to_path_buf());
             }
         }
     }
@@ -824,3 +995,6 @@ fn is_session_record(path: &Path) -> bool {
     let head = String::from_utf8_lossy(&head);
     head.contains("\"format\": \"lllm.session/") || head.contains("\"format\":\"lllm.session/")
 }
+
+#[cfg(test)]
+mod tests;

@@ -70,7 +70,9 @@ pub struct Listed {
     pub delivery: Option<String>,
     /// The error's first 200 characters.
     pub error: Option<String>,
-    /// The record file (a `.json` file or a `sessions.jsonl`).
+    /// The record file (a `.json` file or a `sessions.jsonl`); a path that
+    /// is not UTF-8 has U+FFFD for the bytes that are not (`logs show`
+    /// reads the file by its bytes).
     pub record_path: String,
     /// The line's byte offset in a `sessions.jsonl` (in a
     /// `sessions.jsonl.zst`, its frame's offset and its offset in the frame,
@@ -330,7 +332,7 @@ impl Store {
                     task: row.get(16)?,
                     delivery: row.get(17)?,
                     error: row.get(18)?,
-                    record_path: row.get(19)?,
+                    record_path: row.get::<_, super::paths::PathText>(19)?.0,
                     record_offset: row.get::<_, Option<i64>>(20)?.map(|offset| offset as u64),
                 })
             })

@@ -137,7 +137,10 @@ impl Store {
             .query_map(params![after, CATCH_UP_BATCH as i64], |row| {
                 Ok(Pending {
                     id: row.get(0)?,
-                    path: PathBuf::from(row.get::<_, Option<String>>(1)?.unwrap_or_default()),
+                    path: row
+                        .get::<_, Option<super::paths::StoredPath>>(1)?
+                        .map(|path| path.0)
+                        .unwrap_or_default(),
                     offset: row.get::<_, Option<i64>>(2)?.map(|offset| offset as u64),
                     task: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
                     delivery: row.get(4)?,

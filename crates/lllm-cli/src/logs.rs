@@ -139,17 +139,9 @@ fn store_error(error: StoreError) -> Error {
 
 /// Opens the store; reading one that does not exist yet is an error, not a
 /// new empty store.
-fn open(place: &Place, create: bool) -> Result<Store> {
-    let dir = match place.store.clone().or_else(crate::store::default_dir) {
-        Some(dir) => dir,
-        None => {
-            return Err(Error::Usage(format!(
-                "no session store: {}",
-                crate::store::NO_STORE_DIR
-            )));
-        }
-    };
-    if !create && !dir.join(lllm::store::INDEX_FILE).is_file() {
+fn open(place: &Place) -> Result<Store> {
+    let dir = dir_of(place)?;
+    if !dir.join(lllm::store::INDEX_FILE).is_file() {
         return Err(Error::Usage(format!(
             "no session store in `{}` yet: `lllm run` and `lllm batch` register their \
              sessions there; hint: `lllm logs reindex --from DIR` indexes existing records",
@@ -157,6 +149,15 @@ fn open(place: &Place, create: bool) -> Result<Store> {
         )));
     }
     Store::open(&dir).map_err(store_error)
+}
+
+/// The store's directory: `--store`, else the default.
+fn dir_of(place: &Place) -> Result<PathBuf> {
+    place
+        .store
+        .clone()
+        .or_else(crate::store::default_dir)
+        .ok_or_else(|| Error::Usage(format!("no session store: {}", crate::store::NO_STORE_DIR)))
 }
 
 fn filter(args: &FilterArgs) -> Result<Filter> {
@@ -183,7 +184,7 @@ fn filter(args: &FilterArgs) -> Result<Filter> {
 
 fn list(args: ListArgs) -> Result<Outcome> {
     let filter = filter(&args.filter)?;
-    let store = open(&args.place, false)?;
+    let store = open(&args.place)?;
     catch_up_text(&store, &filter)?;
     let sessions = store.list(&filter, args.count).map_err(store_error)?;
     let mut text = String::new();
@@ -271,7 +272,7 @@ fn one_line(text: &str, max: usize) -> String {
 }
 
 fn show(args: ShowArgs) -> Result<Outcome> {
-    let store = open(&args.place, false)?;
+    let store = open(&args.place)?;
     let record = store.show(&args.id).map_err(store_error)?;
     let text = if args.json {
         let text = serde_json::to_string_pretty(&record).unwrap_or_default();
@@ -286,7 +287,7 @@ fn show(args: ShowArgs) -> Result<Outcome> {
 fn cost(args: CostArgs) -> Result<Outcome> {
     let by = GroupBy::parse(&args.by).map_err(store_error)?;
     let filter = filter(&args.filter)?;
-    let store = open(&args.place, false)?;
+    let store = open(&args.place)?;
     catch_up_text(&store, &filter)?;
     let totals = store.cost(&filter, &by).map_err(store_error)?;
     let mut text = String::new();
@@ -345,8 +346,12 @@ fn reindex(args: ReindexArgs) -> Result<Outcome> {
             )));
         }
     }
-    let mut store = open(&args.place, true)?;
-    let (count, problems) = store.reindex(&args.from).map_err(store_error)?;
+    // An index file that is not a database, or a damaged one, is moved
+    // aside and rebuilt: rebuilding is what `reindex` is for.
+    let (mut store, replaced) =
+        Store::open_to_rebuild(&dir_of(&args.place)?).map_err(store_error)?;
+    let (count, mut problems) = store.reindex(&args.from).map_err(store_error)?;
+    problems.splice(0..0, replaced);
     if args.json {
         let value = serde_json::json!({"indexed": count, "problems": problems});
         lllm::output::stdout(&format!("{value}\n"))?;

@@ -656,3 +656,225 @@ fn a_base_url_s_query_goes_with_every_batch_api_request() {
         assert_eq!(entry["query"], "api-version=2024-06-01", "{entry}");
     }
 }
+
+/// Batches someone else creates at the mock through its HTTP API: `count`
+/// of them, each of one request, newer than any lllm made before.
+fn create_others(server: &MockServer, anthropic: bool, count: usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let expect_ok = |response: reqwest::Response| async move {
+            let status = response.status();
+            let body = response.text().await.unwrap();
+            assert!(status.is_success(), "{status}: {body}");
+            serde_json::from_str::<Value>(&body).unwrap()
+        };
+        if anthropic {
+            for i in 0..count {
+                let body = json!({"requests": [{"custom_id": format!("other-{i}"),
+                    "params": {"model": "metered", "max_tokens": 10,
+                               "messages": [{"role": "user", "content": "hi"}]}}]});
+                let response = client
+                    .post(format!("{}/v1/messages/batches", server.url))
+                    .header("x-api-key", "someone-else")
+                    .header("anthropic-version", "2023-06-01")
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                expect_ok(response).await;
+            }
+            return;
+        }
+        let boundary = "other-boundary";
+        let line = json!({"custom_id": "other-0", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "metered", "messages": [{"role": "user", "content": "hi"}]}});
+        let upload = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"other.jsonl\"\r\nContent-Type: application/jsonl\r\n\r\n{line}\n\r\n--{boundary}--\r\n"
+        );
+        let response = client
+            .post(format!("{}/v1/files", server.url))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(upload)
+            .send()
+            .await
+            .unwrap();
+        let file = expect_ok(response).await;
+        for _ in 0..count {
+            let response = client
+                .post(format!("{}/v1/batches", server.url))
+                .json(&json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+                              "completion_window": "24h"}))
+                .send()
+                .await
+                .unwrap();
+            expect_ok(response).await;
+        }
+    });
+}
+
+/// Issue 26: a batch created just before a kill, whose id never reached the
+/// journal, is found by `--resume` however many batches were created since
+/// (here 120, more than one page of the list): the list is read page by
+/// page. The mock's log shows it created exactly once, and every task is
+/// answered by it.
+fn a_lost_batch_is_found_beyond_the_first_page(provider: &str, prefix: &str, anthropic: bool) {
+    let test = Test::new();
+    let server = MockServer::start_with(
+        test.dir.path(),
+        "default: {echo: true}\n",
+        &["--batch-polls", "1"],
+    );
+    let tactic = format!(
+        r#"tactic_type: plain
+global: {{model_name: remote/metered, max_llm_recall: 0}}
+agent_configs: [{{name: assistant, system_prompt: "Repeat the task."}}]
+providers:
+  remote: {}
+"#,
+        provider.replace("{url}", &server.url)
+    );
+    let tasks: String = (0..3)
+        .map(|i| json!({"id": format!("t{i}"), "task": format!("task {i}")}).to_string() + "\n")
+        .collect();
+    let test = test
+        .file("t.yaml", &tactic)
+        .file("tasks.jsonl", &tasks)
+        .env("MOCK_KEY", "sk-test-key-5150");
+    let creations = || {
+        server
+            .requests()
+            .iter()
+            .filter(|entry| {
+                entry["method"] == "POST" && entry["path"] == prefix.trim_end_matches('/')
+            })
+            .count()
+    };
+    let mut args = polling("3600", &[]);
+    kill_after_retrievals(&test, &server, prefix, 1, &arguments(&args));
+    assert_eq!(creations(), 1);
+    // The kill came between the batch's creation and its journal line.
+    let journal_path = test.path("out/batch-api.jsonl");
+    let journal = std::fs::read_to_string(&journal_path).unwrap();
+    let cut: String = journal
+        .lines()
+        .filter(|line| !line.contains(r#""type":"batch""#))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_eq!(
+        cut.lines().count() + 1,
+        journal.lines().count(),
+        "{journal}"
+    );
+    std::fs::write(&journal_path, cut).unwrap();
+    create_others(&server, anthropic, 120);
+    assert_eq!(creations(), 121);
+
+    args = polling("0.01", &["--resume"]);
+    let output = test.run(&arguments(&args));
+    output.expect_code(0);
+    assert_eq!(creations(), 121, "the lost batch was created again");
+    let results = results(&test, "out");
+    assert_eq!(results.len(), 3);
+    for (id, line) in &results {
+        assert_eq!(line["state"], "success", "{id}: {line}");
+        assert_eq!(line["delivery"], format!("task {}", &id[1..]));
+    }
+    // More than one page of the list was read.
+    let pages = server
+        .requests()
+        .iter()
+        .filter(|entry| entry["method"] == "GET" && entry["path"] == prefix.trim_end_matches('/'))
+        .count();
+    assert!(pages >= 2, "{pages} pages");
+}
+
+#[test]
+fn a_lost_openai_batch_is_found_beyond_the_first_page() {
+    a_lost_batch_is_found_beyond_the_first_page(
+        r#"{api: openai, base_url: "{url}/v1", api_key_env: MOCK_KEY}"#,
+        "/v1/batches/",
+        false,
+    );
+}
+
+#[test]
+fn a_lost_anthropic_batch_is_found_beyond_the_first_page() {
+    a_lost_batch_is_found_beyond_the_first_page(
+        r#"{api: anthropic, base_url: "{url}", api_key_env: MOCK_KEY}"#,
+        "/v1/messages/batches/",
+        true,
+    );
+}
+
+/// Issue 26: a batch in a state lllm does not know is not polled forever.
+/// The mock reports every batch in progress as `paused` and created two
+/// days ago: past its 24-hour window and the hour after, its calls fail
+/// with the reason at the first retrieval, and the run ends.
+#[test]
+fn a_batch_in_a_state_lllm_does_not_know_is_given_up_past_its_window() {
+    for (provider, state) in [
+        (r#"{api: openai, base_url: "{url}/v1"}"#, "paused"),
+        (
+            r#"{api: anthropic, base_url: "{url}", api_key_env: MOCK_KEY}"#,
+            "archiving",
+        ),
+    ] {
+        let test = Test::new();
+        let server = MockServer::start_with(
+            test.dir.path(),
+            "default: {echo: true}\n",
+            &[
+                "--batch-polls",
+                "1000000",
+                "--batch-state",
+                state,
+                "--batch-age-s",
+                "172800",
+            ],
+        );
+        let tactic = format!(
+            r#"tactic_type: plain
+global: {{model_name: remote/metered, max_llm_recall: 3}}
+agent_configs: [{{name: assistant, system_prompt: "Repeat the task."}}]
+providers:
+  remote: {}
+"#,
+            provider.replace("{url}", &server.url)
+        );
+        let test = test
+            .file("t.yaml", &tactic)
+            .file(
+                "tasks.jsonl",
+                "{\"id\": \"a\", \"task\": \"one\"}\n{\"id\": \"b\", \"task\": \"two\"}\n",
+            )
+            .env("MOCK_KEY", "sk-test-key-5150");
+        let output = test.run(&arguments(&batched(&[])));
+        output.expect_code(1);
+        let results = results(&test, "out");
+        assert_eq!(results.len(), 2, "{}", output.stderr);
+        for line in results.values() {
+            assert_eq!(line["state"], "failure", "{line}");
+            let error = line["error"].as_str().unwrap();
+            assert!(
+                error.contains(&format!(
+                    "is `{state}`, a state lllm does not know, 48 hours after its creation"
+                )) && error.contains("past its 24-hour completion window"),
+                "{error}"
+            );
+        }
+        // Given up, not submitted again: a permanent error is not retried.
+        let created = server
+            .requests()
+            .iter()
+            .filter(|entry| entry["method"] == "POST" && entry.get("custom_ids").is_some())
+            .count();
+        assert_eq!(created, 1, "{state}");
+    }
+}

@@ -284,3 +284,119 @@ fn bad_cache_settings_are_refused_before_anything_is_sent() {
     assert!(stats.stdout.contains(r#""entries":0"#), "{}", stats.stdout);
     assert!(!test.path("home/cache.sqlite").exists());
 }
+
+/// Issue 26: the key covers every byte that reaches the wire. Settings that
+/// change the request body or its headers (`system_role: developer` and
+/// `send_name` were answered from another request's entry) each miss the
+/// others' entries, and each hits its own on a second run.
+#[test]
+fn requests_that_differ_on_the_wire_miss_each_others_entries() {
+    let test = test();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let test = test.file("tasks.jsonl", &task_lines(2));
+    let variants = [
+        "retry_cap_ms: 50}",
+        "retry_cap_ms: 50, system_role: developer}",
+        "retry_cap_ms: 50, send_name: true}",
+        "retry_cap_ms: 50, headers: {x-variant: a}}",
+        "retry_cap_ms: 50, headers: {x-variant: b}}",
+    ];
+    let write = |variant: &str| {
+        let tactic = tactic(&server.base_url(), "").replace("retry_cap_ms: 50}", variant);
+        std::fs::write(test.path("t.yaml"), tactic).unwrap();
+    };
+    // The first three send bodies of their own; the last two the base's
+    // body with a header of their own.
+    let mut bodies = std::collections::BTreeSet::new();
+    for (at, variant) in variants.iter().enumerate() {
+        write(variant);
+        batch(&test, &format!("first{at}"), &["--cache"]);
+        assert_eq!(
+            chat_requests(&server),
+            2 * (at + 1),
+            "{variant} was answered from the cache"
+        );
+        for request in &server.requests()[2 * at..] {
+            bodies.insert(request["body"].to_string());
+        }
+    }
+    assert_eq!(bodies.len(), 2 * 3, "{bodies:#?}");
+    for (at, variant) in variants.iter().enumerate() {
+        write(variant);
+        batch(&test, &format!("again{at}"), &["--cache"]);
+        assert_eq!(
+            chat_requests(&server),
+            2 * variants.len(),
+            "{variant} was sent again"
+        );
+    }
+}
+
+/// The cache's rows, edited as a user (or anyone who can write the file)
+/// could edit them.
+fn edit_replies(test: &Test, reply: &Value) {
+    let connection = rusqlite::Connection::open(test.path("home/cache.sqlite")).unwrap();
+    let changed = connection
+        .execute("UPDATE responses SET reply = ?1", [reply.to_string()])
+        .unwrap();
+    assert!(changed > 0);
+}
+
+/// Issue 26: a kept reply passes what a fresh one passes. An entry edited
+/// to hold a reply no provider reply could pass (no text and no tool call)
+/// is not delivered: the request is sent again and its reply replaces the
+/// entry. One holding a key the run knows is scrubbed as a fresh reply is;
+/// one holding a forged parse is parsed again by the prompt.
+#[test]
+fn a_kept_reply_edited_to_fail_the_checks_of_a_fresh_one_is_not_delivered() {
+    let test = test().env("LOCAL_KEY", "sk-local-very-secret-4242");
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let keyed = tactic(&server.base_url(), "").replace(
+        "retry_cap_ms: 50}",
+        "retry_cap_ms: 50, api_key_env: LOCAL_KEY}",
+    );
+    let test = test.file("t.yaml", &keyed);
+    let run = || {
+        let output = test.run(&[
+            "run", "t.yaml", "--task", "hello", "--cache", "--record", "r.json",
+        ]);
+        output.expect_code(0);
+        output
+    };
+    run();
+    assert_eq!(chat_requests(&server), 1);
+
+    // Neither text nor a tool call: sent again, said once.
+    edit_replies(
+        &test,
+        &json!({"role": "assistant", "content": "", "name": "x"}),
+    );
+    let output = run();
+    assert_eq!(output.stdout.trim(), "hello");
+    assert_eq!(chat_requests(&server), 2, "the edited entry was delivered");
+    assert_eq!(
+        output
+            .stderr
+            .matches("response cache: a kept reply fails the checks a fresh reply passes")
+            .count(),
+        1,
+        "{}",
+        output.stderr
+    );
+    // The fresh reply replaced it.
+    run();
+    assert_eq!(chat_requests(&server), 2);
+
+    // A key the run knows: scrubbed as in a fresh reply.
+    edit_replies(
+        &test,
+        &json!({"role": "assistant", "content": "the key is sk-local-very-secret-4242",
+                "parsed": {"raw": "forged"}}),
+    );
+    let output = run();
+    assert_eq!(output.stdout.trim(), "the key is ***");
+    assert_eq!(chat_requests(&server), 2);
+    let record = std::fs::read_to_string(test.path("r.json")).unwrap();
+    assert!(!record.contains("sk-local-very-secret-4242"));
+    assert!(!record.contains("forged"), "{record}");
+}

@@ -651,3 +651,144 @@ fn searches_at_once_with_a_batch_registering_find_every_session() {
     );
     assert_eq!(logs(&test, &["-s", "lorem", "-n", "1000"]).len(), 300);
 }
+
+/// Issue 26: a record path is bytes, not text. A batch written under a
+/// directory whose name is not UTF-8 and holds a newline, and a run's record
+/// there too, are shown from the index and again after `reindex` rebuilt it
+/// from `records.list` alone.
+#[cfg(unix)]
+#[test]
+fn paths_that_are_not_text_or_hold_a_newline_survive_show_and_reindex() {
+    use std::os::unix::ffi::OsStrExt;
+    let test = test().file("tasks.jsonl", "{\"id\": \"a\", \"task\": \"grey wolf\"}\n");
+    let odd = std::ffi::OsStr::from_bytes(b"out-\xff\nnew line");
+    let mut batch = test.command(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-q", "-o"]);
+    common::Output::of(batch.arg(odd).output().unwrap()).expect_code(0);
+    let mut run = test.command(&["run", "t.yaml", "--task", "snowy owl", "-q", "--record"]);
+    let record = std::path::Path::new(odd).join("run.json");
+    common::Output::of(run.arg(&record).output().unwrap()).expect_code(0);
+
+    let shown = |test: &Test| {
+        let mut tasks: Vec<String> = logs(test, &[])
+            .iter()
+            .map(|session| {
+                let id = session["session_id"].as_str().unwrap();
+                let output = test.run(&["logs", "show", id, "--json"]);
+                output.expect_code(0);
+                let record: Value = serde_json::from_str(&output.stdout).unwrap();
+                assert_eq!(record["session_id"], id);
+                record["task"].as_str().unwrap().to_string()
+            })
+            .collect();
+        tasks.sort();
+        tasks
+    };
+    assert_eq!(shown(&test), ["grey wolf", "snowy owl"]);
+    for name in ["index.sqlite", "index.sqlite-wal", "index.sqlite-shm"] {
+        let _ = std::fs::remove_file(test.path("home").join(name));
+    }
+    let output = test.run(&["logs", "reindex"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stderr.lines().collect::<Vec<_>>(),
+        [format!(
+            "lllm: 2 sessions indexed in `{}`",
+            test.path("home/index.sqlite").display()
+        )]
+    );
+    assert_eq!(shown(&test), ["grey wolf", "snowy owl"]);
+}
+
+/// Issue 26: one bad entry of `records.list` spoiled nothing but itself —
+/// before, one byte that was not UTF-8 made `reindex` index nothing,
+/// silently, exit 0.
+#[test]
+fn a_bad_line_of_records_list_is_skipped_with_a_note_naming_it() {
+    let test = test();
+    fill(&test);
+    let home = test.path("home");
+    for name in ["index.sqlite", "index.sqlite-wal", "index.sqlite-shm"] {
+        let _ = std::fs::remove_file(home.join(name));
+    }
+    let list = home.join("records.list");
+    let mut bytes = b"garbage \xff\xfe not a path\n".to_vec();
+    bytes.extend(std::fs::read(&list).unwrap());
+    std::fs::write(&list, bytes).unwrap();
+    let output = test.run(&["logs", "reindex"]);
+    output.expect_code(0);
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", output.stderr);
+    assert!(
+        lines[0].starts_with(&format!(
+            "warning: `{}` line 1: cannot read",
+            list.display()
+        )),
+        "{}",
+        output.stderr
+    );
+    assert!(lines[1].contains("5 sessions indexed"), "{}", output.stderr);
+    assert_eq!(logs(&test, &[]).len(), 5);
+}
+
+/// Issue 26: `reindex` rebuilds an index file that is not a database
+/// instead of refusing it, and says so in one line.
+#[test]
+fn reindex_rebuilds_an_index_that_is_not_a_database() {
+    let test = test();
+    fill(&test);
+    let before = logs(&test, &[]);
+    let index = test.path("home/index.sqlite");
+    std::fs::write(&index, "garbage ".repeat(1000)).unwrap();
+    test.run(&["logs"]).expect_code(2);
+    let output = test.run(&["logs", "reindex"]);
+    output.expect_code(0);
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", output.stderr);
+    assert!(
+        lines[0].starts_with(&format!(
+            "warning: `{}` is not a readable session index (",
+            index.display()
+        )) && lines[0].contains(&format!("moved it to `{}.damaged`", index.display())),
+        "{}",
+        output.stderr
+    );
+    assert!(lines[1].contains("5 sessions indexed"), "{}", output.stderr);
+    assert_eq!(logs(&test, &[]), before);
+    assert!(test.path("home/index.sqlite.damaged").is_file());
+}
+
+/// Issue 26: `logs show` checks that the record it read is the session
+/// asked for: a record file rewritten since it was indexed is named.
+#[test]
+fn show_names_a_record_that_is_another_session() {
+    let test = test();
+    for task in ["first", "second"] {
+        test.run(&["run", "t.yaml", "--task", task, "-q", "--record", "r.json"])
+            .expect_code(0);
+    }
+    let listed = logs(&test, &[]);
+    let first = listed
+        .iter()
+        .find(|session| session["task"] == "first")
+        .unwrap();
+    let second = listed
+        .iter()
+        .find(|session| session["task"] == "second")
+        .unwrap();
+    let id = first["session_id"].as_str().unwrap();
+    let output = test.run(&["logs", "show", id]);
+    output.expect_code(2);
+    assert_eq!(output.stdout, "");
+    assert_eq!(output.stderr.lines().count(), 1, "{}", output.stderr);
+    assert!(
+        output.stderr.contains(&format!(
+            "the index places session `{id}` at `{}`, which holds session `{}`",
+            test.path("r.json").display(),
+            second["session_id"].as_str().unwrap()
+        )),
+        "{}",
+        output.stderr
+    );
+    test.run(&["logs", "show", second["session_id"].as_str().unwrap()])
+        .expect_code(0);
+}

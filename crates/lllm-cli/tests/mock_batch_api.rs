@@ -994,3 +994,175 @@ async fn with_the_defaults_a_cancel_right_after_creation_cancels() {
     assert_eq!(ended["request_counts"]["canceled"], 1);
     assert!(api.ran().is_empty());
 }
+
+/// Every id of a list, page by page (`cursor` names the query key of the
+/// next page's cursor), and the pages it took.
+async fn walk(api: &Batches, path: &str, cursor: &str, anthropic: bool) -> (Vec<String>, usize) {
+    let mut ids = Vec::new();
+    let mut pages = 0;
+    let mut next: Option<String> = None;
+    loop {
+        let url = match &next {
+            Some(last) => format!("{path}&{cursor}={last}"),
+            None => path.to_string(),
+        };
+        let (status, page) = if anthropic {
+            api.anthropic(reqwest::Method::GET, &url, None).await
+        } else {
+            api.get(&url).await
+        };
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        let data = page["data"].as_array().unwrap();
+        ids.extend(
+            data.iter()
+                .map(|batch| batch["id"].as_str().unwrap().to_string()),
+        );
+        assert_eq!(
+            page["first_id"],
+            data.first()
+                .map_or(Value::Null, |batch| batch["id"].clone())
+        );
+        assert_eq!(
+            page["last_id"],
+            data.last().map_or(Value::Null, |batch| batch["id"].clone())
+        );
+        if page["has_more"] != true {
+            return (ids, pages);
+        }
+        next = page["last_id"].as_str().map(str::to_string);
+    }
+}
+
+/// Issue 26: the list endpoints page as the real APIs do, so that a client
+/// reading only the first page misses a batch: newest first, 20 by default,
+/// at most 100 (OpenAI) or 1,000 (Anthropic) a page, `after` / `after_id`
+/// the last id of the page before, `has_more` until the end; a limit out of
+/// range is a 400.
+#[tokio::test]
+async fn lists_page_as_the_real_apis_do() {
+    let api = Batches::start("default: {text: ok}\n", &[]);
+    let (status, file) = api
+        .upload("batch", "input.jsonl", &chat_lines(&["a"]))
+        .await;
+    assert_eq!(status, 200);
+    let mut created = Vec::new();
+    for _ in 0..130 {
+        let (status, batch) = api
+            .post(
+                "/v1/batches",
+                json!({"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+                       "completion_window": "24h"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{batch}");
+        created.push(batch["id"].as_str().unwrap().to_string());
+    }
+    created.reverse();
+    let (_, first) = api.get("/v1/batches").await;
+    assert_eq!(first["data"].as_array().unwrap().len(), 20, "20 by default");
+    assert_eq!(first["has_more"], true);
+    for limit in ["0", "101", "x"] {
+        let (status, refused) = api.get(&format!("/v1/batches?limit={limit}")).await;
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["param"], "limit");
+    }
+    let (ids, pages) = walk(&api, "/v1/batches?limit=100", "after", false).await;
+    assert_eq!((ids, pages), (created, 2), "newest first, every batch once");
+
+    let mut created = Vec::new();
+    for i in 0..130 {
+        let (status, batch) = api
+            .anthropic(
+                reqwest::Method::POST,
+                "/v1/messages/batches",
+                Some(json!({"requests": [message_request(&format!("r{i}"), "hi")]})),
+            )
+            .await;
+        assert_eq!(status, 200, "{batch}");
+        created.push(batch["id"].as_str().unwrap().to_string());
+    }
+    created.reverse();
+    let path = "/v1/messages/batches";
+    let (_, first) = api.anthropic(reqwest::Method::GET, path, None).await;
+    assert_eq!(first["data"].as_array().unwrap().len(), 20, "20 by default");
+    let (_, all) = api
+        .anthropic(reqwest::Method::GET, &format!("{path}?limit=1000"), None)
+        .await;
+    assert_eq!(all["data"].as_array().unwrap().len(), 130);
+    assert_eq!(all["has_more"], false);
+    for limit in ["0", "1001"] {
+        let (status, _) = api
+            .anthropic(reqwest::Method::GET, &format!("{path}?limit={limit}"), None)
+            .await;
+        assert_eq!(status, 400);
+    }
+    let (ids, pages) = walk(&api, &format!("{path}?limit=100"), "after_id", true).await;
+    assert_eq!(
+        (&ids, pages),
+        (&created, 2),
+        "newest first, every batch once"
+    );
+    // `before_id`: the page of newer batches just before it.
+    let (_, newer) = api
+        .anthropic(
+            reqwest::Method::GET,
+            &format!("{path}?limit=5&before_id={}", created[10]),
+            None,
+        )
+        .await;
+    let newer: Vec<&str> = newer["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|batch| batch["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(newer, &created[5..10]);
+}
+
+/// `--batch-state` and `--batch-age-s`: a batch in progress is shown in a
+/// state no client knows, and as created long ago (with its `expires_at` a
+/// day after that), for tests of a client's deadline without waiting a day.
+#[tokio::test]
+async fn a_batch_can_be_shown_in_an_unknown_state_and_created_long_ago() {
+    let api = Batches::start(
+        "default: {text: ok}\n",
+        &[
+            "--batch-polls",
+            "5",
+            "--batch-state",
+            "paused",
+            "--batch-age-s",
+            "7200",
+        ],
+    );
+    let now = chrono::Utc::now().timestamp();
+    let batch = api.openai_batch(&chat_lines(&["a"])).await;
+    let path = format!("/v1/batches/{}", batch["id"].as_str().unwrap());
+    assert_eq!(batch["status"], "validating");
+    let (_, polled) = api.get(&path).await;
+    assert_eq!(polled["status"], "paused");
+    let created = polled["created_at"].as_i64().unwrap();
+    assert!(
+        (now - 7200 - 5..=now - 7200 + 5).contains(&created),
+        "{polled}"
+    );
+    assert_eq!(polled["expires_at"].as_i64(), Some(created + 86_400));
+
+    let (_, message_batch) = api
+        .anthropic(
+            reqwest::Method::POST,
+            "/v1/messages/batches",
+            Some(json!({"requests": [message_request("r", "hi")]})),
+        )
+        .await;
+    assert_eq!(message_batch["processing_status"], "paused");
+    let created =
+        chrono::DateTime::parse_from_rfc3339(message_batch["created_at"].as_str().unwrap())
+            .unwrap()
+            .timestamp();
+    assert!(
+        (now - 7200 - 5..=now - 7200 + 5).contains(&created),
+        "{message_batch}"
+    );
+}

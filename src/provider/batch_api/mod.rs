@@ -515,11 +515,12 @@ impl BatchApi {
                 state.awaiting.insert(custom_id, call.reply);
             }
         }
+        let submitted_at = chrono::Utc::now().timestamp();
         let entry = Entry::Submission {
             submission: submission.clone(),
             service: service.key.clone(),
             endpoint: endpoint.to_string(),
-            submitted_at: chrono::Utc::now().timestamp(),
+            submitted_at,
             requests,
         };
         let written = lock(&self.journal).append(&entry);
@@ -533,7 +534,7 @@ impl BatchApi {
             return;
         }
         let submitted = retrying(&self.settings, || {
-            service.submit(&submission, endpoint, &bodies)
+            service.submit(&submission, submitted_at, endpoint, &bodies)
         })
         .await;
         drop(bodies);
@@ -615,11 +616,15 @@ impl BatchApi {
     }
 
     /// Retrieves a batch, with back-off, until it ends; each change of its
-    /// state is a progress note.
+    /// state is a progress note. A batch in a state lllm does not know is
+    /// waited for until its completion window and an hour more have passed
+    /// since its creation (`Status::overdue`), then given up with a
+    /// permanent error: never polled forever.
     async fn wait_ended(&self, service: &Service, batch_id: &str) -> Result<Status, ProviderError> {
         let mut wait = self.settings.poll_interval;
         let mut last = String::new();
         let mut failures = 0;
+        let mut unknown_since: Option<i64> = None;
         loop {
             match service.retrieve(batch_id).await {
                 Ok(status) => {
@@ -632,6 +637,12 @@ impl BatchApi {
                     }
                     if status.ended {
                         return Ok(status);
+                    }
+                    let now = chrono::Utc::now().timestamp();
+                    if status.known {
+                        unknown_since = None;
+                    } else if status.overdue(now, *unknown_since.get_or_insert(now)) {
+                        return Err(overdue(batch_id, &status, now));
                     }
                     failures = 0;
                 }
@@ -710,6 +721,28 @@ impl BatchApi {
             }
         }
     }
+}
+
+/// Why the calls of a batch given up in a state lllm does not know fail:
+/// permanent (sending them again could pay twice if the batch runs after
+/// all); the batch stays in the journal, so `--resume` looks at it again.
+fn overdue(batch_id: &str, status: &Status, now: i64) -> ProviderError {
+    let since = match status.created_at {
+        Some(created) => format!(
+            "{} hours after its creation",
+            now.saturating_sub(created) / 3600
+        ),
+        None => "for more than a day".into(),
+    };
+    let mut error = ProviderError::permanent(format!(
+        "batch {batch_id} is `{}`, a state lllm does not know, {since}: past its {}-hour \
+         completion window and {} more, its requests fail (`--resume` looks at it again)",
+        status.state,
+        service::COMPLETION_WINDOW_S / 3600,
+        crate::words::count((service::PAST_WINDOW_S / 3600) as u64, "hour", "hours"),
+    ));
+    error.code = Some("batch_unknown_state".into());
+    error
 }
 
 /// `attempt` up to `ATTEMPTS` times while it fails transiently, waiting the

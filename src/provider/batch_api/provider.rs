@@ -71,7 +71,7 @@ impl BatchApiProvider {
             "/v1/responses" => crate::provider::responses::parse_response(&reply),
             _ => crate::provider::openai::parse_response(&reply),
         };
-        let mut message = crate::provider::exchange::require_output(message?)?;
+        let mut message = crate::provider::exchange::accept(message?)?;
         message
             .usage
             .insert(BATCH_USAGE_KEY.into(), Value::Bool(true));
@@ -92,6 +92,16 @@ impl Provider for BatchApiProvider {
 
     fn wire_request(&self, request: &ChatRequest<'_>) -> WireRequest {
         self.inner.wire_request(request)
+    }
+
+    /// The inner provider's: a request answered through a batch is the
+    /// request sent on its own, with the same reply.
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        self.inner.wire_digest(request)
+    }
+
+    fn check_reply(&self, reply: Message) -> Result<Message, ProviderError> {
+        self.inner.check_reply(reply)
     }
 }
 

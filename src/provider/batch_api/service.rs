@@ -17,6 +17,26 @@ use super::super::{ErrorKind, ProviderError, anthropic, openai};
 /// How long one request to a Batch API may take (an upload or a download
 /// of a large file included).
 const TIMEOUT: Duration = Duration::from_secs(600);
+/// Batches a page of a list asks for: the most OpenAI's `GET /v1/batches`
+/// gives (Anthropic's gives up to 1,000; both default to 20).
+const PAGE: usize = 100;
+/// Pages a search for a lost batch reads at most: 100,000 batches created
+/// since the submission.
+const MAX_PAGES: usize = 1_000;
+/// The clock skew allowed between this machine and the provider's.
+const CLOCK_SKEW_S: i64 = 60;
+/// How long a batch may take, at most, by both APIs (`completion_window:
+/// 24h`; Anthropic's batches expire after 24 hours).
+pub const COMPLETION_WINDOW_S: i64 = 24 * 3600;
+/// How long past its completion window a batch in a state lllm does not
+/// know is still waited for.
+pub const PAST_WINDOW_S: i64 = 3600;
+/// What may stand in a cursor as is: the unreserved characters of a URL.
+const CURSOR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Which Batch API a service speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +80,25 @@ pub struct Status {
     pub error_file_id: Option<String>,
     /// OpenAI: why a batch `failed` validation, one line.
     pub errors: Option<String>,
+    /// Whether `state` is one lllm knows (ended or on its way).
+    pub known: bool,
+    /// When the batch was created, seconds since the epoch (`None` when
+    /// the object does not say).
+    pub created_at: Option<i64>,
+}
+
+impl Status {
+    /// Whether a batch in a state lllm does not know has been so past its
+    /// completion window and an hour more: at `now`, having been seen in
+    /// that state since `seen_since` (seconds since the epoch; the
+    /// deadline counts from its creation when the object gives it, else
+    /// from then).
+    pub fn overdue(&self, now: i64, seen_since: i64) -> bool {
+        let start = self.created_at.unwrap_or(seen_since);
+        !self.ended
+            && !self.known
+            && now.saturating_sub(start) > COMPLETION_WINDOW_S + PAST_WINDOW_S
+    }
 }
 
 impl Service {
@@ -132,10 +171,12 @@ impl Service {
 
     /// Submits `requests` (`(custom_id, body)`) to `endpoint` (OpenAI:
     /// `/v1/chat/completions` or `/v1/responses`) as one batch tagged with
-    /// `submission`; returns the batch id.
+    /// `submission`, journaled at `submitted_at` (seconds since the epoch);
+    /// returns the batch id.
     pub async fn submit(
         &self,
         submission: &str,
+        submitted_at: i64,
         endpoint: &str,
         requests: &[(String, Value)],
     ) -> Result<String, ProviderError> {
@@ -160,7 +201,7 @@ impl Service {
                     // by its metadata, it is not created a second time.
                     Err(error) if error.is_retryable() => {
                         let known = std::collections::BTreeSet::new();
-                        match self.candidates(submission, 0, &known).await {
+                        match self.candidates(submission, submitted_at, &known).await {
                             Ok(found) if !found.is_empty() => json!({"id": found[0]}),
                             _ => return Err(error),
                         }
@@ -255,43 +296,108 @@ impl Service {
     /// every batch created since `submitted_at` (seconds since the epoch, a
     /// minute of clock skew allowed); the caller tells them apart by the
     /// custom_ids of their results. Batches in `known` (the journal's) are
-    /// never returned. Only the newest 100 batches are looked at.
+    /// never returned.
+    ///
+    /// Both lists come newest first, a page at a time (`limit`, and the
+    /// last id as the next page's `after` / `after_id`, while `has_more`):
+    /// every page is read until a batch older than the submission, so a
+    /// batch is found however many were created since (issue 26: only the
+    /// newest 100 were looked at, and `--resume` created and paid for a
+    /// batch beyond them again). At most [`MAX_PAGES`] pages.
     pub async fn candidates(
         &self,
         submission: &str,
         submitted_at: i64,
         known: &std::collections::BTreeSet<String>,
     ) -> Result<Vec<String>, ProviderError> {
-        let suffix = match self.api {
-            Api::OpenAi => "/batches?limit=100",
-            Api::Anthropic => "?limit=100",
-        };
-        let list = self.json(Method::GET, suffix, None).await?;
-        let batches = list
-            .get("data")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let found = batches.iter().filter(|batch| match self.api {
-            Api::OpenAi => batch["metadata"]["lllm_submission"].as_str() == Some(submission),
-            Api::Anthropic => {
-                let created = batch["created_at"]
-                    .as_str()
-                    .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok())
-                    .map_or(0, |time| time.timestamp());
-                created >= submitted_at - 60
+        let since = submitted_at.saturating_sub(CLOCK_SKEW_S);
+        let mut found = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let after = cursor.as_deref().map(|id| {
+                let id = percent_encoding::utf8_percent_encode(id, CURSOR);
+                match self.api {
+                    Api::OpenAi => format!("&after={id}"),
+                    Api::Anthropic => format!("&after_id={id}"),
+                }
+            });
+            let suffix = match self.api {
+                Api::OpenAi => format!("/batches?limit={PAGE}{}", after.unwrap_or_default()),
+                Api::Anthropic => format!("?limit={PAGE}{}", after.unwrap_or_default()),
+            };
+            let page = self.json(Method::GET, &suffix, None).await?;
+            let batches = page
+                .get("data")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for batch in batches {
+                // Newest first: the rest of the list is older still.
+                if created_at(self.api, batch).is_some_and(|created| created < since) {
+                    return Ok(found);
+                }
+                let Some(id) = text(batch, "id").filter(|id| !known.contains(id)) else {
+                    continue;
+                };
+                match self.api {
+                    Api::OpenAi => {
+                        if batch["metadata"]["lllm_submission"].as_str() == Some(submission) {
+                            return Ok(vec![id]);
+                        }
+                    }
+                    Api::Anthropic => found.push(id),
+                }
             }
-        });
-        Ok(found
-            .filter_map(|batch| text(batch, "id"))
-            .filter(|id| !known.contains(id))
-            .collect())
+            if page.get("has_more").and_then(Value::as_bool) != Some(true) {
+                return Ok(found);
+            }
+            let next = text(&page, "last_id")
+                .or_else(|| batches.last().and_then(|batch| text(batch, "id")));
+            if next.is_none() || next == cursor {
+                return Err(ProviderError::transient(
+                    "the list of batches says it has more, but its next page does not move on",
+                ));
+            }
+            cursor = next;
+        }
+        Err(ProviderError::permanent(format!(
+            "more than {} batches were created since the submission; lllm looks at no more",
+            MAX_PAGES * PAGE
+        )))
+    }
+}
+
+/// When a batch object says it was created, seconds since the epoch:
+/// OpenAI's `created_at` is a number of seconds, Anthropic's an RFC 3339 time.
+fn created_at(api: Api, batch: &Value) -> Option<i64> {
+    match api {
+        Api::OpenAi => batch.get("created_at").and_then(Value::as_i64),
+        Api::Anthropic => batch
+            .get("created_at")
+            .and_then(Value::as_str)
+            .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok())
+            .map(|time| time.timestamp()),
     }
 }
 
 fn text(value: &Value, key: &str) -> Option<String> {
     value.get(key).and_then(Value::as_str).map(str::to_string)
 }
+
+/// The states of an OpenAI batch (`Batch.status` in openai-python).
+const OPENAI_STATES: [&str; 8] = [
+    "validating",
+    "failed",
+    "in_progress",
+    "finalizing",
+    "completed",
+    "expired",
+    "cancelling",
+    "cancelled",
+];
+
+/// The states of an Anthropic message batch (`processing_status`).
+const ANTHROPIC_STATES: [&str; 3] = ["in_progress", "canceling", "ended"];
 
 /// A batch object read into a `Status`.
 fn status_of(api: Api, object: &Value) -> Status {
@@ -316,20 +422,24 @@ fn status_of(api: Api, object: &Value) -> Status {
                     state.as_str(),
                     "completed" | "failed" | "expired" | "cancelled"
                 ),
+                known: OPENAI_STATES.contains(&state.as_str()),
                 state,
                 output_file_id: text(object, "output_file_id"),
                 error_file_id: text(object, "error_file_id"),
                 errors,
+                created_at: created_at(api, object),
             }
         }
         Api::Anthropic => {
             let state = text(object, "processing_status").unwrap_or_default();
             Status {
                 ended: state == "ended",
+                known: ANTHROPIC_STATES.contains(&state.as_str()),
                 state,
                 output_file_id: None,
                 error_file_id: None,
                 errors: None,
+                created_at: created_at(api, object),
             }
         }
     }
@@ -468,5 +578,77 @@ mod tests {
         assert!(!status_of(Api::OpenAi, &json!({"status": "finalizing"})).ended);
         assert!(status_of(Api::Anthropic, &json!({"processing_status": "ended"})).ended);
         assert!(!status_of(Api::Anthropic, &json!({"processing_status": "canceling"})).ended);
+    }
+
+    #[track_caller]
+    fn overdue_case(api: Api, object: Value, now: i64, seen_since: i64, expected: bool) {
+        let status = status_of(api, &object);
+        assert_eq!(
+            status.overdue(now, seen_since),
+            expected,
+            "{object} at {now}"
+        );
+    }
+
+    /// A batch in a state lllm does not know is waited for until its
+    /// completion window and an hour more have passed since its creation
+    /// (or, when the object does not say, since lllm first saw that state);
+    /// a known state is waited for as long as it lasts.
+    #[test]
+    fn only_a_state_lllm_does_not_know_is_overdue_past_the_window() {
+        let day = COMPLETION_WINDOW_S;
+        let limit = day + PAST_WINDOW_S;
+        let created = 1_700_000_000;
+        let openai = |status: &str| json!({"status": status, "created_at": created});
+        overdue_case(Api::OpenAi, openai("paused"), created + limit, 0, false);
+        overdue_case(Api::OpenAi, openai("paused"), created + limit + 1, 0, true);
+        overdue_case(
+            Api::OpenAi,
+            openai("in_progress"),
+            created + 10 * day,
+            0,
+            false,
+        );
+        overdue_case(
+            Api::OpenAi,
+            openai("finalizing"),
+            created + 10 * day,
+            0,
+            false,
+        );
+        let anthropic = |state: &str| json!({"processing_status": state, "created_at": "2023-11-14T22:13:20.000000Z"});
+        overdue_case(
+            Api::Anthropic,
+            anthropic("archived"),
+            created + limit + 1,
+            0,
+            true,
+        );
+        overdue_case(
+            Api::Anthropic,
+            anthropic("archived"),
+            created + day,
+            0,
+            false,
+        );
+        overdue_case(
+            Api::Anthropic,
+            anthropic("in_progress"),
+            created + 10 * day,
+            0,
+            false,
+        );
+        // No creation time: counted from when the state was first seen.
+        let bare = json!({"status": "paused"});
+        overdue_case(Api::OpenAi, bare.clone(), 5_000 + limit, 5_000, false);
+        overdue_case(Api::OpenAi, bare, 5_001 + limit, 5_000, true);
+        // Ended is never overdue, whatever its age.
+        overdue_case(
+            Api::OpenAi,
+            openai("completed"),
+            created + 10 * day,
+            0,
+            false,
+        );
     }
 }

@@ -43,6 +43,12 @@ struct Args {
     /// Batch APIs: the request with this custom_id expires (repeatable).
     #[arg(long, value_name = "ID")]
     batch_expire_id: Vec<String>,
+    /// Batch APIs: each batch says it was created this many seconds before it was.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    batch_age_s: u64,
+    /// Batch APIs: a batch in progress is reported in this state instead (one no client knows).
+    #[arg(long, value_name = "STATE")]
+    batch_state: Option<String>,
     /// Quota: requests per minute for each API key (a token bucket, as the providers keep).
     #[arg(long, value_name = "N")]
     rpm: Option<u64>,
@@ -71,6 +77,8 @@ fn main() {
             delay_ms: args.batch_delay_ms,
             expire_fraction: args.batch_expire,
             expire_ids: args.batch_expire_id,
+            age_s: args.batch_age_s,
+            in_progress_state: args.batch_state,
         },
         quota: lllm_mock::server::QuotaOptions {
             rpm: args.rpm,

@@ -92,10 +92,11 @@ impl MessageBatch {
         json!({
             "id": self.id,
             "type": "message_batch",
-            "processing_status": match self.status {
-                Processing::InProgress => "in_progress",
-                Processing::Canceling => "canceling",
-                Processing::Ended => "ended",
+            "processing_status": match (self.status, &self.progress.in_progress_state) {
+                (Processing::InProgress, Some(state)) => state.as_str(),
+                (Processing::InProgress, None) => "in_progress",
+                (Processing::Canceling, _) => "canceling",
+                (Processing::Ended, _) => "ended",
             },
             "request_counts": {
                 "processing": if ended { 0 } else { self.requests.len() },
@@ -105,8 +106,8 @@ impl MessageBatch {
                 "expired": self.counts.expired,
             },
             "ended_at": self.ended_at.map(time),
-            "created_at": time(self.progress.created),
-            "expires_at": time(self.progress.created + chrono::TimeDelta::days(1)),
+            "created_at": time(self.progress.reported),
+            "expires_at": time(self.progress.reported + chrono::TimeDelta::days(1)),
             "archived_at": null,
             "cancel_initiated_at": self.cancel_initiated_at.map(time),
             "results_url": ended.then(|| format!("{url}/v1/messages/batches/{}/results", self.id)),
@@ -154,7 +155,7 @@ async fn create(
         batches.created += 1;
         let batch = MessageBatch {
             id: format!("msgbatch_mock{}", batches.created),
-            progress: Progress::new(call.entry.received),
+            progress: Progress::new(call.entry.received, &shared.batches.options),
             status: Processing::InProgress,
             requests,
             submitter: Submitter {

@@ -60,6 +60,14 @@ pub struct BatchOptions {
     pub expire_fraction: f64,
     /// Requests that expire, by `custom_id`, in every batch that has them.
     pub expire_ids: Vec<String>,
+    /// Seconds before its creation each batch says it was created (its
+    /// `created_at`, and `expires_at` a day after that): a client's deadline
+    /// past the completion window is tested without waiting a day.
+    pub age_s: u64,
+    /// The state a batch in progress is reported in instead of the API's
+    /// own `in_progress`: one no client knows, to test what a client does
+    /// with it.
+    pub in_progress_state: Option<String>,
 }
 
 impl BatchOptions {
@@ -115,16 +123,30 @@ impl Batches {
     }
 }
 
-/// When a batch was created and how often it was polled since.
+/// When a batch was created and how often it was polled since, and how
+/// its objects show that (`BatchOptions::age_s`, `in_progress_state`).
 #[derive(Debug, Clone)]
 pub(super) struct Progress {
     pub created: DateTime<Utc>,
     polls: u32,
+    /// The creation time its objects report.
+    pub reported: DateTime<Utc>,
+    /// The state its objects report while it is in progress, if not the API's.
+    pub in_progress_state: Option<String>,
 }
 
 impl Progress {
-    pub fn new(created: DateTime<Utc>) -> Progress {
-        Progress { created, polls: 0 }
+    pub fn new(created: DateTime<Utc>, options: &BatchOptions) -> Progress {
+        let age = chrono::TimeDelta::try_seconds(i64::try_from(options.age_s).unwrap_or(i64::MAX))
+            .unwrap_or(chrono::TimeDelta::MAX);
+        Progress {
+            created,
+            polls: 0,
+            reported: created
+                .checked_sub_signed(age)
+                .unwrap_or(DateTime::UNIX_EPOCH),
+            in_progress_state: options.in_progress_state.clone(),
+        }
     }
 
     /// Whether the batch is due at a retrieval at `now`; a retrieval that
@@ -388,7 +410,7 @@ mod tests {
             polls: 2,
             ..BatchOptions::default()
         };
-        let mut progress = Progress::new(created);
+        let mut progress = Progress::new(created, &options);
         assert!(!progress.due(&options, created));
         assert!(!progress.due(&options, created));
         assert!(progress.due(&options, created));
@@ -397,7 +419,7 @@ mod tests {
             delay_ms: 60_000,
             ..BatchOptions::default()
         };
-        let mut progress = Progress::new(created);
+        let mut progress = Progress::new(created, &waiting);
         assert!(!progress.due(&waiting, created));
         assert!(progress.due(&waiting, created + chrono::TimeDelta::seconds(60)));
     }

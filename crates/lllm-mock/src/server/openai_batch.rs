@@ -177,7 +177,11 @@ struct OpenAiBatch {
 
 impl OpenAiBatch {
     fn object(&self) -> Value {
-        let created_at = self.progress.created.timestamp();
+        let created_at = self.progress.reported.timestamp();
+        let status = match (self.status, &self.progress.in_progress_state) {
+            (Status::InProgress, Some(state)) => state.as_str(),
+            (status, _) => status.name(),
+        };
         json!({
             "id": self.id,
             "object": "batch",
@@ -190,7 +194,7 @@ impl OpenAiBatch {
             },
             "input_file_id": self.input_file_id,
             "completion_window": "24h",
-            "status": self.status.name(),
+            "status": status,
             "output_file_id": self.output_file_id,
             "error_file_id": self.error_file_id,
             "created_at": created_at,
@@ -587,7 +591,7 @@ async fn create(
         input_file_id,
         metadata,
         model: lines.model,
-        progress: Progress::new(now),
+        progress: Progress::new(now, &shared.batches.options),
         status: Status::Validating,
         requests: if lines.errors.is_empty() {
             lines.requests
