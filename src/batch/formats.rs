@@ -99,11 +99,21 @@ impl LineReader {
     /// The reader of `path`: `forced` when given, else the format of its
     /// first non-blank line.
     pub fn for_file(path: &Path, forced: Option<InputFormat>) -> std::io::Result<LineReader> {
+        LineReader::for_lines(path, tasks::Lines::open(path)?, forced)
+    }
+
+    /// The reader of the TASKS file at `path`, whose lines `lines` gives (its
+    /// copy, `batch::snapshot`): `forced` when given, else the format of its
+    /// first non-blank line.
+    pub fn for_lines(
+        path: &Path,
+        mut lines: tasks::Lines,
+        forced: Option<InputFormat>,
+    ) -> std::io::Result<LineReader> {
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let format = match forced {
             Some(format) => format,
             None => {
-                let mut lines = tasks::Lines::open(path)?;
                 let mut format = InputFormat::Lllm;
                 while let Some(line) = lines.next_line() {
                     let (_, text) = line.map_err(std::io::Error::other)?;
