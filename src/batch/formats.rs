@@ -106,12 +106,24 @@ impl LineReader {
         forced: Option<InputFormat>,
         attachments: &crate::dialog::AttachmentScope,
     ) -> std::io::Result<LineReader> {
+        LineReader::for_lines(path, tasks::Lines::open(path)?, forced, attachments)
+    }
+
+    /// The reader of the TASKS file at `path`, whose lines `lines` gives (its
+    /// copy, `batch::snapshot`): `forced` when given, else the format of its
+    /// first non-blank line. Attachments are read within `attachments`
+    /// confined to the file's directory.
+    pub fn for_lines(
+        path: &Path,
+        mut lines: tasks::Lines,
+        forced: Option<InputFormat>,
+        attachments: &crate::dialog::AttachmentScope,
+    ) -> std::io::Result<LineReader> {
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let attachments = attachments.clone().confine_to(base_dir)?;
         let format = match forced {
             Some(format) => format,
             None => {
-                let mut lines = tasks::Lines::open(path)?;
                 let mut format = InputFormat::Lllm;
                 while let Some(line) = lines.next_line() {
                     let (_, text) = line.map_err(std::io::Error::other)?;

@@ -1,14 +1,17 @@
 //! `lllm batch` (docs/formats.md §3 and §4): many tasks through tactics, in
 //! parallel, resumable, budgeted, observable.
 //!
-//! The pipeline, top to bottom: lock the output directory and check the run
-//! it holds (its shard), read its results (`--resume`), build the tactics,
-//! pre-flight every line (nothing is sent for a file with problems), run the
-//! selected tasks under one scheduler, then write `summary.json` and show the
-//! summary. `directory` guards the output directory, `tasks` parses lines,
-//! `preflight` checks them, `scheduler` runs them, `output` owns the files,
-//! `shard` the partitions, `progress` the display; `--max-cost` is kept by
-//! `provider::budget`, which every call passes.
+//! The pipeline, top to bottom: lock the output directory, copy the TASKS
+//! file (the run reads only the copy) and check the run the directory holds
+//! (its shard), read its results (`--resume`, which first rebuilds the result
+//! lines of records that lack one), build the tactics, pre-flight every line
+//! (nothing is sent for a file with problems), run the selected tasks under
+//! one scheduler, then write `summary.json` and show the summary.
+//! `directory` guards the output directory, `snapshot` copies the TASKS file,
+//! `tasks` parses lines, `preflight` checks them, `scheduler` runs them,
+//! `output` owns the files' lines, `writer` writes them, `rebuild` mends a
+//! killed run's, `shard` the partitions, `progress` the display;
+//! `--max-cost` is kept by `provider::budget`, which every call passes.
 
 pub mod directory;
 pub mod formats;
@@ -18,13 +21,16 @@ pub mod openai_output;
 pub mod output;
 pub mod preflight;
 pub mod progress;
+pub mod rebuild;
 pub mod report;
 pub mod scheduler;
 pub mod sessions_file;
 pub mod shard;
+pub mod snapshot;
 pub mod summary;
 pub mod tactics;
 pub mod tasks;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -175,12 +181,20 @@ pub async fn run(options: Options) -> Result<Outcome> {
 /// The run, once the output directory is this process's.
 async fn run_locked(options: Options) -> Result<Outcome> {
     let started = Instant::now();
-    let tasks_sha256 = directory::file_sha256(&options.tasks_file).map_err(|error| {
-        Error::Usage(format!(
-            "cannot read `{}`: {error}",
-            options.tasks_file.display()
-        ))
-    })?;
+    // The TASKS file is read once, now: what runs is what pre-flight checks.
+    let snapshot = snapshot::Snapshot::take(&options.tasks_file, &options.output).map_err(
+        |error| match error {
+            snapshot::SnapshotError::Read(error) => Error::Usage(format!(
+                "cannot read `{}`: {error}",
+                options.tasks_file.display()
+            )),
+            snapshot::SnapshotError::Write(error) => Error::Usage(format!(
+                "cannot write to `{}`: {error}",
+                options.output.display()
+            )),
+        },
+    )?;
+    let tasks_sha256 = snapshot.sha256().to_string();
     let recorded = directory::read_identity(&options.output).map_err(Error::Usage)?;
     let shard = directory::settle_shard(
         &options.output,
@@ -224,8 +238,9 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }
-    let reader = formats::LineReader::for_file(
+    let reader = formats::LineReader::for_lines(
         &options.tasks_file,
+        snapshot.lines(),
         options.input_format,
         &options.attachments,
     )
@@ -251,6 +266,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let plan = preflight::run(
         preflight::Inputs {
             tasks_file: &options.tasks_file,
+            snapshot: &snapshot,
             reader: &reader,
             default_tactic: options.tactic.as_deref(),
             fallback_tactic: fallback.as_deref(),
@@ -354,6 +370,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     let ran = scheduler::run(
         scheduler::Run {
             tasks_file: &options.tasks_file,
+            snapshot: &snapshot,
             reader: &reader,
             default_tactic: options.tactic.as_deref(),
             fallback_tactic: fallback.as_deref(),
@@ -382,14 +399,26 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     signals.abort();
     ticker.abort();
     reporter.finish(&shared.snapshot(plan.to_run, started, &all_tactics));
+    if snapshot.changed() {
+        crate::report::warn(&format!(
+            "`{}` changed while the batch ran; the batch ran its lines as they were when it \
+             started; hint: pass `--resume` to run lines added since",
+            options.tasks_file.display()
+        ));
+    }
     if let Err(failure) = shared.finish_writing() {
-        // The run stopped there: lines written before are whole (at most a
-        // torn last one, which `--resume` cuts), so nothing committed is lost.
+        // The run stopped there: what is on disk is whole (the writer cut
+        // back what it could not finish), and every finished task that is
+        // not is named.
+        let lost = match failure.lost.describe() {
+            Some(lost) => format!("; {lost}: `--resume` runs them again"),
+            None => String::new(),
+        };
         let source = std::io::Error::new(
             failure.source.kind(),
             format!(
-                "{}; the batch stopped, and what was written before is intact; hint: make \
-                 room, then pass `--resume` to finish the run",
+                "{}; the batch stopped, and what was written before is intact{lost}; hint: \
+                 make room, then pass `--resume` to finish the run",
                 failure.source
             ),
         );
@@ -454,8 +483,12 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
         crate::report::warn(&note);
     }
     let results = options.output.join(output::RESULTS);
+    let records = options.output.join(sessions.name);
     let resuming = options.resume || options.retry_errors;
-    let has_results = std::fs::metadata(&results).is_ok_and(|meta| meta.len() > 0);
+    // A record on disk is a finished task, with or without its result line.
+    let has_results = [&results, &records]
+        .iter()
+        .any(|path| std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0));
     if !resuming {
         if has_results {
             return Err(Error::Usage(format!(
@@ -498,6 +531,32 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
                 path.display()
             ));
         }
+    }
+    // A kill between a task's record and its result line: the record holds
+    // the result, so the task is not run (and paid for) again.
+    let rebuilt = rebuild::missing_results(&results, &records).map_err(|error| {
+        Error::Usage(format!(
+            "cannot resume in `{}`: {error}",
+            options.output.display()
+        ))
+    })?;
+    if rebuilt.count > 0 {
+        let mut names: Vec<String> = rebuilt
+            .named
+            .iter()
+            .map(|id| writer::shown_id(id))
+            .collect();
+        if rebuilt.count > names.len() as u64 {
+            names.push("…".into());
+        }
+        crate::report::warn(&format!(
+            "`{}`: rebuilt the result lines of {} from their records in `{}` (an earlier run \
+             was stopped between the two); they are not run again: {}",
+            results.display(),
+            crate::words::count(rebuilt.count, "finished task", "finished tasks"),
+            records.display(),
+            names.join(", ")
+        ));
     }
     // Nothing ran yet: a file that cannot be read is bad input (exit 2).
     let previous = output::read_previous(&results)

@@ -1,23 +1,20 @@
 //! The output directory of a batch: `results.jsonl` (one line per finished
 //! task), `sessions.jsonl` (one compact session record per run task; with
 //! `--compress`, `sessions.jsonl.zst`: the same lines in zstd frames, see
-//! `crate::jsonl`) and `summary.json`. Both JSONL files are only ever
-//! appended, whole lines (a whole frame) per write, so a crash or a kill
-//! loses at most what is being written.
+//! `crate::jsonl`) and `summary.json`: what their lines hold, and how
+//! `--resume` reads them. Both JSONL files are only ever appended, whole
+//! lines (a whole frame) per write, so a crash or a kill loses at most what
+//! is being written.
 //!
-//! A task's session record is written before its result line: the result line
-//! is what marks the task done. One thread writes both files (group commit);
-//! a task's lines reach the files microseconds after it ends, so a kill loses
-//! at most the tasks in flight and the few just finished (which `--resume` runs
-//! again). A kill between the two leaves a record without a
-//! result, and `--resume` runs the task again (its second record follows the
-//! first); a kill in the middle of a write leaves a torn last line (or
-//! frame), which `jsonl::repair` cuts off before anything is appended.
+//! A task's session record is written before its result line, and a record
+//! on disk is a finished task: a kill between the two leaves a record
+//! without a result, whose result line `--resume` rebuilds from it
+//! (`rebuild`) instead of running the task again. A task holds its `-j`
+//! slot until both are on disk (`writer`), so a kill loses at most the
+//! tasks in flight; a kill in the middle of a write leaves a torn last line
+//! (or frame), which `jsonl::repair` cuts off before anything is appended.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -29,6 +26,7 @@ pub const SESSIONS: &str = "sessions.jsonl";
 /// The records of a batch run with `--compress` (instead of [`SESSIONS`]).
 pub const SESSIONS_COMPRESSED: &str = "sessions.jsonl.zst";
 pub use super::sessions_file::SessionsFile;
+pub use super::writer::{Encoded, Lost, WriteFailure, Writer};
 
 pub const SUMMARY: &str = "summary.json";
 
@@ -210,255 +208,6 @@ fn final_model(record: &SessionRecord) -> Option<String> {
     from_dialog
         .or_else(|| record.model.clone())
         .or_else(|| record.tactic.model.clone())
-}
-
-/// A task's lines, serialized by the task itself (in parallel), written by
-/// the writer thread.
-pub struct Encoded {
-    session: Option<Vec<u8>>,
-    result: Vec<u8>,
-    /// What the session store keeps of the record (its offset is filled in
-    /// when the line is written); only when the writer registers sessions.
-    #[cfg(feature = "store")]
-    entry: Option<crate::store::Entry>,
-}
-
-impl Encoded {
-    pub fn new(result: &ResultLine, record: Option<&SessionRecord>) -> serde_json::Result<Encoded> {
-        let session = match record {
-            Some(record) => {
-                // Records of one batch are alike in size: start where the last
-                // one ended, so the buffer is not regrown (and copied) on the way.
-                static LAST: AtomicUsize = AtomicUsize::new(4096);
-                let mut line = Vec::with_capacity(LAST.load(Ordering::Relaxed) + 256);
-                crate::json::write(&mut line, record)?;
-                line.push(b'\n');
-                LAST.store(line.len(), Ordering::Relaxed);
-                Some(line)
-            }
-            None => None,
-        };
-        let mut line = Vec::with_capacity(256);
-        crate::json::write(&mut line, result)?;
-        line.push(b'\n');
-        Ok(Encoded {
-            session,
-            result: line,
-            #[cfg(feature = "store")]
-            entry: None,
-        })
-    }
-
-    /// Adds what the session store keeps of `record` (see [`Writer::indexes`]).
-    #[cfg(feature = "store")]
-    pub fn with_entry(mut self, record: &SessionRecord) -> Encoded {
-        if self.session.is_some() {
-            let place = crate::store::RecordPlace::Line {
-                path: std::path::PathBuf::new(),
-                offset: 0,
-            };
-            self.entry = Some(crate::store::Entry::of(record, place));
-        }
-        self
-    }
-}
-
-/// The two appending files, written by one thread: it takes every line
-/// queued so far and writes them with one `write` per file (records first,
-/// so a result line never precedes its record), then waits for more. At a
-/// high completion rate this is a few writes for many tasks; at a low one,
-/// each task's lines are written as soon as it ends.
-pub struct Writer {
-    /// `None` asks the thread to finish.
-    sender: std::sync::mpsc::SyncSender<Option<Encoded>>,
-    thread: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), WriteFailure>>>>,
-    /// Whether written records are registered in a session store.
-    indexes: bool,
-}
-
-/// A write that failed (a full disk, a file size limit, an I/O error): which
-/// file, and why. Nothing is written after it, so the lines before it stay
-/// whole; the failed write may leave a torn last line, which `--resume` cuts.
-#[derive(Debug)]
-pub struct WriteFailure {
-    /// `RESULTS`, `SESSIONS` or `SESSIONS_COMPRESSED`.
-    pub file: &'static str,
-    pub source: std::io::Error,
-}
-
-/// Lines queued before a finishing task waits for the disk: enough for
-/// every task of a large `-j` to finish at once, few enough that the queue
-/// stays a few megabytes of records.
-const QUEUE: usize = 1024;
-
-/// Bytes the writer gathers before writing them (a few writes per
-/// millisecond at thousands of tasks a second; its buffers keep this size).
-const GATHER: usize = 1 << 20;
-
-impl Writer {
-    pub fn open(dir: &Path) -> std::io::Result<Writer> {
-        Writer::open_indexed(dir, SessionsFile::new(false), None)
-    }
-
-    /// [`open`](Writer::open), appending records to `sessions` (one zstd
-    /// frame per write when compressed) and registering each record written
-    /// in the session store in `store` (a directory; see `crate::store`), a
-    /// batch of sessions per transaction. A store that cannot be opened or
-    /// written is a warning, never a failed run: the record files are
-    /// written anyway.
-    pub fn open_indexed(
-        dir: &Path,
-        sessions: SessionsFile,
-        store: Option<std::path::PathBuf>,
-    ) -> std::io::Result<Writer> {
-        std::fs::create_dir_all(dir)?;
-        let append = |name: &str| {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
-        };
-        let results = append(RESULTS)?;
-        let name = sessions.name;
-        let sessions = crate::jsonl::FrameWriter::new(append(name)?, sessions.form)?;
-        #[cfg(feature = "store")]
-        let mut registrar = store.map(|store| crate::store::Registrar::new(store, dir.join(name)));
-        #[cfg(not(feature = "store"))]
-        let _ = store;
-        #[cfg(feature = "store")]
-        let indexes = registrar.is_some();
-        #[cfg(not(feature = "store"))]
-        let indexes = false;
-        let (sender, receiver) = std::sync::mpsc::sync_channel(QUEUE);
-        let thread = std::thread::Builder::new()
-            .name("lllm-batch-writer".into())
-            .spawn(move || {
-                #[cfg(feature = "store")]
-                let mut hook = |encoded: &mut Encoded, at: Option<u64>| {
-                    if let (Some(registrar), Some(entry), Some(at)) =
-                        (&mut registrar, encoded.entry.take(), at)
-                    {
-                        registrar.add(entry, at);
-                    }
-                };
-                #[cfg(not(feature = "store"))]
-                let mut hook = |_: &mut Encoded, _: Option<u64>| {};
-                let written = write_loop(&receiver, results, sessions, name, &mut hook);
-                #[cfg(feature = "store")]
-                if let Some(registrar) = &mut registrar {
-                    registrar.flush();
-                }
-                written
-            })?;
-        Ok(Writer {
-            sender,
-            thread: std::sync::Mutex::new(Some(thread)),
-            indexes,
-        })
-    }
-
-    /// Whether records are registered in a session store: the tasks then add
-    /// the store's entry to their lines ([`Encoded::with_entry`]).
-    pub fn indexes(&self) -> bool {
-        self.indexes
-    }
-
-    /// Queues a task's lines. `false` when the writer has stopped on an error
-    /// (`finish` returns it).
-    pub fn send(&self, encoded: Encoded) -> bool {
-        self.sender.send(Some(encoded)).is_ok()
-    }
-
-    /// Writes what is queued and stops; the first write error, if any.
-    pub fn finish(&self) -> Result<(), WriteFailure> {
-        let _ = self.sender.send(None);
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        match thread.map(std::thread::JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(WriteFailure {
-                file: RESULTS,
-                source: std::io::Error::other("the writer thread panicked"),
-            }),
-        }
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        let _ = self.finish();
-    }
-}
-
-/// The writer's loop. `written(encoded, place)` is told of each record line
-/// after it is on disk, with its place (`jsonl::Lines::place`; `None` past
-/// what a compressed file's places can say).
-fn write_loop(
-    receiver: &std::sync::mpsc::Receiver<Option<Encoded>>,
-    mut results: File,
-    mut sessions: crate::jsonl::FrameWriter,
-    sessions_name: &'static str,
-    written: &mut dyn FnMut(&mut Encoded, Option<u64>),
-) -> Result<(), WriteFailure> {
-    let mut chunk: Vec<(Encoded, Option<u64>)> = Vec::new();
-    let (mut result_lines, mut session_lines) = (Vec::new(), Vec::new());
-    let mut finished = false;
-    while !finished {
-        let Ok(first) = receiver.recv() else { break };
-        result_lines.clear();
-        session_lines.clear();
-        chunk.clear();
-        let mut next = first;
-        loop {
-            let Some(encoded) = next else {
-                finished = true;
-                break;
-            };
-            // Every line of a frame starts within its first GATHER bytes, so a
-            // compressed place always fits (`jsonl::pack`).
-            let at = sessions.place(session_lines.len() as u64);
-            if let Some(session) = &encoded.session {
-                session_lines.extend_from_slice(session);
-            }
-            result_lines.extend_from_slice(&encoded.result);
-            chunk.push((encoded, at));
-            if result_lines.len() + session_lines.len() >= GATHER {
-                break;
-            }
-            match receiver.try_recv() {
-                Ok(more) => next = more,
-                Err(_) => break,
-            }
-        }
-        // Records first (one frame when compressed): a result line (the
-        // commit mark) never goes without its record.
-        sessions
-            .write(&session_lines)
-            .map_err(|source| WriteFailure {
-                file: sessions_name,
-                source,
-            })?;
-        results
-            .write_all(&result_lines)
-            .map_err(|source| WriteFailure {
-                file: RESULTS,
-                source,
-            })?;
-        for (encoded, at) in &mut chunk {
-            written(encoded, *at);
-        }
-        if !finished {
-            // Let lines gather for a moment instead of waking for each task: at
-            // thousands of tasks a second this turns into a few writes per
-            // millisecond, and finishing tasks rarely have to wake this thread.
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-    Ok(())
 }
 
 /// What the summary and `--resume` need of a result line (not its delivery,

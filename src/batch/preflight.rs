@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use super::ids::Seen;
 use super::shard::Shard;
 use super::tactics::Tactics;
-use super::tasks::{self, Lines, Task};
+use super::tasks::{self, Task};
 
 /// Lines parsed and checked together.
 const CHUNK: usize = 4096;
@@ -113,7 +113,10 @@ impl Plan {
 
 /// Everything pre-flight needs besides the file.
 pub struct Inputs<'a> {
+    /// The TASKS file, as named (for line tactics' paths).
     pub tasks_file: &'a Path,
+    /// Its lines, as they were when the run started.
+    pub snapshot: &'a super::snapshot::Snapshot,
     /// Reads the file's lines in its format.
     pub reader: &'a super::formats::LineReader,
     pub default_tactic: Option<&'a Path>,
@@ -131,7 +134,7 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let mut lines = Lines::open(inputs.tasks_file)?;
+    let mut lines = inputs.snapshot.lines();
     let mut state = State {
         ids: Seen::default(),
         problems: Vec::new(),
@@ -230,7 +233,7 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
     if !duplicates.is_empty() {
         // A fatal problem: nothing runs, so the counts above do not matter.
         // The ids are read again from their lines (only when some repeat).
-        let ids = ids_of(inputs.tasks_file, inputs.reader, &duplicates)?;
+        let ids = ids_of(inputs.snapshot, inputs.reader, &duplicates);
         for ((line, first), id) in duplicates.into_iter().zip(ids) {
             state.push(
                 format!("duplicate id `{id}` (first on line {first})"),
@@ -250,14 +253,14 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
 
 /// The ids of the task lines `duplicates` names first (in the same order).
 fn ids_of(
-    tasks_file: &Path,
+    snapshot: &super::snapshot::Snapshot,
     reader: &super::formats::LineReader,
     duplicates: &[(usize, usize)],
-) -> std::io::Result<Vec<String>> {
+) -> Vec<String> {
     let wanted: std::collections::HashSet<usize> =
         duplicates.iter().map(|&(line, _)| line).collect();
     let mut found: HashMap<usize, String> = HashMap::new();
-    let mut lines = Lines::open(tasks_file)?;
+    let mut lines = snapshot.lines();
     while let Some(Ok((number, text))) = lines.next_line() {
         if wanted.contains(&number)
             && let Ok(Some(task)) = reader.parse(text, number)
@@ -265,10 +268,10 @@ fn ids_of(
             found.insert(number, task.id);
         }
     }
-    Ok(duplicates
+    duplicates
         .iter()
         .map(|(line, _)| found.remove(line).unwrap_or_else(|| format!("line-{line}")))
-        .collect())
+        .collect()
 }
 
 /// Pre-flight's running state.

@@ -1,7 +1,10 @@
-//! The run: task lines streamed from the file a second time (pre-flight has
-//! validated them), each started as a tokio task once a `-j` slot is free;
-//! results appended as tasks finish. At most `-j` tasks exist at any moment,
-//! however long the file.
+//! The run: task lines streamed from the file's copy a second time
+//! (pre-flight has validated them; `snapshot`), each started as a tokio task
+//! once a `-j` slot is free; results appended as tasks finish. At most `-j`
+//! tasks exist at any moment, however long the file, and a task keeps its
+//! slot until the writer has its lines on disk (`writer`): `-j` also bounds
+//! the tasks paid for and not yet written. A failed write stops the run
+//! like a second Ctrl-C: no task starts, running ones are cancelled.
 //!
 //! Stopping: `--fail-fast` (at the first failed task) and a second Ctrl-C or
 //! the end of the grace period cancel in-flight tasks; the budget and a first
@@ -25,11 +28,11 @@ use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::output::{Brief, Encoded, ResultLine, TaskState, WriteFailure, Writer};
+use super::output::{Brief, Encoded, Lost, ResultLine, TaskState, WriteFailure, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::summary::Totals;
-use super::tasks::{self, Lines, Task};
+use super::tasks::{self, Task};
 use crate::provider::batch_api::{BatchApi, Running};
 use crate::provider::budget::{CostBudget, REFUSED_CODE};
 use crate::provider::limit::Waiting;
@@ -76,13 +79,15 @@ impl Stop {
 /// What the run's tasks share.
 pub struct Shared {
     writer: Writer,
-    /// Whether the writer still takes lines (false after a write error).
-    writing: AtomicBool,
     totals: Mutex<Totals>,
     budget: Option<Arc<CostBudget>>,
-    pub stop: watch::Sender<Stop>,
+    /// Shared with the writer, which stops the run when a write fails.
+    pub stop: Arc<watch::Sender<Stop>>,
     in_flight: AtomicU64,
+    /// A line that could not be encoded (a bug), and lines the writer did
+    /// not take (its thread is gone).
     write_error: Mutex<Option<std::io::Error>>,
+    unsent: Mutex<Lost>,
     fail_fast: bool,
     /// `--via batch-api`: what the run waits on when its calls are in a
     /// provider batch.
@@ -97,14 +102,21 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     pub fn new(writer: Writer, budget: Option<Arc<CostBudget>>, fail_fast: bool) -> Shared {
+        let stop = Arc::new(watch::Sender::new(Stop::Running));
+        // A failed write stops the run at once: no task starts after it, and
+        // the running ones are cancelled (they could not be written either).
+        let stopped_by_writer = stop.clone();
+        writer.when_failed(move || {
+            request_stop(&stopped_by_writer, Stop::Cancel(Reason::WriteFailed));
+        });
         Shared {
             writer,
-            writing: AtomicBool::new(true),
             totals: Mutex::new(Totals::default()),
             budget,
-            stop: watch::Sender::new(Stop::Running),
+            stop,
             in_flight: AtomicU64::new(0),
             write_error: Mutex::new(None),
+            unsent: Mutex::new(Lost::default()),
             fail_fast,
             batch_api: std::sync::OnceLock::new(),
         }
@@ -119,49 +131,63 @@ impl Shared {
         *lock(&self.totals)
     }
 
-    /// Writes what is queued; the first write error, if any.
+    /// Writes what is queued; the first write error, if any, with every
+    /// task whose lines are not on disk.
     pub fn finish_writing(&self) -> Result<(), WriteFailure> {
         let finished = self.writer.finish();
-        match lock(&self.write_error).take() {
-            Some(source) => Err(WriteFailure {
-                file: super::output::RESULTS,
-                source,
-            }),
-            None => finished,
+        let unsent = std::mem::take(&mut *lock(&self.unsent));
+        match (lock(&self.write_error).take(), finished) {
+            (Some(source), finished) => {
+                let mut lost = unsent;
+                if let Err(failure) = finished {
+                    lost.merge(failure.lost);
+                }
+                Err(WriteFailure {
+                    file: super::output::RESULTS,
+                    source,
+                    lost,
+                })
+            }
+            (None, Err(mut failure)) => {
+                failure.lost.merge(unsent);
+                Err(failure)
+            }
+            (None, Ok(())) => Ok(()),
         }
     }
 
     /// Stops as asked, unless already stopped harder.
     pub fn request_stop(&self, stop: Stop) {
-        self.stop.send_if_modified(|current| {
-            let harder = matches!(
-                (*current, stop),
-                (Stop::Running, _) | (Stop::Drain(_), Stop::Cancel(_))
-            );
-            if harder {
-                *current = stop;
-            }
-            harder
-        });
+        request_stop(&self.stop, stop);
     }
 
-    /// Appends one result (and its record); a write error stops the run.
-    fn record(&self, result: &ResultLine, record: Option<&crate::tactic::SessionRecord>) {
+    /// Appends one result (and its record); `slot`, the task's `-j` permit,
+    /// is released once they are on disk. A write error stops the run.
+    fn record(
+        &self,
+        result: &ResultLine,
+        record: Option<&crate::tactic::SessionRecord>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) {
         let encoded = Encoded::new(result, record);
         #[cfg(feature = "store")]
         let encoded = match (record, self.writer.indexes()) {
             (Some(record), true) => encoded.map(|encoded| encoded.with_entry(record)),
             _ => encoded,
         };
-        let sent = match encoded {
-            Ok(encoded) => self.writing.load(Ordering::Relaxed) && self.writer.send(encoded),
-            Err(error) => {
+        let encoded = match (encoded, slot) {
+            (Ok(encoded), Some(slot)) => encoded.holding(slot),
+            (Ok(encoded), None) => encoded,
+            (Err(error), _) => {
                 lock(&self.write_error).get_or_insert(std::io::Error::other(error));
-                false
+                self.request_stop(Stop::Cancel(Reason::WriteFailed));
+                return;
             }
         };
-        if !sent {
-            self.writing.store(false, Ordering::Relaxed);
+        if let Err(unsent) = self.writer.send(encoded) {
+            lock(&self.unsent).merge(unsent);
+            lock(&self.write_error)
+                .get_or_insert_with(|| std::io::Error::other("the output writer stopped"));
             self.request_stop(Stop::Cancel(Reason::WriteFailed));
             return;
         }
@@ -198,9 +224,26 @@ impl Shared {
     }
 }
 
+/// Sets `stop` as asked, unless it is already stopped harder.
+fn request_stop(sender: &watch::Sender<Stop>, stop: Stop) {
+    sender.send_if_modified(|current| {
+        let harder = matches!(
+            (*current, stop),
+            (Stop::Running, _) | (Stop::Drain(_), Stop::Cancel(_))
+        );
+        if harder {
+            *current = stop;
+        }
+        harder
+    });
+}
+
 /// Everything the run reads.
 pub struct Run<'a> {
+    /// The TASKS file, as named (for line tactics' paths).
     pub tasks_file: &'a Path,
+    /// Its lines, as pre-flight read them.
+    pub snapshot: &'a super::snapshot::Snapshot,
     /// Reads the file's lines in its format.
     pub reader: &'a super::formats::LineReader,
     pub default_tactic: Option<&'a Path>,
@@ -235,7 +278,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let mut running = JoinSet::new();
     let mut stop = shared.stop.subscribe();
     let mut selector = run.selector;
-    let mut lines = Lines::open(run.tasks_file)?;
+    let mut lines = run.snapshot.lines();
     let scheduling = |starting: bool| {
         if let Some(hub) = &run.batch_api {
             hub.scheduling(starting);
@@ -275,7 +318,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             if let Some(task) = &task {
                 result = result.with_task(&task.input);
             }
-            shared.record(&result, None);
+            shared.record(&result, None, None);
             continue;
         }
         let (task, tactic) = match (task, run.plan.invalid.get(&number)) {
@@ -302,7 +345,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                     None => {
                         let result = ResultLine::invalid(id, "no tactic for this line")
                             .with_task(&task.input);
-                        shared.record(&result, None);
+                        shared.record(&result, None, None);
                         continue;
                     }
                 }
@@ -313,7 +356,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
                 if let Some(task) = &task {
                     result = result.with_task(&task.input);
                 }
-                shared.record(&result, None);
+                shared.record(&result, None, None);
                 continue;
             }
         };
@@ -332,7 +375,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             let reason = shared.stop.borrow().reason();
             if let Some(reason @ (Reason::FailFast | Reason::Budget)) = reason {
                 let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
-                shared.record(&result, None);
+                shared.record(&result, None, None);
                 continue;
             }
             break;
@@ -357,6 +400,10 @@ async fn admit(
         _ = stop.wait_for(|stop| *stop != Stop::Running) => return None,
         permit = slots.clone().acquire_owned() => permit.ok()?,
     };
+    // A slot freed by a failed write comes after the stop it caused.
+    if *shared.stop.borrow() != Stop::Running {
+        return None;
+    }
     if shared
         .budget
         .as_ref()
@@ -368,13 +415,21 @@ async fn admit(
     Some(permit)
 }
 
-/// One task: run it (unless cancelled), record it, free its slot.
+/// One task: run it (unless cancelled), record it; its slot is freed once
+/// its lines are on disk.
 async fn run_task(
     shared: Arc<Shared>,
     tactic: Arc<Tactic>,
     task: Task,
-    permit: (OwnedSemaphorePermit, Option<Running>),
+    (slot, counted): (OwnedSemaphorePermit, Option<Running>),
 ) {
+    let current = *shared.stop.borrow();
+    if let Stop::Cancel(reason) = current {
+        // Cancelled between its admission and its start: nothing was sent.
+        let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
+        shared.record(&result, None, Some(slot));
+        return;
+    }
     shared.in_flight.fetch_add(1, Ordering::Relaxed);
     let mut stop = shared.stop.subscribe();
     let id = task.id;
@@ -390,7 +445,10 @@ async fn run_task(
     // A panic (a bug: nothing a user or a server sends should cause one)
     // ends this task only, as a failure, instead of losing its result.
     let run = Box::pin(tactic.run_until(task.input, None, cancel));
-    let record = match AssertUnwindSafe(run).catch_unwind().await {
+    let outcome = AssertUnwindSafe(run).catch_unwind().await;
+    // No call of this task is made from here on (`--via batch-api` counts it out).
+    drop(counted);
+    let record = match outcome {
         Ok(record) => record,
         Err(panic) => {
             let message = panic
@@ -402,22 +460,46 @@ async fn run_task(
                 "internal error: the task panicked ({message}); this is a bug in lllm, please \
                  report it; the task's record is lost, and `--retry-errors` runs it again"
             );
-            shared.record(&ResultLine::invalid(id, &text), None);
+            shared.record(&ResultLine::invalid(id, &text), None, Some(slot));
             shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
             return;
         }
     };
-    let mut result = ResultLine::from_record(id, &record);
-    let refused = refused_calls(&record);
-    if cancelled.load(Ordering::SeqCst) {
-        let reason = shared.stop.borrow().reason().unwrap_or(Reason::Interrupted);
+    let cancelled = cancelled
+        .load(Ordering::SeqCst)
+        .then(|| shared.stop.borrow().reason().unwrap_or(Reason::Interrupted));
+    let result = result_of(id, &record, cancelled);
+    if cancelled.is_none() {
+        if refused_calls(&record) > 0 {
+            // The budget refused a call: no other task starts.
+            shared.request_stop(Stop::Drain(Reason::Budget));
+        } else if record.state == RunState::Failure && shared.fail_fast {
+            shared.request_stop(Stop::Cancel(Reason::FailFast));
+        }
+    }
+    shared.record(&result, Some(&record), Some(slot));
+    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// A task's result line from its record, `cancelled` for what stopped it
+/// in flight: the one rule for a task that just ran and for one whose
+/// result line `--resume` rebuilds from its record (`rebuild`).
+///
+/// A cancelled task, and one with a call the budget did not send, ends
+/// `skipped` (no delivery), like the tasks the run keeps from starting:
+/// `--resume` runs it again.
+pub fn result_of(
+    id: String,
+    record: &crate::tactic::SessionRecord,
+    cancelled: Option<Reason>,
+) -> ResultLine {
+    let mut result = ResultLine::from_record(id, record);
+    let refused = refused_calls(record);
+    if let Some(reason) = cancelled {
         result.state = TaskState::Skipped;
         result.error = Some(reason.text().to_string());
         result.delivery = None;
     } else if refused > 0 {
-        // A call the budget did not send: the task stops short, like the
-        // ones the budget keeps from starting; `--resume` runs it again.
         result.state = TaskState::Skipped;
         result.error = Some(format!(
             "{}: {}",
@@ -426,13 +508,8 @@ async fn run_task(
         ));
         result.delivery = None;
         result.calls = result.calls.saturating_sub(refused);
-        shared.request_stop(Stop::Drain(Reason::Budget));
-    } else if record.state == RunState::Failure && shared.fail_fast {
-        shared.request_stop(Stop::Cancel(Reason::FailFast));
     }
-    shared.record(&result, Some(&record));
-    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-    drop(permit);
+    result
 }
 
 /// Calls of a record the budget refused (recorded as invokes, never sent).
@@ -563,9 +640,11 @@ mod tests {
         };
         let writer = Writer::open(&dir.path().join("out")).unwrap();
         let shared = Arc::new(Shared::new(writer, None, false));
+        let snapshot = super::super::snapshot::Snapshot::take(&tasks_file, dir.path()).unwrap();
         let ran = run(
             Run {
                 tasks_file: &tasks_file,
+                snapshot: &snapshot,
                 reader: &super::super::formats::LineReader::for_file(
                     &tasks_file,
                     None,

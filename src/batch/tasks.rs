@@ -111,6 +111,14 @@ pub fn parse_line(
     let scope = attachments;
     let mut attachments = Vec::new();
     let task = match object.remove("task") {
+        // Not a task: a line that lost its value, which no tactic answers.
+        Some(Value::Null) => {
+            return Err(
+                "`task` is null; a task is a text or a JSON value (hint: leave `task` \
+                        out to take it from the last of `messages`)"
+                    .into(),
+            );
+        }
         Some(task) => task,
         None => {
             let (task, parts) = last_user_turn(&mut messages)?;
@@ -323,11 +331,16 @@ pub struct Lines {
 impl Lines {
     pub fn open(path: &Path) -> std::io::Result<Lines> {
         let (file, _) = crate::file::open_regular(path)?;
-        Ok(Lines {
-            reader: Box::new(std::io::BufReader::with_capacity(1 << 16, file)),
+        Ok(Lines::of(file))
+    }
+
+    /// The lines `reader` gives (a TASKS file's copy, `batch::snapshot`).
+    pub fn of(reader: impl std::io::Read + Send + 'static) -> Lines {
+        Lines {
+            reader: Box::new(std::io::BufReader::with_capacity(1 << 16, reader)),
             number: 0,
             buffer: String::new(),
-        })
+        }
     }
 
     /// The next line and its number; `None` at the end. A line that is not
@@ -391,6 +404,8 @@ mod tests {
         err(r#"{"id": "a", "task": "x""#, "column");
         err("[1, 2]", "not an array");
         err(r#"{"id": "a"}"#, "no `task`");
+        err(r#"{"id": "a", "task": null}"#, "`task` is null");
+        err("null", "not null");
         err(
             r#"{"id": "a", "task": "x", "arg": {}}"#,
             "did you mean `args`",

@@ -476,6 +476,16 @@ impl FrameWriter<File> {
         let length = file.metadata()?.len();
         FrameWriter::to(file, form, length)
     }
+
+    /// Cuts the file back to `length` bytes, a [`length`](FrameWriter::length)
+    /// it had before: undoes a write that failed part way (a full disk), or
+    /// one whose companion write failed, so the file ends with a whole line
+    /// or frame and later writes append after it.
+    pub fn cut_back(&mut self, length: u64) -> io::Result<()> {
+        self.file.set_len(length)?;
+        self.length = length;
+        Ok(())
+    }
 }
 
 impl<W: Write> FrameWriter<W> {
@@ -505,6 +515,11 @@ impl<W: Write> FrameWriter<W> {
     /// The writer, to flush or sync it.
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.file
+    }
+
+    /// The file's length as this writer knows it: where the next write starts.
+    pub fn length(&self) -> u64 {
+        self.length
     }
 
     /// The place of a line `offset` bytes into the next [`write`](FrameWriter::write)

@@ -71,7 +71,8 @@ pub struct BatchArgs {
     #[arg(long)]
     pub cancel_on_interrupt: bool,
     /// Continue the run in the output directory: skip tasks that already have a
-    /// result (success or failure); run the rest.
+    /// result (success or failure; a record whose result line a kill left
+    /// unwritten gets it back from the record); run the rest.
     #[arg(long)]
     pub resume: bool,
     /// Like `--resume`, and run the failed tasks again too.

@@ -251,6 +251,16 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     .map_err(|error| {
         lllm::error::Error::Usage(format!("cannot start the async runtime: {error}"))
     })?;
+    // SIGXFSZ handled (by a handler that does nothing): a write past the
+    // process's file size limit (`ulimit -f`) fails with EFBIG, as on a full
+    // disk, and a batch stops with its output whole and one error line
+    // (issue 26), where the signal's default action killed lllm mid-write.
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let _entered = runtime.enter();
+        let _ = signal(SignalKind::from_raw(nix::libc::SIGXFSZ));
+    }
     match cli.command {
         Command::Run(mut args) => {
             nouns::resolve_run(&mut args)?;

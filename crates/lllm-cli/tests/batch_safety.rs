@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -191,11 +191,14 @@ fn a_lock_left_by_a_killed_batch_does_not_block() {
 /// `lllm` run by `sh` with a file size limit of `blocks` × 512 bytes: a
 /// write past it fails (EFBIG, as on a full disk) instead of killing it.
 fn run_with_file_limit(test: &Test, blocks: u32, args: &[&str]) -> Output {
+    run_limited(test, &format!("trap '' XFSZ; ulimit -f {blocks}"), args)
+}
+
+/// `lllm` run by `sh` after `setup` (a `ulimit`), in the test's directory.
+fn run_limited(test: &Test, setup: &str, args: &[&str]) -> Output {
     let output = Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
-        ))
+        .arg(format!("{setup}; exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_lllm"))
         .args(args)
         .current_dir(test.dir.path())
@@ -273,6 +276,180 @@ fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committe
     let results = latest(&test, "out");
     assert_eq!(results.len(), 40);
     assert!(results.values().all(|line| line["state"] == "success"));
+}
+
+/// The task ids the mock was sent requests for (each task's text is
+/// `task ID`), with how many each.
+fn paid(server: &MockServer) -> BTreeMap<String, usize> {
+    let mut paid = BTreeMap::new();
+    for request in server.requests() {
+        let messages = request["body"]["messages"].as_array().unwrap();
+        let text = messages.last().unwrap()["content"].as_str().unwrap();
+        let id = text.strip_prefix("task ").unwrap().to_string();
+        *paid.entry(id).or_insert(0) += 1;
+    }
+    paid
+}
+
+#[test]
+fn a_failed_write_loses_at_most_the_tasks_in_flight_and_names_the_finished_ones() {
+    // Issue 26: a failed write dropped everything queued for the writer
+    // (111-159 paid tasks at -j 16), unnamed. Now a task holds its slot
+    // until its lines are on disk, a failed write is cut back and retried
+    // task by task, and what still does not fit is named.
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let tasks = 300;
+    let jobs = 16;
+    let test = test.file("t.yaml", &tactic(&server.base_url())).file(
+        "tasks.jsonl",
+        &(0..tasks)
+            .map(|i| {
+                json!({"id": format!("t{i:03}"), "task": format!("task t{i:03}")}).to_string()
+                    + "\n"
+            })
+            .collect::<String>(),
+    );
+    let jobs_text = jobs.to_string();
+    let args = [
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        &jobs_text,
+        "-q",
+        "--no-store",
+    ];
+    // 64 KiB per file: a few dozen records fit, then writes fail.
+    let output = run_with_file_limit(&test, 128, &args);
+    output.expect_code(1);
+    let errors: Vec<&str> = output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", output.stderr);
+    let error = errors[0];
+    assert!(
+        error.contains("cannot write `out/sessions.jsonl`")
+            && error.contains("what was written before is intact")
+            && error.contains("`--resume` runs them again"),
+        "{error}"
+    );
+
+    // Both files are whole (the failed writes were cut back): every record
+    // has its result line, every success its record. Tasks the stop caught
+    // before they started have a `skipped` result and no record.
+    let results = read_lines(&test, "out/results.jsonl");
+    let records = read_lines(&test, "out/sessions.jsonl");
+    let ids = |lines: &[Value], key: &str, state: Option<&str>| -> BTreeSet<String> {
+        lines
+            .iter()
+            .filter(|line| state.is_none_or(|state| line["state"] == state))
+            .map(|line| line[key].as_str().unwrap().to_string())
+            .collect()
+    };
+    let recorded = ids(&records, "task_id", None);
+    let finished = ids(&results, "id", Some("success"));
+    assert_eq!(recorded.len(), records.len(), "one record per task");
+    assert!(recorded.is_subset(&ids(&results, "id", None)));
+    assert!(finished.is_subset(&recorded));
+    for line in results.iter().filter(|line| line["state"] != "success") {
+        assert_eq!(line["state"], "skipped", "{line}");
+        assert_eq!(line["error"], "cancelled: the output could not be written");
+    }
+    assert!(!finished.is_empty() && finished.len() < tasks);
+
+    // What was paid for and is not on disk as finished: at most the tasks
+    // in flight.
+    let paid_before = paid(&server);
+    let lost: BTreeSet<&String> = paid_before
+        .keys()
+        .filter(|id| !finished.contains(*id))
+        .collect();
+    assert!(
+        lost.len() <= jobs,
+        "{} paid tasks are not on disk, more than -j {jobs}: {lost:?}",
+        lost.len()
+    );
+    // The finished ones among them are named, with their count.
+    let named: Vec<&str> = error
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| word.starts_with('t') && word.len() == 4)
+        .collect();
+    assert!(!named.is_empty(), "{error}");
+    for id in &named {
+        assert!(lost.contains(&id.to_string()), "{id} is named but on disk");
+    }
+    let count = format!(
+        "{} finished task{} {} not written",
+        named.len(),
+        if named.len() == 1 { "" } else { "s" },
+        if named.len() == 1 { "was" } else { "were" }
+    );
+    assert!(error.contains(&count), "{error}");
+
+    // With room again, `--resume` finishes the run and pays again only for
+    // the tasks that were not on disk.
+    let output = test.run(&[&args[..], &["--resume"]].concat());
+    output.expect_code(0);
+    let results = latest(&test, "out");
+    assert_eq!(results.len(), tasks);
+    assert!(results.values().all(|line| line["state"] == "success"));
+    for (id, times) in paid(&server) {
+        let expected = if lost.contains(&id) { 2 } else { 1 };
+        assert_eq!(times, expected, "task {id} was paid for {times} times");
+    }
+}
+
+#[test]
+fn a_file_size_limit_is_a_failed_write_and_not_a_kill() {
+    // SIGXFSZ's default action kills the process; lllm handles it, so the
+    // write fails (EFBIG) and the batch stops with its one error line.
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .file("tasks.jsonl", &task_lines(40, |i| format!("task {i}")));
+    let output = run_limited(
+        &test,
+        "ulimit -f 16",
+        &[
+            "batch",
+            "tasks.jsonl",
+            "-t",
+            "t.yaml",
+            "-o",
+            "out",
+            "-q",
+            "--no-store",
+        ],
+    );
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("error: cannot write `out/sessions.jsonl`: File too large"),
+        "{}",
+        output.stderr
+    );
+    // What is on disk is whole (every line reads), and every record has its
+    // result line.
+    let results = read_lines(&test, "out/results.jsonl");
+    for record in read_lines(&test, "out/sessions.jsonl") {
+        assert!(
+            results
+                .iter()
+                .any(|line| line["session_id"] == record["session_id"]),
+            "no result line for {}",
+            record["task_id"]
+        );
+    }
 }
 
 #[test]
