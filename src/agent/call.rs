@@ -361,6 +361,9 @@ impl Call<'_> {
                 .cache
                 .as_ref()
                 .map(|binding| (binding, binding.key(&digest.sha256, self.spec.api_type)));
+            // The cache is keyed by the request as sent; the record keeps it
+            // as it keeps the messages, without the run's secrets.
+            let digest = digest.recorded(&request, &self.runtime.secrets);
             let hit = cache_key
                 .as_ref()
                 .and_then(|(binding, key)| binding.get(key));

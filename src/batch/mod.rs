@@ -314,7 +314,10 @@ async fn run_locked(options: Options) -> Result<Outcome> {
                 )));
             }
         };
-    let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
+    let shared = Arc::new(
+        Shared::new(writer, budget, options.fail_fast)
+            .scrubbing(tactics.values().map(|tactic| tactic.as_ref())),
+    );
     let collector = match &batch_api {
         Some(hub) => {
             let notes = reporter.clone();

@@ -17,6 +17,7 @@ use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork, SharedTextSink};
 use crate::dialog::{ContentPart, Dialog, DialogRecord, InvokeCost, Message};
+use crate::redact::Scrubber;
 
 /// What a task brings besides its text (issue 15): the first dialog opened
 /// for it starts with the task's system messages in place of the agent's
@@ -238,6 +239,8 @@ pub(super) async fn run(
         sub_tactic_sessions: run.subs,
         shared: None,
     };
+    // What the requests sent is kept without the run's secrets.
+    record.scrub_own(&mut Scrubber::new(&tactic.runtime.secrets));
     super::compact::compact(&mut record, &tactic.shared_templates);
     record
 }
