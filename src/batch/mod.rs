@@ -227,14 +227,15 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         },
     )?;
     // Lines that name a model and no tactic run on the default tactic,
-    // written beside the results so `lllm replay --rerun` finds it.
+    // written beside the results so `lllm replay --rerun` finds it; as every
+    // output is (a fresh file, then a rename: a link there is replaced).
     let fallback = match &options.tactic {
         Some(_) => None,
         None => {
             let path = options.output.join(formats::DEFAULT_TACTIC_FILE);
-            std::fs::write(&path, formats::DEFAULT_TACTIC).map_err(|error| {
-                Error::Usage(format!("cannot write `{}`: {error}", path.display()))
-            })?;
+            crate::file::atomic::write(&path, formats::DEFAULT_TACTIC.as_bytes()).map_err(
+                |error| Error::Usage(format!("cannot write `{}`: {error}", path.display())),
+            )?;
             Some(path)
         }
     };
