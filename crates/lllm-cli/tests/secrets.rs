@@ -681,3 +681,46 @@ fn a_rerun_of_a_record_whose_task_held_a_key_sends_the_mask_and_matches() {
     );
     assert_no_secret(&written_texts(&test, &[&run, &rerun], &["r.json"]));
 }
+
+#[test]
+fn a_sub_tactics_delivery_goes_on_whole_and_is_recorded_scrubbed() {
+    let server = Server::start(|_| Reply::chat("done"));
+    let provider = format!(
+        "providers:\n  local: {{api: openai, base_url: \"{}/v1\", api_key_env: TEST_KEY}}\n",
+        server.origin
+    );
+    let parent = format!(
+        "tactic_type: parent\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: a}}]\n{provider}\
+         flow:\n  - step: inner\n    tactic: sub.yaml\n\
+         \x20 - step: final\n    agent: a\n    text: \"forwarded: {{{{ inner.content }}}}\"\n"
+    );
+    let sub = format!(
+        "tactic_type: sub\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: b}}]\n{provider}\
+         flow:\n  - step: ask\n    agent: b\n    text: \"{{{{ task }}}}\"\n\
+         result: \"sub saw {{{{ task }}}}\"\n"
+    );
+    let test = Test::new()
+        .file("parent.yaml", &parent)
+        .file("sub.yaml", &sub)
+        .env("TEST_KEY", KEY);
+    let task = format!("key {KEY}");
+    let output = test.run(&["run", "parent.yaml", "--task", &task, "--record", "r.json"]);
+    output.expect_code(0);
+    let sent = server.received();
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent[1]
+            .body
+            .contains(&format!("forwarded: sub saw key {KEY}")),
+        "the next request gets the delivery as it was made: {}",
+        sent[1].body
+    );
+    let record = test.read_json("r.json");
+    assert_eq!(
+        record["sub_tactic_sessions"][0]["delivery"],
+        "sub saw key ***"
+    );
+    assert_no_secret(&written_texts(&test, &[&output], &["r.json"]));
+}
