@@ -479,6 +479,12 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
                     options.output.display(),
                     path.display()
                 ))
+            } else if error.kind() == std::io::ErrorKind::InvalidInput {
+                // A link at its name (`file::open_in_place`): bad input.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: {error}",
+                    options.output.display()
+                ))
             } else {
                 write_error(&path)(error)
             }

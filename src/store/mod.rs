@@ -420,10 +420,7 @@ impl Store {
             text.push_str(file);
             text.push('\n');
         }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&list)
+        crate::file::open_in_place(&list, std::fs::OpenOptions::new().create(true).append(true))
             .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()))
             .map_err(|error| StoreError::Open {
                 path: list.display().to_string(),

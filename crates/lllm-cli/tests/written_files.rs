@@ -261,3 +261,35 @@ fn default_tactic_reports_and_man_pages_replace_a_planted_link() {
         "untouched too\n"
     );
 }
+
+#[test]
+fn a_link_planted_at_a_file_lllm_appends_to_or_locks_is_refused() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            "agent_configs: [{name: a, model_name: mock/echo}]\n",
+        )
+        .file("tasks.jsonl", "\"hello\"\n")
+        .file("victim.txt", "untouched\n");
+    let victim = test.path("victim.txt");
+    for name in [".lock", "results.jsonl", "sessions.jsonl"] {
+        let out = format!("out-{}", name.trim_start_matches('.'));
+        std::fs::create_dir_all(test.path(&out)).unwrap();
+        let planted = test.path(&format!("{out}/{name}"));
+        link(&victim, &planted);
+        // A directory with results is continued with `--resume`.
+        let resume: &[&str] = if name == ".lock" { &[] } else { &["--resume"] };
+        let output = test.batch("t.yaml", &out, resume);
+        output.expect_code(2);
+        let expected = format!(
+            "`{}` is a symbolic link, which lllm does not write through",
+            Path::new(&out).join(name).display()
+        );
+        assert!(
+            output.stderr.contains(&expected) && output.stderr.lines().count() == 1,
+            "{name}: {}",
+            output.stderr
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    }
+}
