@@ -47,8 +47,9 @@ pub enum CallState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestDigest {
     /// Hex SHA-256 of the canonical request (messages, model, tools, format,
-    /// model arguments): equal digests mean the same request, which is how
-    /// `--replay` finds a recorded reply.
+    /// model arguments) as the record holds it, each known secret `***`
+    /// (`digest::scrubbed_sha256`): equal digests mean the same request,
+    /// which is how `replay --rerun` finds a recorded reply.
     pub sha256: String,
     /// The dialog the request was sent from (the working fork), by id.
     pub dialog_id: String,
