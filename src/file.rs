@@ -6,7 +6,9 @@
 //!
 //! Used by prompt loading and the built-in file tools; how long a read may
 //! take is the caller's business. Writing a file whole ([`atomic`]) and telling
-//! whether two paths are one file ([`same`]) live in the submodules.
+//! whether two paths are one file ([`same`]) live in the submodules; a file
+//! written in place (appended to, locked) is opened by [`open_in_place`],
+//! never through a link.
 
 pub mod atomic;
 pub mod same;
@@ -66,6 +68,31 @@ pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
         ));
     }
     Ok((file, metadata.len()))
+}
+
+/// Opens `path` with `options` for a write in place (appending, locking,
+/// cutting a torn tail off), never through a symbolic link at `path`
+/// (`O_NOFOLLOW`): a link planted there is an error saying so, not a write to
+/// wherever it points (issue 26). A whole file is written with [`atomic`].
+pub fn open_in_place(path: &Path, options: &mut std::fs::OpenOptions) -> io::Result<File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(nix::libc::O_NOFOLLOW);
+    }
+    options.open(path).map_err(|error| {
+        #[cfg(unix)]
+        if error.raw_os_error() == Some(nix::libc::ELOOP) {
+            return io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "`{}` is a symbolic link, which lllm does not write through",
+                    path.display()
+                ),
+            );
+        }
+        error
+    })
 }
 
 /// The first `cap` bytes of the regular file at `path`, and its size.
@@ -131,6 +158,31 @@ mod tests {
             std::os::unix::fs::symlink(&looping, &looping).unwrap();
             assert!(read_regular(&looping, 5).is_err());
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_written_in_place_is_never_reached_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("results.jsonl");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        let error = open_in_place(&path, &mut options).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "`{}` is a symbolic link, which lllm does not write through",
+                path.display()
+            )
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        std::fs::remove_file(&path).unwrap();
+        let mut file = open_in_place(&path, &mut options).unwrap();
+        std::io::Write::write_all(&mut file, b"line\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "line\n");
     }
 
     #[test]

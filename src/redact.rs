@@ -7,9 +7,13 @@
 //! provider layer decides which values are secrets (`http::Endpoint`,
 //! `provider::scrub`); the CLI decides what is printed where.
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+use std::sync::Arc;
 
+use memchr::memmem::Finder;
 use serde_json::{Map, Value};
 
 /// What stands in for a secret.
@@ -119,14 +123,18 @@ pub fn url_credentials(text: &str) -> Option<(&str, Option<&str>)> {
 }
 
 /// Every secret value lllm knows, to be taken out of text that came from a
-/// provider. Values are matched as written and as a JSON string would escape
-/// them (`"` `\` controls, and `/` as `\/`), so a raw error body that echoes a
+/// provider, and out of what lllm writes of a request (see [`Scrub`]).
+/// Values are matched as written and as a JSON string would escape them
+/// (`"` `\` controls, and `/` as `\/`), so a raw error body that echoes a
 /// key is scrubbed before it is parsed or cut short. Debug shows how many
 /// values there are, never one of them.
 #[derive(Clone, Default)]
 pub struct Secrets {
     /// The forms to look for, longest first, without duplicates.
     patterns: Vec<String>,
+    /// A SIMD searcher per pattern, in the same order, made once: a text is
+    /// searched for every pattern, and most texts hold none.
+    finders: Vec<Finder<'static>>,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -177,10 +185,51 @@ impl Secrets {
                 self.patterns.push(form.to_string());
             }
         }
-        // Longest first, so that when one secret holds another the whole
-        // longer one is found (overlaps are merged in `scrub` either way).
+        self.sorted();
+    }
+
+    /// Puts the patterns longest first, so that when one secret holds
+    /// another the whole longer one is found (overlaps are merged in `scrub`
+    /// either way), and makes their searchers.
+    fn sorted(&mut self) {
         self.patterns
             .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.finders = self
+            .patterns
+            .iter()
+            .map(|pattern| Finder::new(pattern.as_bytes()).into_owned())
+            .collect();
+    }
+
+    /// Whether `text` holds a secret: what [`scrub`](Self::scrub) would
+    /// change, found without copying anything.
+    pub fn holds(&self, text: &str) -> bool {
+        // The shortest pattern is the last one.
+        match self.patterns.last() {
+            Some(shortest) if text.len() >= shortest.len() => self
+                .finders
+                .iter()
+                .any(|finder| finder.find(text.as_bytes()).is_some()),
+            _ => false,
+        }
+    }
+
+    /// Whether a string (or an object key) of a JSON tree holds a secret.
+    pub fn holds_in_value(&self, value: &Value) -> bool {
+        match value {
+            Value::String(text) => self.holds(text),
+            Value::Array(items) => items.iter().any(|item| self.holds_in_value(item)),
+            Value::Object(map) => self.holds_in_map(map),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+
+    /// Whether a key or a value of a JSON object holds a secret.
+    pub fn holds_in_map(&self, map: &Map<String, Value>) -> bool {
+        !self.is_empty()
+            && map
+                .iter()
+                .any(|(key, value)| self.holds(key) || self.holds_in_value(value))
     }
 
     /// Adds the value of a header sent to a provider, unless the header is
@@ -217,13 +266,19 @@ impl Secrets {
     }
 
     pub fn extend(&mut self, other: &Secrets) {
+        if other
+            .patterns
+            .iter()
+            .all(|pattern| self.patterns.contains(pattern))
+        {
+            return;
+        }
         for pattern in &other.patterns {
             if !self.patterns.contains(pattern) {
                 self.patterns.push(pattern.clone());
             }
         }
-        self.patterns
-            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.sorted();
     }
 
     /// The byte ranges of `text` that hold a secret, merged where they
@@ -232,10 +287,9 @@ impl Secrets {
         let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
         // memchr's SIMD search: `str::find` scans a key-long needle about a
         // byte at a time, and every reply is scrubbed.
-        for pattern in &self.patterns {
+        for (pattern, finder) in self.patterns.iter().zip(&self.finders) {
             let mut from = 0;
-            while let Some(at) = memchr::memmem::find(&text.as_bytes()[from..], pattern.as_bytes())
-            {
+            while let Some(at) = finder.find(&text.as_bytes()[from..]) {
                 let start = from + at;
                 spans.push(start..start + pattern.len());
                 // Overlapping matches of one pattern count too ("aaaa" in "aaaaa").
@@ -258,7 +312,7 @@ impl Secrets {
 
     /// `text` with every secret replaced by `***`; borrowed when it holds none.
     pub fn scrub<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        if self.patterns.is_empty() {
+        if !self.holds(text) {
             return Cow::Borrowed(text);
         }
         let spans = self.spans(text);
@@ -338,6 +392,165 @@ impl Secrets {
                     .any(|pattern| pattern.len() > tail.len() && pattern.starts_with(tail))
             })
             .unwrap_or(text.len())
+    }
+}
+
+/// A value whose texts may hold a secret, scrubbed in place: what lllm
+/// writes of a request (session records, `results.jsonl`, `--dry-run`)
+/// holds `***` where the request held a key, as what a provider returns
+/// does. Each type lists its fields by name (a new field must be placed),
+/// and scrubs every text a user, a task, a tool or a model could have put
+/// there.
+pub trait Scrub {
+    /// Replaces every secret in its texts with `***`; `true` if one held a secret.
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool;
+}
+
+/// Finding a secret in a value without changing it, so that a value shared
+/// behind an `Arc` (a message held by a dialog, its forks and an invoke) is
+/// copied only when it holds one.
+pub trait HoldsSecret {
+    /// Whether one of its texts holds a secret of `secrets`.
+    fn holds_secret(&self, secrets: &Secrets) -> bool;
+}
+
+/// The secrets being taken out of one value, and the shared parts of it
+/// already scrubbed: every holder of one `Arc` gets the one scrubbed copy,
+/// so what was shared stays shared (a record writes a shared message once).
+pub struct Scrubber<'s> {
+    secrets: &'s Secrets,
+    /// Scrubbed copies by the address of the original, which is kept alive
+    /// here so that no other value takes its address meanwhile.
+    copies: HashMap<usize, (SharedAny, SharedAny)>,
+    /// Addresses of shared values found to hold no secret (alive: the value
+    /// being scrubbed holds them).
+    clean: HashSet<usize>,
+}
+
+type SharedAny = Arc<dyn Any + Send + Sync>;
+
+impl<'s> Scrubber<'s> {
+    /// Scrubs of `secrets`.
+    pub fn new(secrets: &'s Secrets) -> Scrubber<'s> {
+        Scrubber {
+            secrets,
+            copies: HashMap::new(),
+            clean: HashSet::new(),
+        }
+    }
+
+    /// The secrets taken out.
+    pub fn secrets(&self) -> &'s Secrets {
+        self.secrets
+    }
+
+    /// Whether there is nothing to take out (every scrub is then a no-op).
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+}
+
+impl Scrub for String {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        scrubber.secrets.scrub_string(self)
+    }
+}
+
+impl HoldsSecret for String {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        secrets.holds(self)
+    }
+}
+
+impl Scrub for Value {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        scrubber.secrets.scrub_value(self)
+    }
+}
+
+impl HoldsSecret for Value {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        secrets.holds_in_value(self)
+    }
+}
+
+impl Scrub for Map<String, Value> {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        scrubber.secrets.scrub_map(self)
+    }
+}
+
+impl HoldsSecret for Map<String, Value> {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        secrets.holds_in_map(self)
+    }
+}
+
+impl<T: Scrub> Scrub for Option<T> {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        self.as_mut().is_some_and(|value| value.scrub(scrubber))
+    }
+}
+
+impl<T: HoldsSecret> HoldsSecret for Option<T> {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        self.as_ref()
+            .is_some_and(|value| value.holds_secret(secrets))
+    }
+}
+
+impl<T: Scrub> Scrub for Vec<T> {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        if scrubber.is_empty() {
+            return false;
+        }
+        self.iter_mut()
+            .fold(false, |found, item| item.scrub(scrubber) | found)
+    }
+}
+
+impl<T: HoldsSecret> HoldsSecret for [T] {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        !secrets.is_empty() && self.iter().any(|item| item.holds_secret(secrets))
+    }
+}
+
+impl<T: HoldsSecret> HoldsSecret for Arc<T> {
+    fn holds_secret(&self, secrets: &Secrets) -> bool {
+        T::holds_secret(self, secrets)
+    }
+}
+
+/// A shared value is copied only when it holds a secret, once however
+/// many hold it; the copy is scrubbed and replaces the original in each.
+impl<T> Scrub for Arc<T>
+where
+    T: Scrub + HoldsSecret + Clone + Send + Sync + 'static,
+{
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        if scrubber.is_empty() {
+            return false;
+        }
+        let address = Arc::as_ptr(self) as *const () as usize;
+        if scrubber.clean.contains(&address) {
+            return false;
+        }
+        if let Some((_, copy)) = scrubber.copies.get(&address)
+            && let Ok(copy) = Arc::clone(copy).downcast::<T>()
+        {
+            *self = copy;
+            return true;
+        }
+        if !T::holds_secret(self, scrubber.secrets) {
+            scrubber.clean.insert(address);
+            return false;
+        }
+        let mut copy = T::clone(self);
+        copy.scrub(scrubber);
+        let copy = Arc::new(copy);
+        let original = std::mem::replace(self, Arc::clone(&copy));
+        scrubber.copies.insert(address, (original, copy));
+        true
     }
 }
 
@@ -468,6 +681,20 @@ mod tests {
             r#"{"m": "***", "n": "***"}"#
         );
         assert!(matches!(secrets.scrub("nothing here"), Cow::Borrowed(_)));
+        assert!(secrets.holds("x sk-live-0123456789 y"));
+        assert!(
+            !secrets.holds("sk-live-012345678"),
+            "a part is not the secret"
+        );
+        assert!(!secrets.holds("short"));
+        assert!(!Secrets::new().holds("sk-live-0123456789"));
+        let mut merged = Secrets::new();
+        merged.extend(&secrets);
+        assert_eq!(
+            merged.scrub("sk-live-0123456789"),
+            "***",
+            "searchers made anew"
+        );
         assert!(matches!(Secrets::new().scrub("sk-live"), Cow::Borrowed(_)));
         assert_eq!(format!("{secrets:?}"), "Secrets(4 forms)");
     }

@@ -363,6 +363,9 @@ impl Call<'_> {
                 let wire = model.provider.wire_digest(&request)?;
                 Some((binding, binding.key(&wire)))
             });
+            // The record keeps the request as it keeps the messages, without
+            // the run's secrets (the cache key above is of the request as sent).
+            let digest = digest.recorded(&request, &self.runtime.secrets);
             let hit = cache_key
                 .as_ref()
                 .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));

@@ -134,6 +134,9 @@ pub struct Runtime {
     pub price_warnings: UnknownPriceWarnings,
     /// The handlers prompts may name (`handler: NAME`).
     pub handlers: Handlers,
+    /// Every secret the run's providers know: what a record keeps of a
+    /// request is scrubbed of them (`redact::Scrub`), its digest included.
+    pub secrets: Arc<crate::redact::Secrets>,
 }
 
 /// Loop limits of an agent (seed names).

@@ -13,6 +13,7 @@ use crate::dialog::{FunctionCall, InvokeCost, Message};
 /// Kept here for callers that name it by its old place; it lives in the provider layer.
 pub use crate::provider::digest::request_sha256;
 use crate::provider::{ChatRequest, ProviderError};
+use crate::redact::{Scrub, Scrubber, Secrets};
 
 /// Where an agent call is in its loop (the seeds' states), written in
 /// records in `snake_case` (`llm_recall`). A finished call is `success` or
@@ -46,8 +47,9 @@ pub enum CallState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestDigest {
     /// Hex SHA-256 of the canonical request (messages, model, tools, format,
-    /// model arguments): equal digests mean the same request, which is how
-    /// `--replay` finds a recorded reply.
+    /// model arguments) as the record holds it, each known secret `***`
+    /// (`digest::scrubbed_sha256`): equal digests mean the same request,
+    /// which is how `replay --rerun` finds a recorded reply.
     pub sha256: String,
     /// The dialog the request was sent from (the working fork), by id.
     pub dialog_id: String,
@@ -86,6 +88,20 @@ impl RequestDigest {
             format: request.format.is_some(),
             model_args: request.model_args.clone(),
         }
+    }
+
+    /// This digest as a session record keeps it: over the request with
+    /// `secrets` written `***`, as the record holds its messages
+    /// (`digest::scrubbed_sha256`).
+    pub(crate) fn recorded(
+        mut self,
+        request: &ChatRequest<'_>,
+        secrets: &Secrets,
+    ) -> RequestDigest {
+        if let Some(sha256) = crate::provider::digest::scrubbed_sha256(request, secrets) {
+            self.sha256 = sha256;
+        }
+        self
     }
 }
 
@@ -363,6 +379,87 @@ impl AgentCallSession {
     pub(crate) fn failure(&mut self, error: String) {
         self.error = Some(error);
         self.state = CallState::Failure;
+    }
+}
+
+/// Every text of the call: what was asked (model arguments, tool calls
+/// with their results, the caller's metadata and parser arguments), what
+/// came back and why it failed. Ids, digests and times are lllm's own and
+/// are left as they are.
+impl Scrub for AgentCallSession {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        let AgentCallSession {
+            agent,
+            model,
+            dialog_alias,
+            dialog_id: _,
+            state: _,
+            max_exception_retry: _,
+            max_interrupt_steps: _,
+            max_llm_recall: _,
+            exception_retries,
+            interrupts,
+            llm_recalls,
+            invokes,
+            delivery,
+            error,
+            cost: _,
+            started_at: _,
+            ended_at: _,
+            latency_ms: _,
+            metadata,
+            parser_args,
+        } = self;
+        let mut found = agent.scrub(scrubber)
+            | model.scrub(scrubber)
+            | dialog_alias.scrub(scrubber)
+            | delivery.scrub(scrubber)
+            | error.scrub(scrubber)
+            | metadata.scrub(scrubber)
+            | parser_args.scrub(scrubber);
+        for repair in exception_retries {
+            found |= repair.error.scrub(scrubber);
+        }
+        for round in interrupts {
+            found |= round.calls.scrub(scrubber);
+        }
+        for recall in llm_recalls {
+            found |= recall.error.scrub(scrubber);
+        }
+        invokes.scrub(scrubber) | found
+    }
+}
+
+impl Scrub for InvokeTrace {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        let InvokeTrace {
+            step: _,
+            attempt: _,
+            request,
+            response,
+            response_in_dialog: _,
+            error,
+            parse_error,
+            latency_ms: _,
+            waited_ms: _,
+            cached: _,
+        } = self;
+        // The digest is made over the scrubbed request already (`recorded`).
+        let RequestDigest {
+            sha256: _,
+            dialog_id: _,
+            messages: _,
+            model,
+            tools,
+            format: _,
+            model_args,
+        } = request;
+        model.scrub(scrubber)
+            | tools.scrub(scrubber)
+            | model_args.scrub(scrubber)
+            | response.scrub(scrubber)
+            | error.scrub(scrubber)
+            | parse_error.scrub(scrubber)
     }
 }
 

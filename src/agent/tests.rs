@@ -152,6 +152,7 @@ fn fixture_with(
         prices: Arc::new(crate::provider::models::ModelTable::bundled().clone()),
         price_warnings: Default::default(),
         handlers: Default::default(),
+        secrets: Default::default(),
     });
     let spec = AgentSpec {
         name: "researcher".into(),

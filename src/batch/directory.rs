@@ -74,13 +74,16 @@ pub fn lock(dir: &Path) -> Result<Lock, String> {
     let created = (!dir.exists()).then(|| dir.to_path_buf());
     std::fs::create_dir_all(dir).map_err(cannot)?;
     let path = dir.join(LOCK);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(cannot)?;
+    // Written below (the holder): never through a link planted at its name.
+    let mut file = crate::file::open_in_place(
+        &path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .map_err(cannot)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -251,14 +251,15 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         ))
     })?;
     // Lines that name a model and no tactic run on the default tactic,
-    // written beside the results so `lllm replay --rerun` finds it.
+    // written beside the results so `lllm replay --rerun` finds it; as every
+    // output is (a fresh file, then a rename: a link there is replaced).
     let fallback = match &options.tactic {
         Some(_) => None,
         None => {
             let path = options.output.join(formats::DEFAULT_TACTIC_FILE);
-            std::fs::write(&path, formats::DEFAULT_TACTIC).map_err(|error| {
-                Error::Usage(format!("cannot write `{}`: {error}", path.display()))
-            })?;
+            crate::file::atomic::write(&path, formats::DEFAULT_TACTIC.as_bytes()).map_err(
+                |error| Error::Usage(format!("cannot write `{}`: {error}", path.display())),
+            )?;
             Some(path)
         }
     };
@@ -339,7 +340,10 @@ async fn run_locked(options: Options) -> Result<Outcome> {
                 )));
             }
         };
-    let shared = Arc::new(Shared::new(writer, budget, options.fail_fast));
+    let shared = Arc::new(
+        Shared::new(writer, budget, options.fail_fast)
+            .scrubbing(tactics.values().map(|tactic| tactic.as_ref())),
+    );
     let collector = match &batch_api {
         Some(hub) => {
             let notes = reporter.clone();
@@ -516,6 +520,12 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
                      is readable into a new directory",
                     options.output.display(),
                     path.display()
+                ))
+            } else if error.kind() == std::io::ErrorKind::InvalidInput {
+                // A link at its name (`file::open_in_place`): bad input.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: {error}",
+                    options.output.display()
                 ))
             } else {
                 write_error(&path)(error)

@@ -19,6 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::redact::{Scrub, Scrubber};
 use crate::tactic::{RunState, SessionRecord};
 
 pub const RESULTS: &str = "results.jsonl";
@@ -112,6 +113,41 @@ pub struct ResultLine {
 
 fn known() -> bool {
     true
+}
+
+/// What a result line holds of its task and run, scrubbed as its record is
+/// (`redact::Scrub`): a line written without a record (a skipped or invalid
+/// task) carries the task's tags and arguments too. The id is the task's
+/// own: `--resume` and the records join by it.
+impl Scrub for ResultLine {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        if scrubber.is_empty() {
+            return false;
+        }
+        let ResultLine {
+            id: _,
+            state: _,
+            delivery,
+            error,
+            cost: _,
+            cost_known: _,
+            usage: _,
+            latency_ms: _,
+            session_id: _,
+            calls: _,
+            retries: _,
+            cache_hits: _,
+            tags,
+            args,
+            model,
+            http_status: _,
+        } = self;
+        delivery.scrub(scrubber)
+            | error.scrub(scrubber)
+            | tags.scrub(scrubber)
+            | args.scrub(scrubber)
+            | model.scrub(scrubber)
+    }
 }
 
 fn is_zero(count: &u64) -> bool {

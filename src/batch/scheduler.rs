@@ -36,6 +36,7 @@ use super::tasks::{self, Task};
 use crate::provider::batch_api::{BatchApi, Running};
 use crate::provider::budget::{CostBudget, REFUSED_CODE};
 use crate::provider::limit::Waiting;
+use crate::redact::{Scrub, Scrubber};
 use crate::tactic::{RunState, Tactic};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,10 @@ pub struct Shared {
     /// `--via batch-api`: what the run waits on when its calls are in a
     /// provider batch.
     batch_api: std::sync::OnceLock<Arc<BatchApi>>,
+    /// Every secret the run's tactics know: a result line is scrubbed of
+    /// them as records are (one without a record carries its task's
+    /// arguments and tags).
+    secrets: crate::redact::Secrets,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,7 +124,16 @@ impl Shared {
             unsent: Mutex::new(Lost::default()),
             fail_fast,
             batch_api: std::sync::OnceLock::new(),
+            secrets: crate::redact::Secrets::new(),
         }
+    }
+
+    /// Result lines are scrubbed of the secrets of every tactic in `tactics`.
+    pub fn scrubbing<'t>(mut self, tactics: impl IntoIterator<Item = &'t Tactic>) -> Shared {
+        for tactic in tactics {
+            self.secrets.extend(tactic.secrets());
+        }
+        self
     }
 
     /// Shows what `hub` waits on in progress lines.
@@ -169,6 +183,16 @@ impl Shared {
         record: Option<&crate::tactic::SessionRecord>,
         slot: Option<OwnedSemaphorePermit>,
     ) {
+        // A line made from a record holds what the record holds, scrubbed
+        // where the run made it; one without a record is scrubbed here.
+        let mut scrubbed = None;
+        if record.is_none() && !self.secrets.is_empty() {
+            let mut line = result.clone();
+            if line.scrub(&mut Scrubber::new(&self.secrets)) {
+                scrubbed = Some(line);
+            }
+        }
+        let result = scrubbed.as_ref().unwrap_or(result);
         let encoded = Encoded::new(result, record);
         #[cfg(feature = "store")]
         let encoded = match (record, self.writer.indexes()) {

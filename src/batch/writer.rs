@@ -226,10 +226,10 @@ impl Writer {
     ) -> std::io::Result<Writer> {
         std::fs::create_dir_all(dir)?;
         let append = |name: &str| {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
+            crate::file::open_in_place(
+                &dir.join(name),
+                OpenOptions::new().create(true).append(true),
+            )
         };
         let name = sessions.name;
         let mut files = Files {

@@ -8,6 +8,7 @@ mod cost;
 pub mod import;
 mod message;
 mod message_json;
+mod scrub;
 mod shared_prefix;
 mod tree;
 

@@ -9,6 +9,11 @@
 //! writer's bytes, and the first rename left the second with nothing to
 //! rename). The last rename wins, and every writer leaves a whole file.
 //!
+//! Links are never followed: the temporary file is created exclusively
+//! (`O_CREAT | O_EXCL`, and `O_NOFOLLOW`), so a link planted at its name is
+//! skipped like any file found there, and the rename replaces a link planted
+//! at the destination instead of writing where it points (issue 26).
+//!
 //! Who may write a path at all (a batch directory's lock, an output that must
 //! not be an input) is the caller's concern.
 
@@ -53,7 +58,17 @@ impl AtomicFile {
     /// Creates this writer's temporary file in `path`'s directory (which
     /// must exist). `path` must end in a file name.
     pub fn create(path: &Path) -> io::Result<AtomicFile> {
-        let (file, temporary) = create_temporary(path)?;
+        AtomicFile::create_with_mode(path, 0o666)
+    }
+
+    /// [`create`](AtomicFile::create) for a file only its owner may read and
+    /// write (mode 0600 on Unix, from its first byte): a file of keys.
+    pub fn create_private(path: &Path) -> io::Result<AtomicFile> {
+        AtomicFile::create_with_mode(path, 0o600)
+    }
+
+    fn create_with_mode(path: &Path, mode: u32) -> io::Result<AtomicFile> {
+        let (file, temporary) = create_temporary(path, mode)?;
         Ok(AtomicFile {
             writer: BufWriter::new(file),
             temporary,
@@ -103,8 +118,9 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// A new file beside `path` that no other writer has: `.NAME.PID-N.tmp`,
-/// opened with `create_new`, so an existing file is never reused.
-fn create_temporary(path: &Path) -> io::Result<(File, PathBuf)> {
+/// opened with `create_new` (and `O_NOFOLLOW`), so an existing file, or a
+/// link, is never reused or followed. `mode` before the umask, on Unix.
+fn create_temporary(path: &Path, mode: u32) -> io::Result<(File, PathBuf)> {
     let Some(name) = path.file_name() else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -117,11 +133,16 @@ fn create_temporary(path: &Path) -> io::Result<(File, PathBuf)> {
     for _ in 0..ATTEMPTS {
         let number = MADE.fetch_add(1, Ordering::Relaxed);
         let temporary = path.with_file_name(format!(".{name}.{pid}-{number}.tmp"));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temporary)
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
         {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(mode).custom_flags(nix::libc::O_NOFOLLOW);
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        match options.open(&temporary) {
             Ok(file) => return Ok((file, temporary)),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => last = Some(error),
             Err(error) => return Err(error),
@@ -211,5 +232,35 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
         let error = write(Path::new(".."), b"x").unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_planted_at_the_destination_or_the_temporary_name_are_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("keys.json");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        // Links at the next temporary names this process will try, one of
+        // them dangling (where a link would create a file).
+        let next = MADE.load(Ordering::Relaxed);
+        let pid = std::process::id();
+        let dangling = dir.path().join("created-through-a-link");
+        for number in next..next + 10 {
+            let target = if number % 2 == 0 { &victim } else { &dangling };
+            let name = dir.path().join(format!(".keys.json.{pid}-{number}.tmp"));
+            std::os::unix::fs::symlink(target, name).unwrap();
+        }
+        let mut file = AtomicFile::create_private(&path).unwrap();
+        file.write_all(b"{}").unwrap();
+        file.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(!dangling.exists());
+        let metadata = std::fs::symlink_metadata(&path).unwrap();
+        assert!(metadata.is_file(), "the link is replaced by the file");
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}");
     }
 }

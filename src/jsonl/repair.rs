@@ -15,11 +15,10 @@ use super::{Form, ZSTD_MAGIC, form_of};
 /// Returns how many bytes were cut; a compressed file whose frames do not
 /// parse is an `InvalidData` error naming the byte.
 pub fn repair(path: &Path) -> io::Result<u64> {
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-    {
+    let mut file = match crate::file::open_in_place(
+        path,
+        std::fs::OpenOptions::new().read(true).write(true),
+    ) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(error) => return Err(error),

@@ -6,6 +6,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::ChatRequest;
+use crate::redact::{HoldsSecret, Scrub, Scrubber, Secrets};
 
 /// SHA-256 over what decides the model's answer: model, messages (role, name,
 /// content, tool calls, tool-call id), tools, format and model arguments.
@@ -47,6 +48,31 @@ pub fn request_sha256(request: &ChatRequest<'_>) -> String {
     feed(&request.format.map(Value::to_string).unwrap_or_default());
     feed(&serde_json::to_string(request.model_args).unwrap_or_default());
     hex(&hasher.finalize())
+}
+
+/// The digest a session record keeps of `request`: [`request_sha256`] of
+/// the request as the record holds it, each secret of `secrets` in its
+/// messages and model arguments written `***` (`redact::Scrub`). A re-run
+/// of the record (`lllm replay --rerun`) sends what the record holds, and
+/// matches it. `None` when the request holds no secret: the record's digest
+/// is then the request's own. Response-cache keys stay over the request as
+/// sent.
+pub fn scrubbed_sha256(request: &ChatRequest<'_>, secrets: &Secrets) -> Option<String> {
+    if secrets.is_empty()
+        || !(request.messages.holds_secret(secrets) || request.model_args.holds_secret(secrets))
+    {
+        return None;
+    }
+    let mut scrubber = Scrubber::new(secrets);
+    let mut messages = request.messages.to_vec();
+    messages.scrub(&mut scrubber);
+    let mut model_args = request.model_args.clone();
+    model_args.scrub(&mut scrubber);
+    Some(request_sha256(&ChatRequest {
+        messages: &messages,
+        model_args: &model_args,
+        ..*request
+    }))
 }
 
 /// Lower-case hex of `bytes`. Digits written directly: `format!("{:x}")`

@@ -1,13 +1,14 @@
 //! `lllm run --dry-run`: every provider is wrapped so that a request is
 //! captured as it would go on the wire (endpoint and body; never headers,
-//! credentials or query values) and not sent. The call then fails, so a run
-//! stops after its first turns.
+//! credentials or query values; a key the body holds shown `***`, as the
+//! record holds it) and not sent. The call then fails, so a run stops after
+//! its first turns.
 
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 
-use super::digest::request_sha256;
+use super::digest::{request_sha256, scrubbed_sha256};
 use super::{ChatRequest, Provider, ProviderError, WireRequest};
 use crate::dialog::Message;
 
@@ -41,6 +42,8 @@ impl DryRun {
 pub struct DryRunProvider {
     pub inner: Arc<dyn Provider>,
     pub log: Arc<DryRun>,
+    /// Shown `***` in a captured body.
+    pub secrets: Arc<crate::redact::Secrets>,
 }
 
 impl Provider for DryRunProvider {
@@ -51,8 +54,10 @@ impl Provider for DryRunProvider {
         let mut wire = self.inner.wire_request(&request);
         // Shown as every URL is: no credentials, no query values.
         wire.url = crate::redact::url(&wire.url).into_owned();
+        self.secrets.scrub_value(&mut wire.body);
         let captured = Captured {
-            sha256: request_sha256(&request),
+            sha256: scrubbed_sha256(&request, &self.secrets)
+                .unwrap_or_else(|| request_sha256(&request)),
             wire,
         };
         self.log

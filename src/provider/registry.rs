@@ -95,6 +95,39 @@ impl std::fmt::Display for Secret {
     }
 }
 
+/// The variables the providers of `configs` may read (keys, tokens, base
+/// URLs), with their values in `env` (an empty value is none).
+fn read_variables(
+    configs: &BTreeMap<String, ProviderConfig>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> BTreeMap<String, Option<String>> {
+    let mut names: Vec<String> = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"]
+        .into_iter()
+        .chain(endpoints::variables())
+        .chain(PRESETS.iter().map(|preset| preset.key_variable))
+        .map(str::to_string)
+        .collect();
+    names.extend(
+        configs
+            .values()
+            .filter_map(|config| config.api_key_env.clone()),
+    );
+    names
+        .into_iter()
+        .map(|name| (name.clone(), env(&name).filter(|v| !v.is_empty())))
+        .collect()
+}
+
+/// The secrets that providers built from `configs` and `env` would know
+/// ([`Providers::secrets`]), without building them: for what is shown of a
+/// tactic that does not run (`lllm run --show-config`).
+pub fn known_secrets(
+    configs: &BTreeMap<String, ProviderConfig>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> crate::redact::Secrets {
+    super::scrub::known_secrets(configs, &read_variables(configs, env))
+}
+
 /// A model name resolved to the provider that serves it.
 #[derive(Clone)]
 pub struct Resolved {
@@ -163,21 +196,7 @@ impl Providers {
                 message,
             })?;
         // Read the variables a provider may need now, so later lookups are pure.
-        let mut names: Vec<String> = ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"]
-            .into_iter()
-            .chain(endpoints::variables())
-            .chain(PRESETS.iter().map(|preset| preset.key_variable))
-            .map(str::to_string)
-            .collect();
-        names.extend(
-            configs
-                .values()
-                .filter_map(|config| config.api_key_env.clone()),
-        );
-        let env = names
-            .into_iter()
-            .map(|name| (name.clone(), env(&name).filter(|v| !v.is_empty())))
-            .collect();
+        let env = read_variables(configs, env);
         let secrets = Arc::new(super::scrub::known_secrets(configs, &env));
         // No trace line shows them either, whichever provider's it is.
         super::trace::remember(&secrets);
@@ -191,6 +210,12 @@ impl Providers {
             secrets,
             batch_api: None,
         })
+    }
+
+    /// Every secret these providers know (`scrub::known_secrets`): what is
+    /// taken out of their replies, and out of what a record keeps of a request.
+    pub fn secrets(&self) -> &Arc<crate::redact::Secrets> {
+        &self.secrets
     }
 
     /// Resolves `model_name`, checking that its provider can be used (keys
@@ -236,6 +261,7 @@ impl Providers {
             provider = Arc::new(super::dry_run::DryRunProvider {
                 inner: provider,
                 log: log.clone(),
+                secrets: self.secrets.clone(),
             });
         }
         Ok(Resolved {

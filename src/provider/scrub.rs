@@ -18,7 +18,7 @@ use super::limit::Limiter;
 use super::{ChatRequest, Provider, ProviderError, WireRequest};
 use crate::config::ProviderConfig;
 use crate::dialog::Message;
-use crate::redact::Secrets;
+use crate::redact::{Scrub, Scrubber, Secrets};
 
 /// The secrets of a run: every value the registry read from the
 /// environment, each configured provider header, and the credentials of each
@@ -126,41 +126,32 @@ impl Provider for ScrubbingProvider {
 }
 
 /// Takes every secret out of a reply: its text, model name, tool calls and
-/// metadata. The log probabilities of a reply whose text held a secret are
-/// dropped: token by token they would spell it out again.
+/// metadata (`Message`'s [`Scrub`], as a record's messages are). The log
+/// probabilities of a reply whose text held a secret are dropped: token by
+/// token they would spell it out again.
 pub fn scrub_message(secrets: &Secrets, message: &mut Message) {
     if secrets.is_empty() {
         return;
     }
-    if secrets.scrub_string(&mut message.content) {
-        message.logprobs.clear();
-    }
-    if let Some(model) = &mut message.model {
-        secrets.scrub_string(model);
-    }
-    for call in &mut message.function_calls {
-        secrets.scrub_string(&mut call.id);
-        secrets.scrub_string(&mut call.name);
-        secrets.scrub_map(&mut call.arguments);
-        if let Some(raw) = &mut call.raw_arguments {
-            secrets.scrub_string(raw);
-        }
-    }
-    secrets.scrub_map(&mut message.metadata);
-    for token in &mut message.logprobs {
-        if let Some(text) = &mut token.token {
-            secrets.scrub_string(text);
-        }
-    }
+    message.scrub(&mut Scrubber::new(secrets));
 }
 
 pub fn scrub_error(secrets: &Secrets, error: &mut ProviderError) {
-    secrets.scrub_string(&mut error.message);
-    if let Some(code) = &mut error.code {
-        secrets.scrub_string(code);
-    }
-    if let Some(endpoint) = &mut error.endpoint {
-        secrets.scrub_string(endpoint);
+    error.scrub(&mut Scrubber::new(secrets));
+}
+
+/// Its message, code and endpoint.
+impl Scrub for ProviderError {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        let ProviderError {
+            kind: _,
+            status: _,
+            code,
+            message,
+            retry_after: _,
+            endpoint,
+        } = self;
+        message.scrub(scrubber) | code.scrub(scrubber) | endpoint.scrub(scrubber)
     }
 }
 

@@ -544,10 +544,7 @@ impl Store {
         for file in files {
             paths::push_entry(&mut bytes, file);
         }
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&list)
+        crate::file::open_in_place(&list, std::fs::OpenOptions::new().create(true).append(true))
             .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes))
             .map_err(|error| StoreError::Open {
                 path: list.display().to_string(),

@@ -18,6 +18,7 @@ use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
 use crate::provider::registry::Providers;
 use crate::provider::registry::split_model;
+use crate::redact::{Scrub, Scrubber, Secrets};
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 
@@ -106,6 +107,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                secrets: Secrets::new(),
                 defaults: None,
             },
         )
@@ -129,6 +131,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                secrets: Secrets::new(),
                 defaults: None,
             },
         )
@@ -153,6 +156,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                secrets: Secrets::new(),
                 defaults: None,
             },
         )
@@ -178,6 +182,7 @@ impl Tactic {
                 batch_api: None,
                 stack: Vec::new(),
                 hidden_variables: Vec::new(),
+                secrets: Secrets::new(),
                 defaults: None,
             },
         )
@@ -214,9 +219,10 @@ impl Tactic {
                 .values()
                 .filter_map(|provider| provider.api_key_env.clone()),
         );
-        let builder = Builder {
+        let mut builder = Builder {
             stack,
             hidden_variables,
+            secrets: builder.secrets.clone(),
             replacement: replacement.clone(),
             dry_run: dry_run.clone(),
             budget: builder.budget.clone(),
@@ -249,6 +255,9 @@ impl Tactic {
                     None => providers,
                 },
             });
+        if let Some(providers) = &providers {
+            builder.secrets.extend(providers.secrets());
+        }
         let prices = match &config.pricing {
             Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
                 Ok(table) => Arc::new(table),
@@ -400,6 +409,12 @@ impl Tactic {
             )
             .collect();
         check_handlers(&prompts, extensions, &mut problems);
+        // A record of this tactic may hold what a sub-tactic's run put in its
+        // dialogs (its delivery): scrubbed of the sub-tactics' secrets too.
+        let mut secrets = builder.secrets;
+        for sub in super::sub_tactics_of(&nodes) {
+            secrets.extend(&sub.runtime.secrets);
+        }
         let runtime = Arc::new(Runtime {
             toolbox,
             mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
@@ -407,11 +422,19 @@ impl Tactic {
             prices,
             price_warnings: UnknownPriceWarnings::default(),
             handlers: extensions.named.handlers.clone(),
+            secrets: Arc::new(secrets),
         });
+        // What every record of the tactic holds, scrubbed once here: a key
+        // written in a system prompt or in `model_args` is sent, not recorded.
+        let mut scrubber = Scrubber::new(&runtime.secrets);
+        let mut resolved = config.resolved.clone();
+        resolved.scrub(&mut scrubber);
         let recorded_prompts: BTreeMap<&String, record::PromptInfo> = prompts
             .iter()
             .map(|(key, prompt)| {
-                let info = record::PromptInfo::of(prompt);
+                let mut info = record::PromptInfo::of(prompt);
+                info.template.scrub(&mut scrubber);
+                info.parser.scrub(&mut scrubber);
                 (key, info)
             })
             .collect();
@@ -421,8 +444,8 @@ impl Tactic {
                 .map(|(key, info)| (key.as_str(), info.template.as_str())),
         );
         let tactic = Tactic {
-            recorded_config: record::SharedJson::new(&config.resolved),
-            recorded_prompts: super::compact::recorded_prompts(&recorded_prompts, &config.resolved),
+            recorded_config: record::SharedJson::new(&resolved),
+            recorded_prompts: super::compact::recorded_prompts(&recorded_prompts, &resolved),
             shared_templates,
             config: Arc::new(config),
             registry: Arc::new(registry),
@@ -650,6 +673,9 @@ pub(super) struct Builder<'a> {
     pub(super) stack: Vec<PathBuf>,
     /// The `api_key_env` names of those tactics: no tool inherits them.
     pub(super) hidden_variables: Vec<String>,
+    /// The secrets of those tactics' providers: a sub-tactic's record is
+    /// scrubbed of its parents' keys too (its task may carry one).
+    pub(super) secrets: Secrets,
     /// A user's defaults under every tactic of the run.
     pub(super) defaults: Option<&'a crate::config::Defaults>,
 }

@@ -325,7 +325,7 @@ async fn run_caught(tactic: Tactic, task: Task) -> SessionRecord {
 /// The record of a run that ended before any agent call.
 fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
     let now = record::timestamp();
-    SessionRecord {
+    let mut record = SessionRecord {
         format: record::FORMAT.to_string(),
         session_id: record::new_session_id(),
         tactic: TacticInfo {
@@ -361,7 +361,10 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
         shared: None,
         cost: crate::dialog::InvokeCost::default(),
         cost_known: true,
-    }
+    };
+    // As every run's record: the task it was given, without the secrets.
+    record.scrub_own(&mut crate::redact::Scrubber::new(&tactic.runtime.secrets));
+    record
 }
 
 /// Every record, in input order.

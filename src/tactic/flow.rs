@@ -17,6 +17,7 @@ use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork, SharedTextSink};
 use crate::dialog::{ContentPart, Dialog, DialogRecord, InvokeCost, Message};
+use crate::redact::Scrubber;
 
 /// What a task brings besides its text (issue 15): the first dialog opened
 /// for it starts with the task's system messages in place of the agent's
@@ -136,7 +137,28 @@ pub const INTERRUPTED: &str = "interrupted";
 /// record holds every agent call that had finished, and the one in flight
 /// as a failure (`interrupted`) with the requests of it that came back. The
 /// calls of `parallel` branches and sub-tactics still running are dropped.
+/// The record is in its written form: scrubbed of the run's secrets, compacted.
 pub(super) async fn run(
+    tactic: &Tactic,
+    task: Task,
+    sink: Option<SharedTextSink>,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> SessionRecord {
+    let mut record = run_whole(tactic, task, sink, interrupt).await;
+    finish(tactic, &mut record);
+    record
+}
+
+/// A fresh record in its written form: what the requests sent is kept
+/// without the run's secrets, then each text once.
+fn finish(tactic: &Tactic, record: &mut SessionRecord) {
+    record.scrub_own(&mut Scrubber::new(&tactic.runtime.secrets));
+    super::compact::compact(record, &tactic.shared_templates);
+}
+
+/// [`run`], the record as the run made it: neither scrubbed nor compacted
+/// (its sub-tactic sessions are, already).
+async fn run_whole(
     tactic: &Tactic,
     task: Task,
     sink: Option<SharedTextSink>,
@@ -201,7 +223,7 @@ pub(super) async fn run(
         .sum();
     let mut dialogs = dialog_records(tactic, std::mem::take(&mut run.agents));
     dialogs.append(&mut run.branch_dialogs);
-    let mut record = SessionRecord {
+    SessionRecord {
         format: record::FORMAT.to_string(),
         session_id,
         tactic: TacticInfo {
@@ -237,9 +259,7 @@ pub(super) async fn run(
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
         shared: None,
-    };
-    super::compact::compact(&mut record, &tactic.shared_templates);
-    record
+    }
 }
 
 /// The template context before any step: each task argument at top level,
@@ -541,11 +561,15 @@ impl Run<'_> {
                 .unwrap_or_default(),
             attachments: intro.map(|intro| intro.attachments).unwrap_or_default(),
         };
-        // The compact form (replies held once, by the dialogs), as this
-        // run's own record is: the sub-session is written inside it.
         let sink = if stream { self.sink.clone() } else { None };
-        let record = Box::pin(run(&step.tactic, input, sink, std::future::pending())).await;
-        let outcome = match (&record.state, &record.delivery) {
+        let mut record =
+            Box::pin(run_whole(&step.tactic, input, sink, std::future::pending())).await;
+        // The delivery goes on to the next requests as it was made (a key
+        // the task gave is sent on); the sub-session is kept in the written
+        // form, as this run's own record will be: it is written inside it.
+        let delivery = record.delivery.clone();
+        finish(&step.tactic, &mut record);
+        let outcome = match (&record.state, delivery) {
             (RunState::Success, Some(delivery)) => {
                 self.context.insert(
                     step.name.clone(),
@@ -556,7 +580,7 @@ impl Run<'_> {
                         "cost": record.cost.cost,
                     }),
                 );
-                Ok(delivery.clone())
+                Ok(delivery)
             }
             _ => Err(format!(
                 "step `{}`: tactic `{}` failed: {}",

@@ -134,6 +134,7 @@ fn load_serving(
         batch_api: options.batch_api.clone(),
         stack: Vec::new(),
         hidden_variables: Vec::new(),
+        secrets: crate::redact::Secrets::new(),
         defaults: options.defaults,
     };
     let adjust = |config: &mut TacticConfig| {

@@ -111,6 +111,22 @@ pub(crate) enum ArgValue {
     Literal(Value),
 }
 
+/// The tactics the steps of `nodes` run (directly, not their own sub-tactics).
+fn sub_tactics_of(nodes: &[Node]) -> Vec<&Tactic> {
+    fn walk<'a>(nodes: &'a [Node], found: &mut Vec<&'a Tactic>) {
+        for node in nodes {
+            match node {
+                Node::Tactic(step) => found.push(&step.tactic),
+                Node::Step(_) => {}
+                Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => walk(nodes, found),
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(nodes, &mut found);
+    found
+}
+
 /// A loaded, validated tactic: runs tasks (`run`, `call`, `bcall`, `ccall`).
 ///
 /// Cheap to clone, like reqwest's `Client`: every part is shared behind an
@@ -187,18 +203,7 @@ impl Tactic {
 
     /// The tactics the flow's steps run (directly, not their own sub-tactics).
     fn sub_tactics(&self) -> Vec<&Tactic> {
-        fn walk<'a>(nodes: &'a [Node], found: &mut Vec<&'a Tactic>) {
-            for node in nodes {
-                match node {
-                    Node::Tactic(step) => found.push(&step.tactic),
-                    Node::Step(_) => {}
-                    Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => walk(nodes, found),
-                }
-            }
-        }
-        let mut found = Vec::new();
-        walk(&self.nodes, &mut found);
-        found
+        sub_tactics_of(&self.nodes)
     }
 
     /// The MCP servers of the tactic (running after `start`).
@@ -262,6 +267,12 @@ impl Tactic {
                 self.config.name
             )
         })
+    }
+
+    /// Every secret the tactic's providers know (sub-tactics' included):
+    /// what its records and result lines are scrubbed of.
+    pub fn secrets(&self) -> &crate::redact::Secrets {
+        &self.runtime.secrets
     }
 
     /// Why a request of this tactic would wait right now (rate limit, back-off

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::agent::AgentCallSession;
 use crate::dialog::{DialogRecord, InvokeCost, Message};
+use crate::redact::{Scrub, Scrubber};
 
 /// Where a written record (format 3) cut its texts out of messages (`SessionRecord::shared`).
 pub use super::compact::{SharedTexts, TextAt};
@@ -411,6 +412,123 @@ impl SessionRecord {
     }
 }
 
+impl SessionRecord {
+    /// Scrubs what this run itself put in the record (see the [`Scrub`]
+    /// impl) of a fresh record, before it is compacted: its sub-tactic
+    /// sessions were scrubbed when their own runs made them, with these
+    /// secrets among theirs (`Builder::secrets`), and are compacted already.
+    pub(super) fn scrub_own(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        if scrubber.is_empty() {
+            return false;
+        }
+        let SessionRecord {
+            format: _,
+            session_id: _,
+            tactic,
+            // The task's id joins the record to its result line and to
+            // `--resume`: written as the task gave it.
+            task_id: _,
+            task,
+            args,
+            tags,
+            metadata,
+            model,
+            model_args,
+            messages,
+            attachments,
+            started_at: _,
+            ended_at: _,
+            latency_ms: _,
+            state: _,
+            delivery,
+            error,
+            // The tactic's prompts and config are scrubbed once, when it is
+            // built (`Tactic::assemble`), not per record.
+            prompts: _,
+            steps,
+            dialogs,
+            agent_calls,
+            sub_tactic_sessions: _,
+            cost: _,
+            cost_known: _,
+            shared: _,
+        } = self;
+        let TacticInfo {
+            name,
+            path,
+            config: _,
+            model: tactic_model,
+            body,
+        } = tactic;
+        let mut found = name.scrub(scrubber)
+            | path.scrub(scrubber)
+            | tactic_model.scrub(scrubber)
+            | body.scrub(scrubber)
+            | task.scrub(scrubber)
+            | args.scrub(scrubber)
+            | tags.scrub(scrubber)
+            | metadata.scrub(scrubber)
+            | model.scrub(scrubber)
+            | model_args.scrub(scrubber)
+            | messages.scrub(scrubber)
+            | attachments.scrub(scrubber)
+            | delivery.scrub(scrubber)
+            | error.scrub(scrubber)
+            | dialogs.scrub(scrubber)
+            | agent_calls.scrub(scrubber);
+        for step in steps {
+            let StepRecord {
+                step,
+                agent,
+                dialog,
+                agent_call: _,
+                sub_tactic: _,
+            } = step;
+            found |= step.scrub(scrubber) | agent.scrub(scrubber) | dialog.scrub(scrubber);
+        }
+        found
+    }
+}
+
+/// The request side of a record as its reply side: every text a task, a
+/// prompt, a tool or a model put in it (task, arguments, labels, model
+/// arguments, conversation, attachments, every dialog and agent call, the
+/// delivery and the errors) holds `***` where it held a secret. A run's
+/// record is scrubbed of its providers' secrets where the run makes it
+/// ([`Tactic::run`](crate::Tactic::run) and every way of running one); the
+/// requests sent kept them. Ids (the task's included: it joins the record to
+/// its result), digests, times and costs are left as they are.
+/// A record in its written form is expanded first (the places of its shared
+/// texts would no longer fit); sub-tactic sessions are scrubbed too.
+///
+/// ```
+/// use lllm::redact::{Scrub, Scrubber, Secrets};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// let yaml = "agent_configs: [{name: echo, model_name: mock/echo}]";
+/// let tactic = lllm::Tactic::from_yaml(yaml, ".", &lllm::Registry::new())?;
+/// let mut record = tactic.run("my key is sk-0123456789".into()).await;
+///
+/// let mut secrets = Secrets::new();
+/// secrets.add("sk-0123456789");
+/// assert!(record.scrub(&mut Scrubber::new(&secrets)));
+/// assert_eq!(record.task, "my key is ***");
+/// assert!(!serde_json::to_string(&record)?.contains("sk-0123456789"));
+/// # Ok(())
+/// # }
+/// ```
+impl Scrub for SessionRecord {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        if scrubber.is_empty() {
+            return false;
+        }
+        if self.shared.is_some() {
+            self.expand();
+        }
+        self.scrub_own(scrubber) | self.sub_tactic_sessions.scrub(scrubber)
+    }
+}
+
 /// A time-ordered UUID (version 7, RFC 9562), hyphenated:
 /// `019a2b3c-4d5e-7f60-8a1b-2c3d4e5f6a7b`. The first 48 bits are the Unix time
 /// in milliseconds, so ids sort by start time as text; the other 74 bits are a
@@ -466,6 +584,56 @@ mod tests {
                 assert!(all.insert(id));
             }
         }
+    }
+
+    #[test]
+    fn a_run_records_its_requests_without_the_providers_secrets() {
+        const KEY: &str = "sk-record-secret-0077";
+        let yaml = "tactic_type: echo\nagent_configs: [{name: echo, model_name: mock/echo, \
+                    system_prompt: 'You know {{ token }}.', model_args: {user: sk-record-secret-0077}}]\n";
+        let config = crate::config::from_yaml(yaml, ".").unwrap();
+        // A key the registry reads is a secret of every provider's run.
+        let env = |name: &str| (name == "OPENAI_API_KEY").then(|| KEY.to_string());
+        let tactic = crate::Tactic::build(config, &env).unwrap();
+        let task = super::super::Task::new(format!("the key is {KEY}"))
+            .arg("token", KEY)
+            .tag("label", KEY)
+            .model_arg("metadata", KEY)
+            .message(Message::user(format!("earlier: {KEY}")))
+            .attach(crate::dialog::ContentPart::text(format!("file {KEY}")));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let written =
+            runtime.block_on(tactic.run_until(task.clone(), None, std::future::pending()));
+        let text = serde_json::to_string(&written).unwrap();
+        assert!(!text.contains(KEY), "{text}");
+        let mut read: SessionRecord = serde_json::from_str(&text).unwrap();
+        read.expand();
+        let whole = runtime.block_on(tactic.run(task));
+        for record in [&read, &whole] {
+            assert_eq!(record.state, RunState::Success, "{:?}", record.error);
+            assert_eq!(record.task, "the key is ***");
+            assert_eq!(record.args["token"], "***");
+            assert_eq!(record.tags["label"], "***");
+            assert_eq!(record.model_args["metadata"], "***");
+            assert_eq!(record.messages[0].content, "earlier: ***");
+            let messages = &record.dialogs[0].messages;
+            assert_eq!(messages[0].content, "You know ***.");
+            assert!(
+                messages
+                    .iter()
+                    .all(|message| !message.content.contains(KEY))
+            );
+            let request = &record.agent_calls[0].invokes[0].request;
+            assert_eq!(request.model_args["user"], "***");
+            assert_eq!(request.model_args["metadata"], "***");
+            let json = serde_json::to_string(record).unwrap();
+            assert!(!json.contains(KEY), "{json}");
+        }
+        assert_eq!(read.delivery, whole.delivery);
+        assert!(!tactic.recorded_config.0.get().contains(KEY));
     }
 
     #[test]

@@ -96,7 +96,12 @@ fn write_pages(directory: &Path) -> Result<Outcome> {
         for subcommand in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
             write(subcommand.clone(), directory)?;
         }
-        page(command).generate_to(directory).map(|_| ())
+        // Written as every output is (a fresh file, then a rename): a link
+        // at a page's name is replaced, not written through.
+        let page = page(command);
+        let mut text = Vec::new();
+        page.render(&mut text)?;
+        lllm::file::atomic::write(&directory.join(page.get_filename()), &text)
     }
     let failed = |source| Error::Write {
         path: directory.display().to_string(),

@@ -6,6 +6,13 @@
 //! A key is never taken from the command line (it would land in the shell's
 //! history and in `ps`): `set` reads it from stdin, with a prompt on stderr
 //! when stdin is a terminal. Nothing here prints a value.
+//!
+//! `set` and `remove` change the file under an exclusive lock
+//! (`keys.json.lock` beside it), so that runs at once each keep their key,
+//! and write it as every output is written (`lllm::file::atomic`: a fresh
+//! private file, then a rename), so that a link planted at its name is
+//! replaced, never written through. A directory others can write to is made
+//! private first, or refused when it is not the user's (issue 26).
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Read, Write};
@@ -60,6 +67,7 @@ pub fn run(args: KeysArgs, settings: &Settings) -> Result<Outcome> {
         KeysCommand::Set { name } => {
             let name = variable_name(&name)?;
             let value = read_value(&name)?;
+            let _lock = lock(&path)?;
             let mut keys = read_document(&path)?;
             keys.insert(name.clone(), Value::String(value));
             write_document(&path, &keys)?;
@@ -76,6 +84,7 @@ pub fn run(args: KeysArgs, settings: &Settings) -> Result<Outcome> {
         }
         KeysCommand::Remove { name } => {
             let name = variable_name(&name)?;
+            let _lock = lock(&path)?;
             let mut keys = read_document(&path)?;
             if keys.remove(&name).is_none() {
                 let stored: Vec<&str> = keys
@@ -257,19 +266,115 @@ fn warn_if_shared(path: &Path) {
 #[cfg(not(unix))]
 fn warn_if_shared(_path: &Path) {}
 
-/// Writes the keys atomically (a temporary file in the same directory,
-/// created 0600, then renamed over the old file); the directory is created
-/// 0700 if missing.
+/// The directory of the keys file at `path` (`.` for a bare name).
+fn directory_of(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Takes the keys file's lock (`NAME.lock` beside it, made private in a
+/// private directory), waiting while another `lllm keys` holds it; released
+/// when the returned file is dropped.
+fn lock(path: &Path) -> Result<std::fs::File> {
+    let directory = directory_of(path);
+    private_directory(&directory)?;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = directory.join(name);
+    let failed = |error: std::io::Error| {
+        Error::Usage(format!(
+            "cannot lock the keys file with `{}`: {error}",
+            lock_path.display()
+        ))
+    };
+    let file = open_lock(&lock_path).map_err(failed)?;
+    file.lock().map_err(failed)?;
+    Ok(file)
+}
+
+/// The lock file, created if missing; a link in its place is an error
+/// (`O_NOFOLLOW`), not a file elsewhere to create or lock.
+#[cfg(unix)]
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Makes sure no one else can write to the keys file's directory: a missing
+/// one is created 0700; one that others may write to (group or world
+/// write bit) is made 0700 when it is the user's, and refused when it is not
+/// (another user could swap the file, or plant a link at its name).
+#[cfg(unix)]
+fn private_directory(directory: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let failed = |error: std::io::Error| Error::Write {
+        path: directory.display().to_string(),
+        source: error,
+    };
+    if !directory.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(directory)
+            .map_err(failed)?;
+    }
+    let metadata = std::fs::metadata(directory).map_err(failed)?;
+    let mode = metadata.mode() & 0o7777;
+    if mode & 0o022 == 0 {
+        return Ok(());
+    }
+    if metadata.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(Error::Usage(format!(
+            "the keys file's directory `{}` can be written by other users (mode {mode:04o}) \
+             and is not yours: no key is stored there; hint: point `--config` or \
+             `XDG_CONFIG_HOME` at a directory of your own",
+            directory.display()
+        )));
+    }
+    std::fs::set_permissions(directory, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+    lllm::report::warn(&format!(
+        "the keys file's directory `{}` could be written by other users (mode {mode:04o}); \
+         it is now 0700",
+        directory.display()
+    ));
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn private_directory(directory: &Path) -> Result<()> {
+    std::fs::create_dir_all(directory).map_err(|source| Error::Write {
+        path: directory.display().to_string(),
+        source,
+    })
+}
+
+/// Writes the keys as every output is written (`lllm::file::atomic`): a
+/// fresh temporary file beside `path`, private (0600) from its first byte
+/// and opened without following links, then renamed over `path`. Call it
+/// holding the [`lock`] (which also made the directory private).
 fn write_document(path: &Path, keys: &Map<String, Value>) -> Result<()> {
     let failed = |error: std::io::Error| Error::Write {
         path: path.display().to_string(),
         source: error,
     };
-    let directory = path
-        .parent()
-        .filter(|parent| !parent.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    create_private_dir(&directory).map_err(failed)?;
     let mut document = Map::new();
     document.insert(NOTE_KEY.into(), Value::String(NOTE.into()));
     let mut names: Vec<&String> = keys.keys().filter(|key| !key.starts_with("//")).collect();
@@ -279,51 +384,9 @@ fn write_document(path: &Path, keys: &Map<String, Value>) -> Result<()> {
     }
     let mut text = serde_json::to_vec_pretty(&Value::Object(document)).unwrap_or_default();
     text.push(b'\n');
-    let file_name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temporary = directory.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let written = create_private_file(&temporary)
-        .and_then(|mut file| file.write_all(&text).and_then(|()| file.sync_all()))
-        .and_then(|()| std::fs::rename(&temporary, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written.map_err(failed)
-}
-
-#[cfg(unix)]
-fn create_private_dir(directory: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    if directory.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(directory)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(directory: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(directory)
-}
-
-#[cfg(unix)]
-fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::File::create(path)
+    let mut file = lllm::file::atomic::AtomicFile::create_private(path).map_err(failed)?;
+    file.write_all(&text).map_err(failed)?;
+    file.commit().map_err(failed)
 }
 
 #[cfg(test)]
@@ -351,7 +414,10 @@ mod tests {
         let mut keys = Map::new();
         keys.insert("B_KEY".into(), Value::String("b".into()));
         keys.insert("A_KEY".into(), Value::String("a".into()));
+        let lock = lock(&path).unwrap();
         write_document(&path, &keys).unwrap();
+        drop(lock);
+        std::fs::remove_file(dir.path().join("lllm/keys.json.lock")).unwrap();
         let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(path.parent().unwrap()), 0o700);

@@ -51,7 +51,13 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         for warning in &config.warnings {
             lllm::report::warn(warning);
         }
-        let text = serde_json::to_string_pretty(&config.resolved).unwrap_or_default();
+        // Shown as a record keeps it: a key the tactic holds (in a prompt,
+        // in `model_args`) is `***`.
+        let env = |name: &str| settings.environment.var(name);
+        let secrets = lllm::provider::registry::known_secrets(&config.providers, &env);
+        let mut resolved = config.resolved.clone();
+        secrets.scrub_value(&mut resolved);
+        let text = serde_json::to_string_pretty(&resolved).unwrap_or_default();
         lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
         return Ok(Outcome::Success);
     }

@@ -529,3 +529,198 @@ fn control_sequences_from_a_server_or_a_model_reach_a_terminal_escaped() {
     let value: Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(value["delivery"], format!("answer {HOSTILE}\nend").as_str());
 }
+
+/// Every text lllm writes of a run or a batch, and what it prints.
+fn written_texts(test: &Test, outputs: &[&common::Output], files: &[&str]) -> String {
+    let mut text = String::new();
+    for output in outputs {
+        text.push_str(&format!("{}\n{}\n", output.stdout, output.stderr));
+    }
+    for file in files {
+        let path = test.path(file);
+        text.push_str(&std::fs::read_to_string(&path).unwrap_or_else(|error| {
+            panic!("{}: {error}", path.display());
+        }));
+    }
+    text
+}
+
+#[test]
+fn a_key_a_request_carries_is_sent_but_never_recorded_or_shown() {
+    let server = Server::start(|_| Reply::chat("done"));
+    let base_url = format!("{}/v1", server.origin);
+    // The key in the tactic's own system prompt and model arguments, and in
+    // the task's text, arguments and conversation.
+    let tactic = format!(
+        "tactic_type: t\nglobal: {{model_name: local/m, max_llm_recall: 0, \
+         model_args: {{user: \"{KEY}\"}}}}\n\
+         agent_configs:\n  - {{name: a, system_prompt: \"Token {{{{ token }}}}, and {KEY}.\"}}\n\
+         providers:\n  local: {{api: openai, base_url: \"{base_url}\", api_key_env: TEST_KEY}}\n"
+    );
+    let line = json!({"id": "t1", "task": format!("my key is {KEY}"), "args": {"token": KEY},
+                      "messages": [{"role": "user", "content": format!("before: {KEY}")},
+                                   {"role": "assistant", "content": "noted"}]});
+    // Invalid (no `token` for the system prompt): a result without a record.
+    let invalid = json!({"id": "t2", "task": "no token", "args": {"other": KEY}});
+    let test = Test::new()
+        .file("t.yaml", &tactic)
+        .file("tasks.jsonl", &format!("{line}\n{invalid}\n"))
+        .env("TEST_KEY", KEY);
+
+    let batch = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--skip-invalid",
+    ]);
+    batch.expect_code(1);
+    let sent = server.received();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    // On the wire, as the user asked: the system prompt (twice: the
+    // argument and the text), the conversation, the task, the model argument.
+    assert_eq!(sent[0].body.matches(KEY).count(), 5, "{}", sent[0].body);
+    assert_eq!(
+        sent[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let replay = test.run(&["replay", "out/sessions.jsonl", "--id", "t1", "--json"]);
+    replay.expect_code(0);
+    let written = written_texts(
+        &test,
+        &[&batch, &replay],
+        &[
+            "out/sessions.jsonl",
+            "out/results.jsonl",
+            "out/summary.json",
+        ],
+    );
+    assert_no_secret(&written);
+    let record: Value = serde_json::from_str(&replay.stdout).unwrap();
+    assert_eq!(record["task"], "my key is ***");
+    assert_eq!(record["args"]["token"], "***");
+    assert_eq!(record["model_args"], Value::Null, "the line set none");
+    assert_eq!(record["messages"][0]["content"], "before: ***");
+    let system = &record["dialogs"][0]["messages"][0]["content"];
+    assert_eq!(system, "Token ***, and ***.");
+    let invoke = &record["agent_calls"][0]["invokes"][0]["request"];
+    assert_eq!(invoke["model_args"]["user"], "***");
+    let config = &record["tactic"]["config"];
+    assert_eq!(config["global"]["model_args"]["user"], "***", "{config}");
+    let results = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    let result = |id: &str| -> Value {
+        results
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .find(|result| result["id"] == id)
+            .unwrap()
+    };
+    assert_eq!(result("t1")["args"]["token"], "***");
+    assert_eq!(result("t1")["state"], "success");
+    assert_eq!(result("t2")["state"], "failure");
+    assert_eq!(
+        result("t2")["args"]["other"],
+        "***",
+        "a line without a record"
+    );
+
+    // `lllm run`: the record, `--dry-run` and `--show-config` likewise.
+    let task = format!("my key is {KEY}");
+    let token = format!("token={KEY}");
+    let run = test.run(&[
+        "run", "t.yaml", "--task", &task, "--var", &token, "--record", "r.json",
+    ]);
+    run.expect_code(0);
+    assert_eq!(server.received()[1].body.matches(KEY).count(), 4);
+    let dry = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        &task,
+        "--var",
+        &token,
+        "--dry-run",
+    ]);
+    dry.expect_code(0);
+    assert!(dry.stdout.contains("my key is ***"), "{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("agent `a`"),
+        "the request is named by its digest, as recorded: {}",
+        dry.stdout
+    );
+    let show = test.run(&["run", "t.yaml", "--show-config"]);
+    show.expect_code(0);
+    assert!(show.stdout.contains("and ***."), "{}", show.stdout);
+    assert_no_secret(&written_texts(&test, &[&run, &dry, &show], &["r.json"]));
+}
+
+#[test]
+fn a_rerun_of_a_record_whose_task_held_a_key_sends_the_mask_and_matches() {
+    let server = Server::start(|_| Reply::chat("done"));
+    let tactic = format!(
+        "tactic_type: t\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs:\n  - {{name: a, system_prompt: \"Token {{{{ token }}}}.\"}}\n\
+         providers:\n  local: {{api: openai, base_url: \"{}/v1\", api_key_env: TEST_KEY}}\n",
+        server.origin
+    );
+    let test = Test::new().file("t.yaml", &tactic).env("TEST_KEY", KEY);
+    let task = format!("my key is {KEY}");
+    let token = format!("token={KEY}");
+    let run = test.run(&[
+        "run", "t.yaml", "--task", &task, "--var", &token, "--record", "r.json",
+    ]);
+    run.expect_code(0);
+    assert_eq!(server.received()[0].body.matches(KEY).count(), 2);
+    let rerun = test.run(&["replay", "r.json", "--rerun"]);
+    rerun.expect_code(0);
+    assert_eq!(
+        rerun.stdout,
+        "identical: 1 model call replayed, same delivery\n"
+    );
+    assert_no_secret(&written_texts(&test, &[&run, &rerun], &["r.json"]));
+}
+
+#[test]
+fn a_sub_tactics_delivery_goes_on_whole_and_is_recorded_scrubbed() {
+    let server = Server::start(|_| Reply::chat("done"));
+    let provider = format!(
+        "providers:\n  local: {{api: openai, base_url: \"{}/v1\", api_key_env: TEST_KEY}}\n",
+        server.origin
+    );
+    let parent = format!(
+        "tactic_type: parent\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: a}}]\n{provider}\
+         flow:\n  - step: inner\n    tactic: sub.yaml\n\
+         \x20 - step: final\n    agent: a\n    text: \"forwarded: {{{{ inner.content }}}}\"\n"
+    );
+    let sub = format!(
+        "tactic_type: sub\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: b}}]\n{provider}\
+         flow:\n  - step: ask\n    agent: b\n    text: \"{{{{ task }}}}\"\n\
+         result: \"sub saw {{{{ task }}}}\"\n"
+    );
+    let test = Test::new()
+        .file("parent.yaml", &parent)
+        .file("sub.yaml", &sub)
+        .env("TEST_KEY", KEY);
+    let task = format!("key {KEY}");
+    let output = test.run(&["run", "parent.yaml", "--task", &task, "--record", "r.json"]);
+    output.expect_code(0);
+    let sent = server.received();
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent[1]
+            .body
+            .contains(&format!("forwarded: sub saw key {KEY}")),
+        "the next request gets the delivery as it was made: {}",
+        sent[1].body
+    );
+    let record = test.read_json("r.json");
+    assert_eq!(
+        record["sub_tactic_sessions"][0]["delivery"],
+        "sub saw key ***"
+    );
+    assert_no_secret(&written_texts(&test, &[&output], &["r.json"]));
+}

@@ -83,14 +83,17 @@ tools:
     assert_eq!(plain["PLAIN_SETTING"], "visible");
     assert_eq!(plain["OLLAMA_HOST"], "127.0.0.1:11434", "no password in it");
 
-    assert_eq!(passing["OPENAI_API_KEY"], "sk-openai-secret");
+    // The key the tactic passed on reached the tool, which printed it: its
+    // result holds it, and the record keeps `***` in its place (issue 26).
+    assert_eq!(passing["OPENAI_API_KEY"], "***");
     assert_eq!(passing["MY_LLM_TOKEN"], "written-here");
     assert!(!passing.contains_key("GROQ_API_KEY"));
     assert!(!passing.contains_key("UNSET_ONE"));
     // The environment a tool printed is its result, so it is in the record:
-    // only what the tactic passed on explicitly may be there.
+    // only what the tactic passed on explicitly may be there, keys scrubbed.
     let text = std::fs::read_to_string(test.path("record.json")).unwrap();
     for secret in [
+        "sk-openai-secret",
         "gsk-groq-secret",
         "anthropic-token-secret",
         "url-password-secret",

@@ -408,9 +408,11 @@ pub fn check_outputs(outputs: &[(&str, &Path)], dirs: &[&Path]) -> Result<()> {
     Ok(())
 }
 
-/// Writes a report file, naming it in the error.
+/// Writes a report file, naming it in the error: as every output is written
+/// (`file::atomic`: a fresh file, then a rename), so a link at its name is
+/// replaced, not written through.
 pub fn write(path: &Path, content: &str) -> Result<()> {
-    std::fs::write(path, content).map_err(|source| Error::Write {
+    crate::file::atomic::write(path, content.as_bytes()).map_err(|source| Error::Write {
         path: path.display().to_string(),
         source,
     })

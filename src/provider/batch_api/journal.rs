@@ -124,11 +124,13 @@ impl Journal {
     /// a write) is cut off.
     pub fn open(directory: &Path) -> std::io::Result<(Journal, Vec<Submission>)> {
         let path = directory.join(FILE);
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)?;
+        let mut file = crate::file::open_in_place(
+            &path,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true),
+        )?;
         let mut submissions: Vec<Submission> = Vec::new();
         let mut answers = HashMap::new();
         let mut offset = 0u64;
