@@ -105,6 +105,51 @@ pub struct Options {
     /// (`AttachmentScope::confine_to`). `AttachmentScope::default()`: the
     /// TASKS file's directory only.
     pub attachments: crate::dialog::AttachmentScope,
+    /// Directories besides the TASKS file's and `--tactic`'s that a task
+    /// line's `tactic` may name a file in (`--tactics-dir`). A tactic runs
+    /// tools (programs), so a line may not pick one from anywhere on disk.
+    pub tactic_dirs: Vec<PathBuf>,
+}
+
+/// The directories a task line's `tactic` may name a file in, resolved: the
+/// TASKS file's, `--tactic`'s and every `--tactics-dir`.
+fn tactic_roots(options: &Options) -> Result<Vec<PathBuf>, Error> {
+    let resolve = |directory: &Path, what: &str| {
+        let directory = if directory.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            directory
+        };
+        std::fs::canonicalize(directory)
+            .and_then(|real| {
+                if real.is_dir() {
+                    Ok(real)
+                } else {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "not a directory",
+                    ))
+                }
+            })
+            .map_err(|error| {
+                Error::Usage(format!(
+                    "{what} `{}`: {error}",
+                    crate::suggest::printable(&directory.to_string_lossy())
+                ))
+            })
+    };
+    let parent = |path: &Path| path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut roots = vec![resolve(
+        &parent(&options.tasks_file),
+        "the TASKS file's directory",
+    )?];
+    if let Some(tactic) = &options.tactic {
+        roots.push(resolve(&parent(tactic), "`--tactic`'s directory")?);
+    }
+    for directory in &options.tactic_dirs {
+        roots.push(resolve(directory, "`--tactics-dir`")?);
+    }
+    Ok(roots)
 }
 
 /// Where a batch's tactics read environment variables: a lookup by name.
@@ -264,9 +309,11 @@ async fn run_locked(options: Options) -> Result<Outcome> {
         }
     };
     let selector = Selector::new(shard, options.limit);
+    let tactic_roots = tactic_roots(&options)?;
     let plan = preflight::run(
         preflight::Inputs {
             tasks_file: &options.tasks_file,
+            tactic_roots: &tactic_roots,
             snapshot: &snapshot,
             reader: &reader,
             default_tactic: options.tactic.as_deref(),

@@ -10,7 +10,7 @@
 //! at the end), the grouped problems, and the counts the run needs.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
@@ -115,6 +115,9 @@ impl Plan {
 pub struct Inputs<'a> {
     /// The TASKS file, as named (for line tactics' paths).
     pub tasks_file: &'a Path,
+    /// The directories (resolved) a line's own `tactic` must be inside:
+    /// the TASKS file's, `--tactic`'s, every `--tactics-dir`.
+    pub tactic_roots: &'a [PathBuf],
     /// Its lines, as they were when the run started.
     pub snapshot: &'a super::snapshot::Snapshot,
     /// Reads the file's lines in its format.
@@ -202,6 +205,16 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
                     let message = "no tactic: the line names none (nor a `model` for the default \
                                    tactic) and no `--tactic` was given"
                         .to_string();
+                    state.invalid(number, &task.id, message, selected, inputs.done);
+                }
+                Some(path) if task.tactic.is_some() && !inside(&path, inputs.tactic_roots) => {
+                    let written = task.tactic.as_deref().unwrap_or_default();
+                    let message = format!(
+                        "`tactic`: `{}` is outside the TASKS file's directory (and `--tactic`'s); \
+                         a task line may only name a tactic there, or in a directory given \
+                         with `--tactics-dir DIR`",
+                        crate::suggest::printable(written)
+                    );
                     state.invalid(number, &task.id, message, selected, inputs.done);
                 }
                 Some(path) => match tactics.get(&path, task.input.model.as_deref()) {
@@ -324,6 +337,16 @@ impl State {
         }
         self.count(id, selected, done);
         self.push(message, line, false);
+    }
+}
+
+/// Whether the tactic file at `path` is inside one of `roots`, judged where
+/// its links lead (`..` and links out are caught). A file that cannot be
+/// resolved (it does not exist) is left to loading, which names it.
+fn inside(path: &Path, roots: &[PathBuf]) -> bool {
+    match std::fs::canonicalize(path) {
+        Ok(real) => roots.iter().any(|root| real.starts_with(root)),
+        Err(_) => true,
     }
 }
 

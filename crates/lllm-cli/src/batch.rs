@@ -102,6 +102,11 @@ pub struct BatchArgs {
     /// it, a line's files must be inside the TASKS file's directory.
     #[arg(long = "attachments-dir", value_name = "DIR")]
     pub attachments_dirs: Vec<PathBuf>,
+    /// Let task lines' `tactic` name files in DIR too (repeatable); without
+    /// it, a line's tactic must be inside the TASKS file's directory or
+    /// `--tactic`'s (a tactic runs its tools' programs).
+    #[arg(long = "tactics-dir", value_name = "DIR")]
+    pub tactics_dirs: Vec<PathBuf>,
     /// Record bad task lines as failed and run the others (duplicate ids stay an error).
     #[arg(long)]
     pub skip_invalid: bool,
@@ -220,6 +225,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         env: Some(crate::settings::batch_environment()),
         defaults: Some(Arc::new(settings.defaults())),
         attachments: settings.refuse_secrets(attachments),
+        tactic_dirs: args.tactics_dirs,
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

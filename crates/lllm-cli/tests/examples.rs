@@ -96,7 +96,30 @@ fn every_shipped_tactic_runs_in_a_batch() {
     }
 
     let test = Test::new();
-    let output = test.run(&["batch", &tasks_file, "-o", "out", "-j", "8", "-q"]);
+    // The lines name tactics outside the TASKS file's directory: only where
+    // the user allows (`--tactics-dir`).
+    let tactics_dir = format!("{root}/tactics");
+    let refused = test.run(&["batch", &tasks_file, "-o", "refused", "-q"]);
+    refused.expect_code(2);
+    assert!(
+        refused
+            .stderr
+            .contains("outside the TASKS file's directory")
+            && refused.stderr.contains("--tactics-dir"),
+        "{}",
+        refused.stderr
+    );
+    let output = test.run(&[
+        "batch",
+        &tasks_file,
+        "--tactics-dir",
+        &tactics_dir,
+        "-o",
+        "out",
+        "-j",
+        "8",
+        "-q",
+    ]);
     output.expect_code(0);
     let results: Vec<serde_json::Value> = std::fs::read_to_string(test.path("out/results.jsonl"))
         .unwrap()
