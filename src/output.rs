@@ -78,9 +78,13 @@ fn guarded(write: &mut dyn FnMut()) {
 
 /// One line on stderr (`eprintln!` that cannot panic), control characters
 /// escaped (`redact::terminal_line`): what a provider or a model wrote can
-/// neither drive the terminal nor break the line.
+/// neither drive the terminal nor break the line. A line past
+/// [`LINE_CHARS`](crate::redact::LINE_CHARS) characters is cut with its
+/// length: the values a line echoes are cut where they are written
+/// (`redact::echo`), and this bounds the rest.
 pub fn stderr_line(text: &str) {
-    let line = crate::redact::terminal_line(text);
+    let text = crate::redact::cut(text, crate::redact::LINE_CHARS);
+    let line = crate::redact::terminal_line(&text);
     guarded(&mut || {
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{line}");

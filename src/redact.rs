@@ -1,7 +1,8 @@
 //! What lllm shows and stores is safe to show and store: URLs lose their
 //! credentials (`url`, `place`), text from a provider loses every secret lllm
 //! knows (`Secrets`), and text printed for a person loses its terminal control
-//! sequences (`terminal_line`, `terminal_text`, `json_controls`).
+//! sequences (`terminal_line`, `terminal_text`, `json_controls`) and, for a
+//! value echoed into a line, its length past a bound (`echo`, `cut`).
 //!
 //! This is the lowest layer: it knows strings, not providers or records. The
 //! provider layer decides which values are secrets (`http::Endpoint`,
@@ -393,6 +394,45 @@ pub fn terminal_text(text: &str) -> Cow<'_, str> {
     })
 }
 
+/// The most characters of one value (an id, a tag, a name, a path, a key)
+/// that a line for a person shows: a task file, a reply or an argument can
+/// hold a value of any size, and a 100 KB id echoed whole buries the line
+/// that names it (issue 26).
+pub const ECHO_CHARS: usize = 200;
+
+/// The most characters of one line lllm writes on stderr ([`crate::output::stderr_line`]):
+/// the bound behind [`ECHO_CHARS`], for a line that quotes a long text
+/// (a parser's message, a server's reply) rather than a value. A trace
+/// body (`provider::trace::BODY_BYTES`) fits.
+pub const LINE_CHARS: usize = 8192;
+
+/// `text` cut to at most `max` characters: the first `max`, then `…` and
+/// the whole length (`abc… (100000 characters)`), so a value of any size
+/// takes a bounded part of a line and the reader still learns its size.
+/// Shorter text is unchanged.
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!(
+            "{}… ({} characters)",
+            &text[..end],
+            text.chars().count()
+        )),
+    }
+}
+
+/// A value lllm echoes into a line for a person — an error, a warning, a
+/// listing's column: an id, a tag, a name from a task file, a reply or the
+/// command line — as that line shows it: cut to [`ECHO_CHARS`] characters
+/// ([`cut`]) and its control characters escaped ([`terminal_line`]). JSON
+/// outputs (`--json`) and records keep values whole; this is for people.
+pub fn echo(text: &str) -> Cow<'_, str> {
+    match cut(text, ECHO_CHARS) {
+        Cow::Borrowed(text) => terminal_line(text),
+        Cow::Owned(text) => Cow::Owned(terminal_line(&text).into_owned()),
+    }
+}
+
 /// JSON printed for a person (`--show-config`, `replay --json`, `--dry-run`):
 /// serde_json escapes C0 controls but writes DEL and C1 as they are; they are
 /// written as `\u00XX` here, which reads back as the same JSON value.
@@ -529,6 +569,31 @@ mod tests {
             "line one\r\nline two\n\\x1b]0;title\\x07\\rover"
         );
         assert!(matches!(terminal_text("a\nb\tc"), Cow::Borrowed(_)));
+    }
+
+    #[track_caller]
+    fn cut_case(text: &str, max: usize, shown: &str) {
+        assert_eq!(cut(text, max), shown);
+    }
+
+    #[test]
+    fn long_values_are_cut_with_their_length() {
+        cut_case("", 3, "");
+        cut_case("abc", 3, "abc");
+        cut_case("abcd", 3, "abc… (4 characters)");
+        cut_case("ééééé", 2, "éé… (5 characters)");
+        let huge = "x".repeat(100_000);
+        assert_eq!(
+            echo(&huge),
+            format!("{}… (100000 characters)", "x".repeat(ECHO_CHARS))
+        );
+        // Cut first, then escaped: the 199 newlines kept after `a` read `\n`.
+        let newlines = format!("a{}", "\n".repeat(300));
+        let shown = echo(&newlines);
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(shown.ends_with("\\n… (301 characters)"), "{shown}");
+        assert_eq!(echo("id\x1b[2J"), "id\\x1b[2J");
+        assert!(matches!(echo("short"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -138,7 +138,8 @@ impl FlowParser<'_> {
     fn unknown_keys(&mut self, entry: &Map<String, Value>, allowed: &[&str], label: &str) {
         for key in entry.keys().filter(|key| !allowed.contains(&key.as_str())) {
             self.problems.push(format!(
-                "`{label}`: unknown key `{key}`{}",
+                "`{label}`: unknown key `{}`{}",
+                suggest::printable(key),
                 suggest::hint(key, allowed.iter().copied())
             ));
         }
@@ -156,7 +157,8 @@ impl FlowParser<'_> {
             .filter(|key| !matches!(key.as_str(), "max" | "until"))
         {
             self.problems.push(format!(
-                "`{label}.loop`: unknown key `{key}` (a loop takes `max` and `until`)"
+                "`{label}.loop`: unknown key `{}` (a loop takes `max` and `until`)",
+                suggest::printable(key)
             ));
         }
         let max = match settings.get("max").filter(|max| !max.is_null()) {
@@ -220,7 +222,8 @@ impl FlowParser<'_> {
             .filter(|key| !matches!(key.as_str(), "foreach" | "as"))
         {
             self.problems.push(format!(
-                "`{label}.parallel`: unknown key `{key}` (it takes `foreach` and `as`)"
+                "`{label}.parallel`: unknown key `{}` (it takes `foreach` and `as`)",
+                suggest::printable(key)
             ));
         }
         let text = |key: &str| {

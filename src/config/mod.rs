@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::suggest::printable;
+use crate::redact::terminal_line;
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use defaults::Defaults;
@@ -52,7 +52,7 @@ pub enum Error {
         message: String,
     },
     /// The YAML does not parse.
-    #[error("{path}:{line}:{column}: {}", printable(message))]
+    #[error("{path}:{line}:{column}: {}", terminal_line(message))]
     Syntax {
         /// The file.
         path: String,
@@ -66,7 +66,7 @@ pub enum Error {
     /// One problem per line: a problem is one line by construction, so a line
     /// break (or any control character) in one came from the file, in a name
     /// it quotes, and is shown escaped.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
     Invalid {
         /// The file.
         path: String,
@@ -82,7 +82,7 @@ pub enum Error {
     /// `Invalid`, with what could be resolved despite the problems: a caller
     /// can still look for problems of later phases (prompts, templates) in
     /// `partial` and list them all at once. Shown as `Invalid` is.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
     Incomplete {
         /// The file.
         path: String,
@@ -212,7 +212,8 @@ fn check_top_level_keys(map: &Map<String, Value>, path: &str) -> Result<()> {
         .filter(|key| !raw::TOP_LEVEL_KEYS.contains(&key.as_str()))
         .map(|key| {
             format!(
-                "unknown key `{key}`{}",
+                "unknown key `{}`{}",
+                crate::suggest::printable(key),
                 crate::suggest::hint(key, raw::TOP_LEVEL_KEYS.iter().copied())
             )
         })

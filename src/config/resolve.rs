@@ -569,13 +569,15 @@ fn move_unknown_keys(
         let value = agent.remove(key).unwrap_or(Value::Null);
         if model_args.contains_key(key) {
             warnings.push(format!(
-                "{label}: unknown key `{key}` ignored: `model_args.{key}` is set explicitly{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied())
+                "{label}: unknown key `{shown}` ignored: `model_args.{shown}` is set explicitly{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied()),
+                shown = suggest::printable(key)
             ));
         } else {
             warnings.push(format!(
-                "{label}: unknown key `{key}` passed to the model as `model_args.{key}`{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied())
+                "{label}: unknown key `{shown}` passed to the model as `model_args.{shown}`{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied()),
+                shown = suggest::printable(key)
             ));
             model_args.insert(key.clone(), value);
         }

@@ -455,12 +455,16 @@ impl Store {
             .map_err(|error| self.sql(error))?;
         match rows.as_slice() {
             [] => Err(StoreError::NotFound(format!(
-                "no session `{id}` in the store `{}`; hint: `lllm logs` lists them",
+                "no session `{}` in the store `{}`; hint: `lllm logs` lists them",
+                crate::redact::echo(id),
                 self.path.display()
             ))),
             [(_, path, offset)] => Ok((PathBuf::from(path), offset.map(|offset| offset as u64))),
             [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
-                "`{id}` names more than one session ({first}, {second}, …); give more of the id"
+                "`{}` names more than one session ({}, {}, …); give more of the id",
+                crate::redact::echo(id),
+                crate::redact::echo(first),
+                crate::redact::echo(second)
             ))),
         }
     }
