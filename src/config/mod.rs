@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::redact::terminal_line;
+use crate::suggest::printable;
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use defaults::Defaults;
@@ -107,20 +108,50 @@ pub fn load_with(path: &Path, defaults: &Defaults) -> Result<TacticConfig> {
     let mut document = load_document(path, &mut chain)?;
     defaults.apply(&mut document);
     let directory = parent_dir(path);
+    let prompts = prompts_problem(&document);
     if let Value::Object(map) = &mut document {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    resolve::resolve(path, document).map_err(|(problems, partial)| {
-        let path = path.display().to_string();
-        match partial {
-            Some(partial) => Error::Incomplete {
-                path,
-                problems,
-                partial,
-            },
-            None => Error::Invalid { path, problems },
+    resolved(path, document, prompts)
+}
+
+/// The merged `document` resolved, with `also` (a problem found before)
+/// among the problems; the error is shown under `path`.
+fn resolved(path: &Path, document: Value, also: Option<String>) -> Result<TacticConfig> {
+    let (problems, partial) = match (resolve::resolve(path, document), also) {
+        (Ok(config), None) => return Ok(config),
+        (Ok(config), Some(problem)) => (vec![problem], Some(Box::new(config))),
+        (Err((mut problems, partial)), also) => {
+            problems.extend(also);
+            (problems, partial)
         }
+    };
+    let path = path.display().to_string();
+    Err(match partial {
+        Some(partial) => Error::Incomplete {
+            path,
+            problems,
+            partial,
+        },
+        None => Error::Invalid { path, problems },
+    })
+}
+
+/// `prompts:` as a file wrote it (the default `./prompts` is not checked: a
+/// tactic without prompt files never names it) is a directory, or nothing
+/// yet. A file there was taken for an empty prompt directory, silently
+/// (issue 26).
+fn prompts_problem(document: &Value) -> Option<String> {
+    let prompts = document.get("prompts")?.as_str()?;
+    let metadata = std::fs::metadata(prompts).ok()?;
+    (!metadata.is_dir()).then(|| {
+        format!(
+            "`prompts`: `{}` is {}, not a directory; `prompts` names the directory of the \
+             prompt files",
+            printable(prompts),
+            crate::file::describe(&metadata.file_type())
+        )
     })
 }
 

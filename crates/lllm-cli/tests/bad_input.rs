@@ -183,3 +183,171 @@ fn a_huge_value_is_echoed_cut_with_its_length() {
     assert!(duplicate.contains(&cut), "{duplicate}");
     assert_lines_within(&batch.stderr, 600);
 }
+
+/// `t.yaml` run with `flow`/`extra` added to an echoing tactic whose model is
+/// served by `lllm-mock` at `url` (so a request that goes out is seen).
+fn served_tactic(url: &str, extra: &str) -> String {
+    format!(
+        "tactic_type: served\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: a, system_prompt: You repeat.}}]\n\
+         providers:\n  local: {{api: openai, base_url: \"{url}\", api_key_env: TEST_KEY}}\n{extra}"
+    )
+}
+
+#[test]
+fn what_was_accepted_silently_is_refused_before_anything_is_sent() {
+    let test = test().env("TEST_KEY", "sk-test-key-0001");
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    let url = server.base_url();
+    let tool = |parameters: &str| {
+        format!(
+            "tools:\n  - name: wc\n    description: count\n    parameters: {parameters}\n    \
+             command: [wc]\n"
+        )
+    };
+    let fork = "flow:\n  - {step: one, agent: a, text: \"{{ task }}\"}\n  \
+                - {step: two, agent: a, dialog: side, fork: {from: nowhere}, text: again}\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "parameters: a string",
+            tool("\"a string\""),
+            "t.yaml: tool `wc`: `parameters` is a string, not a JSON Schema object",
+        ),
+        (
+            "parameters: a list",
+            tool("[text]"),
+            "t.yaml: tool `wc`: `parameters` is a list, not a JSON Schema object",
+        ),
+        (
+            "parameters: type 5",
+            tool("{type: 5}"),
+            "t.yaml: tool `wc`: `parameters` has `type: 5`",
+        ),
+        (
+            "parameters: not a schema",
+            tool("{type: object, properties: {text: {type: 7}}}"),
+            "t.yaml: tool `wc`: `parameters` is not a valid JSON Schema at `/properties/text/type`",
+        ),
+        (
+            "prompts: a file",
+            "prompts: notes.txt\n".into(),
+            "t.yaml: `prompts`: `./notes.txt` is a regular file, not a directory",
+        ),
+        (
+            "fork: from nowhere",
+            fork.into(),
+            "step `two`: `fork.from` names dialog `nowhere`, which no step of agent `a` opens \
+             before it",
+        ),
+    ];
+    let test = test
+        .file("notes.txt", "not prompts")
+        .file("tasks.jsonl", "{\"id\": \"t1\", \"task\": \"hi\"}\n");
+    for (name, extra, expected) in &cases {
+        std::fs::write(test.path("t.yaml"), served_tactic(&url, extra)).unwrap();
+        for output in [
+            test.run(&["run", "t.yaml", "--task", "hi"]),
+            test.batch(
+                "t.yaml",
+                &format!("out-{}", name.replace([' ', ':'], "-")),
+                &[],
+            ),
+        ] {
+            output.expect_code(2);
+            assert!(
+                output.stderr.contains(expected),
+                "{name}: {}",
+                output.stderr
+            );
+            let errors = output
+                .stderr
+                .lines()
+                .filter(|line| line.starts_with("error:"));
+            let lines: Vec<&str> = errors.filter(|line| line.contains(expected)).collect();
+            assert_eq!(lines.len(), 1, "{name}: {}", output.stderr);
+        }
+    }
+
+    // `api_key_env` naming a variable set nowhere (environment, `.env`, keys).
+    std::fs::write(test.path("t.yaml"), served_tactic(&url, "")).unwrap();
+    let unset = Test::new()
+        .file("t.yaml", &served_tactic(&url, ""))
+        .file("tasks.jsonl", "{\"id\": \"t1\", \"task\": \"hi\"}\n");
+    let expected = "TEST_KEY is not set (the `api_key_env` of `providers.local`, needed by \
+                    model `local/m`)";
+    for output in [
+        unset.run(&["run", "t.yaml", "--task", "hi", "--no-record"]),
+        unset.run(&["run", "t.yaml", "--task", "hi", "--dry-run"]),
+        unset.batch("t.yaml", "out", &[]),
+    ] {
+        output.expect_code(2);
+        assert!(output.stderr.contains(expected), "{}", output.stderr);
+    }
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+    // Set in an env file, it is found (the usual order: environment, env
+    // file, keys file).
+    let found = unset.file(".env", "TEST_KEY=sk-from-env-file\n");
+    found
+        .run(&["run", "t.yaml", "--task", "hi", "--no-record", "-q"])
+        .expect_code(0);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn a_byte_order_mark_starts_any_file_lllm_reads() {
+    const BOM: &str = "\u{feff}";
+    let test = Test::new();
+    let home = test.path("home").display().to_string();
+    let xdg = test.path("xdg").display().to_string();
+    let test = test
+        .env("LLLM_HOME", &home)
+        .env("XDG_CONFIG_HOME", &xdg)
+        .file(
+            "t.yaml",
+            &format!(
+                "{BOM}tactic_type: echoer\nglobal: {{max_llm_recall: 0}}\n\
+                 agent_configs: [{{name: a, system_prompt: You repeat.}}]\n\
+                 providers:\n  mock: {{script: replies.yaml}}\n\
+                 flow:\n  - {{step: one, agent: a, prompt: ask}}\n"
+            ),
+        )
+        .file("replies.yaml", &format!("{BOM}default: {{echo: true}}\n"))
+        .file(
+            "prompts/ask.md",
+            &format!("{BOM}---\nrenderer: jinja\n---\nSay {{{{ task }}}} back.\n"),
+        )
+        .file(
+            "xdg/lllm/config.yaml",
+            &format!("{BOM}model: mock/script\n"),
+        )
+        .file(
+            "tasks.jsonl",
+            &format!(
+                "{BOM}{{\"id\": \"t1\", \"task\": \"hi\"}}\n{{\"id\": \"t2\", \"task\": \"ho\"}}\n"
+            ),
+        )
+        .file(
+            "prices.json",
+            &format!(
+                "{BOM}{{\"my-model\": {{\"input_per_million\": 1, \"output_per_million\": 2}}}}"
+            ),
+        );
+
+    // Tactic, mock script, prompt front matter and config file.
+    let run = test.run(&["run", "t.yaml", "--task", "hi", "-q"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout.trim(), "Say hi back.");
+    // The task file's first line.
+    test.batch("t.yaml", "out", &[]).expect_code(0);
+    let results = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    let ids: Vec<String> = results
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["id"].to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{results}");
+    assert!(ids.contains(&"\"t1\"".to_string()), "{results}");
+    // A price file.
+    let models = test.run(&["models", "my-model", "--prices", "prices.json"]);
+    models.expect_code(0);
+    assert!(models.stdout.contains("my-model"), "{}", models.stdout);
+}
