@@ -315,7 +315,9 @@ impl McpTool {
                     ));
                 }
             };
-        let text = result_text(&result);
+        // Cut like a command tool's output (the whole reply is in memory
+        // already: rmcp reads a message whole).
+        let text = super::bounded_result(result_text(&result));
         if result.is_error == Some(true) {
             Err(text)
         } else {
