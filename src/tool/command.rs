@@ -93,9 +93,9 @@ impl CommandTool {
         #[cfg(unix)]
         command.process_group(0);
         set_environment(&mut command, &self.env, &self.hidden);
-        let mut child = command
-            .spawn()
-            .map_err(|error| format!("cannot start `{program}`: {error}"))?;
+        let mut child = command.spawn().map_err(|error| {
+            format!("cannot start `{program}`: {}", crate::fds::describe(&error))
+        })?;
         // Killed as a whole when this call ends, however it ends.
         let group = ProcessGroup::led_by(child.id());
         let input = Value::Object(arguments.clone()).to_string();

@@ -162,7 +162,12 @@ impl McpServer {
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|error| format!("MCP server `{name}`: cannot start `{program}`: {error}"))?;
+            .map_err(|error| {
+                format!(
+                    "MCP server `{name}`: cannot start `{program}`: {}",
+                    crate::fds::describe(&error)
+                )
+            })?;
         let pid = transport.id();
         let group = ProcessGroup::led_by(pid);
         let tail = Arc::new(StderrTail::default());

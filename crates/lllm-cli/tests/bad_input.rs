@@ -351,3 +351,98 @@ fn a_byte_order_mark_starts_any_file_lllm_reads() {
     models.expect_code(0);
     assert!(models.stdout.contains("my-model"), "{}", models.stdout);
 }
+
+/// `lllm ARGS` in `test`'s dir and environment, under an open-file limit of
+/// `files` (soft and hard: `sh`'s `ulimit -n`), to the end.
+fn run_limited(test: &Test, files: u32, args: &[&str]) -> common::Output {
+    let script = format!("ulimit -n {files} && exec \"$0\" \"$@\"");
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_lllm"))
+        .args(args)
+        .current_dir(test.dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", test.dir.path())
+        .env("LLLM_HOME", test.path("home"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("start sh");
+    common::Output::of(output)
+}
+
+#[test]
+fn running_out_of_file_descriptors_is_named_and_a_batch_fits_its_limit() {
+    let test = test();
+    let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
+    // One task, 100 branches at once, each opening its connection in the
+    // same poll of the flow: under a limit of 32 most find no descriptor.
+    let fan = format!(
+        "tactic_type: fan\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
+         agent_configs: [{{name: a, system_prompt: You repeat.}}]\n\
+         providers:\n  local: {{api: openai, base_url: \"{}\"}}\n\
+         pricing:\n  m: {{input_per_million: 1, output_per_million: 1}}\n\
+         flow:\n  - parallel: {{foreach: \"range(100)\", as: n}}\n    steps:\n      \
+         - {{step: one, agent: a, text: \"say {{{{ n }}}}\"}}\n",
+        server.base_url()
+    );
+    let test = test.file("fan.yaml", &fan);
+    let output = run_limited(
+        &test,
+        32,
+        &["run", "fan.yaml", "--task", "hi", "--no-record"],
+    );
+    output.expect_code(1);
+    assert!(
+        output.stderr.contains(
+            "too many open files (the process's limit is 32; raise it with `ulimit -n` or \
+             lower -j): no connection to `"
+        ),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        !output.stderr.contains("cannot connect"),
+        "{}",
+        output.stderr
+    );
+
+    // A batch whose `-j` cannot fit the limit runs fewer at once, and says so.
+    let tasks: String = (0..40)
+        .map(|index| {
+            json!({"id": format!("t{index}"), "task": format!("task {index}")}).to_string() + "\n"
+        })
+        .collect();
+    let test = test.file("tasks.jsonl", &tasks);
+    let batch = run_limited(
+        &test,
+        100,
+        &[
+            "batch",
+            "tasks.jsonl",
+            "--tactic",
+            "t.yaml",
+            "-o",
+            "out",
+            "-q",
+            "-j",
+            "500",
+        ],
+    );
+    batch.expect_code(0);
+    assert_eq!(
+        batch.stderr.trim(),
+        "warning: `-j 500` needs about 2064 open files and this process may have 100 \
+         (`ulimit -n`); running 9 tasks at once; hint: raise the limit (`ulimit -n 2064`) or \
+         lower -j"
+    );
+    let results = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    assert_eq!(results.lines().count(), 40);
+    assert!(
+        results
+            .lines()
+            .all(|line| line.contains("\"state\":\"success\"")),
+        "{results}"
+    );
+}
