@@ -298,9 +298,9 @@ fn render_raw(record: &SessionRecord) -> String {
     let _ = writeln!(
         out,
         "session {} · tactic `{}` ({}) · {state} · {}{} · {} tokens · {} · {:.1} s",
-        record.session_id,
-        record.tactic.name,
-        record.tactic.path,
+        crate::redact::echo(&record.session_id),
+        crate::redact::echo(&record.tactic.name),
+        crate::redact::echo(&record.tactic.path),
         crate::words::calls(record.invoke_count() as u64, record.retry_count() as u64),
         match record.cache_hit_count() {
             0 => String::new(),
@@ -317,7 +317,7 @@ fn render_raw(record: &SessionRecord) -> String {
         );
     }
     if let Some(id) = &record.task_id {
-        let _ = writeln!(out, "task id: {id}");
+        let _ = writeln!(out, "task id: {}", crate::redact::echo(id));
     }
     let task = match &record.task {
         Value::String(text) => text.clone(),
@@ -360,8 +360,9 @@ fn render_raw(record: &SessionRecord) -> String {
             let _ = writeln!(
                 out,
                 "  dialog `{}` [{}]:",
-                call.dialog_alias,
-                &call.dialog_id[..8.min(call.dialog_id.len())]
+                crate::redact::echo(&call.dialog_alias),
+                // By characters: a record read from a file may hold any text.
+                call.dialog_id.chars().take(8).collect::<String>()
             );
             for (position, message) in dialog.messages().iter().enumerate() {
                 let _ = writeln!(out, "    {}", message_line(position, message));

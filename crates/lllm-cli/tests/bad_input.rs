@@ -446,3 +446,47 @@ fn running_out_of_file_descriptors_is_named_and_a_batch_fits_its_limit() {
         "{results}"
     );
 }
+
+#[test]
+fn a_record_s_text_is_cut_by_characters_never_mid_character() {
+    let test = test();
+    test.run(&[
+        "run", "t.yaml", "--task", "hi", "-q", "--record", "run.json",
+    ])
+    .expect_code(0);
+    let mut record: Value =
+        serde_json::from_str(&std::fs::read_to_string(test.path("run.json")).unwrap()).unwrap();
+    // Byte 19 of the start time and byte 8 of the dialog id fall inside `é`,
+    // where the listing and `replay` cut them (a panic, exit 101, before).
+    record["started_at"] = json!("2026-11-27T13:28:1é");
+    record["session_id"] = json!("crafted-session");
+    let dialog = record["agent_calls"][0]["dialog_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = serde_json::to_string(&record)
+        .unwrap()
+        .replace(&dialog, "aéééééééé");
+    let test = test.file("records/crafted.json", &text);
+
+    let replay = test.run(&["replay", "records/crafted.json"]);
+    replay.expect_code(0);
+    assert!(
+        replay.stdout.contains("dialog `main` [aééééééé]:"),
+        "{}",
+        replay.stdout
+    );
+
+    test.run(&["logs", "reindex", "--from", "records", "-q"])
+        .expect_code(0);
+    let listing = test.run(&["logs"]);
+    listing.expect_code(0);
+    assert!(
+        listing
+            .stdout
+            .lines()
+            .any(|line| line.starts_with("2026-11-27T13:28:1é  ")),
+        "{}",
+        listing.stdout
+    );
+}
