@@ -12,6 +12,8 @@ use std::error::Error;
 use std::io;
 
 /// The process's limit of open files (the soft limit), if known.
+// `rlim_t` is `u64` here and `u32` on some 32-bit targets: the casts widen.
+#[allow(clippy::unnecessary_cast)]
 pub fn limit() -> Option<u64> {
     #[cfg(unix)]
     {
@@ -29,6 +31,7 @@ pub fn limit() -> Option<u64> {
 /// Raises the limit of open files to `wanted` when it is lower, as far as
 /// the hard limit allows (a process may raise its own soft limit up to it,
 /// as `ulimit -S -n` does); never lowers it. The limit afterwards, if known.
+#[allow(clippy::unnecessary_cast)]
 pub fn raise(wanted: u64) -> Option<u64> {
     #[cfg(unix)]
     {
