@@ -433,6 +433,45 @@ pub fn echo(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// A message line with every value it quotes in backticks (`` `x` ``, how
+/// lllm quotes input in a message) cut as [`echo`] cuts it: the bound for
+/// the values of every error and warning, whichever of the many places that
+/// word a message wrote it (a path from the command line in `cannot read
+/// `…``, a name in a parser's message). A span [`echo`] cut already (it ends
+/// with the length note) is left as it is; text outside backticks is not
+/// touched. Control characters are not escaped here.
+pub fn echo_quoted(line: &str) -> Cow<'_, str> {
+    let ticks: Vec<usize> = line.match_indices('`').map(|(at, _)| at).collect();
+    let long = |span: &str| span.chars().count() > ECHO_CHARS && !already_cut(span);
+    if !ticks
+        .chunks_exact(2)
+        .any(|pair| long(&line[pair[0] + 1..pair[1]]))
+    {
+        return Cow::Borrowed(line);
+    }
+    let mut shown = String::with_capacity(line.len().min(1 << 16));
+    let mut from = 0;
+    for pair in ticks.chunks_exact(2) {
+        let span = &line[pair[0] + 1..pair[1]];
+        if long(span) {
+            shown.push_str(&line[from..=pair[0]]);
+            shown.push_str(&cut(span, ECHO_CHARS));
+            from = pair[1];
+        }
+    }
+    shown.push_str(&line[from..]);
+    Cow::Owned(shown)
+}
+
+/// Whether `span` ends with what [`cut`] made of a value (`… (N
+/// characters)`): its value was cut where the message was worded (`--by
+/// vvv… (100000 characters)`), and a second cut would hide its length.
+fn already_cut(span: &str) -> bool {
+    span.strip_suffix(" characters)")
+        .and_then(|rest| rest.rsplit_once("… ("))
+        .is_some_and(|(_, count)| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// JSON printed for a person (`--show-config`, `replay --json`, `--dry-run`):
 /// serde_json escapes C0 controls but writes DEL and C1 as they are; they are
 /// written as `\u00XX` here, which reads back as the same JSON value.
@@ -594,6 +633,26 @@ mod tests {
         assert!(shown.ends_with("\\n… (301 characters)"), "{shown}");
         assert_eq!(echo("id\x1b[2J"), "id\\x1b[2J");
         assert!(matches!(echo("short"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn values_quoted_in_a_message_are_cut() {
+        let huge = "z".repeat(100_000);
+        let line = format!("cannot read `{huge}`: File name too long (`x`, `{huge}`)");
+        let cut_value = format!("{}… (100000 characters)", "z".repeat(ECHO_CHARS));
+        assert_eq!(
+            echo_quoted(&line),
+            format!("cannot read `{cut_value}`: File name too long (`x`, `{cut_value}`)")
+        );
+        // Cut once: what `echo` cut stays as it is.
+        let echoed = format!("no session `{}` here (`--by {}`)", echo(&huge), echo(&huge));
+        assert!(matches!(echo_quoted(&echoed), Cow::Borrowed(_)));
+        // Short spans, text outside backticks and an unpaired backtick stay.
+        let plain = format!("step `a` of {huge} and a ` alone");
+        assert!(matches!(echo_quoted(&plain), Cow::Borrowed(_)));
+        let open = format!("`short` then `{huge}");
+        assert_eq!(echo_quoted(&open), open);
+        assert_eq!(echo_quoted("é`é`é"), "é`é`é");
     }
 
     #[test]

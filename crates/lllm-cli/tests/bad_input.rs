@@ -138,9 +138,12 @@ fn a_huge_value_is_echoed_cut_with_its_length() {
     let session: Value = serde_json::from_str(json.stdout.trim()).unwrap();
     assert_eq!(session["tags"]["k0"], format!("{huge}2"));
 
-    // Errors: an id, a flag's value, a tag, a time, a grouping.
+    // Errors: an id, a flag's value, a tag, a time, a grouping, paths.
     let cut = format!("{}… (100000 characters)", "v".repeat(200));
     for args in [
+        vec!["replay", huge.as_str()],
+        vec!["merge", huge.as_str(), "-o", "merged"],
+        vec!["batch", huge.as_str(), "--tactic", "t.yaml", "-o", "out"],
         vec!["logs", "show", huge.as_str()],
         vec!["logs", "--since", huge.as_str()],
         vec!["logs", "cost", "--by", huge.as_str()],
