@@ -106,7 +106,8 @@ pub fn read_regular(path: &Path, cap: u64) -> io::Result<(Vec<u8>, u64)> {
 /// The text of the regular file at `path`, which may hold at most `cap`
 /// bytes: a file that is not regular (a named pipe would block, a device could
 /// be endless), one larger than `cap` (`/proc` files say size 0, so the read
-/// itself is bounded) or one that is not UTF-8 is an error saying which.
+/// itself is bounded) or one that is not UTF-8 is an error saying which. A
+/// leading byte order mark is dropped ([`without_bom`]).
 pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
     let (bytes, size) = read_regular(path, cap.saturating_add(1))?;
     let read = bytes.len() as u64;
@@ -120,8 +121,25 @@ pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
             ),
         ));
     }
-    String::from_utf8(bytes)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+    let mut text = String::from_utf8(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))?;
+    if text.starts_with(BOM) {
+        text.drain(..BOM.len_utf8());
+    }
+    Ok(text)
+}
+
+/// The UTF-8 byte order mark, U+FEFF: what Windows editors (Notepad, Excel's
+/// "UTF-8" export, PowerShell's `Out-File`) put before a file's text.
+pub const BOM: char = '\u{feff}';
+
+/// `text` without a leading byte order mark. It says only that the file is
+/// UTF-8, and is no part of what the file holds: a tactic starting with one
+/// was refused as "more than one document", a task file's first line as
+/// not JSON (issue 26). Every YAML or JSON text lllm reads from a user goes
+/// through here (files through [`read_text`]).
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix(BOM).unwrap_or(text)
 }
 
 /// The most a tactic, a mock script or a price file may hold: LiteLLM's
@@ -202,6 +220,11 @@ mod tests {
             read_text(&text, 5).unwrap_err().to_string(),
             "not UTF-8 text"
         );
+        // A byte order mark is no part of the text; one inside it is.
+        std::fs::write(&text, "\u{feff}a: 1\n\u{feff}").unwrap();
+        assert_eq!(read_text(&text, 64).unwrap(), "a: 1\n\u{feff}");
+        assert_eq!(without_bom("\u{feff}\u{feff}x"), "\u{feff}x");
+        assert_eq!(without_bom("x"), "x");
         #[cfg(unix)]
         {
             let fifo = dir.path().join("pipe.yaml");

@@ -17,6 +17,8 @@ pub mod dialog;
 #[doc(hidden)]
 pub mod error;
 #[doc(hidden)]
+pub mod fds;
+#[doc(hidden)]
 pub mod file;
 #[doc(hidden)]
 pub mod json;

@@ -78,9 +78,22 @@ fn guarded(write: &mut dyn FnMut()) {
 
 /// One line on stderr (`eprintln!` that cannot panic), control characters
 /// escaped (`redact::terminal_line`): what a provider or a model wrote can
-/// neither drive the terminal nor break the line.
+/// neither drive the terminal nor break the line. Each value it quotes in
+/// backticks is cut at [`ECHO_CHARS`](crate::redact::ECHO_CHARS)
+/// (`redact::echo_quoted`), and the line past
+/// [`LINE_CHARS`](crate::redact::LINE_CHARS) characters, each with its
+/// length: a 100 KB id or path echoed whole buried the line (issue 26).
 pub fn stderr_line(text: &str) {
-    let line = crate::redact::terminal_line(text);
+    let text = crate::redact::echo_quoted(text);
+    stderr_trace(&text);
+}
+
+/// One line of a trace on stderr (`-v`): [`stderr_line`] without the cut of
+/// quoted values, so an event shows the text it carries as it is (each
+/// body is cut at its own limit where the event is made).
+pub fn stderr_trace(text: &str) {
+    let text = crate::redact::cut(text, crate::redact::LINE_CHARS);
+    let line = crate::redact::terminal_line(&text);
     guarded(&mut || {
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{line}");

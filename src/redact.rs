@@ -1,7 +1,8 @@
 //! What lllm shows and stores is safe to show and store: URLs lose their
 //! credentials (`url`, `place`), text from a provider loses every secret lllm
 //! knows (`Secrets`), and text printed for a person loses its terminal control
-//! sequences (`terminal_line`, `terminal_text`, `json_controls`).
+//! sequences (`terminal_line`, `terminal_text`, `json_controls`) and, for a
+//! value echoed into a line, its length past a bound (`echo`, `cut`).
 //!
 //! This is the lowest layer: it knows strings, not providers or records. The
 //! provider layer decides which values are secrets (`http::Endpoint`,
@@ -606,6 +607,84 @@ pub fn terminal_text(text: &str) -> Cow<'_, str> {
     })
 }
 
+/// The most characters of one value (an id, a tag, a name, a path, a key)
+/// that a line for a person shows: a task file, a reply or an argument can
+/// hold a value of any size, and a 100 KB id echoed whole buries the line
+/// that names it (issue 26).
+pub const ECHO_CHARS: usize = 200;
+
+/// The most characters of one line lllm writes on stderr ([`crate::output::stderr_line`]):
+/// the bound behind [`ECHO_CHARS`], for a line that quotes a long text
+/// (a parser's message, a server's reply) rather than a value. A trace
+/// body (`provider::trace::BODY_BYTES`) fits.
+pub const LINE_CHARS: usize = 8192;
+
+/// `text` cut to at most `max` characters: the first `max`, then `…` and
+/// the whole length (`abc… (100000 characters)`), so a value of any size
+/// takes a bounded part of a line and the reader still learns its size.
+/// Shorter text is unchanged.
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!(
+            "{}… ({} characters)",
+            &text[..end],
+            text.chars().count()
+        )),
+    }
+}
+
+/// A value lllm echoes into a line for a person — an error, a warning, a
+/// listing's column: an id, a tag, a name from a task file, a reply or the
+/// command line — as that line shows it: cut to [`ECHO_CHARS`] characters
+/// ([`cut`]) and its control characters escaped ([`terminal_line`]). JSON
+/// outputs (`--json`) and records keep values whole; this is for people.
+pub fn echo(text: &str) -> Cow<'_, str> {
+    match cut(text, ECHO_CHARS) {
+        Cow::Borrowed(text) => terminal_line(text),
+        Cow::Owned(text) => Cow::Owned(terminal_line(&text).into_owned()),
+    }
+}
+
+/// A message line with every value it quotes in backticks (`` `x` ``, how
+/// lllm quotes input in a message) cut as [`echo`] cuts it: the bound for
+/// the values of every error and warning, whichever of the many places that
+/// word a message wrote it (a path from the command line in `cannot read
+/// `…``, a name in a parser's message). A span [`echo`] cut already (it ends
+/// with the length note) is left as it is; text outside backticks is not
+/// touched. Control characters are not escaped here.
+pub fn echo_quoted(line: &str) -> Cow<'_, str> {
+    let ticks: Vec<usize> = line.match_indices('`').map(|(at, _)| at).collect();
+    let long = |span: &str| span.chars().count() > ECHO_CHARS && !already_cut(span);
+    if !ticks
+        .chunks_exact(2)
+        .any(|pair| long(&line[pair[0] + 1..pair[1]]))
+    {
+        return Cow::Borrowed(line);
+    }
+    let mut shown = String::with_capacity(line.len().min(1 << 16));
+    let mut from = 0;
+    for pair in ticks.chunks_exact(2) {
+        let span = &line[pair[0] + 1..pair[1]];
+        if long(span) {
+            shown.push_str(&line[from..=pair[0]]);
+            shown.push_str(&cut(span, ECHO_CHARS));
+            from = pair[1];
+        }
+    }
+    shown.push_str(&line[from..]);
+    Cow::Owned(shown)
+}
+
+/// Whether `span` ends with what [`cut`] made of a value (`… (N
+/// characters)`): its value was cut where the message was worded (`--by
+/// vvv… (100000 characters)`), and a second cut would hide its length.
+fn already_cut(span: &str) -> bool {
+    span.strip_suffix(" characters)")
+        .and_then(|rest| rest.rsplit_once("… ("))
+        .is_some_and(|(_, count)| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// JSON printed for a person (`--show-config`, `replay --json`, `--dry-run`):
 /// serde_json escapes C0 controls but writes DEL and C1 as they are; they are
 /// written as `\u00XX` here, which reads back as the same JSON value.
@@ -756,6 +835,51 @@ mod tests {
             "line one\r\nline two\n\\x1b]0;title\\x07\\rover"
         );
         assert!(matches!(terminal_text("a\nb\tc"), Cow::Borrowed(_)));
+    }
+
+    #[track_caller]
+    fn cut_case(text: &str, max: usize, shown: &str) {
+        assert_eq!(cut(text, max), shown);
+    }
+
+    #[test]
+    fn long_values_are_cut_with_their_length() {
+        cut_case("", 3, "");
+        cut_case("abc", 3, "abc");
+        cut_case("abcd", 3, "abc… (4 characters)");
+        cut_case("ééééé", 2, "éé… (5 characters)");
+        let huge = "x".repeat(100_000);
+        assert_eq!(
+            echo(&huge),
+            format!("{}… (100000 characters)", "x".repeat(ECHO_CHARS))
+        );
+        // Cut first, then escaped: the 199 newlines kept after `a` read `\n`.
+        let newlines = format!("a{}", "\n".repeat(300));
+        let shown = echo(&newlines);
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(shown.ends_with("\\n… (301 characters)"), "{shown}");
+        assert_eq!(echo("id\x1b[2J"), "id\\x1b[2J");
+        assert!(matches!(echo("short"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn values_quoted_in_a_message_are_cut() {
+        let huge = "z".repeat(100_000);
+        let line = format!("cannot read `{huge}`: File name too long (`x`, `{huge}`)");
+        let cut_value = format!("{}… (100000 characters)", "z".repeat(ECHO_CHARS));
+        assert_eq!(
+            echo_quoted(&line),
+            format!("cannot read `{cut_value}`: File name too long (`x`, `{cut_value}`)")
+        );
+        // Cut once: what `echo` cut stays as it is.
+        let echoed = format!("no session `{}` here (`--by {}`)", echo(&huge), echo(&huge));
+        assert!(matches!(echo_quoted(&echoed), Cow::Borrowed(_)));
+        // Short spans, text outside backticks and an unpaired backtick stay.
+        let plain = format!("step `a` of {huge} and a ` alone");
+        assert!(matches!(echo_quoted(&plain), Cow::Borrowed(_)));
+        let open = format!("`short` then `{huge}");
+        assert_eq!(echo_quoted(&open), open);
+        assert_eq!(echo_quoted("é`é`é"), "é`é`é");
     }
 
     #[test]

@@ -23,13 +23,17 @@ pub enum Error {
     #[error("cannot read `{path}`: {message}")]
     Read { path: String, message: String },
     #[error(
-        "`{path}` is a `{found}` record; this lllm reads `{}` (re-run the tactic, or use the lllm that wrote it)",
+        "`{path}` is a `{}` record; this lllm reads `{}` (re-run the tactic, or use the lllm that wrote it)",
+        crate::redact::echo(found),
         record::READS.join("`, `")
     )]
     Format { path: String, found: String },
     #[error("`{path}` is not a valid `{}` record: {message}", record::FORMAT)]
     Invalid { path: String, message: String },
-    #[error("no session `{id}` in `{path}` ({count} sessions; ids are session ids or task ids)")]
+    #[error(
+        "no session `{}` in `{path}` ({count} sessions; ids are session ids or task ids)",
+        crate::redact::echo(id)
+    )]
     NoSuchSession {
         path: String,
         id: String,
@@ -81,9 +85,9 @@ impl Heading {
     fn describe(&self) -> String {
         format!(
             "{} ({}, started {})",
-            self.session_id.as_deref().unwrap_or("?"),
-            self.state.as_deref().unwrap_or("?"),
-            self.started_at.as_deref().unwrap_or("?")
+            crate::redact::echo(self.session_id.as_deref().unwrap_or("?")),
+            crate::redact::echo(self.state.as_deref().unwrap_or("?")),
+            crate::redact::echo(self.started_at.as_deref().unwrap_or("?"))
         )
     }
 }
@@ -175,8 +179,9 @@ pub fn load_choosing(path: &Path, id: Option<&str>) -> Result<Loaded> {
                         others.push(format!("… {} more", same_task.len() - LISTED));
                     }
                     notes.push(format!(
-                        "task `{id}` has {} sessions in `{label}`; showing the latest, {}; \
+                        "task `{}` has {} sessions in `{label}`; showing the latest, {}; \
                          earlier: {}; hint: pick one with `--id SESSION_ID`",
+                        crate::redact::echo(id),
                         same_task.len() + 1,
                         heading.describe(),
                         others.join(", ")
@@ -293,9 +298,9 @@ fn render_raw(record: &SessionRecord) -> String {
     let _ = writeln!(
         out,
         "session {} · tactic `{}` ({}) · {state} · {}{} · {} tokens · {} · {:.1} s",
-        record.session_id,
-        record.tactic.name,
-        record.tactic.path,
+        crate::redact::echo(&record.session_id),
+        crate::redact::echo(&record.tactic.name),
+        crate::redact::echo(&record.tactic.path),
         crate::words::calls(record.invoke_count() as u64, record.retry_count() as u64),
         match record.cache_hit_count() {
             0 => String::new(),
@@ -312,7 +317,7 @@ fn render_raw(record: &SessionRecord) -> String {
         );
     }
     if let Some(id) = &record.task_id {
-        let _ = writeln!(out, "task id: {id}");
+        let _ = writeln!(out, "task id: {}", crate::redact::echo(id));
     }
     let task = match &record.task {
         Value::String(text) => text.clone(),
@@ -355,8 +360,9 @@ fn render_raw(record: &SessionRecord) -> String {
             let _ = writeln!(
                 out,
                 "  dialog `{}` [{}]:",
-                call.dialog_alias,
-                &call.dialog_id[..8.min(call.dialog_id.len())]
+                crate::redact::echo(&call.dialog_alias),
+                // By characters: a record read from a file may hold any text.
+                call.dialog_id.chars().take(8).collect::<String>()
             );
             for (position, message) in dialog.messages().iter().enumerate() {
                 let _ = writeln!(out, "    {}", message_line(position, message));

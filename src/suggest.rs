@@ -33,10 +33,13 @@ where
 
 /// `text` (a name or field a user wrote) as an error line shows it: control
 /// characters written as escapes (`\n`, `\x1b`), so the error stays one line
-/// and a name cannot drive the terminal (`redact::terminal_line`, the one
-/// rule for everything shown to a person). Other text is unchanged.
+/// and a name cannot drive the terminal, and cut past
+/// [`redact::ECHO_CHARS`](crate::redact::ECHO_CHARS) characters with its
+/// length, so a huge name cannot bury the line (`redact::echo`, the one rule
+/// for every value shown to a person). Other text is unchanged. A whole
+/// message (a parser's) is shown with `redact::terminal_line` instead.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    crate::redact::terminal_line(text)
+    crate::redact::echo(text)
 }
 
 #[cfg(test)]
@@ -49,6 +52,8 @@ mod tests {
         assert_eq!(printable("a\nb\r\tc"), "a\\nb\\r\tc");
         assert_eq!(printable("\u{1b}[31mred"), "\\x1b[31mred");
         assert_eq!(printable("quote\"s"), "quote\"s");
+        let long = printable(&"k".repeat(5_000)).into_owned();
+        assert!(long.ends_with("… (5000 characters)"), "{long}");
     }
 
     #[track_caller]

@@ -73,7 +73,9 @@ impl From<serde_yaml_ng::Error> for Error {
 
 /// Parses YAML into a JSON value (see the module documentation for what
 /// differs from `serde_yaml_ng::from_str::<Value>`).
+/// A leading byte order mark is dropped (`file::without_bom`).
 pub fn parse(text: &str) -> Result<Value, Error> {
+    let text = crate::file::without_bom(text);
     check_nesting(text)?;
     serde_yaml_ng::from_str::<Tree>(text)
         .map(|tree| tree.0)
@@ -229,6 +231,16 @@ mod tests {
             parse(text).unwrap(),
             serde_yaml_ng::from_str::<Value>(text).unwrap()
         );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_no_document() {
+        // serde_yaml_ng read it as a second document (issue 26).
+        assert_eq!(
+            parse("\u{feff}a: 1\nb: [x]\n").unwrap(),
+            json!({"a": 1, "b": ["x"]})
+        );
+        assert_eq!(parse("\u{feff}").unwrap(), Value::Null);
     }
 
     #[track_caller]

@@ -123,8 +123,8 @@ struct SessionHead {
 ///
 /// `Err(Error::Usage)` (exit 2) for a problem found before anything is
 /// written: no input, an input that is not a batch directory, a bad line
-/// (`file:line: …`), an output that is an input, a batch's directory, or held
-/// by another run.
+/// (`file:line: …`), an output that is an input, a batch's directory, a
+/// directory holding anything but an earlier merge, or held by another run.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -156,6 +156,9 @@ pub fn merge(
         .iter()
         .map(|input| read_lock(input))
         .collect::<Result<Vec<_>>>()?;
+    // Before the lock, so a refused directory gets no `.lock` file either;
+    // again under it (`merge_locked`), where nothing can change it.
+    check_output(output)?;
     let lock = directory::lock(output).map_err(Error::Usage)?;
     let merged = merge_locked(inputs, output, tasks, compress, started);
     if merged.is_err() {
@@ -225,6 +228,58 @@ fn read_lock(input: &Path) -> Result<Option<File>> {
     }
 }
 
+/// The output is new, empty (but for the lock this merge holds), or an
+/// earlier merge's (it holds `merge.json`), which is replaced. A batch's own
+/// directory, or one holding anything else, is refused: the merge's files
+/// would be mixed with what is there, or replace it (issue 26: a directory
+/// of the user's notes was merged into).
+fn check_output(output: &Path) -> Result<()> {
+    if output.join(MERGE).exists() {
+        return Ok(());
+    }
+    if output.join(RESULTS).exists() {
+        return Err(usage(format!(
+            "`{}` holds a batch's results (not an earlier merge's); hint: merge into a new \
+             directory",
+            output.display()
+        )));
+    }
+    let entries = match std::fs::read_dir(output) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => {
+            return Err(usage(format!(
+                "cannot read `{}`: {error}",
+                output.display()
+            )));
+        }
+    };
+    let mut held: Vec<String> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != directory::LOCK)
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    held.sort();
+    let count = held.len();
+    let mut named: Vec<String> = held
+        .iter()
+        .take(3)
+        .map(|name| format!("`{}`", crate::redact::echo(name)))
+        .collect();
+    if count > named.len() {
+        named.push(format!("{} more", count - named.len()));
+    }
+    Err(usage(format!(
+        "`{}` is not empty and holds no earlier merge (no `{MERGE}`; it holds {}); hint: \
+         merge into a new or empty directory",
+        output.display(),
+        named.join(", ")
+    )))
+}
+
 fn merge_locked(
     inputs: &[PathBuf],
     output: &Path,
@@ -232,13 +287,7 @@ fn merge_locked(
     compress: bool,
     started: Instant,
 ) -> Result<Merged> {
-    if output.join(RESULTS).exists() && !output.join(MERGE).exists() {
-        return Err(usage(format!(
-            "`{}` holds a batch's results (not an earlier merge's); hint: merge into a new \
-             directory",
-            output.display()
-        )));
-    }
+    check_output(output)?;
     let identities = inputs
         .iter()
         .map(|input| directory::read_identity(input).map_err(usage))

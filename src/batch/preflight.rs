@@ -249,7 +249,10 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         let ids = ids_of(inputs.snapshot, inputs.reader, &duplicates);
         for ((line, first), id) in duplicates.into_iter().zip(ids) {
             state.push(
-                format!("duplicate id `{id}` (first on line {first})"),
+                format!(
+                    "duplicate id `{}` (first on line {first})",
+                    crate::redact::echo(&id)
+                ),
                 line,
                 true,
             );

@@ -344,12 +344,16 @@ impl Lines {
     }
 
     /// The next line and its number; `None` at the end. A line that is not
-    /// UTF-8 is an error naming it.
+    /// UTF-8 is an error naming it. The file's byte order mark, if any, is
+    /// no part of its first line (`file::without_bom`).
     pub fn next_line(&mut self) -> Option<Result<(usize, &str), String>> {
         self.buffer.clear();
         self.number += 1;
         match self.reader.read_line(&mut self.buffer) {
             Ok(0) => None,
+            Ok(_) if self.number == 1 => {
+                Some(Ok((self.number, crate::file::without_bom(&self.buffer))))
+            }
             Ok(_) => Some(Ok((self.number, self.buffer.as_str()))),
             Err(error) => Some(Err(format!("line {}: {error}", self.number))),
         }

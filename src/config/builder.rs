@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::{
-    Error, Result, TacticConfig, check_top_level_keys, load_document, merge, parse_yaml, resolve,
+    Error, Result, TacticConfig, check_top_level_keys, load_document, merge, parse_yaml,
     resolve_paths,
 };
 
@@ -73,21 +73,12 @@ fn from_document(document: Value, label: &str, base_dir: Option<&Path>) -> Resul
         Some(base) => merge(load_document(&base, &mut Vec::new())?, Value::Object(map)),
         None => Value::Object(map),
     };
+    let prompts = super::prompts_problem(&document);
     if let (Some(directory), Value::Object(map)) = (base_dir, &mut document) {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    resolve::resolve(Path::new(label), document).map_err(|(problems, partial)| {
-        let path = label.to_string();
-        match partial {
-            Some(partial) => Error::Incomplete {
-                path,
-                problems,
-                partial,
-            },
-            None => Error::Invalid { path, problems },
-        }
-    })
+    super::resolved(Path::new(label), document, prompts)
 }
 
 impl TacticConfig {

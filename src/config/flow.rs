@@ -138,7 +138,8 @@ impl FlowParser<'_> {
     fn unknown_keys(&mut self, entry: &Map<String, Value>, allowed: &[&str], label: &str) {
         for key in entry.keys().filter(|key| !allowed.contains(&key.as_str())) {
             self.problems.push(format!(
-                "`{label}`: unknown key `{key}`{}",
+                "`{label}`: unknown key `{}`{}",
+                suggest::printable(key),
                 suggest::hint(key, allowed.iter().copied())
             ));
         }
@@ -156,7 +157,8 @@ impl FlowParser<'_> {
             .filter(|key| !matches!(key.as_str(), "max" | "until"))
         {
             self.problems.push(format!(
-                "`{label}.loop`: unknown key `{key}` (a loop takes `max` and `until`)"
+                "`{label}.loop`: unknown key `{}` (a loop takes `max` and `until`)",
+                suggest::printable(key)
             ));
         }
         let max = match settings.get("max").filter(|max| !max.is_null()) {
@@ -220,7 +222,8 @@ impl FlowParser<'_> {
             .filter(|key| !matches!(key.as_str(), "foreach" | "as"))
         {
             self.problems.push(format!(
-                "`{label}.parallel`: unknown key `{key}` (it takes `foreach` and `as`)"
+                "`{label}.parallel`: unknown key `{}` (it takes `foreach` and `as`)",
+                suggest::printable(key)
             ));
         }
         let text = |key: &str| {
@@ -348,5 +351,98 @@ impl FlowParser<'_> {
             fork,
             stop: step.stop,
         })))
+    }
+}
+
+/// A dialog of an agent: (agent, dialog).
+type DialogKey = (String, String);
+
+/// Every step whose `fork: {from}` names a dialog its agent cannot have when
+/// the step opens its own (issue 26: found at run time, after earlier steps
+/// were paid for). A dialog is opened by the first step that uses it, so
+/// `from` must be the dialog of a step before it of the same agent, at any
+/// depth and whatever its `if:` (the check never refuses a flow that can
+/// run); inside a `loop`, a dialog any step of the loop opens counts too (a
+/// later round has it). A `parallel` branch runs on fresh agents: only its
+/// own steps open its dialogs, and what it opens stays in the branch.
+pub(super) fn check_forks(items: &[FlowItem], problems: &mut Vec<String>) {
+    forks_in(items, &mut BTreeSet::new(), &BTreeSet::new(), problems);
+}
+
+/// `opened`: the dialogs steps before this point open (grows as it goes);
+/// `looped`: those the steps of the enclosing loops open.
+fn forks_in(
+    items: &[FlowItem],
+    opened: &mut BTreeSet<DialogKey>,
+    looped: &BTreeSet<DialogKey>,
+    problems: &mut Vec<String>,
+) {
+    for item in items {
+        match item {
+            FlowItem::Step(step) => {
+                let own = (step.agent.clone(), step.dialog.clone());
+                if let Some(fork) = &step.fork
+                    // A step whose dialog is open already does not fork.
+                    && !opened.contains(&own)
+                    // Named as a problem of its own by the parser.
+                    && fork.from != step.dialog
+                {
+                    let from = (step.agent.clone(), fork.from.clone());
+                    if !opened.contains(&from) && !looped.contains(&from) {
+                        let open: Vec<String> = opened
+                            .iter()
+                            .chain(looped)
+                            .filter(|(agent, _)| *agent == step.agent)
+                            .map(|(_, dialog)| format!("`{}`", suggest::printable(dialog)))
+                            .collect::<BTreeSet<_>>()
+                            .into_iter()
+                            .collect();
+                        let open = if open.is_empty() {
+                            "none".to_string()
+                        } else {
+                            open.join(", ")
+                        };
+                        problems.push(format!(
+                            "step `{}`: `fork.from` names dialog `{}`, which no step of agent \
+                             `{}` opens before it (open then: {open}); hint: a dialog is opened \
+                             by the first step that uses it, and a `parallel` branch starts \
+                             with none",
+                            suggest::printable(&step.name),
+                            suggest::printable(&fork.from),
+                            suggest::printable(&step.agent),
+                        ));
+                    }
+                }
+                opened.insert(own);
+            }
+            FlowItem::Tactic(_) => {}
+            FlowItem::Loop(config) => {
+                let mut looped = looped.clone();
+                opened_by(&config.steps, &mut looped);
+                forks_in(&config.steps, opened, &looped, problems);
+            }
+            FlowItem::Parallel(config) => {
+                let branches: Vec<&[FlowItem]> = match config.foreach {
+                    Some(_) => vec![&config.steps],
+                    None => config.steps.iter().map(std::slice::from_ref).collect(),
+                };
+                for branch in branches {
+                    forks_in(branch, &mut BTreeSet::new(), &BTreeSet::new(), problems);
+                }
+            }
+        }
+    }
+}
+
+/// The dialogs `items` open, at any depth outside `parallel` branches.
+fn opened_by(items: &[FlowItem], opened: &mut BTreeSet<DialogKey>) {
+    for item in items {
+        match item {
+            FlowItem::Step(step) => {
+                opened.insert((step.agent.clone(), step.dialog.clone()));
+            }
+            FlowItem::Loop(config) => opened_by(&config.steps, opened),
+            FlowItem::Tactic(_) | FlowItem::Parallel(_) => {}
+        }
     }
 }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::redact::terminal_line;
 use crate::suggest::printable;
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
@@ -52,7 +53,7 @@ pub enum Error {
         message: String,
     },
     /// The YAML does not parse.
-    #[error("{path}:{line}:{column}: {}", printable(message))]
+    #[error("{path}:{line}:{column}: {}", terminal_line(message))]
     Syntax {
         /// The file.
         path: String,
@@ -66,7 +67,7 @@ pub enum Error {
     /// One problem per line: a problem is one line by construction, so a line
     /// break (or any control character) in one came from the file, in a name
     /// it quotes, and is shown escaped.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
     Invalid {
         /// The file.
         path: String,
@@ -82,7 +83,7 @@ pub enum Error {
     /// `Invalid`, with what could be resolved despite the problems: a caller
     /// can still look for problems of later phases (prompts, templates) in
     /// `partial` and list them all at once. Shown as `Invalid` is.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", printable(problem))).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
     Incomplete {
         /// The file.
         path: String,
@@ -107,20 +108,50 @@ pub fn load_with(path: &Path, defaults: &Defaults) -> Result<TacticConfig> {
     let mut document = load_document(path, &mut chain)?;
     defaults.apply(&mut document);
     let directory = parent_dir(path);
+    let prompts = prompts_problem(&document);
     if let Value::Object(map) = &mut document {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    resolve::resolve(path, document).map_err(|(problems, partial)| {
-        let path = path.display().to_string();
-        match partial {
-            Some(partial) => Error::Incomplete {
-                path,
-                problems,
-                partial,
-            },
-            None => Error::Invalid { path, problems },
+    resolved(path, document, prompts)
+}
+
+/// The merged `document` resolved, with `also` (a problem found before)
+/// among the problems; the error is shown under `path`.
+fn resolved(path: &Path, document: Value, also: Option<String>) -> Result<TacticConfig> {
+    let (problems, partial) = match (resolve::resolve(path, document), also) {
+        (Ok(config), None) => return Ok(config),
+        (Ok(config), Some(problem)) => (vec![problem], Some(Box::new(config))),
+        (Err((mut problems, partial)), also) => {
+            problems.extend(also);
+            (problems, partial)
         }
+    };
+    let path = path.display().to_string();
+    Err(match partial {
+        Some(partial) => Error::Incomplete {
+            path,
+            problems,
+            partial,
+        },
+        None => Error::Invalid { path, problems },
+    })
+}
+
+/// `prompts:` as a file wrote it (the default `./prompts` is not checked: a
+/// tactic without prompt files never names it) is a directory, or nothing
+/// yet. A file there was taken for an empty prompt directory, silently
+/// (issue 26).
+fn prompts_problem(document: &Value) -> Option<String> {
+    let prompts = document.get("prompts")?.as_str()?;
+    let metadata = std::fs::metadata(prompts).ok()?;
+    (!metadata.is_dir()).then(|| {
+        format!(
+            "`prompts`: `{}` is {}, not a directory; `prompts` names the directory of the \
+             prompt files",
+            printable(prompts),
+            crate::file::describe(&metadata.file_type())
+        )
     })
 }
 
@@ -212,7 +243,8 @@ fn check_top_level_keys(map: &Map<String, Value>, path: &str) -> Result<()> {
         .filter(|key| !raw::TOP_LEVEL_KEYS.contains(&key.as_str()))
         .map(|key| {
             format!(
-                "unknown key `{key}`{}",
+                "unknown key `{}`{}",
+                crate::suggest::printable(key),
                 crate::suggest::hint(key, raw::TOP_LEVEL_KEYS.iter().copied())
             )
         })

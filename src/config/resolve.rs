@@ -379,11 +379,19 @@ pub(super) fn resolve(
             &format!("tool `{name}`"),
             &mut problems,
         );
+        let parameters = match tool.parameters {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(parameters) => match tool_parameters(&parameters) {
+                Ok(()) => parameters,
+                Err(problem) => {
+                    problems.push(format!("tool `{name}`: `parameters` {problem}"));
+                    continue;
+                }
+            },
+        };
         tools.push(ToolConfig {
             description: tool.description.unwrap_or_else(|| name.clone()),
-            parameters: tool
-                .parameters
-                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            parameters,
             command,
             timeout_s: timeout_s.unwrap_or(30.0),
             cwd: tool
@@ -458,6 +466,7 @@ pub(super) fn resolve(
         problems: &mut problems,
     }
     .parse(raw.flow.clone().unwrap_or_default(), "flow");
+    super::flow::check_forks(&flow, &mut problems);
 
     // A number set under `global` is reported once, not once per agent.
     let mut seen = BTreeSet::new();
@@ -546,6 +555,60 @@ pub(super) fn resolve(
     }
 }
 
+/// Whether a tool's `parameters` is what every provider takes: a JSON Schema
+/// of an object (`{type: object, properties: {…}}`) that compiles. A string,
+/// a list, `type: 5` or a schema the model could never be held to went to the
+/// provider as written (issue 26); the problem says why, after `parameters`.
+fn tool_parameters(parameters: &Value) -> Result<(), String> {
+    let Value::Object(schema) = parameters else {
+        return Err(format!(
+            "is {}, not a JSON Schema object; write `{{type: object, properties: {{…}}}}`",
+            describe_value(parameters)
+        ));
+    };
+    match schema.get("type") {
+        Some(Value::String(kind)) if kind == "object" => {}
+        None => {
+            return Err(
+                "has no `type`; the arguments of a tool are an object: add `type: object`".into(),
+            );
+        }
+        Some(other) => {
+            return Err(format!(
+                "has `type: {}`; the arguments of a tool are an object: `type: object`",
+                crate::suggest::printable(&other.to_string())
+            ));
+        }
+    }
+    jsonschema::validator_for(parameters)
+        .map(|_| ())
+        .map_err(|error| {
+            // Where in the schema, as a JSON pointer (`/properties/a/type`).
+            let at = error.instance_path().to_string();
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at `{}`", crate::suggest::printable(&at))
+            };
+            format!(
+                "is not a valid JSON Schema{at}: {}",
+                crate::suggest::printable(&error.to_string())
+            )
+        })
+}
+
+/// A value's kind in a problem: `a string`, `a list`, …
+fn describe_value(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
 /// D14: keys that are not agent settings become model arguments, with a
 /// warning, and never replace a key `model_args` already has.
 fn move_unknown_keys(
@@ -569,13 +632,15 @@ fn move_unknown_keys(
         let value = agent.remove(key).unwrap_or(Value::Null);
         if model_args.contains_key(key) {
             warnings.push(format!(
-                "{label}: unknown key `{key}` ignored: `model_args.{key}` is set explicitly{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied())
+                "{label}: unknown key `{shown}` ignored: `model_args.{shown}` is set explicitly{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied()),
+                shown = suggest::printable(key)
             ));
         } else {
             warnings.push(format!(
-                "{label}: unknown key `{key}` passed to the model as `model_args.{key}`{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied())
+                "{label}: unknown key `{shown}` passed to the model as `model_args.{shown}`{}",
+                suggest::hint(key, AGENT_KEYS.iter().copied()),
+                shown = suggest::printable(key)
             ));
             model_args.insert(key.clone(), value);
         }

@@ -645,3 +645,201 @@ fn an_inline_system_prompt_with_a_python_placeholder_is_warned_about() {
         ]
     );
 }
+
+#[test]
+fn a_tool_s_parameters_are_a_json_schema_of_an_object() {
+    #[track_caller]
+    fn case(parameters: &str, expected: Option<&str>) {
+        let tactic = format!(
+            "global: {{model_name: mock/echo}}\nagent_configs: [{{name: a, tools: [wc]}}]\n\
+             tools:\n  - name: wc\n    parameters: {parameters}\n    command: [wc]\n"
+        );
+        let files = Files::new(&[("t.yaml", &tactic)]);
+        match (files.load("t.yaml"), expected) {
+            (Ok(_), None) => {}
+            (Err(error), Some(expected)) => {
+                let error = error.to_string();
+                assert!(
+                    error.starts_with(&format!(
+                        "{}: tool `wc`: `parameters` ",
+                        files.0.path().join("t.yaml").display()
+                    )),
+                    "{error}"
+                );
+                assert!(error.contains(expected), "{error} lacks {expected}");
+                assert_eq!(error.lines().count(), 1, "{error}");
+            }
+            (Ok(_), Some(expected)) => panic!("{parameters}: accepted, expected {expected}"),
+            (Err(error), None) => panic!("{parameters}: {error}"),
+        }
+    }
+    case("{type: object}", None);
+    case(
+        "{type: object, properties: {text: {type: string}}, required: [text]}",
+        None,
+    );
+    case("~", None);
+    case(
+        "\"a string\"",
+        Some("is a string, not a JSON Schema object"),
+    );
+    case("[text]", Some("is a list, not a JSON Schema object"));
+    case("5", Some("is a number"));
+    case("{type: 5}", Some("has `type: 5`"));
+    case("{type: string}", Some("has `type: \"string\"`"));
+    case("{properties: {}}", Some("has no `type`"));
+    case(
+        "{type: object, properties: {a: {type: 7}}}",
+        Some("is not a valid JSON Schema at `/properties/a/type`"),
+    );
+    case(
+        "{type: object, required: 3}",
+        Some("is not a valid JSON Schema at `/required`"),
+    );
+}
+
+#[test]
+fn prompts_names_a_directory() {
+    let tactic = |prompts: &str| format!("prompts: {prompts}\n{MINIMAL}");
+    let files = Files::new(&[
+        ("file.yaml", &tactic("notes.txt")),
+        ("notes.txt", "not prompts"),
+        ("dir.yaml", &tactic("p")),
+        ("p/system.md", "You help."),
+        ("later.yaml", &tactic("not_yet")),
+        // A file named like the default directory is not the tactic's doing.
+        ("default/t.yaml", MINIMAL),
+        ("default/prompts", "a file"),
+    ]);
+    let error = files.error("file.yaml");
+    assert!(
+        error.ends_with(
+            "notes.txt` is a regular file, not a directory; `prompts` names the directory of \
+             the prompt files"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(files.load("dir.yaml").is_ok());
+    assert!(files.load("later.yaml").is_ok());
+    assert!(files.load("default/t.yaml").is_ok());
+    // Built from code, the same rule.
+    let built = from_yaml(&tactic("notes.txt"), files.0.path());
+    assert!(built.is_err_and(|error| {
+        error
+            .to_string()
+            .contains("is a regular file, not a directory")
+    }));
+}
+
+#[test]
+fn a_fork_names_a_dialog_its_agent_has_opened() {
+    #[track_caller]
+    fn case(flow: &str, expected: Option<&str>) {
+        let tactic = format!(
+            "global: {{model_name: mock/echo}}\nagent_configs: [{{name: a}}, {{name: b}}]\nflow:\n{flow}"
+        );
+        let files = Files::new(&[("t.yaml", &tactic)]);
+        match (files.load("t.yaml"), expected) {
+            (Ok(_), None) => {}
+            (Err(error), Some(expected)) => {
+                let error = error.to_string();
+                assert!(error.contains(expected), "{error} lacks {expected}");
+                assert_eq!(error.lines().count(), 1, "{error}");
+            }
+            (Ok(_), Some(expected)) => panic!("accepted, expected {expected}:\n{flow}"),
+            (Err(error), None) => panic!("{error}:\n{flow}"),
+        }
+    }
+    let step = |name: &str, agent: &str, dialog: &str, from: Option<&str>| {
+        let fork = from.map_or(String::new(), |from| format!(", fork: {{from: {from}}}"));
+        format!("{{step: {name}, agent: {agent}, dialog: {dialog}, text: x{fork}}}")
+    };
+    let open = step("one", "a", "main", None);
+    // Forked from a dialog an earlier step opened: fine, at any depth.
+    case(
+        &format!(
+            "  - {open}\n  - {}\n",
+            step("two", "a", "side", Some("main"))
+        ),
+        None,
+    );
+    case(
+        &format!(
+            "  - {open}\n  - loop: {{max: 2}}\n    steps:\n      - {}\n",
+            step("two", "a", "side", Some("main"))
+        ),
+        None,
+    );
+    // Opened by a conditional step: it may exist, so it is not refused.
+    case(
+        &format!(
+            "  - {{step: one, agent: a, text: x, if: \"task == 'x'\"}}\n  - {}\n",
+            step("two", "a", "side", Some("main"))
+        ),
+        None,
+    );
+    // In a loop, a dialog a later step of the loop opens exists in the next round.
+    case(
+        &format!(
+            "  - loop: {{max: 2}}\n    steps:\n      - {}\n      - {}\n",
+            step("two", "a", "side", Some("later")),
+            step("three", "a", "later", None)
+        ),
+        None,
+    );
+    // Never opened, by anyone.
+    case(
+        &format!(
+            "  - {open}\n  - {}\n",
+            step("two", "a", "side", Some("nowhere"))
+        ),
+        Some(
+            "step `two`: `fork.from` names dialog `nowhere`, which no step of agent `a` opens \
+             before it (open then: `main`)",
+        ),
+    );
+    // Opened later, outside any loop.
+    case(
+        &format!(
+            "  - {}\n  - {}\n",
+            step("two", "a", "side", Some("later")),
+            step("three", "a", "later", None)
+        ),
+        Some("names dialog `later`, which no step of agent `a` opens before it (open then: none)"),
+    );
+    // Opened by another agent.
+    case(
+        &format!(
+            "  - {}\n  - {}\n",
+            step("one", "b", "main", None),
+            step("two", "a", "side", Some("main"))
+        ),
+        Some("names dialog `main`, which no step of agent `a`"),
+    );
+    // A parallel branch starts on fresh agents.
+    case(
+        &format!(
+            "  - {open}\n  - parallel:\n    steps:\n      - {}\n",
+            step("two", "a", "side", Some("main"))
+        ),
+        Some("names dialog `main`, which no step of agent `a`"),
+    );
+    case(
+        &format!(
+            "  - parallel: {{foreach: \"[1, 2]\"}}\n    steps:\n      - {}\n      - {}\n",
+            step("one", "a", "main", None),
+            step("two", "a", "side", Some("main"))
+        ),
+        None,
+    );
+    // A step whose dialog is open already does not fork: nothing to refuse.
+    case(
+        &format!(
+            "  - {}\n  - {open}\n  - {}\n",
+            step("zero", "a", "side", None),
+            step("two", "a", "side", Some("nowhere"))
+        ),
+        None,
+    );
+}

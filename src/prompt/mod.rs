@@ -29,14 +29,14 @@ pub use parser::{JsonParser, NamedParser, Parse, ParseFailure, Parser, TagParser
 pub use registry::Registry;
 pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
-use crate::suggest::printable;
+use crate::redact::terminal_line;
 use render::Compiled;
 
 /// What can go wrong with a prompt: its template, its arguments, its file.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The template does not compile.
-    #[error("prompt `{prompt}`{}: {}", line.map(|line| format!(" line {line}")).unwrap_or_default(), printable(message))]
+    #[error("prompt `{prompt}`{}: {}", line.map(|line| format!(" line {line}")).unwrap_or_default(), terminal_line(message))]
     Syntax {
         /// The prompt's key.
         prompt: String,
@@ -61,7 +61,7 @@ pub enum Error {
         needed: Vec<String>,
     },
     /// Rendering failed (a renderer's own error, a value of the wrong shape).
-    #[error("prompt `{prompt}`: {}", printable(message))]
+    #[error("prompt `{prompt}`: {}", terminal_line(message))]
     Render {
         /// The prompt's key.
         prompt: String,
@@ -84,7 +84,7 @@ pub enum Error {
         key: String,
     },
     /// A prompt file is unreadable or its front matter is wrong.
-    #[error("{}: {}", printable(path), printable(message))]
+    #[error("{}: {}", terminal_line(path), terminal_line(message))]
     File {
         /// The file (with `:line:column` when known).
         path: String,
@@ -92,7 +92,7 @@ pub enum Error {
         message: String,
     },
     /// A prompt's setting is wrong (its format, an `extend`).
-    #[error("prompt `{path}`: {}", printable(message))]
+    #[error("prompt `{path}`: {}", terminal_line(message))]
     Invalid {
         /// The prompt's key.
         path: String,

@@ -411,7 +411,8 @@ impl Parser {
                         let schema = map.remove("schema");
                         if let Some(key) = map.keys().next() {
                             return Err(format!(
-                                "`parser`: unknown key `{key}` for a json parser (it takes `schema`)"
+                                "`parser`: unknown key `{}` for a json parser (it takes `schema`)",
+                                crate::suggest::printable(key)
                             ));
                         }
                         JsonParser::new(schema).map(Parser::Json)

@@ -202,12 +202,14 @@ fn read_prompt(file: &Path) -> Result<String> {
             MAX_PROMPT_BYTES / (1024 * 1024)
         )));
     }
-    String::from_utf8(bytes).map_err(|error| {
+    let text = String::from_utf8(bytes).map_err(|error| {
         problem(format!(
             "not UTF-8 text (invalid byte at offset {})",
             error.utf8_error().valid_up_to()
         ))
-    })
+    })?;
+    // A byte order mark would hide the front matter's `---`.
+    Ok(crate::file::without_bom(&text).to_string())
 }
 
 /// Splits `---` front matter from the template; returns (front matter, its

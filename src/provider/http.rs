@@ -573,7 +573,13 @@ fn follow(
 
 fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) -> ProviderError {
     let place = endpoint.place();
-    let message = if error.is_timeout() {
+    let message = if let Some(exhausted) = crate::fds::Exhausted::of(&error) {
+        // Not the network's fault: no socket could be opened (issue 26).
+        format!(
+            "{}: no connection to `{place}` could be opened",
+            exhausted.message()
+        )
+    } else if error.is_timeout() {
         format!(
             "no reply from `{place}` within {:.1} s",
             timeout.as_secs_f64()

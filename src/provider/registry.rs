@@ -60,6 +60,17 @@ pub enum Error {
         model: String,
         provider: String,
     },
+    /// A provider's own `api_key_env` names a variable that is not set: the
+    /// requests went out without a key, and every one failed (issue 26).
+    #[error(
+        "{variable} is not set (the `api_key_env` of `providers.{provider}`, needed by model \
+         `{model}`); export it, or remove `api_key_env` if the server needs no key"
+    )]
+    UnsetKeyVariable {
+        variable: String,
+        model: String,
+        provider: String,
+    },
     #[error("model `{model}`: {message}")]
     Unavailable { model: String, message: String },
     #[error("provider `{provider}`: {message}")]
@@ -479,6 +490,13 @@ impl Providers {
             .clone()
             .unwrap_or_else(|| "ANTHROPIC_API_KEY".into());
         let api_key = variable(&key_variable).map(Secret::new);
+        if own_key.is_some() && api_key.is_none() {
+            return Err(Error::UnsetKeyVariable {
+                variable: key_variable,
+                model: model_name.into(),
+                provider: name.into(),
+            });
+        }
         let auth_token = match own_key {
             Some(_) => None,
             None => variable("ANTHROPIC_AUTH_TOKEN").map(Secret::new),
@@ -510,10 +528,19 @@ impl Providers {
         let config = self.configs.get(name);
         let variable = |key: &str| self.env.get(key).cloned().flatten();
         let preset = preset(name);
-        let key_variable = config
-            .and_then(|config| config.api_key_env.clone())
+        let own_key = config.and_then(|config| config.api_key_env.clone());
+        let key_variable = own_key
+            .clone()
             .or_else(|| preset.map(|preset| preset.key_variable.to_string()));
         let api_key = key_variable.as_deref().and_then(variable).map(Secret::new);
+        // A variable the tactic names is meant to be set, wherever the server is.
+        if let (Some(variable), None) = (own_key, &api_key) {
+            return Err(Error::UnsetKeyVariable {
+                variable,
+                model: model_name.into(),
+                provider: name.into(),
+            });
+        }
         let Some(base_url) = self.base_url(name)? else {
             return Err(Error::Invalid {
                 provider: name.into(),
@@ -709,6 +736,38 @@ mod tests {
         assert!(
             moved.resolve("anthropic/claude").is_ok(),
             "an explicit endpoint may need no key"
+        );
+    }
+
+    #[test]
+    fn a_key_variable_the_tactic_names_must_be_set() {
+        for api in [ProviderApi::OpenAi, ProviderApi::Anthropic] {
+            // At an explicit (local) address too: the tactic said a key is needed.
+            let mut own = local(Some("http://127.0.0.1:9/v1"));
+            own.api = api;
+            own.api_key_env = Some("LOCAL_KEY".into());
+            let unset = providers(&[("local", own.clone())], &[]);
+            assert_eq!(
+                error(&unset, "local/m"),
+                "LOCAL_KEY is not set (the `api_key_env` of `providers.local`, needed by model \
+                 `local/m`); export it, or remove `api_key_env` if the server needs no key"
+            );
+            let empty = providers(&[("local", own.clone())], &[("LOCAL_KEY", "")]);
+            assert!(error(&empty, "local/m").starts_with("LOCAL_KEY is not set"));
+            let set = providers(&[("local", own)], &[("LOCAL_KEY", "sk-local-key")]);
+            assert!(set.resolve("local/m").is_ok());
+        }
+        // Without `api_key_env`, a local server may need no key.
+        let keyless = providers(&[("local", local(Some("http://127.0.0.1:9/v1")))], &[]);
+        assert!(keyless.resolve("local/m").is_ok());
+        // A mock provider takes no key, whatever it names.
+        let mut mock = local(None);
+        mock.api = ProviderApi::Mock;
+        mock.api_key_env = Some("LOCAL_KEY".into());
+        assert!(
+            providers(&[("offline", mock)], &[])
+                .resolve("offline/echo")
+                .is_ok()
         );
     }
 

@@ -592,7 +592,8 @@ impl Store {
         let id = short(id);
         match rows.as_mut_slice() {
             [] => Err(StoreError::NotFound(format!(
-                "no session `{id}` in the store `{}`; hint: `lllm logs` lists them",
+                "no session `{}` in the store `{}`; hint: `lllm logs` lists them",
+                crate::redact::echo(id),
                 self.path.display()
             ))),
             [(session_id, path, offset)] => Ok((
@@ -601,7 +602,10 @@ impl Store {
                 offset.map(|offset| offset as u64),
             )),
             [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
-                "`{id}` names more than one session ({first}, {second}, …); give more of the id"
+                "`{}` names more than one session ({}, {}, …); give more of the id",
+                crate::redact::echo(id),
+                crate::redact::echo(first),
+                crate::redact::echo(second)
             ))),
         }
     }

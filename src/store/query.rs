@@ -105,7 +105,8 @@ impl GroupBy {
             _ => match text.strip_prefix("tag:") {
                 Some(key) if !key.is_empty() => Ok(GroupBy::Tag(key.to_string())),
                 _ => Err(StoreError::Filter(format!(
-                    "`--by {text}`: group by `tactic`, `model`, `tag:KEY` or `day`"
+                    "`--by {}`: group by `tactic`, `model`, `tag:KEY` or `day`",
+                    crate::redact::echo(text)
                 ))),
             },
         }
@@ -165,8 +166,9 @@ pub fn parse_since(text: &str, now: chrono::DateTime<chrono::Utc>) -> Result<Str
     }
     let bad = || {
         StoreError::Filter(format!(
-            "`{text}` is not a time: give RFC 3339 (`2026-11-20T08:00:00Z`), a date \
-             (`2026-11-20`) or an age (`30m`, `2h`, `7d`, `2w`)"
+            "`{}` is not a time: give RFC 3339 (`2026-11-20T08:00:00Z`), a date \
+             (`2026-11-20`) or an age (`30m`, `2h`, `7d`, `2w`)",
+            crate::redact::echo(text)
         ))
     };
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;

@@ -51,7 +51,7 @@ pub use task::Task;
 /// Everything wrong with a tactic, one problem per line (a control character
 /// inside a problem came from a name it quotes, and is shown escaped).
 #[derive(Debug, thiserror::Error)]
-#[error("{}", problems.iter().map(|problem| crate::suggest::printable(problem)).collect::<Vec<_>>().join("\n"))]
+#[error("{}", problems.iter().map(|problem| crate::redact::terminal_line(problem)).collect::<Vec<_>>().join("\n"))]
 pub struct Error {
     /// The problems, each one line naming where and what.
     pub problems: Vec<String>,

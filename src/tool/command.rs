@@ -24,8 +24,9 @@ use super::Tool;
 use super::process::{ProcessGroup, Signal, set_environment};
 use crate::provider::ToolSpec;
 
-/// Output past this many bytes is cut, so a chatty program cannot flood a dialog.
-const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Output past this many bytes is cut, so a chatty program cannot flood a
+/// dialog: the cap of every tool's result, applied as the output is read.
+const MAX_OUTPUT_BYTES: usize = super::MAX_RESULT_BYTES;
 /// After a timeout's SIGTERM, how long the program has to exit before its
 /// group is killed.
 const TERMINATE_GRACE: Duration = Duration::from_secs(2);
@@ -92,9 +93,9 @@ impl CommandTool {
         #[cfg(unix)]
         command.process_group(0);
         set_environment(&mut command, &self.env, &self.hidden);
-        let mut child = command
-            .spawn()
-            .map_err(|error| format!("cannot start `{program}`: {error}"))?;
+        let mut child = command.spawn().map_err(|error| {
+            format!("cannot start `{program}`: {}", crate::fds::describe(&error))
+        })?;
         // Killed as a whole when this call ends, however it ends.
         let group = ProcessGroup::led_by(child.id());
         let input = Value::Object(arguments.clone()).to_string();
@@ -187,11 +188,7 @@ impl Captured {
     fn text(&self) -> String {
         let kept = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         let (bytes, cut) = &*kept;
-        let mut text = String::from_utf8_lossy(bytes).into_owned();
-        if *cut {
-            text.push_str("\n[output cut at 256 KiB]");
-        }
-        text
+        super::cut_result(String::from_utf8_lossy(bytes).into_owned(), *cut)
     }
 }
 

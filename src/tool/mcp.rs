@@ -162,7 +162,12 @@ impl McpServer {
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|error| format!("MCP server `{name}`: cannot start `{program}`: {error}"))?;
+            .map_err(|error| {
+                format!(
+                    "MCP server `{name}`: cannot start `{program}`: {}",
+                    crate::fds::describe(&error)
+                )
+            })?;
         let pid = transport.id();
         let group = ProcessGroup::led_by(pid);
         let tail = Arc::new(StderrTail::default());
@@ -315,7 +320,9 @@ impl McpTool {
                     ));
                 }
             };
-        let text = result_text(&result);
+        // Cut like a command tool's output (the whole reply is in memory
+        // already: rmcp reads a message whole).
+        let text = super::bounded_result(result_text(&result));
         if result.is_error == Some(true) {
             Err(text)
         } else {

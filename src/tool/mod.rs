@@ -42,9 +42,53 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, Result<String, String>>;
 }
 
+/// The most of one tool result the dialog receives, in bytes: what a
+/// command tool's output is cut at (about 64k tokens). A tool's result past
+/// it, whatever the tool (an MCP server's, a registered function's), is cut
+/// with [`CUT_NOTE`]: a 5 MB MCP result went whole into the dialog, 1.25M
+/// tokens (issue 26).
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+/// What ends a result cut at [`MAX_RESULT_BYTES`], so the model knows.
+pub const CUT_NOTE: &str = "\n[output cut at 256 KiB]";
+
+/// Room past [`MAX_RESULT_BYTES`] for a note a tool that cut its own output
+/// adds (`read_file` names the file's size): such a result is not cut again.
+const NOTE_ROOM: usize = 1024;
+
+/// `text` cut to [`MAX_RESULT_BYTES`] (on a character boundary) and ended
+/// with [`CUT_NOTE`] when it is longer, or when `cut` says its reader
+/// already left something out.
+pub(crate) fn cut_result(mut text: String, cut: bool) -> String {
+    let over = text.len() > MAX_RESULT_BYTES;
+    if over {
+        let mut end = MAX_RESULT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    if over || cut {
+        text.push_str(CUT_NOTE);
+    }
+    text
+}
+
+/// A tool's result (or its error) as the dialog receives it: whole within
+/// [`MAX_RESULT_BYTES`] and a tool's own note, else cut ([`cut_result`]).
+pub(crate) fn bounded_result(text: String) -> String {
+    if text.len() <= MAX_RESULT_BYTES + NOTE_ROOM {
+        text
+    } else {
+        cut_result(text, false)
+    }
+}
+
 /// Runs `tool`, telling a `tracing` subscriber at `debug` what it was given
 /// and what came back (scrubbed of every secret the run knows, cut short),
-/// and how long it took.
+/// and how long it took. The result, or the error, is what the dialog
+/// receives: past [`MAX_RESULT_BYTES`] it is cut with [`CUT_NOTE`], whatever
+/// the tool.
 pub async fn traced_call(
     tool: &dyn Tool,
     arguments: &Map<String, Value>,
@@ -61,7 +105,11 @@ pub async fn traced_call(
         );
     }
     let started = std::time::Instant::now();
-    let result = tool.call(arguments).await;
+    let result = tool
+        .call(arguments)
+        .await
+        .map(bounded_result)
+        .map_err(bounded_result);
     if enabled {
         let none = crate::redact::Secrets::new();
         let milliseconds = started.elapsed().as_millis();
@@ -117,6 +165,28 @@ pub fn result_text(name: &str, arguments: &Map<String, Value>, result: &str) -> 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn results_past_the_cap_are_cut_with_a_note_once() {
+        let within = "r".repeat(MAX_RESULT_BYTES);
+        assert_eq!(bounded_result(within.clone()), within);
+        // A tool's own note past the cap is kept as the tool wrote it.
+        let noted = format!("{within}\n[cut: the file has 9000000 bytes]");
+        assert_eq!(bounded_result(noted.clone()), noted);
+        let cut = bounded_result("r".repeat(5_000_000));
+        assert_eq!(cut, format!("{within}{CUT_NOTE}"));
+        assert_eq!(bounded_result(cut.clone()), cut, "cut once");
+        // On a character boundary: `é` is two bytes.
+        let wide = bounded_result("é".repeat(MAX_RESULT_BYTES));
+        assert!(wide.ends_with(CUT_NOTE));
+        assert_eq!(wide.len(), MAX_RESULT_BYTES + CUT_NOTE.len());
+        let odd = format!("x{}", "é".repeat(MAX_RESULT_BYTES));
+        assert_eq!(
+            bounded_result(odd).len(),
+            MAX_RESULT_BYTES - 1 + CUT_NOTE.len()
+        );
+        assert_eq!(cut_result("short".into(), true), format!("short{CUT_NOTE}"));
+    }
 
     #[test]
     fn result_text_shows_json_arguments() {

@@ -153,6 +153,37 @@ const DEFAULT_CONCURRENCY: usize = 16;
 /// every running task, so they should be many.
 const BATCH_API_CONCURRENCY: usize = 10_000;
 
+/// Open files a batch holds whatever its `-j`: the standard streams, the
+/// task file, results, records and lock, the session store and the cache
+/// (SQLite files and journals), the runtime's poller; about 16 measured,
+/// with room for what a tactic opens once (MCP servers' pipes).
+const FILES_BASE: u64 = 64;
+/// Open files a running task may hold at once: its connection to the
+/// provider and a command tool's pipes.
+const FILES_PER_TASK: u64 = 4;
+
+/// `-j` as the open-file limit allows: the limit is raised (up to the hard
+/// limit, as `ulimit -S -n` could) to what `concurrency` tasks need; when
+/// even that is too low, fewer tasks run at once, with one warning, so no
+/// connection fails for lack of a descriptor (issue 26).
+fn fit_open_files(concurrency: usize) -> usize {
+    let wanted = FILES_BASE.saturating_add(FILES_PER_TASK.saturating_mul(concurrency as u64));
+    let Some(limit) = lllm::fds::raise(wanted) else {
+        return concurrency;
+    };
+    if limit >= wanted {
+        return concurrency;
+    }
+    let fit = (limit.saturating_sub(FILES_BASE) / FILES_PER_TASK).max(1) as usize;
+    lllm::report::warn(&format!(
+        "`-j {concurrency}` needs about {wanted} open files and this process may have {limit} \
+         (`ulimit -n`); running {} at once; hint: raise the limit (`ulimit -n {wanted}`) or \
+         lower -j",
+        lllm::words::count(fit as u64, "task", "tasks")
+    ));
+    fit
+}
+
 pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
     if args.via == ViaArg::Direct && args.cancel_on_interrupt {
         return Err(Error::Usage(
@@ -170,10 +201,14 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         }),
     };
     let settings = crate::settings::current();
-    let concurrency = args.concurrency.unwrap_or(match args.via {
-        ViaArg::Direct => settings.file.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
-        ViaArg::BatchApi => BATCH_API_CONCURRENCY,
-    });
+    let concurrency = match args.via {
+        ViaArg::Direct => fit_open_files(
+            args.concurrency
+                .unwrap_or(settings.file.concurrency.unwrap_or(DEFAULT_CONCURRENCY)),
+        ),
+        // A round's calls go out in a few requests, not a connection each.
+        ViaArg::BatchApi => args.concurrency.unwrap_or(BATCH_API_CONCURRENCY),
+    };
     let shard = match (&args.shard, args.shards) {
         (Some(text), _) => Requested::Given(Shard::parse(text).map_err(Error::Usage)?),
         (None, Some(count)) => {

@@ -5,9 +5,11 @@
 use std::fmt::Write;
 
 use lllm::error::{Error, Outcome, Result};
+use lllm::redact::echo;
 use lllm::store::{Cache, CacheStats};
 
 use crate::logs::Place;
+use crate::table::{Align, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct CacheArgs {
@@ -112,26 +114,21 @@ fn table(stats: &CacheStats) -> String {
         stats.hits, stats.saved_usd
     );
     if let (Some(oldest), Some(newest)) = (&stats.oldest, &stats.newest) {
-        let _ = writeln!(text, "stored   {oldest} … {newest}");
+        let _ = writeln!(text, "stored   {} … {}", echo(oldest), echo(newest));
     }
     if !stats.models.is_empty() {
-        let width = stats
-            .models
-            .iter()
-            .map(|model| model.provider.len() + model.model.len() + 1)
-            .max()
-            .unwrap_or(0)
-            .max("model".len());
-        let _ = writeln!(text, "\n{:<width$}  replies     hits  saved", "model");
+        let mut table = Table::new(&[Align::Left, Align::Right, Align::Right, Align::Right]);
+        table.row(["model", "replies", "hits", "saved"]);
         for model in &stats.models {
-            let name = lllm::redact::terminal_line(&format!("{}/{}", model.provider, model.model))
-                .into_owned();
-            let _ = writeln!(
-                text,
-                "{name:<width$}  {:>7}  {:>7}  ${:.6}",
-                model.entries, model.hits, model.saved_usd
-            );
+            table.row([
+                format!("{}/{}", model.provider, model.model),
+                model.entries.to_string(),
+                model.hits.to_string(),
+                format!("${:.6}", model.saved_usd),
+            ]);
         }
+        text.push('\n');
+        text.push_str(&table.render());
     }
     text
 }

@@ -22,6 +22,7 @@ mod report;
 mod run;
 mod settings;
 mod store;
+mod table;
 mod verbose;
 
 use std::path::PathBuf;

@@ -6,7 +6,10 @@
 use std::path::PathBuf;
 
 use lllm::error::{Error, Outcome, Result};
+use lllm::redact::echo;
 use lllm::store::{Filter, GroupBy, Store, StoreError};
+
+use crate::table::{Align, Table};
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -204,19 +207,24 @@ fn list(args: ListArgs) -> Result<Outcome> {
                 .iter()
                 .map(|(key, value)| format!("{key}={}", lllm::store::tag_text(value)))
                 .collect();
+            // Every value from the store is cut (`echo`): a record's tags,
+            // ids and names can be of any size, and a listing of five
+            // sessions printed 10 MB of one tag (issue 26).
             let line = format!(
                 "{}  {}  {:<7}  {}  {}  {}{}  {}",
-                &session.started_at[..session.started_at.len().min(19)],
-                session.session_id,
-                session.state,
-                session.tactic,
+                // The time to the second; a char count, since a record read
+                // from a file may hold any text there.
+                echo(&session.started_at.chars().take(19).collect::<String>()),
+                echo(&session.session_id),
+                echo(&session.state),
+                echo(&session.tactic),
                 cost,
                 session
                     .task_id
                     .as_deref()
-                    .map(|id| format!("[{id}] "))
+                    .map(|id| format!("[{}] ", echo(id)))
                     .unwrap_or_default(),
-                tags.join(","),
+                echo(&tags.join(",")),
                 one_line(&session.task, 60),
             );
             text.push_str(&lllm::redact::terminal_line(&line));
@@ -299,20 +307,18 @@ fn cost(args: CostArgs) -> Result<Outcome> {
             text.push('\n');
         }
     } else {
-        let width = totals
-            .rows
-            .iter()
-            .map(|row| row.group.chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(5);
-        text.push_str(&format!(
-            "{:<width$}  {:>9}  {:>8}  {:>12}  {:>14}\n",
-            args.by, "sessions", "failed", "tokens", "cost"
-        ));
+        let mut table = Table::new(&[
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ]);
+        table.row([args.by.as_str(), "sessions", "failed", "tokens", "cost", ""]);
         for row in totals.rows.iter().chain([&totals.total]) {
             let unknown = if row.cost_unknown > 0 {
-                format!(" (+{} unknown)", row.cost_unknown)
+                format!("(+{} unknown)", row.cost_unknown)
             } else {
                 String::new()
             };
@@ -321,17 +327,16 @@ fn cost(args: CostArgs) -> Result<Outcome> {
             } else {
                 &row.group
             };
-            let line = format!(
-                "{:<width$}  {:>9}  {:>8}  {:>12}  {:>14}{unknown}",
-                group,
-                row.sessions,
-                row.failures,
-                row.total_tokens,
-                format!("${:.6}", row.cost)
-            );
-            text.push_str(&lllm::redact::terminal_line(&line));
-            text.push('\n');
+            table.row([
+                group.to_string(),
+                row.sessions.to_string(),
+                row.failures.to_string(),
+                row.total_tokens.to_string(),
+                format!("${:.6}", row.cost),
+                unknown,
+            ]);
         }
+        text.push_str(&table.render());
     }
     lllm::output::stdout(&text)?;
     Ok(Outcome::Success)

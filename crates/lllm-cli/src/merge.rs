@@ -43,7 +43,7 @@ pub fn run(args: MergeArgs) -> Result<Outcome> {
                 .collect();
             stderr_line(&format!(
                 "duplicate: `{}` is in {}; kept the {} from `{}`",
-                duplicate.id,
+                lllm::redact::echo(&duplicate.id),
                 inputs.join(", "),
                 state_word(duplicate.state),
                 duplicate.kept.display()
@@ -53,8 +53,11 @@ pub fn run(args: MergeArgs) -> Result<Outcome> {
     let missing = match &merged.missing {
         Missing::Checked { tasks, ids } => {
             if !ids.is_empty() {
-                let mut shown: Vec<String> =
-                    ids.iter().take(SHOWN).map(|id| format!("`{id}`")).collect();
+                let mut shown: Vec<String> = ids
+                    .iter()
+                    .take(SHOWN)
+                    .map(|id| format!("`{}`", lllm::redact::echo(id)))
+                    .collect();
                 if ids.len() > SHOWN {
                     shown.push(format!("… and {} more", ids.len() - SHOWN));
                 }

@@ -14,6 +14,8 @@ use lllm::error::{Error, Outcome, Result};
 use lllm::provider::models::{ModelInfo, ModelTable, read_price_file};
 use lllm::tactic::ModelUse;
 
+use crate::table::{Align, Table};
+
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
@@ -152,7 +154,7 @@ fn check(
     lllm::output::stdout(&render(&rows, args.json))?;
     let unpriced: Vec<&ModelUse> = uses.iter().filter(|used| !used.priced()).collect();
     for used in &unpriced {
-        let name = used.name();
+        let name = lllm::redact::echo(&used.name()).into_owned();
         let server = match used.service {
             Some(service) => format!("{service} publishes none lllm knows"),
             None => "its endpoint is not a hosted service lllm knows".into(),
@@ -161,7 +163,7 @@ fn check(
             "no price for `{name}` (agent `{}` in `{}`: {server}); hint: add \
              `{name}: {{input_per_million: …, output_per_million: …}}` under `pricing:` \
              in the tactic, or pass `--prices FILE`",
-            used.agent,
+            lllm::redact::echo(&used.agent),
             used.tactic.display()
         ));
     }
@@ -193,7 +195,17 @@ fn render(rows: &[Row], as_json: bool) -> String {
         }
         return out;
     }
-    let header = [
+    let mut table = Table::new(&[
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Right,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+    ]);
+    table.row([
         "MODEL",
         "PROVIDER",
         "CONTEXT",
@@ -202,51 +214,21 @@ fn render(rows: &[Row], as_json: bool) -> String {
         "CACHE READ",
         "CACHE WRITE",
         "TOKENIZER",
-    ];
-    let cells: Vec<[String; 8]> = rows
-        .iter()
-        .map(|row| {
-            let info = row.info.as_ref();
-            [
-                lllm::suggest::printable(&row.model).into_owned(),
-                row.provider.clone().unwrap_or_else(|| "-".into()),
-                optional(info.and_then(|info| info.context_window)),
-                price(info.map(|info| info.input_per_million)),
-                price(info.map(|info| info.output_per_million)),
-                price(info.and_then(|info| info.cached_input_per_million)),
-                price(info.and_then(|info| info.cache_write_per_million)),
-                row.tokenizer.name().to_string(),
-            ]
-        })
-        .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|column| {
-            cells
-                .iter()
-                .map(|cell| cell[column].chars().count())
-                .chain([header[column].len()])
-                .max()
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut line = |values: [&str; 8]| {
-        let mut text = String::new();
-        for (column, value) in values.iter().enumerate() {
-            let width = widths[column];
-            // Names left, numbers right, the last column unpadded.
-            let _ = match column {
-                0 | 1 => write!(text, "{value:<width$}  "),
-                7 => write!(text, "{value}"),
-                _ => write!(text, "{value:>width$}  "),
-            };
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for cell in &cells {
-        line(std::array::from_fn(|column| cell[column].as_str()));
+    ]);
+    for row in rows {
+        let info = row.info.as_ref();
+        table.row([
+            row.model.clone(),
+            row.provider.clone().unwrap_or_else(|| "-".into()),
+            optional(info.and_then(|info| info.context_window)),
+            price(info.map(|info| info.input_per_million)),
+            price(info.map(|info| info.output_per_million)),
+            price(info.and_then(|info| info.cached_input_per_million)),
+            price(info.and_then(|info| info.cache_write_per_million)),
+            row.tokenizer.name().to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     out.push_str(
         "prices in USD per 1M tokens; `-` as INPUT: no known price; as a cache price: charged as input\n",
     );

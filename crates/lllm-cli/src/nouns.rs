@@ -22,9 +22,9 @@ pub(crate) fn resolve_run(args: &mut RunArgs) -> Result<()> {
                 return Err(Error::Usage(format!(
                     "the tactic is given twice: `-t {}` and `{}`; hint: with `-t`, the only \
                      argument is the task (`lllm run -t {} {}`)",
-                    tactic.display(),
-                    lllm::redact::terminal_line(&first.to_string_lossy()),
-                    tactic.display(),
+                    lllm::redact::echo(&tactic.display().to_string()),
+                    lllm::redact::echo(&first.to_string_lossy()),
+                    lllm::redact::echo(&tactic.display().to_string()),
                     quoted(&second),
                 )));
             }

@@ -321,7 +321,7 @@ fn read_config(path: &Path, home: Option<&str>) -> Result<Option<ConfigFile>> {
             Error::Usage(
                 problems
                     .iter()
-                    .map(|problem| lllm::suggest::printable(problem).into_owned())
+                    .map(|problem| lllm::redact::terminal_line(problem).into_owned())
                     .collect::<Vec<_>>()
                     .join("\n"),
             )
@@ -376,7 +376,8 @@ fn parse_config(
                 .map(|at| format!(":{}", at.line()))
                 .unwrap_or_default();
             return Err(vec![format!(
-                "{place}{line}: unknown key `{name}`; known keys: {}{}",
+                "{place}{line}: unknown key `{}`; known keys: {}{}",
+                lllm::suggest::printable(name),
                 KEYS.join(", "),
                 lllm::suggest::hint(name, KEYS.iter().copied())
             )]);

@@ -109,11 +109,17 @@ pub fn pairs(flag: &str, given: &[String]) -> Result<Map<String, Value>> {
     let mut map = Map::new();
     for pair in given {
         let Some((key, value)) = pair.split_once('=') else {
-            return Err(Error::Usage(format!("`{flag} {pair}` is not `key=value`")));
+            return Err(Error::Usage(format!(
+                "`{flag} {}` is not `key=value`",
+                lllm::redact::echo(pair)
+            )));
         };
         let key = key.trim();
         if key.is_empty() {
-            return Err(Error::Usage(format!("`{flag} {pair}`: the key is empty")));
+            return Err(Error::Usage(format!(
+                "`{flag} {}`: the key is empty",
+                lllm::redact::echo(pair)
+            )));
         }
         map.insert(key.to_string(), Value::String(value.to_string()));
     }

@@ -144,7 +144,7 @@ impl Drop for Line {
 /// One event's line on stderr: above the progress bar while one is drawn
 /// (the bar guards every write of `lllm::output`).
 fn emit(line: &str) {
-    lllm::output::stderr_line(line);
+    lllm::output::stderr_trace(line);
 }
 
 #[cfg(test)]

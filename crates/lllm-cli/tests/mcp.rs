@@ -353,3 +353,44 @@ fn a_sub_tactic_starts_its_servers_with_the_run_and_stops_them_at_the_end() {
     assert_eq!(record["sub_tactic_sessions"][0]["delivery"], "42");
     assert_shut_down(&test);
 }
+
+#[test]
+fn a_huge_mcp_result_is_cut_like_a_command_tool_s_output() {
+    let test = Test::new();
+    // 5 MB of result (1.25M tokens), then the model answers.
+    let server = MockServer::start(
+        test.dir.path(),
+        r#"replies:
+  - tool_calls:
+      - {id: c1, name: shout, arguments: {text: ab, repeat: 2500000}}
+  - text: "Read it."
+"#,
+    );
+    let yaml = tactic(&server.base_url(), "    mcp_servers: [calc]", "", "");
+    let test = test.file("t.yaml", &yaml).env("TEST_KEY", "k");
+    let output = run(&test);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "Read it.\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let results = tool_results(&requests[1]);
+    assert_eq!(results.len(), 1);
+    let result = &results[0];
+    // The command tools' cap and note: 256 KiB of the result, then the note.
+    let kept = result
+        .split_once(":\n---\n")
+        .and_then(|(_, rest)| rest.strip_suffix("\n[output cut at 256 KiB]\n---\n"))
+        .unwrap_or_else(|| panic!("{}…", &result[..200.min(result.len())]));
+    assert_eq!(kept.len(), 256 * 1024);
+    assert!(kept.bytes().all(|byte| byte == b'A' || byte == b'B'));
+    // The record holds what the model read.
+    let record = test.read_json("record.json");
+    let recorded = record["agent_calls"][0]["interrupts"][0]["calls"][0]["result"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        recorded.len(),
+        256 * 1024 + "\n[output cut at 256 KiB]".len()
+    );
+    assert_shut_down(&test);
+}

@@ -594,3 +594,49 @@ fn result_lines_carry_tags_and_args_also_for_lines_that_did_not_run() {
         ]
     );
 }
+
+#[test]
+fn an_output_that_is_neither_new_empty_nor_a_merge_is_refused() {
+    let test = test_with_tasks();
+    batches(&test);
+    // A directory of the user's own files: refused, left as it was (no
+    // `.lock` either), whatever it holds.
+    let test = test
+        .file("notes/todo.txt", "precious")
+        .file("notes/more/deep.md", "also");
+    let output = test.run(&["merge", "s1", "s2", "s3", "-o", "notes"]);
+    output.expect_code(2);
+    assert_eq!(
+        output.stderr.trim(),
+        "error: `notes` is not empty and holds no earlier merge (no `merge.json`; it holds \
+         `more`, `todo.txt`); hint: merge into a new or empty directory"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(test.path("notes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["more", "todo.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(test.path("notes/todo.txt")).unwrap(),
+        "precious"
+    );
+    // A batch directory that has no results yet is no merge either.
+    std::fs::create_dir(test.path("started")).unwrap();
+    std::fs::copy(test.path("s1/batch.json"), test.path("started/batch.json")).unwrap();
+    let output = test.run(&["merge", "s1", "s2", "s3", "-o", "started"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("it holds `batch.json`"),
+        "{}",
+        output.stderr
+    );
+
+    // New, empty, and an earlier merge's output are taken, as documented.
+    std::fs::create_dir(test.path("empty")).unwrap();
+    for dir in ["new", "empty", "new"] {
+        test.run(&["merge", "s1", "s2", "s3", "-o", dir, "-q"])
+            .expect_code(0);
+        assert_eq!(ids(&test, dir).len(), TASKS);
+    }
+}

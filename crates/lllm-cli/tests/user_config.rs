@@ -409,14 +409,22 @@ fn dot_env_and_env_files_give_keys_and_the_environment_wins() {
         &[("LLLM_ENV_FILE", "other.env")],
     )
     .expect_code(0);
-    // Without `.env` no key is found: the local server gets none. The flag
-    // wins over `LLLM_ENV_FILE`.
-    run_with(
+    // Without `.env` no key is found: the variable `api_key_env` names is
+    // unset, which is bad input before anything is sent (issue 26). The
+    // flag wins over `LLLM_ENV_FILE`.
+    let unset = run_with(
         &test,
         &["run", "t.yaml", "hi", "--no-record", "--no-env-file"],
         &[("LLLM_ENV_FILE", "other.env")],
-    )
-    .expect_code(0);
+    );
+    unset.expect_code(2);
+    assert!(
+        unset
+            .stderr
+            .contains("LOCAL_KEY is not set (the `api_key_env` of `providers.local`"),
+        "{}",
+        unset.stderr
+    );
     let test = test.env("LOCAL_KEY", "sk-process");
     test.run(&["run", "t.yaml", "hi", "--no-record"])
         .expect_code(0);
@@ -426,7 +434,6 @@ fn dot_env_and_env_files_give_keys_and_the_environment_wins() {
             fingerprint("Bearer sk-dotenv"),
             fingerprint("Bearer sk-other"),
             fingerprint("Bearer sk-other"),
-            String::new(),
             fingerprint("Bearer sk-process"),
         ]
     );
@@ -529,9 +536,15 @@ fn keys_are_kept_private_used_listed_by_name_and_removed() {
     );
     test.run(&["keys", "remove", "LOCAL_KEY"]).expect_code(0);
     assert_eq!(test.run(&["keys", "list"]).stdout, "");
+    // Once removed, the variable `api_key_env` names is unset: refused
+    // before anything is sent.
     test.run(&["run", "t.yaml", "hi", "--no-record"])
-        .expect_code(0);
-    assert_eq!(auths(&server)[2], "", "no key once removed");
+        .expect_code(2);
+    assert_eq!(
+        auths(&server).len(),
+        2,
+        "nothing sent once the key is removed"
+    );
     // A key is never taken from the command line, and an empty stdin is no key.
     test.run(&["keys", "set", "LOCAL_KEY", "sk-on-the-line"])
         .expect_code(2);
@@ -555,7 +568,7 @@ fn keys_are_kept_private_used_listed_by_name_and_removed() {
         "{}",
         output.stderr
     );
-    assert_eq!(auths(&server)[3], fingerprint("Bearer sk-shared"));
+    assert_eq!(auths(&server)[2], fingerprint("Bearer sk-shared"));
 }
 
 #[cfg(unix)]
