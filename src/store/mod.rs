@@ -593,7 +593,7 @@ impl Store {
         match rows.as_mut_slice() {
             [] => Err(StoreError::NotFound(format!(
                 "no session `{}` in the store `{}`; hint: `lllm logs` lists them",
-                crate::redact::echo(id),
+                crate::redact::echo(&id),
                 self.path.display()
             ))),
             [(session_id, path, offset)] => Ok((
@@ -603,7 +603,7 @@ impl Store {
             )),
             [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
                 "`{}` names more than one session ({}, {}, …); give more of the id",
-                crate::redact::echo(id),
+                crate::redact::echo(&id),
                 crate::redact::echo(first),
                 crate::redact::echo(second)
             ))),
