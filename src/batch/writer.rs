@@ -156,17 +156,10 @@ impl Lost {
     }
 }
 
-/// The longest id shown whole in an error line (an id may be any length).
-const ID_SHOWN: usize = 80;
-
-/// `id` as an error line names it: in backticks, one line, at most
-/// [`ID_SHOWN`] characters.
+/// `id` as an error line names it: in backticks, one line, cut as every
+/// echoed value is (`redact::echo`).
 pub(crate) fn shown_id(id: &str) -> String {
-    let printable = crate::suggest::printable(id);
-    match printable.char_indices().nth(ID_SHOWN) {
-        Some((end, _)) => format!("`{}…`", &printable[..end]),
-        None => format!("`{printable}`"),
-    }
+    format!("`{}`", crate::redact::echo(id))
 }
 
 /// The two appending files, written by one thread: it takes every line

@@ -276,15 +276,6 @@ fn replaced_note(path: &Path, aside: &Path, error: &StoreError) -> String {
     )
 }
 
-/// An id from a file or the command line as an error shows it: at most 80
-/// characters (a record's id can be anything its file holds).
-fn short(id: &str) -> String {
-    match id.char_indices().nth(80) {
-        Some((cut, _)) => format!("{}…", &id[..cut]),
-        None => id.to_string(),
-    }
-}
-
 /// A task as the index keeps it: a string as is, anything else as JSON.
 fn task_text(task: &Value) -> String {
     match task {
@@ -567,7 +558,7 @@ impl Store {
             return Err(StoreError::Mismatch {
                 session_id,
                 place,
-                found: short(&record.session_id),
+                found: crate::redact::echo(&record.session_id).into_owned(),
             });
         }
         Ok(record)
@@ -589,11 +580,10 @@ impl Store {
             .query_map([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
             .and_then(Iterator::collect)
             .map_err(|error| self.sql(error))?;
-        let id = short(id);
         match rows.as_mut_slice() {
             [] => Err(StoreError::NotFound(format!(
                 "no session `{}` in the store `{}`; hint: `lllm logs` lists them",
-                crate::redact::echo(&id),
+                crate::redact::echo(id),
                 self.path.display()
             ))),
             [(session_id, path, offset)] => Ok((
@@ -603,7 +593,7 @@ impl Store {
             )),
             [(first, ..), (second, ..), ..] => Err(StoreError::NotFound(format!(
                 "`{}` names more than one session ({}, {}, …); give more of the id",
-                crate::redact::echo(&id),
+                crate::redact::echo(id),
                 crate::redact::echo(first),
                 crate::redact::echo(second)
             ))),
