@@ -303,7 +303,7 @@ impl Service {
     /// every page is read until a batch older than the submission, so a
     /// batch is found however many were created since (issue 26: only the
     /// newest 100 were looked at, and `--resume` created and paid for a
-    /// batch beyond them again). At most [`MAX_PAGES`] pages.
+    /// batch beyond them again). At most `MAX_PAGES` (1,000) pages.
     pub async fn candidates(
         &self,
         submission: &str,
