@@ -252,7 +252,9 @@ fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committe
         "{}",
         errors[0]
     );
-    // Every committed result has its record; at most the last record is torn.
+    // Every committed result of a task that ran has its record; at most the
+    // last record is torn. (A task cancelled by the failed write is a
+    // `skipped` line with no session: whether it fits depends on timing.)
     let results = read_lines(&test, "out/results.jsonl");
     assert!(results.len() < 40, "{}", results.len());
     let sessions = std::fs::read_to_string(test.path("out/sessions.jsonl")).unwrap();
@@ -262,6 +264,10 @@ fn a_full_disk_mid_run_stops_the_batch_with_one_error_and_loses_nothing_committe
         .collect();
     assert!(sessions.lines().count() <= records.len() + 1);
     for result in &results {
+        if result["session_id"].is_null() {
+            assert_eq!(result["state"], "skipped", "{result}");
+            continue;
+        }
         assert!(
             records
                 .iter()
