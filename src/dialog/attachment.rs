@@ -254,12 +254,12 @@ mod tests {
     use super::*;
 
     #[track_caller]
-    fn part(spec: &str, scope: &AttachmentScope) -> ContentPart {
+    pub(super) fn part(spec: &str, scope: &AttachmentScope) -> ContentPart {
         Attachment::parse(spec).unwrap().to_part(scope).unwrap()
     }
 
     #[track_caller]
-    fn fails(spec: &str, scope: &AttachmentScope, expected: &str) {
+    pub(super) fn fails(spec: &str, scope: &AttachmentScope, expected: &str) {
         let error = Attachment::parse(spec)
             .and_then(|attachment| attachment.to_part(scope))
             .unwrap_err()

@@ -360,26 +360,9 @@ fn kernel_file_system(file: &File) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{fails, part};
     use super::*;
-    use crate::dialog::{Attachment, ContentPart, file_element};
-
-    #[track_caller]
-    fn part(spec: &str, scope: &AttachmentScope) -> ContentPart {
-        Attachment::parse(spec).unwrap().to_part(scope).unwrap()
-    }
-
-    #[track_caller]
-    fn fails(spec: &str, scope: &AttachmentScope, expected: &str) {
-        let error = Attachment::parse(spec)
-            .and_then(|attachment| attachment.to_part(scope))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            error.contains(expected),
-            "{spec}: {error:?} lacks {expected:?}"
-        );
-        assert!(!error.contains('\n'), "{error:?}");
-    }
+    use crate::dialog::{ContentPart, file_element};
 
     /// A TASKS file's directory, `tasks/`, beside a file and a directory
     /// outside it.
