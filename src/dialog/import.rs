@@ -106,8 +106,12 @@ fn openai_message(entry: &Value, earlier: &[Message], place: &str) -> Result<Mes
                 .get("tool_call_id")
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("{place}: a tool message needs `tool_call_id`"))?;
-            let tool = called_tool(earlier, id)
-                .ok_or_else(|| format!("{place}: no earlier assistant message calls `{id}`"))?;
+            let tool = called_tool(earlier, id).ok_or_else(|| {
+                format!(
+                    "{place}: no earlier assistant message calls `{}`",
+                    crate::suggest::printable(&id)
+                )
+            })?;
             message = Message::tool(tool, id, message.content);
         }
         _ => {}
@@ -289,8 +293,12 @@ pub fn anthropic_messages(system: Option<&Value>, value: &Value) -> Result<Vec<M
                         .get("tool_use_id")
                         .and_then(Value::as_str)
                         .ok_or_else(|| format!("{at}: a tool_result block needs `tool_use_id`"))?;
-                    let tool = called_tool(&messages, id)
-                        .ok_or_else(|| format!("{at}: no earlier tool_use has id `{id}`"))?;
+                    let tool = called_tool(&messages, id).ok_or_else(|| {
+                        format!(
+                            "{at}: no earlier tool_use has id `{}`",
+                            crate::suggest::printable(&id)
+                        )
+                    })?;
                     let content = match block.get("content") {
                         Some(Value::String(text)) => text.clone(),
                         Some(Value::Array(inner)) => inner
@@ -433,6 +441,11 @@ mod tests {
         openai_fails(
             json!([{"role": "tool", "tool_call_id": "x", "content": "1"}]),
             "no earlier assistant message calls `x`",
+        );
+        // An id from the file is echoed on one line, control characters escaped.
+        openai_fails(
+            json!([{"role": "tool", "tool_call_id": "c\nO1", "content": "1"}]),
+            "no earlier assistant message calls `c\\nO1`",
         );
         openai_fails(
             json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]}]),
