@@ -109,7 +109,7 @@ fn openai_message(entry: &Value, earlier: &[Message], place: &str) -> Result<Mes
             let tool = called_tool(earlier, id).ok_or_else(|| {
                 format!(
                     "{place}: no earlier assistant message calls `{}`",
-                    crate::suggest::printable(&id)
+                    crate::suggest::printable(id)
                 )
             })?;
             message = Message::tool(tool, id, message.content);
