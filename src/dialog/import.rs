@@ -296,7 +296,7 @@ pub fn anthropic_messages(system: Option<&Value>, value: &Value) -> Result<Vec<M
                     let tool = called_tool(&messages, id).ok_or_else(|| {
                         format!(
                             "{at}: no earlier tool_use has id `{}`",
-                            crate::suggest::printable(&id)
+                            crate::suggest::printable(id)
                         )
                     })?;
                     let content = match block.get("content") {
