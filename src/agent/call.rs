@@ -346,6 +346,9 @@ impl Call<'_> {
             merged.extend(self.options.model_args.clone());
             std::borrow::Cow::Owned(merged)
         };
+        // What lllm wrote in this call's repairs: a reply that rests on it
+        // is no answer (`echo`).
+        let mut written: Vec<String> = Vec::new();
         loop {
             let request = ChatRequest {
                 model: &model.model,
@@ -474,6 +477,16 @@ impl Call<'_> {
                     Err(failure) => Some(failure.to_string()),
                 }
             };
+            let parse_error = match parse_error {
+                None if !reply.is_function_call() => {
+                    let echo = super::echo::echoed(&reply.content, &written);
+                    if echo.is_some() {
+                        reply.parsed = Map::new();
+                    }
+                    echo
+                }
+                other => other,
+            };
             // The trace shares the reply the working fork holds. A reply
             // that parses goes on to the call's dialog too: one message for
             // both, stamped with the call's dialog (as appending one object
@@ -518,7 +531,7 @@ impl Call<'_> {
                     one_arg("error_message", error.clone()),
                 ),
             };
-            session.exception(step, error);
+            session.exception(step, error.clone());
             if let Err(render_error) =
                 working.put_prompt(handler, &args, Role::User, "exception", Map::new())
             {
@@ -526,6 +539,10 @@ impl Call<'_> {
                     "exception handler of prompt `{}`: {render_error}",
                     top.path
                 ));
+            }
+            written.push(error);
+            if let Some(sent) = working.messages().last() {
+                written.push(sent.content.clone());
             }
         }
     }

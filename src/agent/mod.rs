@@ -8,6 +8,7 @@
 
 mod call;
 pub mod context;
+mod echo;
 mod handler;
 mod in_flight;
 mod repeats;

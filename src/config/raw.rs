@@ -107,6 +107,7 @@ pub struct RawProvider {
     pub connect_timeout_s: Option<Value>,
     pub system_role: Option<String>,
     pub send_name: Option<bool>,
+    pub structured_output: Option<String>,
     pub retry_base_ms: Option<Value>,
     pub retry_cap_ms: Option<Value>,
     pub script: Option<String>,

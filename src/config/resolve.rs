@@ -159,6 +159,9 @@ pub struct ProviderConfig {
     /// Send each message's `name` (chat completions); the default depends
     /// on the server (see `provider::registry`).
     pub send_name: Option<bool>,
+    /// How a prompt's `format` goes on the Messages API (`api: anthropic`
+    /// only); `auto` when not given.
+    pub structured_output: Option<crate::provider::anthropic::StructuredOutput>,
     /// The first back-off, in milliseconds.
     pub retry_base_ms: Option<u64>,
     /// The longest pause, in milliseconds (a server's `Retry-After` too).
@@ -841,6 +844,27 @@ fn resolve_providers(
                 "provider `{name}`: `system_role: {role}` must be `system` or `developer`"
             ));
         }
+        let structured_output = provider.structured_output.as_deref().and_then(|given| {
+            use crate::provider::anthropic::StructuredOutput;
+            let setting = StructuredOutput::from_name(given);
+            if setting.is_none() {
+                problems.push(format!(
+                    "provider `{name}`: unknown `structured_output: {}`; use {}{}",
+                    suggest::printable(given),
+                    StructuredOutput::NAMES
+                        .map(|name| format!("`{name}`"))
+                        .join(", "),
+                    suggest::hint(given, StructuredOutput::NAMES)
+                ));
+            } else if api != ProviderApi::Anthropic {
+                problems.push(format!(
+                    "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
+                     an OpenAI-compatible server gets a format as `response_format` (chat \
+                     completions) or `text.format` (Responses API)"
+                ));
+            }
+            setting
+        });
         providers.insert(
             name,
             ProviderConfig {
@@ -855,6 +879,7 @@ fn resolve_providers(
                 connect_timeout_s,
                 system_role: provider.system_role,
                 send_name: provider.send_name,
+                structured_output,
                 retry_base_ms,
                 retry_cap_ms,
                 script: provider.script.map(PathBuf::from),

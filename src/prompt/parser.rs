@@ -147,11 +147,19 @@ impl TagParser {
             if xml.contains_key(tag) {
                 continue;
             }
-            let blocks = xml_blocks(content, tag);
+            let (blocks, placeholders) = answers(xml_blocks(content, tag));
             if blocks.is_empty() && self.required_xml_tags.contains(tag) {
-                errors.push(format!(
-                    "missing required XML tag <{tag}>: write it as <{tag}>...</{tag}>"
-                ));
+                // Issue 27: the hint holds no complete tag, so a model
+                // that echoes it gives no parse.
+                errors.push(if placeholders {
+                    format!(
+                        "the <{tag}> tag holds only a placeholder: write the actual answer inside it"
+                    )
+                } else {
+                    format!(
+                        "missing required XML tag `{tag}`: put the answer after an opening <{tag}> tag and close it with the matching closing tag"
+                    )
+                });
             }
             xml.insert(tag.clone(), json!(blocks));
         }
@@ -160,11 +168,17 @@ impl TagParser {
             if markdown.contains_key(tag) {
                 continue;
             }
-            let blocks = md_blocks(content, tag);
+            let (blocks, placeholders) = answers(md_blocks(content, tag));
             if blocks.is_empty() && self.required_md_tags.contains(tag) {
-                errors.push(format!(
-                    "missing required markdown block `{tag}`: write it as ```{tag} ... ```"
-                ));
+                errors.push(if placeholders {
+                    format!(
+                        "the `{tag}` block holds only a placeholder: write the actual answer inside it"
+                    )
+                } else {
+                    format!(
+                        "missing required markdown block `{tag}`: put it in a fenced code block whose opening fence line names the language `{tag}`"
+                    )
+                });
             }
             markdown.insert(tag.clone(), json!(blocks));
         }
@@ -198,6 +212,21 @@ impl Parse for JsonParser {
     fn parse(&self, reply: &str, _args: &Map<String, Value>) -> Result<Value, ParseFailure> {
         JsonParser::parse(self, reply)
     }
+}
+
+/// The blocks that hold an answer, and whether any held only a placeholder
+/// (`...`, `…`): the ellipsis of an example, which is no answer (issue 27).
+fn answers(blocks: Vec<String>) -> (Vec<String>, bool) {
+    let placeholder = |block: &String| {
+        let text = block.trim();
+        !text.is_empty() && text.chars().all(|c| matches!(c, '.' | '…' | ' '))
+    };
+    let found = blocks.iter().any(placeholder);
+    let kept = blocks
+        .into_iter()
+        .filter(|block| !placeholder(block))
+        .collect();
+    (kept, found)
 }
 
 /// Every `<tag>…</tag>` block, inner text trimmed.
@@ -482,12 +511,41 @@ mod tests {
         );
         let failure = parser.parse("no verdict").unwrap_err();
         assert!(
-            failure.0.contains("missing required XML tag <verdict>"),
+            failure.0.contains("missing required XML tag `verdict`"),
             "{failure}"
         );
         let parser = tags(json!({"required_md_tags": ["json"]}));
         assert!(parser.parse("```jsonc\n{}\n```").is_err());
         assert!(parser.parse("```json\n{}\n```").is_ok());
+    }
+
+    #[test]
+    fn a_hint_echoed_back_is_no_answer() {
+        // Issue 27: Qwen echoed the repair hint, whose example parsed.
+        for parser in [
+            tags(json!({"required_xml_tags": ["verdict"]})),
+            tags(json!({"required_md_tags": ["json"]})),
+            tags(json!({"required_xml_tags": ["a"], "required_md_tags": ["py"]})),
+        ] {
+            let hint = parser.parse("").unwrap_err().0;
+            let repair = format!("Error: {hint}. Please fix.");
+            for echo in [&hint, &repair] {
+                assert!(parser.parse(echo).is_err(), "{echo}");
+            }
+        }
+        // An example's placeholder is no answer either, nor is it extracted.
+        let parser = tags(json!({"required_xml_tags": ["verdict"], "md_tags": ["json"]}));
+        for placeholder in ["<verdict>...</verdict>", "<verdict> … </verdict>"] {
+            let failure = parser.parse(placeholder).unwrap_err();
+            assert!(failure.0.contains("only a placeholder"), "{failure}");
+        }
+        let parsed = parser
+            .parse("<verdict>...</verdict><verdict>ok</verdict>\n```json\n...\n```")
+            .unwrap();
+        assert_eq!(parsed["xml_tags"]["verdict"], json!(["ok"]));
+        assert_eq!(parsed["md_tags"]["json"], json!([]));
+        // A sentence that ends in an ellipsis is an answer.
+        assert!(parser.parse("<verdict>fine...</verdict>").is_ok());
     }
 
     #[test]

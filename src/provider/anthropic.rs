@@ -17,14 +17,32 @@ use super::limit::Limiter;
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::{FunctionCall, ImageRef, Message, Modality, Role};
 
+pub mod structured;
+
+use structured::Plan;
+pub use structured::StructuredOutput;
+
 /// Anthropic requires `max_tokens`; used when `model_args` does not set it.
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 pub const API_VERSION: &str = "2023-06-01";
 
+/// Wire choices of one Anthropic provider (`providers:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireOptions {
+    /// How a prompt's `format` is sent (`structured_output:`).
+    pub structured_output: StructuredOutput,
+}
+
+/// [`build_request_with`] the default options.
+pub fn build_request(request: &ChatRequest<'_>) -> Value {
+    build_request_with(request, &WireOptions::default())
+}
+
 /// The Messages API body for `request`. Consecutive messages of one role are
 /// joined (the API wants user and assistant turns to alternate), tool results
-/// become `tool_result` blocks of a user turn.
-pub fn build_request(request: &ChatRequest<'_>) -> Value {
+/// become `tool_result` blocks of a user turn, a format goes as `options`
+/// say (`structured`).
+pub fn build_request_with(request: &ChatRequest<'_>, options: &WireOptions) -> Value {
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for message in request.messages {
@@ -66,12 +84,18 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    if let Some(schema) = request.format {
-        // The Messages API has no response-format field we can rely on: the schema
-        // goes into the system prompt, and the reply is validated against it (D9).
-        system.push(format!(
-            "Reply with only a JSON value that follows this JSON schema:\n{schema}"
-        ));
+    let plan = structured::plan(request, options.structured_output);
+    match &plan {
+        Some(Plan::Prompt(sentence)) => system.push(sentence.clone()),
+        // Extended thinking refuses a forced tool choice: the prompt asks.
+        Some(Plan::Tool {
+            name,
+            forced: false,
+            ..
+        }) => system.push(format!(
+            "When you have the final answer, give it by calling the `{name}` tool."
+        )),
+        _ => {}
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
@@ -80,13 +104,35 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
     }
     body.insert("messages".into(), Value::Array(messages));
     body.insert("max_tokens".into(), json!(DEFAULT_MAX_TOKENS));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|tool| json!({"name": tool.name, "description": tool.description, "input_schema": tool.parameters}))
-            .collect();
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|tool| json!({"name": tool.name, "description": tool.description, "input_schema": tool.parameters}))
+        .collect();
+    if let Some(Plan::Tool { tool, .. }) = &plan {
+        tools.push(tool.clone());
+    }
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
+    }
+    match &plan {
+        Some(Plan::Tool { name, forced, .. }) => {
+            // With the agent's tools on the turn, any tool: the answer
+            // tool when the model is done with the others.
+            let choice = match (forced, request.tools.is_empty()) {
+                (false, _) => json!({"type": "auto"}),
+                (true, true) => json!({"type": "tool", "name": name}),
+                (true, false) => json!({"type": "any"}),
+            };
+            body.insert("tool_choice".into(), choice);
+        }
+        Some(Plan::OutputConfig(schema)) => {
+            body.insert(
+                "output_config".into(),
+                json!({"format": {"type": "json_schema", "schema": schema}}),
+            );
+        }
+        Some(Plan::Prompt(_)) | None => {}
     }
     if request.stream.is_some() {
         body.insert("stream".into(), json!(true));
@@ -94,6 +140,19 @@ pub fn build_request(request: &ChatRequest<'_>) -> Value {
     for (key, value) in request.model_args {
         match key.as_str() {
             "model" | "messages" | "system" => {}
+            // Other output settings (`effort`) go with the format, as the
+            // SDK's `parse` merges them.
+            "output_config" => match (body.get_mut("output_config"), value) {
+                (Some(Value::Object(ours)), Value::Object(given)) => {
+                    let format = ours.remove("format");
+                    let mut merged = given.clone();
+                    merged.extend(format.map(|format| ("format".to_string(), format)));
+                    *ours = merged;
+                }
+                _ => {
+                    body.insert(key.clone(), value.clone());
+                }
+            },
             // OpenAI's name for the same budget.
             "max_completion_tokens" => {
                 body.insert("max_tokens".into(), value.clone());
@@ -387,6 +446,8 @@ pub struct AnthropicProvider {
     source: String,
     pub timeout: Duration,
     pub limiter: Arc<Limiter>,
+    /// How formats go on the wire (`structured_output:`).
+    options: WireOptions,
 }
 
 impl AnthropicProvider {
@@ -395,12 +456,14 @@ impl AnthropicProvider {
     /// (`ANTHROPIC_AUTH_TOKEN`) as `Authorization: Bearer`; both are sent when
     /// both are set. An unusable URL or header is an error naming it (never
     /// a value).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: reqwest::Client,
         base_url: super::registry::BaseUrl,
         api_key: Option<&super::registry::Secret>,
         auth_token: Option<&super::registry::Secret>,
         extra_headers: &[(String, String)],
+        options: WireOptions,
         timeout: Duration,
         limiter: Arc<Limiter>,
     ) -> Result<AnthropicProvider, String> {
@@ -417,6 +480,7 @@ impl AnthropicProvider {
             source: base_url.source,
             timeout,
             limiter,
+            options,
         })
     }
 
@@ -427,7 +491,7 @@ impl AnthropicProvider {
     }
 
     async fn send(&self, request: ChatRequest<'_>) -> Result<Message, ProviderError> {
-        let body = build_request(&request);
+        let body = build_request_with(&request, &self.options);
         let target = Target {
             client: &self.client,
             endpoint: &self.messages,
@@ -449,7 +513,14 @@ impl AnthropicProvider {
             parse_error,
         };
         let body = http::json_body(&body)?;
-        exchange::<StreamAssembler>(target, body, estimate, request.stream, &wire).await
+        let reply =
+            exchange::<StreamAssembler>(target, body, estimate, request.stream, &wire).await?;
+        let lifted = structured::lift_answer(reply, &request);
+        // The answer came as a tool's input, which streams as no text.
+        if let (Some(sink), Some(_)) = (request.stream, lifted.metadata.get("answer_tool")) {
+            sink(&lifted.content);
+        }
+        Ok(lifted)
     }
 }
 
@@ -464,7 +535,7 @@ impl Provider for AnthropicProvider {
     fn wire_request(&self, request: &ChatRequest<'_>) -> super::WireRequest {
         super::WireRequest {
             url: self.messages.place().to_string(),
-            body: build_request(request),
+            body: build_request_with(request, &self.options),
         }
     }
 
@@ -477,7 +548,7 @@ impl Provider for AnthropicProvider {
             stream: None,
             ..*request
         };
-        let body = http::json_body(&build_request(&whole)).ok()?;
+        let body = http::json_body(&build_request_with(&whole, &self.options)).ok()?;
         Some(self.messages.request_digest(&body))
     }
 

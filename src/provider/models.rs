@@ -40,6 +40,11 @@ pub struct ModelInfo {
     /// `o200k` or `cl100k` for OpenAI models; none elsewhere.
     #[serde(default)]
     pub tokenizer: Option<String>,
+    /// Whether the API enforces a JSON schema on the reply through its own
+    /// structured-output parameter (Anthropic's `output_config.format`,
+    /// Claude 4.5 and later): what `structured_output: auto` sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<bool>,
 }
 
 /// Models by name: the bundled table, with a tactic's `pricing` and

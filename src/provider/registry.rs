@@ -515,6 +515,11 @@ impl Providers {
             api_key.as_ref(),
             auth_token.as_ref(),
             &extra_headers(config),
+            super::anthropic::WireOptions {
+                structured_output: config
+                    .and_then(|config| config.structured_output)
+                    .unwrap_or_default(),
+            },
             timeout(config),
             Arc::new(Limiter::new(limits(config))),
         )
@@ -639,6 +644,7 @@ mod tests {
             connect_timeout_s: None,
             system_role: None,
             send_name: None,
+            structured_output: None,
             retry_base_ms: Some(5),
             retry_cap_ms: None,
             script: None,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::anthropic::AnthropicProvider;
+use super::anthropic::{self, AnthropicProvider, StructuredOutput};
 use super::endpoints::BaseUrl;
 use super::limit::{Limiter, Limits};
 use super::openai::{OpenAiProvider, WireOptions};
@@ -194,20 +194,23 @@ fn what_does_not_reach_the_wire_does_not_change_the_digest() {
     assert_eq!(first, digest(&keyed, &base));
 }
 
+fn anthropic(key: &str, structured_output: StructuredOutput) -> AnthropicProvider {
+    AnthropicProvider::new(
+        reqwest::Client::new(),
+        base_url("http://127.0.0.1:1"),
+        Some(&Secret::new(key.into())),
+        None,
+        &[],
+        anthropic::WireOptions { structured_output },
+        Duration::from_secs(1),
+        Arc::new(Limiter::new(Limits::default())),
+    )
+    .unwrap()
+}
+
 #[test]
 fn anthropic_digests_its_own_body_and_version() {
-    let provider = |key: &str| {
-        AnthropicProvider::new(
-            reqwest::Client::new(),
-            base_url("http://127.0.0.1:1"),
-            Some(&Secret::new(key.into())),
-            None,
-            &[],
-            Duration::from_secs(1),
-            Arc::new(Limiter::new(Limits::default())),
-        )
-        .unwrap()
-    };
+    let provider = |key: &str| anthropic(key, StructuredOutput::Auto);
     let base = Parts::base();
     let mut longer = base.clone();
     longer.model_args.insert("max_tokens".into(), json!(77));
@@ -220,5 +223,35 @@ fn anthropic_digests_its_own_body_and_version() {
     assert_ne!(
         digest,
         sent(&openai(WireOptions::default(), "k1", &[]), &base).1
+    );
+}
+
+#[test]
+fn each_way_of_sending_a_format_is_its_own_request() {
+    // Issue 27: the format goes as `output_config`, an answer tool or a
+    // sentence; a reply cached for one way is not the reply to another.
+    let mut parts = Parts::base();
+    parts.format = Some(json!({"type": "object", "properties": {"a": {"type": "integer"}}}));
+    let digests: Vec<String> = [
+        StructuredOutput::OutputConfig,
+        StructuredOutput::Tool,
+        StructuredOutput::Prompt,
+    ]
+    .into_iter()
+    .map(|setting| sent(&anthropic("k", setting), &parts).1)
+    .collect();
+    assert_ne!(digests[0], digests[1]);
+    assert_ne!(digests[1], digests[2]);
+    assert_ne!(digests[0], digests[2]);
+    // `auto` for a model the table does not mark is the tool.
+    assert_eq!(
+        sent(&anthropic("k", StructuredOutput::Auto), &parts).1,
+        digests[1]
+    );
+    let mut other = parts.clone();
+    other.format = Some(json!({"type": "object", "properties": {"a": {"type": "string"}}}));
+    assert_ne!(
+        sent(&anthropic("k", StructuredOutput::Tool), &other).1,
+        digests[1]
     );
 }

@@ -246,6 +246,7 @@ fn free() -> ModelInfo {
         context_window: None,
         max_output_tokens: None,
         tokenizer: None,
+        structured_output: None,
     }
 }
 

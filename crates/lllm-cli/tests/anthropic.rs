@@ -152,3 +152,209 @@ fn a_wrong_anthropic_base_url_names_the_url_and_the_variable() {
     assert!(output.stderr.contains(&expected), "{}", output.stderr);
     assert_eq!(server.requests()[0]["auth"], fingerprint("sk-ant-k"));
 }
+
+/// A tactic whose one step's prompt has a `format` (issue 27), on model
+/// `claude/MODEL` at `base_url`, with `agent_tools` (a YAML list) and
+/// `provider` settings appended to the provider's entry.
+fn format_tactic(base_url: &str, model: &str, agent_tools: &str, provider: &str) -> String {
+    format!(
+        r#"global: {{model_name: claude/{model}}}
+agent_configs:
+  - name: judge
+    system_prompt: "You judge."
+    tools: {agent_tools}
+providers:
+  claude: {{api: anthropic, base_url: "{base_url}", api_key_env: TEST_KEY, retry_base_ms: 10{provider}}}
+tools:
+  - name: word_count
+    description: Count words
+    parameters: {{type: object, properties: {{text: {{type: string}}}}}}
+    command: [python3, -c, "import json,sys; print(len(json.load(sys.stdin)['text'].split()))"]
+flow:
+  - step: score
+    agent: judge
+    prompt: score
+"#
+    )
+}
+
+const SCORE_PROMPT: &str = "---\nformat: {type: object, properties: {score: {type: integer, minimum: 1, maximum: 5}}, required: [score]}\n---\nScore this: {{ task }}";
+
+#[test]
+fn a_format_goes_as_output_config_to_a_model_that_takes_it() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: '{\"score\": 4}'}\n");
+    let test = test
+        .file(
+            "t.yaml",
+            &format_tactic(&server.url, "claude-haiku-4-5", "[]", ""),
+        )
+        .file("prompts/score.md", SCORE_PROMPT)
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "fine work", "--no-record"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "{\"score\": 4}\n");
+    let body = &server.requests()[0]["body"];
+    // As anthropic-sdk-python's `messages.parse` sends it: the schema closed
+    // and what the API does not enforce moved into the description (the
+    // mock refuses anything else, as the API does).
+    assert_eq!(
+        body["output_config"],
+        serde_json::json!({"format": {"type": "json_schema", "schema": {
+            "type": "object",
+            "properties": {"score": {"type": "integer", "description": "{minimum: 1, maximum: 5}"}},
+            "additionalProperties": false,
+            "required": ["score"]}}})
+    );
+    assert_eq!(body["system"], "You judge.");
+    assert!(body.get("tools").is_none());
+}
+
+#[test]
+fn a_model_without_it_answers_through_a_forced_tool_and_is_repaired_and_replayed() {
+    let test = Test::new();
+    // The mock answers a forced tool as the API does: a `tool_use` block.
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - text: '{\"score\": 9}'\n  - text: '{\"score\": 3}'\n",
+    );
+    let test = test
+        .file(
+            "t.yaml",
+            &format_tactic(&server.url, "claude-3-5-haiku", "[]", ""),
+        )
+        .file("prompts/score.md", SCORE_PROMPT)
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "fine work", "--record", "r.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "{\"score\":3}\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0]["body"];
+    assert_eq!(first["tools"][0]["name"], "answer");
+    assert_eq!(
+        first["tools"][0]["input_schema"]["properties"]["score"]["maximum"],
+        5
+    );
+    assert_eq!(
+        first["tool_choice"],
+        serde_json::json!({"type": "tool", "name": "answer"})
+    );
+    assert!(first.get("output_config").is_none());
+    // The first answer broke the schema: validated as on OpenAI, repaired.
+    let repair = requests[1]["body"]["messages"].as_array().unwrap().clone();
+    assert_eq!(
+        repair[1],
+        serde_json::json!({"role": "assistant", "content": [{"type": "text", "text": "{\"score\":9}"}]})
+    );
+    let asked = repair[2]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        asked.contains("/score") && asked.contains("maximum"),
+        "{asked}"
+    );
+    let record = test.read_json("r.json");
+    assert_eq!(record["state"], "success");
+    assert_eq!(
+        record["agent_calls"][0]["exception_retries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The record holds the answer as the reply, and replays offline.
+    let rerun = test.run(&["replay", "r.json", "--rerun"]);
+    rerun.expect_code(0);
+    assert_eq!(
+        rerun.stdout,
+        "identical: 2 model calls replayed, same delivery\n"
+    );
+}
+
+#[test]
+fn beside_the_agents_tools_the_answer_tool_is_any_tool_and_streams() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        r#"replies:
+  - tool_calls: [{id: toolu_1, name: word_count, arguments: {text: "fine work"}}]
+  - tool_calls: [{id: toolu_2, name: answer, arguments: {score: 2}}]
+"#,
+    );
+    let test = test
+        .file(
+            "t.yaml",
+            &format_tactic(
+                &server.url,
+                "claude-3-5-haiku",
+                "[word_count]",
+                ", structured_output: tool",
+            ),
+        )
+        .file("prompts/score.md", SCORE_PROMPT)
+        .env("TEST_KEY", "k");
+    let output = test.run(&[
+        "run",
+        "t.yaml",
+        "--task",
+        "fine work",
+        "--stream",
+        "--no-record",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "{\"score\":2}\n");
+    let requests = server.requests();
+    let first = &requests[0]["body"];
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["word_count", "answer"]);
+    assert_eq!(first["tool_choice"], serde_json::json!({"type": "any"}));
+    // The word count's result went back as usual.
+    let last = requests[1]["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"][0]["type"], "tool_result");
+}
+
+#[test]
+fn structured_output_is_checked_where_it_is_written() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            &format_tactic(
+                "http://127.0.0.1:9",
+                "claude-3-5-haiku",
+                "[]",
+                ", structured_output: tools",
+            ),
+        )
+        .file("prompts/score.md", SCORE_PROMPT)
+        .env("TEST_KEY", "k");
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("unknown `structured_output: tools`")
+            && output.stderr.contains("did you mean `tool`?"),
+        "{}",
+        output.stderr
+    );
+    let openai = Test::new().file(
+        "t.yaml",
+        "global: {model_name: local/m}\nagent_configs:\n  - name: a\nproviders:\n  local: {base_url: \"http://127.0.0.1:9/v1\", structured_output: tool}\n",
+    );
+    let output = openai.run(&["run", "t.yaml", "--task", "x", "--no-record"]);
+    output.expect_code(2);
+    assert!(
+        output
+            .stderr
+            .contains("`structured_output` is for `api: anthropic` providers"),
+        "{}",
+        output.stderr
+    );
+}

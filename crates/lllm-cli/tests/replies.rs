@@ -123,6 +123,7 @@ fn anthropic(server: &Canned) -> AnthropicProvider {
         Some(&key),
         None,
         &[],
+        Default::default(),
         Duration::from_secs(30),
         limiter(),
     )

@@ -461,6 +461,7 @@ async fn answer(
     entry.model = Some(incoming.model.clone());
     let mut outcome = match &served.reply {
         Reply::Message(message) => {
+            let message = &*api.shape(message, &incoming, served.index);
             let usage = usage_of(message, &incoming);
             let response = if incoming.stream {
                 let events = api.events(reference, message, usage, incoming.include_usage);

@@ -178,12 +178,14 @@ fn images_and_schemas_are_translated() {
         json!([{"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4A=="}},
                {"type": "text", "text": "a photo"}])
     );
-    assert!(
-        body["system"]
-            .as_str()
-            .unwrap()
-            .contains("{\"type\":\"object\"}")
+    // Sonnet 4.5 takes the API's structured output (issue 27), with the
+    // schema closed as the SDK closes it; the system prompt is left alone.
+    assert_eq!(
+        body["output_config"],
+        json!({"format": {"type": "json_schema",
+                          "schema": {"type": "object", "properties": {}, "additionalProperties": false}}})
     );
+    assert!(body.get("system").is_none());
 }
 
 #[test]
@@ -234,4 +236,100 @@ fn usage_counts_are_clamped_each_and_in_their_sum() {
             "prompt_tokens_details": {"cached_tokens": 99999999},
             "cache_creation_input_tokens": 7})
     );
+}
+
+#[test]
+fn a_format_goes_as_the_setting_says() {
+    // Issue 27: the schema as the API enforces it, not a sentence.
+    let messages = [Message::user("Score it")].map(Arc::new);
+    let schema = json!({"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]});
+    let search = [ToolSpec {
+        name: "search".into(),
+        description: "Search".into(),
+        parameters: json!({"type": "object"}),
+    }];
+    let body = |model: &str, tools: &[ToolSpec], model_args: Value, setting| {
+        let model_args = args(model_args);
+        let request = ChatRequest {
+            model,
+            messages: &messages,
+            tools,
+            format: Some(&schema),
+            model_args: &model_args,
+            api_type: Default::default(),
+            stream: None,
+        };
+        build_request_with(
+            &request,
+            &WireOptions {
+                structured_output: setting,
+            },
+        )
+    };
+    let fitted = json!({"type": "object", "properties": {"score": {"type": "integer"}},
+                        "additionalProperties": false, "required": ["score"]});
+    let native = body("claude-haiku-4-5", &[], json!({}), StructuredOutput::Auto);
+    assert_eq!(
+        native["output_config"],
+        json!({"format": {"type": "json_schema", "schema": fitted}})
+    );
+    assert!(native.get("tools").is_none() && native.get("tool_choice").is_none());
+    // Other output settings given as a model argument keep the format.
+    let effort = body(
+        "claude-haiku-4-5",
+        &[],
+        json!({"output_config": {"effort": "low", "format": null}}),
+        StructuredOutput::Auto,
+    );
+    assert_eq!(
+        effort["output_config"],
+        json!({"effort": "low", "format": {"type": "json_schema", "schema": fitted}})
+    );
+
+    // A model without it: the answer tool, forced.
+    let forced = body("claude-3-5-haiku", &[], json!({}), StructuredOutput::Auto);
+    assert_eq!(
+        forced["tools"],
+        json!([{"name": "answer",
+                "description": "Give your final answer: call this tool once, with the answer as its input.",
+                "input_schema": schema}])
+    );
+    assert_eq!(
+        forced["tool_choice"],
+        json!({"type": "tool", "name": "answer"})
+    );
+    assert!(forced.get("output_config").is_none() && forced.get("system").is_none());
+    // Beside the agent's tools: any tool, the answer tool last.
+    let beside = body(
+        "claude-3-5-haiku",
+        &search,
+        json!({}),
+        StructuredOutput::Auto,
+    );
+    assert_eq!(beside["tools"][0]["name"], "search");
+    assert_eq!(beside["tools"][1]["name"], "answer");
+    assert_eq!(beside["tool_choice"], json!({"type": "any"}));
+    // Extended thinking refuses a forced choice: `auto`, and the prompt asks.
+    let thinking = body(
+        "claude-3-7-sonnet",
+        &[],
+        json!({"thinking": {"type": "enabled", "budget_tokens": 1024}}),
+        StructuredOutput::Tool,
+    );
+    assert_eq!(thinking["tool_choice"], json!({"type": "auto"}));
+    assert!(
+        thinking["system"]
+            .as_str()
+            .unwrap()
+            .contains("`answer` tool")
+    );
+    // The sentence, on request.
+    let prompt = body("claude-haiku-4-5", &[], json!({}), StructuredOutput::Prompt);
+    assert!(
+        prompt["system"]
+            .as_str()
+            .unwrap()
+            .starts_with("Reply with only a JSON value that follows this JSON schema:")
+    );
+    assert!(prompt.get("output_config").is_none() && prompt.get("tools").is_none());
 }

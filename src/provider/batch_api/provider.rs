@@ -67,7 +67,10 @@ impl BatchApiProvider {
             .call(&self.service, endpoint, request.model, body, digest)
             .await?;
         let message = match endpoint {
-            "/v1/messages" => crate::provider::anthropic::parse_response(&reply),
+            // The answer tool's call is the reply, as `inner` reads it.
+            "/v1/messages" => crate::provider::anthropic::parse_response(&reply).map(|message| {
+                crate::provider::anthropic::structured::lift_answer(message, &request)
+            }),
             "/v1/responses" => crate::provider::responses::parse_response(&reply),
             _ => crate::provider::openai::parse_response(&reply),
         };

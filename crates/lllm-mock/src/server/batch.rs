@@ -261,10 +261,13 @@ impl Shared {
             created: entry.received.timestamp(),
         };
         match &served.reply {
-            Reply::Message(message) => Answer::Response {
-                status: 200,
-                body: api.body(reference, message, usage_of(message, &incoming)),
-            },
+            Reply::Message(message) => {
+                let message = &*api.shape(message, &incoming, served.index);
+                Answer::Response {
+                    status: 200,
+                    body: api.body(reference, message, usage_of(message, &incoming)),
+                }
+            }
             Reply::Fault(fault) => {
                 entry.fault = Some(fault_name(fault));
                 match fault {

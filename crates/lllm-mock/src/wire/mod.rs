@@ -34,6 +34,10 @@ pub struct Incoming {
     pub message_count: usize,
     /// Characters of every message's text, for estimating prompt tokens.
     pub prompt_chars: usize,
+    /// The tool the request makes the model call (Anthropic's `tool_choice`
+    /// naming one, or `any` of a single tool): a scripted text reply is
+    /// answered as that tool's call, as the API answers (`anthropic::forced`).
+    pub forced_tool: Option<String>,
 }
 
 /// Token counts of one reply.
@@ -75,7 +79,22 @@ impl Api {
         match self {
             Api::Chat => images::check_chat(request),
             Api::Responses => responses::check(request),
-            Api::Anthropic => images::check_anthropic(request),
+            Api::Anthropic => anthropic::check(request),
+        }
+    }
+
+    /// The script's `message` as this API would answer `incoming` with it:
+    /// on the Messages API, a text reply to a request that forces a tool is
+    /// that tool's call (`anthropic::forced`); otherwise as scripted.
+    pub fn shape<'m>(
+        self,
+        message: &'m ScriptMessage,
+        incoming: &Incoming,
+        index: usize,
+    ) -> std::borrow::Cow<'m, ScriptMessage> {
+        match (self, &incoming.forced_tool) {
+            (Api::Anthropic, Some(tool)) => anthropic::forced(message, tool, index),
+            _ => std::borrow::Cow::Borrowed(message),
         }
     }
 
