@@ -246,6 +246,7 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
             http::retry_after(&reply.headers)
         },
         endpoint: None,
+        network: false,
     }
 }
 

@@ -125,7 +125,7 @@ pub struct BatchArgs {
     /// Seconds running tasks get to finish after Ctrl-C.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::grace, allow_negative_numbers = true)]
     pub grace: f64,
-    /// No progress display and no summary table.
+    /// No progress display, summary table or warning: only errors.
     #[arg(long, short)]
     pub quiet: bool,
     /// Threads that drive the tasks. One (the default) costs the least CPU
@@ -226,6 +226,10 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         })?;
     }
     let cache = args.store.cache_source();
+    // Warnings said once per store (a model without a price) are remembered
+    // there; `--no-store` remembers nothing.
+    let store = args.store.dir();
+    lllm::report::remember_in(store.as_deref());
     let options = batch::Options {
         tasks_file: args.tasks,
         tactic: args.tactic,
@@ -254,7 +258,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             tags: crate::store::pairs("--tag", &args.store.tags)?,
             metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         },
-        store: args.store.dir(),
+        store,
         cache: Some(cache.clone()),
         via,
         env: Some(crate::settings::batch_environment()),
