@@ -132,8 +132,15 @@ where
         let sent = invoke_watched(provider, request, &target, watch.as_deref());
         let invoked = tracing::Instrument::instrument(sent, span).await;
         if let Some(breaker) = &breaker {
-            let network = invoked.as_ref().is_err_and(|error| error.network);
-            breaker.record(probe, network);
+            // A call the budget refused was never sent: it says nothing of
+            // the server (the probe it held is given back).
+            let refused = invoked
+                .as_ref()
+                .is_err_and(|error| error.code.as_deref() == Some(super::budget::REFUSED_CODE));
+            if !refused {
+                let network = invoked.as_ref().is_err_and(|error| error.network);
+                breaker.record(probe, network);
+            }
         }
         let error = match invoked {
             Ok(message) => {
@@ -218,7 +225,7 @@ async fn invoke_watched(
     target: &Target<'_>,
     watch: Option<&Watch>,
 ) -> Result<Message, ProviderError> {
-    let Some(watch) = watch.filter(|watch| watch.wants_notices()) else {
+    let Some(watch) = watch.filter(|watch| watch.wants_slow_replies()) else {
         return provider.invoke(request).await;
     };
     let streaming = AtomicBool::new(false);

@@ -110,6 +110,8 @@ pub type Notices = Arc<dyn Fn(&Notice<'_>) + Send + Sync>;
 #[derive(Default)]
 pub struct Watch {
     notices: Option<Notices>,
+    /// Whether replies slow to come are mentioned (a timer per call).
+    slow_replies: bool,
     breakers: Option<Arc<Breakers>>,
     /// Probes the batch started this task for, one per provider.
     claims: Mutex<Vec<Claim>>,
@@ -130,8 +132,17 @@ impl Watch {
     pub fn with_notices(notices: Notices) -> Watch {
         Watch {
             notices: Some(notices),
+            slow_replies: true,
             ..Watch::default()
         }
+    }
+
+    /// Only retries are noticed, no slow reply: no timer runs beside each
+    /// call (`lllm batch`, whose progress line shows only retries).
+    #[doc(hidden)]
+    pub fn retries_only(mut self) -> Watch {
+        self.slow_replies = false;
+        self
     }
 
     /// Calls wait on `breakers` (`lllm batch`); `claims` are the probes the
@@ -143,9 +154,9 @@ impl Watch {
         self
     }
 
-    /// Whether notices are wanted at all (the slow-reply timer runs only then).
-    pub(crate) fn wants_notices(&self) -> bool {
-        self.notices.is_some()
+    /// Whether slow replies are noticed (the timer runs only then).
+    pub(crate) fn wants_slow_replies(&self) -> bool {
+        self.notices.is_some() && self.slow_replies
     }
 
     pub(crate) fn notice(&self, notice: &Notice<'_>) {

@@ -122,6 +122,13 @@ pub struct BatchArgs {
     /// Seconds between progress lines when stderr is not a terminal.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::progress_interval, allow_negative_numbers = true)]
     pub progress_interval: f64,
+    /// Seconds a provider may stay unreachable before the batch gives up on
+    /// it. After 5 connection failures in a row (refused, reset, timed out)
+    /// its tasks pause and one call probes it, after 1 s, then twice as
+    /// long each time, up to 30 s; any reply resumes them. Past this, its
+    /// waiting calls fail and no more tasks start (`--resume` runs them).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0, value_parser = numbers::max_outage, allow_negative_numbers = true)]
+    pub max_outage: f64,
     /// Seconds running tasks get to finish after Ctrl-C.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::grace, allow_negative_numbers = true)]
     pub grace: f64,
@@ -265,6 +272,11 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         defaults: Some(Arc::new(settings.defaults())),
         attachments: settings.refuse_secrets(attachments),
         tactic_dirs: args.tactics_dirs,
+        breaker: Some(lllm::provider::breaker::Settings {
+            // Checked against its range (`numbers`) when parsed.
+            give_up_after: Duration::from_secs_f64(args.max_outage),
+            ..Default::default()
+        }),
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.
