@@ -171,6 +171,9 @@ struct State {
     wait: Duration,
     next_probe: Instant,
     probe: Probe,
+    /// Calls waiting in [`Breaker::admit`]: while one does, the scheduler
+    /// starts no task to probe (the waiting call will).
+    waiters: u32,
 }
 
 /// One provider's breaker.
@@ -185,6 +188,16 @@ pub struct Breaker {
     state: Mutex<State>,
     changed: Notify,
     events: Events,
+}
+
+/// A call counted in `State::waiters` while it waits (however its wait ends).
+struct Waiting<'a>(&'a Breaker);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.waiters = state.waiters.saturating_sub(1);
+    }
 }
 
 /// The right to probe an open breaker, held by one task at a time; dropped
@@ -229,6 +242,7 @@ impl Breaker {
                 wait: settings.first_probe,
                 next_probe: now,
                 probe: Probe::Idle,
+                waiters: 0,
             }),
             changed: Notify::new(),
             events,
@@ -288,9 +302,11 @@ impl Breaker {
                         outage: state.outage,
                     }));
                 }
+                state.waiters += 1;
                 self.wake_at(&state)
             };
             drop(stale);
+            let _waiting = Waiting(self);
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(wake) => {}
@@ -299,9 +315,10 @@ impl Breaker {
     }
 
     /// Before a task that uses the provider starts: at once when closed;
-    /// when open, waits until it closes, or until a probe is due and nobody
-    /// holds it: the task is then started to probe, with the claim. An
-    /// error (the event's text) when the batch gave up on the provider.
+    /// when open, waits until it closes, or until a probe is due that
+    /// nobody holds and no waiting call will take: the task is then started
+    /// to probe, with the claim. An error (the event's text) when the batch
+    /// gave up on the provider.
     pub async fn gate(self: &Arc<Self>) -> Result<Option<Claim>, String> {
         loop {
             if !self.is_open() {
@@ -318,7 +335,10 @@ impl Breaker {
                 if let Some(text) = self.given_up(&mut state) {
                     return Err(text);
                 }
-                if state.probe == Probe::Idle && Instant::now() >= state.next_probe {
+                if state.probe == Probe::Idle
+                    && state.waiters == 0
+                    && Instant::now() >= state.next_probe
+                {
                     state.probe = Probe::Reserved;
                     return Ok(Some(Claim {
                         breaker: self.clone(),
@@ -460,10 +480,12 @@ impl Breaker {
             return Some(format!("`{}` given up", self.name));
         }
         let probe = match state.probe {
-            Probe::Idle => format!(
-                "next probe in {}",
-                seconds(state.next_probe.saturating_duration_since(Instant::now()))
-            ),
+            Probe::Idle => match state.next_probe.checked_duration_since(Instant::now()) {
+                Some(wait) if wait >= Duration::from_millis(100) => {
+                    format!("next probe in {}", seconds(wait))
+                }
+                _ => "probe due".to_string(),
+            },
             Probe::Reserved | Probe::Probing => "probing".to_string(),
         };
         Some(format!(
@@ -664,6 +686,24 @@ mod tests {
         // The task ends without calling `local`: the next one may probe.
         drop(claims);
         assert_eq!(gated.await.unwrap(), Ok(1));
+        // A call waiting for the next probe will take it: no task is
+        // started for it meanwhile.
+        let probe = local.admit(None).await.unwrap();
+        local.record(probe, true);
+        let waiting = {
+            let local = local.clone();
+            tokio::spawn(async move { local.admit(None).await })
+        };
+        tokio::task::yield_now().await;
+        let gated = {
+            let breakers = breakers.clone();
+            tokio::spawn(async move { breakers.gate(&names).await.map(|claims| claims.len()) })
+        };
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!gated.is_finished(), "no task started to probe");
+        let probe = waiting.await.unwrap().unwrap();
+        assert!(probe.is_some(), "the waiting call probed");
+        gated.abort();
     }
 
     #[tokio::test(start_paused = true)]

@@ -359,3 +359,48 @@ fn a_batch_says_its_latest_retry_on_the_progress_line_not_a_line_per_call() {
         output.stderr
     );
 }
+
+#[test]
+fn errors_the_server_answers_with_pause_nothing() {
+    // A server that refuses every request: it is up, so every task runs
+    // (and fails on its own), and no provider is said to be down.
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "default: {fault: {status: 400, message: refused}}\n",
+    );
+    let port = server.url.rsplit(':').next().unwrap().to_string();
+    let test = test
+        .file("t.yaml", &tactic(&port))
+        .file("tasks.jsonl", &tasks());
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "-t",
+        "t.yaml",
+        "-o",
+        "out",
+        "-j",
+        "4",
+    ]);
+    output.expect_code(1);
+    assert!(!output.stderr.contains("is down"), "{}", output.stderr);
+    assert_eq!(tasks_seen(&server).len(), TASKS);
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["failure"], TASKS);
+    assert_eq!(summary["failure_reasons"][0]["count"], TASKS);
+    assert!(
+        summary["failure_reasons"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 400"),
+        "{summary}"
+    );
+    // The first ten in the order their results came (-j 4: about file order).
+    let ids = summary["failed_ids"].as_array().unwrap();
+    assert_eq!(ids.len(), 10);
+    let mut unique: Vec<&str> = ids.iter().map(|id| id.as_str().unwrap()).collect();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 10, "{ids:?}");
+}
