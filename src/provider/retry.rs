@@ -215,8 +215,8 @@ where
     }
 }
 
-/// One attempt. With a watch that wants notices, a reply slow to come is
-/// mentioned after [`SLOW_FIRST`](watch::SLOW_FIRST), then every
+/// One attempt. With a watch that wants slow replies noticed (`lllm run`'s),
+/// a reply slow to come is mentioned after [`SLOW_FIRST`](watch::SLOW_FIRST), then every
 /// [`SLOW_EVERY`](watch::SLOW_EVERY), until text of it streams in (a
 /// streamed reply that is arriving is not waited on).
 async fn invoke_watched(
