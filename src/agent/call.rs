@@ -394,6 +394,7 @@ impl Call<'_> {
                     );
                     let attempts = retry::invoke_with_retry(
                         model.provider.as_ref(),
+                        model.target(),
                         request,
                         &model.retry,
                         self.spec.limits.max_llm_recall,

@@ -169,6 +169,7 @@ fn fixture_with(
             },
             service: None,
             cache: None,
+            timeout: None,
         },
         model_args: json!({"temperature": 0, "seed": 7})
             .as_object()

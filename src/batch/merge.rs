@@ -315,10 +315,17 @@ fn merge_locked(
 
     // Everything is read and checked: now write.
     let mut latest = Totals::default();
+    let mut reasons = super::reasons::Reasons::default();
     let mut results = Vec::new();
     for id in &order {
         let candidate = &winners[id];
         latest.add(&candidate.brief);
+        if candidate.brief.state == super::output::TaskState::Failure {
+            reasons.add(
+                id,
+                super::reasons::error_of_line(&candidate.line).as_deref(),
+            );
+        }
         results.extend_from_slice(candidate.line.as_bytes());
         results.push(b'\n');
     }
@@ -332,7 +339,8 @@ fn merge_locked(
         &spent,
         &Totals::default(),
         started.elapsed().as_secs_f64(),
-    );
+    )
+    .with_reasons(&reasons);
     summary.shard = None;
     let last: std::collections::HashSet<&str> = duplicates
         .iter()

@@ -21,6 +21,7 @@ pub mod openai_output;
 pub mod output;
 pub mod preflight;
 pub mod progress;
+pub mod reasons;
 pub mod rebuild;
 pub mod report;
 pub mod scheduler;
@@ -109,6 +110,11 @@ pub struct Options {
     /// line's `tactic` may name a file in (`--tactics-dir`). A tactic runs
     /// tools (programs), so a line may not pick one from anywhere on disk.
     pub tactic_dirs: Vec<PathBuf>,
+    /// When a provider counts as down, how it is probed and when the batch
+    /// gives up on it (`--max-outage`); `None`: calls never wait on a
+    /// circuit breaker. Not used with `--via batch-api`, whose rounds wait
+    /// and retry on their own.
+    pub breaker: Option<crate::provider::breaker::Settings>,
 }
 
 /// The directories a task line's `tactic` may name a file in, resolved: the
@@ -387,10 +393,17 @@ async fn run_locked(options: Options) -> Result<Outcome> {
                 )));
             }
         };
-    let shared = Arc::new(
-        Shared::new(writer, budget, options.fail_fast)
-            .scrubbing(tactics.values().map(|tactic| tactic.as_ref())),
-    );
+    let mut shared = Shared::new(writer, budget, options.fail_fast)
+        .scrubbing(tactics.values().map(|tactic| tactic.as_ref()));
+    if let (Some(settings), Via::Direct) = (options.breaker, &options.via) {
+        let told = reporter.clone();
+        let events: crate::provider::breaker::Events =
+            Arc::new(move |event: &crate::provider::breaker::Event| told.event(&event.text()));
+        shared = shared.with_breakers(Arc::new(crate::provider::breaker::Breakers::new(
+            settings, events,
+        )));
+    }
+    let shared = Arc::new(shared);
     let collector = match &batch_api {
         Some(hub) => {
             let notes = reporter.clone();
@@ -664,8 +677,8 @@ fn write_summary(
     stopped: Option<Reason>,
 ) -> Result<Summary> {
     let this_run = shared.totals();
-    let (latest, spent) = if previous.is_empty() {
-        (this_run, this_run)
+    let (latest, spent, reasons) = if previous.is_empty() {
+        (this_run, this_run, shared.reasons())
     } else {
         let results = options.output.join(output::RESULTS);
         // Without the results, the summary cannot be written.
@@ -676,7 +689,11 @@ fn write_summary(
                 format!("cannot read `{}`: {source}", results.display()),
             ),
         })?;
-        (everything.latest_totals, everything.spent)
+        (
+            everything.latest_totals,
+            everything.spent,
+            everything.reasons,
+        )
     };
     let summary = Summary {
         shard: shard.map(|shard| shard.to_string()),
@@ -689,6 +706,7 @@ fn write_summary(
             &this_run,
             started.elapsed().as_secs_f64(),
         )
+        .with_reasons(&reasons)
     };
     let path = options.output.join(output::SUMMARY);
     let text = serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n";

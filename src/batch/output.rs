@@ -312,6 +312,8 @@ pub struct Previous {
     pub unreadable: usize,
     /// The numbers (1-based) of the first [`UNREADABLE_LISTED`] of them.
     pub unreadable_lines: Vec<usize>,
+    /// Why the tasks whose latest line is a failure failed.
+    pub reasons: super::reasons::Reasons,
 }
 
 /// Unreadable result lines named by number in [`Previous::unreadable_lines`].
@@ -330,10 +332,12 @@ impl Previous {
 }
 
 /// What `read_previous` takes of a result line: the id (borrowed from the
-/// line when it can be), the rest of `Brief`; the delivery and the error are
-/// skipped over, not copied.
+/// line when it can be), the rest of `Brief`; the delivery is skipped over
+/// and the error kept as its JSON, not copied (read only for a failure).
 #[derive(Deserialize)]
 struct BriefLine<'a> {
+    #[serde(default, borrow)]
+    error: Option<&'a serde_json::value::RawValue>,
     #[serde(borrow)]
     id: std::borrow::Cow<'a, str>,
     state: TaskState,
@@ -356,10 +360,13 @@ struct BriefLine<'a> {
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
     let mut superseded = Vec::new();
-    let mut first_pass = |number: usize, brief: BriefRead<'_>| match brief {
+    let mut first_pass = |number: usize, brief: BriefRead<'_>, error: Option<&str>| match brief {
         Some((id, brief)) => {
             previous.spent.add(&brief);
             previous.latest.push(id, brief.state);
+            if brief.state == TaskState::Failure {
+                previous.reasons.add(id, error_text(error).as_deref());
+            }
         }
         None => {
             previous.unreadable += 1;
@@ -379,25 +386,39 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     // Result lines in the order `latest` numbered them (readable ones only).
     let (mut position, mut next) = (0u32, superseded.iter().peekable());
     let latest_totals = &mut previous.latest_totals;
-    each_brief(path, &mut |_, brief| {
-        if let Some((_, brief)) = brief {
+    let mut reasons = super::reasons::Reasons::default();
+    each_brief(path, &mut |_, brief, error| {
+        if let Some((id, brief)) = brief {
             if next.peek().is_some_and(|&&lost| lost == position) {
                 next.next();
             } else {
                 latest_totals.add(&brief);
+                if brief.state == TaskState::Failure {
+                    reasons.add(id, error_text(error).as_deref());
+                }
             }
             position = position.saturating_add(1);
         }
     })?;
+    previous.reasons = reasons;
     Ok(previous)
+}
+
+/// A result line's `error` from its JSON (`None` for `null` or a value that
+/// is not text).
+fn error_text(json: Option<&str>) -> Option<String> {
+    serde_json::from_str::<Option<String>>(json?).ok().flatten()
 }
 
 /// A result line's id and brief, `None` for a line that is not a result.
 type BriefRead<'a> = Option<(&'a str, Brief)>;
 
 /// Calls `each` with every non-blank line of `path` as a brief, with its
-/// number; `false` when there is no such file.
-fn each_brief(path: &Path, each: &mut dyn FnMut(usize, BriefRead<'_>)) -> std::io::Result<bool> {
+/// number and its `error` as JSON text; `false` when there is no such file.
+fn each_brief(
+    path: &Path,
+    each: &mut dyn FnMut(usize, BriefRead<'_>, Option<&str>),
+) -> std::io::Result<bool> {
     let mut reader = match crate::jsonl::Lines::open(path) {
         Ok(reader) => reader,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -412,7 +433,7 @@ fn each_brief(path: &Path, each: &mut dyn FnMut(usize, BriefRead<'_>)) -> std::i
             crate::jsonl::LineRead::End => break,
             // Torn or corrupted: not a result, as a line that is not JSON.
             crate::jsonl::LineRead::NotText => {
-                each(number, None);
+                each(number, None, None);
                 continue;
             }
             crate::jsonl::LineRead::Text if line.trim().is_empty() => continue,
@@ -433,8 +454,9 @@ fn each_brief(path: &Path, each: &mut dyn FnMut(usize, BriefRead<'_>)) -> std::i
                         result.cache_hits,
                     ),
                 )),
+                result.error.map(|raw| raw.get()),
             ),
-            Err(_) => each(number, None),
+            Err(_) => each(number, None, None),
         }
     }
     Ok(true)
@@ -466,6 +488,43 @@ mod tests {
         assert_eq!(previous.latest_totals.skipped, 1);
         assert_eq!(previous.latest_totals.failure, 0);
         assert_eq!(previous.unreadable_lines, [2]);
+        assert_eq!(previous.reasons.failed(), 0, "`a` failed, then was skipped");
+    }
+
+    #[test]
+    fn the_reasons_are_those_of_each_id_s_latest_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let line = |result: ResultLine| serde_json::to_string(&result).unwrap();
+        let retried = ResultLine {
+            state: TaskState::Success,
+            ..ResultLine::skipped("a".into(), "")
+        };
+        let text = [
+            line(ResultLine::invalid("a".into(), "cannot connect")),
+            line(ResultLine::invalid("b".into(), "cannot connect")),
+            line(ResultLine::invalid("c".into(), "HTTP 400")),
+            line(retried),
+            r#"{"id": "d", "state": "failure", "error": 42, "cost": 0}"#.to_string(),
+        ]
+        .join("\n");
+        std::fs::write(&path, text).unwrap();
+        let previous = read_previous(&path).unwrap();
+        assert_eq!(previous.reasons.failed(), 3);
+        assert_eq!(previous.reasons.failed_ids(), ["b", "c", "d"]);
+        let top = previous.reasons.top(5);
+        let counted: Vec<(&str, u64)> = top
+            .iter()
+            .map(|reason| (reason.reason.as_str(), reason.count))
+            .collect();
+        assert_eq!(
+            counted,
+            [
+                ("cannot connect", 1),
+                ("HTTP 400", 1),
+                ("(no error recorded)", 1)
+            ]
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::summary::{Totals, format_cost};
 
 /// The state of a run at one moment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// Tasks this invocation has to finish (after `--resume`'s skips).
     pub total: u64,
@@ -19,7 +19,14 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Why nothing more is starting right now: `budget`, `rate limit`, `back-off`.
     pub waiting: Option<&'static str>,
+    /// A provider that is down, whose tasks wait (`provider::breaker`).
+    pub paused: Option<String>,
+    /// The latest retry's provider and reason, if it came in the last 10 s.
+    pub retrying: Option<String>,
 }
+
+/// The most characters of a retry's reason a progress line shows.
+const RETRYING_CHARS: usize = 100;
 
 impl Snapshot {
     fn rate(&self) -> f64 {
@@ -37,7 +44,8 @@ impl Snapshot {
         (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate))
     }
 
-    /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`
+    /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`,
+    /// then what is paused and the latest retry's reason, if any.
     pub fn details(&self) -> String {
         let mut text = format!(
             "{} failed · {} skipped · {} tokens · {} · {:.1} tasks/s",
@@ -52,6 +60,13 @@ impl Snapshot {
         }
         if let Some(reason) = self.waiting {
             text.push_str(&format!(" · waiting: {reason}"));
+        }
+        if let Some(paused) = &self.paused {
+            text.push_str(&format!(" · paused: {paused}"));
+        }
+        if let Some(reason) = &self.retrying {
+            let reason = crate::redact::cut(reason, RETRYING_CHARS);
+            text.push_str(&format!(" · retrying: {reason}"));
         }
         text
     }
@@ -151,12 +166,22 @@ mod tests {
             in_flight: 4,
             elapsed: Duration::from_secs(10),
             waiting: Some("budget"),
+            paused: Some("`local` is down (5 connection failures), next probe in 4.0 s".into()),
+            retrying: Some(format!("local: HTTP 503{}", "!".repeat(500))),
         };
         let text = snapshot.details();
         assert!(text.contains("2 failed"), "{text}");
         assert!(text.contains("5.0 tasks/s"), "{text}");
         assert!(text.contains("ETA 10 s"), "{text}");
         assert!(text.contains("waiting: budget"), "{text}");
+        assert!(
+            text.contains(
+                " · paused: `local` is down (5 connection failures), next probe in 4.0 s"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(" · retrying: local: HTTP 503!!!"), "{text}");
+        assert!(text.ends_with("… (515 characters)"), "cut: {text}");
         assert_eq!(seconds(Duration::from_secs(3725)), "1h02m");
     }
 }

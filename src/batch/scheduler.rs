@@ -31,11 +31,14 @@ use tokio::task::JoinSet;
 use super::output::{Brief, Encoded, Lost, ResultLine, TaskState, WriteFailure, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
+use super::reasons::Reasons;
 use super::summary::Totals;
 use super::tasks::{self, Task};
 use crate::provider::batch_api::{BatchApi, Running};
+use crate::provider::breaker::{Breakers, Claim};
 use crate::provider::budget::{CostBudget, REFUSED_CODE};
 use crate::provider::limit::Waiting;
+use crate::provider::watch::{self as calls, Notice, Notices, Watch};
 use crate::redact::{Scrub, Scrubber};
 use crate::tactic::{RunState, Tactic};
 
@@ -45,6 +48,8 @@ pub enum Reason {
     Budget,
     Interrupted,
     WriteFailed,
+    /// A provider stayed down past `--max-outage` (`provider::breaker`).
+    Outage,
 }
 
 impl Reason {
@@ -54,6 +59,7 @@ impl Reason {
             Reason::Budget => "--max-cost budget reached",
             Reason::Interrupted => "interrupted",
             Reason::WriteFailed => "cancelled: the output could not be written",
+            Reason::Outage => "a provider stayed unreachable past --max-outage",
         }
     }
 }
@@ -81,6 +87,8 @@ impl Stop {
 pub struct Shared {
     writer: Writer,
     totals: Mutex<Totals>,
+    /// Why this run's failed tasks failed.
+    reasons: Mutex<Reasons>,
     budget: Option<Arc<CostBudget>>,
     /// Shared with the writer, which stops the run when a write fails.
     pub stop: Arc<watch::Sender<Stop>>,
@@ -97,7 +105,16 @@ pub struct Shared {
     /// them as records are (one without a record carries its task's
     /// arguments and tags).
     secrets: crate::redact::Secrets,
+    /// The providers' circuit breakers (`None`: calls never wait on one).
+    breakers: Option<Arc<Breakers>>,
+    /// Told what each task's calls wait on: keeps the latest retry.
+    notices: Notices,
+    /// The latest retry's reason and when it came, for progress lines.
+    last_retry: Arc<Mutex<Option<(Instant, String)>>>,
 }
+
+/// How long a retry's reason stays on the progress line.
+const RETRY_SHOWN: Duration = Duration::from_secs(10);
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -114,9 +131,21 @@ impl Shared {
         writer.when_failed(move || {
             request_stop(&stopped_by_writer, Stop::Cancel(Reason::WriteFailed));
         });
+        let last_retry: Arc<Mutex<Option<(Instant, String)>>> = Arc::default();
+        let kept = last_retry.clone();
+        // A batch says nothing per call (sixteen tasks retrying at once
+        // would flood the terminal): the latest retry's reason goes on the
+        // progress line instead.
+        let notices: Notices = Arc::new(move |notice: &Notice<'_>| {
+            if let Notice::Retry { target, error, .. } = notice {
+                let reason = format!("{}: {}", target.provider, calls::reason(error));
+                *lock(&kept) = Some((Instant::now(), reason));
+            }
+        });
         Shared {
             writer,
             totals: Mutex::new(Totals::default()),
+            reasons: Mutex::new(Reasons::default()),
             budget,
             stop,
             in_flight: AtomicU64::new(0),
@@ -125,7 +154,17 @@ impl Shared {
             fail_fast,
             batch_api: std::sync::OnceLock::new(),
             secrets: crate::redact::Secrets::new(),
+            breakers: None,
+            notices,
+            last_retry,
         }
+    }
+
+    /// Calls wait on `breakers`, and tasks of a provider that is down wait
+    /// to start (`provider::breaker`).
+    pub fn with_breakers(mut self, breakers: Arc<Breakers>) -> Shared {
+        self.breakers = Some(breakers);
+        self
     }
 
     /// Result lines are scrubbed of the secrets of every tactic in `tactics`.
@@ -143,6 +182,11 @@ impl Shared {
 
     pub fn totals(&self) -> Totals {
         *lock(&self.totals)
+    }
+
+    /// Why the tasks this run wrote as failed failed.
+    pub fn reasons(&self) -> Reasons {
+        lock(&self.reasons).clone()
     }
 
     /// Writes what is queued; the first write error, if any, with every
@@ -216,6 +260,9 @@ impl Shared {
             return;
         }
         lock(&self.totals).add(&Brief::from(result));
+        if result.state == TaskState::Failure {
+            lock(&self.reasons).add(&result.id, result.error.as_deref());
+        }
     }
 
     pub fn snapshot(&self, total: u64, started: Instant, tactics: &[Arc<Tactic>]) -> Snapshot {
@@ -238,12 +285,21 @@ impl Shared {
                     Waiting::Concurrency => "provider concurrency",
                 })
         };
+        let retrying = lock(&self.last_retry)
+            .as_ref()
+            .filter(|(when, _)| when.elapsed() < RETRY_SHOWN)
+            .map(|(_, reason)| reason.clone());
         Snapshot {
             total,
             done: self.totals(),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             elapsed: started.elapsed(),
             waiting,
+            paused: self
+                .breakers
+                .as_ref()
+                .and_then(|breakers| breakers.paused()),
+            retrying,
         }
     }
 }
@@ -303,6 +359,8 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let mut stop = shared.stop.subscribe();
     let mut selector = run.selector;
     let mut lines = run.snapshot.lines();
+    // The providers each tactic uses (by the tactic's address), for the breakers.
+    let mut providers: HashMap<usize, Arc<[String]>> = HashMap::new();
     let scheduling = |starting: bool| {
         if let Some(hub) = &run.batch_api {
             hub.scheduling(starting);
@@ -394,10 +452,22 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
         if full {
             scheduling(true);
         }
-        let Some(permit) = admitted else {
+        let admitted = match (admitted, &shared.breakers) {
+            (Some(permit), Some(breakers)) => {
+                let names = providers
+                    .entry(Arc::as_ptr(&tactic) as usize)
+                    .or_insert_with(|| tactic.provider_names().into())
+                    .clone();
+                gate(&shared, breakers, &names, &mut stop)
+                    .await
+                    .map(|claims| (permit, claims))
+            }
+            (permit, _) => permit.map(|permit| (permit, Vec::new())),
+        };
+        let Some((permit, claims)) = admitted else {
             // Stopped while waiting: account for this task like the ones after it.
             let reason = shared.stop.borrow().reason();
-            if let Some(reason @ (Reason::FailFast | Reason::Budget)) = reason {
+            if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason {
                 let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
                 shared.record(&result, None, None);
                 continue;
@@ -405,7 +475,12 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             break;
         };
         let counted = run.batch_api.as_ref().map(|hub| hub.task_started());
-        running.spawn(run_task(shared.clone(), tactic, task, (permit, counted)));
+        running.spawn(run_task(
+            shared.clone(),
+            tactic,
+            task,
+            (permit, counted, claims),
+        ));
     }
     scheduling(false);
     while running.join_next().await.is_some() {}
@@ -439,13 +514,36 @@ async fn admit(
     Some(permit)
 }
 
+/// Before a task of the providers `names` starts: waits while one of them
+/// is down (`Breakers::gate`); the probes it is started for, or `None`
+/// when the run stops first or a provider was given up on (which stops it).
+async fn gate(
+    shared: &Shared,
+    breakers: &Breakers,
+    names: &[String],
+    stop: &mut watch::Receiver<Stop>,
+) -> Option<Vec<Claim>> {
+    let gated = tokio::select! {
+        biased;
+        _ = stop.wait_for(|stop| *stop != Stop::Running) => return None,
+        gated = breakers.gate(names) => gated,
+    };
+    match gated {
+        Ok(claims) => Some(claims),
+        Err(_) => {
+            shared.request_stop(Stop::Drain(Reason::Outage));
+            None
+        }
+    }
+}
+
 /// One task: run it (unless cancelled), record it; its slot is freed once
 /// its lines are on disk.
 async fn run_task(
     shared: Arc<Shared>,
     tactic: Arc<Tactic>,
     task: Task,
-    (slot, counted): (OwnedSemaphorePermit, Option<Running>),
+    (slot, counted, claims): (OwnedSemaphorePermit, Option<Running>, Vec<Claim>),
 ) {
     let current = *shared.stop.borrow();
     if let Stop::Cancel(reason) = current {
@@ -468,7 +566,16 @@ async fn run_task(
     // its way into the runtime (a copy each time) unless it stays small.
     // A panic (a bug: nothing a user or a server sends should cause one)
     // ends this task only, as a failure, instead of losing its result.
-    let run = Box::pin(tactic.run_until(task.input, None, cancel));
+    // Its calls tell the progress line their retries, and wait on the
+    // breakers of providers that are down.
+    let mut calls_watch = Watch::with_notices(shared.notices.clone()).retries_only();
+    if let Some(breakers) = &shared.breakers {
+        calls_watch = calls_watch.with_breakers(breakers.clone(), claims);
+    }
+    let run = Box::pin(calls::scope(
+        Arc::new(calls_watch),
+        tactic.run_until(task.input, None, cancel),
+    ));
     let outcome = AssertUnwindSafe(run).catch_unwind().await;
     // No call of this task is made from here on (`--via batch-api` counts it out).
     drop(counted);

@@ -3,11 +3,13 @@
 //!
 //! `summary.json` describes the whole output directory, resumed runs included:
 //! task counts by each id's latest result, spend over every line (a retried
-//! task cost money each time), and this invocation's wall time and rates.
+//! task cost money each time), this invocation's wall time and rates, and
+//! why the failed tasks failed (`reasons`).
 
 use serde::Serialize;
 
 use super::output::{Brief, TaskState, Usage};
+use super::reasons::{FailureReason, Reasons};
 
 pub const FORMAT: &str = "lllm.batch-summary/1";
 
@@ -100,9 +102,18 @@ pub struct Summary {
     pub this_run: ThisRun,
     pub shard: Option<String>,
     pub interrupted: bool,
-    /// Why scheduling stopped early (`--fail-fast`, `--max-cost`, Ctrl-C).
+    /// Why scheduling stopped early (`--fail-fast`, `--max-cost`, Ctrl-C,
+    /// a provider down past `--max-outage`).
     pub stopped: Option<String>,
+    /// The most frequent errors of the failed tasks (by each id's latest
+    /// result), most first, each with its count and first ids (`reasons`).
+    pub failure_reasons: Vec<FailureReason>,
+    /// The ids of the first failed tasks, in the order of their results.
+    pub failed_ids: Vec<String>,
 }
+
+/// Reasons the table on stderr shows.
+const REASONS_SHOWN: usize = 3;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThisRun {
@@ -157,7 +168,16 @@ impl Summary {
             shard: None,
             interrupted: false,
             stopped: None,
+            failure_reasons: Vec::new(),
+            failed_ids: Vec::new(),
         }
+    }
+
+    /// The summary with the failed tasks' reasons and first ids.
+    pub fn with_reasons(mut self, reasons: &Reasons) -> Summary {
+        self.failure_reasons = reasons.top(super::reasons::LISTED);
+        self.failed_ids = reasons.failed_ids().to_vec();
+        self
     }
 
     /// The table printed on stderr at the end.
@@ -207,6 +227,33 @@ impl Summary {
         ]);
         if let Some(reason) = &self.stopped {
             rows.push(("stopped", reason.clone()));
+        }
+        for (index, reason) in self.failure_reasons.iter().take(REASONS_SHOWN).enumerate() {
+            let mut ids = reason.ids.join(", ");
+            if reason.count > reason.ids.len() as u64 {
+                ids.push_str(", …");
+            }
+            rows.push((
+                if index == 0 { "reasons" } else { "" },
+                format!("{} × {} ({ids})", reason.count, reason.reason),
+            ));
+        }
+        let unshown = self.failure_reasons.len().saturating_sub(REASONS_SHOWN);
+        if unshown > 0 {
+            rows.push((
+                "",
+                format!(
+                    "… {} more in summary.json",
+                    crate::words::count(unshown as u64, "reason", "reasons")
+                ),
+            ));
+        }
+        if !self.failed_ids.is_empty() {
+            let mut ids = self.failed_ids.join(", ");
+            if self.failure > self.failed_ids.len() as u64 {
+                ids.push_str(&format!(" … ({} in all)", self.failure));
+            }
+            rows.push(("failed ids", ids));
         }
         rows.push(("output", dir.to_string()));
         let mut text = String::from("lllm batch summary\n");

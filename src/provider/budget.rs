@@ -341,6 +341,7 @@ impl Provider for BudgetedProvider {
                         self.budget.max()
                     ),
                     retry_after: None,
+                    network: false,
                 })?;
             let result = self.inner.invoke(request).await;
             // A failed attempt is counted at $0, as its record counts it.

@@ -288,6 +288,7 @@ pub fn error_object(error: &Value) -> ProviderError {
         message,
         retry_after: None,
         endpoint: None,
+        network: false,
     }
 }
 

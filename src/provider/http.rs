@@ -528,6 +528,7 @@ fn follow(
         message,
         retry_after: None,
         endpoint: None,
+        network: false,
     };
     let target = response
         .headers()
@@ -575,10 +576,10 @@ fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) 
     let place = endpoint.place();
     let message = if let Some(exhausted) = crate::fds::Exhausted::of(&error) {
         // Not the network's fault: no socket could be opened (issue 26).
-        format!(
+        return ProviderError::transient(format!(
             "{}: no connection to `{place}` could be opened",
             exhausted.message()
-        )
+        ));
     } else if error.is_timeout() {
         format!(
             "no reply from `{place}` within {:.1} s",
@@ -596,7 +597,10 @@ fn network_error(error: reqwest::Error, endpoint: &Endpoint, timeout: Duration) 
         }
         format!("connection to `{place}` failed: {text}")
     };
-    ProviderError::new(ErrorKind::Transient, message)
+    ProviderError {
+        network: true,
+        ..ProviderError::new(ErrorKind::Transient, message)
+    }
 }
 
 /// What the server asked us to wait, validated and clamped

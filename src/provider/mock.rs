@@ -122,11 +122,14 @@ impl MockProvider {
                         }),
                     ),
                     endpoint: None,
+                    network: false,
                 })
             }
-            Reply::Fault(fault) => Err(ProviderError::transient(
-                format!("mock fault: {fault:?}").to_lowercase(),
-            )),
+            Reply::Fault(fault) => Err(ProviderError {
+                // What a reset or a held request is over HTTP (`lllm-mock`).
+                network: matches!(fault, Fault::Reset | Fault::Timeout),
+                ..ProviderError::transient(format!("mock fault: {fault:?}").to_lowercase())
+            }),
             Reply::Exhausted { served } => Err(ProviderError::permanent(format!(
                 "mock script exhausted after {served} replies"
             ))),

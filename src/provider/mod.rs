@@ -83,6 +83,13 @@ pub struct ProviderError {
     /// without credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The request failed in the network, not in a reply: no connection
+    /// (refused, a name that does not resolve), a connection reset, or no
+    /// reply within the timeout. A server that answered, whatever it said,
+    /// is not one. What `lllm batch`'s circuit breaker counts
+    /// (`provider::breaker`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
 }
 
 impl ProviderError {
@@ -95,6 +102,7 @@ impl ProviderError {
             message: message.into(),
             retry_after: None,
             endpoint: None,
+            network: false,
         }
     }
 
@@ -218,6 +226,8 @@ mod optional_millis {
 pub mod anthropic;
 pub mod batch_api;
 #[doc(hidden)]
+pub mod breaker;
+#[doc(hidden)]
 pub mod budget;
 pub mod cache;
 #[doc(hidden)]
@@ -257,6 +267,7 @@ pub mod scrub;
 pub mod sse;
 #[doc(hidden)]
 pub mod trace;
+pub mod watch;
 
 #[cfg(test)]
 mod wire_digest_tests;

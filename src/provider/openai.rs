@@ -750,6 +750,7 @@ pub fn parse_error(reply: &HttpReply) -> ProviderError {
             http::retry_after(&reply.headers)
         },
         endpoint: None,
+        network: false,
     }
 }
 

@@ -2,7 +2,7 @@
 //! normalized usage, from the model table. A price belongs to a provider and
 //! a model (`ModelTable::price`): an unknown one gets `response_cost: null`
 //! (never a silent $0, and never another provider's price) and one warning
-//! per run.
+//! per session store (per run without one; none in a replay).
 //!
 //! Also the ranges of every number in a price table (a tactic's `pricing:`,
 //! `--prices` in our format or LiteLLM's): a negative price would make
@@ -156,22 +156,46 @@ pub fn apply(
     true
 }
 
-/// One warning per unknown model, however many calls or tasks hit it.
+/// One warning per unknown model, however many calls or tasks hit it, and
+/// once per session store rather than once per run (`report::first_in_store`;
+/// issue 27: the same warning on every run of a local model). `lllm models
+/// --check` lists such models at any time.
 #[derive(Default)]
 pub struct UnknownPriceWarnings {
     warned: Mutex<BTreeSet<String>>,
+    silent: bool,
 }
 
 impl UnknownPriceWarnings {
+    /// Warnings never said: a replay's (`lllm replay --rerun`), whose costs
+    /// were told when the run was made.
+    pub fn silent() -> UnknownPriceWarnings {
+        UnknownPriceWarnings {
+            silent: true,
+            ..UnknownPriceWarnings::default()
+        }
+    }
+
+    /// The warning to say about `provider/model` having no price, the first
+    /// time it is asked for here and in the session store.
     pub fn warn_once(&self, provider: &str, model: &str) -> Option<String> {
+        if self.silent {
+            return None;
+        }
         let name = format!("{provider}/{model}");
         let mut warned = self
             .warned
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        warned.insert(name.clone()).then(|| {
-            format!("no price known for `{name}`; its cost is reported as unknown (add `{name}` under `pricing:`)")
-        })
+        if !warned.insert(name.clone())
+            || !crate::report::first_in_store(&format!("no-price {name}"))
+        {
+            return None;
+        }
+        Some(format!(
+            "no price known for `{name}`; its cost is reported as unknown (add `{name}` under \
+             `pricing:`); said once per session store: `lllm models --check TACTIC` lists such models"
+        ))
     }
 }
 
@@ -270,6 +294,11 @@ mod tests {
         let warnings = UnknownPriceWarnings::default();
         assert!(warnings.warn_once("local", "my-model").is_some());
         assert!(warnings.warn_once("local", "my-model").is_none());
+        assert!(
+            UnknownPriceWarnings::silent()
+                .warn_once("local", "other-model")
+                .is_none()
+        );
         let mut free = usage(json!({"prompt_tokens": 5}));
         assert!(apply(
             ModelTable::bundled(),

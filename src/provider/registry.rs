@@ -154,6 +154,20 @@ pub struct Resolved {
     /// The response cache this model's calls use (`cache`), if any: set by
     /// the tactic's builder.
     pub cache: Option<super::cache::Binding>,
+    /// How long one attempt may take (the provider's `timeout_s`); `None`
+    /// where nothing is sent over the network (offline providers, replays).
+    pub timeout: Option<Duration>,
+}
+
+impl Resolved {
+    /// The call as the retry loop's notices name it.
+    pub fn target(&self) -> super::watch::Target<'_> {
+        super::watch::Target {
+            provider: &self.provider_name,
+            model: &self.model,
+            timeout: self.timeout,
+        }
+    }
 }
 
 /// Every provider of a run. Providers are made once per name, so limits
@@ -255,6 +269,7 @@ impl Providers {
                 retry,
                 service,
                 cache: None,
+                timeout: None,
             });
         }
         let mut retry = retry_policy(self.configs.get(provider_name));
@@ -275,6 +290,10 @@ impl Providers {
                 secrets: self.secrets.clone(),
             });
         }
+        let timeout = match self.api(provider_name) {
+            Some(ProviderApi::Mock) | None => None,
+            Some(_) => Some(timeout(self.configs.get(provider_name))),
+        };
         Ok(Resolved {
             provider,
             provider_name: provider_name.to_string(),
@@ -282,6 +301,7 @@ impl Providers {
             retry,
             service: self.service(provider_name),
             cache: None,
+            timeout,
         })
     }
 

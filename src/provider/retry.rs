@@ -5,9 +5,16 @@
 //!
 //! A 429 pauses the whole provider only while its request is retried: with
 //! no retry left (`max_llm_recall: 0`) the request fails and nobody waits.
+//!
+//! What the loop waits on is told to the run's `watch::Watch` (`lllm run`
+//! prints it; issue 27: 7.9 s of retries, or a hung server for up to the
+//! 600 s timeout, printed nothing without `-v`), and in a batch each
+//! attempt passes the provider's circuit breaker (`breaker`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::watch::{self, Notice, Target, Watch};
 use super::{ChatRequest, ErrorKind, Provider, ProviderError};
 use crate::dialog::Message;
 
@@ -74,8 +81,17 @@ pub struct Failed {
 
 /// Calls `provider` until it answers, a permanent error comes, or `max_recall`
 /// retries are spent (so at most `max_recall + 1` attempts).
+///
+/// The run's [`Watch`](super::watch::Watch), if it has one, is told what the
+/// loop waits on (a retry's back-off, a reply slow to come: `target` names
+/// the call) and, in a batch, asked before each attempt: while the
+/// provider's circuit breaker is open the attempt waits, and a failed probe
+/// (`provider::breaker`) is not counted against `max_recall`, so an outage
+/// the batch waits out fails no call. A batch that gives up on the provider
+/// fails the call with its reason.
 pub async fn invoke_with_retry<F>(
     provider: &dyn Provider,
+    target: Target<'_>,
     request: ChatRequest<'_>,
     policy: &RetryPolicy,
     max_recall: u32,
@@ -84,12 +100,48 @@ pub async fn invoke_with_retry<F>(
 where
     F: FnMut(&FailedAttempt),
 {
+    let watch = watch::current();
+    let breaker = watch
+        .as_ref()
+        .and_then(|watch| watch.breaker(target.provider));
     let mut attempt = 1;
+    // Failed probes of a provider that is down: not counted as retries.
+    let mut forgiven = 0;
     loop {
+        let probe = match &breaker {
+            None => None,
+            Some(breaker) => {
+                let held = watch
+                    .as_ref()
+                    .and_then(|watch| watch.take_claim(target.provider));
+                match breaker.admit(held).await {
+                    Ok(probe) => probe,
+                    Err(error) => {
+                        return Err(Failed {
+                            error,
+                            attempts: attempt - 1,
+                        });
+                    }
+                }
+            }
+        };
+        let probing = probe.is_some();
         let started = Instant::now();
         // Every event of this attempt (the request, the reply) names it.
         let span = tracing::info_span!("attempt", number = attempt);
-        let invoked = tracing::Instrument::instrument(provider.invoke(request), span).await;
+        let sent = invoke_watched(provider, request, &target, watch.as_deref());
+        let invoked = tracing::Instrument::instrument(sent, span).await;
+        if let Some(breaker) = &breaker {
+            // A call the budget refused was never sent: it says nothing of
+            // the server (the probe it held is given back).
+            let refused = invoked
+                .as_ref()
+                .is_err_and(|error| error.code.as_deref() == Some(super::budget::REFUSED_CODE));
+            if !refused {
+                let network = invoked.as_ref().is_err_and(|error| error.network);
+                breaker.record(probe, network);
+            }
+        }
         let error = match invoked {
             Ok(message) => {
                 return Ok(Attempted {
@@ -101,13 +153,42 @@ where
             Err(error) => error,
         };
         let latency = started.elapsed();
-        let retry = error.kind != ErrorKind::Permanent && attempt <= max_recall;
+        if probing && error.network {
+            // The provider is still down: the breaker says when the next
+            // probe goes, and this call waits for it like every other.
+            forgiven += 1;
+            trace_probe_failed(&error);
+            on_failed_attempt(&FailedAttempt {
+                attempt,
+                error,
+                latency,
+                waited: Duration::ZERO,
+            });
+            attempt += 1;
+            continue;
+        }
+        let retry = error.kind != ErrorKind::Permanent && attempt - forgiven <= max_recall;
         let waited = if retry {
-            policy.delay(attempt, &error)
+            policy.delay(attempt - forgiven, &error)
         } else {
             Duration::ZERO
         };
-        trace_failure(&error, attempt, max_recall, retry.then_some(waited));
+        let traced = trace_failure(
+            &error,
+            attempt - forgiven,
+            max_recall,
+            retry.then_some(waited),
+        );
+        if retry && let Some(watch) = &watch {
+            watch.notice(&Notice::Retry {
+                target,
+                error: &error,
+                next_attempt: attempt - forgiven + 1,
+                attempts: max_recall.saturating_add(1),
+                wait: waited,
+                traced,
+            });
+        }
         on_failed_attempt(&FailedAttempt {
             attempt,
             error: error.clone(),
@@ -134,12 +215,65 @@ where
     }
 }
 
+/// One attempt. With a watch that wants slow replies noticed (`lllm run`'s),
+/// a reply slow to come is mentioned after [`SLOW_FIRST`](watch::SLOW_FIRST), then every
+/// [`SLOW_EVERY`](watch::SLOW_EVERY), until text of it streams in (a
+/// streamed reply that is arriving is not waited on).
+async fn invoke_watched(
+    provider: &dyn Provider,
+    request: ChatRequest<'_>,
+    target: &Target<'_>,
+    watch: Option<&Watch>,
+) -> Result<Message, ProviderError> {
+    let Some(watch) = watch.filter(|watch| watch.wants_slow_replies()) else {
+        return provider.invoke(request).await;
+    };
+    let streaming = AtomicBool::new(false);
+    let forward = request.stream.map(|sink| {
+        let streaming = &streaming;
+        move |text: &str| {
+            if !text.is_empty() {
+                streaming.store(true, Ordering::Relaxed);
+            }
+            sink(text);
+        }
+    });
+    let mut request: ChatRequest<'_> = request;
+    if let Some(forward) = &forward {
+        request.stream = Some(forward);
+    }
+    let started = tokio::time::Instant::now();
+    let mut invoked = std::pin::pin!(provider.invoke(request));
+    let mut next = watch::SLOW_FIRST;
+    loop {
+        tokio::select! {
+            result = &mut invoked => return result,
+            _ = tokio::time::sleep_until(started + next) => {
+                if !streaming.load(Ordering::Relaxed) {
+                    watch.notice(&Notice::Slow { target: *target, elapsed: next });
+                }
+                next += watch::SLOW_EVERY;
+            }
+        }
+    }
+}
+
+/// A failed probe, as one `info` event.
+fn trace_probe_failed(error: &ProviderError) {
+    tracing::info!("probe failed, the provider is still down: {error}");
+}
+
 /// What the retry loop does about a failed attempt, as one `info` event:
 /// `HTTP 429, waiting 2.0 s (retry 1 of 3)`, or why it stops (the error
-/// says what it was).
-fn trace_failure(error: &ProviderError, attempt: u32, max_recall: u32, wait: Option<Duration>) {
+/// says what it was). Whether the event is shown (`-v`).
+fn trace_failure(
+    error: &ProviderError,
+    attempt: u32,
+    max_recall: u32,
+    wait: Option<Duration>,
+) -> bool {
     if !tracing::enabled!(tracing::Level::INFO) {
-        return;
+        return false;
     }
     let what = match error.status {
         Some(status) => format!("HTTP {status}"),
@@ -162,12 +296,13 @@ fn trace_failure(error: &ProviderError, attempt: u32, max_recall: u32, wait: Opt
             crate::words::count(max_recall, "retry", "retries")
         ),
     }
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use futures_util::future::BoxFuture;
     use serde_json::Map;
@@ -209,6 +344,12 @@ mod tests {
         Err(error)
     }
 
+    const TARGET: Target<'static> = Target {
+        provider: "local",
+        model: "m",
+        timeout: Some(Duration::from_secs(600)),
+    };
+
     const POLICY: RetryPolicy = RetryPolicy {
         base: Duration::from_secs(1),
         cap: Duration::from_secs(60),
@@ -225,7 +366,7 @@ mod tests {
         let args = Map::new();
         let started = tokio::time::Instant::now();
         let mut failed = Vec::new();
-        let result = invoke_with_retry(&provider, request(&args), &POLICY, 3, |attempt| {
+        let result = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |attempt| {
             failed.push(attempt.clone())
         })
         .await;
@@ -248,7 +389,7 @@ mod tests {
             Ok(Message::user("x")),
         ])));
         let args = Map::new();
-        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 3, |_| {})
+        let failed = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |_| {})
             .await
             .err()
             .unwrap();
@@ -258,7 +399,7 @@ mod tests {
             (0..5).map(|_| error(ErrorKind::Transient, None)).collect(),
         ));
         let started = tokio::time::Instant::now();
-        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 2, |_| {})
+        let failed = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 2, |_| {})
             .await
             .err()
             .unwrap();
@@ -342,7 +483,7 @@ mod tests {
         use crate::provider::limit::Waiting;
         let args = Map::new();
         let provider = limited(vec![error(ErrorKind::RateLimit, Some(999_999))]);
-        let failed = invoke_with_retry(&provider, request(&args), &POLICY, 0, |_| {})
+        let failed = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 0, |_| {})
             .await
             .err()
             .unwrap();
@@ -358,7 +499,7 @@ mod tests {
             Ok(Message::assistant("m", "ok")),
         ]);
         let started = tokio::time::Instant::now();
-        let retried = invoke_with_retry(&provider, request(&args), &POLICY, 1, |attempt| {
+        let retried = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 1, |attempt| {
             assert_eq!(attempt.waited, POLICY.cap);
         });
         let (result, waiting) = tokio::join!(retried, async {
@@ -368,5 +509,163 @@ mod tests {
         assert!(result.is_ok());
         assert_eq!(waiting, Some(Waiting::BackOff), "everyone waits with it");
         assert_eq!(started.elapsed(), POLICY.cap);
+    }
+
+    /// Notices a watch is told, as text.
+    fn noticing() -> (Arc<Watch>, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let watch = Watch::with_notices(Arc::new(move |notice: &Notice<'_>| {
+            kept.lock().unwrap().push(notice.text());
+        }));
+        (Arc::new(watch), seen)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_is_told_each_retry_with_its_reason_attempt_and_wait() {
+        let provider = Sequence(Mutex::new(VecDeque::from([
+            Err(ProviderError::transient(
+                "cannot connect to `http://127.0.0.1:9/v1`",
+            )),
+            error(ErrorKind::RateLimit, Some(2)),
+            Ok(Message::assistant("m", "ok")),
+        ])));
+        let args = Map::new();
+        let (watch, seen) = noticing();
+        let attempts = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |_| {});
+        let result = watch::scope(watch, attempts).await;
+        assert!(result.is_ok());
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            [
+                "waiting 1.0 s to retry local/m: cannot connect to `http://127.0.0.1:9/v1` (attempt 2 of 4)",
+                "waiting 2.0 s to retry local/m: x (attempt 3 of 4)",
+            ]
+        );
+        // Without a watch, nobody is told (and nothing breaks).
+        let provider = Sequence(Mutex::new(VecDeque::from([
+            error(ErrorKind::Transient, None),
+            Ok(Message::assistant("m", "ok")),
+        ])));
+        assert!(
+            invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |_| {})
+                .await
+                .is_ok()
+        );
+    }
+
+    /// Answers after `delay`, streaming a piece of text first when asked to.
+    struct Slow {
+        delay: Duration,
+    }
+
+    impl Provider for Slow {
+        fn invoke<'a>(
+            &'a self,
+            request: ChatRequest<'a>,
+        ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+            Box::pin(async move {
+                if let Some(sink) = request.stream {
+                    sink("");
+                    sink("Once upon");
+                }
+                tokio::time::sleep(self.delay).await;
+                Ok(Message::assistant("m", "ok"))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reply_is_mentioned_after_10_s_then_every_30_s_unless_it_streams() {
+        let provider = Slow {
+            delay: Duration::from_secs(75),
+        };
+        let args = Map::new();
+        let (watch, seen) = noticing();
+        let attempts = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |_| {});
+        assert!(watch::scope(watch, attempts).await.is_ok());
+        assert_eq!(
+            seen.lock().unwrap().as_slice(),
+            [
+                "still waiting for local/m after 10 s (timeout 600 s)",
+                "still waiting for local/m after 40 s (timeout 600 s)",
+                "still waiting for local/m after 70 s (timeout 600 s)",
+            ]
+        );
+        // Text arriving: the server is answering, nothing to say.
+        let (watch, seen) = noticing();
+        let streamed = Mutex::new(String::new());
+        let sink = |text: &str| streamed.lock().unwrap().push_str(text);
+        let mut streaming = request(&args);
+        streaming.stream = Some(&sink);
+        let attempts = invoke_with_retry(&provider, TARGET, streaming, &POLICY, 3, |_| {});
+        assert!(watch::scope(watch, attempts).await.is_ok());
+        assert!(seen.lock().unwrap().is_empty());
+        assert_eq!(
+            *streamed.lock().unwrap(),
+            "Once upon",
+            "the text still goes through"
+        );
+    }
+
+    fn unreachable() -> Result<Message, ProviderError> {
+        Err(ProviderError {
+            network: true,
+            ..ProviderError::transient("cannot connect to `http://127.0.0.1:9/v1`")
+        })
+    }
+
+    fn breaking(settings: crate::provider::breaker::Settings) -> Arc<Watch> {
+        let breakers = crate::provider::breaker::Breakers::new(settings, Arc::new(|_: &_| {}));
+        Arc::new(Watch::default().with_breakers(Arc::new(breakers), Vec::new()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_probes_of_a_provider_that_is_down_spend_no_retry() {
+        let settings = crate::provider::breaker::Settings {
+            failures: 2,
+            ..Default::default()
+        };
+        // Two failures open the breaker; the four probes after them fail
+        // too, and the seventh attempt is answered: with 3 retries, a call
+        // that waits the outage out.
+        let provider = Sequence(Mutex::new(
+            (0..6)
+                .map(|_| unreachable())
+                .chain([Ok(Message::assistant("m", "ok"))])
+                .collect(),
+        ));
+        let args = Map::new();
+        let mut failed = Vec::new();
+        let attempts =
+            invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |attempt| {
+                failed.push(attempt.attempt)
+            });
+        let attempted = watch::scope(breaking(settings), attempts)
+            .await
+            .ok()
+            .unwrap();
+        assert_eq!(attempted.attempts, 7);
+        assert_eq!(failed, [1, 2, 3, 4, 5, 6], "each recorded");
+        // Given up on: the call fails with the breaker's reason.
+        let settings = crate::provider::breaker::Settings {
+            give_up_after: Duration::from_secs(20),
+            ..settings
+        };
+        let provider = Sequence(Mutex::new((0..100).map(|_| unreachable()).collect()));
+        let attempts = invoke_with_retry(&provider, TARGET, request(&args), &POLICY, 3, |_| {});
+        let failed = watch::scope(breaking(settings), attempts)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            failed
+                .error
+                .message
+                .contains("the batch gave up on it (`--max-outage`)"),
+            "{}",
+            failed.error.message
+        );
+        assert_eq!(failed.error.kind, ErrorKind::Permanent);
     }
 }

@@ -150,6 +150,7 @@ impl Scrub for ProviderError {
             message,
             retry_after: _,
             endpoint,
+            network: _,
         } = self;
         message.scrub(scrubber) | code.scrub(scrubber) | endpoint.scrub(scrubber)
     }
@@ -303,6 +304,7 @@ mod tests {
             message: format!("invalid key {KEY}"),
             retry_after: None,
             endpoint: None,
+            network: false,
         };
         let scripted = Arc::new(Scripted {
             pieces: Vec::new(),

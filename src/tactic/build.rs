@@ -207,6 +207,7 @@ impl Tactic {
             env, extensions, ..
         } = *builder;
         let replacement = builder.replacement.clone();
+        let replaying = replacement.is_some();
         let dry_run = builder.dry_run.clone();
         let mut stack = builder.stack.clone();
         stack.push(super::nodes::canonical(&config.path));
@@ -420,7 +421,12 @@ impl Tactic {
             mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
                 .hide_variables(builder.hidden_variables.clone()),
             prices,
-            price_warnings: UnknownPriceWarnings::default(),
+            // A replay's costs were told when the run was made.
+            price_warnings: if replaying {
+                UnknownPriceWarnings::silent()
+            } else {
+                UnknownPriceWarnings::default()
+            },
             handlers: extensions.named.handlers.clone(),
             secrets: Arc::new(secrets),
         });

@@ -283,6 +283,23 @@ impl Tactic {
             .find_map(|agent| agent.model.provider.limiter()?.waiting())
     }
 
+    /// The names of the providers its agents' models use, sub-tactics'
+    /// included, sorted, each once (`lllm batch` holds back the tasks of a
+    /// provider that is down: `provider::breaker`).
+    pub fn provider_names(&self) -> Vec<String> {
+        fn collect(tactic: &Tactic, names: &mut BTreeSet<String>) {
+            for agent in tactic.agents.values() {
+                names.insert(agent.model.provider_name.clone());
+            }
+            for sub in sub_tactics_of(&tactic.nodes) {
+                collect(sub, names);
+            }
+        }
+        let mut names = BTreeSet::new();
+        collect(self, &mut names);
+        names.into_iter().collect()
+    }
+
     /// Runs one task to its session record, in full: every call's replies
     /// are in its invokes and [`delivery`](crate::agent::AgentCallSession::delivery)
     /// (a written record holds each reply once, in its dialog; reading one

@@ -122,10 +122,17 @@ pub struct BatchArgs {
     /// Seconds between progress lines when stderr is not a terminal.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::progress_interval, allow_negative_numbers = true)]
     pub progress_interval: f64,
+    /// Seconds a provider may stay unreachable before the batch gives up on
+    /// it. After 5 connection failures in a row (refused, reset, timed out)
+    /// its tasks pause and one call probes it, after 1 s, then twice as
+    /// long each time, up to 30 s; any reply resumes them. Past this, its
+    /// waiting calls fail and no more tasks start (`--resume` runs them).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0, value_parser = numbers::max_outage, allow_negative_numbers = true)]
+    pub max_outage: f64,
     /// Seconds running tasks get to finish after Ctrl-C.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = numbers::grace, allow_negative_numbers = true)]
     pub grace: f64,
-    /// No progress display and no summary table.
+    /// No progress display, summary table or warning: only errors.
     #[arg(long, short)]
     pub quiet: bool,
     /// Threads that drive the tasks. One (the default) costs the least CPU
@@ -226,6 +233,10 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         })?;
     }
     let cache = args.store.cache_source();
+    // Warnings said once per store (a model without a price) are remembered
+    // there; `--no-store` remembers nothing.
+    let store = args.store.dir();
+    lllm::report::remember_in(store.as_deref());
     let options = batch::Options {
         tasks_file: args.tasks,
         tactic: args.tactic,
@@ -254,13 +265,18 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             tags: crate::store::pairs("--tag", &args.store.tags)?,
             metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         },
-        store: args.store.dir(),
+        store,
         cache: Some(cache.clone()),
         via,
         env: Some(crate::settings::batch_environment()),
         defaults: Some(Arc::new(settings.defaults())),
         attachments: settings.refuse_secrets(attachments),
         tactic_dirs: args.tactics_dirs,
+        breaker: Some(lllm::provider::breaker::Settings {
+            // Checked against its range (`numbers`) when parsed.
+            give_up_after: Duration::from_secs_f64(args.max_outage),
+            ..Default::default()
+        }),
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

@@ -197,7 +197,8 @@ pub struct RunArgs {
     /// delivery once, at the end.
     #[arg(long)]
     pub stream: bool,
-    /// Print only the delivery (no summary line on stderr).
+    /// Print only the delivery: no summary line, warning or notice on
+    /// stderr, only errors.
     #[arg(long, short)]
     pub quiet: bool,
     /// Print one JSON object instead of the delivery: `delivery`, `state`,
@@ -212,6 +213,9 @@ pub struct RunArgs {
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
+    // `-q` is "only errors" in every command that has it: no warning and no
+    // notice from here on, the settings' own included (README, "Flags").
+    lllm::report::set_quiet(quiet(&cli.command));
     // Files only: no runtime, no registry.
     match cli.command {
         Command::Completions(args) => return generate::completions(args),
@@ -294,6 +298,17 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Man(args) => generate::man(args),
         Command::Keys(args) => keys::run(args, &settings::current()),
         Command::Config(args) => config_command::run(args, &settings::current()),
+    }
+}
+
+/// Whether the command was given `-q`.
+fn quiet(command: &Command) -> bool {
+    match command {
+        Command::Run(args) => args.quiet,
+        Command::Batch(args) => args.quiet,
+        Command::Merge(args) => args.quiet,
+        Command::Logs(args) => args.quiet(),
+        _ => false,
     }
 }
 

@@ -126,6 +126,13 @@ pub struct ReindexArgs {
     pub quiet: bool,
 }
 
+impl LogsArgs {
+    /// `logs reindex -q`.
+    pub fn quiet(&self) -> bool {
+        matches!(&self.command, Some(LogsCommand::Reindex(reindex)) if reindex.quiet)
+    }
+}
+
 pub fn run(args: LogsArgs) -> Result<Outcome> {
     match args.command {
         None => list(args.list),
@@ -361,8 +368,10 @@ fn reindex(args: ReindexArgs) -> Result<Outcome> {
         let value = serde_json::json!({"indexed": count, "problems": problems});
         lllm::output::stdout(&format!("{value}\n"))?;
     } else {
+        // What the reindex found is its report: shown under `-q` too
+        // ("only the problems"), so not through the warnings `-q` silences.
         for problem in &problems {
-            lllm::report::warn(problem);
+            lllm::output::stderr_line(&format!("warning: {problem}"));
         }
         if args.quiet {
             return Ok(Outcome::Success);

@@ -24,7 +24,7 @@ pub struct MergeArgs {
     pub tasks: Option<PathBuf>,
     #[command(flatten)]
     pub compress: crate::nouns::CompressArg,
-    /// Print only errors and what is missing (no duplicates, no summary table).
+    /// Print only errors and what is missing (no duplicates, summary table or warning).
     #[arg(long, short)]
     pub quiet: bool,
 }

@@ -32,6 +32,8 @@ pub const PROGRESS_INTERVAL: Range = flag(0.05, 86_400.0, false, "seconds");
 pub const POLL: Range = flag(0.001, 86_400.0, false, "seconds");
 /// `--gather-window`.
 pub const GATHER_WINDOW: Range = flag(0.0, 86_400.0, false, "seconds");
+/// `--max-outage`: a second at least (the first probe's wait), a week at most.
+pub const MAX_OUTAGE: Range = flag(1.0, 604_800.0, false, "seconds");
 
 /// `must be a whole number from 1 to 1024 (threads)`, or `…, at least 1 (tasks)`.
 fn problem(range: &Range) -> String {
@@ -97,6 +99,10 @@ pub fn progress_interval(text: &str) -> Result<f64, String> {
 
 pub fn poll(text: &str) -> Result<f64, String> {
     real(text, &POLL)
+}
+
+pub fn max_outage(text: &str) -> Result<f64, String> {
+    real(text, &MAX_OUTAGE)
 }
 
 pub fn gather_window(text: &str) -> Result<f64, String> {

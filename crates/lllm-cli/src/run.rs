@@ -96,6 +96,10 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     }
     // Servers start after every check passed and before the first request.
     tactic.start().await?;
+    // Warnings said once per store (a model without a price) are remembered
+    // there; `--no-store` remembers nothing.
+    let store_dir = args.store.dir();
+    lllm::report::remember_in(store_dir.as_deref());
 
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(Streamed::new(
         std::io::stdout().is_terminal(),
@@ -119,7 +123,9 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         }
         interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
     };
-    let record = tactic.run_until(task, sink, interrupt).await;
+    // What the run waits on (a retry, a slow reply) is said on stderr.
+    let watch = std::sync::Arc::new(lllm::provider::watch::Watch::printing());
+    let record = lllm::provider::watch::scope(watch, tactic.run_until(task, sink, interrupt)).await;
     // No MCP server outlives the run, however it ended.
     tactic.shutdown().await;
     // The replies the cache has not written yet are kept.
@@ -148,9 +154,9 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         }
     };
     if let Some(path) = &record_path
-        && let Some(dir) = args.store.dir()
+        && let Some(dir) = &store_dir
     {
-        crate::store::register_run(&dir, &record, path);
+        crate::store::register_run(dir, &record, path);
     }
     let text = streamed
         .lock()

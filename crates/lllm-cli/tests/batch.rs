@@ -256,7 +256,8 @@ fn resume_after_a_kill_finishes_every_task_exactly_once() {
     let held = server.requests().len();
     let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
     std::fs::write(test.path("t.yaml"), tactic(&server.base_url())).unwrap();
-    let output = test.run(&[&args[..], &["--resume"]].concat());
+    // Without `-q`: the warning is what is checked.
+    let output = test.run(&[&args[..args.len() - 1], &["--resume"]].concat());
     output.expect_code(0);
     assert!(
         output.stderr.contains("torn last line"),
@@ -579,7 +580,9 @@ fn progress_says_when_tasks_wait_out_a_back_off_before_retrying() {
             .stderr
             .lines()
             .any(|line| line.starts_with("lllm batch: 0/1 done")
-                && line.ends_with("waiting: back-off before retrying")),
+                && line.contains(
+                    " · waiting: back-off before retrying · retrying: local: HTTP 503: busy"
+                )),
         "{}",
         output.stderr
     );
@@ -769,7 +772,16 @@ fn a_line_that_is_not_utf8_is_skipped_like_one_that_is_not_json() {
         std::fs::write(test.path(file), bytes).unwrap();
     }
 
-    let output = test.batch("t.yaml", "out", &["--resume"]);
+    // Without `-q`, which silences warnings.
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "t.yaml",
+        "-o",
+        "out",
+        "--resume",
+    ]);
     output.expect_code(0);
     assert!(
         output

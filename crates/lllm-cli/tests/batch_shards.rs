@@ -33,16 +33,21 @@ fn ids(test: &Test, dir: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// `lllm batch` as array task `id` of `--array=min-max:step` would run it.
-fn array_task(test: &Test, id: u64, (min, max, step): (u64, u64, u64), args: &[&str]) -> Output {
+/// `lllm batch -q` as array task `id` of `--array=min-max:step` would run it.
+fn array_task(test: &Test, id: u64, shape: (u64, u64, u64), args: &[&str]) -> Output {
+    array_task_saying(test, id, shape, &[args, &["-q"]].concat())
+}
+
+/// [`array_task`] without `-q`: its warnings are said.
+fn array_task_saying(
+    test: &Test,
+    id: u64,
+    (min, max, step): (u64, u64, u64),
+    args: &[&str],
+) -> Output {
     let count = (max - min) / step + 1;
-    let mut command = test.command(
-        &[
-            &["batch", "tasks.jsonl", "--tactic", "echo.yaml", "-q"][..],
-            args,
-        ]
-        .concat(),
-    );
+    let mut command =
+        test.command(&[&["batch", "tasks.jsonl", "--tactic", "echo.yaml"][..], args].concat());
     for (name, value) in [
         ("SLURM_ARRAY_JOB_ID", 1000),
         ("SLURM_ARRAY_TASK_ID", id),
@@ -121,7 +126,7 @@ fn a_resubmitted_element_continues_its_own_shard_or_is_refused() {
 
     // `sbatch --array=2 job.sh`: Slurm now says the array has one task.
     let alone = (2, 2, 1);
-    let output = array_task(
+    let output = array_task_saying(
         &test,
         2,
         alone,
@@ -235,7 +240,18 @@ fn a_resume_with_another_shard_is_refused_naming_the_one_that_continues_it() {
     let edited = std::fs::read_to_string(test.path("tasks.jsonl")).unwrap()
         + "{\"id\": \"new\", \"task\": \"x\"}\n";
     std::fs::write(test.path("tasks.jsonl"), edited).unwrap();
-    let output = run(&["--shard", "3/4", "-o", "out", "--resume"]);
+    // Without `-q`, which silences the warning.
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "--tactic",
+        "echo.yaml",
+        "--shard",
+        "3/4",
+        "-o",
+        "out",
+        "--resume",
+    ]);
     output.expect_code(0);
     assert!(
         output

@@ -35,6 +35,17 @@ fn batch(test: &Test, extra: &[&str]) -> common::Output {
     test.batch("t.yaml", "out", extra)
 }
 
+/// [`batch`] without `-q`: its warnings are said.
+fn batch_saying(test: &Test, extra: &[&str]) -> common::Output {
+    test.run(
+        &[
+            &["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"][..],
+            extra,
+        ]
+        .concat(),
+    )
+}
+
 /// Every record of a records file (either form), with its place.
 fn read_records(test: &Test, relative: &str) -> Vec<(u64, Value)> {
     let mut lines = Lines::open(&test.path(relative)).expect("open records");
@@ -216,7 +227,7 @@ fn resume_cuts_a_torn_last_frame_keeps_every_claimed_record_and_runs_the_rest() 
     assert_ne!(merged.code, 2, "{}", merged.stderr);
 
     // Resumed without --compress: the directory's file stays compressed.
-    let output = batch(&test, &["--resume"]);
+    let output = batch_saying(&test, &["--resume"]);
     output.expect_code(0);
     assert!(
         output.stderr.contains("cut a torn last zstd frame"),
@@ -327,7 +338,7 @@ fn a_directory_decides_its_form_on_resume() {
     // --compress on a directory holding plain records: continued plain, with a note.
     let test = test(4);
     batch(&test, &["--limit", "2"]).expect_code(0);
-    let output = batch(&test, &["--resume", "--compress"]);
+    let output = batch_saying(&test, &["--resume", "--compress"]);
     output.expect_code(0);
     assert!(
         output

@@ -408,15 +408,8 @@ fn a_broken_store_warns_and_the_run_succeeds() {
     let sessions: Vec<_> = std::fs::read_dir(test.path("r")).unwrap().collect();
     assert_eq!(sessions.len(), 1);
     std::fs::write(test.path("tasks.jsonl"), "\"one\"\n\"two\"\n").unwrap();
-    let output = test.run(&[
-        "batch",
-        "tasks.jsonl",
-        "--tactic",
-        "t.yaml",
-        "-o",
-        "out",
-        "-q",
-    ]);
+    // Without `-q`, which silences warnings.
+    let output = test.run(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
     output.expect_code(0);
     assert_eq!(
         output
@@ -437,7 +430,7 @@ fn a_broken_store_warns_and_the_run_succeeds() {
 
     // A corrupt index file.
     let test = self::test().file("home/index.sqlite", &"garbage ".repeat(1000));
-    let output = test.run(&["run", "t.yaml", "--task", "hello", "-q"]);
+    let output = test.run(&["run", "t.yaml", "--task", "hello"]);
     output.expect_code(0);
     assert_eq!(output.stdout, "hello\n");
     assert!(output.stderr.contains("warning:"), "{}", output.stderr);

@@ -206,24 +206,44 @@ fn no_secret_shows_at_any_level_streamed_or_not() {
 }
 
 #[test]
-fn without_dash_v_or_a_filter_there_is_no_trace_line() {
+fn without_dash_v_or_a_filter_there_is_no_trace_line_only_the_retry_s_notice() {
     let dir = tempfile::tempdir().unwrap();
     let server = flaky(dir.path());
-    let test = test(&server);
-    let output = test.run(&["run", "t.yaml", "the task", "--no-record"]);
+    let output = test(&server).run(&["run", "t.yaml", "the task", "--no-record"]);
     output.expect_code(0);
     assert_eq!(output.stdout, "the answer\n");
+    let lines: Vec<&str> = output.stderr.lines().collect();
     assert_eq!(
-        output.stderr.lines().count(),
-        1,
-        "the summary only:\n{}",
+        lines.len(),
+        2,
+        "the notice and the summary:\n{}",
         output.stderr
     );
     assert!(
-        output.stderr.starts_with("lllm: success"),
+        lines[0].starts_with("lllm: waiting ")
+            && lines[0].contains(" to retry local/test-model: HTTP 500")
+            && lines[0].ends_with("(attempt 2 of 4)"),
         "{}",
-        output.stderr
+        lines[0]
     );
+    assert!(lines[1].starts_with("lllm: success"), "{}", lines[1]);
+    assert!(trace_lines(&output.stderr).is_empty(), "{}", output.stderr);
+    assert_no_secret(&output.stderr);
+    // `-v` says it in its trace line, not twice; `-q` not at all.
+    for (flag, notices) in [("-v", 0), ("-q", 0), ("--json", 1)] {
+        let server = flaky(dir.path());
+        let output = test(&server).run(&["run", "t.yaml", "the task", "--no-record", flag]);
+        output.expect_code(0);
+        assert_eq!(
+            output.stderr.matches("lllm: waiting").count(),
+            notices,
+            "{flag}: {}",
+            output.stderr
+        );
+        if flag == "-q" {
+            assert_eq!(output.stderr, "");
+        }
+    }
 }
 
 #[test]

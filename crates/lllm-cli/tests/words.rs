@@ -47,22 +47,33 @@ fn the_run_summary_and_replay_count_calls_and_retries() {
             "replies:\n  - fault: {status: 500}\n  - text: ok\n",
             "2 calls (1 retry)",
             "2 calls, 1 retry",
+            1,
         ),
         (
             "replies:\n  - fault: {status: 500}\n  - fault: {status: 503}\n  - text: ok\n",
             "3 calls (2 retries)",
             "3 calls, 2 retries",
+            2,
         ),
-        ("replies:\n  - text: ok\n", "1 call", "1 call, 0 retries"),
+        ("replies:\n  - text: ok\n", "1 call", "1 call, 0 retries", 0),
     ];
-    for (script, summary, replayed) in cases {
+    for (script, summary, replayed, retries) in cases {
         let server = MockServer::start(dir.path(), script);
         let test = test(&server);
         let output = test.run(&["run", "t.yaml", "the task", "--record", "record.json"]);
         output.expect_code(0);
         assert_eq!(output.stdout, "ok\n");
+        // A notice per retry, then the summary.
+        let mut lines: Vec<&str> = output.stderr.lines().collect();
+        let summary_line = lines.pop().unwrap_or_default();
+        assert_eq!(lines.len(), retries, "{}", output.stderr);
+        assert!(
+            lines.iter().all(|line| line.starts_with("lllm: waiting ")),
+            "{}",
+            output.stderr
+        );
         assert_eq!(
-            without_seconds(output.stderr.trim_end()),
+            without_seconds(summary_line),
             format!(
                 "lllm: success in <t> s · {summary} · 7 tokens (6 in, 1 out) · $0.000008 · record record.json"
             )
