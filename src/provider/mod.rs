@@ -221,6 +221,8 @@ pub mod batch_api;
 pub mod budget;
 pub mod cache;
 #[doc(hidden)]
+pub mod capacity;
+#[doc(hidden)]
 pub mod digest;
 #[doc(hidden)]
 pub mod dry_run;
