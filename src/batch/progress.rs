@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::summary::{Totals, format_cost};
 
 /// The state of a run at one moment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// Tasks this invocation has to finish (after `--resume`'s skips).
     pub total: u64,
@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub elapsed: Duration,
     /// Why nothing more is starting right now: `budget`, `rate limit`, `back-off`.
     pub waiting: Option<&'static str>,
+    /// Fewer tasks run than `-j` allows because a provider sends fewer
+    /// requests at once: `4 of 16 running: `local` has 4 slots`.
+    pub held: Option<String>,
 }
 
 impl Snapshot {
@@ -37,7 +40,8 @@ impl Snapshot {
         (rate > 0.0).then(|| Duration::from_secs_f64(left as f64 / rate))
     }
 
-    /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`
+    /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`,
+    /// then why fewer tasks run than `-j` allows, if they do.
     pub fn details(&self) -> String {
         let mut text = format!(
             "{} failed · {} skipped · {} tokens · {} · {:.1} tasks/s",
@@ -52,6 +56,9 @@ impl Snapshot {
         }
         if let Some(reason) = self.waiting {
             text.push_str(&format!(" · waiting: {reason}"));
+        }
+        if let Some(held) = &self.held {
+            text.push_str(&format!(" · {held}"));
         }
         text
     }
@@ -151,12 +158,16 @@ mod tests {
             in_flight: 4,
             elapsed: Duration::from_secs(10),
             waiting: Some("budget"),
+            held: Some("4 of 16 running: `local` has 4 slots".into()),
         };
         let text = snapshot.details();
         assert!(text.contains("2 failed"), "{text}");
         assert!(text.contains("5.0 tasks/s"), "{text}");
         assert!(text.contains("ETA 10 s"), "{text}");
-        assert!(text.contains("waiting: budget"), "{text}");
+        assert!(
+            text.ends_with("waiting: budget · 4 of 16 running: `local` has 4 slots"),
+            "{text}"
+        );
         assert_eq!(seconds(Duration::from_secs(3725)), "1h02m");
     }
 }
