@@ -268,12 +268,15 @@ async fn runs_and_clones_share_the_providers_limits() {
     let clone = tactic.clone();
     assert_eq!(clone.waiting(), None);
     let mut stream = tactic.ccall(["one", "two"]).concurrency(2);
-    // Polled once, the stream starts both runs; the first reaches the server.
+    // Polled once, the stream starts both runs; the first reaches the server
+    // once lllm has asked a local server for its capacity (`/props`, one
+    // connection, unanswered: unknown after its short timeout).
     std::future::poll_fn(|context| {
         let _ = stream.poll_next_unpin(context);
         std::task::Poll::Ready(())
     })
     .await;
+    connections.recv().await.unwrap();
     connections.recv().await.unwrap();
     // The clone's provider is the runs' one: its only slot is taken.
     assert_eq!(

@@ -379,6 +379,10 @@ async fn run_locked(options: Options) -> Result<Outcome> {
             return Err(error.into());
         }
     }
+    // Local servers say how many requests they serve at once before the
+    // first task starts, so that no more tasks start than they serve
+    // (`scheduler`); a few seconds at most, once per provider.
+    futures_util::future::join_all(tactics.values().map(|tactic| tactic.learn_limits())).await;
     let writer =
         match output::Writer::open_indexed(&options.output, sessions, options.store.clone()) {
             Ok(writer) => writer,

@@ -23,6 +23,9 @@ pub struct Snapshot {
     pub paused: Option<String>,
     /// The latest retry's provider and reason, if it came in the last 10 s.
     pub retrying: Option<String>,
+    /// Fewer tasks run than `-j` allows because a provider sends fewer
+    /// requests at once: `4 of 16 running: `local` has 4 slots`.
+    pub held: Option<String>,
 }
 
 /// The most characters of a retry's reason a progress line shows.
@@ -45,7 +48,8 @@ impl Snapshot {
     }
 
     /// `3 failed · 0 skipped · 1200 tokens · $0.0012 · 40.1 tasks/s · ETA 12 s · waiting: budget`,
-    /// then what is paused and the latest retry's reason, if any.
+    /// then why fewer tasks run than `-j` allows, what is paused and the
+    /// latest retry's reason, if any.
     pub fn details(&self) -> String {
         let mut text = format!(
             "{} failed · {} skipped · {} tokens · {} · {:.1} tasks/s",
@@ -60,6 +64,9 @@ impl Snapshot {
         }
         if let Some(reason) = self.waiting {
             text.push_str(&format!(" · waiting: {reason}"));
+        }
+        if let Some(held) = &self.held {
+            text.push_str(&format!(" · {held}"));
         }
         if let Some(paused) = &self.paused {
             text.push_str(&format!(" · paused: {paused}"));
@@ -168,6 +175,7 @@ mod tests {
             waiting: Some("budget"),
             paused: Some("`local` is down (5 connection failures), next probe in 4.0 s".into()),
             retrying: Some(format!("local: HTTP 503{}", "!".repeat(500))),
+            held: Some("4 of 16 running: `local` has 4 slots".into()),
         };
         let text = snapshot.details();
         assert!(text.contains("2 failed"), "{text}");
@@ -182,6 +190,10 @@ mod tests {
         );
         assert!(text.contains(" · retrying: local: HTTP 503!!!"), "{text}");
         assert!(text.ends_with("… (515 characters)"), "cut: {text}");
+        assert!(
+            text.contains("waiting: budget · 4 of 16 running: `local` has 4 slots"),
+            "{text}"
+        );
         assert_eq!(seconds(Duration::from_secs(3725)), "1h02m");
     }
 }

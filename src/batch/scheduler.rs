@@ -16,6 +16,13 @@
 //!
 //! A task that panics (a bug) is caught at its own future: it gets a `failure`
 //! result saying so, and the run goes on.
+//!
+//! Fewer than `-j` tasks run while a provider of the task's tactic sends
+//! fewer requests at once (its `max_concurrency`, its server's slots, its
+//! adaptive limit, a back-off after 429s: `Tactic::provider_limit`): the
+//! tasks past it would only wait, in the limiter or in the server's queue,
+//! with their time counting against the request timeout, while tasks in file
+//! order wait here instead. The progress line says so.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -25,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::output::{Brief, Encoded, Lost, ResultLine, TaskState, WriteFailure, Writer};
@@ -92,7 +99,12 @@ pub struct Shared {
     budget: Option<Arc<CostBudget>>,
     /// Shared with the writer, which stops the run when a write fails.
     pub stop: Arc<watch::Sender<Stop>>,
+    /// Tasks started and not yet ended.
     in_flight: AtomicU64,
+    /// Notified when a task ends (a running task's place frees).
+    task_ended: Notify,
+    /// Why fewer than `-j` tasks run, while the scheduler holds one back.
+    held: Mutex<Option<String>>,
     /// A line that could not be encoded (a bug), and lines the writer did
     /// not take (its thread is gone).
     write_error: Mutex<Option<std::io::Error>>,
@@ -149,6 +161,8 @@ impl Shared {
             budget,
             stop,
             in_flight: AtomicU64::new(0),
+            task_ended: Notify::new(),
+            held: Mutex::new(None),
             write_error: Mutex::new(None),
             unsent: Mutex::new(Lost::default()),
             fail_fast,
@@ -300,6 +314,7 @@ impl Shared {
                 .as_ref()
                 .and_then(|breakers| breakers.paused()),
             retrying,
+            held: lock(&self.held).clone(),
         }
     }
 }
@@ -448,7 +463,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
         if full {
             scheduling(false);
         }
-        let admitted = admit(&shared, &slots, &mut stop).await;
+        let admitted = admit(&shared, &slots, &mut stop, (&tactic, run.concurrency)).await;
         if full {
             scheduling(true);
         }
@@ -475,30 +490,31 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             break;
         };
         let counted = run.batch_api.as_ref().map(|hub| hub.task_started());
-        running.spawn(run_task(
-            shared.clone(),
-            tactic,
-            task,
-            (permit, counted, claims),
-        ));
+        let started = Started::new(&shared);
+        running.spawn(run_task(started, tactic, task, (permit, counted, claims)));
     }
     scheduling(false);
     while running.join_next().await.is_some() {}
     Ok(())
 }
 
-/// Waits for a slot; `None` when the run stops first (or the budget is
-/// spent: a task would only be refused its first call).
+/// Waits for a slot, and for the tactic's providers to have room for
+/// another task (`within_provider_limit`); `None` when the run stops first
+/// (or the budget is spent: a task would only be refused its first call).
 async fn admit(
     shared: &Shared,
     slots: &Arc<Semaphore>,
     stop: &mut watch::Receiver<Stop>,
+    (tactic, concurrency): (&Tactic, usize),
 ) -> Option<OwnedSemaphorePermit> {
     let permit = tokio::select! {
         biased;
         _ = stop.wait_for(|stop| *stop != Stop::Running) => return None,
         permit = slots.clone().acquire_owned() => permit.ok()?,
     };
+    if !within_provider_limit(shared, tactic, concurrency, stop).await {
+        return None;
+    }
     // A slot freed by a failed write comes after the stop it caused.
     if *shared.stop.borrow() != Stop::Running {
         return None;
@@ -537,14 +553,77 @@ async fn gate(
     }
 }
 
+/// How long the scheduler waits, at most, before it looks at a provider's
+/// limit again when no task ended (an adaptive limit grows between ends).
+const RECHECK: Duration = Duration::from_millis(250);
+
+/// Waits while the running tasks fill what the tactic's most limited
+/// provider sends at once, when that is less than `concurrency` (`-j`),
+/// saying so in the progress line; `false` when the run stops first.
+async fn within_provider_limit(
+    shared: &Shared,
+    tactic: &Tactic,
+    concurrency: usize,
+    stop: &mut watch::Receiver<Stop>,
+) -> bool {
+    loop {
+        // Made before looking, so that no task's end is missed.
+        let ended = shared.task_ended.notified();
+        let running = shared.in_flight.load(Ordering::Relaxed);
+        let held = tactic
+            .provider_limit()
+            .filter(|(_, limit)| limit.requests < concurrency && running >= limit.requests as u64);
+        let Some((provider, limit)) = held else {
+            *lock(&shared.held) = None;
+            return true;
+        };
+        *lock(&shared.held) = Some(format!(
+            "{running} of {concurrency} running: {}",
+            limit.describe(provider)
+        ));
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop != Stop::Running) => {
+                *lock(&shared.held) = None;
+                return false;
+            }
+            _ = ended => {}
+            _ = tokio::time::sleep(RECHECK) => {}
+        }
+    }
+}
+
+/// A task counted as running from its spawn to its end, whichever way it
+/// ends (a panic included).
+struct Started {
+    shared: Arc<Shared>,
+}
+
+impl Started {
+    fn new(shared: &Arc<Shared>) -> Started {
+        shared.in_flight.fetch_add(1, Ordering::Relaxed);
+        Started {
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.shared.task_ended.notify_waiters();
+    }
+}
+
 /// One task: run it (unless cancelled), record it; its slot is freed once
 /// its lines are on disk.
 async fn run_task(
-    shared: Arc<Shared>,
+    started: Started,
     tactic: Arc<Tactic>,
     task: Task,
     (slot, counted, claims): (OwnedSemaphorePermit, Option<Running>, Vec<Claim>),
 ) {
+    let shared = started.shared.clone();
     let current = *shared.stop.borrow();
     if let Stop::Cancel(reason) = current {
         // Cancelled between its admission and its start: nothing was sent.
@@ -552,7 +631,6 @@ async fn run_task(
         shared.record(&result, None, Some(slot));
         return;
     }
-    shared.in_flight.fetch_add(1, Ordering::Relaxed);
     let mut stop = shared.stop.subscribe();
     let id = task.id;
     // A cancelled task still leaves its record: every agent call that had
@@ -592,7 +670,6 @@ async fn run_task(
                  report it; the task's record is lost, and `--retry-errors` runs it again"
             );
             shared.record(&ResultLine::invalid(id, &text), None, Some(slot));
-            shared.in_flight.fetch_sub(1, Ordering::Relaxed);
             return;
         }
     };
@@ -609,7 +686,7 @@ async fn run_task(
         }
     }
     shared.record(&result, Some(&record), Some(slot));
-    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(started);
 }
 
 /// A task's result line from its record, `cancelled` for what stopped it

@@ -119,7 +119,9 @@ pub async fn exchange<A: Assembler>(
 ) -> Result<Message, ProviderError> {
     let permit = target.limiter.acquire(estimate).await;
     let failed = |mut error: ProviderError| {
-        if error.kind == ErrorKind::RateLimit {
+        // A 503 is a server that turns requests away (Ollama's full queue,
+        // vLLM or a proxy over capacity): fewer at once, as after a 429.
+        if error.kind == ErrorKind::RateLimit || error.status == Some(503) {
             target.limiter.on_rate_limited();
         }
         // A path the server does not have: say where the request went and
@@ -165,7 +167,7 @@ pub async fn exchange<A: Assembler>(
                 permit.observe(&reply.headers);
                 let message = (wire.parse_body)(&reply.body).map_err(failed)?;
                 sink(&message.content);
-                target.limiter.on_success(message.total_tokens(), estimate);
+                permit.succeeded(&message);
                 return accept(message);
             }
             Err(error) if stream_failed => return Err(failed(error)),
@@ -183,7 +185,7 @@ pub async fn exchange<A: Assembler>(
         }
         (wire.parse_body)(&reply.body).map_err(failed)?
     };
-    target.limiter.on_success(message.total_tokens(), estimate);
+    permit.succeeded(&message);
     accept(message)
 }
 

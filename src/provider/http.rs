@@ -320,6 +320,38 @@ pub async fn request(
     read_whole(response, endpoint, timeout, MAX_DOWNLOAD_BYTES, started).await
 }
 
+/// A GET of a small document beside a model endpoint (a local server's
+/// `/props`): the endpoint's headers, its key among them (the server asks
+/// for it as for a model call), no redirect followed, at most `limit` bytes
+/// read and scrubbed like every reply. Not traced: what it learns is said
+/// once by its caller, in one line.
+pub async fn get(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    limit: usize,
+) -> Result<HttpReply, ProviderError> {
+    let mut headers = endpoint.headers.clone();
+    headers.remove(CONTENT_TYPE);
+    let response = client
+        .get(endpoint.url.clone())
+        .headers(headers)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|error| network_error(error, endpoint, timeout))?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = read_body_up_to(response, endpoint, timeout, limit).await?;
+    let mut body = utf8_text(&body);
+    endpoint.secrets.scrub_string(&mut body);
+    Ok(HttpReply {
+        status,
+        headers,
+        body,
+    })
+}
+
 /// The most a Batch API download (a results file) may hold: the providers
 /// cap a batch's input at 200 MB (OpenAI) and 256 MB (Anthropic), and its
 /// answers are of the same order.

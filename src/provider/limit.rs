@@ -17,15 +17,32 @@
 //! puts a bucket more than one window's worth in debt, so none adds more
 //! than about a minute of waiting.
 //! Providers take a `Permit` before each HTTP attempt and report how it went.
+//!
+//! The concurrency cap is `max_concurrency` when the user sets it (the user
+//! wins). Otherwise a local server is asked once, before the first request,
+//! how many requests it serves at once (`capacity`: llama.cpp's `/props`),
+//! and that is the cap; a local server that does not say gets the adaptive
+//! limit (`adaptive`), which stops adding requests where they would only
+//! wait in the server's queue (`cap` decides which). Either way a 429 or a
+//! 503 halves the current limit, which then recovers.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::capacity::Probe;
 use super::rate_headers::{self, Family};
+use adaptive::{Adaptive, Sample};
+pub use cap::{Bound, Limit};
+
+mod adaptive;
+mod cap;
+
+/// No cap: more requests than any run sends.
+const UNBOUNDED: usize = usize::MAX / 2;
 
 /// Limits as configured (`providers: {name: {max_concurrency, rpm, tpm,
 /// retry_cap_ms}}`).
@@ -209,8 +226,17 @@ struct State {
     in_flight: usize,
     /// What the requests in flight were estimated to cost.
     in_flight_cost: Estimate,
-    /// Adaptive concurrency: halves on a 429, grows by one per `allowed` successes.
+    /// The current concurrency: halves on a 429 or a 503, grows back by one
+    /// per `allowed` successes up to `ceiling` (or as `adaptive` decides).
     allowed: f64,
+    /// The most requests at once: `max_concurrency`, else the server's
+    /// slots, else none.
+    ceiling: usize,
+    /// What `ceiling` is.
+    bound: Bound,
+    /// A local server that does not say its capacity: the limit follows
+    /// its latencies.
+    adaptive: Option<Adaptive>,
     /// The quota's windows, configured or learned from the headers.
     buckets: Vec<Bucket>,
     /// Everyone waits until then, and why (`BackOff` or `RateLimit`).
@@ -222,9 +248,15 @@ struct State {
 #[derive(Debug)]
 pub struct Limiter {
     max_concurrency: usize,
+    /// `max_concurrency` was configured: it wins over what a server says.
+    configured: bool,
     max_pause: Duration,
     state: Mutex<State>,
     freed: Notify,
+    /// How to ask a local server its capacity (set by the registry).
+    probe: OnceLock<Probe>,
+    /// Asked, once per limiter (one per provider and run).
+    probed: tokio::sync::OnceCell<()>,
 }
 
 /// A held slot; dropping it frees the slot.
@@ -232,12 +264,32 @@ pub struct Permit<'a> {
     limiter: &'a Limiter,
     estimate: Estimate,
     sent: Instant,
+    /// Requests in flight when it was granted, itself included.
+    in_flight: usize,
+    /// The adaptive limit's generation then (`adaptive`).
+    generation: u64,
 }
 
 impl Permit<'_> {
     /// The server answered (any status): learn its rate-limit windows.
     pub fn observe(&self, headers: &HeaderMap) {
         self.limiter.observe(headers, self.estimate, self.sent);
+    }
+
+    /// The request succeeded with `reply`: grow back towards the cap (or
+    /// tell the adaptive limit how long it took), and charge the quota what
+    /// the reply used beyond the estimate.
+    pub fn succeeded(&self, reply: &crate::dialog::Message) {
+        let output_tokens = reply.usage.get("completion_tokens").map_or(0, |value| {
+            crate::dialog::token_count("completion_tokens", value)
+        });
+        self.limiter.sampled(Sample {
+            latency: self.sent.elapsed(),
+            output_tokens,
+            in_flight: self.in_flight,
+            generation: self.generation,
+        });
+        self.limiter.on_success(reply.total_tokens(), self.estimate);
     }
 }
 
@@ -286,7 +338,7 @@ pub enum Waiting {
 impl Limiter {
     pub fn new(limits: Limits) -> Limiter {
         let now = Instant::now();
-        let max_concurrency = limits.max_concurrency.unwrap_or(usize::MAX / 2).max(1);
+        let max_concurrency = limits.max_concurrency.unwrap_or(UNBOUNDED).max(1);
         let requests = limits
             .rpm
             .map(|rpm| Bucket::per_minute(Family::Requests, rpm as f64, now));
@@ -295,16 +347,22 @@ impl Limiter {
             .map(|tpm| Bucket::per_minute(Family::Tokens, tpm as f64, now));
         Limiter {
             max_concurrency,
+            configured: limits.max_concurrency.is_some(),
             max_pause: limits.max_pause,
             state: Mutex::new(State {
                 in_flight: 0,
                 in_flight_cost: Estimate::default(),
                 retrying: 0,
                 allowed: max_concurrency as f64,
+                ceiling: max_concurrency,
+                bound: Bound::Configured,
+                adaptive: None,
                 buckets: requests.into_iter().chain(tokens).collect(),
                 paused_until: None,
             }),
             freed: Notify::new(),
+            probe: OnceLock::new(),
+            probed: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -319,6 +377,7 @@ impl Limiter {
     /// (the server's 429 and its `Retry-After` say the rest); the configured
     /// windows and the concurrency cap as long as they need.
     pub async fn acquire(&self, estimate: impl Into<Estimate>) -> Permit<'_> {
+        self.learn().await;
         let estimate = estimate.into();
         // How long this request has waited for the server's windows.
         let mut waited_for_server = Duration::ZERO;
@@ -343,6 +402,8 @@ impl Limiter {
                             limiter: self,
                             estimate,
                             sent: now,
+                            in_flight: state.in_flight,
+                            generation: state.adaptive.as_ref().map_or(0, Adaptive::generation),
                         };
                     }
                     Some(blocked) => blocked,
@@ -441,16 +502,21 @@ impl Limiter {
         Retrying { limiter: self }
     }
 
-    /// A 429 arrived: halve the concurrency. Whether everyone also pauses is
-    /// the retry loop's call (`pause`): only while the request is retried.
+    /// A 429 arrived, or a 503 (a server whose queue is full): halve the
+    /// concurrency. Whether everyone also pauses is the retry loop's call
+    /// (`pause`): only while the request is retried.
     pub fn on_rate_limited(&self) {
         let mut state = self.lock();
         state.allowed = (state
             .allowed
-            .min(self.max_concurrency as f64)
+            .min(state.ceiling as f64)
             .min(state.in_flight.max(1) as f64)
             / 2.0)
             .max(1.0);
+        let allowed = state.allowed as usize;
+        if let Some(adaptive) = state.adaptive.as_mut() {
+            adaptive.set_limit(allowed);
+        }
     }
 
     /// Everyone waits `wait` (at most `max_pause`) before their next request:
@@ -519,14 +585,16 @@ impl Limiter {
         }
     }
 
-    /// A request succeeded: grow back towards the configured concurrency,
-    /// and charge the token windows what the reply used beyond the estimate
-    /// (never refunding less: the providers count the estimate at admission),
-    /// one window's worth at most whatever the reply claims.
+    /// A request succeeded: grow back towards the cap (the adaptive limit
+    /// grows by itself), and charge the token windows what the reply used
+    /// beyond the estimate (never refunding less: the providers count the
+    /// estimate at admission), one window's worth at most whatever the reply
+    /// claims.
     pub fn on_success(&self, used_tokens: u64, estimate: Estimate) {
         let mut state = self.lock();
-        if state.allowed < self.max_concurrency as f64 {
-            state.allowed = (state.allowed + 1.0 / state.allowed).min(self.max_concurrency as f64);
+        let ceiling = state.ceiling as f64;
+        if state.adaptive.is_none() && state.allowed < ceiling {
+            state.allowed = (state.allowed + 1.0 / state.allowed).min(ceiling);
         }
         let beyond = used_tokens.saturating_sub(estimate.total()) as f64;
         for bucket in &mut state.buckets {

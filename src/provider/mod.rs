@@ -231,6 +231,8 @@ pub mod breaker;
 pub mod budget;
 pub mod cache;
 #[doc(hidden)]
+pub mod capacity;
+#[doc(hidden)]
 pub mod digest;
 #[doc(hidden)]
 pub mod dry_run;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::anthropic::AnthropicProvider;
 use super::batch_api::BatchApiProvider;
 use super::batch_api::service::{Api, Service};
+use super::capacity::{self, Probe};
 pub use super::endpoints::BaseUrl;
 use super::endpoints::{self, PRESETS, preset};
 use super::limit::{Limiter, Limits};
@@ -529,8 +530,11 @@ impl Providers {
             });
         }
         let source = base_url.source.clone();
-        AnthropicProvider::new(
-            self.client_for(name, config)?,
+        let local = self.probes(&base_url);
+        let limiter = Arc::new(Limiter::new(limits(config)));
+        let client = self.client_for(name, config)?;
+        let provider = AnthropicProvider::new(
+            client.clone(),
             base_url,
             api_key.as_ref(),
             auth_token.as_ref(),
@@ -541,12 +545,24 @@ impl Providers {
                     .unwrap_or_default(),
             },
             timeout(config),
-            Arc::new(Limiter::new(limits(config))),
+            limiter.clone(),
         )
         .map_err(|message| Error::Invalid {
             provider: name.into(),
             message: naming_source(message, &source),
-        })
+        })?;
+        if local {
+            let endpoint = provider.messages_endpoint();
+            limiter.set_probe(Probe::new(name, client, endpoint, "/v1/messages"));
+        }
+        Ok(provider)
+    }
+
+    /// Whether the provider at `base_url` asks its server for its capacity
+    /// and gets the adaptive limit (`capacity`): a server on this machine
+    /// or the user's network, when requests are sent one by one for real.
+    fn probes(&self, base_url: &BaseUrl) -> bool {
+        self.dry_run.is_none() && self.batch_api.is_none() && capacity::is_local(&base_url.url)
     }
 
     fn openai(&self, name: &str, model_name: &str) -> Result<OpenAiProvider> {
@@ -596,19 +612,27 @@ impl Providers {
                 .unwrap_or(service == Some("openai")),
         };
         let source = base_url.source.clone();
-        OpenAiProvider::new(
-            self.client_for(name, config)?,
+        let local = self.probes(&base_url);
+        let limiter = Arc::new(Limiter::new(limits(config)));
+        let client = self.client_for(name, config)?;
+        let provider = OpenAiProvider::new(
+            client.clone(),
             base_url,
             api_key.as_ref(),
             &extra_headers(config),
             options,
             timeout(config),
-            Arc::new(Limiter::new(limits(config))),
+            limiter.clone(),
         )
         .map_err(|message| Error::Invalid {
             provider: name.into(),
             message: naming_source(message, &source),
-        })
+        })?;
+        if local {
+            let endpoint = provider.chat_endpoint();
+            limiter.set_probe(Probe::new(name, client, endpoint, "/chat/completions"));
+        }
+        Ok(provider)
     }
 }
 

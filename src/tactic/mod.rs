@@ -300,6 +300,32 @@ impl Tactic {
         names.into_iter().collect()
     }
 
+    /// The provider of this tactic that sends the fewest requests at once
+    /// right now (its `max_concurrency`, its server's slots, its adaptive
+    /// limit or a back-off after 429s), named: what `lllm batch` holds the
+    /// number of running tasks to. `None` while no provider is limited.
+    pub fn provider_limit(&self) -> Option<(&str, crate::provider::limit::Limit)> {
+        self.agents
+            .values()
+            .filter_map(|agent| {
+                let limit = agent.model.provider.limiter()?.limit()?;
+                Some((agent.model.provider_name.as_str(), limit))
+            })
+            .min_by_key(|(_, limit)| limit.requests)
+    }
+
+    /// Asks the local servers of this tactic's providers how many requests
+    /// they serve at once (llama.cpp's `/props`), each once per run; a
+    /// provider's first request does it otherwise. `lllm batch` calls it
+    /// before it starts tasks, so that it starts no more than fit.
+    pub async fn learn_limits(&self) {
+        let limiters = self
+            .agents
+            .values()
+            .filter_map(|agent| agent.model.provider.limiter());
+        futures_util::future::join_all(limiters.map(|limiter| limiter.learn())).await;
+    }
+
     /// Runs one task to its session record, in full: every call's replies
     /// are in its invokes and [`delivery`](crate::agent::AgentCallSession::delivery)
     /// (a written record holds each reply once, in its dialog; reading one

@@ -381,10 +381,12 @@ fn running_out_of_file_descriptors_is_named_and_a_batch_fits_its_limit() {
     let server = MockServer::start(test.dir.path(), "default: {echo: true}\n");
     // One task, 100 branches at once, each opening its connection in the
     // same poll of the flow: under a limit of 32 most find no descriptor.
+    // (`max_concurrency` lets them all go: without it, lllm would keep to
+    // what a local server serves, 4 at first.)
     let fan = format!(
         "tactic_type: fan\nglobal: {{model_name: local/m, max_llm_recall: 0}}\n\
          agent_configs: [{{name: a, system_prompt: You repeat.}}]\n\
-         providers:\n  local: {{api: openai, base_url: \"{}\"}}\n\
+         providers:\n  local: {{api: openai, base_url: \"{}\", max_concurrency: 1000}}\n\
          pricing:\n  m: {{input_per_million: 1, output_per_million: 1}}\n\
          flow:\n  - parallel: {{foreach: \"range(100)\", as: n}}\n    steps:\n      \
          - {{step: one, agent: a, text: \"say {{{{ n }}}}\"}}\n",

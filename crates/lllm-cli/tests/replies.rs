@@ -34,13 +34,25 @@ impl Canned {
         let paths = Arc::new(Mutex::new(Vec::new()));
         let seen = paths.clone();
         std::thread::spawn(move || {
-            for (status, content_type, body) in replies {
+            let mut replies = replies.into_iter();
+            loop {
                 let Ok((stream, _)) = listener.accept() else {
                     return;
                 };
                 let mut reader = BufReader::new(stream);
                 let mut line = String::new();
                 let _ = reader.read_line(&mut line);
+                // lllm asks a local server for llama.cpp's `/props` once a
+                // run; this one has none (a 404, as Ollama answers it).
+                if line.starts_with("GET /props ") {
+                    let _ = reader.get_mut().write_all(
+                        b"HTTP/1.1 404 X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                    continue;
+                }
+                let Some((status, content_type, body)) = replies.next() else {
+                    return;
+                };
                 let path = line.split_whitespace().nth(1).unwrap_or_default();
                 seen.lock().unwrap().push(path.to_string());
                 let mut length = 0;

@@ -78,7 +78,10 @@ fn dash_v_shows_each_request_reply_and_retry_on_one_line() {
         "http://***@{}/v1/chat/completions",
         server.url.strip_prefix("http://").unwrap()
     );
+    let props = format!("{}/props", server.url);
     let expected = [
+        // Once, before the first request: what lllm learned of the server.
+        format!("call{{provider=local model=test-model}}:attempt{{number=1}}: lllm::provider::limit::cap: provider `local`: the server does not say how many requests it serves at once (no `{props}`)"),
         format!("call{{provider=local model=test-model}}:attempt{{number=1}}: lllm::provider::trace: POST {place} · "),
         format!("call{{provider=local model=test-model}}:attempt{{number=1}}: lllm::provider::trace: 500 from {place} · 100 bytes · "),
         "call{provider=local model=test-model}: lllm::provider::retry: HTTP 500, waiting 0.0 s (retry 1 of 3)".to_string(),
@@ -295,13 +298,21 @@ fn a_batch_traces_every_task_one_whole_line_per_event() {
         .count();
     assert_eq!((sent, received), (20, 20), "{}", output.stderr);
     // Every event is a line of its own: it starts the line, and no line
-    // holds two events or an event and something else.
+    // holds two events or an event and something else. All are a call's,
+    // but the one line on what lllm learned of the server before the first.
+    let learned = " INFO lllm::provider::limit::cap: provider `local`: the server does not say";
+    assert_eq!(
+        output.stderr.matches(learned).count(),
+        1,
+        "{}",
+        output.stderr
+    );
     for line in output.stderr.lines() {
         let events = line.matches("lllm::provider::").count();
         assert!(events <= 1, "{line}");
         if events == 1 {
             assert!(
-                line.starts_with("20") && line.contains(" INFO call{"),
+                line.starts_with("20") && (line.contains(" INFO call{") || line.contains(learned)),
                 "{line}"
             );
         }

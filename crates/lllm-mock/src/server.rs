@@ -3,7 +3,9 @@
 //! with injected faults, latency and a request log. Tests, benchmarks and
 //! users point `lllm` at it instead of a real provider. It also emulates the
 //! providers' Batch APIs (OpenAI's files and batches, Anthropic's Message
-//! Batches), whose requests the same script answers (`batch`).
+//! Batches), whose requests the same script answers (`batch`), and, with
+//! `slots`, a local server of limited capacity (llama-server's `--parallel`
+//! and `/props`).
 //!
 //! The script decides what to answer (`script`), the wire modules say how
 //! each API spells it (`wire`); this file does the HTTP: routing, waiting,
@@ -46,6 +48,7 @@ mod log;
 mod multipart;
 mod openai_batch;
 mod quota;
+mod slots;
 
 /// How long a stopping server waits for requests still in flight.
 const GRACE: Duration = Duration::from_secs(2);
@@ -80,6 +83,14 @@ pub struct ServerOptions {
     pub batch: BatchOptions,
     /// Requests and tokens per minute for each API key (none by default).
     pub quota: QuotaOptions,
+    /// Serve at most this many model requests at once and queue the rest,
+    /// first come first served, as llama-server does with `--parallel N`;
+    /// `GET /props` says it (`total_slots`). `None`: every request at once,
+    /// and no `/props`.
+    pub slots: Option<usize>,
+    /// With `slots`: `GET /props` is a 404, as on Ollama and vLLM, whose
+    /// capacity a client has to find out by itself.
+    pub hide_props: bool,
 }
 
 impl Default for ServerOptions {
@@ -95,6 +106,8 @@ impl Default for ServerOptions {
             allow_remote: false,
             batch: BatchOptions::default(),
             quota: QuotaOptions::default(),
+            slots: None,
+            hide_props: false,
         }
     }
 }
@@ -117,6 +130,8 @@ pub enum ServerError {
     BatchExpire(f64),
     #[error("`{0}` must be at least 1; hint: leave it out for no limit")]
     Quota(&'static str),
+    #[error("`--slots` must be a whole number from 1 to {max}, not `{0}`; hint: leave it out to serve every request at once", max = slots::MAX_SLOTS)]
+    Slots(usize),
     #[error("the server failed: {0}")]
     Serve(String),
 }
@@ -141,6 +156,10 @@ struct Shared {
     url: String,
     /// Each API key's requests and tokens per minute, when limited.
     quotas: Option<quota::Quotas>,
+    /// The model requests served at once, when limited.
+    slots: Option<slots::Slots>,
+    /// `GET /props` answers (with `slots`).
+    props: bool,
 }
 
 /// Binds, prints `listening on http://HOST:PORT` (one line, flushed), then
@@ -186,6 +205,7 @@ impl Server {
         }
         options.batch.check()?;
         options.quota.check()?;
+        let slots = options.slots.map(slots::Slots::new).transpose()?;
         let log = match &options.log {
             Some(path) => Some(RequestLog::open(path).map_err(|error| ServerError::Log {
                 path: path.display().to_string(),
@@ -212,6 +232,8 @@ impl Server {
                 batches: batch::Batches::new(options.batch.clone()),
                 url: format!("http://{address}"),
                 quotas: quota::Quotas::new(options.quota),
+                props: slots.is_some() && !options.hide_props,
+                slots,
             }),
         })
     }
@@ -239,6 +261,8 @@ impl Server {
             .route("/v1/responses", post(responses))
             .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
+            // llama-server's, at the server's root whatever the API paths.
+            .route("/props", get(props))
             .merge(openai_batch::routes())
             .merge(anthropic_batch::routes())
             .fallback(unknown_route)
@@ -322,6 +346,23 @@ async fn models() -> Response {
     .into_response()
 }
 
+/// llama-server's `GET /props` with `--slots`; otherwise the 404 of a
+/// server that has none (Ollama, vLLM). Never logged: clients ask it once a
+/// run, and llama-server's own request log leaves it out too.
+async fn props(State(shared): State<Arc<Shared>>) -> Response {
+    match (&shared.slots, shared.props) {
+        (Some(slots), true) => axum::Json(slots.props()).into_response(),
+        _ => json_response(
+            404,
+            Api::Chat.error_body(
+                404,
+                Some("not_found_error"),
+                "lllm-mock: no endpoint `GET /props` (it has one with `--slots N`)",
+            ),
+        ),
+    }
+}
+
 async fn unknown_route(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -330,7 +371,7 @@ async fn unknown_route(
     body: Bytes,
 ) -> Response {
     let message = format!(
-        "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models, the OpenAI Batch API (/v1/files, /v1/batches) and Anthropic Message Batches (/v1/messages/batches)",
+        "lllm-mock: no endpoint `{method} {}`; it serves POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, GET /v1/models, GET /props (with --slots), the OpenAI Batch API (/v1/files, /v1/batches) and Anthropic Message Batches (/v1/messages/batches)",
         uri.path()
     );
     let mut entry = LogEntry::new(method.as_str(), &uri, &headers, &body, shared.log.is_some());
@@ -443,6 +484,18 @@ async fn answer(
         }
         None => lllm::mock::script::ReplyHeaders::default(),
     };
+    // A slot first, as llama-server defers a task until one frees: the
+    // script answers in the order requests are served, and its latency is
+    // the time a slot is held.
+    let slot = match &shared.slots {
+        Some(slots) => {
+            let (slot, admission) = slots.take().await;
+            entry.extra.push(("queued", json!(admission.queued)));
+            entry.extra.push(("busy", json!(admission.busy)));
+            Some(slot)
+        }
+        None => None,
+    };
     let Turn { incoming, served } = shared.script_turn(incoming);
     if !served.delay.is_zero() {
         tokio::time::sleep(served.delay).await;
@@ -505,6 +558,9 @@ async fn answer(
         );
     }
     shared.record(entry);
+    // A held request keeps its slot until the client gives up, as a hung
+    // generation keeps llama-server's.
+    let _slot = slot;
     match outcome {
         Outcome::Respond { response, .. } => response,
         Outcome::Hold => {

@@ -405,3 +405,100 @@ async fn replies_without_end_stop_at_the_size_cap() {
     assert!(error.message.contains("larger than 64 MiB"), "{error}");
     assert!(events > 0, "the events before the cap were read");
 }
+
+/// A local server's capacity (`capacity`): asked once, at `/props` at the
+/// root of the provider's own origin, with the provider's own key; a
+/// redirect elsewhere is not followed, and an answer without slots is
+/// "unknown", never an error.
+#[tokio::test]
+async fn the_capacity_probe_asks_the_provider_s_own_origin_once() {
+    use crate::config::{ProviderApi, ProviderConfig};
+    use crate::provider::limit::{Bound, Limit};
+    let elsewhere = Server::start(|_| response(200, &[], r#"{"total_slots": 64}"#)).await;
+    let target = format!("{}/props", elsewhere.origin);
+    let props = move |request: &Received| match request.path() {
+        "/props" => response(200, &[], r#"{"total_slots": 3, "build_info": "b1"}"#),
+        "/other/props" => response(307, &[("location", &target)], ""),
+        _ => response(404, &[], "{}"),
+    };
+    let server = Server::start(props).await;
+    let provider = |base_url: String, api: ProviderApi| ProviderConfig {
+        api,
+        base_url: Some(base_url),
+        api_key_env: Some("LOCAL_KEY".into()),
+        max_concurrency: None,
+        rpm: None,
+        tpm: None,
+        timeout_s: None,
+        connect_timeout_s: None,
+        system_role: None,
+        send_name: None,
+        retry_base_ms: None,
+        retry_cap_ms: None,
+        script: None,
+        cache: None,
+        cache_ttl_s: None,
+        headers: Default::default(),
+    };
+    let configs = [
+        (
+            "local",
+            provider(format!("{}/v1", server.origin), ProviderApi::OpenAi),
+        ),
+        (
+            "claude",
+            provider(server.origin.clone(), ProviderApi::Anthropic),
+        ),
+        (
+            "moved",
+            provider(format!("{}/other/v1", server.origin), ProviderApi::OpenAi),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, config)| (name.to_string(), config))
+    .collect();
+    let providers = crate::provider::registry::Providers::new(&configs, &|name| {
+        (name == "LOCAL_KEY").then(|| "sk-local-key".to_string())
+    })
+    .unwrap();
+    let limiter_of = |model: &str| {
+        let resolved = providers.resolve(model).ok().unwrap();
+        resolved.provider
+    };
+    for model in ["local/m", "claude/m"] {
+        let provider = limiter_of(model);
+        let limiter = provider.limiter().unwrap();
+        limiter.learn().await;
+        limiter.learn().await;
+        assert_eq!(
+            limiter.limit(),
+            Some(Limit {
+                requests: 3,
+                bound: Bound::Slots
+            }),
+            "{model}"
+        );
+    }
+    let received = server.received_before_now().await;
+    let paths: Vec<&str> = received.iter().map(Received::path).collect();
+    assert_eq!(paths, ["/props", "/props"], "once per provider");
+    assert!(
+        received
+            .iter()
+            .all(|request| request.head.starts_with("GET "))
+    );
+    assert_eq!(
+        received[0].header("authorization"),
+        Some("Bearer sk-local-key")
+    );
+    assert_eq!(received[1].header("x-api-key"), Some("sk-local-key"));
+    // Redirected elsewhere: not followed, so unknown (the adaptive limit).
+    let moved = limiter_of("moved/m");
+    let limiter = moved.limiter().unwrap();
+    limiter.learn().await;
+    assert_eq!(
+        limiter.limit().map(|limit| limit.bound),
+        Some(Bound::Adaptive)
+    );
+    assert_eq!(elsewhere.received_before_now().await.len(), 0);
+}

@@ -312,3 +312,137 @@ async fn the_server_s_windows_hold_a_request_max_pause_at_most_the_configured_on
     drop(limiter.acquire(0).await);
     assert_eq!(started.elapsed(), Duration::from_secs(60));
 }
+
+/// A probe that is never sent: these tests hand the limiter its answer.
+fn probe() -> Probe {
+    let endpoint =
+        super::super::http::Endpoint::new("http://127.0.0.1:9/v1/chat/completions", []).unwrap();
+    Probe::new(
+        "local",
+        reqwest::Client::new(),
+        &endpoint,
+        "/chat/completions",
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_s_slots_cap_it_and_what_holds_it_back_is_named() {
+    let limiter = Limiter::new(Limits::default());
+    assert_eq!(limiter.limit(), None, "nothing holds it yet");
+    limiter.learned(Some(3), &probe());
+    let slots = Limit {
+        requests: 3,
+        bound: Bound::Slots,
+    };
+    assert_eq!(limiter.limit(), Some(slots));
+    assert_eq!(slots.describe("local"), "`local` has 3 slots");
+    let permits: Vec<_> = futures_util::future::join_all((0..3).map(|_| limiter.acquire(0))).await;
+    assert_eq!(limiter.waiting(), Some(Waiting::Concurrency));
+    // A 503 (a full queue) halves it, as a 429 does; it recovers to the slots.
+    limiter.on_rate_limited();
+    drop(permits);
+    let backing_off = limiter.limit().unwrap();
+    assert_eq!(backing_off.bound, Bound::BackOff);
+    assert_eq!(
+        backing_off.describe("local"),
+        "`local` backs off to 1 after 429/503"
+    );
+    for _ in 0..10 {
+        limiter.on_success(0, Estimate::default());
+    }
+    assert_eq!(limiter.limit(), Some(slots), "never above the slots");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_user_s_max_concurrency_wins_over_the_server() {
+    for (configured, slots) in [(8, 4), (2, 4)] {
+        let limiter = Limiter::new(Limits {
+            max_concurrency: Some(configured),
+            ..Limits::default()
+        });
+        limiter.learned(Some(slots), &probe());
+        let limit = limiter.limit().unwrap();
+        assert_eq!(limit.requests, configured);
+        assert_eq!(limit.bound, Bound::Configured);
+        assert_eq!(
+            limit.describe("local"),
+            format!("`local` has max_concurrency {configured}")
+        );
+        // No adaptive limit either when the server does not say.
+        let unsaid = Limiter::new(Limits {
+            max_concurrency: Some(configured),
+            ..Limits::default()
+        });
+        unsaid.learned(None, &probe());
+        assert_eq!(unsaid.limit().unwrap().bound, Bound::Configured);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_does_not_say_gets_the_adaptive_limit() {
+    let limiter = Limiter::new(Limits::default());
+    limiter.learned(None, &probe());
+    let limit = limiter.limit().unwrap();
+    assert_eq!(
+        limit,
+        Limit {
+            requests: adaptive::INITIAL,
+            bound: Bound::Adaptive,
+        }
+    );
+    assert_eq!(
+        limit.describe("local"),
+        "`local` queues beyond 4 (adaptive limit)"
+    );
+    // Requests waiting in the server's queue: the median of eight replies
+    // took four times the first one's time per token.
+    for position in 1..=8u64 {
+        limiter.sampled(Sample {
+            latency: Duration::from_secs(position),
+            output_tokens: 10,
+            in_flight: 4,
+            generation: 0,
+        });
+    }
+    assert_eq!(limiter.limit().unwrap().requests, 2);
+    // Successes do not grow it by themselves: only its windows do.
+    for _ in 0..20 {
+        limiter.on_success(0, Estimate::default());
+    }
+    assert_eq!(limiter.allowed(), 2);
+    // A 429 halves it, and it starts again from there.
+    let held = limiter.acquire(0).await;
+    limiter.on_rate_limited();
+    drop(held);
+    assert_eq!(limiter.limit().unwrap().requests, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_reply_s_time_per_token_feeds_the_adaptive_limit() {
+    use crate::dialog::{Message, Role};
+    let limiter = Limiter::new(Limits::default());
+    limiter.learned(None, &probe());
+    let mut reply = Message::new(Role::Assistant, "a", "ten tokens of text");
+    reply
+        .usage
+        .insert("completion_tokens".into(), serde_json::json!(10));
+    // Twice four requests at once on a server that serves one at a time,
+    // a second each: the replies come one a second.
+    for _ in 0..2 {
+        let permits: Vec<_> =
+            futures_util::future::join_all((0..4).map(|_| limiter.acquire(0))).await;
+        for permit in permits {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            permit.succeeded(&reply);
+        }
+    }
+    // The median reply took twice the first one's time: two of the four
+    // were waiting. Two served, and one to wait.
+    assert_eq!(
+        limiter.limit(),
+        Some(Limit {
+            requests: 3,
+            bound: Bound::Adaptive
+        })
+    );
+}

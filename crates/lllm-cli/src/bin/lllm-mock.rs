@@ -61,6 +61,12 @@ struct Args {
     /// Quota: max_tokens per minute for each key (Anthropic's OTPM; Anthropic wire only).
     #[arg(long, value_name = "N")]
     output_tpm: Option<u64>,
+    /// Serve at most N model requests at once, queueing the rest first come first served (llama-server's --parallel N); GET /props says it as total_slots.
+    #[arg(long, value_name = "N")]
+    slots: Option<usize>,
+    /// With --slots: GET /props is a 404, as on Ollama and vLLM.
+    #[arg(long, requires = "slots")]
+    no_props: bool,
 }
 
 fn main() {
@@ -86,6 +92,8 @@ fn main() {
             input_tpm: args.input_tpm,
             output_tpm: args.output_tpm,
         },
+        slots: args.slots,
+        hide_props: args.no_props,
     };
     let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
