@@ -433,6 +433,7 @@ async fn the_capacity_probe_asks_the_provider_s_own_origin_once() {
         connect_timeout_s: None,
         system_role: None,
         send_name: None,
+        structured_output: None,
         retry_base_ms: None,
         retry_cap_ms: None,
         script: None,
