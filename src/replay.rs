@@ -316,6 +316,30 @@ fn render_raw(record: &SessionRecord) -> String {
             "program: {body} (compiled into the binary that ran it)"
         );
     }
+    if let Some(model) = &record.tactic.model {
+        let _ = writeln!(
+            out,
+            "model: {} (`--model`, every agent)",
+            crate::redact::echo(model)
+        );
+    }
+    let command_line = &record.tactic.model_args;
+    if !command_line.is_empty() {
+        let pairs: Vec<String> = command_line
+            .all
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .chain(command_line.agents.iter().flat_map(|(agent, args)| {
+                args.iter()
+                    .map(move |(key, value)| format!("{agent}.{key}={value}"))
+            }))
+            .collect();
+        let _ = writeln!(
+            out,
+            "model arguments (`-O`): {}",
+            one_line(&pairs.join(" "), 200)
+        );
+    }
     if let Some(id) = &record.task_id {
         let _ = writeln!(out, "task id: {}", crate::redact::echo(id));
     }
@@ -656,6 +680,8 @@ pub async fn rerun_with(
     {
         config.override_model(model);
     }
+    // The run's `-O` too: the requests it sent had them.
+    config.override_model_args(&record.tactic.model_args);
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;

@@ -57,6 +57,11 @@ pub struct TacticInfo {
     /// `lllm replay --rerun` runs the tactic with it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The `-O` model arguments the run was given (over every agent's, or
+    /// one agent's), so that `lllm replay --rerun` sends them too; absent
+    /// when none were. Added during format 3.
+    #[serde(default, skip_serializing_if = "crate::config::ModelArgs::is_empty")]
+    pub model_args: crate::config::ModelArgs,
     /// Where the tactic's program is: absent for a YAML flow (the config
     /// holds it), `rust:NAME` for a programmed tactic compiled into the
     /// binary that ran it (`Registry::flow`), which `lllm replay --rerun`
@@ -458,11 +463,17 @@ impl SessionRecord {
             path,
             config: _,
             model: tactic_model,
+            model_args: command_line_args,
             body,
         } = tactic;
         let mut found = name.scrub(scrubber)
             | path.scrub(scrubber)
             | tactic_model.scrub(scrubber)
+            | command_line_args.all.scrub(scrubber)
+            | command_line_args
+                .agents
+                .values_mut()
+                .fold(false, |found, args| args.scrub(scrubber) | found)
             | body.scrub(scrubber)
             | task.scrub(scrubber)
             | args.scrub(scrubber)

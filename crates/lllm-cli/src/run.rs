@@ -33,6 +33,11 @@ fn read_attachments(
         .collect()
 }
 
+/// `-O KEY=VALUE` pairs (`run` and `batch`); every bad one at once, exit 2.
+pub fn model_args(pairs: &[String]) -> Result<lllm::config::ModelArgs> {
+    lllm::config::ModelArgs::parse(pairs).map_err(|problems| Error::Usage(problems.join("\n")))
+}
+
 pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let settings = crate::settings::current();
     let defaults = settings.defaults();
@@ -40,11 +45,13 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
         None => None,
     };
+    let model_args = model_args(&args.model_args)?;
     if args.show_config {
         let mut config = lllm::config::load_with(&args.tactic, &defaults)?;
         if let Some(model) = &args.model {
             config.override_model(model);
         }
+        config.override_model_args(&model_args);
         if let Some(prices) = prices {
             config.override_prices(prices);
         }
@@ -76,6 +83,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let cache = args.store.cache_source();
     let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
+        model_args: Some(&model_args),
         prices: prices.as_ref(),
         env: &env,
         dry_run: dry_run.clone(),
