@@ -63,6 +63,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         let env = |name: &str| settings.environment.var(name);
         let secrets = lllm::provider::registry::known_secrets(&config.providers, &env);
         let mut resolved = config.resolved.clone();
+        show_providers(&config, &env, &mut resolved)?;
         secrets.scrub_value(&mut resolved);
         let text = serde_json::to_string_pretty(&resolved).unwrap_or_default();
         lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
@@ -190,6 +191,45 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         RunState::Success => Outcome::Success,
         RunState::Failure => Outcome::Failed,
     })
+}
+
+/// `--show-config`: the providers the agents use, each as a run would use
+/// it (issue 27: with `-m openai/…` only the tactic's `mock` entry showed,
+/// and no base URL): its entry, over which the API, the base URL and where
+/// it came from, and the key's variable are written (`Providers::effective`).
+/// A name no provider has is left out; running would say so.
+fn show_providers(
+    config: &lllm::config::TacticConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    resolved: &mut Value,
+) -> Result<()> {
+    let providers = lllm::provider::registry::Providers::new(&config.providers, env)
+        .map_err(|error| Error::Usage(error.to_string()))?;
+    let Some(document) = resolved.as_object_mut() else {
+        return Ok(());
+    };
+    let shown = document
+        .entry("providers")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !shown.is_object() {
+        *shown = Value::Object(Map::new());
+    }
+    let Some(shown) = shown.as_object_mut() else {
+        return Ok(());
+    };
+    for agent in &config.agents {
+        let (name, _) = lllm::provider::registry::split_model(&agent.model_name);
+        let Some(effective) = providers.effective(name) else {
+            continue;
+        };
+        let entry = shown
+            .entry(name.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(entry) = entry {
+            entry.extend(effective);
+        }
+    }
+    Ok(())
 }
 
 /// What `lllm run` prints on stdout, streamed or not. On a terminal

@@ -685,6 +685,62 @@ fn show_config_prints_the_resolved_tactic() {
     );
 }
 
+/// Issue 27: with `-m`, `--show-config` showed `global.model_name` as the
+/// tactic's, only the tactic's own `mock` provider and no base URL.
+#[test]
+fn show_config_shows_the_model_and_the_provider_that_run() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            r#"global: {model_name: mock/script}
+agent_configs:
+  - name: a
+providers:
+  mock: {script: replies.yaml}
+  local: {api: openai, base_url: "http://me:pw@127.0.0.1:9/v1", api_key_env: LOCAL_KEY}
+"#,
+        )
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:8/v1");
+    let show = |model: &str| {
+        let output = test.run(&["run", "t.yaml", "--show-config", "-m", model]);
+        output.expect_code(0);
+        serde_json::from_str::<Value>(&output.stdout).unwrap()
+    };
+    let resolved = show("openai/gpt-4o-mini");
+    assert_eq!(resolved["global"]["model_name"], "openai/gpt-4o-mini");
+    assert_eq!(
+        resolved["agent_configs"][0]["model_name"],
+        "openai/gpt-4o-mini"
+    );
+    assert_eq!(
+        resolved["providers"]["openai"],
+        serde_json::json!({"api": "openai", "base_url": "http://127.0.0.1:8/v1",
+                           "base_url_from": "OPENAI_BASE_URL", "api_key_env": "OPENAI_API_KEY"})
+    );
+    assert!(
+        resolved["providers"]["mock"].is_object(),
+        "the tactic's entries stay"
+    );
+    // A provider of the tactic: its entry, with what a run reads; the URL's
+    // credentials are never shown.
+    let resolved = show("local/m");
+    assert_eq!(
+        resolved["providers"]["local"],
+        serde_json::json!({"api": "openai", "base_url": "http://***@127.0.0.1:9/v1",
+                           "base_url_from": "`providers.local.base_url`",
+                           "api_key_env": "LOCAL_KEY"})
+    );
+    let resolved = show("anthropic/claude-haiku-4-5");
+    assert_eq!(
+        resolved["providers"]["anthropic"]["base_url"],
+        "https://api.anthropic.com"
+    );
+    assert_eq!(
+        resolved["providers"]["anthropic"]["api_key_env"],
+        "ANTHROPIC_API_KEY"
+    );
+}
+
 #[test]
 fn presets_take_their_endpoint_from_the_environment() {
     let test = Test::new();
