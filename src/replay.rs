@@ -15,7 +15,7 @@ use crate::agent::AgentCallSession;
 use crate::dialog::{Dialog, DialogRecord, InvokeCost, Message, Modality};
 use crate::provider::ProviderError;
 use crate::provider::replay::Recorded;
-use crate::tactic::record::{self, RunState, SessionRecord};
+use crate::tactic::record::{self, SessionRecord};
 use crate::words::count;
 
 #[derive(Debug, thiserror::Error)]
@@ -291,10 +291,7 @@ pub fn render(record: &SessionRecord) -> String {
 
 fn render_raw(record: &SessionRecord) -> String {
     let mut out = String::new();
-    let state = match record.state {
-        RunState::Success => "success",
-        RunState::Failure => "failure",
-    };
+    let state = record.state.name();
     let _ = writeln!(
         out,
         "session {} · tactic `{}` ({}) · {state} · {}{} · {} tokens · {} · {:.1} s",

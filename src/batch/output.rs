@@ -167,6 +167,7 @@ impl ResultLine {
             state: match record.state {
                 RunState::Success => TaskState::Success,
                 RunState::Failure => TaskState::Failure,
+                RunState::Skipped => TaskState::Skipped,
             },
             delivery: record.delivery.clone(),
             error: record.error.clone(),

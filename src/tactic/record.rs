@@ -33,7 +33,7 @@ pub const FORMAT: &str = "lllm.session/3";
 /// The versions this lllm reads.
 pub const READS: [&str; 3] = ["lllm.session/1", "lllm.session/2", FORMAT];
 
-/// How a tactic run ended, written `success` or `failure`.
+/// How a tactic run ended, written `success`, `failure` or `skipped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
@@ -41,6 +41,23 @@ pub enum RunState {
     Success,
     /// The run gave up (or was interrupted): [`SessionRecord::error`] says why.
     Failure,
+    /// A batch task stopped from outside before it could finish: cancelled
+    /// (`--fail-fast`, Ctrl-C) or a call the budget (`--max-cost`) would not
+    /// send; [`SessionRecord::error`] says which. Its result line is
+    /// `skipped` too, and `lllm batch --resume` runs it again. Added during
+    /// format 3 (a run of `Tactic::run` never ends so by itself).
+    Skipped,
+}
+
+impl RunState {
+    /// `success`, `failure` or `skipped`, as records write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Success => "success",
+            RunState::Failure => "failure",
+            RunState::Skipped => "skipped",
+        }
+    }
 }
 
 /// Which tactic ran, and as what: enough for `lllm replay --rerun` to run it again.

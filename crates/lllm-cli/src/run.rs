@@ -175,7 +175,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     } else {
         lllm::output::stdout(&text)
     };
-    if !(args.quiet || args.json) || record.state == RunState::Failure {
+    if !(args.quiet || args.json) || record.state != RunState::Success {
         lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
     if let Some(error) = record_error {
@@ -189,7 +189,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,
         RunState::Success => Outcome::Success,
-        RunState::Failure => Outcome::Failed,
+        RunState::Failure | RunState::Skipped => Outcome::Failed,
     })
 }
 
@@ -440,10 +440,7 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
     let cost = &record.cost;
     serde_json::json!({
         "delivery": record.delivery,
-        "state": match record.state {
-            RunState::Success => "success",
-            RunState::Failure => "failure",
-        },
+        "state": record.state.name(),
         "error": record.error,
         "tokens": {
             "prompt": cost.prompt_tokens,
@@ -466,8 +463,8 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
 fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
     let state = match (&record.state, &record.error) {
         (RunState::Success, _) => "success".to_string(),
-        (RunState::Failure, Some(error)) => format!("failure: {error}"),
-        (RunState::Failure, None) => "failure".to_string(),
+        (state, Some(error)) => format!("{}: {error}", state.name()),
+        (state, None) => state.name().to_string(),
     };
     let cost = &record.cost;
     let dollars = match (cost.cost, cost.cost_known) {
