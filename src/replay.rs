@@ -430,11 +430,19 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
         call.latency_ms
     );
     for invoke in &call.invokes {
+        // Which request of the round: the first, or its Nth repair.
+        let repair = match invoke.repair {
+            0 => String::new(),
+            repair => format!(", repair {repair}"),
+        };
         let head = if invoke.cached {
-            format!("  call in round {} · cached (not sent)", invoke.step)
+            format!(
+                "  call in round {}{repair} · cached (not sent)",
+                invoke.step
+            )
         } else {
             format!(
-                "  call in round {}, attempt {} · {} ms",
+                "  call in round {}{repair}, attempt {} · {} ms",
                 invoke.step, invoke.attempt, invoke.latency_ms
             )
         };

@@ -291,6 +291,49 @@ fn exhausted_repairs_fail_with_the_whole_trace_recorded() {
         "first try and two repairs (D7)"
     );
     assert_eq!(server.requests().len(), 3);
+    // Each repair is numbered (issue 27: every one was `attempt 1`), in
+    // the record, in `lllm replay` and in `-v`'s lines.
+    let repairs: Vec<(Option<u64>, u64)> = call["invokes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|invoke| {
+            (
+                invoke["repair"].as_u64(),
+                invoke["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(repairs, [(None, 1), (Some(1), 1), (Some(2), 1)]);
+    let shown = test.run(&["replay", "record.json"]);
+    let heads: Vec<&str> = shown
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("  call in round 0"))
+        .map(|rest| rest.split(" · ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            ", attempt 1",
+            ", repair 1, attempt 1",
+            ", repair 2, attempt 1"
+        ]
+    );
+    let traced = test.run(&["-v", "run", "t.yaml", "--task", "?", "--no-record"]);
+    let posts: Vec<&str> = traced
+        .stderr
+        .lines()
+        .filter(|line| line.contains(": lllm::provider::trace: POST "))
+        .collect();
+    assert_eq!(posts.len(), 3, "{}", traced.stderr);
+    assert!(posts[0].contains("call{provider=local model=test-model}:attempt{number=1}"));
+    assert!(
+        posts[1].contains("call{provider=local model=test-model repair=1}:attempt{number=1}"),
+        "{}",
+        posts[1]
+    );
+    assert!(posts[2].contains("repair=2}"), "{}", posts[2]);
 }
 
 #[test]
@@ -1160,7 +1203,13 @@ fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
     assert_eq!(calls[0]["delivery"]["content"], "first done");
     assert_eq!(calls[1]["state"], "failure");
     assert_eq!(calls[1]["error"], "interrupted");
-    assert_eq!(calls[1]["invokes"], serde_json::json!([]), "none came back");
+    // Its request was sent and never answered: a call, whose cost is not
+    // known (issue 27: it was left out, and the run said `1 call`).
+    let invokes = calls[1]["invokes"].as_array().unwrap();
+    assert_eq!(invokes.len(), 1, "{invokes:?}");
+    assert_eq!(invokes[0]["error"]["code"], "interrupted");
+    assert!(invokes[0]["response"].is_null());
+    assert!(output.stderr.contains(" · 2 calls · "), "{}", output.stderr);
 }
 
 #[test]
