@@ -695,7 +695,12 @@ pub async fn rerun_with(
     let rerun = built.run(task).await;
     built.shutdown().await;
     if let Some(divergence) = provider.divergence() {
-        crate::output::stderr_line(&format!("lllm replay: {divergence}"));
+        // One line at a time: a line of a message is a line of the diff
+        // (each still has its control characters escaped).
+        let text = format!("lllm replay: {divergence}");
+        for line in text.lines() {
+            crate::output::stderr_line(line);
+        }
         return Ok(Outcome::Failed);
     }
     let remaining = provider.remaining();
