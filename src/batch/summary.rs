@@ -2,8 +2,12 @@
 //! the table on stderr at the end.
 //!
 //! `summary.json` describes the whole output directory, resumed runs included:
-//! task counts by each id's latest result, spend over every line (a retried
-//! task cost money each time), and this invocation's wall time and rates.
+//! task counts (`total`, `success`, `failure`, `skipped`, `not_run`) by each
+//! id's latest result; what was spent (`calls`, `retries`, `cache_hits`,
+//! `tokens`, `cost`) over every result line, the earlier runs of a retried
+//! or resumed task included (each cost money); `this_run` over the lines this
+//! invocation wrote. Every spend total is over the same lines (issue 27: a
+//! reader took `calls` for cumulative and the others for not).
 
 use serde::Serialize;
 
@@ -102,6 +106,10 @@ pub struct Summary {
     pub interrupted: bool,
     /// Why scheduling stopped early (`--fail-fast`, `--max-cost`, Ctrl-C).
     pub stopped: Option<String>,
+    /// Result lines of the spend totals that are no task's latest (earlier
+    /// runs of retried or resumed tasks): the table says the totals hold them.
+    #[serde(skip)]
+    pub superseded: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -157,6 +165,7 @@ impl Summary {
             shard: None,
             interrupted: false,
             stopped: None,
+            superseded: spent.tasks.saturating_sub(latest.tasks),
         }
     }
 
@@ -194,17 +203,26 @@ impl Summary {
                 ),
             ),
             ("cost", cost),
-            (
-                "this run",
-                format!(
-                    "{} in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
-                    crate::words::count(self.this_run.tasks, "task", "tasks"),
-                    self.this_run.wall_time_s,
-                    self.this_run.tasks_per_s,
-                    self.this_run.calls_per_s
-                ),
-            ),
         ]);
+        if self.superseded > 0 {
+            rows.push((
+                "",
+                format!(
+                    "(calls, tokens and cost: every result, {} of earlier runs of a task included)",
+                    self.superseded
+                ),
+            ));
+        }
+        rows.extend([(
+            "this run",
+            format!(
+                "{} in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
+                crate::words::count(self.this_run.tasks, "task", "tasks"),
+                self.this_run.wall_time_s,
+                self.this_run.tasks_per_s,
+                self.this_run.calls_per_s
+            ),
+        )]);
         if let Some(reason) = &self.stopped {
             rows.push(("stopped", reason.clone()));
         }
