@@ -15,7 +15,7 @@ use crate::agent::AgentCallSession;
 use crate::dialog::{Dialog, DialogRecord, InvokeCost, Message, Modality};
 use crate::provider::ProviderError;
 use crate::provider::replay::Recorded;
-use crate::tactic::record::{self, RunState, SessionRecord};
+use crate::tactic::record::{self, SessionRecord};
 use crate::words::count;
 
 #[derive(Debug, thiserror::Error)]
@@ -291,10 +291,7 @@ pub fn render(record: &SessionRecord) -> String {
 
 fn render_raw(record: &SessionRecord) -> String {
     let mut out = String::new();
-    let state = match record.state {
-        RunState::Success => "success",
-        RunState::Failure => "failure",
-    };
+    let state = record.state.name();
     let _ = writeln!(
         out,
         "session {} · tactic `{}` ({}) · {state} · {}{} · {} tokens · {} · {:.1} s",
@@ -314,6 +311,30 @@ fn render_raw(record: &SessionRecord) -> String {
         let _ = writeln!(
             out,
             "program: {body} (compiled into the binary that ran it)"
+        );
+    }
+    if let Some(model) = &record.tactic.model {
+        let _ = writeln!(
+            out,
+            "model: {} (`--model`, every agent)",
+            crate::redact::echo(model)
+        );
+    }
+    let command_line = &record.tactic.model_args;
+    if !command_line.is_empty() {
+        let pairs: Vec<String> = command_line
+            .all
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .chain(command_line.agents.iter().flat_map(|(agent, args)| {
+                args.iter()
+                    .map(move |(key, value)| format!("{agent}.{key}={value}"))
+            }))
+            .collect();
+        let _ = writeln!(
+            out,
+            "model arguments (`-O`): {}",
+            one_line(&pairs.join(" "), 200)
         );
     }
     if let Some(id) = &record.task_id {
@@ -409,11 +430,19 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
         call.latency_ms
     );
     for invoke in &call.invokes {
+        // Which request of the round: the first, or its Nth repair.
+        let repair = match invoke.repair {
+            0 => String::new(),
+            repair => format!(", repair {repair}"),
+        };
         let head = if invoke.cached {
-            format!("  call in round {} · cached (not sent)", invoke.step)
+            format!(
+                "  call in round {}{repair} · cached (not sent)",
+                invoke.step
+            )
         } else {
             format!(
-                "  call in round {}, attempt {} · {} ms",
+                "  call in round {}{repair}, attempt {} · {} ms",
                 invoke.step, invoke.attempt, invoke.latency_ms
             )
         };
@@ -656,6 +685,8 @@ pub async fn rerun_with(
     {
         config.override_model(model);
     }
+    // The run's `-O` too: the requests it sent had them.
+    config.override_model_args(&record.tactic.model_args);
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
     let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
     built.check(&record.args.keys().cloned().collect())?;
@@ -664,7 +695,12 @@ pub async fn rerun_with(
     let rerun = built.run(task).await;
     built.shutdown().await;
     if let Some(divergence) = provider.divergence() {
-        crate::output::stderr_line(&format!("lllm replay: {divergence}"));
+        // One line at a time: a line of a message is a line of the diff
+        // (each still has its control characters escaped).
+        let text = format!("lllm replay: {divergence}");
+        for line in text.lines() {
+            crate::output::stderr_line(line);
+        }
         return Ok(Outcome::Failed);
     }
     let remaining = provider.remaining();

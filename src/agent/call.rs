@@ -12,12 +12,13 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value};
 
 use super::handler::Handler;
-use super::in_flight::InFlight;
+use super::in_flight::{InFlight, Pending};
 use super::repeats::Repeats;
 use super::session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 use super::{AgentSpec, Runtime};
 use crate::dialog::{Dialog, FunctionCall, Message, Role};
 use crate::prompt::Prompt;
+use crate::provider::http::watching_sends;
 use crate::provider::retry::{self, FailedAttempt};
 use crate::provider::{ChatRequest, ToolSpec, cache, pricing};
 use crate::tool;
@@ -349,6 +350,8 @@ impl Call<'_> {
         // What lllm wrote in this call's repairs: a reply that rests on it
         // is no answer (`echo`).
         let mut written: Vec<String> = Vec::new();
+        // 0 for the round's first request, N for its Nth repair.
+        let mut repair: u32 = 0;
         loop {
             let request = ChatRequest {
                 model: &model.model,
@@ -373,7 +376,19 @@ impl Call<'_> {
                 .as_ref()
                 .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));
             let cached = hit.is_some();
-            let mut failed_attempts = Vec::new();
+            let trace = InvokeTrace {
+                step,
+                repair,
+                attempt: 1,
+                request: digest,
+                response: None,
+                response_in_dialog: false,
+                error: None,
+                parse_error: None,
+                latency_ms: 0,
+                waited_ms: 0,
+                cached: false,
+            };
             let outcome = match hit {
                 Some(reply) => {
                     if let Some(sink) = self.text_sink {
@@ -386,37 +401,33 @@ impl Call<'_> {
                     })
                 }
                 None => {
-                    // Every event of these calls names the provider and model.
+                    // Every event of these calls names the provider and
+                    // model, and a repair's which repair it is.
                     let span = tracing::info_span!(
                         "call",
                         provider = %model.provider_name,
-                        model = %model.model
+                        model = %model.model,
+                        repair = tracing::field::Empty
                     );
+                    if repair > 0 {
+                        span.record("repair", repair);
+                    }
+                    let mut pending = Pending::new(session, trace.clone());
+                    let sent = pending.sent();
                     let attempts = retry::invoke_with_retry(
                         model.provider.as_ref(),
                         model.target(),
                         request,
                         &model.retry,
                         self.spec.limits.max_llm_recall,
-                        |failed: &FailedAttempt| failed_attempts.push(failed.clone()),
+                        |failed: &FailedAttempt| pending.failed(failed),
                     );
-                    tracing::Instrument::instrument(attempts, span).await
+                    let outcome =
+                        tracing::Instrument::instrument(watching_sends(sent, attempts), span).await;
+                    pending.answered();
+                    outcome
                 }
             };
-            for failed in failed_attempts {
-                session.record(InvokeTrace {
-                    step,
-                    attempt: failed.attempt,
-                    request: digest.clone(),
-                    response: None,
-                    response_in_dialog: false,
-                    error: Some(failed.error),
-                    parse_error: None,
-                    latency_ms: failed.latency.as_millis() as u64,
-                    waited_ms: failed.waited.as_millis() as u64,
-                    cached: false,
-                });
-            }
             let attempted = match outcome {
                 Ok(attempted) => attempted,
                 Err(failed) => {
@@ -498,16 +509,12 @@ impl Call<'_> {
                 working.append(reply)
             });
             session.record(InvokeTrace {
-                step,
                 attempt: attempted.attempts,
-                request: digest,
                 response: Some(Arc::clone(&reply)),
-                response_in_dialog: false,
-                error: None,
                 parse_error: parse_error.clone(),
                 latency_ms: attempted.latency.as_millis() as u64,
-                waited_ms: 0,
                 cached,
+                ..trace
             });
             let Some(error) = parse_error else {
                 return Ok(reply);
@@ -533,6 +540,7 @@ impl Call<'_> {
                 ),
             };
             session.exception(step, error.clone());
+            repair = repair.saturating_add(1);
             if let Err(render_error) =
                 working.put_prompt(handler, &args, Role::User, "exception", Map::new())
             {

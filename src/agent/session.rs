@@ -76,6 +76,10 @@ fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
+}
+
 impl RequestDigest {
     /// The digest of `request`, sent from dialog `dialog_id`.
     pub(crate) fn of(request: &ChatRequest<'_>, dialog_id: &str) -> RequestDigest {
@@ -110,6 +114,12 @@ impl RequestDigest {
 pub struct InvokeTrace {
     /// Tool round (0-based) this invoke belongs to.
     pub step: u32,
+    /// Which request of its tool round this is: 0 the first, N the Nth
+    /// repair (a reply the parser refused, sent back to be fixed); absent
+    /// when 0. Added during format 3: each repair's request was `attempt 1`
+    /// like the first (issue 27).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub repair: u32,
     /// 1-based attempt within one request (provider retries).
     pub attempt: u32,
     /// What was sent.
@@ -434,6 +444,7 @@ impl Scrub for InvokeTrace {
     fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
         let InvokeTrace {
             step: _,
+            repair: _,
             attempt: _,
             request,
             response,

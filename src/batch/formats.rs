@@ -272,6 +272,13 @@ fn provider_line(text: &str, format: InputFormat) -> Result<crate::tactic::Task,
             return Err(format!("`{body_name}.{key}` is not taken: {why}"));
         }
     }
+    let prefix = format!("{body_name}.");
+    if let Some(problem) = crate::config::model_args::check(&body, "", &prefix)
+        .into_iter()
+        .next()
+    {
+        return Err(problem);
+    }
     let (task, attachments) = tasks::last_user_turn(&mut messages)?;
     Ok(crate::tactic::Task {
         id: Some(id),
@@ -458,6 +465,18 @@ mod tests {
                 json!({"body": {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": []}}),
             ),
             "`body.tools` is not taken",
+        );
+        err(
+            InputFormat::OpenAi,
+            line(
+                json!({"body": {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}}),
+            ),
+            "`body.max_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
+        );
+        err(
+            InputFormat::Anthropic,
+            json!({"custom_id": "a", "params": {"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3}}),
+            "`params.temperature: 3` must be a number from 0 to 2",
         );
         err(
             InputFormat::OpenAi,

@@ -71,6 +71,9 @@ pub struct Options {
     pub shard: Requested,
     pub skip_invalid: bool,
     pub model: Option<String>,
+    /// `-O`: model arguments over every agent's, and over a task line's
+    /// `model_args` (as `model` wins over a line's `model`).
+    pub model_args: crate::config::ModelArgs,
     pub prices: Option<PathBuf>,
     pub quiet: bool,
     pub progress_interval: Duration,
@@ -279,6 +282,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     };
     let mut tactics = tactics::Tactics::new(
         options.model.clone(),
+        options.model_args.clone(),
         options.prices.as_deref(),
         budget.clone(),
         options.registry.clone(),

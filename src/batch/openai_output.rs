@@ -7,8 +7,8 @@
 //!
 //! - `openai_output.jsonl`: each succeeded task, `response.status_code` 200,
 //!   `body` a `chat.completion` whose one choice is the delivery (`usage`: the
-//!   task's tokens over all its calls; `model`: the model of its final reply;
-//!   `created`: when its run started), `error: null`.
+//!   task's tokens over all its calls; `model` and `finish_reason`: those of
+//!   its final reply; `created`: when its run started), `error: null`.
 //! - `openai_errors.jsonl`: each failed or skipped task. A failure with a
 //!   provider's HTTP status keeps it (`response.status_code`, `body.error`);
 //!   any other failure (a reply the parser refused, a tool, a template) is
@@ -146,7 +146,7 @@ pub fn line(result: &ResultLine) -> Value {
                         "refusal": null,
                     },
                     "logprobs": null,
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason(result.finish_reason.as_deref()),
                 }],
                 "usage": {
                     "prompt_tokens": usage.prompt_tokens,
@@ -183,6 +183,21 @@ pub fn line(result: &ResultLine) -> Value {
         ),
     };
     json!({"id": id, "custom_id": result.id, "response": response, "error": error})
+}
+
+/// The final reply's finish reason in the chat completions' words (issue
+/// 27: it was always `stop`, even for a reply cut at `max_tokens`):
+/// Anthropic's and the Responses API's reasons are translated as the
+/// OpenAI-compatible endpoints of those providers do; a reply that said none
+/// (the mock providers, an old record) `stop`.
+fn finish_reason(reason: Option<&str>) -> &str {
+    match reason {
+        None | Some("end_turn" | "stop_sequence" | "pause_turn") => "stop",
+        Some("max_tokens" | "max_output_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("refusal") => "content_filter",
+        Some(other) => other,
+    }
 }
 
 /// Unix seconds of a session id's start (ids are UUIDv7, whose first 48 bits
@@ -234,6 +249,22 @@ mod tests {
         assert_eq!(body["choices"][0]["message"]["content"], "Owls.");
         assert_eq!(body["choices"][0]["finish_reason"], "stop");
         assert_eq!(body["usage"]["total_tokens"], 9);
+        for (recorded, shown) in [
+            ("length", "length"),
+            ("tool_calls", "tool_calls"),
+            ("content_filter", "content_filter"),
+            ("max_tokens", "length"),
+            ("end_turn", "stop"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            done.finish_reason = Some(recorded.into());
+            assert_eq!(
+                super::line(&done)["response"]["body"]["choices"][0]["finish_reason"],
+                shown,
+                "{recorded}"
+            );
+        }
 
         let mut refused = result("b", TaskState::Failure);
         refused.error = Some("step `answer`: 400 bad request".into());

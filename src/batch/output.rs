@@ -106,6 +106,10 @@ pub struct ResultLine {
     /// The model of the task's final reply (for `--output-format openai`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Why the final reply ended, as its provider said (`stop`, `length`,
+    /// `tool_calls`; Anthropic's `end_turn`, `max_tokens`, …), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
     /// The HTTP status of the provider error that failed the task, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
@@ -140,6 +144,7 @@ impl Scrub for ResultLine {
             tags,
             args,
             model,
+            finish_reason: _,
             http_status: _,
         } = self;
         delivery.scrub(scrubber)
@@ -162,6 +167,7 @@ impl ResultLine {
             state: match record.state {
                 RunState::Success => TaskState::Success,
                 RunState::Failure => TaskState::Failure,
+                RunState::Skipped => TaskState::Skipped,
             },
             delivery: record.delivery.clone(),
             error: record.error.clone(),
@@ -180,6 +186,10 @@ impl ResultLine {
             tags: record.tags.clone(),
             args: record.args.clone(),
             model: final_model(record),
+            finish_reason: final_reply(record)
+                .and_then(|reply| reply.metadata.get("finish_reason"))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
             http_status: record
                 .agent_calls
                 .last()
@@ -207,6 +217,7 @@ impl ResultLine {
             tags: Map::new(),
             args: Map::new(),
             model: None,
+            finish_reason: None,
             http_status: None,
         }
     }
@@ -227,21 +238,26 @@ impl ResultLine {
     }
 }
 
-/// The model of a run's final reply: the last assistant message naming one
-/// in the dialog of the last step, else the model the task or the run's
+/// A run's final reply: the last assistant message naming its model in the
+/// dialog of the last step.
+fn final_reply(record: &SessionRecord) -> Option<&crate::dialog::Message> {
+    let step = record.steps.last()?;
+    let name = format!("{}_{}", step.agent, step.dialog);
+    record
+        .dialogs
+        .iter()
+        .rev()
+        .filter(|dialog| dialog.owner == step.agent && dialog.session_name == name)
+        .flat_map(|dialog| dialog.messages.iter().rev())
+        .find(|message| message.model.is_some())
+        .map(|message| &**message)
+}
+
+/// The model of a run's final reply, else the model the task or the run's
 /// `--model` named.
 fn final_model(record: &SessionRecord) -> Option<String> {
-    let from_dialog = record.steps.last().and_then(|step| {
-        let name = format!("{}_{}", step.agent, step.dialog);
-        record
-            .dialogs
-            .iter()
-            .rev()
-            .filter(|dialog| dialog.owner == step.agent && dialog.session_name == name)
-            .flat_map(|dialog| dialog.messages.iter().rev())
-            .find_map(|message| message.model.clone())
-    });
-    from_dialog
+    final_reply(record)
+        .and_then(|reply| reply.model.clone())
         .or_else(|| record.model.clone())
         .or_else(|| record.tactic.model.clone())
 }

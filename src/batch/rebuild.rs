@@ -123,13 +123,17 @@ pub fn missing_results(results: &Path, sessions: &Path) -> std::io::Result<Rebui
             return;
         }
         wanted.next();
-        let Ok(record) = serde_json::from_str::<SessionRecord>(line) else {
+        let Ok(mut record) = serde_json::from_str::<SessionRecord>(line) else {
             return;
         };
         let Some(id) = record.task_id.clone() else {
             return;
         };
-        let result = super::scheduler::result_of(id, &record, cancelled(&record));
+        // A record written before `skipped` was a record state says
+        // `failure` / `interrupted`.
+        let cancelled = cancelled(&record);
+        super::scheduler::settle(&mut record, cancelled);
+        let result = super::scheduler::result_of(id, &record);
         if let Err(error) = crate::json::write(&mut lines, &result) {
             failed.get_or_insert(error);
             return;

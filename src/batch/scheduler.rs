@@ -35,7 +35,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::output::{Brief, Encoded, Lost, ResultLine, TaskState, WriteFailure, Writer};
+use super::output::{Brief, Encoded, Lost, ResultLine, WriteFailure, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::reasons::Reasons;
@@ -676,7 +676,6 @@ async fn run_task(
     let cancelled = cancelled
         .load(Ordering::SeqCst)
         .then(|| shared.stop.borrow().reason().unwrap_or(Reason::Interrupted));
-    let result = result_of(id, &record, cancelled);
     if cancelled.is_none() {
         if refused_calls(&record) > 0 {
             // The budget refused a call: no other task starts.
@@ -685,38 +684,43 @@ async fn run_task(
             shared.request_stop(Stop::Cancel(Reason::FailFast));
         }
     }
+    let mut record = record;
+    settle(&mut record, cancelled);
+    let result = result_of(id, &record);
     shared.record(&result, Some(&record), Some(slot));
     drop(started);
 }
 
-/// A task's result line from its record, `cancelled` for what stopped it
-/// in flight: the one rule for a task that just ran and for one whose
-/// result line `--resume` rebuilds from its record (`rebuild`).
+/// How a task's run ended, `cancelled` for what stopped it in flight: the
+/// one rule for a task that just ran and for one whose result line
+/// `--resume` rebuilds from its record (`rebuild`).
 ///
 /// A cancelled task, and one with a call the budget did not send, ends
 /// `skipped` (no delivery), like the tasks the run keeps from starting:
-/// `--resume` runs it again.
-pub fn result_of(
-    id: String,
-    record: &crate::tactic::SessionRecord,
-    cancelled: Option<Reason>,
-) -> ResultLine {
-    let mut result = ResultLine::from_record(id, record);
-    let refused = refused_calls(record);
+/// `--resume` runs it again. The record says so itself (issue 27: its
+/// `failure` was what `lllm logs` showed of a task `results.jsonl` called
+/// `skipped`), so every reader of either agrees.
+pub fn settle(record: &mut crate::tactic::SessionRecord, cancelled: Option<Reason>) {
     if let Some(reason) = cancelled {
-        result.state = TaskState::Skipped;
-        result.error = Some(reason.text().to_string());
-        result.delivery = None;
-    } else if refused > 0 {
-        result.state = TaskState::Skipped;
-        result.error = Some(format!(
+        record.state = RunState::Skipped;
+        record.error = Some(reason.text().to_string());
+        record.delivery = None;
+    } else if record.state == RunState::Failure && refused_calls(record) > 0 {
+        record.state = RunState::Skipped;
+        record.error = Some(format!(
             "{}: {}",
             Reason::Budget.text(),
             record.error.as_deref().unwrap_or_default()
         ));
-        result.delivery = None;
-        result.calls = result.calls.saturating_sub(refused);
+        record.delivery = None;
     }
+}
+
+/// A task's result line from its [settled](settle) record: calls the budget
+/// refused were never sent, and are not counted.
+pub fn result_of(id: String, record: &crate::tactic::SessionRecord) -> ResultLine {
+    let mut result = ResultLine::from_record(id, record);
+    result.calls = result.calls.saturating_sub(refused_calls(record));
     result
 }
 
@@ -797,6 +801,7 @@ mod tests {
     use futures_util::future::BoxFuture;
 
     use super::*;
+    use crate::batch::output::TaskState;
     use crate::dialog::{Message, Role};
     use crate::provider::{ChatRequest, Provider, ProviderError};
 

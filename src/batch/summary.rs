@@ -2,9 +2,13 @@
 //! the table on stderr at the end.
 //!
 //! `summary.json` describes the whole output directory, resumed runs included:
-//! task counts by each id's latest result, spend over every line (a retried
-//! task cost money each time), this invocation's wall time and rates, and
-//! why the failed tasks failed (`reasons`).
+//! task counts (`total`, `success`, `failure`, `skipped`, `not_run`) by each
+//! id's latest result; what was spent (`calls`, `retries`, `cache_hits`,
+//! `tokens`, `cost`) over every result line, the earlier runs of a retried
+//! or resumed task included (each cost money); `this_run` over the lines this
+//! invocation wrote. Every spend total is over the same lines (issue 27: a
+//! reader took `calls` for cumulative and the others for not).
+//! Why the failed tasks failed: `failure_reasons` and `failed_ids` (`reasons`).
 
 use serde::Serialize;
 
@@ -110,6 +114,10 @@ pub struct Summary {
     pub failure_reasons: Vec<FailureReason>,
     /// The ids of the first failed tasks, in the order of their results.
     pub failed_ids: Vec<String>,
+    /// Result lines of the spend totals that are no task's latest (earlier
+    /// runs of retried or resumed tasks): the table says the totals hold them.
+    #[serde(skip)]
+    pub superseded: u64,
 }
 
 /// Reasons the table on stderr shows.
@@ -170,6 +178,7 @@ impl Summary {
             stopped: None,
             failure_reasons: Vec::new(),
             failed_ids: Vec::new(),
+            superseded: spent.tasks.saturating_sub(latest.tasks),
         }
     }
 
@@ -214,17 +223,26 @@ impl Summary {
                 ),
             ),
             ("cost", cost),
-            (
-                "this run",
-                format!(
-                    "{} in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
-                    crate::words::count(self.this_run.tasks, "task", "tasks"),
-                    self.this_run.wall_time_s,
-                    self.this_run.tasks_per_s,
-                    self.this_run.calls_per_s
-                ),
-            ),
         ]);
+        if self.superseded > 0 {
+            rows.push((
+                "",
+                format!(
+                    "(calls, tokens and cost: every result, {} of earlier runs of a task included)",
+                    self.superseded
+                ),
+            ));
+        }
+        rows.extend([(
+            "this run",
+            format!(
+                "{} in {:.1} s · {:.1} tasks/s · {:.1} calls/s",
+                crate::words::count(self.this_run.tasks, "task", "tasks"),
+                self.this_run.wall_time_s,
+                self.this_run.tasks_per_s,
+                self.this_run.calls_per_s
+            ),
+        )]);
         if let Some(reason) = &self.stopped {
             rows.push(("stopped", reason.clone()));
         }

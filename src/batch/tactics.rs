@@ -16,10 +16,12 @@ use crate::error::{Error, Result};
 use crate::provider::budget::CostBudget;
 use crate::tactic::Tactic;
 
-/// Loads tactics the way `lllm run` does, with the batch's `--model` and
-/// `--prices` applied to each.
+/// Loads tactics the way `lllm run` does, with the batch's `--model`, `-O`
+/// and `--prices` applied to each.
 pub struct Tactics {
     model: Option<String>,
+    /// `-O`: over every agent's model arguments, and a task line's.
+    model_args: crate::config::ModelArgs,
     prices: Option<Value>,
     /// `--max-cost`: every call of every tactic passes it.
     budget: Option<Arc<CostBudget>>,
@@ -44,6 +46,7 @@ pub struct Tactics {
 impl Tactics {
     pub fn new(
         model: Option<String>,
+        model_args: crate::config::ModelArgs,
         prices: Option<&Path>,
         budget: Option<Arc<CostBudget>>,
         registry: crate::Registry,
@@ -58,6 +61,7 @@ impl Tactics {
         };
         Ok(Tactics {
             model,
+            model_args,
             prices,
             budget,
             registry,
@@ -137,6 +141,7 @@ impl Tactics {
         let options = crate::tactic::LoadOptions {
             model,
             prices: self.prices.as_ref(),
+            model_args: Some(&self.model_args),
             env: &|name| match &self.env {
                 Some(env) => env.get(name),
                 None => std::env::var(name).ok(),

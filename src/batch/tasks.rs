@@ -145,6 +145,13 @@ pub fn parse_line(
             ));
         }
     }
+    // Checked as a tactic's are (ranges, keys lllm sets itself).
+    if let Some(problem) = crate::config::model_args::check(&model_args, "", "model_args.")
+        .into_iter()
+        .next()
+    {
+        return Err(problem);
+    }
     let args = object_field(&mut object, "args")?;
     let tags = object_field(&mut object, "tags")?;
     let metadata = object_field(&mut object, "metadata")?;
@@ -514,6 +521,10 @@ mod tests {
         fails(
             r#"{"task": "x", "model_args": [1]}"#,
             "`model_args` is an object",
+        );
+        fails(
+            r#"{"task": "x", "model_args": {"temperature": -1}}"#,
+            "`model_args.temperature: -1` must be a number from 0 to 2 (sampling temperature)",
         );
         fails(
             r#"{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}"#,

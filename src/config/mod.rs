@@ -9,6 +9,7 @@ mod builder;
 mod defaults;
 mod flow;
 mod merge;
+pub(crate) mod model_args;
 #[doc(hidden)]
 pub mod numbers;
 mod raw;
@@ -27,6 +28,7 @@ pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
 };
 pub use merge::merge;
+pub use model_args::ModelArgs;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
     ProviderConfig, SystemPrompt, TacticConfig, ToolConfig, check_providers,

@@ -120,7 +120,7 @@ impl Range {
 }
 
 /// A value as the user wrote it.
-fn shown(value: &Value) -> String {
+pub(crate) fn shown(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
         other => other.to_string(),

@@ -73,6 +73,9 @@ pub struct TacticConfig {
     pub model_override: Option<String>,
     /// `--prices` as given.
     pub price_overrides: Option<Value>,
+    /// `-O` as given: over every agent's `model_args` (and the tactics this
+    /// one's steps run).
+    pub model_args_override: super::ModelArgs,
 }
 
 /// One agent of `agent_configs`, with `global` merged under it.
@@ -244,20 +247,58 @@ pub struct McpServerConfig {
 }
 
 impl TacticConfig {
-    /// `--model`: every agent uses `model`; the resolved document says so too.
+    /// `--model`: every agent uses `model`; the resolved document says so
+    /// too, under `global` and on every agent (`--show-config` and records
+    /// show the model that runs).
     pub fn override_model(&mut self, model: &str) {
         self.model_override = Some(model.to_string());
         for agent in &mut self.agents {
             agent.model_name = model.to_string();
         }
-        if let Some(agents) = self
-            .resolved
-            .get_mut("agent_configs")
-            .and_then(Value::as_array_mut)
+        if let Some(global) = resolved_global(&mut self.resolved) {
+            global.insert("model_name".into(), Value::String(model.into()));
+        }
+        for agent in resolved_agents(&mut self.resolved) {
+            agent.insert("model_name".into(), Value::String(model.into()));
+        }
+    }
+
+    /// `-O`: `args` over every agent's `model_args`, key by key (a `null`
+    /// takes the key away); the resolved document says so too (`global`
+    /// gets the arguments for every agent). An agent `args` names that this
+    /// tactic lacks is left to the caller (`ModelArgs::unknown_agents`): a
+    /// sub-tactic may have it.
+    pub fn override_model_args(&mut self, args: &super::ModelArgs) {
+        if args.is_empty() {
+            return;
+        }
+        self.model_args_override = args.clone();
+        for agent in &mut self.agents {
+            args.apply(&agent.name, &mut agent.model_args);
+        }
+        if !args.all.is_empty()
+            && let Some(global) = resolved_global(&mut self.resolved)
         {
-            for agent in agents.iter_mut().filter_map(Value::as_object_mut) {
-                agent.insert("model_name".into(), Value::String(model.into()));
-            }
+            let mut own = match global.remove("model_args") {
+                Some(Value::Object(own)) => own,
+                _ => Map::new(),
+            };
+            args.apply("", &mut own);
+            // Only what every agent gets: `for_agent("")` names no agent's own.
+            global.insert("model_args".into(), Value::Object(own));
+        }
+        for agent in resolved_agents(&mut self.resolved) {
+            let name = agent
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let mut own = match agent.remove("model_args") {
+                Some(Value::Object(own)) => own,
+                _ => Map::new(),
+            };
+            args.apply(&name, &mut own);
+            agent.insert("model_args".into(), Value::Object(own));
         }
     }
 
@@ -272,6 +313,28 @@ impl TacticConfig {
     pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
         self.agents.iter().find(|agent| agent.name == name)
     }
+}
+
+/// `global` of a resolved document, made a mapping if it was absent.
+fn resolved_global(resolved: &mut Value) -> Option<&mut Map<String, Value>> {
+    let map = resolved.as_object_mut()?;
+    let global = map
+        .entry("global")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if global.is_null() {
+        *global = Value::Object(Map::new());
+    }
+    global.as_object_mut()
+}
+
+/// The agent entries of a resolved document.
+fn resolved_agents(resolved: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
+    resolved
+        .get_mut("agent_configs")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
 }
 
 /// Deserializes `value` as `T`, naming the key path of a type error.
@@ -309,6 +372,7 @@ pub(super) fn resolve(
         .enumerate()
     {
         let own_keys = numeric_keys_set(&entry);
+        let own_args = model_args_set(&entry);
         let merged = merge(Value::Object(global.clone()), Value::Object(entry));
         let Value::Object(merged) = merged else {
             continue;
@@ -318,6 +382,23 @@ pub(super) fn resolve(
             |name| format!("agent `{name}`"),
         );
         let merged = move_unknown_keys(merged, &label, &mut warnings);
+        // Named after the agent for what it sets itself, else `global`
+        // (once, however many agents have it from there).
+        if let Some(Value::Object(args)) = merged.get("model_args") {
+            for (key, value) in args {
+                if let Some(problem) = super::model_args::problem(key, value, "model_args.") {
+                    let place = if own_args.contains(key) {
+                        label.as_str()
+                    } else {
+                        "`global`"
+                    };
+                    let line = format!("{place}: {problem}");
+                    if !problems.contains(&line) {
+                        problems.push(line);
+                    }
+                }
+            }
+        }
         resolved_agents.push(Value::Object(merged.clone()));
         match typed::<RawAgent>(Value::Object(merged), &format!("agent_configs[{index}]")) {
             Ok(agent) => match agent_config(agent, index, &own_keys, &mut problems) {
@@ -550,6 +631,7 @@ pub(super) fn resolve(
         resolved,
         model_override: None,
         price_overrides: None,
+        model_args_override: super::ModelArgs::default(),
     };
     if problems.is_empty() {
         Ok(config)
@@ -650,6 +732,20 @@ fn move_unknown_keys(
     }
     agent.insert("model_args".into(), Value::Object(model_args));
     agent
+}
+
+/// The model arguments an agent entry sets itself: under `model_args`, and
+/// its unknown keys (which become model arguments, D14).
+fn model_args_set(entry: &Map<String, Value>) -> BTreeSet<String> {
+    let explicit = entry
+        .get("model_args")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|args| args.keys());
+    let moved = entry
+        .keys()
+        .filter(|key| !AGENT_KEYS.contains(&key.as_str()));
+    explicit.chain(moved).cloned().collect()
 }
 
 /// The numeric keys an agent entry sets itself (`context_manager.max_tokens`

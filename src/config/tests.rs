@@ -328,6 +328,72 @@ fn model_override_reaches_agents_and_the_resolved_document() {
         config.resolved["agent_configs"][0]["model_name"],
         "openai/gpt-4o-mini"
     );
+    // `--show-config` shows the model that runs under `global` too.
+    assert_eq!(
+        config.resolved["global"]["model_name"],
+        "openai/gpt-4o-mini"
+    );
+}
+
+#[test]
+fn command_line_model_args_reach_agents_and_the_resolved_document() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo, model_args: {temperature: 0.2, max_tokens: 1024}}\n\
+         agent_configs:\n  - name: writer\n  - {name: critic, model_args: {top_p: 0.5}}\n",
+    )]);
+    let mut config = files.load("t.yaml").unwrap();
+    let args = ModelArgs::parse(&["max_tokens=256", "critic.temperature=0", "top_p=null"]).unwrap();
+    config.override_model_args(&args);
+    let writer = &config.agents[0].model_args;
+    assert_eq!(
+        Value::Object(writer.clone()),
+        json!({"temperature": 0.2, "max_tokens": 256})
+    );
+    let critic = &config.agents[1].model_args;
+    assert_eq!(
+        Value::Object(critic.clone()),
+        json!({"temperature": 0, "max_tokens": 256})
+    );
+    assert_eq!(
+        config.resolved["global"]["model_args"],
+        json!({"temperature": 0.2, "max_tokens": 256})
+    );
+    assert_eq!(
+        config.resolved["agent_configs"][1]["model_args"],
+        json!({"temperature": 0, "max_tokens": 256})
+    );
+    assert_eq!(config.model_args_override, args);
+}
+
+#[test]
+fn model_args_are_checked_where_they_are_set() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo, model_args: {temperature: 5}}\n\
+         agent_configs:\n  - {name: a, model_args: {max_tokens: 0}}\n  - {name: b, top_p: 2}\n  - name: c\n",
+    )]);
+    let error = files.error("t.yaml");
+    let lines: Vec<&str> = error.lines().collect();
+    let path = files.0.path().join("t.yaml").display().to_string();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{path}: `global`: `model_args.temperature: 5` must be a number from 0 to 2 \
+                 (sampling temperature)"
+            ),
+            format!(
+                "{path}: agent `a`: `model_args.max_tokens: 0` must be a whole number from 1 to \
+                 100000000 (tokens)"
+            ),
+            format!(
+                "{path}: agent `b`: `model_args.top_p: 2` must be a number from 0 to 1 \
+                 (probability mass)"
+            ),
+        ],
+        "the global one once, each agent's own under its name"
+    );
 }
 
 #[test]

@@ -497,6 +497,21 @@ where
     Ok(Streamed::Read(headers))
 }
 
+tokio::task_local! {
+    /// Set when a request of the model call watching it goes out (`send`).
+    static SENT: std::sync::Arc<std::sync::atomic::AtomicBool>;
+}
+
+/// Runs `future` (a model call), setting `sent` when one of its requests
+/// goes out to a server: an agent call interrupted while it waits for the
+/// reply knows whether there was a request to count (issue 27).
+pub(crate) async fn watching_sends<F: std::future::Future>(
+    sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    future: F,
+) -> F::Output {
+    SENT.scope(sent, future).await
+}
+
 /// Sends the request, following redirects only as `follow` allows.
 async fn send(
     client: &reqwest::Client,
@@ -519,6 +534,7 @@ async fn send(
                 &endpoint.secrets,
             );
         }
+        let _ = SENT.try_with(|sent| sent.store(true, std::sync::atomic::Ordering::Relaxed));
         let response = client
             .post(url)
             .headers(endpoint.headers.clone())

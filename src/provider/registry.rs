@@ -327,6 +327,46 @@ impl Providers {
         Some(super::cache::scope(api, &base_url.url, &headers))
     }
 
+    /// What a run would use of provider `name` beyond its `providers:`
+    /// entry, for `lllm run --show-config`: `api`, `base_url` (without
+    /// credentials or query values) with `base_url_from` (the setting or
+    /// variable it came from, or the preset's default), and `api_key_env`,
+    /// the variable the key is read from (never the key). `None` for a name
+    /// that no entry, preset or built-in provider has.
+    pub fn effective(&self, name: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+        use serde_json::Value;
+        let api = self.api(name)?;
+        let mut shown = serde_json::Map::new();
+        let api_name = match api {
+            ProviderApi::OpenAi => "openai",
+            ProviderApi::Anthropic => "anthropic",
+            ProviderApi::Mock => "mock",
+        };
+        shown.insert("api".into(), Value::from(api_name));
+        if let Ok(Some(base_url)) = self.base_url(name) {
+            shown.insert(
+                "base_url".into(),
+                Value::from(crate::redact::url(&base_url.url).into_owned()),
+            );
+            shown.insert("base_url_from".into(), Value::from(base_url.source));
+        }
+        let own_key = self
+            .configs
+            .get(name)
+            .and_then(|config| config.api_key_env.clone());
+        let key_variable = match api {
+            ProviderApi::OpenAi => {
+                own_key.or_else(|| preset(name).map(|preset| preset.key_variable.to_string()))
+            }
+            ProviderApi::Anthropic => own_key.or_else(|| Some("ANTHROPIC_API_KEY".into())),
+            ProviderApi::Mock => None,
+        };
+        if let Some(variable) = key_variable {
+            shown.insert("api_key_env".into(), Value::from(variable));
+        }
+        Some(shown)
+    }
+
     /// The API provider `name` speaks, if it is known.
     fn api(&self, name: &str) -> Option<ProviderApi> {
         match (self.configs.get(name), name) {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
-use crate::tactic::{RunState, SessionRecord};
+use crate::tactic::SessionRecord;
 use paths::{SqlPath, StoredPath};
 
 pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
@@ -159,7 +159,7 @@ pub struct Entry {
     pub tags: Map<String, Value>,
     /// The task's metadata.
     pub metadata: Map<String, Value>,
-    /// `success` or `failure`.
+    /// `success`, `failure` or `skipped` (the record's `state`).
     pub state: String,
     /// Every model the session's calls used (sub-tactics included).
     pub models: Vec<ModelUse>,
@@ -202,11 +202,7 @@ impl Entry {
             task_id: record.task_id.clone(),
             tags: record.tags.clone(),
             metadata: record.metadata.clone(),
-            state: match record.state {
-                RunState::Success => "success",
-                RunState::Failure => "failure",
-            }
-            .to_string(),
+            state: record.state.name().to_string(),
             models,
             prompt_tokens: cost.prompt_tokens,
             completion_tokens: cost.completion_tokens,

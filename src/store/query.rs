@@ -122,6 +122,9 @@ pub struct CostRow {
     pub sessions: u64,
     /// Of which failed.
     pub failures: u64,
+    /// Of which a batch skipped after they started (cancelled, or stopped
+    /// by its budget): neither a success nor a failure.
+    pub skipped: u64,
     /// Tokens of every call.
     pub total_tokens: u64,
     /// Dollars of the sessions whose cost is known.
@@ -393,7 +396,8 @@ impl Store {
         // with "integer overflow" past i64::MAX, which large counts of old
         // records reach; the float saturates when read back.
         let sums = "COUNT(*), SUM(s.state = 'failure'), \
-                    TOTAL(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL)";
+                    TOTAL(s.total_tokens), TOTAL(s.cost), SUM(NOT s.cost_known OR s.cost IS NULL), \
+                    SUM(s.state = 'skipped')";
         let sql = match by {
             GroupBy::Tactic => {
                 format!("SELECT s.tactic, {sums} FROM sessions s {clause} GROUP BY 1")
@@ -411,7 +415,8 @@ impl Store {
             }
             GroupBy::Model => format!(
                 "SELECT m.model, COUNT(*), SUM(s.state = 'failure'), TOTAL(m.total_tokens), \
-                 TOTAL(m.cost), SUM(NOT s.cost_known OR m.cost IS NULL) FROM sessions s \
+                 TOTAL(m.cost), SUM(NOT s.cost_known OR m.cost IS NULL), \
+                 SUM(s.state = 'skipped') FROM sessions s \
                  JOIN session_models m ON m.session = s.id {clause} GROUP BY 1"
             ),
         };
@@ -424,6 +429,7 @@ impl Store {
                 total_tokens: row.get::<_, f64>(3)? as u64,
                 cost: row.get::<_, f64>(4)?,
                 cost_unknown: row.get::<_, Option<i64>>(5)?.unwrap_or(0) as u64,
+                skipped: row.get::<_, Option<i64>>(6)?.unwrap_or(0) as u64,
             })
         };
         let mut statement = self

@@ -333,6 +333,7 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
             path: tactic.config.path.display().to_string(),
             config: tactic.recorded_config.clone(),
             model: tactic.config.model_override.clone(),
+            model_args: tactic.config.model_args_override.clone(),
             body: tactic
                 .program
                 .as_ref()

@@ -434,6 +434,7 @@ mod tests {
     fn invoke(dialog: &Dialog, messages: usize, response: Message) -> InvokeTrace {
         InvokeTrace {
             step: 0,
+            repair: 0,
             attempt: 1,
             request: RequestDigest {
                 sha256: String::new(),

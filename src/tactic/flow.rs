@@ -231,6 +231,7 @@ async fn run_whole(
             path: tactic.config.path.display().to_string(),
             config: tactic.recorded_config.clone(),
             model: tactic.config.model_override.clone(),
+            model_args: tactic.config.model_args_override.clone(),
             body: tactic
                 .program
                 .as_ref()

@@ -28,6 +28,10 @@ pub struct LoadOptions<'a> {
     pub model: Option<&'a str>,
     /// `--prices`: prices over the tactic's own.
     pub prices: Option<&'a Value>,
+    /// `-O`: model arguments over every agent's (sub-tactics' too), and over
+    /// a task's own `model_args`. An agent it names must be one of the
+    /// tactic's or its sub-tactics'.
+    pub model_args: Option<&'a crate::config::ModelArgs>,
     /// Reads environment variables (keys, base URLs).
     pub env: &'a dyn Fn(&str) -> Option<String>,
     /// `--dry-run`: requests are captured here instead of sent.
@@ -71,6 +75,7 @@ impl<'a> LoadOptions<'a> {
         LoadOptions {
             model: None,
             prices: None,
+            model_args: None,
             env: &super::code::process_env,
             dry_run: None,
             warn: &crate::report::warn,
@@ -147,8 +152,18 @@ fn load_serving(
         if let Some(prices) = options.prices {
             config.override_prices(prices.clone());
         }
+        if let Some(args) = options.model_args {
+            config.override_model_args(args);
+        }
     };
     let tactic = load_config(path, adjust, &builder, task)?;
+    if let Some(args) = options.model_args {
+        let agents = tactic.agent_names();
+        let problems = args.unknown_agents(agents.iter().map(String::as_str));
+        if !problems.is_empty() {
+            return Err(Error { problems });
+        }
+    }
     // Prompt files that load but look wrong (a ported `{var}`), sub-tactics'
     // prompt directories included, each once.
     let mut warned = std::collections::BTreeSet::new();

@@ -233,11 +233,14 @@ impl Tactic {
     }
 
     /// The agents a run of `task` makes: the tactic's, with the task's
-    /// `model_args` over each one's own, key by key (the task wins).
+    /// `model_args` over each one's own, key by key (the task wins), and
+    /// the command line's (`-O`, `TacticConfig::model_args_override`) over
+    /// both, as `--model` wins over a task's `model`.
     pub(crate) fn agents_for(&self, task: &Task) -> Arc<IndexMap<String, Arc<AgentSpec>>> {
         if task.model_args.is_empty() {
             return self.agents.clone();
         }
+        let command_line = &self.config.model_args_override;
         let agents = self
             .agents
             .iter()
@@ -246,10 +249,21 @@ impl Tactic {
                 for (key, value) in &task.model_args {
                     spec.model_args.insert(key.clone(), value.clone());
                 }
+                command_line.apply(name, &mut spec.model_args);
                 (name.clone(), Arc::new(spec))
             })
             .collect();
         Arc::new(agents)
+    }
+
+    /// The names of the agents of this tactic and of the tactics its steps
+    /// run, at any depth.
+    pub fn agent_names(&self) -> std::collections::BTreeSet<String> {
+        let mut names: std::collections::BTreeSet<String> = self.agents.keys().cloned().collect();
+        for sub in self.sub_tactics() {
+            names.extend(sub.agent_names());
+        }
+        names
     }
 
     /// Why a task that names a model cannot run on this tactic: it was

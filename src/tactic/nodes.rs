@@ -61,6 +61,7 @@ fn build_sub_tactic(
         if let Some(prices) = &parent.price_overrides {
             config.override_prices(prices.clone());
         }
+        config.override_model_args(&parent.model_args_override);
     };
     let tactic = match load::load_config(&step.path, adjust, builder, None) {
         Ok(tactic) => tactic,

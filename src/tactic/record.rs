@@ -33,7 +33,7 @@ pub const FORMAT: &str = "lllm.session/3";
 /// The versions this lllm reads.
 pub const READS: [&str; 3] = ["lllm.session/1", "lllm.session/2", FORMAT];
 
-/// How a tactic run ended, written `success` or `failure`.
+/// How a tactic run ended, written `success`, `failure` or `skipped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
@@ -41,6 +41,23 @@ pub enum RunState {
     Success,
     /// The run gave up (or was interrupted): [`SessionRecord::error`] says why.
     Failure,
+    /// A batch task stopped from outside before it could finish: cancelled
+    /// (`--fail-fast`, Ctrl-C) or a call the budget (`--max-cost`) would not
+    /// send; [`SessionRecord::error`] says which. Its result line is
+    /// `skipped` too, and `lllm batch --resume` runs it again. Added during
+    /// format 3 (a run of `Tactic::run` never ends so by itself).
+    Skipped,
+}
+
+impl RunState {
+    /// `success`, `failure` or `skipped`, as records write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Success => "success",
+            RunState::Failure => "failure",
+            RunState::Skipped => "skipped",
+        }
+    }
 }
 
 /// Which tactic ran, and as what: enough for `lllm replay --rerun` to run it again.
@@ -57,6 +74,11 @@ pub struct TacticInfo {
     /// `lllm replay --rerun` runs the tactic with it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The `-O` model arguments the run was given (over every agent's, or
+    /// one agent's), so that `lllm replay --rerun` sends them too; absent
+    /// when none were. Added during format 3.
+    #[serde(default, skip_serializing_if = "crate::config::ModelArgs::is_empty")]
+    pub model_args: crate::config::ModelArgs,
     /// Where the tactic's program is: absent for a YAML flow (the config
     /// holds it), `rust:NAME` for a programmed tactic compiled into the
     /// binary that ran it (`Registry::flow`), which `lllm replay --rerun`
@@ -458,11 +480,17 @@ impl SessionRecord {
             path,
             config: _,
             model: tactic_model,
+            model_args: command_line_args,
             body,
         } = tactic;
         let mut found = name.scrub(scrubber)
             | path.scrub(scrubber)
             | tactic_model.scrub(scrubber)
+            | command_line_args.all.scrub(scrubber)
+            | command_line_args
+                .agents
+                .values_mut()
+                .fold(false, |found, args| args.scrub(scrubber) | found)
             | body.scrub(scrubber)
             | task.scrub(scrubber)
             | args.scrub(scrubber)

@@ -115,6 +115,11 @@ pub struct BatchArgs {
     /// else the config file's `model`.
     #[arg(long, short)]
     pub model: Option<String>,
+    /// A model argument over the tactics' and the task lines' (repeatable):
+    /// `KEY=VALUE` for every agent, `AGENT.KEY=VALUE` for one; the value is
+    /// YAML (`max_tokens=256`, `stop=["\n"]`, `KEY=null` takes the tactic's away).
+    #[arg(long = "model-arg", short = 'O', value_name = "KEY=VALUE")]
+    pub model_args: Vec<String>,
     /// Prices over the bundled table (our format or LiteLLM's JSON)
     /// [default: the config file's `prices`].
     #[arg(long, value_name = "FILE", env = "LLLM_PRICES")]
@@ -253,6 +258,7 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
         shard,
         skip_invalid: args.skip_invalid,
         model: args.model,
+        model_args: crate::run::model_args(&args.model_args)?,
         prices: settings.prices(args.prices.as_deref()),
         quiet: args.quiet,
         // Both checked against their ranges (`numbers`) when parsed.

@@ -57,6 +57,7 @@ pub const RUN: &str = concat!(
   echo \"What is 2 + 2?\" | lllm run t.yaml          a piped stdin is the task
   lllm run t.yaml --task-file a.txt -m anthropic/claude-haiku-4-5
   lllm run t.yaml --task hi --var tone=formal --attach chart.png
+  lllm run t.yaml hi -O max_tokens=256 -O critic.temperature=0   model arguments over the tactic's
   lllm run t.yaml --task hi --dry-run               the exact requests, nothing sent
   lllm run t.yaml --task hi --json                  one JSON object: delivery, state, cost…
   lllm run -t t.yaml \"What is 2 + 2?\"              the tactic as batch and replay take it
@@ -73,6 +74,7 @@ pub const BATCH: &str = concat!(
   lllm batch tasks.jsonl --tactic t.yaml -o out -j 32
   lllm batch tasks.jsonl --tactic t.yaml -o out --resume --max-cost 5
   lllm batch tasks.jsonl --tactic t.yaml -o out --retry-errors
+  lllm batch tasks.jsonl --tactic t.yaml -o out -O max_tokens=256
   lllm batch tasks.jsonl --tactic t.yaml -o out/shard-1 --shard 1/8
   lllm batch tasks.jsonl --tactic t.yaml -o out --via batch-api
   lllm batch tasks.jsonl -t t.yaml -o out -n 10 -v  the first 10 tasks, each request traced

@@ -171,6 +171,11 @@ pub struct RunArgs {
     /// else the config file's `model`.
     #[arg(long, short)]
     pub model: Option<String>,
+    /// A model argument over the tactic's (repeatable): `KEY=VALUE` for every
+    /// agent, `AGENT.KEY=VALUE` for one; the value is YAML
+    /// (`max_tokens=256`, `stop=["\n"]`, `KEY=null` takes the tactic's away).
+    #[arg(long = "model-arg", short = 'O', value_name = "KEY=VALUE")]
+    pub model_args: Vec<String>,
     /// Prices to use over the bundled table: our format or LiteLLM's
     /// `model_prices_and_context_window.json` [default: the config file's `prices`].
     #[arg(long, value_name = "FILE", env = "LLLM_PRICES")]

@@ -45,8 +45,8 @@ pub struct FilterArgs {
     /// Sessions of this tactic (its name).
     #[arg(long)]
     pub tactic: Option<String>,
-    /// `success` or `failure`.
-    #[arg(long, value_parser = ["success", "failure"])]
+    /// `success`, `failure` or `skipped` (a batch task cancelled or stopped by its budget).
+    #[arg(long, value_parser = ["success", "failure", "skipped"])]
     pub state: Option<String>,
     /// Sessions with this tag, `key=value` (repeatable: all must hold).
     #[arg(long = "tag", value_name = "KEY=VALUE")]
@@ -320,9 +320,18 @@ fn cost(args: CostArgs) -> Result<Outcome> {
             Align::Right,
             Align::Right,
             Align::Right,
+            Align::Right,
             Align::Left,
         ]);
-        table.row([args.by.as_str(), "sessions", "failed", "tokens", "cost", ""]);
+        table.row([
+            args.by.as_str(),
+            "sessions",
+            "failed",
+            "skipped",
+            "tokens",
+            "cost",
+            "",
+        ]);
         for row in totals.rows.iter().chain([&totals.total]) {
             let unknown = if row.cost_unknown > 0 {
                 format!("(+{} unknown)", row.cost_unknown)
@@ -338,6 +347,7 @@ fn cost(args: CostArgs) -> Result<Outcome> {
                 group.to_string(),
                 row.sessions.to_string(),
                 row.failures.to_string(),
+                row.skipped.to_string(),
                 row.total_tokens.to_string(),
                 format!("${:.6}", row.cost),
                 unknown,

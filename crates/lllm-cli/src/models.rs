@@ -124,6 +124,7 @@ fn check(
     let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         prices,
+        model_args: None,
         env: &env,
         dry_run: None,
         warn: &|warning| lllm::report::warn(warning),

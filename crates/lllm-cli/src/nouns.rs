@@ -139,6 +139,7 @@ mod tests {
         ('q', &["quiet"]),
         ('t', &["tactic"]),
         ('m', &["model"]),
+        ('O', &["model-arg"]),
         ('o', &["output"]),
         ('n', &["count", "limit"]),
         ('j', &["concurrency"]),

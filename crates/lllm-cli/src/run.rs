@@ -33,6 +33,11 @@ fn read_attachments(
         .collect()
 }
 
+/// `-O KEY=VALUE` pairs (`run` and `batch`); every bad one at once, exit 2.
+pub fn model_args(pairs: &[String]) -> Result<lllm::config::ModelArgs> {
+    lllm::config::ModelArgs::parse(pairs).map_err(|problems| Error::Usage(problems.join("\n")))
+}
+
 pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let settings = crate::settings::current();
     let defaults = settings.defaults();
@@ -40,11 +45,13 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         Some(path) => Some(lllm::provider::models::read_price_file(path).map_err(Error::Usage)?),
         None => None,
     };
+    let model_args = model_args(&args.model_args)?;
     if args.show_config {
         let mut config = lllm::config::load_with(&args.tactic, &defaults)?;
         if let Some(model) = &args.model {
             config.override_model(model);
         }
+        config.override_model_args(&model_args);
         if let Some(prices) = prices {
             config.override_prices(prices);
         }
@@ -56,6 +63,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         let env = |name: &str| settings.environment.var(name);
         let secrets = lllm::provider::registry::known_secrets(&config.providers, &env);
         let mut resolved = config.resolved.clone();
+        show_providers(&config, &env, &mut resolved)?;
         secrets.scrub_value(&mut resolved);
         let text = serde_json::to_string_pretty(&resolved).unwrap_or_default();
         lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
@@ -76,6 +84,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let cache = args.store.cache_source();
     let options = lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
+        model_args: Some(&model_args),
         prices: prices.as_ref(),
         env: &env,
         dry_run: dry_run.clone(),
@@ -172,7 +181,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     } else {
         lllm::output::stdout(&text)
     };
-    if !(args.quiet || args.json) || record.state == RunState::Failure {
+    if !(args.quiet || args.json) || record.state != RunState::Success {
         lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
     }
     if let Some(error) = record_error {
@@ -186,8 +195,47 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     Ok(match record.state {
         _ if interrupted => Outcome::Interrupted,
         RunState::Success => Outcome::Success,
-        RunState::Failure => Outcome::Failed,
+        RunState::Failure | RunState::Skipped => Outcome::Failed,
     })
+}
+
+/// `--show-config`: the providers the agents use, each as a run would use
+/// it (issue 27: with `-m openai/…` only the tactic's `mock` entry showed,
+/// and no base URL): its entry, over which the API, the base URL and where
+/// it came from, and the key's variable are written (`Providers::effective`).
+/// A name no provider has is left out; running would say so.
+fn show_providers(
+    config: &lllm::config::TacticConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    resolved: &mut Value,
+) -> Result<()> {
+    let providers = lllm::provider::registry::Providers::new(&config.providers, env)
+        .map_err(|error| Error::Usage(error.to_string()))?;
+    let Some(document) = resolved.as_object_mut() else {
+        return Ok(());
+    };
+    let shown = document
+        .entry("providers")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !shown.is_object() {
+        *shown = Value::Object(Map::new());
+    }
+    let Some(shown) = shown.as_object_mut() else {
+        return Ok(());
+    };
+    for agent in &config.agents {
+        let (name, _) = lllm::provider::registry::split_model(&agent.model_name);
+        let Some(effective) = providers.effective(name) else {
+            continue;
+        };
+        let entry = shown
+            .entry(name.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(entry) = entry {
+            entry.extend(effective);
+        }
+    }
+    Ok(())
 }
 
 /// What `lllm run` prints on stdout, streamed or not. On a terminal
@@ -398,10 +446,7 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
     let cost = &record.cost;
     serde_json::json!({
         "delivery": record.delivery,
-        "state": match record.state {
-            RunState::Success => "success",
-            RunState::Failure => "failure",
-        },
+        "state": record.state.name(),
         "error": record.error,
         "tokens": {
             "prompt": cost.prompt_tokens,
@@ -424,8 +469,8 @@ fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
 fn summary(record: &SessionRecord, path: Option<&Path>) -> String {
     let state = match (&record.state, &record.error) {
         (RunState::Success, _) => "success".to_string(),
-        (RunState::Failure, Some(error)) => format!("failure: {error}"),
-        (RunState::Failure, None) => "failure".to_string(),
+        (state, Some(error)) => format!("{}: {error}", state.name()),
+        (state, None) => state.name().to_string(),
     };
     let cost = &record.cost;
     let dollars = match (cost.cost, cost.cost_known) {

@@ -331,6 +331,99 @@ fn resume_keeps_failures_and_retry_errors_runs_them_again() {
     );
 }
 
+/// Issue 27: after `--retry-errors`, `summary.json`'s `calls` counted every
+/// run of a task while its other totals seemed not to, and nothing said
+/// which. Every spend total is over every result line (a failed run that
+/// used tokens included); the task counts are by each task's latest result.
+#[test]
+fn after_retry_errors_every_spend_total_counts_every_run() {
+    let test = Test::new();
+    // The first reply to FLAKY does not parse (and costs tokens); later
+    // replies do.
+    let server = MockServer::start(
+        test.dir.path(),
+        "rules:\n  - when: {contains: FLAKY}\n    reply: {text: \"no tags\", usage: {prompt_tokens: 100, completion_tokens: 10}}\n    times: 1\n\
+         default: {text: \"<answer>ok</answer>\", usage: {prompt_tokens: 10, completion_tokens: 5}}\n",
+    );
+    let yaml = format!(
+        r#"tactic_type: test
+global:
+  model_name: local/test-model
+  max_llm_recall: 0
+  max_exception_retry: 0
+agent_configs:
+  - name: assistant
+providers:
+  local: {{api: openai, base_url: "{}"}}
+pricing:
+  test-model: {{input_per_million: 1.0, output_per_million: 2.0}}
+flow:
+  - step: ask
+    agent: assistant
+    prompt: ask
+"#,
+        server.base_url()
+    );
+    let test = test
+        .file("t.yaml", &yaml)
+        .file(
+            "prompts/ask.md",
+            "---\nparser: {type: tags, required_xml_tags: [answer]}\n---\n{{ task }}",
+        )
+        .file(
+            "tasks.jsonl",
+            "{\"id\": \"a\", \"task\": \"fine\"}\n{\"id\": \"b\", \"task\": \"FLAKY\"}\n",
+        );
+    test.batch("t.yaml", "out", &[]).expect_code(1);
+    let output = test.run(&[
+        "batch",
+        "tasks.jsonl",
+        "-t",
+        "t.yaml",
+        "-o",
+        "out",
+        "--retry-errors",
+    ]);
+    output.expect_code(0);
+    let lines = read_lines(&test, "out/results.jsonl");
+    assert_eq!(lines.len(), 3);
+    assert_eq!(
+        lines[1]["usage"]["total_tokens"], 110,
+        "the failed run used tokens"
+    );
+    let sum = |key: &dyn Fn(&Value) -> f64| lines.iter().map(key).sum::<f64>();
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(
+        summary["calls"].as_f64(),
+        Some(sum(&|line| line["calls"].as_f64().unwrap()))
+    );
+    assert_eq!(summary["calls"], 3);
+    assert_eq!(
+        summary["tokens"]["total_tokens"].as_f64(),
+        Some(sum(&|line| line["usage"]["total_tokens"].as_f64().unwrap()))
+    );
+    assert_eq!(summary["tokens"]["total_tokens"], 140);
+    let cost = sum(&|line| line["cost"].as_f64().unwrap());
+    assert!(
+        (summary["cost"].as_f64().unwrap() - cost).abs() < 1e-12,
+        "{summary}"
+    );
+    assert_eq!(
+        (&summary["total"], &summary["success"], &summary["failure"]),
+        (&json!(2), &json!(2), &json!(0)),
+        "the tasks, by their latest result"
+    );
+    assert_eq!(summary["this_run"]["calls"], 1);
+    // The table says so.
+    assert!(
+        output.stderr.contains(
+            "(calls, tokens and cost: every result, 1 of earlier runs of a task included)"
+        ),
+        "{}",
+        output.stderr
+    );
+}
+
 #[test]
 fn fail_fast_cancels_what_is_left_at_the_first_failure() {
     let test = Test::new();

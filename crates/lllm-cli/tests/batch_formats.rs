@@ -569,3 +569,53 @@ flow:
     let models: Vec<&Value> = of("bats").iter().map(|body| &body["model"]).collect();
     assert_eq!(models, [&json!("configured"), &json!("other")]);
 }
+
+/// Issue 27: `finish_reason` was always `stop` in `openai_output.jsonl`, even
+/// when the record said `length`. Each task's line has its final reply's
+/// reason, an Anthropic reply's in the chat completions' words.
+#[test]
+fn openai_batch_output_keeps_each_final_reply_s_finish_reason() {
+    let test = Test::new();
+    let script = "rules:\n  - when: {contains: long}\n    reply: {text: \"cut sh\", finish_reason: length}\n\
+                  default: {echo: true}\n";
+    let server = MockServer::start(test.dir.path(), script);
+    let tasks = lines(&[
+        json!({"id": "long", "task": "a long answer"}),
+        json!({"id": "short", "task": "a short one"}),
+    ]);
+    for api in ["openai", "anthropic"] {
+        let base_url = match api {
+            "openai" => server.base_url(),
+            _ => server.url.clone(),
+        };
+        let tactic = format!(
+            "agent_configs:\n  - {{name: a, model_name: local/m}}\n\
+             providers:\n  local: {{api: {api}, base_url: \"{base_url}\", api_key_env: TEST_KEY}}\n"
+        );
+        let test = Test::new()
+            .file("t.yaml", &tactic)
+            .file("tasks.jsonl", &tasks)
+            .env("TEST_KEY", "test-key");
+        test.batch("t.yaml", "out", &["--output-format", "openai"])
+            .expect_code(0);
+        let output = jsonl(&test, "out/openai_output.jsonl");
+        let reason = |id: &str| {
+            output.iter().find(|line| line["custom_id"] == id).unwrap()["response"]["body"]
+                ["choices"][0]["finish_reason"]
+                .clone()
+        };
+        assert_eq!(reason("long"), "length", "{api}");
+        assert_eq!(reason("short"), "stop", "{api}");
+        let own = results(&test, "out");
+        let long = own.iter().find(|line| line["id"] == "long").unwrap();
+        let recorded = if api == "openai" {
+            "length"
+        } else {
+            "max_tokens"
+        };
+        assert_eq!(
+            long["finish_reason"], recorded,
+            "results.jsonl keeps the provider's word"
+        );
+    }
+}

@@ -785,3 +785,83 @@ fn show_names_a_record_that_is_another_session() {
     test.run(&["logs", "show", second["session_id"].as_str().unwrap()])
         .expect_code(0);
 }
+
+/// Issue 27: a task the budget stopped after it started was `skipped` in
+/// `results.jsonl` but `failure` in `lllm logs`, and `--state skipped` was
+/// refused. Its record says `skipped`, and so does every reader of it.
+#[test]
+fn a_task_the_budget_skipped_is_skipped_everywhere() {
+    let test = test();
+    let server = MockServer::start(
+        test.dir.path(),
+        "default: {text: done, usage: {prompt_tokens: 50, completion_tokens: 10}}\n",
+    );
+    let tactic = format!(
+        "tactic_type: metered\nglobal:\n  model_name: local/metered\n  model_args: {{max_tokens: 100}}\n\
+         agent_configs: [{{name: a}}]\n\
+         providers:\n  local: {{api: openai, base_url: \"{}\"}}\n\
+         pricing:\n  metered: {{input_per_million: 100.0, output_per_million: 100.0}}\n",
+        server.base_url()
+    );
+    let test = test
+        .file("metered.yaml", &tactic)
+        .file("tasks.jsonl", "{\"id\": \"a\", \"task\": \"owls\"}\n");
+    // The first call could cost more than the whole budget: it is refused,
+    // in a task that had started (it has a record).
+    test.batch("metered.yaml", "out", &["--max-cost", "0.001"])
+        .expect_code(1);
+    assert!(server.requests().is_empty(), "nothing was sent");
+    let result: Value = serde_json::from_str(
+        std::fs::read_to_string(test.path("out/results.jsonl"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(result["state"], "skipped");
+    assert_eq!(result["calls"], 0, "a refused call was never sent");
+    let record: Value = serde_json::from_str(
+        std::fs::read_to_string(test.path("out/sessions.jsonl"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(record["state"], "skipped");
+    assert_eq!(record["error"], result["error"]);
+
+    let listed = logs(&test, &["--state", "skipped"]);
+    assert_eq!(task_ids(&listed), ["a"]);
+    assert_eq!(listed[0]["state"], "skipped");
+    assert!(logs(&test, &["--state", "failure"]).is_empty());
+    let text = test.run(&["logs"]);
+    assert!(text.stdout.contains(" skipped "), "{}", text.stdout);
+    let id = listed[0]["session_id"].as_str().unwrap();
+    let shown = test.run(&["logs", "show", id]);
+    shown.expect_code(0);
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .next()
+            .unwrap()
+            .contains(" · skipped · "),
+        "{}",
+        shown.stdout
+    );
+    let cost = test.run(&["logs", "cost", "--json"]);
+    cost.expect_code(0);
+    let total: Value = serde_json::from_str(cost.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (&total["failures"], &total["skipped"]),
+        (&0.into(), &1.into())
+    );
+    // Rebuilt from the record, the index says the same.
+    test.run(&["logs", "reindex", "-q"]).expect_code(0);
+    assert_eq!(task_ids(&logs(&test, &["--state", "skipped"])), ["a"]);
+    // So does the report.
+    test.run(&["report", "out"]).expect_code(0);
+    let csv = std::fs::read_to_string(test.path("out/report.csv")).unwrap();
+    assert!(
+        csv.lines().nth(1).unwrap().starts_with("a,skipped,"),
+        "{csv}"
+    );
+}

@@ -225,6 +225,7 @@ fn lllm_run_runs_a_registered_flow_and_load_problems_exit_2() {
     let options = lllm::tactic::LoadOptions {
         model: None,
         prices: None,
+        model_args: None,
         env: &|_| None,
         dry_run: None,
         warn: &|_| {},

@@ -350,10 +350,35 @@ fn rerun_is_identical_until_a_prompt_changes() {
         "{}",
         output.stderr
     );
+    // A line diff of the message, each line on a line of its own (issue 27:
+    // both texts were on one line each, their line breaks shown as `\n`).
+    let lines: Vec<&str> = output.stderr.lines().collect();
     assert!(
-        output.stderr.contains("- recorded: ") && output.stderr.contains("Is the summary faithful")
+        lines.contains(&"  message 1 (user `user`) differs (- recorded, + now):"),
+        "{}",
+        output.stderr
     );
-    assert!(output.stderr.contains("+ now: ") && output.stderr.contains("Is it faithful"));
+    let removed: Vec<&&str> = lines
+        .iter()
+        .filter(|line| line.starts_with("    - "))
+        .collect();
+    let added: Vec<&&str> = lines
+        .iter()
+        .filter(|line| line.starts_with("    + "))
+        .collect();
+    assert_eq!(removed.len(), 1, "{}", output.stderr);
+    assert_eq!(added.len(), 1, "{}", output.stderr);
+    assert!(
+        removed[0].contains("Is the summary faithful"),
+        "{}",
+        output.stderr
+    );
+    assert!(added[0].contains("Is it faithful"), "{}", output.stderr);
+    assert!(
+        !output.stderr.contains("\\n"),
+        "no line break is shown escaped: {}",
+        output.stderr
+    );
 }
 
 #[test]

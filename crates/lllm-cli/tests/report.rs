@@ -190,7 +190,13 @@ fn report_writes_a_csv_and_a_page_that_loads_in_chromium() {
     assert!(by_id("broken")[3].contains("HTTP 400"));
     let formula = by_id("'=formula");
     assert_eq!(formula[2], "'=HYPERLINK(\"x\")\nline two, \"quoted\"");
+    assert_eq!(rows[0][9..11], ["args", "tags"]);
     assert_eq!(by_id("plain")[10], r#"{"group":"a"}"#);
+    // Args and tags are JSON objects, `{}` when the task had none (issue
+    // 27: the cell was empty, which no JSON reader of the column takes).
+    assert_eq!(by_id("plain")[9], "{}");
+    assert_eq!(by_id("hostile")[9..11], ["{}", "{}"]);
+    assert_eq!(by_id("broken")[9..11], ["{}", "{}"]);
 
     // The page, self-contained: nothing to fetch.
     let html = std::fs::read_to_string(test.path("out/report.html")).unwrap();

@@ -291,6 +291,49 @@ fn exhausted_repairs_fail_with_the_whole_trace_recorded() {
         "first try and two repairs (D7)"
     );
     assert_eq!(server.requests().len(), 3);
+    // Each repair is numbered (issue 27: every one was `attempt 1`), in
+    // the record, in `lllm replay` and in `-v`'s lines.
+    let repairs: Vec<(Option<u64>, u64)> = call["invokes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|invoke| {
+            (
+                invoke["repair"].as_u64(),
+                invoke["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(repairs, [(None, 1), (Some(1), 1), (Some(2), 1)]);
+    let shown = test.run(&["replay", "record.json"]);
+    let heads: Vec<&str> = shown
+        .stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("  call in round 0"))
+        .map(|rest| rest.split(" · ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            ", attempt 1",
+            ", repair 1, attempt 1",
+            ", repair 2, attempt 1"
+        ]
+    );
+    let traced = test.run(&["-v", "run", "t.yaml", "--task", "?", "--no-record"]);
+    let posts: Vec<&str> = traced
+        .stderr
+        .lines()
+        .filter(|line| line.contains(": lllm::provider::trace: POST "))
+        .collect();
+    assert_eq!(posts.len(), 3, "{}", traced.stderr);
+    assert!(posts[0].contains("call{provider=local model=test-model}:attempt{number=1}"));
+    assert!(
+        posts[1].contains("call{provider=local model=test-model repair=1}:attempt{number=1}"),
+        "{}",
+        posts[1]
+    );
+    assert!(posts[2].contains("repair=2}"), "{}", posts[2]);
 }
 
 #[test]
@@ -682,6 +725,62 @@ fn show_config_prints_the_resolved_tactic() {
             .contains("warning: agent `a`: unknown key `top_k` passed to the model"),
         "{}",
         output.stderr
+    );
+}
+
+/// Issue 27: with `-m`, `--show-config` showed `global.model_name` as the
+/// tactic's, only the tactic's own `mock` provider and no base URL.
+#[test]
+fn show_config_shows_the_model_and_the_provider_that_run() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            r#"global: {model_name: mock/script}
+agent_configs:
+  - name: a
+providers:
+  mock: {script: replies.yaml}
+  local: {api: openai, base_url: "http://me:pw@127.0.0.1:9/v1", api_key_env: LOCAL_KEY}
+"#,
+        )
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:8/v1");
+    let show = |model: &str| {
+        let output = test.run(&["run", "t.yaml", "--show-config", "-m", model]);
+        output.expect_code(0);
+        serde_json::from_str::<Value>(&output.stdout).unwrap()
+    };
+    let resolved = show("openai/gpt-4o-mini");
+    assert_eq!(resolved["global"]["model_name"], "openai/gpt-4o-mini");
+    assert_eq!(
+        resolved["agent_configs"][0]["model_name"],
+        "openai/gpt-4o-mini"
+    );
+    assert_eq!(
+        resolved["providers"]["openai"],
+        serde_json::json!({"api": "openai", "base_url": "http://127.0.0.1:8/v1",
+                           "base_url_from": "OPENAI_BASE_URL", "api_key_env": "OPENAI_API_KEY"})
+    );
+    assert!(
+        resolved["providers"]["mock"].is_object(),
+        "the tactic's entries stay"
+    );
+    // A provider of the tactic: its entry, with what a run reads; the URL's
+    // credentials are never shown.
+    let resolved = show("local/m");
+    assert_eq!(
+        resolved["providers"]["local"],
+        serde_json::json!({"api": "openai", "base_url": "http://***@127.0.0.1:9/v1",
+                           "base_url_from": "`providers.local.base_url`",
+                           "api_key_env": "LOCAL_KEY"})
+    );
+    let resolved = show("anthropic/claude-haiku-4-5");
+    assert_eq!(
+        resolved["providers"]["anthropic"]["base_url"],
+        "https://api.anthropic.com"
+    );
+    assert_eq!(
+        resolved["providers"]["anthropic"]["api_key_env"],
+        "ANTHROPIC_API_KEY"
     );
 }
 
@@ -1104,7 +1203,13 @@ fn ctrl_c_exits_130_and_keeps_what_finished_in_the_record() {
     assert_eq!(calls[0]["delivery"]["content"], "first done");
     assert_eq!(calls[1]["state"], "failure");
     assert_eq!(calls[1]["error"], "interrupted");
-    assert_eq!(calls[1]["invokes"], serde_json::json!([]), "none came back");
+    // Its request was sent and never answered: a call, whose cost is not
+    // known (issue 27: it was left out, and the run said `1 call`).
+    let invokes = calls[1]["invokes"].as_array().unwrap();
+    assert_eq!(invokes.len(), 1, "{invokes:?}");
+    assert_eq!(invokes[0]["error"]["code"], "interrupted");
+    assert!(invokes[0]["response"].is_null());
+    assert!(output.stderr.contains(" · 2 calls · "), "{}", output.stderr);
 }
 
 #[test]

@@ -94,11 +94,13 @@ fn an_interrupted_call_keeps_what_its_finished_requests_cost() {
     interrupt_after(&server, 2, &child);
     let output = Output::of(child.wait_with_output().unwrap());
     output.expect_code(130);
-    // The summary line counts the paid request.
+    // The summary line counts the paid request, and the one in flight,
+    // whose cost is not known (issue 27: it said `1 call`, and `0 calls`
+    // for a run interrupted in its first request).
     assert!(
         output
             .stderr
-            .contains("1 call · 1500 tokens (1000 in, 500 out) · $0.002000"),
+            .contains("2 calls · 1500 tokens (1000 in, 500 out) · $0.002000 + unknown"),
         "{}",
         output.stderr
     );
@@ -110,7 +112,10 @@ fn an_interrupted_call_keeps_what_its_finished_requests_cost() {
     assert_eq!(calls.len(), 1, "the call in flight is recorded");
     assert_eq!(calls[0]["state"], "failure");
     assert_eq!(calls[0]["error"], "interrupted");
-    assert_eq!(calls[0]["invokes"].as_array().unwrap().len(), 1);
+    let invokes = calls[0]["invokes"].as_array().unwrap();
+    assert_eq!(invokes.len(), 2);
+    assert_eq!(invokes[1]["error"]["code"], "interrupted");
+    assert_eq!(invokes[1]["step"], 1);
     assert_eq!(calls[0]["interrupts"].as_array().unwrap().len(), 1);
     assert_eq!(calls[0]["cost"]["total_tokens"], 1500);
     assert!(calls[0]["ended_at"].is_string());
@@ -138,17 +143,76 @@ fn an_interrupted_call_keeps_what_its_finished_requests_cost() {
     let results = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
     let line: Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
     assert_eq!(line["error"], "interrupted", "{line}");
-    assert_eq!(line["calls"], 1, "{line}");
+    assert_eq!(line["calls"], 2, "{line}");
+    assert_eq!(line["cost_known"], false, "{line}");
     assert_eq!(line["usage"]["prompt_tokens"], 1000, "{line}");
     assert!(
         (line["cost"].as_f64().unwrap() - 0.002).abs() < 1e-9,
         "{line}"
     );
     let summary = test.read_json("out/summary.json");
-    assert_eq!(summary["calls"], 1, "{summary}");
+    assert_eq!(summary["calls"], 2, "{summary}");
     assert!(
         (summary["cost"].as_f64().unwrap() - 0.002).abs() < 1e-9,
         "{summary}"
+    );
+}
+
+/// Issue 27: a run interrupted in its first request said `0 calls`, and
+/// retries that had failed before the Ctrl-C were not recorded at all.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_run_counts_every_request_it_sent() {
+    let test = Test::new();
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies:\n  - fault: {status: 500}\n  - fault: {status: 500}\ndefault: {fault: timeout}\n",
+    );
+    let tactic = format!(
+        "tactic_type: test\nglobal: {{model_name: local/m, max_llm_recall: 5}}\n\
+         agent_configs:\n  - {{name: a}}\n\
+         providers:\n  local: {{api: openai, base_url: \"{}\", retry_base_ms: 1, retry_cap_ms: 5}}\n",
+        server.base_url()
+    );
+    let test = test.file("t.yaml", &tactic);
+    let child = test.spawn(&["run", "t.yaml", "--task", "hello", "--record", "r.json"]);
+    interrupt_after(&server, 3, &child);
+    let output = Output::of(child.wait_with_output().unwrap());
+    output.expect_code(130);
+    assert!(
+        output.stderr.contains("failure: interrupted in ")
+            && output.stderr.contains(" · 3 calls (2 retries) · "),
+        "{}",
+        output.stderr
+    );
+    let record = test.read_json("r.json");
+    let invokes = record["agent_calls"][0]["invokes"].as_array().unwrap();
+    let attempts: Vec<(u64, Option<&str>, Option<u64>)> = invokes
+        .iter()
+        .map(|invoke| {
+            (
+                invoke["attempt"].as_u64().unwrap(),
+                invoke["error"]["code"].as_str(),
+                invoke["error"]["status"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (1, Some("server_error"), Some(500)),
+            (2, Some("server_error"), Some(500)),
+            (3, Some("interrupted"), None)
+        ]
+    );
+    assert_eq!(record["cost_known"], false);
+    // `lllm replay` shows it as the record has it.
+    let shown = test.run(&["replay", "r.json"]);
+    assert!(
+        shown.stdout.contains("3 calls (2 retries)")
+            && shown.stdout.contains("interrupted: the request was sent"),
+        "{}",
+        shown.stdout
     );
 }
 

@@ -56,18 +56,13 @@ fn quoted(text: &str) -> String {
 }
 
 /// The CSV of a batch: a header row ([`COLUMNS`]), then one row per task; args
-/// and tags as JSON objects (empty when there are none).
+/// and tags as JSON objects, `{}` when there are none (issue 27: the cell was
+/// empty then, which is no JSON a reader of the column can parse).
 pub fn report(batch: &Batch) -> String {
     let mut out = String::with_capacity(batch.tasks.len() * 160);
     out.push_str(&COLUMNS.join(","));
     out.push_str("\r\n");
-    let object = |map: &serde_json::Map<String, Value>| {
-        if map.is_empty() {
-            String::new()
-        } else {
-            Value::Object(map.clone()).to_string()
-        }
-    };
+    let object = |map: &serde_json::Map<String, Value>| Value::Object(map.clone()).to_string();
     for task in &batch.tasks {
         let fields = [
             cell(&task.id),

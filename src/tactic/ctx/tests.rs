@@ -23,6 +23,7 @@ fn load(
     let options = LoadOptions {
         model: None,
         prices: None,
+        model_args: None,
         env: &|_| None,
         dry_run: None,
         warn: &|_| {},
