@@ -35,7 +35,7 @@ use futures_util::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::output::{Brief, Encoded, Lost, ResultLine, WriteFailure, Writer};
+use super::output::{Brief, Encoded, Lost, ResultLine, TaskState, WriteFailure, Writer};
 use super::preflight::{Plan, Selector};
 use super::progress::{Reporter, Snapshot};
 use super::reasons::Reasons;
