@@ -25,7 +25,7 @@ use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 use super::{Error, Result, Tactic, program, record};
 
 /// Problems are collected, not returned at the first one: the user sees them
-/// all. Each is marked as about prompts and templates (`push`, `take`) or
+/// all. Each is marked as about prompts and templates (`push`, `take_at`) or
 /// about the rest of the tactic (`push_other`, `take_other`): when the config
 /// itself has problems, only the first kind is worth adding to them (the rest
 /// may be their consequences, like a tool the config dropped).
@@ -55,18 +55,36 @@ impl Problems {
         }
     }
 
-    pub(super) fn take<T, E: std::fmt::Display>(
-        &mut self,
-        result: std::result::Result<T, E>,
-    ) -> Option<T> {
-        result.map_err(|error| self.push(error)).ok()
-    }
-
     pub(super) fn take_other<T, E: std::fmt::Display>(
         &mut self,
         result: std::result::Result<T, E>,
     ) -> Option<T> {
         result.map_err(|error| self.push_other(error)).ok()
+    }
+
+    /// `take`, the problem placed where the setting at `path` of `config`
+    /// is written.
+    pub(super) fn take_at<T, E: std::fmt::Display>(
+        &mut self,
+        config: &TacticConfig,
+        path: &str,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result
+            .map_err(|error| self.push(config.placed(path, error)))
+            .ok()
+    }
+
+    /// `take_other`, placed as `take_at` places.
+    pub(super) fn take_other_at<T, E: std::fmt::Display>(
+        &mut self,
+        config: &TacticConfig,
+        path: &str,
+        result: std::result::Result<T, E>,
+    ) -> Option<T> {
+        result
+            .map_err(|error| self.push_other(config.placed(path, error)))
+            .ok()
     }
 
     /// The problems about prompts and templates only.
@@ -264,13 +282,26 @@ impl Tactic {
                 Err(error) => {
                     // Every number out of range is its own problem; a table
                     // of the wrong shape is one.
-                    let place = config.path.display();
-                    let checked = crate::provider::pricing::check_table(overrides);
-                    if checked.is_empty() {
-                        problems.push_other(format!("{place}: `pricing`: {error}"));
+                    // Where `path` is written, else the file.
+                    let place = |path: &str| {
+                        config
+                            .places
+                            .at(path)
+                            .unwrap_or_else(|| config.path.display().to_string())
+                    };
+                    let entries = overrides.as_object().into_iter().flatten();
+                    let mut checked = 0;
+                    for (model, entry) in entries {
+                        for problem in crate::provider::pricing::check_entry(model, entry) {
+                            checked += 1;
+                            problems.push_other(format!(
+                                "{}: `pricing`: {problem}",
+                                place(&crate::yaml::join_path("pricing", model))
+                            ));
+                        }
                     }
-                    for problem in checked {
-                        problems.push_other(format!("{place}: `pricing`: {problem}"));
+                    if checked == 0 {
+                        problems.push_other(format!("{}: `pricing`: {error}", place("pricing")));
                     }
                     Arc::new(ModelTable::bundled().clone())
                 }
@@ -281,21 +312,34 @@ impl Tactic {
 
         let mut agents = IndexMap::new();
         for agent in &config.agents {
+            let key_path = |key: &str| config.agent_key(&agent.at, key);
             let system_prompt = match &agent.system_prompt {
                 SystemPrompt::Key(key) => lookup(
                     &registry,
                     key,
                     &format!("agent `{}`", agent.name),
                     &mut problems,
+                    (&config, &key_path("system_prompt_path")),
                 ),
                 SystemPrompt::Inline(text) => {
                     let key = format!("{}/system (inline)", agent.name);
-                    problems.take(Prompt::new(key, text.clone())).map(Arc::new)
+                    problems
+                        .take_at(
+                            &config,
+                            &key_path("system_prompt"),
+                            Prompt::new(key, text.clone()),
+                        )
+                        .map(Arc::new)
                 }
             };
-            let mut model = providers
-                .as_ref()
-                .and_then(|providers| problems.take_other(providers.resolve(&agent.model_name)));
+            let mut model = providers.as_ref().and_then(|providers| {
+                let resolved = providers.resolve(&agent.model_name);
+                let at = match &resolved {
+                    Err(error) => provider_problem_at(error, &key_path("model_name")),
+                    Ok(_) => String::new(),
+                };
+                problems.take_other_at(&config, &at, resolved)
+            });
             if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
                 let budgeted = BudgetedProvider::new(
                     resolved.provider.clone(),
@@ -308,7 +352,9 @@ impl Tactic {
                 );
                 match budgeted {
                     Ok(budgeted) => resolved.provider = Arc::new(budgeted),
-                    Err(problem) => problems.push_other(problem),
+                    Err(problem) => {
+                        problems.push_other(config.placed(&key_path("model_name"), problem));
+                    }
                 }
             }
             if let (Some(source), Some(resolved), Some(providers)) =
@@ -322,31 +368,44 @@ impl Tactic {
                     &format!("agent `{}`", agent.name),
                     server,
                     &mut problems,
+                    config.places.at(&key_path("mcp_servers")).as_deref(),
                 );
             }
             for tool in &agent.tools {
                 if !toolbox.contains(tool) {
-                    problems.push_other(format!(
-                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
-                        agent.name,
-                        crate::suggest::hint(tool, toolbox.names())
+                    problems.push_other(config.placed(
+                        &key_path("tools"),
+                        format!(
+                            "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                            agent.name,
+                            crate::suggest::hint(tool, toolbox.names())
+                        ),
                     ));
                 }
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take_other(extensions.context_managers.build(&ContextSettings {
-                    kind: settings.kind.clone(),
-                    model_provider: provider.to_string(),
-                    model: model.to_string(),
-                    max_tokens: settings.max_tokens,
-                    options: settings.options.clone(),
-                }))
+                problems.take_other_at(
+                    &config,
+                    &key_path("context_manager"),
+                    extensions.context_managers.build(&ContextSettings {
+                        kind: settings.kind.clone(),
+                        model_provider: provider.to_string(),
+                        model: model.to_string(),
+                        max_tokens: settings.max_tokens,
+                        options: settings.options.clone(),
+                    }),
+                )
             });
             let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
                 continue;
             };
-            check_prompt_tools(&config, &toolbox, &system_prompt, &mut problems);
+            check_prompt_tools(
+                &config,
+                &toolbox,
+                (&system_prompt, &registry),
+                &mut problems,
+            );
             prompts.insert(system_prompt.path.clone(), system_prompt.clone());
             let spec = AgentSpec {
                 name: agent.name.clone(),
@@ -388,7 +447,7 @@ impl Tactic {
         );
         let result = config.result.as_ref().and_then(|text| {
             problems
-                .take(Prompt::new("result", text.clone()))
+                .take_at(&config, "result", Prompt::new("result", text.clone()))
                 .map(Arc::new)
         });
 
@@ -408,7 +467,7 @@ impl Tactic {
                     .map(|name| (name.to_string(), "Registry::tool")),
             )
             .collect();
-        check_handlers(&prompts, extensions, &mut problems);
+        check_handlers(&prompts, &registry, extensions, &mut problems);
         // A record of this tactic may hold what a sub-tactic's run put in its
         // dialogs (its delivery): scrubbed of the sub-tactics' secrets too.
         let mut secrets = builder.secrets;
@@ -459,19 +518,39 @@ impl Tactic {
     }
 }
 
-/// The prompt `key` of the registry, for `who`. A key whose file failed to
-/// load was reported with the file's problem; it is not reported again.
+/// Where the problem of resolving a model is written: the provider's entry
+/// for what is wrong with it (a header, its `api_key_env`), else the
+/// agent's `model_name` (at `model_name`).
+fn provider_problem_at(error: &crate::provider::registry::Error, model_name: &str) -> String {
+    use crate::provider::registry::Error;
+    match error {
+        Error::UnsetKeyVariable { provider, .. } => crate::yaml::join_path(
+            &crate::yaml::join_path("providers", provider),
+            "api_key_env",
+        ),
+        Error::Invalid { provider, .. } => crate::yaml::join_path("providers", provider),
+        Error::UnknownProvider { .. } | Error::MissingKey { .. } | Error::Unavailable { .. } => {
+            model_name.to_string()
+        }
+    }
+}
+
+/// The prompt `key` of the registry, for `who`, whose setting is at `path`
+/// of `config` (`(config, path)`: where a problem is placed). A key whose
+/// file failed to load was reported with the file's problem; it is not
+/// reported again.
 pub(super) fn lookup(
     registry: &Registry,
     key: &str,
     who: &str,
     problems: &mut Problems,
+    (config, path): (&TacticConfig, &str),
 ) -> Option<Arc<Prompt>> {
     match registry.get(key) {
         Ok(prompt) => Some(Arc::new(prompt.clone())),
         Err(crate::prompt::Error::Broken { .. }) => None,
         Err(error) => {
-            problems.push(format!("{who}: {error}"));
+            problems.push(config.placed(path, format!("{who}: {error}")));
             None
         }
     }
@@ -481,14 +560,21 @@ pub(super) fn lookup(
 /// `agent_configs`, and the file has no program of its own (`flow:`,
 /// `result:`), which would never run.
 fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &mut Problems) {
-    let place = config.path.display();
+    // A place of the file: the key's when it has one, else the file.
+    let place = |path: &str| {
+        config
+            .places
+            .at(path)
+            .unwrap_or_else(|| config.path.display().to_string())
+    };
     let name = flow.name();
     for key in ["flow", "result"] {
         if config.resolved.get(key).is_some() {
             problems.push_other(format!(
-                "{place}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
+                "{}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
                  in this binary), which never runs a `{key}:`; remove `{key}:`, or rename \
-                 `tactic_type` to run the YAML flow"
+                 `tactic_type` to run the YAML flow",
+                place(key)
             ));
         }
     }
@@ -496,27 +582,33 @@ fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &
     for agent in flow.agents() {
         if !names.clone().any(|name| name == *agent) {
             problems.push_other(format!(
-                "{place}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
+                "{}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
                  `agent_configs`{}",
+                place("agent_configs"),
                 crate::suggest::hint(agent, names.clone())
             ));
         }
     }
 }
 
-/// A tool or MCP server a prompt names must be declared in the tactic.
+/// A tool or MCP server a prompt names must be declared in the tactic;
+/// a problem is placed at the prompt file's front matter (`registry` knows
+/// where).
 pub(super) fn check_prompt_tools(
     config: &TacticConfig,
     toolbox: &Toolbox,
-    prompt: &Prompt,
+    (prompt, registry): (&Prompt, &Registry),
     problems: &mut Problems,
 ) {
     for tool in &prompt.tools {
         if !toolbox.contains(tool) {
-            problems.push_other(format!(
-                "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
-                prompt.path,
-                crate::suggest::hint(tool, toolbox.names())
+            problems.push_other(crate::config::placed(
+                registry.place(&prompt.path, "tools"),
+                format!(
+                    "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                    prompt.path,
+                    crate::suggest::hint(tool, toolbox.names())
+                ),
             ));
         }
     }
@@ -526,16 +618,27 @@ pub(super) fn check_prompt_tools(
             &format!("prompt `{}`", prompt.path),
             server,
             problems,
+            registry.place(&prompt.path, "mcp_servers"),
         );
     }
 }
 
-fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
+/// `server`, which `who` names (written at `place`), is under `mcp_servers:`.
+fn check_server(
+    config: &TacticConfig,
+    who: &str,
+    server: &str,
+    problems: &mut Problems,
+    place: Option<&str>,
+) {
     let names = config.mcp_servers.iter().map(|server| server.name.as_str());
     if !names.clone().any(|name| name == server) {
-        problems.push_other(format!(
-            "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
-            crate::suggest::hint(server, names)
+        problems.push_other(crate::config::placed(
+            place,
+            format!(
+                "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
+                crate::suggest::hint(server, names)
+            ),
         ));
     }
 }
@@ -564,6 +667,7 @@ fn add_registered_tools(
 /// Every prompt that names a handler (`handler: NAME`) names a registered one.
 fn check_handlers(
     prompts: &BTreeMap<String, Arc<Prompt>>,
+    registry: &Registry,
     extensions: &Extensions,
     problems: &mut Problems,
 ) {
@@ -576,12 +680,15 @@ fn check_handlers(
                 .handler_names()
                 .map(|name| format!("`{name}`"))
                 .collect();
-            problems.push(format!(
-                "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
-                prompt.path,
-                crate::suggest::printable(name),
-                crate::suggest::hint(name, extensions.handler_names()),
-                known.join(", ")
+            problems.push(crate::config::placed(
+                registry.place(&prompt.path, "handler"),
+                format!(
+                    "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
+                    prompt.path,
+                    crate::suggest::printable(name),
+                    crate::suggest::hint(name, extensions.handler_names()),
+                    known.join(", ")
+                ),
             ));
         }
     }
@@ -621,9 +728,11 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
             ));
             continue;
         }
-        if let Some(tool) =
-            problems.take_other(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
-        {
+        if let Some(tool) = problems.take_other_at(
+            config,
+            &crate::yaml::join_path("builtin_tools", &builtin.name),
+            BuiltinTool::new(&builtin.name, builtin.root.as_deref()),
+        ) {
             toolbox.insert(Arc::new(tool));
         }
     }

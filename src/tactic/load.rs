@@ -6,9 +6,11 @@
 //!
 //! When the config itself has problems, what could be resolved is still
 //! built to find the problems of prompts and templates (their syntax, unknown
-//! filters, files that cannot be read, renders that fail on the task); the
-//! rest of the build is not reported then, since it may only echo the
-//! config's problems (a tool the config dropped, an agent without a model).
+//! filters, files that cannot be read, the names they need, renders that fail
+//! on the task); the rest of the build is not reported then, since it may
+//! only echo the config's problems (a tool the config dropped, an agent
+//! without a model). Every problem names its file, line and column when it
+//! has them (issue 27).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -176,17 +178,10 @@ pub(super) fn load_config(
     let defaults = builder.defaults.unwrap_or(&no_defaults);
     let (mut config, config_problems) = match crate::config::load_with(path, defaults) {
         Ok(config) => (config, Vec::new()),
+        // Each problem names its file and place already.
         Err(crate::config::Error::Incomplete {
-            path,
-            problems,
-            partial,
-        }) => {
-            let lines = problems
-                .iter()
-                .map(|problem| format!("{path}: {problem}"))
-                .collect();
-            (*partial, lines)
-        }
+            problems, partial, ..
+        }) => (*partial, problems),
         Err(other) => {
             return Err(Error {
                 problems: other.to_string().lines().map(str::to_string).collect(),
@@ -203,16 +198,13 @@ pub(super) fn load_config(
         problems.extend(built.of_templates());
     }
     if let Some(task) = task {
-        // A config with problems may have dropped steps that templates name:
-        // only what the task's values break is worth adding then.
-        let found = if complete {
-            let arg_names = task.args.keys().cloned().collect();
-            let mut found = check::check_variables(&tactic, &arg_names);
-            found.extend(check::trial(&tactic, task));
-            found
-        } else {
-            check::trial(&tactic, task)
-        };
+        // With problems, the config keeps every step it could (an entry
+        // with problems is kept with what it has, a step whose prompt failed
+        // stands in with an empty one), so the names templates need are
+        // still known: their problems are listed with the config's (issue 27).
+        let arg_names = task.args.keys().cloned().collect();
+        let mut found = check::check_variables(&tactic, &arg_names);
+        found.extend(check::trial(&tactic, task));
         for problem in found {
             if !problems.contains(&problem) {
                 problems.push(problem);
