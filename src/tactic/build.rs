@@ -25,20 +25,16 @@ use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 use super::{Error, Result, Tactic, program, record};
 
 /// Problems are collected, not returned at the first one: the user sees them
-/// all. Each is marked as about prompts and templates (`push`, `take_at`) or
-/// about the rest of the tactic (`push_other`, `take_other`): when the config
-/// itself has problems, only the first kind is worth adding to them (the rest
-/// may be their consequences, like a tool the config dropped).
+/// all, each once (two agents on one unusable prompt make one line). A
+/// problem about a name the config left out for its own problems
+/// (`TacticConfig::left_out`) is not one: it would only echo the config's.
 #[derive(Default)]
 pub(super) struct Problems {
     pub(super) lines: Vec<String>,
-    /// Indexes of the lines that are not about prompts and templates.
-    others: Vec<usize>,
 }
 
 impl Problems {
-    /// Adds a problem about prompts or templates once (two agents on one
-    /// unusable prompt make one line).
+    /// Adds a problem once.
     pub(super) fn push(&mut self, problem: impl std::fmt::Display) {
         let problem = problem.to_string();
         if !self.lines.contains(&problem) {
@@ -46,20 +42,12 @@ impl Problems {
         }
     }
 
-    /// Adds a problem about anything else (providers, tools, servers).
-    pub(super) fn push_other(&mut self, problem: impl std::fmt::Display) {
-        let problem = problem.to_string();
-        if !self.lines.contains(&problem) {
-            self.others.push(self.lines.len());
-            self.lines.push(problem);
-        }
-    }
-
-    pub(super) fn take_other<T, E: std::fmt::Display>(
+    /// The value of `result`, or its error added as a problem.
+    pub(super) fn take<T, E: std::fmt::Display>(
         &mut self,
         result: std::result::Result<T, E>,
     ) -> Option<T> {
-        result.map_err(|error| self.push_other(error)).ok()
+        result.map_err(|error| self.push(error)).ok()
     }
 
     /// `take`, the problem placed where the setting at `path` of `config`
@@ -73,28 +61,6 @@ impl Problems {
         result
             .map_err(|error| self.push(config.placed(path, error)))
             .ok()
-    }
-
-    /// `take_other`, placed as `take_at` places.
-    pub(super) fn take_other_at<T, E: std::fmt::Display>(
-        &mut self,
-        config: &TacticConfig,
-        path: &str,
-        result: std::result::Result<T, E>,
-    ) -> Option<T> {
-        result
-            .map_err(|error| self.push_other(config.placed(path, error)))
-            .ok()
-    }
-
-    /// The problems about prompts and templates only.
-    pub(super) fn of_templates(self) -> Vec<String> {
-        self.lines
-            .into_iter()
-            .enumerate()
-            .filter(|(index, _)| !self.others.contains(index))
-            .map(|(_, line)| line)
-            .collect()
     }
 }
 
@@ -263,16 +229,17 @@ impl Tactic {
 
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
-        let providers = problems
-            .take_other(Providers::new(&config.providers, env))
-            .map(|providers| match (replacement, dry_run) {
-                (Some(provider), _) => providers.serve_all_with(provider),
-                (None, Some(log)) => providers.dry_run(log),
-                (None, None) => match &builder.batch_api {
-                    Some(hub) => providers.via_batch_api(hub.clone()),
-                    None => providers,
-                },
-            });
+        let providers =
+            problems
+                .take(Providers::new(&config.providers, env))
+                .map(|providers| match (replacement, dry_run) {
+                    (Some(provider), _) => providers.serve_all_with(provider),
+                    (None, Some(log)) => providers.dry_run(log),
+                    (None, None) => match &builder.batch_api {
+                        Some(hub) => providers.via_batch_api(hub.clone()),
+                        None => providers,
+                    },
+                });
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());
         }
@@ -294,14 +261,14 @@ impl Tactic {
                     for (model, entry) in entries {
                         for problem in crate::provider::pricing::check_entry(model, entry) {
                             checked += 1;
-                            problems.push_other(format!(
+                            problems.push(format!(
                                 "{}: `pricing`: {problem}",
                                 place(&crate::yaml::join_path("pricing", model))
                             ));
                         }
                     }
                     if checked == 0 {
-                        problems.push_other(format!("{}: `pricing`: {error}", place("pricing")));
+                        problems.push(format!("{}: `pricing`: {error}", place("pricing")));
                     }
                     Arc::new(ModelTable::bundled().clone())
                 }
@@ -332,14 +299,22 @@ impl Tactic {
                         .map(Arc::new)
                 }
             };
-            let mut model = providers.as_ref().and_then(|providers| {
-                let resolved = providers.resolve(&agent.model_name);
-                let at = match &resolved {
-                    Err(error) => provider_problem_at(error, &key_path("model_name")),
-                    Ok(_) => String::new(),
-                };
-                problems.take_other_at(&config, &at, resolved)
-            });
+            // A provider the config left out was reported with its entry.
+            let left_out = config
+                .left_out
+                .providers
+                .contains(split_model(&agent.model_name).0);
+            let mut model = providers
+                .as_ref()
+                .filter(|_| !left_out)
+                .and_then(|providers| {
+                    let resolved = providers.resolve(&agent.model_name);
+                    let at = match &resolved {
+                        Err(error) => provider_problem_at(error, &key_path("model_name")),
+                        Ok(_) => String::new(),
+                    };
+                    problems.take_at(&config, &at, resolved)
+                });
             if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
                 let budgeted = BudgetedProvider::new(
                     resolved.provider.clone(),
@@ -353,7 +328,7 @@ impl Tactic {
                 match budgeted {
                     Ok(budgeted) => resolved.provider = Arc::new(budgeted),
                     Err(problem) => {
-                        problems.push_other(config.placed(&key_path("model_name"), problem));
+                        problems.push(config.placed(&key_path("model_name"), problem));
                     }
                 }
             }
@@ -372,8 +347,8 @@ impl Tactic {
                 );
             }
             for tool in &agent.tools {
-                if !toolbox.contains(tool) {
-                    problems.push_other(config.placed(
+                if !toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
+                    problems.push(config.placed(
                         &key_path("tools"),
                         format!(
                             "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
@@ -385,7 +360,7 @@ impl Tactic {
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take_other_at(
+                problems.take_at(
                     &config,
                     &key_path("context_manager"),
                     extensions.context_managers.build(&ContextSettings {
@@ -570,7 +545,7 @@ fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &
     let name = flow.name();
     for key in ["flow", "result"] {
         if config.resolved.get(key).is_some() {
-            problems.push_other(format!(
+            problems.push(format!(
                 "{}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
                  in this binary), which never runs a `{key}:`; remove `{key}:`, or rename \
                  `tactic_type` to run the YAML flow",
@@ -580,8 +555,8 @@ fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &
     }
     let names = config.agents.iter().map(|agent| agent.name.as_str());
     for agent in flow.agents() {
-        if !names.clone().any(|name| name == *agent) {
-            problems.push_other(format!(
+        if !names.clone().any(|name| name == *agent) && !config.left_out.agents.contains(*agent) {
+            problems.push(format!(
                 "{}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
                  `agent_configs`{}",
                 place("agent_configs"),
@@ -601,8 +576,8 @@ pub(super) fn check_prompt_tools(
     problems: &mut Problems,
 ) {
     for tool in &prompt.tools {
-        if !toolbox.contains(tool) {
-            problems.push_other(crate::config::placed(
+        if !toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
+            problems.push(crate::config::placed(
                 registry.place(&prompt.path, "tools"),
                 format!(
                     "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
@@ -632,8 +607,8 @@ fn check_server(
     place: Option<&str>,
 ) {
     let names = config.mcp_servers.iter().map(|server| server.name.as_str());
-    if !names.clone().any(|name| name == server) {
-        problems.push_other(crate::config::placed(
+    if !names.clone().any(|name| name == server) && !config.left_out.mcp_servers.contains(server) {
+        problems.push(crate::config::placed(
             place,
             format!(
                 "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
@@ -653,7 +628,7 @@ fn add_registered_tools(
 ) -> Toolbox {
     for (name, tool) in extensions.named.tools.iter() {
         if toolbox.contains(name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{name}` is both defined in the tactic (`tools:` or `builtin_tools:`) and \
                  registered by the program (`Registry::tool`); rename one"
             ));
@@ -698,7 +673,7 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
@@ -722,13 +697,13 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     }
     for builtin in &config.builtin_tools {
         if toolbox.contains(&builtin.name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{}` is both under `tools:` and `builtin_tools:`",
                 builtin.name
             ));
             continue;
         }
-        if let Some(tool) = problems.take_other_at(
+        if let Some(tool) = problems.take_at(
             config,
             &crate::yaml::join_path("builtin_tools", &builtin.name),
             BuiltinTool::new(&builtin.name, builtin.root.as_deref()),

@@ -5,12 +5,14 @@
 //! problem of the build no longer hides what the task's check finds.
 //!
 //! When the config itself has problems, what could be resolved is still
-//! built to find the problems of prompts and templates (their syntax, unknown
+//! built and checked, and every problem of those phases is listed with the
+//! config's (issue 27): of prompts and templates (their syntax, unknown
 //! filters, files that cannot be read, the names they need, renders that fail
-//! on the task); the rest of the build is not reported then, since it may
-//! only echo the config's problems (a tool the config dropped, an agent
-//! without a model). Every problem names its file, line and column when it
-//! has them (issue 27).
+//! on the task), of providers, tools and servers. What would only echo the
+//! config's problems is not: a reference to an agent, provider, tool or
+//! server the config left out for its own problems (`TacticConfig::left_out`),
+//! a step or agent with problems (kept with its name). Every problem names
+//! its file, line and column when it has them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -190,13 +192,8 @@ pub(super) fn load_config(
     };
     adjust(&mut config);
     let (tactic, built) = Tactic::assemble(config, builder);
-    let complete = config_problems.is_empty();
     let mut problems = config_problems;
-    if complete {
-        problems.extend(built.lines);
-    } else {
-        problems.extend(built.of_templates());
-    }
+    problems.extend(built.lines);
     if let Some(task) = task {
         // With problems, the config keeps every step it could (an entry
         // with problems is kept with what it has, a step whose prompt failed

@@ -372,6 +372,33 @@ fn every_problem_of_a_tactic_is_listed_with_its_place_in_one_run() {
 }
 
 #[test]
+fn a_config_with_problems_still_has_its_providers_and_tools_checked_but_not_echoed() {
+    // An unknown key, a provider and a tool with problems of their own; a
+    // model naming an unknown provider and an agent naming an unknown tool
+    // are problems too, listed in the same run. A model of the provider with
+    // problems, or an agent naming the tool with problems, is no other.
+    let tactic = "global: {model_name: nowhere/m}\n\
+                  agent_configs:\n  - name: a\n    tools: [nosuch, broken]\n  \
+                  - name: b\n    model_name: bad/m\n\
+                  tools:\n  - {name: broken, command: []}\n\
+                  providers:\n  bad: {api: bogus}\n\
+                  colour: red\n";
+    let test = Test::new().file("t.yaml", tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(2);
+    assert_eq!(
+        error_lines(&output),
+        [
+            "error: t.yaml:11:1: unknown key `colour`",
+            "error: t.yaml:10:9: provider `bad`: unknown `api: bogus`; use `openai`, `anthropic` or `mock`",
+            "error: t.yaml:8:20: tool `broken` has no `command` (a list: program and arguments)",
+            "error: t.yaml:1:10: unknown provider `nowhere` in model `nowhere/m`; define it under `providers:`",
+            "error: t.yaml:4:5: agent `a` names tool `nosuch`, which is not defined under `tools:` or registered by the program",
+        ]
+    );
+}
+
+#[test]
 fn a_tactic_with_very_many_problems_lists_the_first_fifty() {
     let mut tactic = String::from("global: {model_name: mock/echo}\nagent_configs: [{name: a}]\n");
     for index in 0..60 {
