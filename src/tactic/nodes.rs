@@ -79,6 +79,8 @@ fn build_sub_tactic(
     let tactic = match load::load_config(&step.path, adjust, builder, None) {
         Ok(tactic) => tactic,
         Err(error) => {
+            // Where the step is, then the sub-tactic's own place of each.
+            let place = parent.placed(&step.at, &place);
             for problem in error.problems {
                 problems.push(format!("{place}: {problem}"));
             }
