@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 
 use super::places::Problems;
 use super::raw::{RawStep, STEP_KEYS};
-use super::resolve::{describe_value, join, typed};
+use super::resolve::{describe_value, join};
+use super::typed::typed;
 use crate::{suggest, yaml};
 
 const LOOP_KEYS: &[&str] = &["loop", "steps"];

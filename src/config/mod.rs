@@ -14,6 +14,7 @@ pub mod numbers;
 mod places;
 mod raw;
 mod resolve;
+mod typed;
 
 use std::path::{Path, PathBuf};
 

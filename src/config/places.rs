@@ -7,8 +7,12 @@
 //! What a node's place is in one file is `yaml::Positions`' business; this
 //! file only picks the file.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use serde_json::Value;
+
+use super::TacticConfig;
 use crate::redact::terminal_line;
 use crate::yaml::Positions;
 
@@ -78,6 +82,62 @@ impl Places {
         match place {
             Some(place) => format!("{place}: {problem}"),
             None => problem.to_string(),
+        }
+    }
+}
+
+/// The names of the agents, providers, tools and MCP servers a tactic's
+/// file writes that its config left out for their problems (reported
+/// already): a reference to one is not a problem of its own, so the later
+/// phases can report everything else while the config has problems.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeftOut {
+    pub(crate) agents: BTreeSet<String>,
+    pub(crate) providers: BTreeSet<String>,
+    pub(crate) tools: BTreeSet<String>,
+    pub(crate) mcp_servers: BTreeSet<String>,
+}
+
+impl LeftOut {
+    /// The names `document` writes under each section that `config` lacks
+    /// (a provider is one of `config`'s by its entry, a preset or not).
+    pub(super) fn of(document: &Value, config: &TacticConfig) -> LeftOut {
+        let named = |section: &str| -> BTreeSet<String> {
+            match document.get(section) {
+                Some(Value::Array(entries)) => entries
+                    .iter()
+                    .filter_map(|entry| entry.get("name")?.as_str())
+                    .map(str::to_string)
+                    .collect(),
+                Some(Value::Object(entries)) => entries.keys().cloned().collect(),
+                _ => BTreeSet::new(),
+            }
+        };
+        let missing = |section: &str, kept: Vec<&String>| -> BTreeSet<String> {
+            let mut names = named(section);
+            for name in kept {
+                names.remove(name);
+            }
+            names
+        };
+        LeftOut {
+            agents: missing(
+                "agent_configs",
+                config.agents.iter().map(|agent| &agent.name).collect(),
+            ),
+            providers: missing("providers", config.providers.keys().collect()),
+            tools: missing(
+                "tools",
+                config.tools.iter().map(|tool| &tool.name).collect(),
+            ),
+            mcp_servers: missing(
+                "mcp_servers",
+                config
+                    .mcp_servers
+                    .iter()
+                    .map(|server| &server.name)
+                    .collect(),
+            ),
         }
     }
 }

@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 use super::flow::{FlowItem, FlowParser};
 use super::merge::merge;
 use super::numbers::{self, read, read_whole};
-use super::places::{Places, Problems};
+use super::places::{LeftOut, Places, Problems};
 use super::raw::{AGENT_KEYS, RawAgent, RawMcpServer, RawProvider, RawTactic, RawTool};
+use super::typed::{entry_map, top_key, typed};
 use crate::dialog::ApiType;
 use crate::suggest;
 pub(crate) use crate::yaml::join_path as join;
@@ -82,62 +83,6 @@ pub struct TacticConfig {
     /// What the file names but the config left out for its problems.
     #[serde(skip)]
     pub(crate) left_out: LeftOut,
-}
-
-/// The names of the agents, providers, tools and MCP servers a tactic's
-/// file writes that its config left out for their problems (reported
-/// already): a reference to one is not a problem of its own, so the later
-/// phases can report everything else while the config has problems.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LeftOut {
-    pub(crate) agents: BTreeSet<String>,
-    pub(crate) providers: BTreeSet<String>,
-    pub(crate) tools: BTreeSet<String>,
-    pub(crate) mcp_servers: BTreeSet<String>,
-}
-
-impl LeftOut {
-    /// The names `document` writes under each section that `config` lacks
-    /// (a provider is one of `config`'s by its entry, a preset or not).
-    fn of(document: &Value, config: &TacticConfig) -> LeftOut {
-        let named = |section: &str| -> BTreeSet<String> {
-            match document.get(section) {
-                Some(Value::Array(entries)) => entries
-                    .iter()
-                    .filter_map(|entry| entry.get("name")?.as_str())
-                    .map(str::to_string)
-                    .collect(),
-                Some(Value::Object(entries)) => entries.keys().cloned().collect(),
-                _ => BTreeSet::new(),
-            }
-        };
-        let missing = |section: &str, kept: Vec<&String>| -> BTreeSet<String> {
-            let mut names = named(section);
-            for name in kept {
-                names.remove(name);
-            }
-            names
-        };
-        LeftOut {
-            agents: missing(
-                "agent_configs",
-                config.agents.iter().map(|agent| &agent.name).collect(),
-            ),
-            providers: missing("providers", config.providers.keys().collect()),
-            tools: missing(
-                "tools",
-                config.tools.iter().map(|tool| &tool.name).collect(),
-            ),
-            mcp_servers: missing(
-                "mcp_servers",
-                config
-                    .mcp_servers
-                    .iter()
-                    .map(|server| &server.name)
-                    .collect(),
-            ),
-        }
-    }
 }
 
 /// One agent of `agent_configs`, with `global` merged under it.
@@ -365,129 +310,6 @@ impl TacticConfig {
             .map(|key| join(at, key))
             .find(|path| self.places.has(path))
             .unwrap_or_else(|| at.to_string())
-    }
-}
-
-/// Deserializes `value` as `T`; each node of the wrong type, and each key
-/// `T` does not know, is a problem at its path, and is left out (a key) or
-/// dropped (a list item) for the rest to be read again: every such node is
-/// reported, not only serde's first (issue 27), and what it belongs to
-/// stays (an agent whose `tools` is wrong is still an agent). `path` maps a
-/// node's path in `value` (`tools[1]`) to its path in the document. `None`
-/// when `value` itself is of the wrong type.
-pub(super) fn typed<T: serde::de::DeserializeOwned>(
-    mut value: Value,
-    path: &dyn Fn(&str) -> String,
-    problems: &mut Problems,
-) -> Option<T> {
-    use serde_path_to_error::Segment;
-    // The items dropped from each list so far (by the list's path as
-    // written), so that a later problem names an item by its index as written.
-    let mut dropped: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    // Each round reads the whole value again: past this many problems (more
-    // than are shown), the value is given up rather than read again and again.
-    for _ in 0..=super::MAX_PROBLEMS_SHOWN {
-        let error = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(typed) => return Some(typed),
-            Err(error) => error,
-        };
-        let segments: Vec<Segment> = error.path().iter().cloned().collect();
-        let (mut written, mut parent, mut item) = (String::new(), String::new(), None);
-        let mut followed = true;
-        for segment in &segments {
-            parent.clone_from(&written);
-            match segment {
-                Segment::Map { key } => {
-                    written = crate::yaml::child_key(&written, key);
-                    item = None;
-                }
-                Segment::Seq { index } => {
-                    let mut index = *index;
-                    for gone in dropped.get(&written).into_iter().flatten() {
-                        if *gone <= index {
-                            index += 1;
-                        }
-                    }
-                    written = crate::yaml::child_index(&written, index);
-                    item = Some(index);
-                }
-                Segment::Enum { .. } | Segment::Unknown => followed = false,
-            }
-        }
-        let at = path(&written);
-        let message = error.into_inner().to_string();
-        if at.is_empty() {
-            problems.file(message);
-        } else {
-            problems.at(at.clone(), format!("`{at}`: {message}"));
-        }
-        if !followed || segments.is_empty() || !remove(&mut value, &segments) {
-            return None;
-        }
-        if let Some(index) = item {
-            let gone = dropped.entry(parent).or_default();
-            gone.push(index);
-            gone.sort_unstable();
-        }
-    }
-    None
-}
-
-/// Removes the node at `segments` (a key from its mapping, an item from its
-/// list); whether there was one.
-fn remove(value: &mut Value, segments: &[serde_path_to_error::Segment]) -> bool {
-    use serde_path_to_error::Segment;
-    let Some((last, parents)) = segments.split_last() else {
-        return false;
-    };
-    let mut node = value;
-    for segment in parents {
-        let next = match (segment, node) {
-            (Segment::Map { key }, Value::Object(map)) => map.get_mut(key),
-            (Segment::Seq { index }, Value::Array(items)) => items.get_mut(*index),
-            _ => None,
-        };
-        let Some(next) = next else {
-            return false;
-        };
-        node = next;
-    }
-    match (last, node) {
-        (Segment::Map { key }, Value::Object(map)) => map.shift_remove(key).is_some(),
-        (Segment::Seq { index }, Value::Array(items)) if *index < items.len() => {
-            items.remove(*index);
-            true
-        }
-        _ => false,
-    }
-}
-
-/// The first key of a path (`tools` of `tools[1].name`).
-fn top_key(path: &str) -> &str {
-    let end = path.find(['.', '[']).unwrap_or(path.len());
-    &path[..end]
-}
-
-/// The mapping at `path` (an entry of a list of them), or a problem saying
-/// what it is instead.
-fn entry_map(
-    value: Value,
-    path: &str,
-    what: &str,
-    problems: &mut Problems,
-) -> Option<Map<String, Value>> {
-    match value {
-        Value::Object(map) => Some(map),
-        other => {
-            problems.at(
-                path,
-                format!(
-                    "`{path}` must be a mapping ({what}), not {}",
-                    describe_value(&other)
-                ),
-            );
-            None
-        }
     }
 }
 
