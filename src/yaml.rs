@@ -15,15 +15,21 @@
 //!   instead of an error that hid every other problem of the file (serde_yaml_ng
 //!   itself keeps `1e309` as text).
 //!
-//! What the values mean is each caller's business.
+//! [`parse_located`] also gives where each node is written ([`Positions`],
+//! `located.rs`), so a problem found after reading names its `line:column`
+//! too. What the values mean is each caller's business.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+mod located;
 mod nesting;
 
+pub use located::Positions;
+use located::Recorder;
+pub(crate) use located::{child_index, child_key, join as join_path, parent as parent_path};
 pub use nesting::{MAX_FLOW_DEPTH, check_nesting};
 
 /// Why YAML text could not be read.
@@ -77,23 +83,40 @@ impl From<serde_yaml_ng::Error> for Error {
 pub fn parse(text: &str) -> Result<Value, Error> {
     let text = crate::file::without_bom(text);
     check_nesting(text)?;
-    serde_yaml_ng::from_str::<Tree>(text)
-        .map(|tree| tree.0)
+    Tree { recorder: None }
+        .deserialize(serde_yaml_ng::Deserializer::from_str(text))
         .map_err(Error::from)
 }
 
-/// A JSON value read from YAML (see the module documentation).
-struct Tree(Value);
+/// [`parse`], with where each node is written ([`Positions`]): what a
+/// problem found after reading names as `line:column`.
+pub fn parse_located(text: &str) -> Result<(Value, Positions), Error> {
+    let text = crate::file::without_bom(text);
+    check_nesting(text)?;
+    let mut recorder = Recorder::new(text);
+    let value = Tree {
+        recorder: Some(&mut recorder),
+    }
+    .deserialize(serde_yaml_ng::Deserializer::from_str(text))
+    .map_err(Error::from)?;
+    Ok((value, recorder.finish()))
+}
 
-impl<'de> serde::Deserialize<'de> for Tree {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Tree, D::Error> {
-        deserializer.deserialize_any(TreeVisitor).map(Tree)
+/// Reads one node into a JSON value (see the module documentation),
+/// recording where its nodes are when given a recorder.
+struct Tree<'r, 't> {
+    recorder: Option<&'r mut Recorder<'t>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Tree<'_, '_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct TreeVisitor;
-
-impl<'de> Visitor<'de> for TreeVisitor {
+impl<'de> Visitor<'de> for Tree<'_, '_> {
     type Value = Value;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -136,6 +159,14 @@ impl<'de> Visitor<'de> for TreeVisitor {
         ))
     }
 
+    fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Value, E> {
+        // A slice of the text: where the scalar is written.
+        if let Some(recorder) = self.recorder {
+            recorder.enter(Some(value));
+        }
+        Ok(Value::String(value.to_string()))
+    }
+
     fn visit_str<E>(self, value: &str) -> Result<Value, E> {
         Ok(Value::String(value.to_string()))
     }
@@ -153,33 +184,81 @@ impl<'de> Visitor<'de> for TreeVisitor {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(TreeVisitor)
+        deserializer.deserialize_any(self)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut recorder = self.recorder;
         let mut items = Vec::new();
-        while let Some(Tree(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(Item {
+            index: items.len(),
+            recorder: recorder.as_deref_mut(),
+        })? {
             items.push(item);
         }
         Ok(Value::Array(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut recorder = self.recorder;
+        let parent = recorder.as_deref_mut().and_then(Recorder::save);
         let mut map = Map::new();
-        while let Some(key) = entries.next_key_seed(NewKey(&map))? {
-            let Tree(value) = entries.next_value()?;
+        while let Some(key) = entries.next_key_seed(NewKey {
+            map: &map,
+            recorder: recorder.as_deref_mut(),
+        })? {
+            let value = entries.next_value_seed(Tree {
+                recorder: recorder.as_deref_mut(),
+            })?;
+            if let (Some(recorder), Some(parent)) = (recorder.as_deref_mut(), &parent) {
+                recorder.restore(parent);
+            }
             map.insert(key, value);
         }
         Ok(Value::Object(map))
     }
 }
 
+/// Item `index` of a list: its path is set while it is read, and it is
+/// placed where it starts.
+struct Item<'r, 't> {
+    index: usize,
+    recorder: Option<&'r mut Recorder<'t>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Item<'_, '_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        let Some(recorder) = self.recorder else {
+            return Tree { recorder: None }.deserialize(deserializer);
+        };
+        let Some(parent) = recorder.enter_item(self.index) else {
+            return Tree {
+                recorder: Some(recorder),
+            }
+            .deserialize(deserializer);
+        };
+        let mark = recorder.mark();
+        let value = Tree {
+            recorder: Some(&mut *recorder),
+        }
+        .deserialize(deserializer)?;
+        recorder.leave_item(mark, parent);
+        Ok(value)
+    }
+}
+
 /// A mapping's key, refused when the mapping has it already. The check runs
 /// while the key itself is read, so the error carries the repeated key's
-/// line and column.
-struct NewKey<'a>(&'a Map<String, Value>);
+/// line and column. With a recorder, the entry's path is set (until the
+/// mapping resets it after the value) and placed at the key.
+struct NewKey<'a, 'r, 't> {
+    map: &'a Map<String, Value>,
+    recorder: Option<&'r mut Recorder<'t>>,
+}
 
-impl<'de> DeserializeSeed<'de> for NewKey<'_> {
+impl<'de> DeserializeSeed<'de> for NewKey<'_, '_, '_> {
     type Value = String;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
@@ -187,21 +266,33 @@ impl<'de> DeserializeSeed<'de> for NewKey<'_> {
     }
 }
 
-impl<'de> Visitor<'de> for NewKey<'_> {
+impl NewKey<'_, '_, '_> {
+    fn accept<E: de::Error>(self, key: &str, written: Option<&str>) -> Result<String, E> {
+        if self.map.contains_key(key) {
+            return Err(E::custom(format!(
+                "duplicate key `{key}`; a key may appear once in a mapping"
+            )));
+        }
+        if let Some(recorder) = self.recorder {
+            recorder.enter_key(key, written);
+        }
+        Ok(key.to_string())
+    }
+}
+
+impl<'de> Visitor<'de> for NewKey<'_, '_, '_> {
     type Value = String;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a string")
     }
 
+    fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<String, E> {
+        self.accept(key, Some(key))
+    }
+
     fn visit_str<E: de::Error>(self, key: &str) -> Result<String, E> {
-        if self.0.contains_key(key) {
-            Err(E::custom(format!(
-                "duplicate key `{key}`; a key may appear once in a mapping"
-            )))
-        } else {
-            Ok(key.to_string())
-        }
+        self.accept(key, None)
     }
 }
 
@@ -231,6 +322,27 @@ mod tests {
             parse(text).unwrap(),
             serde_yaml_ng::from_str::<Value>(text).unwrap()
         );
+    }
+
+    #[test]
+    fn the_located_reading_reads_what_parse_reads() {
+        for text in [
+            "a: .inf\nb: [1, x, {c: ~}]\nd: 99999999999999999999999999999\n",
+            "\u{feff}a: 1\n",
+            "t: |\n  block\n'q': \"esc\\t\"\n",
+            "a: &x {k: v}\nb: *x\n",
+            "- 1\n- [2, 3]\n",
+            "",
+            "a: [1, 2",
+            "a: 1\nb: 2\na: 3\n",
+            "a: {b: 1, b: 2}\n",
+        ] {
+            assert_eq!(
+                parse_located(text).map(|(value, _)| value),
+                parse(text),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

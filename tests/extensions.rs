@@ -287,7 +287,7 @@ fn unknown_and_clashing_names_are_load_errors() {
         &registry,
     );
     assert!(
-        error.contains("review.md: `parser: verdcit` is neither a built-in parser nor registered; did you mean `verdict`?"),
+        error.contains("review.md:2:1: `parser: verdcit` is neither a built-in parser nor registered; did you mean `verdict`?"),
         "{error}"
     );
 

@@ -147,7 +147,16 @@ impl Tactics {
                 None => std::env::var(name).ok(),
             },
             dry_run: None,
-            warn: &|warning| crate::report::warn(&format!("{}: {warning}", path.display())),
+            // A warning that names its file already (`t.yaml:4:5: …`, a
+            // prompt file's) is not given the tactic's name again.
+            warn: &|warning| {
+                let file = path.display().to_string();
+                if warning.starts_with(&file) {
+                    crate::report::warn(warning);
+                } else {
+                    crate::report::warn(&format!("{file}: {warning}"));
+                }
+            },
             budget: self.budget.clone(),
             registry: &self.registry,
             cache: self.cache.clone(),

@@ -12,10 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::{
-    Error, Result, TacticConfig, check_top_level_keys, load_document, merge, parse_yaml,
-    resolve_paths,
-};
+use super::{Read, Result, TacticConfig, load_document, merge, parse_yaml, top_level};
+use crate::yaml::Positions;
 
 /// Where a config from a YAML string says it came from (errors, records).
 pub const YAML_LABEL: &str = "<yaml>";
@@ -41,44 +39,34 @@ pub const BUILDER_LABEL: &str = "<builder>";
 /// assert!(error.to_string().contains("did you mean `agent_configs`"), "{error}");
 /// ```
 pub fn from_yaml(text: &str, base_dir: impl AsRef<Path>) -> Result<TacticConfig> {
-    let document = parse_yaml(text, YAML_LABEL)?;
-    from_document(document, YAML_LABEL, Some(base_dir.as_ref()))
+    let (document, positions) = parse_yaml(text, YAML_LABEL)?;
+    from_document(document, positions, YAML_LABEL, Some(base_dir.as_ref()))
 }
 
 /// The file pipeline from a parsed document on: `label` names it in errors
-/// and records; relative paths resolve against `base_dir` (without one, they
-/// stay relative to the working directory and there is no default prompt
-/// directory).
-fn from_document(document: Value, label: &str, base_dir: Option<&Path>) -> Result<TacticConfig> {
-    let Value::Object(mut map) = document else {
-        return Err(Error::Invalid {
-            path: label.to_string(),
-            problems: vec!["a tactic must be a YAML mapping".into()],
-        });
-    };
-    check_top_level_keys(&map, label)?;
+/// and records, `positions` says where its nodes are (none for a document
+/// built in code); relative paths resolve against `base_dir` (without one,
+/// they stay relative to the working directory and there is no default
+/// prompt directory).
+fn from_document(
+    document: Value,
+    positions: Positions,
+    label: &str,
+    base_dir: Option<&Path>,
+) -> Result<TacticConfig> {
     let directory = base_dir.unwrap_or(Path::new("."));
-    resolve_paths(&mut map, directory);
-    let base = match map.remove("base") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(base)) => Some(directory.join(base)),
-        Some(other) => {
-            return Err(Error::Invalid {
-                path: label.to_string(),
-                problems: vec![format!("`base` must be a file name, not {other}")],
-            });
-        }
-    };
+    let mut read = Read::default();
+    let (document, base) = top_level(document, label, positions, directory, &mut read)?;
     let mut document = match base {
-        Some(base) => merge(load_document(&base, &mut Vec::new())?, Value::Object(map)),
-        None => Value::Object(map),
+        Some(base) => merge(load_document(&base, &mut Vec::new(), &mut read)?, document),
+        None => document,
     };
     let prompts = super::prompts_problem(&document);
     if let (Some(directory), Value::Object(map)) = (base_dir, &mut document) {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    super::resolved(Path::new(label), document, prompts)
+    super::resolved(Path::new(label), document, read, prompts)
 }
 
 impl TacticConfig {
@@ -214,7 +202,12 @@ impl TacticBuilder {
 
     /// Merges and checks the config as a file's; errors name it `<builder>`.
     pub fn build(self) -> Result<TacticConfig> {
-        from_document(self.to_document(), BUILDER_LABEL, self.base_dir.as_deref())
+        from_document(
+            self.to_document(),
+            Positions::default(),
+            BUILDER_LABEL,
+            self.base_dir.as_deref(),
+        )
     }
 }
 
@@ -377,7 +370,8 @@ mod tests {
         let error = from_yaml("agent_configs: [{name: a}]", ".")
             .unwrap_err()
             .to_string();
-        assert!(error.starts_with("<yaml>: "), "{error}");
+        // At the entry that lacks the key.
+        assert!(error.starts_with("<yaml>:1:18: "), "{error}");
         let error = from_yaml("[1, 2]", ".").unwrap_err().to_string();
         assert_eq!(error, "<yaml>: a tactic must be a YAML mapping");
         let error = from_yaml("a: [", ".").unwrap_err().to_string();

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::places::Problems;
 use super::raw::{RawStep, STEP_KEYS};
-use super::resolve::typed;
-use crate::suggest;
+use super::resolve::{describe_value, join};
+use super::typed::typed;
+use crate::{suggest, yaml};
 
 const LOOP_KEYS: &[&str] = &["loop", "steps"];
 const PARALLEL_KEYS: &[&str] = &["parallel", "steps"];
@@ -34,6 +36,10 @@ pub struct StepConfig {
     pub fork: Option<ForkConfig>,
     /// `stop:` — an expression checked after the step; true ends the tactic here.
     pub stop: Option<String>,
+    /// Its path in the document (`flow[0].steps[1]`), for the places of
+    /// later problems.
+    #[serde(skip)]
+    pub(crate) at: String,
 }
 
 /// `fork: {from, last_n, first_k}`, as `Dialog::fork` takes them.
@@ -65,6 +71,9 @@ pub struct LoopConfig {
     pub until: Option<String>,
     /// The steps of one round.
     pub steps: Vec<FlowItem>,
+    /// Its path in the document (`flow[2]`).
+    #[serde(skip)]
+    pub(crate) at: String,
 }
 
 /// `parallel:` — its steps run at the same time, each on fresh agents; with
@@ -77,6 +86,9 @@ pub struct ParallelConfig {
     pub item: String,
     /// The branches.
     pub steps: Vec<FlowItem>,
+    /// Its path in the document (`flow[2]`).
+    #[serde(skip)]
+    pub(crate) at: String,
 }
 
 /// A step that runs another tactic file as a unit: `tactic: PATH` (made
@@ -96,6 +108,9 @@ pub struct SubTacticConfig {
     pub condition: Option<String>,
     /// `stop:`, as for a step.
     pub stop: Option<String>,
+    /// Its path in the document (`flow[0]`).
+    #[serde(skip)]
+    pub(crate) at: String,
 }
 
 /// One entry of `flow:`.
@@ -111,18 +126,36 @@ pub enum FlowItem {
     Parallel(ParallelConfig),
 }
 
+/// Reads `flow:` (and the `steps` of its loops and branches) into items,
+/// each problem at its path. An entry with problems is kept as far as it
+/// can be (a step without `agent` or input is a step with none, a loop with
+/// a wrong `max` runs once): the tactic is not run with them, and the
+/// checks of later templates still know every step's name.
 pub(super) struct FlowParser<'a> {
     pub agent_names: Vec<&'a str>,
     pub step_names: BTreeSet<String>,
     pub steps_seen: usize,
-    pub problems: &'a mut Vec<String>,
+    pub problems: &'a mut Problems,
 }
 
 impl FlowParser<'_> {
-    pub fn parse(&mut self, entries: Vec<Map<String, Value>>, prefix: &str) -> Vec<FlowItem> {
+    pub fn parse(&mut self, entries: Vec<Value>, prefix: &str) -> Vec<FlowItem> {
         let mut items = Vec::new();
         for (index, entry) in entries.into_iter().enumerate() {
             let label = format!("{prefix}[{index}]");
+            let entry = match entry {
+                Value::Object(entry) => entry,
+                other => {
+                    self.problems.at(
+                        label.clone(),
+                        format!(
+                            "`{label}` must be a mapping (a step, a `loop` or a `parallel`), not {}",
+                            describe_value(&other)
+                        ),
+                    );
+                    continue;
+                }
+            };
             let item = if entry.contains_key("loop") {
                 self.parse_loop(entry, &label)
             } else if entry.contains_key("parallel") {
@@ -137,94 +170,133 @@ impl FlowParser<'_> {
 
     fn unknown_keys(&mut self, entry: &Map<String, Value>, allowed: &[&str], label: &str) {
         for key in entry.keys().filter(|key| !allowed.contains(&key.as_str())) {
-            self.problems.push(format!(
-                "`{label}`: unknown key `{}`{}",
-                suggest::printable(key),
-                suggest::hint(key, allowed.iter().copied())
-            ));
+            self.problems.at(
+                yaml::child_key(label, key),
+                format!(
+                    "`{label}`: unknown key `{}`{}",
+                    suggest::printable(key),
+                    suggest::hint(key, allowed.iter().copied())
+                ),
+            );
+        }
+    }
+
+    /// The `steps:` of a loop or branch block, parsed; `None` (a problem)
+    /// when there are none.
+    fn block(&mut self, entry: &Map<String, Value>, label: &str) -> Option<Vec<FlowItem>> {
+        match entry.get("steps") {
+            Some(Value::Array(steps)) if !steps.is_empty() => {
+                Some(self.parse(steps.clone(), &format!("{label}.steps")))
+            }
+            Some(_) => {
+                self.problems.at(
+                    format!("{label}.steps"),
+                    format!("`{label}` needs `steps:`, a non-empty list"),
+                );
+                None
+            }
+            None => {
+                self.problems
+                    .at(label, format!("`{label}` needs `steps:`, a non-empty list"));
+                None
+            }
         }
     }
 
     fn parse_loop(&mut self, entry: Map<String, Value>, label: &str) -> Option<FlowItem> {
         self.unknown_keys(&entry, LOOP_KEYS, label);
-        let settings = entry
-            .get("loop")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        let loop_at = format!("{label}.loop");
+        let settings = match entry.get("loop") {
+            Some(Value::Object(settings)) => settings.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(other) => {
+                self.problems.at(
+                    &loop_at,
+                    format!(
+                        "`{label}.loop` must be a mapping (`max`, `until`), not {}",
+                        describe_value(other)
+                    ),
+                );
+                Map::new()
+            }
+        };
         for key in settings
             .keys()
             .filter(|key| !matches!(key.as_str(), "max" | "until"))
         {
-            self.problems.push(format!(
-                "`{label}.loop`: unknown key `{}` (a loop takes `max` and `until`)",
-                suggest::printable(key)
-            ));
+            self.problems.at(
+                yaml::child_key(&loop_at, key),
+                format!(
+                    "`{label}.loop`: unknown key `{}` (a loop takes `max` and `until`)",
+                    suggest::printable(key)
+                ),
+            );
         }
         let max = match settings.get("max").filter(|max| !max.is_null()) {
             None => {
-                self.problems.push(format!(
-                    "`{label}.loop` needs `max: N` (at least 1) so it always ends"
-                ));
+                self.problems.at(
+                    &loop_at,
+                    format!("`{label}.loop` needs `max: N` (at least 1) so it always ends"),
+                );
                 None
             }
-            Some(max) => super::numbers::read_whole(
-                Some(max),
-                &super::numbers::LOOP_MAX,
-                &format!("`{label}.loop`"),
-                self.problems,
-            ),
+            Some(max) => self.problems.numbers(&format!("{loop_at}.max"), |found| {
+                super::numbers::read_whole(
+                    Some(max),
+                    &super::numbers::LOOP_MAX,
+                    &format!("`{label}.loop`"),
+                    found,
+                )
+            }),
         };
         let until = match settings.get("until") {
             None | Some(Value::Null) => None,
             Some(Value::String(expression)) => Some(expression.clone()),
             Some(other) => {
-                self.problems.push(format!(
-                    "`{label}.loop.until` must be an expression in quotes, not {other}"
-                ));
+                self.problems.at(
+                    format!("{loop_at}.until"),
+                    format!("`{label}.loop.until` must be an expression in quotes, not {other}"),
+                );
                 None
             }
         };
-        let steps: Vec<Map<String, Value>> = match entry.get("steps") {
-            Some(Value::Array(steps)) if !steps.is_empty() => steps
-                .iter()
-                .filter_map(|step| step.as_object().cloned())
-                .collect(),
-            _ => {
-                self.problems
-                    .push(format!("`{label}` needs `steps:`, a non-empty list"));
-                return None;
-            }
-        };
-        let steps = self.parse(steps, &format!("{label}.steps"));
+        let steps = self.block(&entry, label)?;
         Some(FlowItem::Loop(LoopConfig {
-            // In range, so the cast is exact.
-            max: max? as u32,
+            // In range, so the cast is exact; a wrong `max` was reported.
+            max: max.map_or(1, |max| max as u32),
             until,
             steps,
+            at: label.to_string(),
         }))
     }
 
     fn parse_parallel(&mut self, entry: Map<String, Value>, label: &str) -> Option<FlowItem> {
         self.unknown_keys(&entry, PARALLEL_KEYS, label);
+        let parallel_at = format!("{label}.parallel");
         let settings = match entry.get("parallel") {
             Some(Value::Object(settings)) => settings.clone(),
             None | Some(Value::Null) => Map::new(),
             Some(other) => {
-                self.problems.push(format!(
-                    "`{label}.parallel` must be a mapping (`foreach`, `as`) or empty, not {other}"
-                ));
-                return None;
+                self.problems.at(
+                    &parallel_at,
+                    format!(
+                        "`{label}.parallel` must be a mapping (`foreach`, `as`) or empty, not {other}"
+                    ),
+                );
+                Map::new()
             }
         };
         for key in settings
             .keys()
             .filter(|key| !matches!(key.as_str(), "foreach" | "as"))
         {
-            self.problems.push(format!(
-                "`{label}.parallel`: unknown key `{}` (it takes `foreach` and `as`)",
-                suggest::printable(key)
-            ));
+            self.problems.at(
+                yaml::child_key(&parallel_at, key),
+                format!(
+                    "`{label}.parallel`: unknown key `{}` (it takes `foreach` and `as`)",
+                    suggest::printable(key)
+                ),
+            );
         }
         let text = |key: &str| {
             settings
@@ -232,22 +304,12 @@ impl FlowParser<'_> {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
-        let steps: Vec<Map<String, Value>> = match entry.get("steps") {
-            Some(Value::Array(steps)) if !steps.is_empty() => steps
-                .iter()
-                .filter_map(|step| step.as_object().cloned())
-                .collect(),
-            _ => {
-                self.problems
-                    .push(format!("`{label}` needs `steps:`, a non-empty list"));
-                return None;
-            }
-        };
-        let steps = self.parse(steps, &format!("{label}.steps"));
+        let steps = self.block(&entry, label)?;
         Some(FlowItem::Parallel(ParallelConfig {
             foreach: text("foreach"),
             item: text("as").unwrap_or_else(|| "item".into()),
             steps,
+            at: label.to_string(),
         }))
     }
 
@@ -258,24 +320,26 @@ impl FlowParser<'_> {
             .into_iter()
             .filter(|(key, _)| STEP_KEYS.contains(&key.as_str()))
             .collect();
-        let step: RawStep = match typed(Value::Object(known), label) {
-            Ok(step) => step,
-            Err(problem) => {
-                self.problems.push(problem);
-                return None;
-            }
-        };
+        let step: RawStep = typed(
+            Value::Object(known),
+            &|relative| join(label, relative),
+            self.problems,
+        )?;
+        let at = |key: &str| yaml::child_key(label, key);
         let name = step
             .step
             .unwrap_or_else(|| format!("step{}", self.steps_seen));
         if matches!(name.as_str(), "task" | "args") {
-            self.problems.push(format!(
-                "`{label}`: a step cannot be named `{name}` (templates use that name)"
-            ));
+            self.problems.at(
+                at("step"),
+                format!("`{label}`: a step cannot be named `{name}` (templates use that name)"),
+            );
         }
         if !self.step_names.insert(name.clone()) {
-            self.problems
-                .push(format!("step `{name}` is defined twice in `flow`"));
+            self.problems.at(
+                at("step"),
+                format!("step `{name}` is defined twice in `flow`"),
+            );
         }
         if let Some(path) = step.tactic {
             let own_keys = [
@@ -286,9 +350,12 @@ impl FlowParser<'_> {
                 ("fork", step.fork.is_some()),
             ];
             for (key, _) in own_keys.iter().filter(|(_, present)| *present) {
-                self.problems.push(format!(
-                    "step `{name}` runs tactic `{path}`, so it takes no `{key}` (the sub-tactic has its own agents)"
-                ));
+                self.problems.at(
+                    at(key),
+                    format!(
+                        "step `{name}` runs tactic `{path}`, so it takes no `{key}` (the sub-tactic has its own agents)"
+                    ),
+                );
             }
             return Some(FlowItem::Tactic(Box::new(SubTacticConfig {
                 name,
@@ -297,37 +364,57 @@ impl FlowParser<'_> {
                 args: step.args.unwrap_or_default(),
                 condition: step.condition,
                 stop: step.stop,
+                at: label.to_string(),
             })));
         }
         if step.task.is_some() {
-            self.problems.push(format!(
-                "step `{name}`: `task` is for steps that run a `tactic`; an agent step sends `prompt` or `text`"
-            ));
+            self.problems.at(
+                at("task"),
+                format!(
+                    "step `{name}`: `task` is for steps that run a `tactic`; an agent step sends `prompt` or `text`"
+                ),
+            );
         }
-        let Some(agent) = step.agent else {
-            self.problems.push(format!("step `{name}` has no `agent`"));
-            return None;
+        let agent = match step.agent {
+            Some(agent) => {
+                if !self.agent_names.contains(&agent.as_str()) {
+                    self.problems.at(
+                        at("agent"),
+                        format!(
+                            "step `{name}` uses agent `{agent}`, which is not in `agent_configs`{}",
+                            suggest::hint(&agent, self.agent_names.iter().copied())
+                        ),
+                    );
+                }
+                agent
+            }
+            None => {
+                self.problems
+                    .missing(&at("agent"), format!("step `{name}` has no `agent`"));
+                String::new()
+            }
         };
-        if !self.agent_names.contains(&agent.as_str()) {
-            self.problems.push(format!(
-                "step `{name}` uses agent `{agent}`, which is not in `agent_configs`{}",
-                suggest::hint(&agent, self.agent_names.iter().copied())
-            ));
-        }
         let input = match (step.prompt, step.text) {
             (Some(key), None) => StepInput::Prompt(key),
             (None, Some(text)) => StepInput::Text(text),
-            (Some(_), Some(_)) => {
-                self.problems.push(format!(
-                    "step `{name}` has both `prompt` and `text`; keep one"
-                ));
-                return None;
+            (Some(key), Some(_)) => {
+                self.problems.at(
+                    at("text"),
+                    format!("step `{name}` has both `prompt` and `text`; keep one"),
+                );
+                StepInput::Prompt(key)
             }
             (None, None) => {
-                self.problems.push(format!(
-                    "step `{name}` needs a `prompt` (registry key) or a `text` (inline template)"
-                ));
-                return None;
+                // A `prompt` or `text` of the wrong type was reported already.
+                if !self.problems.reported(&at("prompt")) && !self.problems.reported(&at("text")) {
+                    self.problems.at(
+                        label,
+                        format!(
+                            "step `{name}` needs a `prompt` (registry key) or a `text` (inline template)"
+                        ),
+                    );
+                }
+                StepInput::Text(String::new())
             }
         };
         let dialog = step.dialog.unwrap_or_else(|| "main".into());
@@ -337,9 +424,12 @@ impl FlowParser<'_> {
             first_k: fork.first_k,
         });
         if fork.as_ref().is_some_and(|fork| fork.from == dialog) {
-            self.problems.push(format!(
-                "step `{name}` forks dialog `{dialog}` into itself; give the step another `dialog`"
-            ));
+            self.problems.at(
+                at("fork"),
+                format!(
+                    "step `{name}` forks dialog `{dialog}` into itself; give the step another `dialog`"
+                ),
+            );
         }
         Some(FlowItem::Step(Box::new(StepConfig {
             name,
@@ -350,6 +440,7 @@ impl FlowParser<'_> {
             condition: step.condition,
             fork,
             stop: step.stop,
+            at: label.to_string(),
         })))
     }
 }
@@ -365,7 +456,7 @@ type DialogKey = (String, String);
 /// run); inside a `loop`, a dialog any step of the loop opens counts too (a
 /// later round has it). A `parallel` branch runs on fresh agents: only its
 /// own steps open its dialogs, and what it opens stays in the branch.
-pub(super) fn check_forks(items: &[FlowItem], problems: &mut Vec<String>) {
+pub(super) fn check_forks(items: &[FlowItem], problems: &mut Problems) {
     forks_in(items, &mut BTreeSet::new(), &BTreeSet::new(), problems);
 }
 
@@ -375,7 +466,7 @@ fn forks_in(
     items: &[FlowItem],
     opened: &mut BTreeSet<DialogKey>,
     looped: &BTreeSet<DialogKey>,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) {
     for item in items {
         match item {
@@ -402,15 +493,18 @@ fn forks_in(
                         } else {
                             open.join(", ")
                         };
-                        problems.push(format!(
-                            "step `{}`: `fork.from` names dialog `{}`, which no step of agent \
+                        problems.at(
+                            format!("{}.fork.from", step.at),
+                            format!(
+                                "step `{}`: `fork.from` names dialog `{}`, which no step of agent \
                              `{}` opens before it (open then: {open}); hint: a dialog is opened \
                              by the first step that uses it, and a `parallel` branch starts \
                              with none",
-                            suggest::printable(&step.name),
-                            suggest::printable(&fork.from),
-                            suggest::printable(&step.agent),
-                        ));
+                                suggest::printable(&step.name),
+                                suggest::printable(&fork.from),
+                                suggest::printable(&step.agent),
+                            ),
+                        );
                     }
                 }
                 opened.insert(own);

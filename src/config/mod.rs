@@ -12,8 +12,10 @@ mod merge;
 pub(crate) mod model_args;
 #[doc(hidden)]
 pub mod numbers;
+mod places;
 mod raw;
 mod resolve;
+mod typed;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,8 @@ use serde_json::{Map, Value};
 
 use crate::redact::terminal_line;
 use crate::suggest::printable;
+use crate::yaml::Positions;
+use places::{Places, show};
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use defaults::Defaults;
@@ -29,9 +33,17 @@ pub use flow::{
 };
 pub use merge::merge;
 pub use model_args::ModelArgs;
+pub use places::MAX_PROBLEMS_SHOWN;
+pub(crate) use places::show as show_problems;
+
+/// `problem` with `place` (`file:line:column`) in front, or alone without one.
+pub(crate) fn placed(place: Option<&str>, problem: impl std::fmt::Display) -> String {
+    Places::placed(place, &problem.to_string())
+}
+pub(crate) use crate::yaml::join_path;
 pub use resolve::{
     AgentConfig, BuiltinToolConfig, ContextManagerConfig, McpServerConfig, ProviderApi,
-    ProviderConfig, SystemPrompt, TacticConfig, ToolConfig, check_providers,
+    ProviderConfig, SystemPrompt, TacticConfig, ToolConfig, check_providers, check_providers_at,
 };
 pub(crate) use resolve::{
     DEFAULT_MAX_EXCEPTION_RETRY, DEFAULT_MAX_INTERRUPT_STEPS, DEFAULT_MAX_LLM_RECALL,
@@ -68,12 +80,17 @@ pub enum Error {
     },
     /// One problem per line: a problem is one line by construction, so a line
     /// break (or any control character) in one came from the file, in a name
-    /// it quotes, and is shown escaped.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
+    /// it quotes, and is shown escaped. At most [`MAX_PROBLEMS_SHOWN`] are
+    /// shown, and a count of the rest.
+    #[error("{}", show(problems))]
     Invalid {
         /// The file.
         path: String,
-        /// Every problem, one line each.
+        /// Every problem, one line each, starting with where it is: the
+        /// file, line and column of what it is about
+        /// (`t.yaml:12:5: …`), or the file alone (`t.yaml: …`) for the
+        /// file as a whole. The file is the one of the `base` chain that
+        /// wrote that setting.
         problems: Vec<String>,
     },
     /// A file's `base` leads back to it.
@@ -85,13 +102,15 @@ pub enum Error {
     /// `Invalid`, with what could be resolved despite the problems: a caller
     /// can still look for problems of later phases (prompts, templates) in
     /// `partial` and list them all at once. Shown as `Invalid` is.
-    #[error("{}", problems.iter().map(|problem| format!("{path}: {}", terminal_line(problem))).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", show(problems))]
     Incomplete {
         /// The file.
         path: String,
-        /// Every problem, one line each.
+        /// Every problem, one line each, as `Invalid` has them.
         problems: Vec<String>,
-        /// What could be resolved.
+        /// What could be resolved: an entry with problems is left out, or
+        /// kept with what it has (a flow step without an agent has an empty
+        /// one, so later steps' templates still know its name).
         partial: Box<TacticConfig>,
     },
 }
@@ -107,7 +126,8 @@ pub fn load(path: &Path) -> Result<TacticConfig> {
 /// [`load`] with a user's `defaults` laid under the tactic's own settings.
 pub fn load_with(path: &Path, defaults: &Defaults) -> Result<TacticConfig> {
     let mut chain = Vec::new();
-    let mut document = load_document(path, &mut chain)?;
+    let mut read = Read::default();
+    let mut document = load_document(path, &mut chain, &mut read)?;
     defaults.apply(&mut document);
     let directory = parent_dir(path);
     let prompts = prompts_problem(&document);
@@ -115,29 +135,57 @@ pub fn load_with(path: &Path, defaults: &Defaults) -> Result<TacticConfig> {
         map.entry("prompts")
             .or_insert_with(|| Value::String(directory.join("prompts").display().to_string()));
     }
-    resolved(path, document, prompts)
+    resolved(path, document, read, prompts)
 }
 
-/// The merged `document` resolved, with `also` (a problem found before)
-/// among the problems; the error is shown under `path`.
-fn resolved(path: &Path, document: Value, also: Option<String>) -> Result<TacticConfig> {
-    let (problems, partial) = match (resolve::resolve(path, document), also) {
-        (Ok(config), None) => return Ok(config),
-        (Ok(config), Some(problem)) => (vec![problem], Some(Box::new(config))),
-        (Err((mut problems, partial)), also) => {
-            problems.extend(also);
-            (problems, partial)
+/// What reading a file and its `base` chain found besides the document:
+/// where its settings are, and the problems of its top level (an unknown
+/// key, a `base` that is no file name), which do not keep the rest from
+/// being checked.
+#[derive(Default)]
+struct Read {
+    places: Places,
+    problems: Vec<String>,
+}
+
+/// The merged `document` resolved, with the problems found reading it and
+/// `prompts` (a problem of `prompts:`) among the problems; the error is
+/// shown under `path`.
+fn resolved(
+    path: &Path,
+    document: Value,
+    read: Read,
+    prompts: Option<String>,
+) -> Result<TacticConfig> {
+    let file = path.display().to_string();
+    let Read {
+        places,
+        mut problems,
+    } = read;
+    let prompts = prompts.map(|problem| {
+        let place = places.at("prompts");
+        Places::placed(Some(place.as_deref().unwrap_or(&file)), &problem)
+    });
+    let partial = match resolve::resolve(path, document, places.clone()) {
+        Ok(config) => Some(Box::new(config)),
+        Err((found, partial)) => {
+            problems.extend(found.lines(&places, &file));
+            partial
         }
     };
-    let path = path.display().to_string();
-    Err(match partial {
-        Some(partial) => Error::Incomplete {
-            path,
+    problems.extend(prompts);
+    match partial {
+        Some(config) if problems.is_empty() => Ok(*config),
+        Some(partial) => Err(Error::Incomplete {
+            path: file,
             problems,
             partial,
-        },
-        None => Error::Invalid { path, problems },
-    })
+        }),
+        None => Err(Error::Invalid {
+            path: file,
+            problems,
+        }),
+    }
 }
 
 /// `prompts:` as a file wrote it (the default `./prompts` is not checked: a
@@ -165,7 +213,7 @@ fn parent_dir(path: &Path) -> PathBuf {
 }
 
 /// One file with its `base` chain merged under it.
-fn load_document(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Value> {
+fn load_document(path: &Path, chain: &mut Vec<PathBuf>, read: &mut Read) -> Result<Value> {
     let canonical = std::fs::canonicalize(path).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => Error::NotFound {
             path: path.display().to_string(),
@@ -194,39 +242,77 @@ fn load_document(path: &Path, chain: &mut Vec<PathBuf>) -> Result<Value> {
             path: label.clone(),
             message: error.to_string(),
         })?;
-    let mut document = parse_yaml(&text, &label)?;
-    let Value::Object(map) = &mut document else {
-        return Err(Error::Invalid {
-            path: label,
-            problems: vec!["a tactic must be a YAML mapping".into()],
-        });
-    };
-    check_top_level_keys(map, &label)?;
+    let (document, positions) = parse_yaml(&text, &label)?;
     let directory = parent_dir(path);
-    resolve_paths(map, &directory);
-    let base = match map.remove("base") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(base)) => Some(directory.join(base)),
-        Some(other) => {
-            return Err(Error::Invalid {
-                path: label,
-                problems: vec![format!("`base` must be a file name, not {other}")],
-            });
-        }
-    };
+    let (document, base) = top_level(document, &label, positions, &directory, read)?;
     let document = match base {
-        Some(base) => merge(load_document(&base, chain)?, document),
+        Some(base) => merge(load_document(&base, chain, read)?, document),
         None => document,
     };
     chain.pop();
     Ok(document)
 }
 
-fn parse_yaml(text: &str, path: &str) -> Result<Value> {
-    if text.trim().is_empty() {
-        return Ok(Value::Object(Map::new()));
+/// The top level of one file of the chain (`label`, where `positions` says
+/// each node is), read: its unknown keys and a `base` that is no file name
+/// are problems of `read` (and left out), its paths are made absolute
+/// against `directory`, and its places join `read`'s. The document without
+/// `base`, and the `base` file it names.
+fn top_level(
+    document: Value,
+    label: &str,
+    positions: Positions,
+    directory: &Path,
+    read: &mut Read,
+) -> Result<(Value, Option<PathBuf>)> {
+    let Value::Object(mut map) = document else {
+        return Err(Error::Invalid {
+            path: label.to_string(),
+            problems: vec![format!("{label}: a tactic must be a YAML mapping")],
+        });
+    };
+    let place = |key: &str| match positions.get(key) {
+        Some(at) => format!("{label}:{}:{}", at.line, at.column),
+        None => label.to_string(),
+    };
+    let unknown: Vec<String> = map
+        .keys()
+        .filter(|key| !raw::TOP_LEVEL_KEYS.contains(&key.as_str()))
+        .cloned()
+        .collect();
+    for key in unknown {
+        map.shift_remove(&key);
+        read.problems.push(format!(
+            "{}: unknown key `{}`{}",
+            place(&key),
+            printable(&key),
+            crate::suggest::hint(&key, raw::TOP_LEVEL_KEYS.iter().copied())
+        ));
     }
-    crate::yaml::parse(text).map_err(|error| {
+    resolve_paths(&mut map, directory);
+    // `remove`, as ever: the order of the keys left is what records keep.
+    let base = match map.remove("base") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(base)) => Some(directory.join(base)),
+        Some(other) => {
+            read.problems.push(format!(
+                "{}: `base` must be a file name, not {other}",
+                place("base")
+            ));
+            None
+        }
+    };
+    read.places.add(label, positions);
+    Ok((Value::Object(map), base))
+}
+
+/// The document of `text` (an empty file is an empty mapping), with where
+/// its nodes are.
+fn parse_yaml(text: &str, path: &str) -> Result<(Value, Positions)> {
+    if text.trim().is_empty() {
+        return Ok((Value::Object(Map::new()), Positions::default()));
+    }
+    crate::yaml::parse_located(text).map_err(|error| {
         let (line, column) = error
             .location
             .map_or((1, 1), |location| (location.line, location.column));
@@ -239,50 +325,28 @@ fn parse_yaml(text: &str, path: &str) -> Result<Value> {
     })
 }
 
-fn check_top_level_keys(map: &Map<String, Value>, path: &str) -> Result<()> {
-    let problems: Vec<String> = map
-        .keys()
-        .filter(|key| !raw::TOP_LEVEL_KEYS.contains(&key.as_str()))
-        .map(|key| {
-            format!(
-                "unknown key `{}`{}",
-                crate::suggest::printable(key),
-                crate::suggest::hint(key, raw::TOP_LEVEL_KEYS.iter().copied())
-            )
-        })
-        .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Invalid {
-            path: path.to_string(),
-            problems,
-        })
-    }
-}
-
 /// Makes the paths this file declares absolute against its directory.
 fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
     let absolute = |value: &str| directory.join(value).display().to_string();
     if let Some(Value::String(prompts)) = map.get_mut("prompts") {
         *prompts = absolute(prompts);
     }
-    if let Some(Value::Array(tools)) = map.get_mut("tools") {
-        for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
-            let cwd = match tool.get("cwd").and_then(Value::as_str) {
-                Some(cwd) => absolute(cwd),
-                None => directory.display().to_string(),
-            };
-            tool.insert("cwd".into(), Value::String(cwd));
-        }
-    }
-    if let Some(Value::Array(servers)) = map.get_mut("mcp_servers") {
-        for server in servers.iter_mut().filter_map(Value::as_object_mut) {
-            let cwd = match server.get("cwd").and_then(Value::as_str) {
-                Some(cwd) => absolute(cwd),
-                None => directory.display().to_string(),
-            };
-            server.insert("cwd".into(), Value::String(cwd));
+    // A `cwd` that is not text is left for the check to name (it was
+    // replaced by the directory, silently).
+    let cwd = |entry: &mut Map<String, Value>| {
+        let cwd = match entry.get("cwd") {
+            Some(Value::String(cwd)) => absolute(cwd),
+            None | Some(Value::Null) => directory.display().to_string(),
+            Some(_) => return,
+        };
+        entry.insert("cwd".into(), Value::String(cwd));
+    };
+    for section in ["tools", "mcp_servers"] {
+        if let Some(Value::Array(entries)) = map.get_mut(section) {
+            entries
+                .iter_mut()
+                .filter_map(Value::as_object_mut)
+                .for_each(cwd);
         }
     }
     if let Some(Value::Object(builtins)) = map.get_mut("builtin_tools") {

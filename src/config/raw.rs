@@ -56,13 +56,15 @@ pub struct RawTactic {
     pub description: Option<String>,
     pub prompts: Option<String>,
     pub global: Option<Map<String, Value>>,
-    pub agent_configs: Option<Vec<Map<String, Value>>>,
+    // Lists of entries as written: each entry is checked on its own, so one
+    // that is not a mapping leaves the others' indexes as written.
+    pub agent_configs: Option<Vec<Value>>,
     pub providers: Option<BTreeMap<String, RawProvider>>,
-    pub tools: Option<Vec<RawTool>>,
+    pub tools: Option<Vec<Value>>,
     /// `name: {root: DIR}` (or `name: null` for tools that need nothing).
     pub builtin_tools: Option<std::collections::BTreeMap<String, Option<RawBuiltinTool>>>,
-    pub mcp_servers: Option<Vec<RawMcpServer>>,
-    pub flow: Option<Vec<Map<String, Value>>>,
+    pub mcp_servers: Option<Vec<Value>>,
+    pub flow: Option<Vec<Value>>,
     pub result: Option<String>,
     pub pricing: Option<Value>,
     pub max_workers: Option<Value>,

@@ -11,9 +11,12 @@ use serde_json::{Map, Value};
 use super::flow::{FlowItem, FlowParser};
 use super::merge::merge;
 use super::numbers::{self, read, read_whole};
-use super::raw::{AGENT_KEYS, RawAgent, RawProvider, RawTactic};
+use super::places::{LeftOut, Places, Problems};
+use super::raw::{AGENT_KEYS, RawAgent, RawMcpServer, RawProvider, RawTactic, RawTool};
+use super::typed::{entry_map, top_key, typed};
 use crate::dialog::ApiType;
 use crate::suggest;
+pub(crate) use crate::yaml::join_path as join;
 
 /// An agent's repairs of replies that do not parse, unless set.
 pub(crate) const DEFAULT_MAX_EXCEPTION_RETRY: u32 = 3;
@@ -76,6 +79,13 @@ pub struct TacticConfig {
     /// `-O` as given: over every agent's `model_args` (and the tactics this
     /// one's steps run).
     pub model_args_override: super::ModelArgs,
+    /// Where each setting is written, for the problems later phases find
+    /// (a prompt a step names, a template that does not compile).
+    #[serde(skip)]
+    pub(crate) places: Places,
+    /// What the file names but the config left out for its problems.
+    #[serde(skip)]
+    pub(crate) left_out: LeftOut,
 }
 
 /// One agent of `agent_configs`, with `global` merged under it.
@@ -103,6 +113,10 @@ pub struct AgentConfig {
     pub context_manager: Option<ContextManagerConfig>,
     /// Chat completions or the Responses API (OpenAI).
     pub api_type: ApiType,
+    /// Its entry's path in the document (`agent_configs[0]`), for the
+    /// places of later problems.
+    #[serde(skip)]
+    pub(crate) at: String,
 }
 
 /// Where an agent's system prompt comes from.
@@ -313,6 +327,34 @@ impl TacticConfig {
     pub fn agent(&self, name: &str) -> Option<&AgentConfig> {
         self.agents.iter().find(|agent| agent.name == name)
     }
+
+    /// `problem` with the place of the setting at `path` in front
+    /// (`t.yaml:12:5: problem`; see `Places::at`), or alone when it has none
+    /// (a config built in code).
+    pub(crate) fn placed(&self, path: &str, problem: impl std::fmt::Display) -> String {
+        Places::placed(self.places.at(path).as_deref(), &problem.to_string())
+    }
+
+    /// The path of `key` of the agent whose entry is at `at`: the entry's
+    /// when it sets it, else `global`'s when that does.
+    pub(crate) fn agent_key(&self, at: &str, key: &str) -> String {
+        let own = join(at, key);
+        let global = join("global", key);
+        if !self.places.has(&own) && self.places.has(&global) {
+            global
+        } else {
+            own
+        }
+    }
+
+    /// The path of the first of `keys` of the entry at `at` a file sets,
+    /// else of the entry (a step's `prompt` or `text`).
+    pub(crate) fn first_written(&self, at: &str, keys: &[&str]) -> String {
+        keys.iter()
+            .map(|key| join(at, key))
+            .find(|path| self.places.has(path))
+            .unwrap_or_else(|| at.to_string())
+    }
 }
 
 /// `global` of a resolved document, made a mapping if it was absent.
@@ -337,33 +379,32 @@ fn resolved_agents(resolved: &mut Value) -> impl Iterator<Item = &mut Map<String
         .filter_map(Value::as_object_mut)
 }
 
-/// Deserializes `value` as `T`, naming the key path of a type error.
-pub(super) fn typed<T: serde::de::DeserializeOwned>(value: Value, at: &str) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let path = error.path().to_string();
-        let place = match (at.is_empty(), path == ".") {
-            (true, _) => format!("`{path}`"),
-            (false, true) => format!("`{at}`"),
-            (false, false) => format!("`{at}.{path}`"),
-        };
-        format!("{place}: {}", error.into_inner())
-    })
-}
-
-/// Resolves the merged document of `path`; problems are returned all together.
-/// The resolved tactic, or its problems with what could be resolved despite
-/// them (so later phases can still report their own problems: issue 12).
+/// Resolves the merged document of `path`; problems are returned all
+/// together, each with the path of the node it is about (`places` tells
+/// where that is written). The resolved tactic, or its problems with what
+/// could be resolved despite them (so later phases can still report their
+/// own problems: issue 12).
 pub(super) fn resolve(
     path: &Path,
     document: Value,
-) -> Result<TacticConfig, (Vec<String>, Option<Box<TacticConfig>>)> {
-    let mut problems = Vec::new();
+    places: Places,
+) -> Result<TacticConfig, (Problems, Option<Box<TacticConfig>>)> {
+    let mut problems = Problems::default();
     let mut warnings = Vec::new();
-    let raw: RawTactic = typed(document.clone(), "").map_err(|error| (vec![error], None))?;
+    let Some(raw) = typed::<RawTactic>(document.clone(), &str::to_string, &mut problems) else {
+        return Err((problems, None));
+    };
     let global = raw.global.clone().unwrap_or_default();
+    // A warning names where it is, as a problem does.
+    let warn = |warnings: &mut Vec<String>, at: &str, message: String| {
+        warnings.push(Places::placed(places.at(at).as_deref(), &message));
+    };
 
     let mut agents = Vec::new();
     let mut resolved_agents = Vec::new();
+    // Every name written under `agent_configs`: a step naming an agent with
+    // problems of its own is not also told the agent does not exist.
+    let mut agent_names = Vec::new();
     for (index, entry) in raw
         .agent_configs
         .clone()
@@ -371,8 +412,26 @@ pub(super) fn resolve(
         .into_iter()
         .enumerate()
     {
+        let entry_path = format!("agent_configs[{index}]");
+        let Some(entry) = entry_map(entry, &entry_path, "`name`, `model_name`, …", &mut problems)
+        else {
+            continue;
+        };
+        if let Some(name) = entry.get("name").and_then(Value::as_str) {
+            agent_names.push(name.to_string());
+        }
         let own_keys = numeric_keys_set(&entry);
         let own_args = model_args_set(&entry);
+        // A key is the entry's when it sets it, else `global`'s.
+        let own: BTreeSet<String> = entry.keys().cloned().collect();
+        let key_path = |relative: &str| {
+            let key = top_key(relative);
+            if own.contains(key) || !global.contains_key(key) {
+                join(&entry_path, relative)
+            } else {
+                join("global", relative)
+            }
+        };
         let merged = merge(Value::Object(global.clone()), Value::Object(entry));
         let Value::Object(merged) = merged else {
             continue;
@@ -381,31 +440,31 @@ pub(super) fn resolve(
             || format!("agent_configs[{index}]"),
             |name| format!("agent `{name}`"),
         );
-        let merged = move_unknown_keys(merged, &label, &mut warnings);
+        let merged = move_unknown_keys(merged, &label, &mut |key, warning| {
+            warn(&mut warnings, &key_path(key), warning);
+        });
         // Named after the agent for what it sets itself, else `global`
         // (once, however many agents have it from there).
         if let Some(Value::Object(args)) = merged.get("model_args") {
             for (key, value) in args {
                 if let Some(problem) = super::model_args::problem(key, value, "model_args.") {
-                    let place = if own_args.contains(key) {
-                        label.as_str()
+                    let (path, place) = if own_args.contains(key) {
+                        (join(&entry_path, &format!("model_args.{key}")), label.as_str())
                     } else {
-                        "`global`"
+                        (format!("global.model_args.{key}"), "`global`")
                     };
-                    let line = format!("{place}: {problem}");
-                    if !problems.contains(&line) {
-                        problems.push(line);
+                    if !problems.reported(&path) {
+                        problems.at(path, format!("{place}: {problem}"));
                     }
                 }
             }
         }
         resolved_agents.push(Value::Object(merged.clone()));
-        match typed::<RawAgent>(Value::Object(merged), &format!("agent_configs[{index}]")) {
-            Ok(agent) => match agent_config(agent, index, &own_keys, &mut problems) {
-                Ok(agent) => agents.push(agent),
-                Err(problem) => problems.push(problem),
-            },
-            Err(problem) => problems.push(problem),
+        let Some(agent) = typed::<RawAgent>(Value::Object(merged), &key_path, &mut problems) else {
+            continue;
+        };
+        if let Some(agent) = agent_config(agent, &entry_path, &key_path, &own_keys, &mut problems) {
+            agents.push(agent);
         }
     }
     // A system prompt ported from the Python framework, where it was
@@ -414,28 +473,44 @@ pub(super) fn resolve(
         if let SystemPrompt::Inline(text) = &agent.system_prompt
             && let Some((_, name)) = crate::prompt::placeholders::python_placeholder(text)
         {
-            warnings.push(format!(
-                "agent `{}`: `system_prompt` holds `{{{name}}}`, a Python `str.format` \
-                 placeholder that Jinja sends literally; write `{{{{ {name} }}}}`, or move the \
-                 text to a prompt file with `renderer: format`",
-                agent.name
+            let at = places
+                .first([
+                    join(&agent.at, "system_prompt").as_str(),
+                    "global.system_prompt",
+                ])
+                .or_else(|| places.at(&agent.at));
+            warnings.push(Places::placed(
+                at.as_deref(),
+                &format!(
+                    "agent `{}`: `system_prompt` holds `{{{name}}}`, a Python `str.format` \
+                     placeholder that Jinja sends literally; write `{{{{ {name} }}}}`, or move \
+                     the text to a prompt file with `renderer: format`",
+                    agent.name
+                ),
             ));
         }
     }
     if raw.agent_configs.as_ref().is_none_or(Vec::is_empty) {
-        problems.push("the tactic has no agents; add at least one under `agent_configs`".into());
+        problems.at(
+            "agent_configs",
+            "the tactic has no agents; add at least one under `agent_configs`",
+        );
     }
     let mut seen = BTreeSet::new();
     for agent in &agents {
         if !seen.insert(agent.name.clone()) {
-            problems.push(format!(
-                "agent `{}` is defined twice in `agent_configs`",
-                agent.name
-            ));
+            problems.at(
+                join(&agent.at, "name"),
+                format!("agent `{}` is defined twice in `agent_configs`", agent.name),
+            );
         }
     }
 
-    let providers = resolve_providers(raw.providers.clone().unwrap_or_default(), &mut problems);
+    let providers = resolve_providers(
+        raw.providers.clone().unwrap_or_default(),
+        "providers",
+        &mut problems,
+    );
 
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut tools = Vec::new();
@@ -446,29 +521,46 @@ pub(super) fn resolve(
         .into_iter()
         .enumerate()
     {
+        let at = format!("tools[{index}]");
+        let Some(tool) = entry_map(tool, &at, "`name`, `command`, …", &mut problems) else {
+            continue;
+        };
+        let Some(tool) = typed::<RawTool>(
+            Value::Object(tool),
+            &|relative| join(&at, relative),
+            &mut problems,
+        ) else {
+            continue;
+        };
         let Some(name) = tool.name.filter(|name| !name.trim().is_empty()) else {
-            problems.push(format!("`tools[{index}]` has no `name`"));
+            problems.missing(&join(&at, "name"), format!("`{at}` has no `name`"));
             continue;
         };
         let command = tool.command.unwrap_or_default();
         if command.is_empty() {
-            problems.push(format!(
-                "tool `{name}` has no `command` (a list: program and arguments)"
-            ));
+            problems.missing(
+                &join(&at, "command"),
+                format!("tool `{name}` has no `command` (a list: program and arguments)"),
+            );
             continue;
         }
-        let timeout_s = read(
-            tool.timeout_s.as_ref(),
-            &numbers::TOOL_TIMEOUT_S,
-            &format!("tool `{name}`"),
-            &mut problems,
-        );
+        let timeout_s = problems.numbers(&join(&at, "timeout_s"), |found| {
+            read(
+                tool.timeout_s.as_ref(),
+                &numbers::TOOL_TIMEOUT_S,
+                &format!("tool `{name}`"),
+                found,
+            )
+        });
         let parameters = match tool.parameters {
             None => serde_json::json!({"type": "object", "properties": {}}),
             Some(parameters) => match tool_parameters(&parameters) {
                 Ok(()) => parameters,
                 Err(problem) => {
-                    problems.push(format!("tool `{name}`: `parameters` {problem}"));
+                    problems.at(
+                        join(&at, "parameters"),
+                        format!("tool `{name}`: `parameters` {problem}"),
+                    );
                     continue;
                 }
             },
@@ -506,24 +598,39 @@ pub(super) fn resolve(
         .into_iter()
         .enumerate()
     {
+        let at = format!("mcp_servers[{index}]");
+        let Some(server) = entry_map(server, &at, "`name`, `command`, …", &mut problems) else {
+            continue;
+        };
+        let Some(server) = typed::<RawMcpServer>(
+            Value::Object(server),
+            &|relative| join(&at, relative),
+            &mut problems,
+        ) else {
+            continue;
+        };
         match (server.name, server.command) {
             (Some(name), Some(command)) if !name.trim().is_empty() && !command.is_empty() => {
                 if mcp_servers
                     .iter()
                     .any(|known: &McpServerConfig| known.name == name)
                 {
-                    problems.push(format!(
-                        "MCP server `{name}` is defined twice under `mcp_servers:`"
-                    ));
+                    problems.at(
+                        join(&at, "name"),
+                        format!("MCP server `{name}` is defined twice under `mcp_servers:`"),
+                    );
                     continue;
                 }
-                let timeout_s = read(
-                    server.timeout_s.as_ref(),
-                    &numbers::TOOL_TIMEOUT_S,
-                    &format!("MCP server `{name}`"),
-                    &mut problems,
-                )
-                .unwrap_or(60.0);
+                let timeout_s = problems
+                    .numbers(&join(&at, "timeout_s"), |found| {
+                        read(
+                            server.timeout_s.as_ref(),
+                            &numbers::TOOL_TIMEOUT_S,
+                            &format!("MCP server `{name}`"),
+                            found,
+                        )
+                    })
+                    .unwrap_or(60.0);
                 mcp_servers.push(McpServerConfig {
                     command,
                     args: server.args.unwrap_or_default(),
@@ -536,15 +643,22 @@ pub(super) fn resolve(
                     name,
                 })
             }
-            _ => problems.push(format!(
-                "`mcp_servers[{index}]` needs a `name` and a non-empty `command`"
-            )),
+            (name, _) => {
+                let key = if name.is_some_and(|name| !name.trim().is_empty()) {
+                    "command"
+                } else {
+                    "name"
+                };
+                problems.missing(
+                    &join(&at, key),
+                    format!("`{at}` needs a `name` and a non-empty `command`"),
+                );
+            }
         }
     }
 
-    let agent_names: Vec<&str> = agents.iter().map(|agent| agent.name.as_str()).collect();
     let flow = FlowParser {
-        agent_names,
+        agent_names: agent_names.iter().map(String::as_str).collect(),
         step_names: BTreeSet::new(),
         steps_seen: 0,
         problems: &mut problems,
@@ -552,9 +666,6 @@ pub(super) fn resolve(
     .parse(raw.flow.clone().unwrap_or_default(), "flow");
     super::flow::check_forks(&flow, &mut problems);
 
-    // A number set under `global` is reported once, not once per agent.
-    let mut seen = BTreeSet::new();
-    problems.retain(|problem| seen.insert(problem.clone()));
     let mut resolved = document;
     if let Value::Object(map) = &mut resolved {
         map.insert("agent_configs".into(), Value::Array(resolved_agents));
@@ -612,7 +723,7 @@ pub(super) fn resolve(
             .and_then(|value| {
                 numbers::MAX_WORKERS
                     .check(value)
-                    .map_err(|problem| problems.push(problem))
+                    .map_err(|problem| problems.at("max_workers", problem))
                     .ok()
             })
             .map(|workers| workers as usize),
@@ -624,7 +735,7 @@ pub(super) fn resolve(
             .and_then(|value| {
                 numbers::CACHE_TTL_S
                     .check(value)
-                    .map_err(|problem| problems.push(problem))
+                    .map_err(|problem| problems.at("cache_ttl_s", problem))
                     .ok()
             }),
         warnings,
@@ -632,7 +743,12 @@ pub(super) fn resolve(
         model_override: None,
         price_overrides: None,
         model_args_override: super::ModelArgs::default(),
+        places,
+        left_out: LeftOut::default(),
     };
+    // The resolved document has every name the file writes.
+    let left_out = LeftOut::of(&config.resolved, &config);
+    let config = TacticConfig { left_out, ..config };
     if problems.is_empty() {
         Ok(config)
     } else {
@@ -683,7 +799,7 @@ fn tool_parameters(parameters: &Value) -> Result<(), String> {
 }
 
 /// A value's kind in a problem: `a string`, `a list`, …
-fn describe_value(value: &Value) -> &'static str {
+pub(super) fn describe_value(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -695,11 +811,12 @@ fn describe_value(value: &Value) -> &'static str {
 }
 
 /// D14: keys that are not agent settings become model arguments, with a
-/// warning, and never replace a key `model_args` already has.
+/// warning (given to `warn` with the key), and never replace a key
+/// `model_args` already has.
 fn move_unknown_keys(
     mut agent: Map<String, Value>,
     label: &str,
-    warnings: &mut Vec<String>,
+    warn: &mut dyn FnMut(&str, String),
 ) -> Map<String, Value> {
     let unknown: Vec<String> = agent
         .keys()
@@ -716,17 +833,23 @@ fn move_unknown_keys(
     for key in &unknown {
         let value = agent.remove(key).unwrap_or(Value::Null);
         if model_args.contains_key(key) {
-            warnings.push(format!(
-                "{label}: unknown key `{shown}` ignored: `model_args.{shown}` is set explicitly{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied()),
-                shown = suggest::printable(key)
-            ));
+            warn(
+                key,
+                format!(
+                    "{label}: unknown key `{shown}` ignored: `model_args.{shown}` is set explicitly{}",
+                    suggest::hint(key, AGENT_KEYS.iter().copied()),
+                    shown = suggest::printable(key)
+                ),
+            );
         } else {
-            warnings.push(format!(
-                "{label}: unknown key `{shown}` passed to the model as `model_args.{shown}`{}",
-                suggest::hint(key, AGENT_KEYS.iter().copied()),
-                shown = suggest::printable(key)
-            ));
+            warn(
+                key,
+                format!(
+                    "{label}: unknown key `{shown}` passed to the model as `model_args.{shown}`{}",
+                    suggest::hint(key, AGENT_KEYS.iter().copied()),
+                    shown = suggest::printable(key)
+                ),
+            );
             model_args.insert(key.clone(), value);
         }
     }
@@ -769,19 +892,21 @@ fn numeric_keys_set(entry: &Map<String, Value>) -> BTreeSet<&'static str> {
     keys
 }
 
-/// Builds one agent; problems with its numbers go to `problems` (named after
-/// the agent, or `global` for a number it has from there), the first other
-/// problem is the error.
+/// Builds the agent at `at` (`agent_configs[0]`); every problem goes to
+/// `problems`, at the path `key_path` gives a key (the entry's, or
+/// `global`'s when the entry has it from there), and numbers are named after
+/// the agent, or `global`. `None` when it has no name or no model.
 fn agent_config(
     agent: RawAgent,
-    index: usize,
+    at: &str,
+    key_path: &dyn Fn(&str) -> String,
     own_keys: &BTreeSet<&'static str>,
-    problems: &mut Vec<String>,
-) -> Result<AgentConfig, String> {
-    let name = agent
-        .name
-        .filter(|name| !name.trim().is_empty())
-        .ok_or_else(|| format!("`agent_configs[{index}]` has no `name`"))?;
+    problems: &mut Problems,
+) -> Option<AgentConfig> {
+    let Some(name) = agent.name.filter(|name| !name.trim().is_empty()) else {
+        problems.missing(&key_path("name"), format!("`{at}` has no `name`"));
+        return None;
+    };
     let place = |range: &numbers::Range| {
         if own_keys.contains(range.key) {
             format!("agent `{name}`")
@@ -790,7 +915,11 @@ fn agent_config(
         }
     };
     let mut count = |value: Option<&Value>, range: &numbers::Range| {
-        read_whole(value, range, &place(range), problems).map(|value| value as u32)
+        problems
+            .numbers(&key_path(range.key), |found| {
+                read_whole(value, range, &place(range), found)
+            })
+            .map(|value| value as u32)
     };
     let max_exception_retry = count(
         agent.max_exception_retry.as_ref(),
@@ -801,12 +930,13 @@ fn agent_config(
         &numbers::MAX_INTERRUPT_STEPS,
     );
     let max_llm_recall = count(agent.max_llm_recall.as_ref(), &numbers::MAX_LLM_RECALL);
-    let model_name = agent
-        .model_name
-        .filter(|model| !model.trim().is_empty())
-        .ok_or_else(|| {
-            format!("agent `{name}` has no `model_name`; set it under `global` or on the agent")
-        })?;
+    let model_name = agent.model_name.filter(|model| !model.trim().is_empty());
+    if model_name.is_none() {
+        problems.missing(
+            &key_path("model_name"),
+            format!("agent `{name}` has no `model_name`; set it under `global` or on the agent"),
+        );
+    }
     let system_prompt = match (agent.system_prompt, agent.system_prompt_path) {
         (Some(text), _) => SystemPrompt::Inline(text),
         (None, Some(key)) => SystemPrompt::Key(key),
@@ -817,12 +947,15 @@ fn agent_config(
         Some(Value::Object(mut settings)) => match settings.remove("type") {
             None | Some(Value::Null) => None,
             Some(Value::String(kind)) => {
-                let max_tokens = read_whole(
-                    settings.remove("max_tokens").as_ref(),
-                    &numbers::CONTEXT_MAX_TOKENS,
-                    &place(&numbers::CONTEXT_MAX_TOKENS),
-                    problems,
-                );
+                let max_tokens =
+                    problems.numbers(&key_path(numbers::CONTEXT_MAX_TOKENS.key), |found| {
+                        read_whole(
+                            settings.remove("max_tokens").as_ref(),
+                            &numbers::CONTEXT_MAX_TOKENS,
+                            &place(&numbers::CONTEXT_MAX_TOKENS),
+                            found,
+                        )
+                    });
                 Some(ContextManagerConfig {
                     kind,
                     max_tokens,
@@ -830,36 +963,47 @@ fn agent_config(
                 })
             }
             Some(other) => {
-                return Err(format!(
-                    "agent `{name}`: `context_manager.type` must be a name, not {other}"
-                ));
+                problems.at(
+                    key_path("context_manager.type"),
+                    format!("agent `{name}`: `context_manager.type` must be a name, not {other}"),
+                );
+                None
             }
         },
         Some(other) => {
-            return Err(format!(
-                "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
-            ));
+            problems.at(
+                key_path("context_manager"),
+                format!(
+                    "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
+                ),
+            );
+            None
         }
     };
     // Accepted once and never used; streaming is chosen per run, not per agent.
     if agent.stream.is_some() {
-        return Err(format!(
-            "agent `{name}`: `stream` is not an agent setting; hint: streaming is chosen per \
-             run (`lllm run --stream` shows the final turn as it arrives) or per call in code, \
-             so remove it"
-        ));
+        problems.at(
+            key_path("stream"),
+            format!(
+                "agent `{name}`: `stream` is not an agent setting; hint: streaming is chosen per \
+                 run (`lllm run --stream` shows the final turn as it arrives) or per call in \
+                 code, so remove it"
+            ),
+        );
     }
     let api_type = match agent.api_type.as_deref() {
         None | Some("completion") => ApiType::Completion,
         Some("response") => ApiType::Response,
         Some(other) => {
-            return Err(format!(
-                "agent `{name}`: `api_type: {other}` must be `completion` or `response`"
-            ));
+            problems.at(
+                key_path("api_type"),
+                format!("agent `{name}`: `api_type: {other}` must be `completion` or `response`"),
+            );
+            ApiType::Completion
         }
     };
-    Ok(AgentConfig {
-        model_name,
+    Some(AgentConfig {
+        model_name: model_name?,
         system_prompt,
         model_args: agent.model_args.unwrap_or_default(),
         tools: agent.tools.unwrap_or_default(),
@@ -870,17 +1014,21 @@ fn agent_config(
         context_manager,
         api_type,
         name,
+        at: at.to_string(),
     })
 }
 
-/// The `providers:` entries, checked; each problem goes to `problems` and
-/// its entry is left out.
+/// The `providers:` entries (at `at` in the document), checked; each problem
+/// goes to `problems` and its entry is left out.
 fn resolve_providers(
     raw: BTreeMap<String, RawProvider>,
-    problems: &mut Vec<String>,
+    at: &str,
+    problems: &mut Problems,
 ) -> BTreeMap<String, ProviderConfig> {
     let mut providers = BTreeMap::new();
     for (name, provider) in raw {
+        let entry = join(at, &name);
+        let key = |key: &str| join(&entry, key);
         let api = match provider.api.as_deref() {
             None if name == "anthropic" => ProviderApi::Anthropic,
             None if name == "mock" => ProviderApi::Mock,
@@ -888,36 +1036,35 @@ fn resolve_providers(
             Some("anthropic") => ProviderApi::Anthropic,
             Some("mock") => ProviderApi::Mock,
             Some(other) => {
-                problems.push(format!(
-                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
-                    suggest::hint(other, ["openai", "anthropic", "mock"])
-                ));
+                problems.at(
+                    key("api"),
+                    format!(
+                        "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
+                        suggest::hint(other, ["openai", "anthropic", "mock"])
+                    ),
+                );
                 continue;
             }
         };
         let place = format!("provider `{name}`");
-        let number = |value: &Option<Value>, range, problems: &mut Vec<String>| {
-            read_whole(value.as_ref(), range, &place, problems)
+        let mut number = |value: &Option<Value>, range: &numbers::Range| {
+            problems.numbers(&key(range.key), |found| {
+                read_whole(value.as_ref(), range, &place, found)
+            })
         };
-        let seconds = |value: &Option<Value>, range, problems: &mut Vec<String>| {
-            read(value.as_ref(), range, &place, problems)
+        let max_concurrency = number(&provider.max_concurrency, &numbers::MAX_CONCURRENCY);
+        let rpm = number(&provider.rpm, &numbers::RPM);
+        let tpm = number(&provider.tpm, &numbers::TPM);
+        let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS);
+        let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS);
+        let mut seconds = |value: &Option<Value>, range: &numbers::Range| {
+            problems.numbers(&key(range.key), |found| {
+                read(value.as_ref(), range, &place, found)
+            })
         };
-        let max_concurrency = number(
-            &provider.max_concurrency,
-            &numbers::MAX_CONCURRENCY,
-            problems,
-        );
-        let rpm = number(&provider.rpm, &numbers::RPM, problems);
-        let tpm = number(&provider.tpm, &numbers::TPM, problems);
-        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S, problems);
-        let connect_timeout_s = seconds(
-            &provider.connect_timeout_s,
-            &numbers::CONNECT_TIMEOUT_S,
-            problems,
-        );
-        let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS, problems);
-        let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS, problems);
-        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S, problems);
+        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S);
+        let connect_timeout_s = seconds(&provider.connect_timeout_s, &numbers::CONNECT_TIMEOUT_S);
+        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S);
         if let Some(base) = retry_base_ms {
             let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
             if base > cap {
@@ -926,9 +1073,12 @@ fn resolve_providers(
                 } else {
                     ""
                 };
-                problems.push(format!(
-                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
-                ));
+                problems.at(
+                    key("retry_base_ms"),
+                    format!(
+                        "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
+                    ),
+                );
             }
         }
         if let Some(role) = provider
@@ -936,15 +1086,16 @@ fn resolve_providers(
             .as_deref()
             .filter(|role| !matches!(*role, "system" | "developer"))
         {
-            problems.push(format!(
-                "provider `{name}`: `system_role: {role}` must be `system` or `developer`"
-            ));
+            problems.at(
+                key("system_role"),
+                format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
+            );
         }
         let structured_output = provider.structured_output.as_deref().and_then(|given| {
             use crate::provider::anthropic::StructuredOutput;
             let setting = StructuredOutput::from_name(given);
             if setting.is_none() {
-                problems.push(format!(
+                problems.at(key("structured_output"), format!(
                     "provider `{name}`: unknown `structured_output: {}`; use {}{}",
                     suggest::printable(given),
                     StructuredOutput::NAMES
@@ -953,7 +1104,7 @@ fn resolve_providers(
                     suggest::hint(given, StructuredOutput::NAMES)
                 ));
             } else if api != ProviderApi::Anthropic {
-                problems.push(format!(
+                problems.at(key("structured_output"), format!(
                     "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
                      an OpenAI-compatible server gets a format as `response_format` (chat \
                      completions) or `text.format` (Responses API)"
@@ -992,14 +1143,38 @@ fn resolve_providers(
 /// config file), as a tactic's would have them, one line each: unknown keys
 /// (with a "did you mean"), numbers out of range, unknown `api`s.
 pub fn check_providers(providers: &Map<String, Value>) -> Vec<String> {
-    let mut problems = Vec::new();
+    check_providers_at(providers, &crate::yaml::Positions::default())
+        .into_iter()
+        .map(|(_, problem)| problem)
+        .collect()
+}
+
+/// [`check_providers`] for entries read from a file (under `providers:` in
+/// it): each problem with the `line:column` of what it is about, when
+/// `positions` (the file's) has one.
+pub fn check_providers_at(
+    providers: &Map<String, Value>,
+    positions: &crate::yaml::Positions,
+) -> Vec<(Option<crate::yaml::Location>, String)> {
+    let mut problems = Problems::default();
+    let mut raw = BTreeMap::new();
     for (name, entry) in providers {
-        match typed::<RawProvider>(entry.clone(), &format!("providers.{name}")) {
-            Ok(raw) => {
-                resolve_providers(BTreeMap::from([(name.clone(), raw)]), &mut problems);
-            }
-            Err(problem) => problems.push(problem),
+        let at = join("providers", name);
+        if let Some(provider) = typed::<RawProvider>(
+            entry.clone(),
+            &|relative| join(&at, relative),
+            &mut problems,
+        ) {
+            raw.insert(name.clone(), provider);
         }
     }
+    resolve_providers(raw, "providers", &mut problems);
     problems
+        .into_found()
+        .into_iter()
+        .map(|problem| {
+            let location = problem.at.as_deref().and_then(|path| positions.get(path));
+            (location, problem.message)
+        })
+        .collect()
 }

@@ -531,11 +531,11 @@ fn bad_mcp_server_entries_are_named() {
     assert_eq!(
         error,
         [
-            "MCP server `s` is defined twice under `mcp_servers:`",
-            "`mcp_servers[2]` needs a `name` and a non-empty `command`",
-            "MCP server `u`: `timeout_s: 0` must be a number from 0.001 to 86400 (seconds)",
+            "7:5: MCP server `s` is defined twice under `mcp_servers:`",
+            "10:5: `mcp_servers[2]` needs a `name` and a non-empty `command`",
+            "13:5: MCP server `u`: `timeout_s: 0` must be a number from 0.001 to 86400 (seconds)",
         ]
-        .map(|problem| format!("{path}: {problem}"))
+        .map(|problem| format!("{path}:{problem}"))
         .join("\n")
     );
 }
@@ -569,30 +569,32 @@ flow:
     )]);
     let error = files.error("t.yaml");
     let path = files.0.path().join("t.yaml").display().to_string();
+    // Each at the line and column of its key (in `global` for what the
+    // agents have from there).
     let expected = [
-        "`global`: `max_llm_recall: -1` must be a whole number from 0 to 100 (retries)",
-        "`global`: `context_manager.max_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
-        "agent `b`: `max_exception_retry: 1000` must be a whole number from 0 to 100 (repairs)",
-        "agent `b`: `max_interrupt_steps: 2.5` must be a whole number from 0 to 100 (tool rounds; 0 is the cap of 100)",
-        "provider `p`: `max_concurrency: 0` must be a whole number from 1 to 100000 (requests at once)",
-        "provider `p`: `rpm: 0` must be a whole number from 1 to 1000000000 (requests per minute)",
-        "provider `p`: `tpm: 0` must be a whole number from 1 to 1000000000000 (tokens per minute)",
-        "provider `p`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
-        "provider `p`: `connect_timeout_s: -1` must be a number from 0.001 to 3600 (seconds)",
-        "provider `p`: `retry_base_ms: 1e+30` must be a whole number from 0 to 3600000 (milliseconds)",
-        "provider `p`: `retry_cap_ms: .inf` must be a whole number from 0 to 3600000 (milliseconds)",
-        "provider `q`: `timeout_s: .nan` must be a number from 0.001 to 86400 (seconds)",
-        "provider `q`: `retry_base_ms: 120000` is above `retry_cap_ms` (60000, the default); the first back-off cannot be longer than the longest",
-        "provider `r`: `retry_base_ms: 500` is above `retry_cap_ms` (100); the first back-off cannot be longer than the longest",
-        "tool `t`: `timeout_s: -1` must be a number from 0.001 to 86400 (seconds)",
-        "MCP server `s`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
-        "`flow[0].loop`: `max: 100000` must be a whole number from 1 to 10000 (rounds)",
+        "3:3: `global`: `max_llm_recall: -1` must be a whole number from 0 to 100 (retries)",
+        "4:36: `global`: `context_manager.max_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
+        "8:5: agent `b`: `max_exception_retry: 1000` must be a whole number from 0 to 100 (repairs)",
+        "9:5: agent `b`: `max_interrupt_steps: 2.5` must be a whole number from 0 to 100 (tool rounds; 0 is the cap of 100)",
+        "11:7: provider `p`: `max_concurrency: 0` must be a whole number from 1 to 100000 (requests at once)",
+        "11:27: provider `p`: `rpm: 0` must be a whole number from 1 to 1000000000 (requests per minute)",
+        "11:35: provider `p`: `tpm: 0` must be a whole number from 1 to 1000000000000 (tokens per minute)",
+        "11:43: provider `p`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
+        "11:60: provider `p`: `connect_timeout_s: -1` must be a number from 0.001 to 3600 (seconds)",
+        "12:7: provider `p`: `retry_base_ms: 1e+30` must be a whole number from 0 to 3600000 (milliseconds)",
+        "12:28: provider `p`: `retry_cap_ms: .inf` must be a whole number from 0 to 3600000 (milliseconds)",
+        "13:7: provider `q`: `timeout_s: .nan` must be a number from 0.001 to 86400 (seconds)",
+        "13:24: provider `q`: `retry_base_ms: 120000` is above `retry_cap_ms` (60000, the default); the first back-off cannot be longer than the longest",
+        "14:7: provider `r`: `retry_base_ms: 500` is above `retry_cap_ms` (100); the first back-off cannot be longer than the longest",
+        "16:29: tool `t`: `timeout_s: -1` must be a number from 0.001 to 86400 (seconds)",
+        "18:29: MCP server `s`: `timeout_s: 1e+20` must be a number from 0.001 to 86400 (seconds)",
+        "20:12: `flow[0].loop`: `max: 100000` must be a whole number from 1 to 10000 (rounds)",
     ];
     let mut lines: Vec<&str> = error.lines().collect();
     lines.sort();
     let mut expected: Vec<String> = expected
         .iter()
-        .map(|problem| format!("{path}: {problem}"))
+        .map(|problem| format!("{path}:{problem}"))
         .collect();
     expected.sort();
     assert_eq!(
@@ -640,7 +642,13 @@ fn names_holding_line_breaks_keep_one_problem_per_line() {
         ),
     ]);
     let error = files.error("top.yaml");
-    assert!(error.ends_with("unknown key `a\\nb`"), "{error}");
+    // A key with an escape has no place of its own: the file.
+    assert!(
+        error
+            .lines()
+            .any(|line| line.ends_with("top.yaml: unknown key `a\\nb`")),
+        "{error}"
+    );
     for name in ["top.yaml", "agent.yaml"] {
         let error = files.error(name);
         for line in error.lines() {
@@ -704,11 +712,12 @@ fn an_inline_system_prompt_with_a_python_placeholder_is_warned_about() {
     let config = files.load("t.yaml").unwrap();
     assert_eq!(
         config.warnings,
-        [
-            "agent `a`: `system_prompt` holds `{role}`, a Python `str.format` placeholder that \
-          Jinja sends literally; write `{{ role }}`, or move the text to a prompt file with \
-          `renderer: format`"
-        ]
+        [format!(
+            "{}:4:5: agent `a`: `system_prompt` holds `{{role}}`, a Python `str.format` placeholder that \
+          Jinja sends literally; write `{{{{ role }}}}`, or move the text to a prompt file with \
+          `renderer: format`",
+            files.0.path().join("t.yaml").display()
+        )]
     );
 }
 
@@ -727,7 +736,7 @@ fn a_tool_s_parameters_are_a_json_schema_of_an_object() {
                 let error = error.to_string();
                 assert!(
                     error.starts_with(&format!(
-                        "{}: tool `wc`: `parameters` ",
+                        "{}:5:5: tool `wc`: `parameters` ",
                         files.0.path().join("t.yaml").display()
                     )),
                     "{error}"
@@ -908,4 +917,169 @@ fn a_fork_names_a_dialog_its_agent_has_opened() {
         ),
         None,
     );
+}
+
+/// The problems of `name`, each with the files' directory cut off.
+fn problems_of(files: &Files, name: &str) -> Vec<String> {
+    let root = format!("{}/", files.0.path().display());
+    files
+        .error(name)
+        .lines()
+        .map(|line| line.replace(&root, ""))
+        .collect()
+}
+
+#[test]
+fn every_value_of_the_wrong_type_is_listed_at_its_place() {
+    // Serde stopped at the first wrong type: one run, one problem. Each is
+    // now left out and the rest read again, so all are listed, and what
+    // they belong to stays (the agent with a wrong `tools` still exists,
+    // so the step naming it is not told it does not).
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo}\n\
+         agent_configs:\n\
+         \x20 - 5\n\
+         \x20 - name: a\n\
+         \x20   tools: [x, 3, y, [4]]\n\
+         \x20   api_type: maybe\n\
+         \x20   stream: true\n\
+         tools:\n\
+         \x20 - just a name\n\
+         \x20 - {name: t, command: [x], cwd: [no]}\n\
+         providers:\n\
+         \x20 p: {rpmx: 1, send_name: often}\n\
+         flow:\n\
+         \x20 - {step: one, agent: a, text: hi, args: 5}\n\
+         \x20 - {step: two, agent: a, prompt: [p]}\n\
+         \x20 - 7\n\
+         cache: sometimes\n",
+    )]);
+    assert_eq!(
+        problems_of(&files, "t.yaml"),
+        [
+            "t.yaml:12:7: `providers.p.rpmx`: unknown field `rpmx`, expected one of `api`, \
+             `base_url`, `api_key_env`, `max_concurrency`, `rpm`, `tpm`, `timeout_s`, \
+             `connect_timeout_s`, `system_role`, `send_name`, `retry_base_ms`, `retry_cap_ms`, \
+             `script`, `headers`, `cache`, `cache_ttl_s`",
+            "t.yaml:12:16: `providers.p.send_name`: invalid type: string \"often\", expected a boolean",
+            "t.yaml:17:1: `cache`: invalid type: string \"sometimes\", expected a boolean",
+            // A number in a list has no place of its own: the list's.
+            "t.yaml:2:1: `agent_configs[0]` must be a mapping (`name`, `model_name`, …), not a number",
+            // Items after a dropped one keep their indexes as written.
+            "t.yaml:5:5: `agent_configs[1].tools[1]`: invalid type: integer `3`, expected a string",
+            "t.yaml:5:5: `agent_configs[1].tools[3]`: invalid type: sequence, expected a string",
+            "t.yaml:7:5: agent `a`: `stream` is not an agent setting; hint: streaming is chosen \
+             per run (`lllm run --stream` shows the final turn as it arrives) or per call in \
+             code, so remove it",
+            "t.yaml:6:5: agent `a`: `api_type: maybe` must be `completion` or `response`",
+            "t.yaml:9:5: `tools[0]` must be a mapping (`name`, `command`, …), not a string",
+            "t.yaml:10:29: `tools[1].cwd`: invalid type: sequence, expected a string",
+            "t.yaml:14:37: `flow[0].args`: invalid type: integer `5`, expected a map",
+            "t.yaml:15:27: `flow[1].prompt`: invalid type: sequence, expected a string",
+            "t.yaml:13:1: `flow[2]` must be a mapping (a step, a `loop` or a `parallel`), not a number",
+        ]
+    );
+}
+
+#[test]
+fn problems_are_placed_in_the_file_of_the_chain_that_wrote_them() {
+    let files = Files::new(&[
+        (
+            "base.yaml",
+            "global:\n  model_name: mock/echo\n  max_llm_recall: lots\nagent_configs:\n  - name: a\n    tools: 5\ncolour: red\n",
+        ),
+        (
+            "t.yaml",
+            "base: base.yaml\nglobal: {max_exception_retry: -1}\nflavour: sweet\n",
+        ),
+    ]);
+    assert_eq!(
+        problems_of(&files, "t.yaml"),
+        [
+            "t.yaml:3:1: unknown key `flavour`",
+            "base.yaml:7:1: unknown key `colour`",
+            "base.yaml:6:5: `agent_configs[0].tools`: invalid type: integer `5`, expected a sequence",
+            "t.yaml:2:10: `global`: `max_exception_retry: -1` must be a whole number from 0 to 100 (repairs)",
+            "base.yaml:3:3: `global`: `max_llm_recall: lots` must be a whole number from 0 to 100 (retries)",
+        ]
+    );
+    // A setting a user's defaults brought has no place in the files.
+    let defaults = Defaults {
+        model: None,
+        providers: json!({"local": {"rpm": 0}}).as_object().cloned().unwrap(),
+    };
+    let files = Files::new(&[(
+        "t.yaml",
+        "providers: {other: {}}\nagent_configs: [{name: a, model_name: mock/echo}]\n",
+    )]);
+    let error = load_with(&files.0.path().join("t.yaml"), &defaults)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.ends_with("t.yaml: provider `local`: `rpm: 0` must be a whole number from 1 to 1000000000 (requests per minute)"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_missing_key_is_at_its_entry_unless_its_value_was_wrong() {
+    let files = Files::new(&[(
+        "t.yaml",
+        "agent_configs:\n  - name: a\n  - {name: b, model_name: [x]}\n  - model_name: mock/echo\n\
+         flow:\n  - step: one\n    text: hi\n  - {step: two, agent: a, text: [x]}\n\
+         mcp_servers:\n  - {name: s}\n",
+    )]);
+    assert_eq!(
+        problems_of(&files, "t.yaml"),
+        [
+            "t.yaml:2:5: agent `a` has no `model_name`; set it under `global` or on the agent",
+            // Its model is wrong, not missing.
+            "t.yaml:3:15: `agent_configs[1].model_name`: invalid type: sequence, expected a string",
+            "t.yaml:4:5: `agent_configs[2]` has no `name`",
+            "t.yaml:10:6: `mcp_servers[0]` needs a `name` and a non-empty `command`",
+            "t.yaml:6:5: step `one` has no `agent`",
+            // Its text is wrong, not missing.
+            "t.yaml:8:27: `flow[1].text`: invalid type: sequence, expected a string",
+        ]
+    );
+}
+
+#[test]
+fn a_flow_with_problems_keeps_every_step_name() {
+    // The partial config keeps a step with problems (its agent or input
+    // empty) and a loop with a wrong `max` (once), so later templates'
+    // checks still know their names.
+    let files = Files::new(&[(
+        "t.yaml",
+        "global: {model_name: mock/echo}\nagent_configs: [{name: a}]\nflow:\n\
+         \x20 - {step: one, text: hi}\n\
+         \x20 - {step: two, agent: a}\n\
+         \x20 - {step: three, agent: a, prompt: p, text: hi}\n\
+         \x20 - loop: {max: 0}\n\
+         \x20   steps: [{step: four, agent: a, text: x}]\n\
+         \x20 - parallel: 5\n\
+         \x20   steps: [{step: five, agent: a, text: x}]\n",
+    )]);
+    match files.load("t.yaml") {
+        Err(Error::Incomplete {
+            partial, problems, ..
+        }) => {
+            let mut names = Vec::new();
+            fn walk(items: &[FlowItem], names: &mut Vec<String>) {
+                for item in items {
+                    match item {
+                        FlowItem::Step(step) => names.push(step.name.clone()),
+                        FlowItem::Tactic(step) => names.push(step.name.clone()),
+                        FlowItem::Loop(config) => walk(&config.steps, names),
+                        FlowItem::Parallel(config) => walk(&config.steps, names),
+                    }
+                }
+            }
+            walk(&partial.flow, &mut names);
+            assert_eq!(names, ["one", "two", "three", "four", "five"]);
+            assert_eq!(problems.len(), 5, "{problems:#?}");
+        }
+        other => panic!("{:?}", other.map(|config| config.name)),
+    }
 }

@@ -63,16 +63,24 @@ pub enum ScriptError {
         /// What the YAML parser says.
         message: String,
     },
-    /// `place` is where in the script, like `replies[2].tool_calls[0]`.
-    #[error("{origin}: {}{message}", place_prefix(.place))]
+    /// `place` is where in the script, like `replies[2].tool_calls[0]`;
+    /// `at` its line and column in the text, when known.
+    #[error("{origin}{}: {}{message}", at_suffix(.at), place_prefix(.place))]
     Invalid {
         /// The file (or where the script text came from).
         origin: String,
         /// Where in the script.
         place: String,
+        /// The line and column of `place` in the text.
+        at: Option<crate::yaml::Location>,
         /// What is wrong.
         message: String,
     },
+}
+
+fn at_suffix(at: &Option<crate::yaml::Location>) -> String {
+    at.map(|at| format!(":{}:{}", at.line, at.column))
+        .unwrap_or_default()
 }
 
 /// A result whose error is a [`ScriptError`].
@@ -386,11 +394,11 @@ impl Script {
 
     /// Parses a script; `origin` names it in errors (usually the file path).
     pub fn parse(text: &str, origin: &str) -> Result<Script> {
-        let value: Value = if text.trim().is_empty() {
-            Value::Object(Map::new())
+        let (value, positions) = if text.trim().is_empty() {
+            (Value::Object(Map::new()), crate::yaml::Positions::default())
         } else {
             // `.inf` and `.nan` stay text, so a number field rejects them by name.
-            crate::yaml::parse(text).map_err(|error| {
+            crate::yaml::parse_located(text).map_err(|error| {
                 // The location goes in front, like every `file:line:column` error.
                 ScriptError::Syntax {
                     origin: origin.to_string(),
@@ -402,6 +410,8 @@ impl Script {
         };
         let parts = read::script(&value).map_err(|problem| ScriptError::Invalid {
             origin: origin.to_string(),
+            // Places are written as the document's paths (`replies[2].text`).
+            at: positions.get(problem.node.as_deref().unwrap_or(&problem.place)),
             place: problem.place,
             message: problem.message,
         })?;

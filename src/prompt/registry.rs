@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::walk::{MAX_WALK_ENTRIES, Walk, key_of, walk};
 use super::{Error, Extensions, HandlerTexts, NamedRenderer, Parser, Prompt, Renderer, Result};
 use crate::suggest;
+use crate::yaml::Positions;
 
 /// The largest prompt file read (a prompt past this is surely a mistake, and
 /// every request would carry it).
@@ -41,6 +42,10 @@ pub struct Registry {
     broken: BTreeSet<String>,
     /// What loading found suspicious but usable, one line each.
     warnings: Vec<String>,
+    /// Where each file's front-matter keys are (`file:line:column`), by
+    /// prompt key: for the problems a tactic finds with them later (a tool
+    /// the prompt names that the tactic lacks).
+    front_matter: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Registry {
@@ -75,6 +80,7 @@ impl Registry {
             prompts: BTreeMap::new(),
             broken: BTreeSet::new(),
             warnings: Vec::new(),
+            front_matter: BTreeMap::new(),
         };
         let Walk {
             mut files,
@@ -108,11 +114,14 @@ impl Registry {
                 Some(problem) => Err(problem),
                 None => read_prompt(&file),
             };
-            match read.and_then(|text| {
-                let prompt = parse_file(&key, &text, &file, extensions)?;
-                Ok((prompt, text))
+            // Every problem of a file at once: its front matter's and its
+            // template's.
+            match read.map_err(|problem| vec![problem]).and_then(|text| {
+                let (prompt, places) = parse_file(&key, &text, &file, extensions)?;
+                Ok((prompt, places, text))
             }) {
-                Ok((prompt, text)) => {
+                Ok((prompt, places, text)) => {
+                    registry.front_matter.insert(key.clone(), places);
                     let template_line = split_front_matter(&text).map_or(1, |(_, template)| {
                         text[..text.len() - template.len()].lines().count() + 1
                     });
@@ -125,8 +134,8 @@ impl Registry {
                         ));
                     registry.prompts.insert(key, prompt);
                 }
-                Err(error) => {
-                    problems.push(error);
+                Err(errors) => {
+                    problems.extend(errors);
                     registry.broken.insert(key);
                 }
             }
@@ -164,6 +173,15 @@ impl Registry {
     /// them as warnings.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// `file:line:column` of front-matter key `front_key` in the file of
+    /// prompt `key`, when it has one.
+    pub(crate) fn place(&self, key: &str, front_key: &str) -> Option<&str> {
+        self.front_matter
+            .get(key)?
+            .get(front_key)
+            .map(String::as_str)
     }
 
     /// Adds `prompt` under its `path`, replacing one with that key.
@@ -229,149 +247,236 @@ fn split_front_matter(text: &str) -> Option<(&str, &str)> {
     None
 }
 
-fn parse_file(key: &str, text: &str, file: &Path, extensions: &Extensions) -> Result<Prompt> {
+/// A prompt file's prompt with where its front-matter keys are
+/// (`file:line:column`), or every problem of its front matter and its
+/// template, each naming the file and, when known, the line and column.
+fn parse_file(
+    key: &str,
+    text: &str,
+    file: &Path,
+    extensions: &Extensions,
+) -> std::result::Result<(Prompt, BTreeMap<String, String>), Vec<Error>> {
     let file_label = file.display().to_string();
-    let invalid = |message: String| Error::File {
-        path: file_label.clone(),
-        message,
-    };
     let Some((front, template)) = split_front_matter(text) else {
-        return Prompt::new(key, text).map_err(|error| with_file(error, &file_label, 0));
+        return Prompt::new(key, text)
+            .map(|prompt| (prompt, BTreeMap::new()))
+            .map_err(|error| vec![with_file(error, &file_label, 0)]);
     };
-    let front: Map<String, Value> = if front.trim().is_empty() {
-        Map::new()
+    // The front matter starts on the file's second line.
+    let at = |line: usize, column: usize| format!("{file_label}:{}:{column}", line + 1);
+    let (front, positions): (Map<String, Value>, Positions) = if front.trim().is_empty() {
+        (Map::new(), Positions::default())
     } else {
-        // The front matter starts on the file's second line.
-        let at = |line: usize, column: usize| format!("{file_label}:{}:{column}", line + 1);
-        match crate::yaml::parse(front) {
-            Ok(Value::Object(map)) => map,
+        match crate::yaml::parse_located(front) {
+            Ok((Value::Object(map), positions)) => (map, positions),
             Ok(_) => {
-                return Err(Error::File {
+                return Err(vec![Error::File {
                     path: at(1, 1),
                     message: "the front matter must be a mapping of keys (`parser`, `format`, …)"
                         .into(),
-                });
+                }]);
             }
             Err(error) => {
                 let (line, column) = error
                     .location
                     .map_or((1, 1), |location| (location.line, location.column));
-                return Err(Error::File {
+                return Err(vec![Error::File {
                     path: at(line, column),
                     message: error.message,
-                });
+                }]);
             }
         }
     };
+    let mut problems = Vec::new();
+    // A problem of the front-matter key at `path`, at its line and column.
+    let mut invalid = |path: &str, message: String| {
+        problems.push(Error::File {
+            path: positions
+                .get(path)
+                .map_or_else(|| file_label.clone(), |place| at(place.line, place.column)),
+            message,
+        });
+    };
     for key in front.keys() {
         if !FRONT_MATTER_KEYS.contains(&key.as_str()) {
-            return Err(invalid(format!(
-                "unknown front-matter key `{key}`{}",
-                suggest::hint(key, FRONT_MATTER_KEYS.iter().copied())
-            )));
+            invalid(
+                key,
+                format!(
+                    "unknown front-matter key `{key}`{}",
+                    suggest::hint(key, FRONT_MATTER_KEYS.iter().copied())
+                ),
+            );
         }
     }
     let renderer = match front.get("renderer") {
-        None => Renderer::Jinja,
+        None => Some(Renderer::Jinja),
         Some(Value::String(name)) => match name.as_str() {
-            "jinja" => Renderer::Jinja,
-            "format" => Renderer::Format,
+            "jinja" => Some(Renderer::Jinja),
+            "format" => Some(Renderer::Format),
             other => match extensions.renderers.get(other) {
-                Some(renderer) => Renderer::Custom(NamedRenderer::new(other, renderer.clone())),
+                Some(renderer) => Some(Renderer::Custom(NamedRenderer::new(
+                    other,
+                    renderer.clone(),
+                ))),
                 None => {
                     let known = super::extensions::BUILTIN_RENDERERS
                         .iter()
                         .copied()
                         .chain(extensions.renderer_names());
-                    return Err(invalid(format!(
-                        "`renderer: {}` must be `jinja`, `format` or a registered renderer{}",
-                        suggest::printable(other),
-                        suggest::hint(other, known)
-                    )));
+                    invalid(
+                        "renderer",
+                        format!(
+                            "`renderer: {}` must be `jinja`, `format` or a registered renderer{}",
+                            suggest::printable(other),
+                            suggest::hint(other, known)
+                        ),
+                    );
+                    None
                 }
             },
         },
         Some(other) => {
-            return Err(invalid(format!(
-                "`renderer` must be a name (`jinja`, `format` or a registered one), not {other}"
-            )));
+            invalid(
+                "renderer",
+                format!(
+                    "`renderer` must be a name (`jinja`, `format` or a registered one), not {other}"
+                ),
+            );
+            None
         }
     };
     let front_lines = text[..text.len() - template.len()].lines().count();
-    let mut prompt = Prompt::with_renderer(key, template, renderer.clone())
-        .map_err(|error| with_file(error, &file_label, front_lines))?;
+    // The template is compiled in its renderer; without one (a wrong
+    // `renderer`), the rest of the front matter is still checked on an
+    // empty Jinja template.
+    let mut template_problem = None;
+    let compiled = match &renderer {
+        Some(renderer) => Prompt::with_renderer(key, template, renderer.clone())
+            .map_err(|error| template_problem = Some(with_file(error, &file_label, front_lines)))
+            .ok(),
+        None => None,
+    };
+    let mut prompt = match compiled {
+        Some(prompt) => prompt,
+        None => Prompt::with_renderer(key, "", renderer.clone().unwrap_or(Renderer::Jinja))
+            .map_err(|error| vec![error])?,
+    };
+    let renderer = prompt.renderer().clone();
     if let Some(parser) = front.get("parser") {
-        prompt.parser =
-            Some(Parser::from_value_with(parser, &extensions.parsers).map_err(invalid)?);
+        match Parser::from_value_with(parser, &extensions.parsers) {
+            Ok(parser) => prompt.parser = Some(parser),
+            Err(message) => invalid("parser", message),
+        }
     }
-    if let Some(format) = front.get("format") {
-        prompt
-            .set_format(Some(format.clone()))
-            .map_err(|error| invalid(error.to_string()))?;
+    if let Some(format) = front.get("format")
+        && let Err(error) = prompt.set_format(Some(format.clone()))
+    {
+        invalid("format", error.to_string());
     }
-    prompt.tools = string_list(&front, "tools").map_err(invalid)?;
-    prompt.mcp_servers = string_list(&front, "mcp_servers").map_err(invalid)?;
+    for (key, list) in [
+        ("tools", &mut prompt.tools),
+        ("mcp_servers", &mut prompt.mcp_servers),
+    ] {
+        match string_list(&front, key) {
+            Ok(names) => *list = names,
+            Err(message) => invalid(key, message),
+        }
+    }
     if let Some(metadata) = front.get("metadata") {
-        prompt.metadata = metadata
-            .as_object()
-            .cloned()
-            .ok_or_else(|| invalid("`metadata` must be a mapping".into()))?;
+        match metadata.as_object() {
+            Some(metadata) => prompt.metadata = metadata.clone(),
+            None => invalid("metadata", "`metadata` must be a mapping".into()),
+        }
     }
     if front.contains_key("addon_args") {
         // The Python framework's provider add-ons (`web_search`,
         // `computer_use`) were never sent by lllm; refusing them beats a run
         // that silently lacks the search the prompt counts on.
-        return Err(invalid(
+        invalid(
+            "addon_args",
             "`addon_args` (the Python framework's provider add-ons such as `web_search` or \
              `computer_use`) are not supported; hint: remove them, and pass a provider's own \
              request options through the agent's `model_args`"
                 .into(),
-        ));
+        );
     }
     if let Some(Value::String(name)) = front.get("handler") {
         // A registered handler's name; the tactic checks it exists.
         prompt.handler_name = Some(name.clone());
     } else if let Some(handler) = front.get("handler") {
-        prompt.handler = handler_texts(handler, &renderer).map_err(invalid)?;
-        // Each handler text sees one value (or none); it is rendered with a
-        // sample of it now, so a text that cannot render is reported before
-        // anything is sent, not when a repair or a tool result needs it.
-        let handlers = [
-            (
-                "exception",
-                &prompt.handler.exception,
-                Some("error_message"),
-            ),
-            ("interrupt", &prompt.handler.interrupt, Some("call_results")),
-            ("interrupt_final", &prompt.handler.interrupt_final, None),
-        ];
-        for (name, text, sees) in handlers {
-            let handler = prompt
-                .handler_template(text)
-                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
-            let unknown: Vec<String> = handler
-                .template_vars()
-                .iter()
-                .filter(|variable| Some(variable.as_str()) != sees)
-                .map(|variable| format!("`{variable}`"))
-                .collect();
-            if !unknown.is_empty() {
-                let seen = sees.map_or("nothing".to_string(), |sees| format!("only `{sees}`"));
-                return Err(invalid(format!(
-                    "`handler.{name}` needs {}, but it sees {seen}",
-                    unknown.join(", ")
-                )));
+        match handler_texts(handler, &renderer) {
+            Ok(texts) => {
+                prompt.handler = texts;
+                for (name, problem) in handler_problems(&prompt) {
+                    invalid(&format!("handler.{name}"), problem);
+                }
             }
-            let mut sample = Map::new();
-            if let Some(sees) = sees {
-                sample.insert(sees.to_string(), Value::String("…".into()));
-            }
-            handler
-                .render(&sample)
-                .map_err(|error| invalid(format!("`handler.{name}`: {error}")))?;
+            Err(message) => invalid("handler", message),
         }
     }
-    Ok(prompt)
+    problems.extend(template_problem);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let places = front
+        .keys()
+        .filter_map(|key| {
+            let place = positions.get(key)?;
+            Some((key.clone(), at(place.line, place.column)))
+        })
+        .collect();
+    Ok((prompt, places))
+}
+
+/// The problems of a prompt's handler texts, with the name of each text.
+/// Each sees one value (or none); it is rendered with a sample of it now,
+/// so a text that cannot render is reported before anything is sent, not
+/// when a repair or a tool result needs it.
+fn handler_problems(prompt: &Prompt) -> Vec<(&'static str, String)> {
+    let handlers = [
+        (
+            "exception",
+            &prompt.handler.exception,
+            Some("error_message"),
+        ),
+        ("interrupt", &prompt.handler.interrupt, Some("call_results")),
+        ("interrupt_final", &prompt.handler.interrupt_final, None),
+    ];
+    let mut problems = Vec::new();
+    for (name, text, sees) in handlers {
+        let handler = match prompt.handler_template(text) {
+            Ok(handler) => handler,
+            Err(error) => {
+                problems.push((name, format!("`handler.{name}`: {error}")));
+                continue;
+            }
+        };
+        let unknown: Vec<String> = handler
+            .template_vars()
+            .iter()
+            .filter(|variable| Some(variable.as_str()) != sees)
+            .map(|variable| format!("`{variable}`"))
+            .collect();
+        if !unknown.is_empty() {
+            let seen = sees.map_or("nothing".to_string(), |sees| format!("only `{sees}`"));
+            problems.push((
+                name,
+                format!(
+                    "`handler.{name}` needs {}, but it sees {seen}",
+                    unknown.join(", ")
+                ),
+            ));
+            continue;
+        }
+        let mut sample = Map::new();
+        if let Some(sees) = sees {
+            sample.insert(sees.to_string(), Value::String("…".into()));
+        }
+        if let Err(error) = handler.render(&sample) {
+            problems.push((name, format!("`handler.{name}`: {error}")));
+        }
+    }
+    problems
 }
 
 fn with_file(error: Error, file: &str, line_offset: usize) -> Error {
@@ -626,7 +731,7 @@ mod tests {
         assert_eq!(
             problems,
             [
-                "ROOT/search.md: `addon_args` (the Python framework's provider add-ons such as \
+                "ROOT/search.md:2:1: `addon_args` (the Python framework's provider add-ons such as \
               `web_search` or `computer_use`) are not supported; hint: remove them, and pass a \
               provider's own request options through the agent's `model_args`"
             ]

@@ -179,14 +179,29 @@ pub fn read_price_file(path: &std::path::Path) -> Result<Value, String> {
             path.display()
         ));
     };
-    let problems: Vec<String> = entries
+    let problems: Vec<(&String, String)> = entries
         .iter()
         .filter(|(model, _)| model.as_str() != "sample_spec")
-        .flat_map(|(model, entry)| super::pricing::check_entry(model, entry))
-        .map(|problem| format!("`{}`: {problem}", path.display()))
+        .flat_map(|(model, entry)| {
+            super::pricing::check_entry(model, entry)
+                .into_iter()
+                .map(move |problem| (model, problem))
+        })
         .collect();
     if !problems.is_empty() {
-        return Err(problems.join("\n"));
+        // Each at its model's line and column: the file read again, with
+        // where its nodes are (JSON is YAML), only now that it has problems.
+        let positions = crate::yaml::parse_located(&text)
+            .map(|(_, positions)| positions)
+            .unwrap_or_default();
+        let lines: Vec<String> = problems
+            .into_iter()
+            .map(|(model, problem)| match positions.get(model) {
+                Some(at) => format!("{}:{}:{}: {problem}", path.display(), at.line, at.column),
+                None => format!("`{}`: {problem}", path.display()),
+            })
+            .collect();
+        return Err(lines.join("\n"));
     }
     let mut prices = serde_json::Map::new();
     for (model, entry) in entries {

@@ -25,20 +25,16 @@ use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
 use super::{Error, Result, Tactic, program, record};
 
 /// Problems are collected, not returned at the first one: the user sees them
-/// all. Each is marked as about prompts and templates (`push`, `take`) or
-/// about the rest of the tactic (`push_other`, `take_other`): when the config
-/// itself has problems, only the first kind is worth adding to them (the rest
-/// may be their consequences, like a tool the config dropped).
+/// all, each once (two agents on one unusable prompt make one line). A
+/// problem about a name the config left out for its own problems
+/// (`TacticConfig::left_out`) is not one: it would only echo the config's.
 #[derive(Default)]
 pub(super) struct Problems {
     pub(super) lines: Vec<String>,
-    /// Indexes of the lines that are not about prompts and templates.
-    others: Vec<usize>,
 }
 
 impl Problems {
-    /// Adds a problem about prompts or templates once (two agents on one
-    /// unusable prompt make one line).
+    /// Adds a problem once.
     pub(super) fn push(&mut self, problem: impl std::fmt::Display) {
         let problem = problem.to_string();
         if !self.lines.contains(&problem) {
@@ -46,15 +42,7 @@ impl Problems {
         }
     }
 
-    /// Adds a problem about anything else (providers, tools, servers).
-    pub(super) fn push_other(&mut self, problem: impl std::fmt::Display) {
-        let problem = problem.to_string();
-        if !self.lines.contains(&problem) {
-            self.others.push(self.lines.len());
-            self.lines.push(problem);
-        }
-    }
-
+    /// The value of `result`, or its error added as a problem.
     pub(super) fn take<T, E: std::fmt::Display>(
         &mut self,
         result: std::result::Result<T, E>,
@@ -62,21 +50,17 @@ impl Problems {
         result.map_err(|error| self.push(error)).ok()
     }
 
-    pub(super) fn take_other<T, E: std::fmt::Display>(
+    /// `take`, the problem placed where the setting at `path` of `config`
+    /// is written.
+    pub(super) fn take_at<T, E: std::fmt::Display>(
         &mut self,
+        config: &TacticConfig,
+        path: &str,
         result: std::result::Result<T, E>,
     ) -> Option<T> {
-        result.map_err(|error| self.push_other(error)).ok()
-    }
-
-    /// The problems about prompts and templates only.
-    pub(super) fn of_templates(self) -> Vec<String> {
-        self.lines
-            .into_iter()
-            .enumerate()
-            .filter(|(index, _)| !self.others.contains(index))
-            .map(|(_, line)| line)
-            .collect()
+        result
+            .map_err(|error| self.push(config.placed(path, error)))
+            .ok()
     }
 }
 
@@ -246,16 +230,17 @@ impl Tactic {
 
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
-        let providers = problems
-            .take_other(Providers::new(&config.providers, env))
-            .map(|providers| match (replacement, dry_run) {
-                (Some(provider), _) => providers.serve_all_with(provider),
-                (None, Some(log)) => providers.dry_run(log),
-                (None, None) => match &builder.batch_api {
-                    Some(hub) => providers.via_batch_api(hub.clone()),
-                    None => providers,
-                },
-            });
+        let providers =
+            problems
+                .take(Providers::new(&config.providers, env))
+                .map(|providers| match (replacement, dry_run) {
+                    (Some(provider), _) => providers.serve_all_with(provider),
+                    (None, Some(log)) => providers.dry_run(log),
+                    (None, None) => match &builder.batch_api {
+                        Some(hub) => providers.via_batch_api(hub.clone()),
+                        None => providers,
+                    },
+                });
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());
         }
@@ -265,13 +250,26 @@ impl Tactic {
                 Err(error) => {
                     // Every number out of range is its own problem; a table
                     // of the wrong shape is one.
-                    let place = config.path.display();
-                    let checked = crate::provider::pricing::check_table(overrides);
-                    if checked.is_empty() {
-                        problems.push_other(format!("{place}: `pricing`: {error}"));
+                    // Where `path` is written, else the file.
+                    let place = |path: &str| {
+                        config
+                            .places
+                            .at(path)
+                            .unwrap_or_else(|| config.path.display().to_string())
+                    };
+                    let entries = overrides.as_object().into_iter().flatten();
+                    let mut checked = 0;
+                    for (model, entry) in entries {
+                        for problem in crate::provider::pricing::check_entry(model, entry) {
+                            checked += 1;
+                            problems.push(format!(
+                                "{}: `pricing`: {problem}",
+                                place(&crate::yaml::join_path("pricing", model))
+                            ));
+                        }
                     }
-                    for problem in checked {
-                        problems.push_other(format!("{place}: `pricing`: {problem}"));
+                    if checked == 0 {
+                        problems.push(format!("{}: `pricing`: {error}", place("pricing")));
                     }
                     Arc::new(ModelTable::bundled().clone())
                 }
@@ -282,21 +280,42 @@ impl Tactic {
 
         let mut agents = IndexMap::new();
         for agent in &config.agents {
+            let key_path = |key: &str| config.agent_key(&agent.at, key);
             let system_prompt = match &agent.system_prompt {
                 SystemPrompt::Key(key) => lookup(
                     &registry,
                     key,
                     &format!("agent `{}`", agent.name),
                     &mut problems,
+                    (&config, &key_path("system_prompt_path")),
                 ),
                 SystemPrompt::Inline(text) => {
                     let key = format!("{}/system (inline)", agent.name);
-                    problems.take(Prompt::new(key, text.clone())).map(Arc::new)
+                    problems
+                        .take_at(
+                            &config,
+                            &key_path("system_prompt"),
+                            Prompt::new(key, text.clone()),
+                        )
+                        .map(Arc::new)
                 }
             };
+            // A provider the config left out was reported with its entry.
+            let left_out = config
+                .left_out
+                .providers
+                .contains(split_model(&agent.model_name).0);
             let mut model = providers
                 .as_ref()
-                .and_then(|providers| problems.take_other(providers.resolve(&agent.model_name)));
+                .filter(|_| !left_out)
+                .and_then(|providers| {
+                    let resolved = providers.resolve(&agent.model_name);
+                    let at = match &resolved {
+                        Err(error) => provider_problem_at(error, &key_path("model_name")),
+                        Ok(_) => String::new(),
+                    };
+                    problems.take_at(&config, &at, resolved)
+                });
             if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
                 let budgeted = BudgetedProvider::new(
                     resolved.provider.clone(),
@@ -309,7 +328,9 @@ impl Tactic {
                 );
                 match budgeted {
                     Ok(budgeted) => resolved.provider = Arc::new(budgeted),
-                    Err(problem) => problems.push_other(problem),
+                    Err(problem) => {
+                        problems.push(config.placed(&key_path("model_name"), problem));
+                    }
                 }
             }
             if let (Some(source), Some(resolved), Some(providers)) =
@@ -323,31 +344,44 @@ impl Tactic {
                     &format!("agent `{}`", agent.name),
                     server,
                     &mut problems,
+                    config.places.at(&key_path("mcp_servers")).as_deref(),
                 );
             }
             for tool in &agent.tools {
-                if !toolbox.contains(tool) {
-                    problems.push_other(format!(
-                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
-                        agent.name,
-                        crate::suggest::hint(tool, toolbox.names())
+                if !toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
+                    problems.push(config.placed(
+                        &key_path("tools"),
+                        format!(
+                            "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                            agent.name,
+                            crate::suggest::hint(tool, toolbox.names())
+                        ),
                     ));
                 }
             }
             let context_manager = agent.context_manager.as_ref().and_then(|settings| {
                 let (provider, model) = split_model(&agent.model_name);
-                problems.take_other(extensions.context_managers.build(&ContextSettings {
-                    kind: settings.kind.clone(),
-                    model_provider: provider.to_string(),
-                    model: model.to_string(),
-                    max_tokens: settings.max_tokens,
-                    options: settings.options.clone(),
-                }))
+                problems.take_at(
+                    &config,
+                    &key_path("context_manager"),
+                    extensions.context_managers.build(&ContextSettings {
+                        kind: settings.kind.clone(),
+                        model_provider: provider.to_string(),
+                        model: model.to_string(),
+                        max_tokens: settings.max_tokens,
+                        options: settings.options.clone(),
+                    }),
+                )
             });
             let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
                 continue;
             };
-            check_prompt_tools(&config, &toolbox, &system_prompt, &mut problems);
+            check_prompt_tools(
+                &config,
+                &toolbox,
+                (&system_prompt, &registry),
+                &mut problems,
+            );
             prompts.insert(system_prompt.path.clone(), system_prompt.clone());
             let spec = AgentSpec {
                 name: agent.name.clone(),
@@ -389,7 +423,7 @@ impl Tactic {
         );
         let result = config.result.as_ref().and_then(|text| {
             problems
-                .take(Prompt::new("result", text.clone()))
+                .take_at(&config, "result", Prompt::new("result", text.clone()))
                 .map(Arc::new)
         });
 
@@ -409,7 +443,7 @@ impl Tactic {
                     .map(|name| (name.to_string(), "Registry::tool")),
             )
             .collect();
-        check_handlers(&prompts, extensions, &mut problems);
+        check_handlers(&prompts, &registry, extensions, &mut problems);
         // A record of this tactic may hold what a sub-tactic's run put in its
         // dialogs (its delivery): scrubbed of the sub-tactics' secrets too.
         let mut secrets = builder.secrets;
@@ -465,19 +499,39 @@ impl Tactic {
     }
 }
 
-/// The prompt `key` of the registry, for `who`. A key whose file failed to
-/// load was reported with the file's problem; it is not reported again.
+/// Where the problem of resolving a model is written: the provider's entry
+/// for what is wrong with it (a header, its `api_key_env`), else the
+/// agent's `model_name` (at `model_name`).
+fn provider_problem_at(error: &crate::provider::registry::Error, model_name: &str) -> String {
+    use crate::provider::registry::Error;
+    match error {
+        Error::UnsetKeyVariable { provider, .. } => crate::yaml::join_path(
+            &crate::yaml::join_path("providers", provider),
+            "api_key_env",
+        ),
+        Error::Invalid { provider, .. } => crate::yaml::join_path("providers", provider),
+        Error::UnknownProvider { .. } | Error::MissingKey { .. } | Error::Unavailable { .. } => {
+            model_name.to_string()
+        }
+    }
+}
+
+/// The prompt `key` of the registry, for `who`, whose setting is at `path`
+/// of `config` (`(config, path)`: where a problem is placed). A key whose
+/// file failed to load was reported with the file's problem; it is not
+/// reported again.
 pub(super) fn lookup(
     registry: &Registry,
     key: &str,
     who: &str,
     problems: &mut Problems,
+    (config, path): (&TacticConfig, &str),
 ) -> Option<Arc<Prompt>> {
     match registry.get(key) {
         Ok(prompt) => Some(Arc::new(prompt.clone())),
         Err(crate::prompt::Error::Broken { .. }) => None,
         Err(error) => {
-            problems.push(format!("{who}: {error}"));
+            problems.push(config.placed(path, format!("{who}: {error}")));
             None
         }
     }
@@ -487,42 +541,55 @@ pub(super) fn lookup(
 /// `agent_configs`, and the file has no program of its own (`flow:`,
 /// `result:`), which would never run.
 fn check_program(config: &TacticConfig, flow: &dyn program::DynFlow, problems: &mut Problems) {
-    let place = config.path.display();
+    // A place of the file: the key's when it has one, else the file.
+    let place = |path: &str| {
+        config
+            .places
+            .at(path)
+            .unwrap_or_else(|| config.path.display().to_string())
+    };
     let name = flow.name();
     for key in ["flow", "result"] {
         if config.resolved.get(key).is_some() {
-            problems.push_other(format!(
-                "{place}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
+            problems.push(format!(
+                "{}: `tactic_type: {name}` is the programmed tactic `{name}` (registered \
                  in this binary), which never runs a `{key}:`; remove `{key}:`, or rename \
-                 `tactic_type` to run the YAML flow"
+                 `tactic_type` to run the YAML flow",
+                place(key)
             ));
         }
     }
     let names = config.agents.iter().map(|agent| agent.name.as_str());
     for agent in flow.agents() {
-        if !names.clone().any(|name| name == *agent) {
-            problems.push_other(format!(
-                "{place}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
+        if !names.clone().any(|name| name == *agent) && !config.left_out.agents.contains(*agent) {
+            problems.push(format!(
+                "{}: programmed tactic `{name}` uses agent `{agent}`, which is not under \
                  `agent_configs`{}",
+                place("agent_configs"),
                 crate::suggest::hint(agent, names.clone())
             ));
         }
     }
 }
 
-/// A tool or MCP server a prompt names must be declared in the tactic.
+/// A tool or MCP server a prompt names must be declared in the tactic;
+/// a problem is placed at the prompt file's front matter (`registry` knows
+/// where).
 pub(super) fn check_prompt_tools(
     config: &TacticConfig,
     toolbox: &Toolbox,
-    prompt: &Prompt,
+    (prompt, registry): (&Prompt, &Registry),
     problems: &mut Problems,
 ) {
     for tool in &prompt.tools {
-        if !toolbox.contains(tool) {
-            problems.push_other(format!(
-                "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
-                prompt.path,
-                crate::suggest::hint(tool, toolbox.names())
+        if !toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
+            problems.push(crate::config::placed(
+                registry.place(&prompt.path, "tools"),
+                format!(
+                    "prompt `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                    prompt.path,
+                    crate::suggest::hint(tool, toolbox.names())
+                ),
             ));
         }
     }
@@ -532,16 +599,27 @@ pub(super) fn check_prompt_tools(
             &format!("prompt `{}`", prompt.path),
             server,
             problems,
+            registry.place(&prompt.path, "mcp_servers"),
         );
     }
 }
 
-fn check_server(config: &TacticConfig, who: &str, server: &str, problems: &mut Problems) {
+/// `server`, which `who` names (written at `place`), is under `mcp_servers:`.
+fn check_server(
+    config: &TacticConfig,
+    who: &str,
+    server: &str,
+    problems: &mut Problems,
+    place: Option<&str>,
+) {
     let names = config.mcp_servers.iter().map(|server| server.name.as_str());
-    if !names.clone().any(|name| name == server) {
-        problems.push_other(format!(
-            "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
-            crate::suggest::hint(server, names)
+    if !names.clone().any(|name| name == server) && !config.left_out.mcp_servers.contains(server) {
+        problems.push(crate::config::placed(
+            place,
+            format!(
+                "{who} names MCP server `{server}`, which is not defined under `mcp_servers:`{}",
+                crate::suggest::hint(server, names)
+            ),
         ));
     }
 }
@@ -556,7 +634,7 @@ fn add_registered_tools(
 ) -> Toolbox {
     for (name, tool) in extensions.named.tools.iter() {
         if toolbox.contains(name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{name}` is both defined in the tactic (`tools:` or `builtin_tools:`) and \
                  registered by the program (`Registry::tool`); rename one"
             ));
@@ -570,6 +648,7 @@ fn add_registered_tools(
 /// Every prompt that names a handler (`handler: NAME`) names a registered one.
 fn check_handlers(
     prompts: &BTreeMap<String, Arc<Prompt>>,
+    registry: &Registry,
     extensions: &Extensions,
     problems: &mut Problems,
 ) {
@@ -582,12 +661,15 @@ fn check_handlers(
                 .handler_names()
                 .map(|name| format!("`{name}`"))
                 .collect();
-            problems.push(format!(
-                "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
-                prompt.path,
-                crate::suggest::printable(name),
-                crate::suggest::hint(name, extensions.handler_names()),
-                known.join(", ")
+            problems.push(crate::config::placed(
+                registry.place(&prompt.path, "handler"),
+                format!(
+                    "prompt `{}` names handler `{}`, which is not registered{} (known: {})",
+                    prompt.path,
+                    crate::suggest::printable(name),
+                    crate::suggest::hint(name, extensions.handler_names()),
+                    known.join(", ")
+                ),
             ));
         }
     }
@@ -597,7 +679,7 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     let mut toolbox = Toolbox::default();
     for tool in &config.tools {
         if toolbox.contains(&tool.name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
@@ -621,15 +703,17 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
     }
     for builtin in &config.builtin_tools {
         if toolbox.contains(&builtin.name) {
-            problems.push_other(format!(
+            problems.push(format!(
                 "tool `{}` is both under `tools:` and `builtin_tools:`",
                 builtin.name
             ));
             continue;
         }
-        if let Some(tool) =
-            problems.take_other(BuiltinTool::new(&builtin.name, builtin.root.as_deref()))
-        {
+        if let Some(tool) = problems.take_at(
+            config,
+            &crate::yaml::join_path("builtin_tools", &builtin.name),
+            BuiltinTool::new(&builtin.name, builtin.root.as_deref()),
+        ) {
             toolbox.insert(Arc::new(tool));
         }
     }

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use super::flow::{Condition, base_context, step_names};
 use super::{ArgValue, Node, Step, SubStep, Tactic, Task};
+use crate::config::{SystemPrompt, TacticConfig, join_path};
 use crate::prompt::Prompt;
 
 /// The fields of a step's output in the template context.
@@ -34,6 +35,7 @@ enum Shape {
 /// task's argument names, earlier steps and the step's own arguments.
 pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> Vec<String> {
     let mut checker = Checker {
+        config: &tactic.config,
         known: arg_names.clone(),
         steps: BTreeMap::new(),
         problems: Vec::new(),
@@ -52,6 +54,7 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
             &agent.system_prompt,
             &known,
             &format!("agent `{}`", agent.name),
+            &system_prompt_at(&tactic.config, &agent.name),
         );
     }
     let mut opened: BTreeSet<(String, String)> = BTreeSet::new();
@@ -59,7 +62,7 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
     flatten(&tactic.nodes, &mut checks);
     for check in checks {
         match check {
-            Check::Condition(condition, place) => checker.condition(condition, &place),
+            Check::Condition(condition, place, at) => checker.condition(condition, &place, &at),
             Check::Names(names) => checker.known.extend(names.into_iter().map(str::to_string)),
             Check::Steps(names, shape) => {
                 for name in names {
@@ -77,14 +80,19 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
                         step.name, agent.name
                     );
                     let known = checker.known.clone();
-                    checker.prompt(&agent.system_prompt, &known, &place);
+                    checker.prompt(
+                        &agent.system_prompt,
+                        &known,
+                        &place,
+                        &system_prompt_at(&tactic.config, &agent.name),
+                    );
                 }
                 let known = checker.known.clone();
                 let mut step_known = known.clone();
                 for (name, value) in &step.args {
                     if let ArgValue::Template(template) = value {
                         let place = format!("step `{}` argument `{name}`", step.name);
-                        checker.prompt(template, &known, &place);
+                        checker.prompt(template, &known, &place, &argument_at(&step.at, name));
                     }
                     step_known.insert(name.clone());
                 }
@@ -94,7 +102,12 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
                     .iter()
                     .filter_map(|(name, _)| Some((name.clone(), checker.steps.remove(name)?)))
                     .collect();
-                checker.prompt(&step.prompt, &step_known, &format!("step `{}`", step.name));
+                checker.prompt(
+                    &step.prompt,
+                    &step_known,
+                    &format!("step `{}`", step.name),
+                    &tactic.config.first_written(&step.at, &["prompt", "text"]),
+                );
                 checker.steps.extend(hidden);
                 checker.known.insert(step.name.clone());
                 checker.steps.insert(step.name.clone(), Shape::Output);
@@ -103,14 +116,34 @@ pub(super) fn check_variables(tactic: &Tactic, arg_names: &BTreeSet<String>) -> 
     }
     if let Some(result) = &tactic.result {
         let known = checker.known.clone();
-        checker.prompt(result, &known, "`result`");
+        checker.prompt(result, &known, "`result`", "result");
     }
     let mut problems = checker.problems;
     problems.extend(checker.later);
     problems
 }
 
-struct Checker {
+/// Where the system prompt of agent `name` is set: its `system_prompt`
+/// or `system_prompt_path`, on its entry or under `global` (its entry when
+/// it has the default).
+fn system_prompt_at(config: &TacticConfig, name: &str) -> String {
+    let Some(agent) = config.agent(name) else {
+        return String::new();
+    };
+    let key = match agent.system_prompt {
+        SystemPrompt::Key(_) => "system_prompt_path",
+        SystemPrompt::Inline(_) => "system_prompt",
+    };
+    config.agent_key(&agent.at, key)
+}
+
+/// Where argument `name` of the step at `at` is set.
+fn argument_at(at: &str, name: &str) -> String {
+    join_path(&join_path(at, "args"), name)
+}
+
+struct Checker<'c> {
+    config: &'c TacticConfig,
     known: BTreeSet<String>,
     /// Step names defined so far, with what they hold.
     steps: BTreeMap<String, Shape>,
@@ -119,8 +152,10 @@ struct Checker {
     later: Vec<String>,
 }
 
-impl Checker {
-    fn prompt(&mut self, prompt: &Prompt, available: &BTreeSet<String>, place: &str) {
+impl Checker<'_> {
+    /// The problems of `prompt` (`place` in words, set at `at` in the
+    /// document) given the names `available`.
+    fn prompt(&mut self, prompt: &Prompt, available: &BTreeSet<String>, place: &str, at: &str) {
         let absent: Vec<String> = prompt
             .template_vars()
             .iter()
@@ -130,19 +165,22 @@ impl Checker {
         if !absent.is_empty() {
             let mut have: Vec<String> = available.iter().map(|name| format!("`{name}`")).collect();
             have.truncate(12);
-            self.problems.push(format!(
-                "{place}: prompt `{}` needs {} (available: {})",
-                prompt.path,
-                absent.join(", "),
-                have.join(", ")
+            self.problems.push(self.config.placed(
+                at,
+                format!(
+                    "{place}: prompt `{}` needs {} (available: {})",
+                    prompt.path,
+                    absent.join(", "),
+                    have.join(", ")
+                ),
             ));
         }
         let what = format!("prompt `{}`", prompt.path);
-        let problems = self.fields(prompt.attributes_read(), &what, place);
+        let problems = self.fields(prompt.attributes_read(), &what, place, at);
         self.problems.extend(problems);
     }
 
-    fn condition(&mut self, condition: &Condition, place: &str) {
+    fn condition(&mut self, condition: &Condition, place: &str, at: &str) {
         let absent: Vec<String> = condition
             .variables
             .iter()
@@ -150,14 +188,17 @@ impl Checker {
             .map(|name| format!("`{name}`"))
             .collect();
         if !absent.is_empty() {
-            self.later.push(format!(
-                "{place}: `{}` needs {}",
-                condition.source,
-                absent.join(", ")
+            self.later.push(self.config.placed(
+                at,
+                format!(
+                    "{place}: `{}` needs {}",
+                    condition.source,
+                    absent.join(", ")
+                ),
             ));
         }
         let what = format!("`{}`", condition.source);
-        let problems = self.fields(&condition.attributes, &what, place);
+        let problems = self.fields(&condition.attributes, &what, place, at);
         self.later.extend(problems);
     }
 
@@ -167,6 +208,7 @@ impl Checker {
         attributes: &BTreeSet<(String, String)>,
         what: &str,
         place: &str,
+        at: &str,
     ) -> Vec<String> {
         let mut problems = Vec::new();
         for (name, field) in attributes {
@@ -187,27 +229,36 @@ impl Checker {
             }
         }
         problems
+            .into_iter()
+            .map(|problem| self.config.placed(at, problem))
+            .collect()
     }
 
     fn sub_tactic(&mut self, step: &SubStep) {
         let known = self.known.clone();
         if let Some(task) = &step.task {
-            self.prompt(task, &known, &format!("step `{}` `task`", step.name));
+            self.prompt(
+                task,
+                &known,
+                &format!("step `{}` `task`", step.name),
+                &join_path(&step.at, "task"),
+            );
         }
         let mut names = BTreeSet::new();
         for (name, value) in &step.args {
             if let ArgValue::Template(template) = value {
                 let place = format!("step `{}` argument `{name}`", step.name);
-                self.prompt(template, &known, &place);
+                self.prompt(template, &known, &place, &argument_at(&step.at, name));
             }
             names.insert(name.clone());
         }
         if let Err(error) = step.tactic.check(&names) {
+            let place = self.config.placed(&step.at, sub_place(step));
             self.later.extend(
                 error
                     .problems
                     .into_iter()
-                    .map(|problem| format!("{}: {problem}", sub_place(step))),
+                    .map(|problem| format!("{place}: {problem}")),
             );
         }
         self.known.insert(step.name.clone());
@@ -229,7 +280,8 @@ fn sub_place(step: &SubStep) -> String {
 enum Check<'a> {
     Step(&'a Step),
     Tactic(&'a SubStep),
-    Condition(&'a Condition, String),
+    /// A condition, its place in words and its path in the document.
+    Condition(&'a Condition, String, String),
     /// Names known from here on: a `foreach` element's name inside its block.
     Names(Vec<&'a str>),
     /// Step names known from here on, with what they hold: a loop's steps
@@ -243,13 +295,13 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
         match node {
             Node::Step(step) => gated(
                 checks,
-                &step.name,
+                (&step.name, &step.at),
                 [&step.condition, &step.stop],
                 Check::Step(step),
             ),
             Node::Tactic(step) => gated(
                 checks,
-                &step.name,
+                (&step.name, &step.at),
                 [&step.condition, &step.stop],
                 Check::Tactic(step),
             ),
@@ -257,9 +309,14 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                 foreach,
                 item,
                 nodes,
+                at,
             } => {
                 if let Some(foreach) = foreach {
-                    checks.push(Check::Condition(foreach, "parallel `foreach`".to_string()));
+                    checks.push(Check::Condition(
+                        foreach,
+                        "parallel `foreach`".to_string(),
+                        join_path(at, "parallel.foreach"),
+                    ));
                     checks.push(Check::Names(vec![item.as_str()]));
                 }
                 flatten(nodes, checks);
@@ -269,13 +326,19 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
                     checks.push(Check::Steps(names, Shape::Outputs));
                 }
             }
-            Node::Loop { until, nodes, .. } => {
+            Node::Loop {
+                until, nodes, at, ..
+            } => {
                 let mut names = Vec::new();
                 step_names(nodes, &mut names);
                 checks.push(Check::Steps(names, Shape::Output));
                 flatten(nodes, checks);
                 if let Some(until) = until {
-                    checks.push(Check::Condition(until, "loop `until`".to_string()));
+                    checks.push(Check::Condition(
+                        until,
+                        "loop `until`".to_string(),
+                        join_path(at, "loop.until"),
+                    ));
                 }
             }
         }
@@ -285,16 +348,24 @@ fn flatten<'a>(nodes: &'a [Node], checks: &mut Vec<Check<'a>>) {
 /// A step's checks in evaluation order: its `if`, the step, its `stop`.
 fn gated<'a>(
     checks: &mut Vec<Check<'a>>,
-    name: &str,
+    (name, at): (&str, &str),
     [condition, stop]: [&'a Option<Condition>; 2],
     step: Check<'a>,
 ) {
     if let Some(condition) = condition {
-        checks.push(Check::Condition(condition, format!("step `{name}` `if`")));
+        checks.push(Check::Condition(
+            condition,
+            format!("step `{name}` `if`"),
+            join_path(at, "if"),
+        ));
     }
     checks.push(step);
     if let Some(stop) = stop {
-        checks.push(Check::Condition(stop, format!("step `{name}` `stop`")));
+        checks.push(Check::Condition(
+            stop,
+            format!("step `{name}` `stop`"),
+            join_path(at, "stop"),
+        ));
     }
 }
 
@@ -314,12 +385,13 @@ pub(super) fn trial(tactic: &Tactic, task: &Task) -> Vec<String> {
         if tactic.program.is_none()
             && let Some(agent) = tactic.agents.values().next()
         {
-            trial.render(&agent.system_prompt, &context, "");
+            let at = system_prompt_at(&tactic.config, &agent.name);
+            trial.render(&agent.system_prompt, &context, "", &at);
         }
     } else if trial.nodes(&tactic.nodes, &context)
         && let Some(result) = &tactic.result
     {
-        trial.render(result, &context, "");
+        trial.render(result, &context, "", "result");
     }
     trial.problems
 }
@@ -343,12 +415,20 @@ impl<'a> Trial<'a> {
         }
     }
 
-    /// Renders `template` if its names are in `context`; its text, when it rendered.
+    /// A problem of what is set at `at` in the document.
+    fn problem_at(&mut self, at: &str, problem: String) {
+        let problem = self.tactic.config.placed(at, problem);
+        self.problem(problem);
+    }
+
+    /// Renders `template` (set at `at`) if its names are in `context`; its
+    /// text, when it rendered.
     fn render(
         &mut self,
         template: &Prompt,
         context: &Map<String, Value>,
         place: &str,
+        at: &str,
     ) -> Option<String> {
         if !ready(template.template_vars().iter(), context) {
             return None;
@@ -356,18 +436,19 @@ impl<'a> Trial<'a> {
         match template.render(context) {
             Ok(text) => Some(text),
             Err(error) => {
-                self.problem(format!("{place}{error}"));
+                self.problem_at(at, format!("{place}{error}"));
                 None
             }
         }
     }
 
-    /// The value of `condition` if it can be known from `context`.
+    /// The value of `condition` (set at `at`) if it can be known from `context`.
     fn evaluate(
         &mut self,
         condition: &Condition,
         context: &Map<String, Value>,
         place: &str,
+        at: &str,
     ) -> Option<Value> {
         if !ready(condition.variables.iter(), context) {
             return None;
@@ -375,18 +456,19 @@ impl<'a> Trial<'a> {
         match condition.value(context) {
             Ok(value) => Some(value),
             Err(error) => {
-                self.problem(format!("{place}: {error}"));
+                self.problem_at(at, format!("{place}: {error}"));
                 None
             }
         }
     }
 
-    /// The truth of `condition` if it can be known from `context`.
+    /// The truth of `condition` (set at `at`) if it can be known from `context`.
     fn truth(
         &mut self,
         condition: &Condition,
         context: &Map<String, Value>,
         place: &str,
+        at: &str,
     ) -> Option<bool> {
         if !ready(condition.variables.iter(), context) {
             return None;
@@ -394,42 +476,47 @@ impl<'a> Trial<'a> {
         match condition.holds(context) {
             Ok(truth) => Some(truth),
             Err(error) => {
-                self.problem(format!("{place}: {error}"));
+                self.problem_at(at, format!("{place}: {error}"));
                 None
             }
         }
     }
 
-    /// Whether a step's `if` surely holds (none: it does).
+    /// Whether the `if` of the step at `at` surely holds (none: it does).
     fn holds(
         &mut self,
         condition: &Option<Condition>,
         context: &Map<String, Value>,
         place: &str,
+        at: &str,
     ) -> bool {
         match condition {
-            Some(condition) => self.truth(condition, context, place) == Some(true),
+            Some(condition) => {
+                self.truth(condition, context, place, &join_path(at, "if")) == Some(true)
+            }
             None => true,
         }
     }
 
-    /// Whether a step's `stop` surely holds.
+    /// Whether the `stop` of the step at `at` surely holds.
     fn stops(
         &mut self,
         stop: &Option<Condition>,
         context: &Map<String, Value>,
         place: &str,
+        at: &str,
     ) -> bool {
         match stop {
-            Some(stop) => self.truth(stop, context, place) == Some(true),
+            Some(stop) => self.truth(stop, context, place, &join_path(at, "stop")) == Some(true),
             None => false,
         }
     }
 
-    /// Renders the arguments of a step; all of them, when every one could be.
+    /// Renders the arguments of the step at `at`; all of them, when every
+    /// one could be.
     fn arguments(
         &mut self,
-        step: &str,
+        (step, at): (&str, &str),
         args: &[(String, ArgValue)],
         context: &Map<String, Value>,
     ) -> Option<Map<String, Value>> {
@@ -442,7 +529,7 @@ impl<'a> Trial<'a> {
                 }
                 ArgValue::Template(template) => {
                     let place = format!("step `{step}` argument `{name}`: ");
-                    match self.render(template, context, &place) {
+                    match self.render(template, context, &place, &argument_at(at, name)) {
                         Some(text) => {
                             rendered.insert(name.clone(), Value::String(text));
                         }
@@ -460,28 +547,32 @@ impl<'a> Trial<'a> {
             match node {
                 Node::Step(step) => {
                     let place = format!("step `{}`", step.name);
-                    if !self.holds(&step.condition, context, &format!("{place} `if`")) {
+                    let at = step.at.as_str();
+                    if !self.holds(&step.condition, context, &format!("{place} `if`"), at) {
                         continue;
                     }
                     self.step(step, context);
-                    if self.stops(&step.stop, context, &format!("{place} `stop`")) {
+                    if self.stops(&step.stop, context, &format!("{place} `stop`"), at) {
                         return false;
                     }
                 }
                 Node::Tactic(step) => {
                     let place = format!("step `{}`", step.name);
-                    if !self.holds(&step.condition, context, &format!("{place} `if`")) {
+                    let at = step.at.as_str();
+                    if !self.holds(&step.condition, context, &format!("{place} `if`"), at) {
                         continue;
                     }
                     self.sub_tactic(step, context);
-                    if self.stops(&step.stop, context, &format!("{place} `stop`")) {
+                    if self.stops(&step.stop, context, &format!("{place} `stop`"), at) {
                         return false;
                     }
                 }
-                Node::Loop { until, nodes, .. } => {
+                Node::Loop {
+                    until, nodes, at, ..
+                } => {
                     let going = self.nodes(nodes, context);
                     if let Some(until) = until {
-                        self.truth(until, context, "loop `until`");
+                        self.truth(until, context, "loop `until`", &join_path(at, "loop.until"));
                     }
                     if !going {
                         return false;
@@ -491,24 +582,28 @@ impl<'a> Trial<'a> {
                     foreach,
                     item,
                     nodes,
+                    at,
                 } => match foreach {
                     None => {
                         self.nodes(nodes, context);
                     }
-                    Some(foreach) => match self.evaluate(foreach, context, "parallel `foreach`") {
-                        Some(Value::Array(elements)) => {
-                            for element in elements {
-                                let mut branch = context.clone();
-                                branch.insert(item.clone(), element);
-                                self.nodes(nodes, &branch);
+                    Some(foreach) => {
+                        let at = join_path(at, "parallel.foreach");
+                        match self.evaluate(foreach, context, "parallel `foreach`", &at) {
+                            Some(Value::Array(elements)) => {
+                                for element in elements {
+                                    let mut branch = context.clone();
+                                    branch.insert(item.clone(), element);
+                                    self.nodes(nodes, &branch);
+                                }
                             }
+                            Some(_) => self.problem_at(
+                                &at,
+                                format!("parallel `foreach`: `{}` is not a list", foreach.source),
+                            ),
+                            None => {}
                         }
-                        Some(_) => self.problem(format!(
-                            "parallel `foreach`: `{}` is not a list",
-                            foreach.source
-                        )),
-                        None => {}
-                    },
+                    }
                 },
             }
         }
@@ -526,17 +621,23 @@ impl<'a> Trial<'a> {
                 "step `{}` (system prompt of agent `{}`): ",
                 step.name, agent.name
             );
-            self.render(&agent.system_prompt, context, &place);
+            let at = system_prompt_at(&self.tactic.config, &agent.name);
+            self.render(&agent.system_prompt, context, &place, &at);
         }
-        let Some(args) = self.arguments(&step.name, &step.args, context) else {
+        let Some(args) = self.arguments((&step.name, &step.at), &step.args, context) else {
             return;
         };
         let mut prompt_context = context.clone();
         prompt_context.extend(args);
+        let at = self
+            .tactic
+            .config
+            .first_written(&step.at, &["prompt", "text"]);
         self.render(
             &step.prompt,
             &prompt_context,
             &format!("step `{}`: ", step.name),
+            &at,
         );
     }
 
@@ -544,14 +645,14 @@ impl<'a> Trial<'a> {
         let task = match &step.task {
             Some(template) => {
                 let place = format!("step `{}` `task`: ", step.name);
-                match self.render(template, context, &place) {
+                match self.render(template, context, &place, &join_path(&step.at, "task")) {
                     Some(text) => Value::String(text),
                     None => return,
                 }
             }
             None => context.get("task").cloned().unwrap_or(Value::Null),
         };
-        let Some(args) = self.arguments(&step.name, &step.args, context) else {
+        let Some(args) = self.arguments((&step.name, &step.at), &step.args, context) else {
             return;
         };
         let input = Task {
@@ -559,8 +660,9 @@ impl<'a> Trial<'a> {
             args,
             ..Task::default()
         };
+        let place = self.tactic.config.placed(&step.at, sub_place(step));
         for problem in trial(&step.tactic, &input) {
-            self.problem(format!("{}: {problem}", sub_place(step)));
+            self.problem(format!("{place}: {problem}"));
         }
     }
 }

@@ -376,10 +376,13 @@ impl Run<'_> {
                         foreach,
                         item,
                         nodes,
+                        ..
                     } => {
                         self.run_parallel(foreach.as_ref(), item, nodes).await?;
                     }
-                    Node::Loop { max, until, nodes } => {
+                    Node::Loop {
+                        max, until, nodes, ..
+                    } => {
                         for _ in 0..*max {
                             let (content, stopped) = self.run_nodes(nodes, None).await?;
                             if !content.is_empty() {

@@ -5,10 +5,14 @@
 //! problem of the build no longer hides what the task's check finds.
 //!
 //! When the config itself has problems, what could be resolved is still
-//! built to find the problems of prompts and templates (their syntax, unknown
-//! filters, files that cannot be read, renders that fail on the task); the
-//! rest of the build is not reported then, since it may only echo the
-//! config's problems (a tool the config dropped, an agent without a model).
+//! built and checked, and every problem of those phases is listed with the
+//! config's (issue 27): of prompts and templates (their syntax, unknown
+//! filters, files that cannot be read, the names they need, renders that fail
+//! on the task), of providers, tools and servers. What would only echo the
+//! config's problems is not: a reference to an agent, provider, tool or
+//! server the config left out for its own problems (`TacticConfig::left_out`),
+//! a step or agent with problems (kept with its name). Every problem names
+//! its file, line and column when it has them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -191,17 +195,10 @@ pub(super) fn load_config(
     let defaults = builder.defaults.unwrap_or(&no_defaults);
     let (mut config, config_problems) = match crate::config::load_with(path, defaults) {
         Ok(config) => (config, Vec::new()),
+        // Each problem names its file and place already.
         Err(crate::config::Error::Incomplete {
-            path,
-            problems,
-            partial,
-        }) => {
-            let lines = problems
-                .iter()
-                .map(|problem| format!("{path}: {problem}"))
-                .collect();
-            (*partial, lines)
-        }
+            problems, partial, ..
+        }) => (*partial, problems),
         Err(other) => {
             return Err(Error {
                 problems: other.to_string().lines().map(str::to_string).collect(),
@@ -210,24 +207,16 @@ pub(super) fn load_config(
     };
     adjust(&mut config);
     let (tactic, built) = Tactic::assemble(config, builder);
-    let complete = config_problems.is_empty();
     let mut problems = config_problems;
-    if complete {
-        problems.extend(built.lines);
-    } else {
-        problems.extend(built.of_templates());
-    }
+    problems.extend(built.lines);
     if let Some(task) = task {
-        // A config with problems may have dropped steps that templates name:
-        // only what the task's values break is worth adding then.
-        let found = if complete {
-            let arg_names = task.args.keys().cloned().collect();
-            let mut found = check::check_variables(&tactic, &arg_names);
-            found.extend(check::trial(&tactic, task));
-            found
-        } else {
-            check::trial(&tactic, task)
-        };
+        // With problems, the config keeps every step it could (an entry
+        // with problems is kept with what it has, a step whose prompt failed
+        // stands in with an empty one), so the names templates need are
+        // still known: their problems are listed with the config's (issue 27).
+        let arg_names = task.args.keys().cloned().collect();
+        let mut found = check::check_variables(&tactic, &arg_names);
+        found.extend(check::trial(&tactic, task));
         for problem in found {
             if !problems.contains(&problem) {
                 problems.push(problem);

@@ -49,11 +49,15 @@ pub use record::{RunState, SessionRecord};
 pub use task::Task;
 
 /// Everything wrong with a tactic, one problem per line (a control character
-/// inside a problem came from a name it quotes, and is shown escaped).
+/// inside a problem came from a name it quotes, and is shown escaped); at
+/// most [`MAX_PROBLEMS_SHOWN`](crate::config::MAX_PROBLEMS_SHOWN) are
+/// shown, and a count of the rest.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", problems.iter().map(|problem| crate::redact::terminal_line(problem)).collect::<Vec<_>>().join("\n"))]
+#[error("{}", crate::config::show_problems(problems))]
 pub struct Error {
-    /// The problems, each one line naming where and what.
+    /// The problems, each one line naming where and what: the file, line
+    /// and column of the setting it is about when it has one
+    /// (`t.yaml:12:5: …`, `prompts/draft.md:3: …`).
     pub problems: Vec<String>,
 }
 
@@ -74,6 +78,9 @@ pub(crate) struct Step {
     pub fork: Option<crate::config::ForkConfig>,
     /// End the tactic after this step when it holds.
     pub stop: Option<flow::Condition>,
+    /// Its path in the tactic's document (`flow[1]`), for the places of
+    /// the problems pre-flight finds.
+    pub at: String,
 }
 
 /// The flow as the engine runs it.
@@ -87,6 +94,8 @@ pub(crate) struct SubStep {
     pub args: Vec<(String, ArgValue)>,
     pub condition: Option<flow::Condition>,
     pub stop: Option<flow::Condition>,
+    /// Its path in the tactic's document (`flow[1]`).
+    pub at: String,
 }
 
 pub(crate) enum Node {
@@ -96,6 +105,8 @@ pub(crate) enum Node {
         max: u32,
         until: Option<flow::Condition>,
         nodes: Vec<Node>,
+        /// Its path in the tactic's document.
+        at: String,
     },
     /// Branches run concurrently on fresh agents: each node once, or (with
     /// `foreach`) all nodes once per element, bound to `item`.
@@ -103,6 +114,8 @@ pub(crate) enum Node {
         foreach: Option<flow::Condition>,
         item: String,
         nodes: Vec<Node>,
+        /// Its path in the tactic's document.
+        at: String,
     },
 }
 

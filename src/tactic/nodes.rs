@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::{FlowItem, StepInput, SubTacticConfig, TacticConfig};
+use crate::config::{FlowItem, StepInput, SubTacticConfig, TacticConfig, join_path};
 use crate::prompt::{Prompt, Registry};
 use crate::tool::Toolbox;
 
@@ -32,11 +32,22 @@ fn build_sub_tactic(
     // it runs, so their problems are listed with the tactic's.
     let task = step.task.as_ref().and_then(|text| {
         problems
-            .take(Prompt::new(format!("{}.task", step.name), text.clone()))
+            .take_at(
+                parent,
+                &join_path(&step.at, "task"),
+                Prompt::new(format!("{}.task", step.name), text.clone()),
+            )
             .map(Arc::new)
     });
-    let args = template_args(&step.name, &step.args, problems);
-    let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
+    let args = template_args(parent, &step.at, &step.name, &step.args, problems);
+    let (condition, stop) = step_conditions(
+        parent,
+        &step.at,
+        &step.name,
+        &step.condition,
+        &step.stop,
+        problems,
+    );
     let path = canonical(&step.path);
     if builder.stack.contains(&path) {
         let mut chain: Vec<String> = builder
@@ -45,9 +56,12 @@ fn build_sub_tactic(
             .map(|path| path.display().to_string())
             .collect();
         chain.push(path.display().to_string());
-        problems.push(format!(
-            "{place}: tactics run each other in a cycle: {}",
-            chain.join(" → ")
+        problems.push(parent.placed(
+            &join_path(&step.at, "tactic"),
+            format!(
+                "{place}: tactics run each other in a cycle: {}",
+                chain.join(" → ")
+            ),
         ));
         return None;
     }
@@ -66,6 +80,8 @@ fn build_sub_tactic(
     let tactic = match load::load_config(&step.path, adjust, builder, None) {
         Ok(tactic) => tactic,
         Err(error) => {
+            // Where the step is, then the sub-tactic's own place of each.
+            let place = parent.placed(&step.at, &place);
             for problem in error.problems {
                 problems.push(format!("{place}: {problem}"));
             }
@@ -79,11 +95,14 @@ fn build_sub_tactic(
         args,
         condition,
         stop,
+        at: step.at.clone(),
     })
 }
 
 /// A step's `if` and `stop` expressions, compiled.
 fn step_conditions(
+    config: &TacticConfig,
+    at: &str,
     name: &str,
     condition: &Option<String>,
     stop: &Option<String>,
@@ -91,10 +110,11 @@ fn step_conditions(
 ) -> (Option<flow::Condition>, Option<flow::Condition>) {
     let mut compile = |source: &Option<String>, key: &str| {
         source.as_ref().and_then(|source| {
-            problems.take(flow::Condition::new(
-                source,
-                &format!("step `{name}` `{key}`"),
-            ))
+            problems.take_at(
+                config,
+                &join_path(at, key),
+                flow::Condition::new(source, &format!("step `{name}` `{key}`")),
+            )
         })
     };
     (compile(condition, "if"), compile(stop, "stop"))
@@ -102,6 +122,8 @@ fn step_conditions(
 
 /// A step's `args`: strings are templates, anything else a literal value.
 fn template_args(
+    config: &TacticConfig,
+    at: &str,
     step: &str,
     values: &serde_json::Map<String, Value>,
     problems: &mut Problems,
@@ -112,7 +134,11 @@ fn template_args(
             // A template that does not compile is reported here; its name
             // stays, so the step's prompt is not also said to lack it.
             Value::String(text) => problems
-                .take(Prompt::new(format!("{step}.args.{name}"), text.clone()))
+                .take_at(
+                    config,
+                    &join_path(&join_path(at, "args"), name),
+                    Prompt::new(format!("{step}.args.{name}"), text.clone()),
+                )
                 .map_or(ArgValue::Literal(Value::Null), |prompt| {
                     ArgValue::Template(Arc::new(prompt))
                 }),
@@ -121,6 +147,24 @@ fn template_args(
         args.push((name.clone(), value));
     }
     args
+}
+
+/// What stands for a step or sub-tactic that could not be built: a step
+/// with an empty prompt, so the checks of later templates still know its
+/// name (`draft.content` is no unknown `draft`). The tactic has problems
+/// then, and never runs.
+fn stand_in(name: &str, at: &str) -> Node {
+    Node::Step(Step {
+        name: name.to_string(),
+        agent: String::new(),
+        dialog: String::new(),
+        prompt: Arc::new(Prompt::bare(format!("{name} (not built)"))),
+        args: Vec::new(),
+        condition: None,
+        fork: None,
+        stop: None,
+        at: at.to_string(),
+    })
 }
 
 pub(super) fn build_nodes(
@@ -136,10 +180,13 @@ pub(super) fn build_nodes(
     for item in items {
         let step = match item {
             FlowItem::Loop(settings) => {
-                let until = settings
-                    .until
-                    .as_ref()
-                    .and_then(|source| problems.take(flow::Condition::new(source, "loop `until`")));
+                let until = settings.until.as_ref().and_then(|source| {
+                    problems.take_at(
+                        config,
+                        &join_path(&settings.at, "loop.until"),
+                        flow::Condition::new(source, "loop `until`"),
+                    )
+                });
                 let inner = build_nodes(
                     config,
                     &settings.steps,
@@ -153,12 +200,17 @@ pub(super) fn build_nodes(
                     max: settings.max,
                     until,
                     nodes: inner,
+                    at: settings.at.clone(),
                 });
                 continue;
             }
             FlowItem::Parallel(settings) => {
                 let foreach = settings.foreach.as_ref().and_then(|source| {
-                    problems.take(flow::Condition::new(source, "parallel `foreach`"))
+                    problems.take_at(
+                        config,
+                        &join_path(&settings.at, "parallel.foreach"),
+                        flow::Condition::new(source, "parallel `foreach`"),
+                    )
                 });
                 let inner = build_nodes(
                     config,
@@ -173,27 +225,49 @@ pub(super) fn build_nodes(
                     foreach,
                     item: settings.item.clone(),
                     nodes: inner,
+                    at: settings.at.clone(),
                 });
                 continue;
             }
             FlowItem::Tactic(step) => {
-                nodes.extend(build_sub_tactic(config, step, builder, problems).map(Node::Tactic));
+                nodes.push(
+                    build_sub_tactic(config, step, builder, problems)
+                        .map_or_else(|| stand_in(&step.name, &step.at), Node::Tactic),
+                );
                 continue;
             }
             FlowItem::Step(step) => step,
         };
         let prompt = match &step.input {
-            StepInput::Prompt(key) => {
-                lookup(registry, key, &format!("step `{}`", step.name), problems)
-            }
+            StepInput::Prompt(key) => lookup(
+                registry,
+                key,
+                &format!("step `{}`", step.name),
+                problems,
+                (config, &join_path(&step.at, "prompt")),
+            ),
             StepInput::Text(text) => problems
-                .take(Prompt::new(format!("{} (inline)", step.name), text.clone()))
+                .take_at(
+                    config,
+                    &join_path(&step.at, "text"),
+                    Prompt::new(format!("{} (inline)", step.name), text.clone()),
+                )
                 .map(Arc::new),
         };
-        let args = template_args(&step.name, &step.args, problems);
-        let (condition, stop) = step_conditions(&step.name, &step.condition, &step.stop, problems);
-        let Some(prompt) = prompt else { continue };
-        check_prompt_tools(config, toolbox, &prompt, problems);
+        let args = template_args(config, &step.at, &step.name, &step.args, problems);
+        let (condition, stop) = step_conditions(
+            config,
+            &step.at,
+            &step.name,
+            &step.condition,
+            &step.stop,
+            problems,
+        );
+        let Some(prompt) = prompt else {
+            nodes.push(stand_in(&step.name, &step.at));
+            continue;
+        };
+        check_prompt_tools(config, toolbox, (&prompt, registry), problems);
         prompts.insert(prompt.path.clone(), prompt.clone());
         nodes.push(Node::Step(Step {
             name: step.name.clone(),
@@ -204,6 +278,7 @@ pub(super) fn build_nodes(
             condition,
             fork: step.fork.clone(),
             stop,
+            at: step.at.clone(),
         }));
     }
     nodes

@@ -328,33 +328,24 @@ fn read_config(path: &Path, home: Option<&str>) -> Result<Option<ConfigFile>> {
         })
 }
 
-/// Only the key names, for serde's unknown-key check with its line number.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct KeyCheck {
-    model: Option<serde::de::IgnoredAny>,
-    providers: Option<serde::de::IgnoredAny>,
-    prices: Option<serde::de::IgnoredAny>,
-    concurrency: Option<serde::de::IgnoredAny>,
-    records: Option<serde::de::IgnoredAny>,
-    store: Option<serde::de::IgnoredAny>,
-    cache: Option<serde::de::IgnoredAny>,
-    compress: Option<serde::de::IgnoredAny>,
-}
-
 fn parse_config(
     text: &str,
     place: &str,
     directory: &Path,
     home: Option<&str>,
 ) -> std::result::Result<ConfigFile, Vec<String>> {
-    let document = lllm::yaml::parse(text).map_err(|error| {
+    let (document, positions) = lllm::yaml::parse_located(text).map_err(|error| {
         vec![match error.location {
             Some(at) => format!("{place}:{}:{}: {}", at.line, at.column, error.message),
             None => format!("{place}: {}", error.message),
         }]
     })?;
+    // `file:line:column` of the setting at `path` (the file alone when it
+    // has no place).
+    let at = |path: &str| match positions.get(path) {
+        Some(at) => format!("{place}:{}:{}", at.line, at.column),
+        None => place.to_string(),
+    };
     let map = match document {
         Value::Null => return Ok(ConfigFile::default()),
         Value::Object(map) => map,
@@ -365,25 +356,16 @@ fn parse_config(
             )]);
         }
     };
-    if let Err(error) = serde_yaml_ng::from_str::<KeyCheck>(text) {
-        let message = error.to_string();
-        if let Some(name) = message
-            .strip_prefix("unknown field `")
-            .and_then(|rest| rest.split('`').next())
-        {
-            let line = error
-                .location()
-                .map(|at| format!(":{}", at.line()))
-                .unwrap_or_default();
-            return Err(vec![format!(
-                "{place}{line}: unknown key `{}`; known keys: {}{}",
-                lllm::suggest::printable(name),
-                KEYS.join(", "),
-                lllm::suggest::hint(name, KEYS.iter().copied())
-            )]);
-        }
-    }
     let mut problems = Vec::new();
+    for name in map.keys().filter(|name| !KEYS.contains(&name.as_str())) {
+        problems.push(format!(
+            "{}: unknown key `{}`; known keys: {}{}",
+            at(name),
+            lllm::suggest::printable(name),
+            KEYS.join(", "),
+            lllm::suggest::hint(name, KEYS.iter().copied())
+        ));
+    }
     let mut file = ConfigFile::default();
     let absolute = |value: &str| expand(value, directory, home);
     let text_of = |key: &str, problems: &mut Vec<String>| -> Option<String> {
@@ -391,7 +373,7 @@ fn parse_config(
             None | Some(Value::Null) => None,
             Some(Value::String(text)) if !text.trim().is_empty() => Some(text.clone()),
             Some(_) => {
-                problems.push(format!("{place}: `{key}` must be a non-empty string"));
+                problems.push(format!("{}: `{key}` must be a non-empty string", at(key)));
                 None
             }
         }
@@ -404,7 +386,7 @@ fn parse_config(
         None | Some(Value::Null) => None,
         Some(Value::Bool(on)) => Some(*on),
         Some(_) => {
-            problems.push(format!("{place}: `{key}` must be `true` or `false`"));
+            problems.push(format!("{}: `{key}` must be `true` or `false`", at(key)));
             None
         }
     };
@@ -416,7 +398,7 @@ fn parse_config(
             key: "concurrency",
             ..crate::numbers::CONCURRENCY
         },
-        place,
+        &at("concurrency"),
         &mut problems,
     )
     .map(|count| count as usize);
@@ -429,9 +411,10 @@ fn parse_config(
                 if let Value::Object(fields) = &mut entry {
                     if fields.contains_key("api_key") {
                         problems.push(format!(
-                            "{place}: `providers.{name}.api_key`: a key is not written in the config file; \
+                            "{}: `providers.{name}.api_key`: a key is not written in the config file; \
                              hint: `lllm keys set VARIABLE`, an env file or the environment holds it, \
-                             and `api_key_env: VARIABLE` names it"
+                             and `api_key_env: VARIABLE` names it",
+                            at(&format!("providers.{name}.api_key"))
                         ));
                         continue;
                     }
@@ -443,14 +426,18 @@ fn parse_config(
                 checked.insert(name.clone(), entry);
             }
             problems.extend(
-                lllm::config::check_providers(&checked)
+                lllm::config::check_providers_at(&checked, &positions)
                     .into_iter()
-                    .map(|problem| format!("{place}: {problem}")),
+                    .map(|(location, problem)| match location {
+                        Some(at) => format!("{place}:{}:{}: {problem}", at.line, at.column),
+                        None => format!("{place}: {problem}"),
+                    }),
             );
             file.providers = checked;
         }
         Some(_) => problems.push(format!(
-            "{place}: `providers` must be a mapping of provider names to entries"
+            "{}: `providers` must be a mapping of provider names to entries",
+            at("providers")
         )),
     }
     if problems.is_empty() {
@@ -522,38 +509,41 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             (
                 "model: a\nmodle: b\n",
-                "config.yaml:2: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache, compress; did you mean `model`?",
+                "config.yaml:2:1: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache, compress; did you mean `model`?",
             ),
             ("model: [a\n", "config.yaml:2:1: did not find expected"),
             ("- a\n", "config.yaml: not a mapping of settings"),
             (
                 "concurrency: 0\n",
-                "config.yaml: `concurrency: 0` must be a whole number from 1 to 100000",
+                "config.yaml:1:1: `concurrency: 0` must be a whole number from 1 to 100000",
             ),
-            ("concurrency: .inf\n", "config.yaml: `concurrency: .inf`"),
+            (
+                "concurrency: .inf\n",
+                "config.yaml:1:1: `concurrency: .inf`",
+            ),
             (
                 "cache: maybe\n",
-                "config.yaml: `cache` must be `true` or `false`",
+                "config.yaml:1:1: `cache` must be `true` or `false`",
             ),
             (
                 "model: 3\n",
-                "config.yaml: `model` must be a non-empty string",
+                "config.yaml:1:1: `model` must be a non-empty string",
             ),
             (
                 "providers:\n  local: {api_key: sk-literal}\n",
-                "config.yaml: `providers.local.api_key`: a key is not written in the config file",
+                "config.yaml:2:11: `providers.local.api_key`: a key is not written in the config file",
             ),
             (
                 "providers:\n  local: {base_ur: x}\n",
-                "config.yaml: `providers.local.base_ur`: unknown field `base_ur`, expected one of `api`, `base_url`",
+                "config.yaml:2:11: `providers.local.base_ur`: unknown field `base_ur`, expected one of `api`, `base_url`",
             ),
             (
                 "providers:\n  local: {max_concurrency: 0}\n",
-                "config.yaml: provider `local`: `max_concurrency: 0` must be",
+                "config.yaml:2:11: provider `local`: `max_concurrency: 0` must be",
             ),
             (
                 "providers: [a]\n",
-                "config.yaml: `providers` must be a mapping",
+                "config.yaml:1:1: `providers` must be a mapping",
             ),
         ];
         for (text, expected) in cases {

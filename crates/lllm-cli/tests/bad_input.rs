@@ -214,32 +214,32 @@ fn what_was_accepted_silently_is_refused_before_anything_is_sent() {
         (
             "parameters: a string",
             tool("\"a string\""),
-            "t.yaml: tool `wc`: `parameters` is a string, not a JSON Schema object",
+            "t.yaml:9:5: tool `wc`: `parameters` is a string, not a JSON Schema object",
         ),
         (
             "parameters: a list",
             tool("[text]"),
-            "t.yaml: tool `wc`: `parameters` is a list, not a JSON Schema object",
+            "t.yaml:9:5: tool `wc`: `parameters` is a list, not a JSON Schema object",
         ),
         (
             "parameters: type 5",
             tool("{type: 5}"),
-            "t.yaml: tool `wc`: `parameters` has `type: 5`",
+            "t.yaml:9:5: tool `wc`: `parameters` has `type: 5`",
         ),
         (
             "parameters: not a schema",
             tool("{type: object, properties: {text: {type: 7}}}"),
-            "t.yaml: tool `wc`: `parameters` is not a valid JSON Schema at `/properties/text/type`",
+            "t.yaml:9:5: tool `wc`: `parameters` is not a valid JSON Schema at `/properties/text/type`",
         ),
         (
             "prompts: a file",
             "prompts: notes.txt\n".into(),
-            "t.yaml: `prompts`: `./notes.txt` is a regular file, not a directory",
+            "t.yaml:6:1: `prompts`: `./notes.txt` is a regular file, not a directory",
         ),
         (
             "fork: from nowhere",
             fork.into(),
-            "step `two`: `fork.from` names dialog `nowhere`, which no step of agent `a` opens \
+            "t.yaml:8:48: step `two`: `fork.from` names dialog `nowhere`, which no step of agent `a` opens \
              before it",
         ),
     ];

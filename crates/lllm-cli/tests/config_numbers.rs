@@ -62,10 +62,17 @@ mcp_servers:
             "tool `t`: `timeout_s: -1` must be a number from 0.001 to 86400 (seconds)",
             "MCP server `s`: `timeout_s: .inf` must be a number from 0.001 to 86400 (seconds)",
         ] {
+            // Each at the line and column of its key.
             assert!(
-                errors
-                    .iter()
-                    .any(|line| line.contains("t.yaml: ") && line.contains(expected)),
+                errors.iter().any(|line| {
+                    line.strip_prefix("error: t.yaml:").is_some_and(|rest| {
+                        let mut parts = rest.splitn(3, ':');
+                        parts.next().is_some_and(|line| line.parse::<u32>().is_ok())
+                            && parts
+                                .next()
+                                .is_some_and(|column| column.parse::<u32>().is_ok())
+                    }) && line.contains(expected)
+                }),
                 "{extra:?}: {expected}\n{}",
                 output.stderr
             );
@@ -97,8 +104,8 @@ fn negative_and_non_finite_prices_are_refused_in_every_price_source() {
     assert_eq!(
         errors,
         [
-            "error: t.yaml: `pricing`: `my-model`: `input_per_million: -1` must be a number from 0 to 1000000 (USD per 1M tokens)",
-            "error: t.yaml: `pricing`: `my-model`: `output_per_million: .nan` must be a number from 0 to 1000000 (USD per 1M tokens)",
+            "error: t.yaml:5:3: `pricing`: `my-model`: `input_per_million: -1` must be a number from 0 to 1000000 (USD per 1M tokens)",
+            "error: t.yaml:5:3: `pricing`: `my-model`: `output_per_million: .nan` must be a number from 0 to 1000000 (USD per 1M tokens)",
         ]
     );
     let errors = refused(&test.run(&[
@@ -112,8 +119,8 @@ fn negative_and_non_finite_prices_are_refused_in_every_price_source() {
     assert_eq!(
         errors,
         [
-            "error: `litellm.json`: `openai/cheap`: `input_cost_per_token: -2e-6` must be a number from 0 to 1 (USD per token)",
-            "error: `litellm.json`: `openai/cheap`: `max_input_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
+            "error: litellm.json:2:17: `openai/cheap`: `input_cost_per_token: -2e-6` must be a number from 0 to 1 (USD per token)",
+            "error: litellm.json:2:17: `openai/cheap`: `max_input_tokens: 0` must be a whole number from 1 to 100000000 (tokens)",
         ]
     );
     let errors = refused(&test.run(&[
@@ -129,7 +136,7 @@ fn negative_and_non_finite_prices_are_refused_in_every_price_source() {
     assert_eq!(
         errors,
         [
-            "error: `ours.yaml`: `bad`: `output_per_million: -.inf` must be a number from 0 to 1000000 (USD per 1M tokens)"
+            "error: ours.yaml:2:1: `bad`: `output_per_million: -.inf` must be a number from 0 to 1000000 (USD per 1M tokens)"
         ]
     );
     assert!(!test.path("out").exists());

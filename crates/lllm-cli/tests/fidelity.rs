@@ -68,7 +68,7 @@ fn addon_args_and_an_agent_stream_key_are_refused_before_anything_runs() {
     output.expect_code(2);
     assert!(
         output.stderr.contains(
-            "summary.md: `addon_args` (the Python framework's provider add-ons such as \
+            "summary.md:2:1: `addon_args` (the Python framework's provider add-ons such as \
              `web_search` or `computer_use`) are not supported; hint: remove them"
         ),
         "{}",

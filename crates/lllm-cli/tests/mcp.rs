@@ -235,8 +235,8 @@ fn an_unknown_server_name_is_bad_input() {
     output.expect_code(2);
     assert_eq!(
         output.stderr,
-        "error: agent `assistant` names MCP server `calcc`, which is not defined under `mcp_servers:`; did you mean `calc`?\n\
-         error: prompt `ask` names MCP server `files`, which is not defined under `mcp_servers:`\n"
+        "error: t.yaml:7:5: agent `assistant` names MCP server `calcc`, which is not defined under `mcp_servers:`; did you mean `calc`?\n\
+         error: ./prompts/ask.md:2:1: prompt `ask` names MCP server `files`, which is not defined under `mcp_servers:`\n"
     );
     assert!(server.requests().is_empty());
     assert!(!test.path("events.txt").exists(), "a server was started");

@@ -650,7 +650,7 @@ fn bad_scripts_and_remote_hosts_exit_with_2() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("bad.yaml: unknown key `replys`; did you mean `replies`?"),
+        stderr.contains("bad.yaml:1:1: unknown key `replys`; did you mean `replies`?"),
         "{stderr}"
     );
     assert!(output.stdout.is_empty());

@@ -2,8 +2,9 @@
 //! appears, times every way it can fail before anything is sent, is bad input
 //! (exit 2, one `error:` line naming the place) for `lllm run` and `lllm
 //! batch`; valid templates using minijinja's builtins pass; the problems of
-//! every phase are listed together; a prompt directory that would block or
-//! loop is an error, never a hang.
+//! every phase are listed together, each at its file, line and column (at
+//! most fifty); a prompt directory that would block or loop is an error,
+//! never a hang.
 
 mod common;
 
@@ -286,6 +287,131 @@ fn problems_of_every_phase_are_listed_at_once() {
             output.stderr
         );
     }
+}
+
+/// A tactic with one problem of each kind (issue 27: five problems took
+/// three runs, and a wrong type had no line).
+const MANY_PROBLEMS: &str = r#"global: {model_name: mock/echo}
+agent_configs:
+  - name: writer
+    max_llm_recall: lots
+    tools: 5
+flow:
+  - step: draft
+    agent: writer
+    prompt: missing
+    colour: red
+  - step: review
+    agent: writer
+    text: "{{ draft.content }} {{ "
+  - step: summary
+    agent: writer
+    prompt: summary
+result: "{{ summary.content | nofilter }}"
+flavour: sweet
+"#;
+
+/// The `error:` lines of `output`.
+fn error_lines(output: &common::Output) -> Vec<&str> {
+    output
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("error: "))
+        .collect()
+}
+
+#[test]
+fn every_problem_of_a_tactic_is_listed_with_its_place_in_one_run() {
+    let test = Test::new()
+        .file("t.yaml", MANY_PROBLEMS)
+        .file(
+            "prompts/notes.md",
+            "---\nparsr: json\n---\nNotes on {% if %}\n",
+        )
+        .file(
+            "prompts/summary.md",
+            "Summarize {{ draft.content }} for {{ audience }}.\n",
+        )
+        .file("tasks.jsonl", "{\"id\": \"a\", \"task\": \"hi\"}\n");
+    // Unknown keys, a wrong type, a number out of range, a prompt file's
+    // front matter and template, a missing prompt file, a template that
+    // does not compile, an unknown filter: each once, at its line and
+    // column (a prompt file's template at its line), in one run. Nothing
+    // the config's problems caused is added (the agent with a wrong `tools`
+    // still exists; the steps after a broken one still know its name).
+    let structural = [
+        "error: t.yaml:18:1: unknown key `flavour`",
+        "error: t.yaml:5:5: `agent_configs[0].tools`: invalid type: integer `5`, expected a sequence",
+        "error: t.yaml:4:5: agent `writer`: `max_llm_recall: lots` must be a whole number from 0 to 100 (retries)",
+        "error: t.yaml:10:5: `flow[0]`: unknown key `colour`",
+        "error: ./prompts/notes.md:2:1: unknown front-matter key `parsr`; did you mean `parser`?",
+        "error: ./prompts/notes.md:4: unexpected end of block",
+        "error: t.yaml:9:5: step `draft`: unknown prompt `missing` (known: `summary`)",
+        "error: t.yaml:13:5: prompt `review (inline)` line 1: unexpected end of input, expected expression",
+        "error: t.yaml:17:1: prompt `result` line 1: unknown filter `nofilter`",
+    ];
+    // With the task, the names its templates need too.
+    let unknown_variable = "error: t.yaml:16:5: step `summary`: prompt `summary` needs `audience` \
+                            (available: `args`, `draft`, `review`, `task`)";
+    for args in [
+        &["run", "t.yaml", "--task", "hi", "--no-record"][..],
+        &["run", "t.yaml", "--task", "hi", "--dry-run"][..],
+    ] {
+        let output = test.run(args);
+        output.expect_code(2);
+        let mut expected = structural.to_vec();
+        expected.push(unknown_variable);
+        assert_eq!(error_lines(&output), expected, "{args:?}");
+    }
+    // A batch checks the names templates need per task line, once its
+    // tactic loads; the tactic's own problems are all listed first.
+    let output = test.batch("t.yaml", "out", &[]);
+    output.expect_code(2);
+    assert_eq!(error_lines(&output), structural);
+    assert!(!test.path("out/results.jsonl").exists(), "nothing ran");
+}
+
+#[test]
+fn a_config_with_problems_still_has_its_providers_and_tools_checked_but_not_echoed() {
+    // An unknown key, a provider and a tool with problems of their own; a
+    // model naming an unknown provider and an agent naming an unknown tool
+    // are problems too, listed in the same run. A model of the provider with
+    // problems, or an agent naming the tool with problems, is no other.
+    let tactic = "global: {model_name: nowhere/m}\n\
+                  agent_configs:\n  - name: a\n    tools: [nosuch, broken]\n  \
+                  - name: b\n    model_name: bad/m\n\
+                  tools:\n  - {name: broken, command: []}\n\
+                  providers:\n  bad: {api: bogus}\n\
+                  colour: red\n";
+    let test = Test::new().file("t.yaml", tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(2);
+    assert_eq!(
+        error_lines(&output),
+        [
+            "error: t.yaml:11:1: unknown key `colour`",
+            "error: t.yaml:10:9: provider `bad`: unknown `api: bogus`; use `openai`, `anthropic` or `mock`",
+            "error: t.yaml:8:20: tool `broken` has no `command` (a list: program and arguments)",
+            "error: t.yaml:1:10: unknown provider `nowhere` in model `nowhere/m`; define it under `providers:`",
+            "error: t.yaml:4:5: agent `a` names tool `nosuch`, which is not defined under `tools:` or registered by the program",
+        ]
+    );
+}
+
+#[test]
+fn a_tactic_with_very_many_problems_lists_the_first_fifty() {
+    let mut tactic = String::from("global: {model_name: mock/echo}\nagent_configs: [{name: a}]\n");
+    for index in 0..60 {
+        tactic.push_str(&format!("key{index}: 1\n"));
+    }
+    let test = Test::new().file("t.yaml", &tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "hi", "--no-record"]);
+    output.expect_code(2);
+    let lines = error_lines(&output);
+    assert_eq!(lines.len(), 51, "{}", output.stderr);
+    assert_eq!(lines[0], "error: t.yaml:3:1: unknown key `key0`");
+    assert_eq!(lines[49], "error: t.yaml:52:1: unknown key `key49`");
+    assert_eq!(lines[50], "error: … and 10 more problems");
 }
 
 #[test]

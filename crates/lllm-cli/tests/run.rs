@@ -722,7 +722,7 @@ fn show_config_prints_the_resolved_tactic() {
     assert!(
         output
             .stderr
-            .contains("warning: agent `a`: unknown key `top_k` passed to the model"),
+            .contains("warning: t.yaml:2:42: agent `a`: unknown key `top_k` passed to the model"),
         "{}",
         output.stderr
     );
@@ -1233,7 +1233,7 @@ fn a_bad_provider_header_or_url_is_bad_config_and_nothing_is_sent() {
     output.expect_code(2);
     assert_eq!(
         output.stderr.trim(),
-        "error: provider `local`: invalid value for header `x-extra`"
+        "error: header.yaml:5:3: provider `local`: invalid value for header `x-extra`"
     );
     let output = test.run(&["run", "url.yaml", "--task", "x"]);
     output.expect_code(2);

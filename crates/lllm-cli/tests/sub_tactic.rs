@@ -213,11 +213,12 @@ fn problems_inside_a_sub_tactic_are_listed_with_the_parent_before_anything_runs(
 
     let output = test.run(&["run", "broken.yaml", "--task", "owls", "--no-record"]);
     output.expect_code(2);
+    // Where the step is, then where in the sub-tactic the problem is.
     assert!(
-        output
-            .stderr
-            .contains("step `short` (tactic `./sub/broken.yaml`)")
-            && output.stderr.contains("agent `b`"),
+        output.stderr.lines().any(|line| line
+            == "error: broken.yaml:8:5: step `short` (tactic `./sub/broken.yaml`): \
+                ./sub/broken.yaml:5:15: step `s` uses agent `b`, which is not in \
+                `agent_configs`"),
         "{}",
         output.stderr
     );

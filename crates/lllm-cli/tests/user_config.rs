@@ -339,7 +339,7 @@ fn a_bad_config_file_is_one_line_and_nothing_runs() {
     assert_eq!(
         output.stderr,
         format!(
-            "error: {config_path}:4: unknown key `concurency`; known keys: model, providers, prices, \
+            "error: {config_path}:4:1: unknown key `concurency`; known keys: model, providers, prices, \
              concurrency, records, store, cache, compress; did you mean `concurrency`?\n"
         )
     );

@@ -3,7 +3,9 @@
 //! time, a hang) and keys repeated in one mapping (which used to be silently
 //! overwritten) are one error line naming the file and the line, exit 2, in
 //! every file read as YAML: a tactic, prompt front matter, the user config
-//! file and an `lllm-mock` script.
+//! file and an `lllm-mock` script. So is a value of the wrong type or an
+//! unknown key, found after the file parsed (issue 27), each at its line and
+//! column, all of a file's at once.
 
 mod common;
 
@@ -152,6 +154,81 @@ fn a_repeated_key_is_an_error_at_its_line_in_every_yaml_file() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("script.yaml:2:1: duplicate key `default`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_wrong_type_or_unknown_key_names_its_line_and_column_in_every_yaml_file() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            "agent_configs:\n  - name: a\n    model_name: mock/echo\n    tools: 5\n    system_prompt_path: p\n",
+        )
+        .file("prompts/p.md", "---\nmetadata: {v: 1}\ntools: yes\nrenderr: jinja\n---\nHi")
+        .file("ok.yaml", ECHO)
+        .file(
+            "scripted/t.yaml",
+            "global: {model_name: mock/script}\nagent_configs: [{name: a}]\nproviders:\n  mock: {script: script.yaml}\n",
+        )
+        .file("scripted/script.yaml", "replies:\n  - text: hi\n  - txt: oops\n")
+        .file(
+            "config.yaml",
+            "model: mock/echo\nmodle: x\ncache: maybe\nproviders:\n  local: {base_url: \"http://127.0.0.1:1/v1\", timeout: 5}\n",
+        );
+    let errors = |output: &Output| -> Vec<String> {
+        output.expect_code(2);
+        assert!(!output.stderr.contains("panicked"), "{}", output.stderr);
+        output
+            .stderr
+            .lines()
+            .filter_map(|line| line.strip_prefix("error: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let output = test.run(&["run", "t.yaml", "hi", "--no-record"]);
+    assert_eq!(
+        errors(&output),
+        [
+            "t.yaml:4:5: `agent_configs[0].tools`: invalid type: integer `5`, expected a sequence",
+            "./prompts/p.md:4:1: unknown front-matter key `renderr`; did you mean `renderer`?",
+            "./prompts/p.md:3:1: `tools` must be a list of names",
+        ]
+    );
+    let output = test.run(&["run", "scripted/t.yaml", "hi", "--no-record"]);
+    let lines = errors(&output);
+    assert_eq!(lines.len(), 1, "{}", output.stderr);
+    assert!(
+        lines[0].ends_with(
+            "scripted/script.yaml:3:5: replies[1]: unknown key `txt`; did you mean `text`?"
+        ),
+        "{}",
+        output.stderr
+    );
+    let test = test.env("LLLM_CONFIG", "config.yaml");
+    let output = test.run(&["run", "ok.yaml", "hi", "--no-record"]);
+    let lines = errors(&output);
+    assert_eq!(lines.len(), 3, "{}", output.stderr);
+    for expected in [
+        "config.yaml:2:1: unknown key `modle`",
+        "config.yaml:3:1: `cache` must be `true` or `false`",
+        "config.yaml:5:46: `providers.local.timeout`: unknown field `timeout`",
+    ] {
+        assert!(
+            lines.iter().any(|line| line.starts_with(expected)),
+            "{expected}\n{}",
+            output.stderr
+        );
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_lllm-mock"))
+        .arg("--script")
+        .arg(test.path("scripted/script.yaml"))
+        .output()
+        .expect("run lllm-mock");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("script.yaml:3:5: replies[1]: unknown key `txt`; did you mean `text`?"),
         "{stderr}"
     );
 }

@@ -44,6 +44,9 @@ const ROLES: &[&str] = &["user", "assistant", "tool", "system", "developer"];
 pub(super) struct Problem {
     pub place: String,
     pub message: String,
+    /// The node to point at when it is not `place` itself (an unknown key
+    /// of the mapping at `place`).
+    pub node: Option<String>,
 }
 
 type Checked<T> = std::result::Result<T, Problem>;
@@ -52,6 +55,7 @@ fn problem(place: &str, message: impl Into<String>) -> Problem {
     Problem {
         place: place.to_string(),
         message: message.into(),
+        node: None,
     }
 }
 
@@ -415,7 +419,10 @@ fn mapping<'a>(
         ));
     };
     match map.keys().find(|key| !keys.contains(&key.as_str())) {
-        Some(key) => Err(problem(place, unknown("key", key, keys))),
+        Some(key) => Err(Problem {
+            node: Some(child(place, key)),
+            ..problem(place, unknown("key", key, keys))
+        }),
         None => Ok(map),
     }
 }

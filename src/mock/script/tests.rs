@@ -242,77 +242,78 @@ fn bad_case(text: &str, expected: &str) {
 
 #[test]
 fn bad_scripts_are_explained() {
+    // Each at the line and column of what it names (an unknown key: the key).
     bad_case(
         "replys: []",
-        "s.yaml: unknown key `replys`; did you mean `replies`?",
+        "s.yaml:1:1: unknown key `replys`; did you mean `replies`?",
     );
     bad_case(
         "replies:\n  - txt: hi",
-        "s.yaml: replies[0]: unknown key `txt`; did you mean `text`?",
+        "s.yaml:2:5: replies[0]: unknown key `txt`; did you mean `text`?",
     );
     bad_case(
         "replies:\n  - tool_calls: [{nmae: f}]",
-        "s.yaml: replies[0].tool_calls[0]: unknown key `nmae`; did you mean `name`?",
+        "s.yaml:2:19: replies[0].tool_calls[0]: unknown key `nmae`; did you mean `name`?",
     );
     bad_case(
         "rules:\n  - when: {contians: x}\n    reply: a",
-        "s.yaml: rules[0].when: unknown key `contians`; did you mean `contains`?",
+        "s.yaml:2:12: rules[0].when: unknown key `contians`; did you mean `contains`?",
     );
     bad_case(
         "default: {fault: {status: 500, retry_after: 1}}",
-        "s.yaml: default.fault: unknown key `retry_after`; did you mean `retry_after_s`?",
+        "s.yaml:1:32: default.fault: unknown key `retry_after`; did you mean `retry_after_s`?",
     );
     bad_case(
         "latency_ms: {mean: 5, stdev: 1}",
-        "s.yaml: latency_ms: unknown key `stdev`; did you mean `stddev`?",
+        "s.yaml:1:23: latency_ms: unknown key `stdev`; did you mean `stddev`?",
     );
     bad_case(
         "replies:\n  - {text: a, usage: {prompt_tokens: 1, completion: 2}}",
-        "s.yaml: replies[0].usage: unknown key `completion`; did you mean `completion_tokens`?",
+        "s.yaml:2:41: replies[0].usage: unknown key `completion`; did you mean `completion_tokens`?",
     );
     bad_case(
         "replies:\n  - {zzz: 1}",
-        "s.yaml: replies[0]: unknown key `zzz`; expected one of `text`, `tool_calls`, `echo`, `fault`, `usage`, `delay_ms`, `finish_reason`, `headers`, `rate_limit`",
+        "s.yaml:2:6: replies[0]: unknown key `zzz`; expected one of `text`, `tool_calls`, `echo`, `fault`, `usage`, `delay_ms`, `finish_reason`, `headers`, `rate_limit`",
     );
     bad_case(
         "replies:\n  - fault: crash",
-        "s.yaml: replies[0].fault: unknown fault `crash`; expected one of `timeout`, `malformed`, `reset`, `cut_stream`",
+        "s.yaml:2:5: replies[0].fault: unknown fault `crash`; expected one of `timeout`, `malformed`, `reset`, `cut_stream`",
     );
     bad_case(
         "replies:\n  - fault: timout",
-        "s.yaml: replies[0].fault: unknown fault `timout`; did you mean `timeout`?",
+        "s.yaml:2:5: replies[0].fault: unknown fault `timout`; did you mean `timeout`?",
     );
     bad_case(
         "rules:\n  - when: {last_role: tol}\n    reply: a",
-        "s.yaml: rules[0].when.last_role: unknown role `tol`; did you mean `tool`?",
+        "s.yaml:2:12: rules[0].when.last_role: unknown role `tol`; did you mean `tool`?",
     );
     bad_case(
         "rules:\n  - when: {contains: a}",
-        "s.yaml: rules[0]: a rule needs a `reply`",
+        "s.yaml:2:5: rules[0]: a rule needs a `reply`",
     );
     bad_case(
         "default: {fault: {status: 200}}",
-        "s.yaml: default.fault.status: `200` is not an HTTP error status (400 to 599)",
+        "s.yaml:1:19: default.fault.status: `200` is not an HTTP error status (400 to 599)",
     );
     bad_case(
         "default: {fault: reset, usage: {prompt_tokens: 1, completion_tokens: 1}}",
-        "s.yaml: default: `usage` has no meaning next to `fault`",
+        "s.yaml:1:1: default: `usage` has no meaning next to `fault`",
     );
     bad_case(
         "latency_ms: {min: 9, max: 1}",
-        "s.yaml: latency_ms: `min` (9) is larger than `max` (1)",
+        "s.yaml:1:1: latency_ms: `min` (9) is larger than `max` (1)",
     );
     bad_case(
         "latency_ms: -5",
-        "s.yaml: latency_ms: expected a number ≥ 0, found `-5`",
+        "s.yaml:1:1: latency_ms: expected a number ≥ 0, found `-5`",
     );
     bad_case(
         "latency_ms: {min: 1}",
-        "s.yaml: latency_ms: a latency is a number of milliseconds, `{min, max}` or `{mean, stddev}`",
+        "s.yaml:1:1: latency_ms: a latency is a number of milliseconds, `{min, max}` or `{mean, stddev}`",
     );
     bad_case(
         "replies: hello",
-        "s.yaml: replies: `replies` must be a list, found `hello`",
+        "s.yaml:1:1: replies: `replies` must be a list, found `hello`",
     );
     bad_case(
         "- a\n- b",
@@ -320,7 +321,7 @@ fn bad_scripts_are_explained() {
     );
     bad_case(
         "rules:\n  - when: {regex: '('}\n    reply: a",
-        "s.yaml: rules[0].when.regex: invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group",
+        "s.yaml:2:12: rules[0].when.regex: invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group",
     );
     bad_case(
         "replies: [",
@@ -328,19 +329,19 @@ fn bad_scripts_are_explained() {
     );
     bad_case(
         "replies:\n  - fault: {status: 429, retry_after_s: .inf}",
-        "s.yaml: replies[0].fault.retry_after_s: expected a number ≥ 0, found `.inf`",
+        "s.yaml:2:26: replies[0].fault.retry_after_s: expected a number ≥ 0, found `.inf`",
     );
     bad_case(
         "replies:\n  - text: a\n    headers: {\"bad name\": x}",
-        "s.yaml: replies[0].headers.bad name: `bad name` is not an HTTP header name",
+        "s.yaml:3:15: replies[0].headers.bad name: `bad name` is not an HTTP header name",
     );
     bad_case(
         "replies:\n  - text: a\n    rate_limit: {requests: {limit: 5}}",
-        "s.yaml: replies[0].rate_limit.requests: a rate-limit window needs `limit`, `remaining` and `reset_s`",
+        "s.yaml:3:18: replies[0].rate_limit.requests: a rate-limit window needs `limit`, `remaining` and `reset_s`",
     );
     bad_case(
         "replies:\n  - text: a\n    rate_limit: {request: {limit: 5}}",
-        "s.yaml: replies[0].rate_limit: unknown key `request`; did you mean `requests`?",
+        "s.yaml:3:18: replies[0].rate_limit: unknown key `request`; did you mean `requests`?",
     );
 }
 
