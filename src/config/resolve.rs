@@ -449,7 +449,10 @@ pub(super) fn resolve(
             for (key, value) in args {
                 if let Some(problem) = super::model_args::problem(key, value, "model_args.") {
                     let (path, place) = if own_args.contains(key) {
-                        (join(&entry_path, &format!("model_args.{key}")), label.as_str())
+                        (
+                            join(&entry_path, &format!("model_args.{key}")),
+                            label.as_str(),
+                        )
                     } else {
                         (format!("global.model_args.{key}"), "`global`")
                     };
@@ -1091,27 +1094,31 @@ fn resolve_providers(
                 format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
             );
         }
-        let structured_output = provider.structured_output.as_deref().and_then(|given| {
-            use crate::provider::anthropic::StructuredOutput;
-            let setting = StructuredOutput::from_name(given);
-            if setting.is_none() {
-                problems.at(key("structured_output"), format!(
-                    "provider `{name}`: unknown `structured_output: {}`; use {}{}",
-                    suggest::printable(given),
-                    StructuredOutput::NAMES
-                        .map(|name| format!("`{name}`"))
-                        .join(", "),
-                    suggest::hint(given, StructuredOutput::NAMES)
-                ));
-            } else if api != ProviderApi::Anthropic {
-                problems.at(key("structured_output"), format!(
+        let structured_output =
+            provider.structured_output.as_deref().and_then(|given| {
+                use crate::provider::anthropic::StructuredOutput;
+                let setting = StructuredOutput::from_name(given);
+                if setting.is_none() {
+                    problems.at(
+                        key("structured_output"),
+                        format!(
+                            "provider `{name}`: unknown `structured_output: {}`; use {}{}",
+                            suggest::printable(given),
+                            StructuredOutput::NAMES
+                                .map(|name| format!("`{name}`"))
+                                .join(", "),
+                            suggest::hint(given, StructuredOutput::NAMES)
+                        ),
+                    );
+                } else if api != ProviderApi::Anthropic {
+                    problems.at(key("structured_output"), format!(
                     "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
                      an OpenAI-compatible server gets a format as `response_format` (chat \
                      completions) or `text.format` (Responses API)"
                 ));
-            }
-            setting
-        });
+                }
+                setting
+            });
         providers.insert(
             name,
             ProviderConfig {
