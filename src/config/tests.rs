@@ -380,15 +380,15 @@ fn model_args_are_checked_where_they_are_set() {
         lines,
         [
             format!(
-                "{path}: `global`: `model_args.temperature: 5` must be a number from 0 to 2 \
+                "{path}:1:46: `global`: `model_args.temperature: 5` must be a number from 0 to 2 \
                  (sampling temperature)"
             ),
             format!(
-                "{path}: agent `a`: `model_args.max_tokens: 0` must be a whole number from 1 to \
+                "{path}:3:28: agent `a`: `model_args.max_tokens: 0` must be a whole number from 1 to \
                  100000000 (tokens)"
             ),
             format!(
-                "{path}: agent `b`: `model_args.top_p: 2` must be a number from 0 to 1 \
+                "{path}:4:6: agent `b`: `model_args.top_p: 2` must be a number from 0 to 1 \
                  (probability mass)"
             ),
         ],
@@ -960,8 +960,8 @@ fn every_value_of_the_wrong_type_is_listed_at_its_place() {
         [
             "t.yaml:12:7: `providers.p.rpmx`: unknown field `rpmx`, expected one of `api`, \
              `base_url`, `api_key_env`, `max_concurrency`, `rpm`, `tpm`, `timeout_s`, \
-             `connect_timeout_s`, `system_role`, `send_name`, `retry_base_ms`, `retry_cap_ms`, \
-             `script`, `headers`, `cache`, `cache_ttl_s`",
+             `connect_timeout_s`, `system_role`, `send_name`, `structured_output`, \
+             `retry_base_ms`, `retry_cap_ms`, `script`, `headers`, `cache`, `cache_ttl_s`",
             "t.yaml:12:16: `providers.p.send_name`: invalid type: string \"often\", expected a boolean",
             "t.yaml:17:1: `cache`: invalid type: string \"sometimes\", expected a boolean",
             // A number in a list has no place of its own: the list's.
