@@ -477,7 +477,16 @@ impl Call<'_> {
                 None
             } else {
                 match top.parse_with(&reply.content, &self.options.parser_args) {
-                    Ok(Value::Object(parsed)) => {
+                    Ok(Value::Object(mut parsed)) => {
+                        // The answer of a `format` prompt is its JSON; the
+                        // prose a model wrote around it is kept beside it.
+                        if let Some(block) = top.json_in_prose(&reply.content) {
+                            let prose = std::mem::replace(&mut reply.content, block.clone());
+                            reply
+                                .metadata
+                                .insert("text_around_json".into(), Value::String(prose));
+                            parsed.insert("raw".into(), Value::String(block));
+                        }
                         reply.parsed = parsed;
                         None
                     }

@@ -403,6 +403,17 @@ impl Prompt {
         })
     }
 
+    /// With a `format` and no `parser`, the JSON a reply carries in one
+    /// fenced block inside prose, which is then
+    /// the reply's answer: `None` when the reply is JSON itself, or the
+    /// prompt parses replies its own way.
+    pub fn json_in_prose(&self, content: &str) -> Option<String> {
+        match (&self.parser, &self.format_parser) {
+            (None, Some(_)) => parser::json_block(content),
+            _ => None,
+        }
+    }
+
     /// A copy under a new path (required and different), to be changed further.
     pub fn extend(&self, path: impl Into<String>) -> Result<Prompt> {
         let path = path.into();

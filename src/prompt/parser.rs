@@ -305,9 +305,11 @@ impl JsonParser {
     /// `{raw, json}` plus the object's own keys at top level (so templates can
     /// write `step.parsed.verdict`), unless a key is `raw` or `json`.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
-        let text = strip_fence(content);
-        let value: Value = serde_json::from_str(text)
-            .map_err(|error| ParseFailure(format!("reply is not valid JSON: {error}")))?;
+        let value = json_in(content).map_err(|error| {
+            ParseFailure(format!(
+                "reply is not valid JSON: {error}; answer with the JSON value alone"
+            ))
+        })?;
         if let Some(validator) = &self.validator {
             let problems: Vec<String> = validator
                 .iter_errors(&value)
@@ -340,6 +342,45 @@ impl JsonParser {
         parsed.insert("json".into(), value);
         Ok(Value::Object(parsed))
     }
+}
+
+/// The JSON value of a reply: the whole reply, or the JSON inside one
+/// surrounding ```` ```json ```` (or bare ```` ``` ````) fence, or else the
+/// one fenced block of JSON in prose around it ([`json_block`]). The error
+/// is the whole reply's.
+fn json_in(content: &str) -> Result<Value, serde_json::Error> {
+    let error = match serde_json::from_str(strip_fence(content)) {
+        Ok(value) => return Ok(value),
+        Err(error) => error,
+    };
+    json_block(content)
+        .and_then(|block| serde_json::from_str(&block).ok())
+        .ok_or(error)
+}
+
+/// The one fenced block of JSON in a reply that is prose around it ("Here
+/// is the JSON: ```json … ``` It names …", as small models answer even when
+/// asked for JSON alone; LangChain's and instructor's JSON parsers read such
+/// replies too), when the reply is not JSON itself. A block is taken only
+/// when it is the reply's one ```` ```json ```` block, or its one fenced
+/// block when none is labelled: with two candidates, which one the model
+/// meant is a guess.
+pub fn json_block(content: &str) -> Option<String> {
+    if serde_json::from_str::<serde::de::IgnoredAny>(strip_fence(content)).is_ok() {
+        return None;
+    }
+    let labelled = md_blocks(content, "json");
+    let block = match labelled.as_slice() {
+        [one] => one.clone(),
+        [] => match md_blocks(content, "").as_slice() {
+            [one] => one.clone(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    serde_json::from_str::<serde::de::IgnoredAny>(&block)
+        .is_ok()
+        .then_some(block)
 }
 
 /// The JSON inside one surrounding ```` ```json ```` (or bare ```` ``` ````) fence.
@@ -569,6 +610,43 @@ mod tests {
             "{failure}"
         );
         assert!(JsonParser::new(Some(json!({"type": 12}))).is_err());
+    }
+
+    #[test]
+    fn json_parser_reads_the_one_json_block_of_a_reply_in_prose() {
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        let parser = JsonParser::new(Some(schema)).unwrap();
+        // As SmolLM2 answered through llama-server (issue 27).
+        let reply = "Here is a JSON object with the keys \"city\":\n\n```json\n{\n    \"city\": \"Tokyo\"\n}\n```\n\nThis is a JSON object.";
+        let parsed = parser.parse(reply).unwrap();
+        assert_eq!(parsed["city"], json!("Tokyo"));
+        assert_eq!(parsed["raw"], json!(reply));
+        // One bare block when none is labelled.
+        assert!(
+            parser
+                .parse("Sure:\n```\n{\"city\": \"Oslo\"}\n```")
+                .is_ok()
+        );
+        // The block still has to fit the schema.
+        let failure = parser
+            .parse("So:\n```json\n{\"town\": \"Oslo\"}\n```")
+            .unwrap_err();
+        assert!(
+            failure.0.contains("does not match the JSON schema"),
+            "{failure}"
+        );
+        // Two candidates: no guess; the error is the whole reply's, with what to do.
+        let two = "```json\n{\"city\": \"A\"}\n```\nor\n```json\n{\"city\": \"B\"}\n```";
+        let failure = parser.parse(two).unwrap_err();
+        assert!(
+            failure.0.starts_with("reply is not valid JSON")
+                && failure.0.ends_with("answer with the JSON value alone"),
+            "{failure}"
+        );
+        // A labelled block wins over a bare one, and prose alone is no JSON.
+        let mixed = "```\nnot json\n```\n```json\n{\"city\": \"C\"}\n```";
+        assert_eq!(parser.parse(mixed).unwrap()["city"], json!("C"));
+        assert!(parser.parse("The city is Tokyo.").is_err());
     }
 
     #[test]

@@ -513,10 +513,17 @@ impl AnthropicProvider {
             parse_body: |body| parse_response(&super::exchange::parse_json(body)?),
             parse_error,
         };
+        let forced_answer = body
+            .get("tool_choice")
+            .and_then(|choice| choice.get("type"))
+            == Some(&json!("tool"));
         let body = http::json_body(&body)?;
         let reply =
             exchange::<StreamAssembler>(target, body, estimate, request.stream, &wire).await?;
         let lifted = structured::lift_answer(reply, &request);
+        if forced_answer && !lifted.metadata.contains_key("answer_tool") {
+            structured::warn_answer_tool_ignored(request.model, &self.source);
+        }
         // The answer came as a tool's input, which streams as no text.
         if let (Some(sink), Some(_)) = (request.stream, lifted.metadata.get("answer_tool")) {
             sink(&lifted.content);

@@ -271,6 +271,63 @@ fn a_model_without_it_answers_through_a_forced_tool_and_is_repaired_and_replayed
 }
 
 #[test]
+fn a_server_that_ignores_the_forced_tool_is_named_once_and_its_prose_json_is_read() {
+    let test = Test::new();
+    // As llama-server's `/v1/messages` answered SmolLM2 (issue 27): the
+    // forced tool dropped, JSON in a fenced block inside prose.
+    let server = MockServer::start_with(
+        test.dir.path(),
+        "default: {text: \"Here is the JSON:\\n\\n```json\\n{\\\"score\\\": 4}\\n```\\n\\nIt scores 4.\"}\n",
+        &["--ignore-tool-choice"],
+    );
+    let test = test
+        .file("t.yaml", &format_tactic(&server.url, "smollm2", "[]", ""))
+        .file("prompts/score.md", SCORE_PROMPT)
+        .env("TEST_KEY", "k");
+    let first = test.run(&["run", "t.yaml", "--task", "fine work", "--record", "r.json"]);
+    first.expect_code(0);
+    // The answer is the JSON; the prose around it stays in the record.
+    assert_eq!(first.stdout, "{\"score\": 4}\n");
+    let record = test.read_json("r.json");
+    let reply = record["dialogs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|dialog| dialog["messages"].as_array().unwrap())
+        .find(|message| message["role"] == "assistant")
+        .unwrap();
+    assert_eq!(reply["content"], "{\"score\": 4}");
+    assert!(
+        reply["metadata"]["text_around_json"]
+            .as_str()
+            .unwrap()
+            .starts_with("Here is the JSON:"),
+        "{reply}"
+    );
+    let rerun = test.run(&["replay", "r.json", "--rerun"]);
+    rerun.expect_code(0);
+    assert_eq!(
+        rerun.stdout,
+        "identical: 1 model call replayed, same delivery\n"
+    );
+    assert_eq!(server.requests()[0]["body"]["tool_choice"]["type"], "tool");
+    let warned = |stderr: &str| {
+        stderr
+            .lines()
+            .filter(|line| {
+                line.contains("warning: the server at `providers.claude.base_url` answered `smollm2` without the `answer` tool")
+                    && line.contains("does not enforce `format:`")
+            })
+            .count()
+    };
+    assert_eq!(warned(&first.stderr), 1, "{}", first.stderr);
+    // Said once per session store, and never under -q.
+    let second = test.run(&["run", "t.yaml", "--task", "more work"]);
+    second.expect_code(0);
+    assert_eq!(warned(&second.stderr), 0, "{}", second.stderr);
+}
+
+#[test]
 fn beside_the_agents_tools_the_answer_tool_is_any_tool_and_streams() {
     let test = Test::new();
     let server = MockServer::start(

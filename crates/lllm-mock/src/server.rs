@@ -91,6 +91,12 @@ pub struct ServerOptions {
     /// With `slots`: `GET /props` is a 404, as on Ollama and vLLM, whose
     /// capacity a client has to find out by itself.
     pub hide_props: bool,
+    /// On the Messages API, answer a request that forces a tool with the
+    /// scripted text, as llama-server's `/v1/messages` does: it keeps no
+    /// forced `tool_choice` for a model whose chat template takes no tools
+    /// (read in its `server-chat.cpp`; SmolLM2, issue 27). Anthropic's API
+    /// never does.
+    pub ignore_tool_choice: bool,
 }
 
 impl Default for ServerOptions {
@@ -108,6 +114,7 @@ impl Default for ServerOptions {
             quota: QuotaOptions::default(),
             slots: None,
             hide_props: false,
+            ignore_tool_choice: false,
         }
     }
 }
@@ -160,6 +167,8 @@ struct Shared {
     slots: Option<slots::Slots>,
     /// `GET /props` answers (with `slots`).
     props: bool,
+    /// A forced tool is answered with text (`ServerOptions::ignore_tool_choice`).
+    ignore_tool_choice: bool,
 }
 
 /// Binds, prints `listening on http://HOST:PORT` (one line, flushed), then
@@ -234,6 +243,7 @@ impl Server {
                 quotas: quota::Quotas::new(options.quota),
                 props: slots.is_some() && !options.hide_props,
                 slots,
+                ignore_tool_choice: options.ignore_tool_choice,
             }),
         })
     }
@@ -457,7 +467,7 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let mut entry = LogEntry::new("POST", &uri, &headers, &body, shared.log.is_some());
-    let incoming = match checked(api, &headers, &entry.body) {
+    let mut incoming = match checked(api, &headers, &entry.body) {
         Ok(incoming) => incoming,
         Err((status, code, message)) => {
             entry.status = Some(status);
@@ -465,6 +475,9 @@ async fn answer(
             return json_response(status, api.error_body(status, Some(code), &message));
         }
     };
+    if shared.ignore_tool_choice {
+        incoming.forced_tool = None;
+    }
     // The quota counts a request before the model runs; a refused one
     // never reaches the script.
     let quota_headers = match &shared.quotas {

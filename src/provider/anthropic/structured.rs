@@ -372,5 +372,26 @@ pub fn lift_answer(mut reply: Message, request: &ChatRequest<'_>) -> Message {
     reply
 }
 
+/// Says once per session store that the server at `source` answered
+/// `model` without calling the answer tool its request forced: Anthropic's
+/// API never does, a compatible server that drops `tool_choice` (or forces
+/// tools only for chat templates that take them) does, and then nothing
+/// enforces the format there. llama-server's `/v1/messages` is one: it keeps
+/// neither `output_config` nor a forced tool (read in its `server-chat.cpp`;
+/// SmolLM2 answered prose, issue 27), while its chat completions turn
+/// `response_format` into a grammar.
+pub fn warn_answer_tool_ignored(model: &str, source: &str) {
+    let model = crate::redact::terminal_line(model);
+    if crate::report::first_in_store(&format!("answer-tool-ignored {source} {model}")) {
+        crate::report::warn(&format!(
+            "the server at {source} answered `{model}` without the `{ANSWER_TOOL}` tool its \
+             request forced, so it does not enforce `format:` on the Messages API; replies are \
+             still checked against the schema and repaired. A server with OpenAI-compatible \
+             chat completions (llama-server, vLLM, Ollama) enforces it there: use `openai/` \
+             with its base URL, or its preset (`llamacpp/`)"
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -67,6 +67,9 @@ struct Args {
     /// With --slots: GET /props is a 404, as on Ollama and vLLM.
     #[arg(long, requires = "slots")]
     no_props: bool,
+    /// Messages API: answer a forced tool_choice with the scripted text, as llama-server's /v1/messages does for a model whose chat template takes no tools.
+    #[arg(long)]
+    ignore_tool_choice: bool,
 }
 
 fn main() {
@@ -94,6 +97,7 @@ fn main() {
         },
         slots: args.slots,
         hide_props: args.no_props,
+        ignore_tool_choice: args.ignore_tool_choice,
     };
     let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
