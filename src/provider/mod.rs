@@ -133,11 +133,21 @@ impl ProviderError {
         text.push_str(&self.message);
         if let Some(code) = &self.code {
             text.push_str(&format!(" ({code})"));
+            if code == "exceed_context_size_error" {
+                text.push_str(CONTEXT_SIZE_HINT);
+            }
         }
         // The message and code come from the provider: one line, whatever they hold.
         crate::redact::terminal_line(&text).into_owned()
     }
 }
+
+/// What to do about llama-server's `exceed_context_size_error` (issue 27:
+/// half of a batch of summaries on a 4-slot server failed with it, each
+/// repair turn carrying a 1,024-token reply into a 1,024-token slot).
+const CONTEXT_SIZE_HINT: &str = ": llama-server gives each slot its `-c` divided by `--parallel`, \
+     and a repair turn carries the reply it repairs; lower `max_tokens` (`-O max_tokens=N`) or \
+     start the server with more context";
 
 /// A model backend. One call is one attempt: retries belong to `retry`.
 pub trait Provider: Send + Sync {

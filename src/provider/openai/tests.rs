@@ -305,6 +305,19 @@ fn errors_are_classified_from_status_and_body() {
     ));
     assert_eq!(limited.retry_after, Some(std::time::Duration::from_secs(2)));
     assert_eq!(limited.to_string(), "HTTP 429: slow down");
+    // llama-server's slot overflow, as it answers it, says what to do.
+    let overflow = parse_error(&reply(
+        400,
+        json!({"error": {"code": 400, "message": "request (1072 tokens) exceeds the available context size (1024 tokens), try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 1072, "n_ctx": 1024}}),
+        &[],
+    ));
+    assert_eq!(overflow.kind, ErrorKind::Permanent);
+    let text = overflow.to_string();
+    assert!(
+        text.starts_with("HTTP 400: request (1072 tokens) exceeds the available context size (1024 tokens), try increasing it (exceed_context_size_error): llama-server gives each slot")
+            && text.contains("`-O max_tokens=N`"),
+        "{text}"
+    );
     let html = parse_error(&HttpReply {
         status: 502,
         headers: HeaderMap::new(),
