@@ -424,7 +424,10 @@ fn check_commands(root: &Path, pages: &[PathBuf]) -> (Vec<String>, usize) {
                 let argv = std::iter::once("lllm".to_string()).chain(arguments);
                 if let Err(error) = lllm_cli::Cli::try_parse_from(argv) {
                     use clap::error::ErrorKind;
-                    if !matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                    if !matches!(
+                        error.kind(),
+                        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+                    ) {
                         let first = error.to_string();
                         let first = first.lines().next().unwrap_or("");
                         problems.push(format!("{at}: `{}`: {first}", line.trim()));
@@ -449,24 +452,41 @@ fn is_assignment(word: &str) -> bool {
 fn every_link_in_the_docs_leads_somewhere() {
     let root = root();
     let (problems, checked) = check_links(&root, &pages(&root));
-    assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
     // The README's table alone links every page.
-    assert!(checked >= 30, "only {checked} links found: is the scan blind?");
+    assert!(
+        checked >= 30,
+        "only {checked} links found: is the scan blind?"
+    );
 }
 
 #[test]
 fn every_command_in_the_docs_parses_and_names_shipped_files() {
     let root = root();
     let (problems, parsed) = check_commands(&root, &pages(&root));
-    assert!(problems.is_empty(), "broken commands:\n{}", problems.join("\n"));
-    assert!(parsed >= 60, "only {parsed} commands parsed: is the scan blind?");
+    assert!(
+        problems.is_empty(),
+        "broken commands:\n{}",
+        problems.join("\n")
+    );
+    assert!(
+        parsed >= 60,
+        "only {parsed} commands parsed: is the scan blind?"
+    );
 }
 
 #[test]
 fn the_readme_links_every_docs_page() {
     let root = root();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let linked: Vec<String> = links(&readme).into_iter().map(|(_, target)| target).collect();
+    let linked: Vec<String> = links(&readme)
+        .into_iter()
+        .map(|(_, target)| target)
+        .collect();
     for page in pages(&root).iter().skip(1) {
         let page = page.display().to_string();
         assert!(
@@ -480,7 +500,10 @@ fn the_readme_links_every_docs_page() {
 fn the_readme_is_a_front_door() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let lines = readme.lines().count();
-    assert!(lines <= 300, "README.md has {lines} lines; topics go to docs/");
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; topics go to docs/"
+    );
 }
 
 /// Each page of the docs starts, after its title and at most a short
