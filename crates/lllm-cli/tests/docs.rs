@@ -31,10 +31,21 @@
 //!   in: such a line is not parsed. Words inside quotes, `…` within a word
 //!   (`sessions/….json`, `"Summarize: …"`) and placeholders in capitals
 //!   (`TASKS.jsonl`, `ID`) are ordinary values.
+//! - **Opening examples run**: the `lllm` lines of the first `sh` block of
+//!   each topic page run, in order, with the real binary in one scratch
+//!   directory that sees the repository's `tactics/` and `examples/` (and a
+//!   home of its own), a `< FILE` redirection as stdin. Each must exit 0, or
+//!   with the code a `# … (exit N)` comment line right after it gives, whose
+//!   text is then the first line of stderr. Not run: a line naming a model
+//!   that is not `mock/…` (it needs a key and the network), `keys set` (it
+//!   asks), and a page whose example starts a server in the background (`&`:
+//!   docs/cache.md, whose commands tests/cache.rs runs against lllm-mock).
 //! - **Shipped files**: every word of such a line (any program's, redirections
 //!   included) that starts `tactics/`, `examples/`, `bench/`, `scripts/` or
 //!   `fuzz/` names a file or directory of the repository, unless it holds a
 //!   glob (`*`) or `…`.
+
+mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -439,6 +450,109 @@ fn check_commands(root: &Path, pages: &[PathBuf]) -> (Vec<String>, usize) {
     (problems, parsed)
 }
 
+/// A page's logical lines (continuations joined) of its first `sh` block.
+fn opening_example(text: &str) -> Vec<String> {
+    let Some((_, lines)) = split_page(text)
+        .blocks
+        .into_iter()
+        .find(|(info, _)| info.split_whitespace().next() == Some("sh"))
+    else {
+        return Vec::new();
+    };
+    let mut logical = Vec::new();
+    let mut joined = String::new();
+    for line in lines {
+        let text = line.text.trim();
+        match text.strip_suffix('\\') {
+            Some(head) => {
+                joined.push_str(head);
+                joined.push(' ');
+            }
+            None => {
+                joined.push_str(text);
+                logical.push(std::mem::take(&mut joined));
+            }
+        }
+    }
+    logical
+}
+
+/// A shell line without its comment (from the first ` #`), trimmed.
+fn code_of(line: &str) -> &str {
+    line.split(" #").next().unwrap_or(line).trim()
+}
+
+/// What a comment line `# TEXT (exit N)` expects: `N` and `TEXT`.
+fn expected_failure(line: &str) -> Option<(i32, String)> {
+    let comment = line.strip_prefix('#')?.trim();
+    let (text, code) = comment.strip_suffix(')')?.rsplit_once("(exit ")?;
+    Some((code.trim().parse().ok()?, text.trim().to_string()))
+}
+
+#[test]
+fn every_topic_page_opening_example_runs_offline() {
+    let root = root();
+    let mut ran = 0;
+    for page in pages(&root).iter().skip(1) {
+        let text = std::fs::read_to_string(root.join(page)).expect("a page");
+        let lines = opening_example(&text);
+        if lines.iter().any(|line| code_of(line).ends_with('&')) {
+            continue; // it starts a server
+        }
+        let test = common::Test::new();
+        for shipped in ["tactics", "examples"] {
+            std::os::unix::fs::symlink(root.join(shipped), test.path(shipped)).expect("link");
+        }
+        for (index, line) in lines.iter().enumerate() {
+            let (words, end) = shell_words(line);
+            let Some(arguments) = lllm_arguments(&words[..end]).filter(|_| words[0] == "lllm")
+            else {
+                continue;
+            };
+            let model = arguments
+                .windows(2)
+                .find(|pair| pair[0] == "-m" || pair[0] == "--model")
+                .map(|pair| pair[1].clone());
+            let asks = arguments.starts_with(&["keys".to_string(), "set".to_string()]);
+            if model.is_some_and(|model| !model.starts_with("mock/"))
+                || asks
+                || arguments.iter().any(|word| word == "…")
+            {
+                continue;
+            }
+            let stdin = code_of(line)
+                .split_once('<')
+                .map(|(_, file)| file.split_whitespace().next().unwrap_or("").to_string());
+            let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+            let mut command = test.command(&arguments);
+            if stdin.is_some() {
+                command.stdin(std::process::Stdio::piped());
+            }
+            let mut child = command.spawn().expect("start lllm");
+            if let Some(file) = &stdin {
+                use std::io::Write;
+                let input = std::fs::read(root.join(file)).expect("the stdin file");
+                let mut pipe = child.stdin.take().expect("stdin");
+                pipe.write_all(&input).expect("write stdin");
+            }
+            let output = common::Output::of(child.wait_with_output().expect("wait for lllm"));
+            ran += 1;
+            let at = format!("{}: `{line}`", page.display());
+            match lines.get(index + 1).and_then(|next| expected_failure(next)) {
+                Some((code, first)) => {
+                    assert_eq!(output.code, code, "{at}: {}", output.stderr);
+                    assert_eq!(output.stderr.lines().next(), Some(first.as_str()), "{at}");
+                }
+                None => assert_eq!(output.code, 0, "{at}: {}", output.stderr),
+            }
+        }
+    }
+    assert!(
+        ran >= 20,
+        "only {ran} example lines ran: is the scan blind?"
+    );
+}
+
 /// `NAME=value`, a shell assignment before a command.
 fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
@@ -490,7 +604,7 @@ fn the_readme_links_every_docs_page() {
     for page in pages(&root).iter().skip(1) {
         let page = page.display().to_string();
         assert!(
-            linked.iter().any(|target| *target == page),
+            linked.contains(&page),
             "README.md's table does not link {page}"
         );
     }
