@@ -618,6 +618,20 @@ fn the_readme_is_a_front_door() {
         lines <= 300,
         "README.md has {lines} lines; topics go to docs/"
     );
+    // It opens with the two set-up commands: the main job on a shipped
+    // example, and the tests, which CI runs as the README's test command.
+    assert_eq!(
+        opening_example(&readme),
+        [
+            "cargo run -- run tactics/summarize.yaml --task-file examples/article.txt",
+            "cargo test",
+        ]
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).expect(".ci/run");
+    assert!(
+        ci.lines().any(|line| line.contains("cargo test --locked")),
+        ".ci/run no longer runs the README's test command"
+    );
 }
 
 /// Each page of the docs starts, after its title and at most a short
