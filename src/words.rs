@@ -1,6 +1,6 @@
 //! The words lllm counts a run's work with, the same in the `run` summary,
 //! `lllm replay`, `results.jsonl`, `summary.json` and the batch's end table
-//! (docs/formats.md, "Words for a run's work"):
+//! (docs/formats.md, "4. Result lines and the batch directory"):
 //!
 //! - a **call** is one request sent to a provider (or answered from the
 //!   cache), whatever came back;

@@ -2,7 +2,7 @@
 //! from: an agent entry or `global` of a tactic, a batch task line, or the
 //! command line's `-O KEY=VALUE` ([`ModelArgs`], issue 27). The keys lllm
 //! sets itself are refused, and the numbers every chat API bounds are
-//! checked against their range (README, "Numbers and their ranges"); any
+//! checked against their range (docs/limits.md, "Numbers and their ranges"); any
 //! other key goes to the provider as written, since each server has its own.
 //!
 //! Which agents a [`ModelArgs`] reaches, and how it wins over a tactic's and

@@ -3,7 +3,7 @@
 //! problem naming where it is, the key and the range, listed with the file's
 //! other problems (exit 2), never a panic or a silent clamp later (issue 12:
 //! `timeout_s: 1e20` and `rpm: 0` crashed runs, negative timeouts became 1 ms).
-//! The README's "Numbers and their ranges" table lists the same ranges.
+//! The "Numbers and their ranges" table of docs/limits.md lists the same ranges.
 //!
 //! YAML's non-finite numbers (`.inf`, `.nan`) and integers past 64 bits have
 //! no JSON form, so [`crate::yaml::parse`] keeps them as their YAML text: a

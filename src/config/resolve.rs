@@ -151,7 +151,7 @@ pub enum ProviderApi {
     Mock,
 }
 
-/// A `providers:` entry (README, "Providers").
+/// A `providers:` entry (docs/providers.md, "Providers").
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderConfig {
     /// Which API it speaks.

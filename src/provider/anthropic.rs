@@ -255,7 +255,7 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
 /// Anthropic's `input_tokens` excludes cache reads and writes; the normalized
 /// `prompt_tokens` counts every input token, with cache reads as cached tokens.
 fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
-    // Each count at most `MAX_CALL_TOKENS` (README, "Numbers and their ranges").
+    // Each count at most `MAX_CALL_TOKENS` (docs/limits.md, "Numbers and their ranges").
     let count = |key: &str| {
         usage
             .get(key)

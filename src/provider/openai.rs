@@ -556,8 +556,8 @@ fn normalize_usage(usage: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// A message's usage in OpenAI's shape: the counts, then the detail sections
-/// there are. Every count is clamped to `MAX_CALL_TOKENS` (README, "Numbers
-/// and their ranges"): a server's count is not trusted to be sane.
+/// there are. Every count is clamped to `MAX_CALL_TOKENS` (docs/limits.md,
+/// "Numbers and their ranges"): a server's count is not trusted to be sane.
 fn usage_map(
     prompt: u64,
     completion: u64,

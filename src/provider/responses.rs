@@ -213,7 +213,7 @@ pub fn parse_response(body: &Value) -> Result<Message, ProviderError> {
             .insert("finish_reason".into(), json!(reason));
     }
     if let Some(Value::Object(usage)) = body.get("usage") {
-        // Each count at most `MAX_CALL_TOKENS` (README, "Numbers and their ranges").
+        // Each count at most `MAX_CALL_TOKENS` (docs/limits.md, "Numbers and their ranges").
         let count = |key: &str| usage.get(key).map_or(0, |value| token_count(key, value));
         let detail = |section: &str, key: &str| {
             usage

@@ -1,7 +1,7 @@
 //! The texts after `--help`: examples, exit codes and where the docs are, for
 //! the top-level command and the commands people type most (`run`, `batch`,
 //! `replay`). The exit codes are those of `lllm::error::Outcome` and
-//! `lllm::error::Error::exit_code`; the README and docs/formats.md hold the
+//! `lllm::error::Error::exit_code`; docs/run.md and docs/formats.md hold the
 //! same table.
 //!
 //! `-h` shows the short text (`after_help`), `--help` and the man pages the
@@ -23,8 +23,10 @@ macro_rules! exit_codes {
 macro_rules! docs {
     () => {
         "Docs: `lllm man` (or `lllm man --out DIR`: one page per command), `lllm <COMMAND> --help`;
-in the source repository README.md (every command) and docs/formats.md (tactic YAML,
-prompt files, task and result lines, the session record, exit codes)
+in the source repository README.md (the way in and where each topic lives), a page per
+topic in docs/ (docs/run.md, docs/tactics.md, docs/providers.md, docs/batch.md,
+docs/sessions.md, …) and docs/formats.md (tactic YAML, prompt files, task and result
+lines, the session record, exit codes)
 Settings: flag > LLLM_* variable > ~/.config/lllm/config.yaml (`lllm config path`) > default;
 keys from the environment, then ./.env (or --env-file), then `lllm keys`
 "
@@ -65,7 +67,7 @@ pub const RUN: &str = concat!(
 
 ",
     exit_codes!(),
-    "\nDocs: README.md, \"lllm run\"; the session record in docs/formats.md
+    "\nDocs: docs/run.md, docs/tactics.md; the session record in docs/formats.md
 "
 );
 
@@ -87,7 +89,7 @@ pub const BATCH: &str = concat!(
        another shard: nothing was sent
   130  interrupted by Ctrl-C or SIGTERM: what finished is on disk (--resume goes on)
 ",
-    "\nDocs: README.md, \"lllm batch\"; task and result lines in docs/formats.md
+    "\nDocs: docs/batch.md; task and result lines in docs/formats.md
 "
 );
 
@@ -105,7 +107,7 @@ pub const REPLAY: &str = concat!(
   1    --rerun diverged from the record (where and how is printed)
   2    bad usage, or a record or tactic that cannot be read
 ",
-    "\nDocs: README.md, \"lllm replay\"; the session record in docs/formats.md
+    "\nDocs: docs/sessions.md, \"lllm replay\"; the session record in docs/formats.md
 "
 );
 

@@ -1,5 +1,5 @@
 //! The `lllm` command line: arguments (clap), the dispatch to each command,
-//! errors printed once and the exit codes of the README ("Exit codes").
+//! errors printed once and the exit codes of docs/formats.md ("7. Exit codes").
 //!
 //! Each command lives in its own file and returns an `Outcome`; [`main`] maps
 //! it to the exit code.
@@ -219,7 +219,7 @@ pub struct RunArgs {
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
     // `-q` is "only errors" in every command that has it: no warning and no
-    // notice from here on, the settings' own included (README, "Flags").
+    // notice from here on, the settings' own included (docs/run.md, "Flags").
     lllm::report::set_quiet(quiet(&cli.command));
     // Files only: no runtime, no registry.
     match cli.command {

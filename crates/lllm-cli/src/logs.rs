@@ -62,7 +62,7 @@ pub struct FilterArgs {
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
     /// Words in the task or the delivery (all must appear; `"a phrase"` in quotes).
-    // `-s`, not `-q`: `-q` is `--quiet` in every command (README, "Flags").
+    // `-s`, not `-q`: `-q` is `--quiet` in every command (docs/run.md, "Flags").
     #[arg(
         long = "search",
         short = 's',

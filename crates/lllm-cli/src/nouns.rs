@@ -1,4 +1,4 @@
-//! The same noun the same way in every command (README, "Flags: the same
+//! The same noun the same way in every command (docs/run.md, "Flags: the same
 //! everywhere"): the tactic is `-t/--tactic FILE` for `run`, `batch` and
 //! `replay --rerun` (and `run` keeps it as its first argument too), `-q` is
 //! `--quiet`, `-m` the model, `-n` how many, `-o` where the output goes.

@@ -3,7 +3,7 @@
 //! and its range (exit 2), before anything is read or sent
 //! (issue 12: `--grace 1e20` and `--progress-interval 1e20` panicked,
 //! `-j 18446744073709551615` panicked in the scheduler, `--threads 100000`
-//! hung starting threads). The README's "Numbers and their ranges" table
+//! hung starting threads). The "Numbers and their ranges" table of docs/limits.md
 //! lists the same ranges.
 
 use lllm::config::numbers::Range;

@@ -2,7 +2,7 @@
 //! `tracing` events as lines on stderr, one event a line, printed above the
 //! progress bar rather than through it.
 //!
-//! What each level shows (README, "Tracing"): `-v` one line per request sent,
+//! What each level shows (docs/run.md, "Tracing"): `-v` one line per request sent,
 //! per reply or failure received, per retry wait and per wait for the quota
 //! (`lllm=info`); `-vv` the
 //! bodies and tool runs too (`lllm=debug`); `-vvv` everything lllm itself

@@ -1,5 +1,5 @@
 //! Every shipped tactic runs offline on its scripted `mock/` replies, from any
-//! working directory, and says what the README says it does.
+//! working directory, and does what README.md and docs/tactics.md say it does.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The same noun the same way in every command (README, "Flags: the same
+//! The same noun the same way in every command (docs/run.md, "Flags: the same
 //! everywhere"): the tactic is `-t/--tactic FILE` for `run`, `batch` and
 //! `replay --rerun`; `-q` is `--quiet` wherever there is something to quiet;
 //! `lllm logs` searches with `-s/--search`, and its old `-q` gets a hint.

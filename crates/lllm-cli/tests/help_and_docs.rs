@@ -237,13 +237,16 @@ fn the_docs_named_are_in_the_repository() {
             "docs/formats.md lacks {section:?}"
         );
     }
-    for name in [
-        "README.md",
-        "docs/decisions.md",
-        "docs/guide.md",
-        "docs/benchmarks.md",
-        "CHANGELOG.md",
-    ] {
+    let mut pages = vec!["README.md".to_string(), "CHANGELOG.md".to_string()];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let name = entry.expect("docs/ entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            pages.push(format!("docs/{name}"));
+        }
+    }
+    assert!(pages.len() >= 12, "{pages:?}");
+    for name in &pages {
         let text = read(name);
         assert!(
             !text.contains("../shared/"),
@@ -257,4 +260,166 @@ fn the_docs_named_are_in_the_repository() {
     assert!(read("LICENSE-MIT").contains("MIT License"));
     assert!(read("LICENSE-APACHE").contains("Apache License"));
     assert!(read("CHANGELOG.md").contains("## [Unreleased]"));
+}
+
+/// Every `docs/NAME.md` that the code, the tests, `--help`, the scripts and
+/// the examples name is in the repository, and every section they cite by
+/// name (`docs/batch.md, "Merging shards"`, `README, "Install"`) is a heading
+/// (or a bold paragraph lead) of that page: a page that moves or renames a
+/// section fails here until its readers follow.
+#[test]
+fn the_docs_pages_and_sections_the_code_cites_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    for dir in [
+        "src",
+        "crates",
+        "scripts",
+        "examples",
+        "bench",
+        "fuzz/fuzz_targets",
+        "fuzz/src",
+        ".ci",
+    ] {
+        collect_files(&root.join(dir), &mut files);
+    }
+    let mut cites = 0;
+    let mut problems = Vec::new();
+    for file in &files {
+        // The docs tests name missing pages on purpose, in their checkers' tests.
+        if file.ends_with("tests/docs.rs") || file.ends_with("tests/help_and_docs.rs") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        let at = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for (page, section) in cited_pages(&text) {
+            cites += 1;
+            let Ok(target) = std::fs::read_to_string(root.join(&page)) else {
+                problems.push(format!("{at}: `{page}` is not in the repository"));
+                continue;
+            };
+            let Some(section) = section else { continue };
+            let plain = |text: &str| text.replace('`', "");
+            let found = target.lines().any(|line| {
+                let line = plain(line);
+                let heading = line.trim_start_matches('#');
+                (heading.len() < line.len() && heading.trim_start().starts_with(&plain(&section)))
+                    || line
+                        .trim_start_matches("- ")
+                        .starts_with(&format!("**{}", plain(&section)))
+            });
+            if !found {
+                problems.push(format!("{at}: `{page}` has no section {section:?}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        cites >= 30,
+        "only {cites} citations found: is the scan blind?"
+    );
+}
+
+fn collect_files(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name == "target" || name == "snapshots" {
+            continue;
+        }
+        if path.is_dir() {
+            collect_files(&path, files);
+        } else {
+            files.push(path);
+        }
+    }
+}
+
+/// The pages a text names (`docs/NAME.md`, and `README` as `README.md`), each
+/// with the section it cites right after it, when it does (`, "Section"` or
+/// ` ("Section")`, across a comment's line break).
+fn cited_pages(text: &str) -> Vec<(String, Option<String>)> {
+    let mut cited = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let rest = &text[at..];
+        let (page, length) = if let Some(after) = rest.strip_prefix("docs/") {
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_' || *c == '-')
+                .collect();
+            if name.is_empty() || !after[name.len()..].starts_with(".md") {
+                at += 1;
+                continue;
+            }
+            (format!("docs/{name}.md"), "docs/".len() + name.len() + 3)
+        } else if rest.starts_with("README") {
+            let length = if rest.starts_with("README.md") { 9 } else { 6 };
+            ("README.md".to_string(), length)
+        } else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let after = &rest[length..];
+        let (owner, after) = match after.strip_prefix("'s") {
+            Some(after) => (true, after),
+            None => (false, after),
+        };
+        let filler = after
+            .find(|c: char| !(c.is_whitespace() || matches!(c, ',' | '(' | '/' | '!' | '#')))
+            .unwrap_or(after.len());
+        // A citation is `PAGE, "Section"`, `PAGE ("Section")` or `PAGE's
+        // "Section"`; a page followed by a bare quote ends a string literal.
+        let cites = owner || after[..filler].contains([',', '(']);
+        let section = after[filler..]
+            .strip_prefix('"')
+            .filter(|_| cites)
+            .and_then(|quoted| {
+                let end = quoted.find('"')?;
+                let words: Vec<&str> = quoted[..end]
+                    .split_whitespace()
+                    .filter(|word| !matches!(*word, "//!" | "///" | "//" | "#"))
+                    .collect();
+                let section = words.join(" ");
+                (section.len() <= 80 && !section.contains([';', '{', '(', ')', '[']))
+                    .then_some(section)
+            });
+        // `README.md` and `docs/x.md` cited as files, not sections, are
+        // checked for existence only; a bare `README` with no section is prose.
+        if page != "README.md" || section.is_some() || length == 9 {
+            cited.push((page, section));
+        }
+        at += length;
+    }
+    cited
+}
+
+#[test]
+fn the_citation_scan_reads_sections_across_comment_lines() {
+    let text = "// (docs/limits.md,\n/// \"Numbers and their ranges\") and docs/run.md's \"Tracing\"\n\
+                # see the README, \"Merging shards\"; README.md; a README; docs/x.mdx;\n\
+                \"docs/formats.md\", \"7. Exit codes\"";
+    assert_eq!(
+        cited_pages(text),
+        [
+            (
+                "docs/limits.md".to_string(),
+                Some("Numbers and their ranges".to_string())
+            ),
+            ("docs/run.md".to_string(), Some("Tracing".to_string())),
+            ("README.md".to_string(), Some("Merging shards".to_string())),
+            ("README.md".to_string(), None),
+            ("docs/x.md".to_string(), None),
+            ("docs/formats.md".to_string(), None),
+        ]
+    );
 }

@@ -381,7 +381,7 @@ fn a_batch_paused_by_a_429_says_so_while_it_waits() {
     assert!(found, "no waiting reason shown:\n{}", seen.join("\n"));
 }
 
-/// Tokens of one call's count at most (README, "Numbers and their ranges").
+/// Tokens of one call's count at most (docs/limits.md, "Numbers and their ranges").
 const MAX_CALL_TOKENS: u64 = 100_000_000;
 
 const HUGE_USAGE: &str =
