@@ -23,11 +23,11 @@ use crate::redact::{Scrub, Scrubber};
 use crate::tactic::{RunState, SessionRecord};
 
 pub const RESULTS: &str = "results.jsonl";
-// The records' file names are the record format's (the session store, below
-// this room, finds records by them too).
 pub use super::sessions_file::SessionsFile;
 pub use super::writer::{Encoded, Lost, WriteFailure, Writer};
-pub use crate::tactic::record::{
+// The records' file names are the record format's: the session store, below
+// this room, finds records by them too.
+pub(crate) use crate::tactic::record::{
     SESSIONS_FILE as SESSIONS, SESSIONS_FILE_COMPRESSED as SESSIONS_COMPRESSED,
 };
 

@@ -1,13 +1,13 @@
 //! Programmed tactics: the [`Flow`] trait a Rust developer implements (the
 //! seeds' "subclass `Tactic`, write `call`"), and its private boxed form the
-//! registry keeps (`Registry::flow` is written here). The YAML file supplies the agents (`tactic_type: NAME`,
-//! `agent_configs`, prompts, providers, tools); the flow supplies the control.
+//! registry keeps (`Registry::flow` is written here). The YAML file supplies
+//! the agents (`tactic_type: NAME`, `agent_configs`, prompts, providers,
+//! tools); the flow supplies the control.
 //!
 //! The run around a flow — its agents, the session record, batch, replay —
 //! is the engine's (`flow.rs`, `ctx.rs`); this file only defines the trait.
 
 use std::future::Future;
-
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
