@@ -2,16 +2,19 @@
 //!
 //! Every layer has its own error type; here they meet, and each is sorted into
 //! "bad input, nothing was sent" (exit 2) or something that happened while
-//! running (exit 1).
+//! running (exit 1). This module names no other room (issue 28): a layer's
+//! error becomes [`Error::Input`] through the `From` its own module writes
+//! (`config`, `tactic`, `replay`), so every room may return this type without
+//! pulling the rest.
 
+/// A command's error: what it prints (`error: …`) and its exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A layer's bad-input error (a tactic that cannot be used, a record that
+    /// cannot be replayed, …): shown as it is, exit 2. Each layer converts
+    /// its own error with a `From` next to it.
     #[error(transparent)]
-    Config(#[from] crate::config::Error),
-    #[error(transparent)]
-    Tactic(#[from] crate::tactic::Error),
-    #[error(transparent)]
-    Replay(#[from] crate::replay::Error),
+    Input(Box<dyn std::error::Error + Send + Sync>),
     /// Bad command-line usage or input files.
     #[error("{0}")]
     Usage(String),
@@ -48,7 +51,7 @@ impl Outcome {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::Tactic(_) | Error::Replay(_) | Error::Usage(_) => 2,
+            Error::Input(_) | Error::Usage(_) => 2,
             Error::Write { .. } => 1,
         }
     }

@@ -1,5 +1,6 @@
 //! The named extensions a tactic can use beyond the built-ins: context
-//! managers here, programmed tactics in `registry/flows.rs`; tools from Rust
+//! managers here, programmed tactics in `registry/flows.rs` (registered by
+//! `tactic/program.rs`, which owns their type); tools from Rust
 //! functions, parsers, handlers and renderers in `registry/named.rs`. YAML
 //! and prompt files name them; a name the registry lacks is a load error with
 //! a "did you mean".

@@ -50,6 +50,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A record that cannot be replayed is bad input: the command's error, exit 2.
+impl From<Error> for crate::error::Error {
+    fn from(error: Error) -> Self {
+        crate::error::Error::Input(Box::new(error))
+    }
+}
+
 /// The largest single record `replay` reads (a `.jsonl` file is streamed and
 /// has no such limit): a record of thousands of calls is a few MiB.
 const RECORD_CAP: u64 = 1 << 30;

@@ -23,11 +23,13 @@ use crate::redact::{Scrub, Scrubber};
 use crate::tactic::{RunState, SessionRecord};
 
 pub const RESULTS: &str = "results.jsonl";
-pub const SESSIONS: &str = "sessions.jsonl";
-/// The records of a batch run with `--compress` (instead of [`SESSIONS`]).
-pub const SESSIONS_COMPRESSED: &str = "sessions.jsonl.zst";
 pub use super::sessions_file::SessionsFile;
 pub use super::writer::{Encoded, Lost, WriteFailure, Writer};
+// The records' file names are the record format's: the session store, below
+// this room, finds records by them too.
+pub(crate) use crate::tactic::record::{
+    SESSIONS_FILE as SESSIONS, SESSIONS_FILE_COMPRESSED as SESSIONS_COMPRESSED,
+};
 
 pub const SUMMARY: &str = "summary.json";
 

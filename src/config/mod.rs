@@ -15,6 +15,7 @@ pub mod numbers;
 mod places;
 mod raw;
 mod resolve;
+mod structured_output;
 mod typed;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use merge::merge;
 pub use model_args::ModelArgs;
 pub use places::MAX_PROBLEMS_SHOWN;
 pub(crate) use places::show as show_problems;
+pub use structured_output::StructuredOutput;
 
 /// `problem` with `place` (`file:line:column`) in front, or alone without one.
 pub(crate) fn placed(place: Option<&str>, problem: impl std::fmt::Display) -> String {
@@ -117,6 +119,13 @@ pub enum Error {
 
 /// A result whose error is a config [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A tactic that cannot be used is bad input: the command's error, exit 2.
+impl From<Error> for crate::error::Error {
+    fn from(error: Error) -> Self {
+        crate::error::Error::Input(Box::new(error))
+    }
+}
 
 /// Reads, merges and resolves the tactic at `path`.
 pub fn load(path: &Path) -> Result<TacticConfig> {

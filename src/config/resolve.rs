@@ -178,7 +178,7 @@ pub struct ProviderConfig {
     pub send_name: Option<bool>,
     /// How a prompt's `format` goes on the Messages API (`api: anthropic`
     /// only); `auto` when not given.
-    pub structured_output: Option<crate::provider::anthropic::StructuredOutput>,
+    pub structured_output: Option<super::StructuredOutput>,
     /// The first back-off, in milliseconds.
     pub retry_base_ms: Option<u64>,
     /// The longest pause, in milliseconds (a server's `Retry-After` too).
@@ -1096,7 +1096,7 @@ fn resolve_providers(
         }
         let structured_output =
             provider.structured_output.as_deref().and_then(|given| {
-                use crate::provider::anthropic::StructuredOutput;
+                use super::StructuredOutput;
                 let setting = StructuredOutput::from_name(given);
                 if setting.is_none() {
                     problems.at(

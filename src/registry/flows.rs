@@ -1,62 +1,27 @@
-//! The registry's programmed tactics: `Registry::flow` and what the tactic
-//! builder asks of it. A tactic file whose `tactic_type` is a registered
-//! flow's name runs that flow; any other `tactic_type` stays a plain label.
+//! The registry's programmed tactics, by name: what a tactic file's
+//! `tactic_type` runs when a flow of that name is registered (any other
+//! `tactic_type` stays a plain label).
+//!
+//! The registry keeps each flow without its type: the [`Flow`](crate::Flow)
+//! trait belongs to the tactic room, which consults the registry, so
+//! `Registry::flow` (register one) and `Registry::flow_named` (look one up)
+//! are written there, in `tactic/program.rs`, and this room never names the
+//! tactic (issue 28: no circle between top-level modules).
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Registry;
-use crate::tactic::Flow;
-use crate::tactic::program::DynFlow;
 
-/// Name → flow, shared by the clones of a registry.
-pub(crate) type Flows = Arc<BTreeMap<String, Arc<dyn DynFlow>>>;
+/// Name → flow, shared by the clones of a registry. Each value is the
+/// tactic room's boxed flow (an `Arc<dyn DynFlow>`), held as `Any`.
+pub(crate) type Flows = Arc<BTreeMap<String, Arc<dyn Any + Send + Sync>>>;
 
 impl Registry {
-    /// Registers the programmed tactic `flow` under its `NAME`: a tactic
-    /// file with `tactic_type: NAME` (and no `flow:`) runs it.
-    ///
-    /// ```
-    /// use lllm::{Ctx, Flow, FlowResult, Registry, Task};
-    ///
-    /// struct Answer;
-    ///
-    /// impl Flow for Answer {
-    ///     const NAME: &'static str = "answer";
-    ///     const AGENTS: &'static [&'static str] = &["assistant"];
-    ///
-    ///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
-    ///         let assistant = cx.agent("assistant")?;
-    ///         assistant.open("main")?;
-    ///         assistant.receive(task.text())?;
-    ///         Ok(assistant.respond().await?.content)
-    ///     }
-    /// }
-    ///
-    /// let registry = Registry::new().flow(Answer);
-    /// assert_eq!(registry.flow_names().collect::<Vec<_>>(), ["answer"]);
-    /// ```
-    ///
-    /// # Panics
-    /// When a flow of that name is registered already.
-    pub fn flow<F: Flow>(mut self, flow: F) -> Registry {
-        assert!(
-            !self.flows.contains_key(F::NAME),
-            "flow `{}` is registered twice",
-            F::NAME
-        );
-        Arc::make_mut(&mut self.flows).insert(F::NAME.to_string(), Arc::new(flow));
-        self
-    }
-
     /// The names of the registered flows, sorted.
     pub fn flow_names(&self) -> impl Iterator<Item = &str> {
         self.flows.keys().map(String::as_str)
-    }
-
-    /// The flow a tactic named `name` runs, if one is registered.
-    pub(crate) fn flow_named(&self, name: &str) -> Option<Arc<dyn DynFlow>> {
-        self.flows.get(name).cloned()
     }
 
     /// Adds the flows of `other` (for `merge`).

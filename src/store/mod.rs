@@ -25,7 +25,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
-use crate::tactic::SessionRecord;
+use crate::tactic::{SessionRecord, record};
 use paths::{SqlPath, StoredPath};
 
 pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
@@ -960,8 +960,8 @@ fn find_records(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<String>
         if kind.is_dir() {
             find_records(&path, files, problems);
         } else if kind.is_file() {
-            let batch_records = entry.file_name() == crate::batch::output::SESSIONS
-                || entry.file_name() == crate::batch::output::SESSIONS_COMPRESSED;
+            let batch_records = entry.file_name() == record::SESSIONS_FILE
+                || entry.file_name() == record::SESSIONS_FILE_COMPRESSED;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let is_json = name.ends_with(".json") || name.ends_with(".json.zst");

@@ -64,6 +64,13 @@ pub struct Error {
 /// The result of building a tactic.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A tactic that cannot be built is bad input: the command's error, exit 2.
+impl From<Error> for crate::error::Error {
+    fn from(error: Error) -> Self {
+        crate::error::Error::Input(Box::new(error))
+    }
+}
+
 /// A flow step with its prompt looked up.
 pub(crate) struct Step {
     pub name: String,

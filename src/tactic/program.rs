@@ -1,16 +1,19 @@
 //! Programmed tactics: the [`Flow`] trait a Rust developer implements (the
 //! seeds' "subclass `Tactic`, write `call`"), and its private boxed form the
-//! registry keeps. The YAML file supplies the agents (`tactic_type: NAME`,
-//! `agent_configs`, prompts, providers, tools); the flow supplies the control.
+//! registry keeps (`Registry::flow` is written here). The YAML file supplies
+//! the agents (`tactic_type: NAME`, `agent_configs`, prompts, providers,
+//! tools); the flow supplies the control.
 //!
 //! The run around a flow — its agents, the session record, batch, replay —
 //! is the engine's (`flow.rs`, `ctx.rs`); this file only defines the trait.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
 use super::{Ctx, Task};
+use crate::Registry;
 
 /// What a programmed tactic returns: the delivery, or any error (its
 /// `Display` is the record's `error`; `?` works on the agents' errors, on
@@ -100,5 +103,55 @@ impl<F: Flow> DynFlow for F {
 
     fn call<'a>(&'a self, cx: &'a mut Ctx, task: Task) -> BoxFuture<'a, FlowResult> {
         Box::pin(Flow::call(self, cx, task))
+    }
+}
+
+/// Registering and finding flows: written here rather than in `registry`,
+/// which keeps them without their type and so names nothing of the tactic
+/// room (issue 28).
+impl Registry {
+    /// Registers the programmed tactic `flow` under its `NAME`: a tactic
+    /// file with `tactic_type: NAME` (and no `flow:`) runs it.
+    ///
+    /// ```
+    /// use lllm::{Ctx, Flow, FlowResult, Registry, Task};
+    ///
+    /// struct Answer;
+    ///
+    /// impl Flow for Answer {
+    ///     const NAME: &'static str = "answer";
+    ///     const AGENTS: &'static [&'static str] = &["assistant"];
+    ///
+    ///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+    ///         let assistant = cx.agent("assistant")?;
+    ///         assistant.open("main")?;
+    ///         assistant.receive(task.text())?;
+    ///         Ok(assistant.respond().await?.content)
+    ///     }
+    /// }
+    ///
+    /// let registry = Registry::new().flow(Answer);
+    /// assert_eq!(registry.flow_names().collect::<Vec<_>>(), ["answer"]);
+    /// ```
+    ///
+    /// # Panics
+    /// When a flow of that name is registered already.
+    pub fn flow<F: Flow>(mut self, flow: F) -> Registry {
+        assert!(
+            !self.flows.contains_key(F::NAME),
+            "flow `{}` is registered twice",
+            F::NAME
+        );
+        let boxed: Arc<dyn DynFlow> = Arc::new(flow);
+        Arc::make_mut(&mut self.flows).insert(F::NAME.to_string(), Arc::new(boxed));
+        self
+    }
+
+    /// The flow a tactic named `name` runs, if one is registered.
+    pub(crate) fn flow_named(&self, name: &str) -> Option<Arc<dyn DynFlow>> {
+        self.flows
+            .get(name)
+            .and_then(|flow| flow.downcast_ref::<Arc<dyn DynFlow>>())
+            .cloned()
     }
 }

@@ -33,6 +33,15 @@ pub const FORMAT: &str = "lllm.session/3";
 /// The versions this lllm reads.
 pub const READS: [&str; 3] = ["lllm.session/1", "lllm.session/2", FORMAT];
 
+/// The file a batch appends its records to, one compact record a line, in
+/// its output directory; `lllm logs` and the session store find records by
+/// this name.
+pub const SESSIONS_FILE: &str = "sessions.jsonl";
+
+/// [`SESSIONS_FILE`] of a batch run with `--compress`: the same lines in
+/// zstd frames.
+pub const SESSIONS_FILE_COMPRESSED: &str = "sessions.jsonl.zst";
+
 /// How a tactic run ended, written `success`, `failure` or `skipped`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

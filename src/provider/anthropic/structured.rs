@@ -24,43 +24,14 @@
 //! as written, and a violation goes to the repair loop (`agent::call`).
 //! Leaves HTTP, and the rest of the body, to `anthropic`.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::dialog::Message;
 use crate::provider::{ChatRequest, ToolSpec};
 
-/// How a `format` goes on the Messages API (`structured_output:` under `providers:`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StructuredOutput {
-    /// `output_config` where the model table says the model has it and the
-    /// schema fits, else `tool`.
-    #[default]
-    Auto,
-    /// The API's `output_config.format`.
-    OutputConfig,
-    /// A forced call of an `answer` tool whose input is the reply.
-    Tool,
-    /// A sentence of the system prompt (not enforced).
-    Prompt,
-}
-
-impl StructuredOutput {
-    /// The names a config may give, in the order the docs list them.
-    pub const NAMES: [&'static str; 4] = ["auto", "output_config", "tool", "prompt"];
-
-    /// The setting named `name`, if it is one.
-    pub fn from_name(name: &str) -> Option<StructuredOutput> {
-        match name {
-            "auto" => Some(StructuredOutput::Auto),
-            "output_config" => Some(StructuredOutput::OutputConfig),
-            "tool" => Some(StructuredOutput::Tool),
-            "prompt" => Some(StructuredOutput::Prompt),
-            _ => None,
-        }
-    }
-}
+// The setting is the config's (a provider's `structured_output:`); its old
+// place, where the Messages API uses it, keeps the name.
+pub use crate::config::StructuredOutput;
 
 /// The answer tool's name when no offered tool has it.
 const ANSWER_TOOL: &str = "answer";
