@@ -8,6 +8,8 @@
 mod builtin;
 mod command;
 mod function;
+#[doc(hidden)]
+pub mod macro_support;
 mod mcp;
 mod mcp_servers;
 mod process;
