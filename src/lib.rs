@@ -54,8 +54,8 @@ pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;
 pub use registry::Registry;
 /// The JSON-schema crate a Rust tool's argument type derives with,
-/// re-exported so its version matches ours; [`JsonSchema`] derives through
-/// it with nothing more in the user's Cargo.toml.
+/// re-exported so its version matches ours; `#[derive(lllm::JsonSchema)]`
+/// derives through it with nothing more in the user's Cargo.toml.
 pub use schemars;
 pub use tactic::{Ctx, Flow, FlowResult, RunError, SessionRecord, Tactic, Task};
 pub use tool::Tool;

@@ -4,6 +4,8 @@
 //! model; and the JSON schemas the macro writes from the signatures and
 //! doc comments.
 
+#![cfg(feature = "macros")]
+
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
@@ -96,7 +98,12 @@ async fn run(replies: &str) -> Value {
     let config = lllm::config::load(&dir.path().join("tactic.yaml")).unwrap();
     let tactic = Tactic::build_with(config, &|_| None, &registry()).unwrap();
     let record = tactic.run(Task::new("Go.")).await;
-    assert_eq!(record.delivery.as_deref(), Some("done"), "{:?}", record.error);
+    assert_eq!(
+        record.delivery.as_deref(),
+        Some("done"),
+        "{:?}",
+        record.error
+    );
     serde_json::to_value(&record).unwrap()
 }
 
@@ -129,7 +136,8 @@ async fn a_plain_two_argument_sync_function_is_a_tool_an_agent_calls() {
     assert!(
         texts
             .iter()
-            .any(|text| text.contains("Return of calling function repeat") && text.contains("owl owl owl")),
+            .any(|text| text.contains("Return of calling function repeat")
+                && text.contains("owl owl owl")),
         "the result reaches the dialog: {texts:#?}"
     );
     // A sync tool runs on the blocking pool, never on the runtime's thread
@@ -149,10 +157,7 @@ async fn an_async_function_taking_structs_is_a_tool() {
     .await;
     let (calls, texts) = calls_and_texts(&record);
     assert_eq!(calls[0]["result"], "5.0", "{calls:#?}");
-    assert!(
-        texts.iter().any(|text| text.contains("5.0")),
-        "{texts:#?}"
-    );
+    assert!(texts.iter().any(|text| text.contains("5.0")), "{texts:#?}");
 }
 
 #[tokio::test]
@@ -167,7 +172,10 @@ async fn an_err_a_panic_and_misfit_arguments_reach_the_model_as_tool_errors() {
 "#)
     .await;
     let (calls, texts) = calls_and_texts(&record);
-    assert_eq!(calls[0]["error_message"], "cannot divide 7 by zero", "{calls:#?}");
+    assert_eq!(
+        calls[0]["error_message"], "cannot divide 7 by zero",
+        "{calls:#?}"
+    );
     assert_eq!(calls[1]["result"], "3");
     assert_eq!(
         calls[2]["error_message"],
@@ -180,7 +188,9 @@ async fn an_err_a_panic_and_misfit_arguments_reach_the_model_as_tool_errors() {
         "{misfit}"
     );
     assert!(
-        texts.iter().any(|text| text.contains("cannot divide 7 by zero")),
+        texts
+            .iter()
+            .any(|text| text.contains("cannot divide 7 by zero")),
         "the error reaches the dialog: {texts:#?}"
     );
 }
@@ -288,7 +298,9 @@ fn the_derive_through_lllm_matches_schemars_own() {
     enum Kind {
         /// Drawn on paper.
         Flat,
-        Solid { faces: u8 },
+        Solid {
+            faces: u8,
+        },
     }
 
     let ours = schemars::schema_for!(Ours);

@@ -271,7 +271,15 @@ fn lllm_run_calls_a_program_tool_made_from_a_function() {
          agent_configs: [{name: agent, model_name: mock/script, tools: [plan]}]\n",
     );
     let record = dir.path().join("record.json");
-    let args = ["run", &tactic, "--task", "hi", "--record", record.to_str().unwrap(), "-q"];
+    let args = [
+        "run",
+        &tactic,
+        "--task",
+        "hi",
+        "--record",
+        record.to_str().unwrap(),
+        "-q",
+    ];
     let code = cli(&args, Registry::new().tool_impl(plan::tool()));
     assert_eq!(code, ExitCode::SUCCESS);
     let record = serde_json::to_value(lllm::replay::load(&record, None).unwrap()).unwrap();
@@ -279,7 +287,10 @@ fn lllm_run_calls_a_program_tool_made_from_a_function() {
     let call = &record["agent_calls"][0]["interrupts"][0]["calls"][0];
     assert_eq!(call["result"], "Oslo to Rome in 3 days", "{record:#}");
     let spec = lllm::Tool::spec(&plan::tool()).clone();
-    assert_eq!(spec.parameters["properties"]["to"]["properties"]["name"]["description"], "Its name.");
+    assert_eq!(
+        spec.parameters["properties"]["to"]["properties"]["name"]["description"],
+        "Its name."
+    );
 }
 
 #[test]

@@ -422,46 +422,82 @@ mod tests {
     fn bad_uses_are_refused_with_the_reason() {
         let cases = [
             (
-                quote!(fn f(&self) -> u32 { 1 }),
+                quote!(
+                    fn f(&self) -> u32 {
+                        1
+                    }
+                ),
                 "a tool is a free function: it cannot take `self`",
             ),
             (
-                quote!(fn f<T: Into<u32>>(n: T) -> u32 { n.into() }),
+                quote!(
+                    fn f<T: Into<u32>>(n: T) -> u32 {
+                        n.into()
+                    }
+                ),
                 "a tool cannot be generic: its arguments' types make its JSON schema, so they must be concrete",
             ),
             (
-                quote!(fn f((a, b): (u32, u32)) -> u32 { a + b }),
+                quote!(
+                    fn f((a, b): (u32, u32)) -> u32 {
+                        a + b
+                    }
+                ),
                 "a tool's argument must be a plain name: it is the argument's name in the tool's JSON schema",
             ),
             (
-                quote!(fn f(n: impl Into<u32>) -> u32 { n.into() }),
+                quote!(
+                    fn f(n: impl Into<u32>) -> u32 {
+                        n.into()
+                    }
+                ),
                 "a tool's argument needs a concrete type: it makes the argument's JSON schema",
             ),
             (
-                quote!(fn f(text: &'static str) -> usize { text.len() }),
+                quote!(
+                    fn f(text: &'static str) -> usize {
+                        text.len()
+                    }
+                ),
                 "a tool's argument can borrow only for the call: leave its lifetime out",
             ),
             (
-                quote!(fn f(n: u32) { drop(n) }),
+                quote!(
+                    fn f(n: u32) {
+                        drop(n)
+                    }
+                ),
                 "`f` returns nothing, but a tool returns what the model sees: a value that is `Serialize`, or a `Result<T, E>` with `T: Serialize` and `E: Display`",
             ),
             (
-                quote!(fn f() -> () {}),
+                quote!(
+                    fn f() -> () {}
+                ),
                 "a tool cannot return `()`: a tool returns what the model sees",
             ),
             (
-                quote!(fn f() -> impl Future<Output = u32> { async { 1 } }),
+                quote!(
+                    fn f() -> impl Future<Output = u32> {
+                        async { 1 }
+                    }
+                ),
                 "a tool cannot return `impl Trait` (write `async fn` for a future)",
             ),
             (
-                quote!(unsafe fn f() -> u32 { 1 }),
+                quote!(
+                    unsafe fn f() -> u32 {
+                        1
+                    }
+                ),
                 "a tool cannot be an `unsafe fn`: the model calls it with any arguments",
             ),
             (
                 quote!(
                     /// # Arguments
                     /// * `txt` - The text.
-                    fn f(text: String) -> usize { text.len() }
+                    fn f(text: String) -> usize {
+                        text.len()
+                    }
                 ),
                 "the `# Arguments` section of `f` documents `txt`, which is not one of its arguments",
             ),
@@ -471,12 +507,26 @@ mod tests {
             assert!(error.starts_with(expected), "{item}: {error}");
         }
         assert_eq!(
-            refused(quote!(title = "x"), quote!(fn f() -> u32 { 1 })),
+            refused(
+                quote!(title = "x"),
+                quote!(
+                    fn f() -> u32 {
+                        1
+                    }
+                )
+            ),
             "`#[lllm::tool]` takes only `name = \"…\"`"
         );
         assert!(
-            refused(quote!(name = "word count"), quote!(fn f() -> u32 { 1 }))
-                .starts_with("the tool name `word count` must be 1 to 64 ASCII letters")
+            refused(
+                quote!(name = "word count"),
+                quote!(
+                    fn f() -> u32 {
+                        1
+                    }
+                )
+            )
+            .starts_with("the tool name `word count` must be 1 to 64 ASCII letters")
         );
     }
 
@@ -498,13 +548,29 @@ mod tests {
     fn borrowed_arguments_are_read_owned_and_lent() {
         let expanded = expand(
             TokenStream::new(),
-            quote!(fn f(text: &str, words: &[String], n: &mut u32) -> usize { 0 }),
+            quote!(
+                fn f(text: &str, words: &[String], n: &mut u32) -> usize {
+                    0
+                }
+            ),
         )
         .unwrap()
         .to_string();
-        assert!(expanded.contains("text : :: std :: string :: String"), "{expanded}");
-        assert!(expanded.contains("words : :: std :: vec :: Vec < String >"), "{expanded}");
-        assert!(expanded.contains("f (& text , & words , & mut n)"), "{expanded}");
-        assert!(expanded.contains(":: lllm :: __private :: blocking"), "{expanded}");
+        assert!(
+            expanded.contains("text : :: std :: string :: String"),
+            "{expanded}"
+        );
+        assert!(
+            expanded.contains("words : :: std :: vec :: Vec < String >"),
+            "{expanded}"
+        );
+        assert!(
+            expanded.contains("f (& text , & words , & mut n)"),
+            "{expanded}"
+        );
+        assert!(
+            expanded.contains(":: lllm :: __private :: blocking"),
+            "{expanded}"
+        );
     }
 }
