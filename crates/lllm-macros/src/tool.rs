@@ -291,13 +291,13 @@ fn argument(input: &mut FnArg, listed: &mut Vec<(String, String)>) -> syn::Resul
 fn owned(ty: &Type) -> syn::Result<(Type, Passed)> {
     match ty {
         Type::Reference(reference) => {
-            if let Some(lifetime) = &reference.lifetime {
-                if lifetime.ident != "_" {
-                    return Err(syn::Error::new(
-                        lifetime.span(),
-                        "a tool's argument can borrow only for the call: leave its lifetime out",
-                    ));
-                }
+            if let Some(lifetime) = &reference.lifetime
+                && lifetime.ident != "_"
+            {
+                return Err(syn::Error::new(
+                    lifetime.span(),
+                    "a tool's argument can borrow only for the call: leave its lifetime out",
+                ));
             }
             let passed = if reference.mutability.is_some() {
                 Passed::MutRef
@@ -331,16 +331,13 @@ fn owned(ty: &Type) -> syn::Result<(Type, Passed)> {
 fn docs(attributes: &[Attribute]) -> String {
     let mut lines = Vec::new();
     for attribute in attributes {
-        if let Meta::NameValue(pair) = &attribute.meta {
-            if pair.path.is_ident("doc") {
-                if let Expr::Lit(literal) = &pair.value {
-                    if let Lit::Str(text) = &literal.lit {
-                        let text = text.value();
-                        for line in text.lines() {
-                            lines.push(line.strip_prefix(' ').unwrap_or(line).to_string());
-                        }
-                    }
-                }
+        if let Meta::NameValue(pair) = &attribute.meta
+            && pair.path.is_ident("doc")
+            && let Expr::Lit(literal) = &pair.value
+            && let Lit::Str(text) = &literal.lit
+        {
+            for line in text.value().lines() {
+                lines.push(line.strip_prefix(' ').unwrap_or(line).to_string());
             }
         }
     }
