@@ -103,7 +103,9 @@ pub use tool::macro_support as __private;
 ///   line on the argument wins.
 /// - **Result**: a string is what the model sees as is, any other
 ///   `Serialize` value is shown as JSON; a `Result`'s `Err` (any `Display`)
-///   is the tool error the model sees, and so is a panic.
+///   is the tool error the model sees, and so is a panic. A return type is
+///   a `Result` when its path ends in `Result` (`Result<T, E>`,
+///   `io::Result<T>`, `anyhow::Result<T>`).
 /// - **Sync or async**: an `async fn` is awaited on the run's task; a sync
 ///   function runs on tokio's blocking pool, so it may block.
 ///

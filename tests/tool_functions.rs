@@ -303,6 +303,31 @@ fn the_derive_through_lllm_matches_schemars_own() {
         },
     }
 
+    /// Two of a kind.
+    #[derive(Deserialize, lllm::JsonSchema)]
+    #[allow(dead_code)]
+    struct Pair<T> {
+        first: T,
+        /// The other.
+        second: Option<T>,
+    }
+
+    /// Two of a kind.
+    #[derive(Deserialize, JsonSchema)]
+    #[schemars(rename = "Pair")]
+    #[allow(dead_code)]
+    struct TheirPair<T> {
+        first: T,
+        /// The other.
+        second: Option<T>,
+    }
+
+    assert_eq!(
+        schemars::schema_for!(Pair<Kind>),
+        schemars::schema_for!(TheirPair<Kind>)
+    );
+    assert_eq!(<Pair<u8> as JsonSchema>::schema_name(), "Pair");
+
     let ours = schemars::schema_for!(Ours);
     let theirs = schemars::schema_for!(Theirs);
     assert_eq!(ours, theirs);

@@ -26,6 +26,11 @@ where
     }
 }
 
+/// An async tool function's future, which a run may move between threads.
+pub fn sendable<F: std::future::Future + Send>(future: F) -> F {
+    future
+}
+
 /// A tool function's return value; the bound says at its return type that
 /// the model sees it as JSON.
 pub fn value<T: Serialize>(value: T) -> T {

@@ -66,7 +66,9 @@ pub(crate) fn expand(attribute: TokenStream, item: TokenStream) -> syn::Result<T
     let call = quote!(#ident(#(#passed),*));
     let returned = format_ident!("__lllm_returned", span = Span::mixed_site());
     let run = if function.sig.asyncness.is_some() {
-        quote!(let #returned = #call.await;)
+        // Spanned at the name: a future that is not `Send` is reported there.
+        let sendable = quote_spanned!(ident.span()=> ::lllm::__private::sendable);
+        quote!(let #returned = #sendable(#call).await;)
     } else {
         quote!(let #returned = ::lllm::__private::blocking(move || #call).await;)
     };
