@@ -24,26 +24,19 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use lllm::schemars::JsonSchema;
 use lllm::{Ctx, Flow, FlowResult, ParseFailure, Registry, Task};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// The task the example answers when run without arguments.
 const TASK: &str = "Explain what a hash map is.";
 
 /// Count the words of a text.
-#[derive(Deserialize, JsonSchema)]
-// The derive through lllm's re-export: no `schemars` dependency of our own.
-#[schemars(crate = "lllm::schemars")]
-pub struct WordCount {
+#[lllm::tool] // the Rust tool `word_count`, named in the writer's `tools:`
+pub fn word_count(
     /// The text whose words are counted.
-    text: String,
-}
-
-/// The Rust tool `word_count` (the writer's `tools:` in the YAML names it).
-pub async fn word_count(args: WordCount) -> Result<usize, std::convert::Infallible> {
-    Ok(args.text.split_whitespace().count())
+    text: &str,
+) -> usize {
+    text.split_whitespace().count()
 }
 
 /// The Rust parser `verdict` (front matter `parser: verdict` of
@@ -110,7 +103,7 @@ impl Flow for ReviewLoop {
 pub fn registry() -> Registry {
     Registry::new()
         .flow(ReviewLoop)
-        .tool("word_count", word_count)
+        .tool_impl(word_count::tool())
         .parser("verdict", verdict)
 }
 

@@ -64,7 +64,8 @@ impl Registry {
     /// type's JSON schema (schemars) is the tool's parameters, its doc comment
     /// the tool's description; a returned string is what the model sees, any
     /// other value is shown as JSON, and an `Err` (or a panic) is a tool
-    /// error the model sees.
+    /// error the model sees. A function of several arguments, or a sync
+    /// one, becomes a tool with `#[lllm::tool]` and [`Registry::tool_impl`].
     ///
     /// ```
     /// use lllm::Registry;
@@ -145,7 +146,8 @@ impl Registry {
     }
 
     /// Registers a tool implementing [`Tool`] (one with state, say a client
-    /// or a cache), under the name its spec gives.
+    /// or a cache), under the name its spec gives; `word_count::tool()` of a
+    /// function marked `#[lllm::tool]` is one.
     ///
     /// # Panics
     /// When that name is registered already.

@@ -8,6 +8,8 @@
 mod builtin;
 mod command;
 mod function;
+#[doc(hidden)]
+pub mod macro_support;
 mod mcp;
 mod mcp_servers;
 mod process;
@@ -30,8 +32,9 @@ pub use mcp_servers::McpServers;
 /// message the model sees (a failed tool is an outcome, not an abort).
 ///
 /// Implement it for a stateful tool and register it with
-/// `lllm::Registry::tool_impl`; a plain async function needs no impl
-/// (`lllm::Registry::tool`).
+/// `lllm::Registry::tool_impl`; a function needs no impl: mark it
+/// `#[lllm::tool]` (any arguments, sync or async), or give an
+/// `async fn(Args)` to `lllm::Registry::tool`.
 pub trait Tool: Send + Sync {
     /// The name, description and parameter schema the model is offered.
     fn spec(&self) -> &ToolSpec;

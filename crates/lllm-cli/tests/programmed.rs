@@ -242,6 +242,57 @@ fn lllm_run_runs_a_registered_flow_and_load_problems_exit_2() {
     assert_eq!(problems.len(), 2, "{problems:?}");
 }
 
+/// A place, its schema derived through `lllm::JsonSchema`: this crate
+/// depends on `lllm` and serde, not on schemars.
+#[derive(serde::Deserialize, lllm::JsonSchema)]
+struct Place {
+    /// Its name.
+    name: String,
+}
+
+/// Plan a trip.
+#[lllm::tool]
+async fn plan(from: Place, to: Place, days: u32) -> String {
+    format!("{} to {} in {days} days", from.name, to.name)
+}
+
+#[test]
+fn lllm_run_calls_a_program_tool_made_from_a_function() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "script.yaml",
+        "replies:\n  - tool_calls: [{name: plan, arguments: {from: {name: Oslo}, to: {name: Rome}, days: 3}}]\n  - text: booked\n",
+    );
+    let tactic = write(
+        dir.path(),
+        "t.yaml",
+        "tactic_type: trip\nproviders: {mock: {script: script.yaml}}\n\
+         agent_configs: [{name: agent, model_name: mock/script, tools: [plan]}]\n",
+    );
+    let record = dir.path().join("record.json");
+    let args = [
+        "run",
+        &tactic,
+        "--task",
+        "hi",
+        "--record",
+        record.to_str().unwrap(),
+        "-q",
+    ];
+    let code = cli(&args, Registry::new().tool_impl(plan::tool()));
+    assert_eq!(code, ExitCode::SUCCESS);
+    let record = serde_json::to_value(lllm::replay::load(&record, None).unwrap()).unwrap();
+    assert_eq!(record["delivery"], "booked");
+    let call = &record["agent_calls"][0]["interrupts"][0]["calls"][0];
+    assert_eq!(call["result"], "Oslo to Rome in 3 days", "{record:#}");
+    let spec = lllm::Tool::spec(&plan::tool()).clone();
+    assert_eq!(
+        spec.parameters["properties"]["to"]["properties"]["name"]["description"],
+        "Its name."
+    );
+}
+
 #[test]
 fn lllm_batch_runs_a_flow_in_shards_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
