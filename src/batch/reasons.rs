@@ -59,13 +59,24 @@ const NO_ERROR: &str = "(no error recorded)";
 /// An error as a reason: its first [`ECHO_CHARS`](crate::redact::ECHO_CHARS)
 /// characters, then `…`, on one line. Errors that differ only past that
 /// (a long detail at their end) count as one reason.
-fn shown_reason(error: &str) -> std::borrow::Cow<'_, str> {
+fn shown_reason(error: &str) -> String {
+    let error = without_call_counts(error);
     match error.char_indices().nth(crate::redact::ECHO_CHARS) {
-        None => crate::redact::terminal_line(error),
-        Some((end, _)) => {
-            std::borrow::Cow::Owned(format!("{}…", crate::redact::terminal_line(&error[..end])))
-        }
+        None => crate::redact::terminal_line(&error).into_owned(),
+        Some((end, _)) => format!("{}…", crate::redact::terminal_line(&error[..end])),
     }
+}
+
+/// `error` without how many calls each task made before the same failure
+/// (`failed after 24 calls (23 retries): X` → `failed: X`): tasks that hit
+/// one outage at different moments made 1, 2 or 24 calls, and are one
+/// reason (issue 27: a batch against a stopped server listed three).
+fn without_call_counts(error: &str) -> std::borrow::Cow<'_, str> {
+    static COUNTS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r" failed after \d+ calls?(?: \(\d+ retr(?:y|ies)\))?:")
+            .expect("a valid pattern")
+    });
+    COUNTS.replace_all(error, " failed:")
 }
 
 impl Reasons {
@@ -77,10 +88,10 @@ impl Reasons {
         }
         let reason = shown_reason(error.unwrap_or(NO_ERROR));
         let distinct = self.by_reason.len();
-        let tally = match self.by_reason.get_mut(reason.as_ref()) {
+        let tally = match self.by_reason.get_mut(reason.as_str()) {
             Some(tally) => tally,
             None if distinct < DISTINCT => {
-                self.by_reason.entry(reason.into_owned()).or_insert(Tally {
+                self.by_reason.entry(reason).or_insert(Tally {
                     first: distinct,
                     ..Tally::default()
                 })
@@ -165,7 +176,7 @@ mod tests {
             reasons.top(5),
             [
                 FailureReason {
-                    reason: down.into(),
+                    reason: down.replace(" after 1 call", ""),
                     count: 13,
                     ids: vec!["t0".into(), "t1".into(), "t2".into()],
                 },
@@ -182,6 +193,46 @@ mod tests {
             ]
         );
         assert_eq!(reasons.top(1).len(), 1);
+    }
+
+    #[test]
+    fn one_failure_after_different_numbers_of_calls_is_one_reason() {
+        let mut reasons = Reasons::default();
+        let gone = "`local` has been unreachable for 600 s";
+        reasons.add(
+            "a",
+            Some(&format!(
+                "step `draft`: model `local/m` failed after 1 call: {gone}"
+            )),
+        );
+        reasons.add(
+            "b",
+            Some(&format!(
+                "step `draft`: model `local/m` failed after 24 calls (23 retries): {gone}"
+            )),
+        );
+        reasons.add(
+            "c",
+            Some(&format!(
+                "step `draft`: model `local/m` failed after 2 calls (1 retry): {gone}"
+            )),
+        );
+        reasons.add("d", Some("a task failed after 3 calls of its own making"));
+        assert_eq!(
+            reasons.top(5),
+            [
+                FailureReason {
+                    reason: format!("step `draft`: model `local/m` failed: {gone}"),
+                    count: 3,
+                    ids: vec!["a".into(), "b".into(), "c".into()],
+                },
+                FailureReason {
+                    reason: "a task failed after 3 calls of its own making".into(),
+                    count: 1,
+                    ids: vec!["d".into()],
+                },
+            ]
+        );
     }
 
     #[test]
