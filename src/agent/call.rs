@@ -142,6 +142,9 @@ impl Call<'_> {
         in_flight.end()
     }
 
+    /// The call's tool rounds: a reply that parses and calls no tool ends
+    /// it; one that calls tools gets their results, and after the last
+    /// round the interrupt-final prompt asks for an answer without tools.
     async fn run_loop(
         &self,
         dialog: &mut Dialog,
@@ -180,105 +183,22 @@ impl Call<'_> {
                 session.success();
                 return;
             }
-            // The calls of one turn run concurrently, `TOOL_CALLS_AT_ONCE` at
-            // a time; results go back in call order. A call identical to an
-            // earlier one of the same turn is not run twice: it gets the
-            // repeat answer. Calls past `MAX_TOOL_CALLS_PER_REPLY` are not
-            // run at all.
-            let calls = &reply.function_calls;
-            let (to_run, too_many) = calls.split_at(calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
-            let mut this_turn = Repeats::default();
-            // Made up front (not lazily in the stream): the future must not
-            // hold a closure, or it is no longer `Send` for every lifetime.
-            let runs: Vec<_> = to_run
-                .iter()
-                .map(|call| {
-                    let repeated = !this_turn.insert(call) || succeeded.contains(call);
-                    self.execute(call, repeated, &tool_names, offered.is_empty())
-                })
-                .collect();
-            let mut results: Vec<(FunctionCall, String)> = futures_util::stream::iter(runs)
-                .buffered(TOOL_CALLS_AT_ONCE)
-                .collect()
+            let results = self
+                .run_tools(
+                    &reply.function_calls,
+                    &succeeded,
+                    &tool_names,
+                    offered.is_empty(),
+                )
                 .await;
-            results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
-            let handler = named_handler(self.runtime, &top);
-            let mut executed = Vec::with_capacity(results.len());
-            for (call, result_text) in results {
-                if call.success() {
-                    succeeded.insert(&call);
-                }
-                let mut metadata = Map::new();
-                metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
-                let put = match handler {
-                    Some(handler) => {
-                        match ask_handler(&top, || handler.on_interrupt(&result_text, session)) {
-                            Ok(text) => dialog.put_prompt(
-                                Arc::new(top.handler_reply("interrupt", text)),
-                                &Map::new(),
-                                Role::Tool,
-                                &call.name,
-                                metadata.clone(),
-                            ),
-                            Err(problem) => Err(crate::dialog::Error::Prompt(
-                                crate::prompt::Error::Invalid {
-                                    path: top.path.clone(),
-                                    message: problem,
-                                },
-                            )),
-                        }
-                    }
-                    None => dialog.put_prompt(
-                        Arc::new(top.on_interrupt()),
-                        &one_arg("call_results", result_text.clone()),
-                        Role::Tool,
-                        &call.name,
-                        metadata.clone(),
-                    ),
-                };
-                if let Err(error) = put {
-                    // A handler text that does not render must not leave the tool
-                    // call unanswered (providers reject that): answer it plainly.
-                    dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
-                    crate::report::warn(&format!(
-                        "interrupt handler of prompt `{}`: {error}",
-                        top.path
-                    ));
-                }
-                executed.push(call);
-            }
+            let executed = self.answer_tools(dialog, session, &top, results, &mut succeeded);
             session.interrupt(step, executed);
             if final_round {
                 break;
             }
             if session.interrupts_count() >= max_rounds {
-                let name = reply
-                    .function_calls
-                    .last()
-                    .map_or("user", |call| call.name.as_str())
-                    .to_string();
-                let final_prompt = match named_handler(self.runtime, &top) {
-                    Some(handler) => {
-                        match ask_handler(&top, || handler.on_interrupt_final(session)) {
-                            Ok(text) => Arc::new(top.handler_reply("interrupt_final", text)),
-                            Err(problem) => {
-                                session.failure(format!(
-                                    "interrupt-final handler of prompt `{}`: {problem}",
-                                    top.path
-                                ));
-                                return;
-                            }
-                        }
-                    }
-                    None => Arc::new(top.on_interrupt_final()),
-                };
-                if let Err(error) =
-                    dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
-                {
-                    session.failure(format!(
-                        "interrupt-final handler of prompt `{}`: {error}",
-                        top.path
-                    ));
+                if let Err(error) = self.put_final_prompt(dialog, session, &top, &reply) {
+                    session.failure(error);
                     return;
                 }
                 final_round = true;
@@ -289,6 +209,131 @@ impl Call<'_> {
             self.spec.name,
             session.interrupts_count()
         ));
+    }
+
+    /// Runs the tool calls of one reply: concurrently, `TOOL_CALLS_AT_ONCE`
+    /// at a time; results go back in call order. A call identical to an
+    /// earlier one of the same turn, or to one that `succeeded` in an
+    /// earlier turn, is not run again: it gets the repeat answer. Calls past
+    /// `MAX_TOOL_CALLS_PER_REPLY` are not run at all.
+    async fn run_tools(
+        &self,
+        calls: &[FunctionCall],
+        succeeded: &Repeats,
+        offered: &[&str],
+        final_round: bool,
+    ) -> Vec<(FunctionCall, String)> {
+        let (to_run, too_many) = calls.split_at(calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
+        let mut this_turn = Repeats::default();
+        // Made up front (not lazily in the stream): the future must not
+        // hold a closure, or it is no longer `Send` for every lifetime.
+        let runs: Vec<_> = to_run
+            .iter()
+            .map(|call| {
+                let repeated = !this_turn.insert(call) || succeeded.contains(call);
+                self.execute(call, repeated, offered, final_round)
+            })
+            .collect();
+        let mut results: Vec<(FunctionCall, String)> = futures_util::stream::iter(runs)
+            .buffered(TOOL_CALLS_AT_ONCE)
+            .collect()
+            .await;
+        results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
+        results
+    }
+
+    /// Puts each tool result on the dialog as the governing prompt's
+    /// interrupt message (or its registered handler's text), and gives the
+    /// calls made; those that succeeded join `succeeded` (D5).
+    fn answer_tools(
+        &self,
+        dialog: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Prompt,
+        results: Vec<(FunctionCall, String)>,
+        succeeded: &mut Repeats,
+    ) -> Vec<FunctionCall> {
+        let handler = named_handler(self.runtime, top);
+        let mut executed = Vec::with_capacity(results.len());
+        for (call, result_text) in results {
+            if call.success() {
+                succeeded.insert(&call);
+            }
+            let mut metadata = Map::new();
+            metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
+            let put = match handler {
+                Some(handler) => {
+                    match ask_handler(top, || handler.on_interrupt(&result_text, session)) {
+                        Ok(text) => dialog.put_prompt(
+                            Arc::new(top.handler_reply("interrupt", text)),
+                            &Map::new(),
+                            Role::Tool,
+                            &call.name,
+                            metadata.clone(),
+                        ),
+                        Err(problem) => Err(crate::dialog::Error::Prompt(
+                            crate::prompt::Error::Invalid {
+                                path: top.path.clone(),
+                                message: problem,
+                            },
+                        )),
+                    }
+                }
+                None => dialog.put_prompt(
+                    Arc::new(top.on_interrupt()),
+                    &one_arg("call_results", result_text.clone()),
+                    Role::Tool,
+                    &call.name,
+                    metadata.clone(),
+                ),
+            };
+            if let Err(error) = put {
+                // A handler text that does not render must not leave the tool
+                // call unanswered (providers reject that): answer it plainly.
+                dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
+                crate::report::warn(&format!(
+                    "interrupt handler of prompt `{}`: {error}",
+                    top.path
+                ));
+            }
+            executed.push(call);
+        }
+        executed
+    }
+
+    /// Puts the interrupt-final prompt on the dialog (the governing
+    /// prompt's, or its registered handler's text), as the last tool round
+    /// ends: the next reply must answer without tools. Why it could not be.
+    fn put_final_prompt(
+        &self,
+        dialog: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Prompt,
+        reply: &Message,
+    ) -> Result<(), String> {
+        let name = reply
+            .function_calls
+            .last()
+            .map_or("user", |call| call.name.as_str())
+            .to_string();
+        let final_prompt = match named_handler(self.runtime, top) {
+            Some(handler) => {
+                let text = ask_handler(top, || handler.on_interrupt_final(session)).map_err(
+                    |problem| {
+                        format!(
+                            "interrupt-final handler of prompt `{}`: {problem}",
+                            top.path
+                        )
+                    },
+                )?;
+                Arc::new(top.handler_reply("interrupt_final", text))
+            }
+            None => Arc::new(top.on_interrupt_final()),
+        };
+        dialog
+            .put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
+            .map(|_| ())
+            .map_err(|error| format!("interrupt-final handler of prompt `{}`: {error}", top.path))
     }
 
     /// D1: the agent's tools (its config and its system prompt) and the tools of

@@ -662,20 +662,7 @@ fn refuse_problems(
 /// mix silently); with it, a torn last line (or zstd frame) left by a kill
 /// is cut off first.
 fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile)> {
-    // A pipe or a device in their place would block or never end a read.
-    for name in [
-        output::RESULTS,
-        output::SESSIONS,
-        output::SESSIONS_COMPRESSED,
-    ] {
-        let path = options.output.join(name);
-        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
-            return Err(Error::Usage(format!(
-                "`{}` is not a regular file; hint: move it away, or choose another `-o` directory",
-                path.display()
-            )));
-        }
-    }
+    refuse_special_files(&options.output)?;
     let (sessions, note) =
         output::SessionsFile::of_dir(&options.output, options.compress).map_err(Error::Usage)?;
     if let Some(note) = note {
@@ -698,71 +685,8 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
         }
         return Ok((Previous::default(), sessions));
     }
-    let write_error = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| Error::Write { path, source }
-    };
-    for (name, form) in [
-        (output::RESULTS, crate::jsonl::Form::Plain),
-        (sessions.name, sessions.form),
-    ] {
-        let path = options.output.join(name);
-        let cut = crate::jsonl::repair(&path).map_err(|error| {
-            if error.kind() == std::io::ErrorKind::InvalidData {
-                // Frames that do not parse: nothing can be appended after them.
-                Error::Usage(format!(
-                    "cannot resume in `{}`: `{}`: {error}; hint: `lllm merge` copies what \
-                     is readable into a new directory",
-                    options.output.display(),
-                    path.display()
-                ))
-            } else if error.kind() == std::io::ErrorKind::InvalidInput {
-                // A link at its name (`file::open_in_place`): bad input.
-                Error::Usage(format!(
-                    "cannot resume in `{}`: {error}",
-                    options.output.display()
-                ))
-            } else {
-                write_error(&path)(error)
-            }
-        })?;
-        if cut > 0 {
-            let what = match form {
-                crate::jsonl::Form::Plain => "line",
-                crate::jsonl::Form::Compressed => "zstd frame",
-            };
-            crate::report::warn(&format!(
-                "`{}`: cut a torn last {what} ({cut} bytes) left by an earlier run that was killed",
-                path.display()
-            ));
-        }
-    }
-    // A kill between a task's record and its result line: the record holds
-    // the result, so the task is not run (and paid for) again.
-    let rebuilt = rebuild::missing_results(&results, &records).map_err(|error| {
-        Error::Usage(format!(
-            "cannot resume in `{}`: {error}",
-            options.output.display()
-        ))
-    })?;
-    if rebuilt.count > 0 {
-        let mut names: Vec<String> = rebuilt
-            .named
-            .iter()
-            .map(|id| writer::shown_id(id))
-            .collect();
-        if rebuilt.count > names.len() as u64 {
-            names.push("…".into());
-        }
-        crate::report::warn(&format!(
-            "`{}`: rebuilt the result lines of {} from their records in `{}` (an earlier run \
-             was stopped between the two); they are not run again: {}",
-            results.display(),
-            crate::words::count(rebuilt.count, "finished task", "finished tasks"),
-            records.display(),
-            names.join(", ")
-        ));
-    }
+    cut_torn_ends(&options.output, &sessions)?;
+    rebuild_missing_results(&options.output, &results, &records)?;
     // Nothing ran yet: a file that cannot be read is bad input (exit 2).
     let previous = output::read_previous(&results)
         .map_err(|error| Error::Usage(format!("cannot read `{}`: {error}", results.display())))?;
@@ -796,6 +720,102 @@ async fn tick(
         tokio::time::sleep(reporter.interval()).await;
         reporter.update(&shared.snapshot(total, started, &tactics));
     }
+}
+
+/// Refuses an output directory whose results or records are not regular
+/// files: a pipe or a device in their place would block or never end a read.
+fn refuse_special_files(directory: &Path) -> Result<()> {
+    for name in [
+        output::RESULTS,
+        output::SESSIONS,
+        output::SESSIONS_COMPRESSED,
+    ] {
+        let path = directory.join(name);
+        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(Error::Usage(format!(
+                "`{}` is not a regular file; hint: move it away, or choose another `-o` directory",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the torn last line (or zstd frame) a killed run left at the end of
+/// the results and the records, with a warning; frames that do not parse
+/// are bad input (nothing can be appended after them).
+fn cut_torn_ends(directory: &Path, sessions: &output::SessionsFile) -> Result<()> {
+    let write_error = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| Error::Write { path, source }
+    };
+    for (name, form) in [
+        (output::RESULTS, crate::jsonl::Form::Plain),
+        (sessions.name, sessions.form),
+    ] {
+        let path = directory.join(name);
+        let cut = crate::jsonl::repair(&path).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::InvalidData {
+                // Frames that do not parse: nothing can be appended after them.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: `{}`: {error}; hint: `lllm merge` copies what \
+                     is readable into a new directory",
+                    directory.display(),
+                    path.display()
+                ))
+            } else if error.kind() == std::io::ErrorKind::InvalidInput {
+                // A link at its name (`file::open_in_place`): bad input.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: {error}",
+                    directory.display()
+                ))
+            } else {
+                write_error(&path)(error)
+            }
+        })?;
+        if cut > 0 {
+            let what = match form {
+                crate::jsonl::Form::Plain => "line",
+                crate::jsonl::Form::Compressed => "zstd frame",
+            };
+            crate::report::warn(&format!(
+                "`{}`: cut a torn last {what} ({cut} bytes) left by an earlier run that was killed",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A kill between a task's record and its result line: the record holds
+/// the result, so the task is not run (and paid for) again. Rebuilds those
+/// result lines, with a warning naming the tasks.
+fn rebuild_missing_results(directory: &Path, results: &Path, records: &Path) -> Result<()> {
+    let rebuilt = rebuild::missing_results(results, records).map_err(|error| {
+        Error::Usage(format!(
+            "cannot resume in `{}`: {error}",
+            directory.display()
+        ))
+    })?;
+    if rebuilt.count > 0 {
+        let mut names: Vec<String> = rebuilt
+            .named
+            .iter()
+            .map(|id| writer::shown_id(id))
+            .collect();
+        if rebuilt.count > names.len() as u64 {
+            names.push("…".into());
+        }
+        crate::report::warn(&format!(
+            "`{}`: rebuilt the result lines of {} from their records in `{}` (an earlier run \
+             was stopped between the two); they are not run again: {}",
+            results.display(),
+            crate::words::count(rebuilt.count, "finished task", "finished tasks"),
+            records.display(),
+            names.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `summary.json` over the whole output directory. A run that started

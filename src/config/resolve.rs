@@ -1002,44 +1002,13 @@ fn agent_config(
         (None, Some(key)) => SystemPrompt::Key(key),
         (None, None) => SystemPrompt::Inline(DEFAULT_SYSTEM_PROMPT.into()),
     };
-    let context_manager = match agent.context_manager {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(mut settings)) => match settings.remove("type") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(kind)) => {
-                let max_tokens =
-                    problems.numbers(&key_path(numbers::CONTEXT_MAX_TOKENS.key), |found| {
-                        read_whole(
-                            settings.remove("max_tokens").as_ref(),
-                            &numbers::CONTEXT_MAX_TOKENS,
-                            &place(&numbers::CONTEXT_MAX_TOKENS),
-                            found,
-                        )
-                    });
-                Some(ContextManagerConfig {
-                    kind,
-                    max_tokens,
-                    options: settings,
-                })
-            }
-            Some(other) => {
-                problems.at(
-                    key_path("context_manager.type"),
-                    format!("agent `{name}`: `context_manager.type` must be a name, not {other}"),
-                );
-                None
-            }
-        },
-        Some(other) => {
-            problems.at(
-                key_path("context_manager"),
-                format!(
-                    "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
-                ),
-            );
-            None
-        }
-    };
+    let context_manager = context_manager(
+        agent.context_manager,
+        &name,
+        key_path,
+        &place(&numbers::CONTEXT_MAX_TOKENS),
+        problems,
+    );
     // Accepted once and never used; streaming is chosen per run, not per agent.
     if agent.stream.is_some() {
         problems.at(
@@ -1078,6 +1047,55 @@ fn agent_config(
     })
 }
 
+/// The agent's `context_manager` (a mapping with `type`; none without a
+/// `type`); `place` names who sets its `max_tokens` (the agent, or `global`).
+fn context_manager(
+    settings: Option<Value>,
+    name: &str,
+    key_path: &dyn Fn(&str) -> String,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<ContextManagerConfig> {
+    match settings {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(mut settings)) => match settings.remove("type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(kind)) => {
+                let max_tokens =
+                    problems.numbers(&key_path(numbers::CONTEXT_MAX_TOKENS.key), |found| {
+                        read_whole(
+                            settings.remove("max_tokens").as_ref(),
+                            &numbers::CONTEXT_MAX_TOKENS,
+                            place,
+                            found,
+                        )
+                    });
+                Some(ContextManagerConfig {
+                    kind,
+                    max_tokens,
+                    options: settings,
+                })
+            }
+            Some(other) => {
+                problems.at(
+                    key_path("context_manager.type"),
+                    format!("agent `{name}`: `context_manager.type` must be a name, not {other}"),
+                );
+                None
+            }
+        },
+        Some(other) => {
+            problems.at(
+                key_path("context_manager"),
+                format!(
+                    "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// The `providers:` entries (at `at` in the document), checked; each problem
 /// goes to `problems` and its entry is left out.
 fn resolve_providers(
@@ -1088,119 +1106,155 @@ fn resolve_providers(
     let mut providers = BTreeMap::new();
     for (name, provider) in raw {
         let entry = join(at, &name);
-        let key = |key: &str| join(&entry, key);
-        let api = match provider.api.as_deref() {
-            None if name == "anthropic" => ProviderApi::Anthropic,
-            None if name == "mock" => ProviderApi::Mock,
-            None | Some("openai") => ProviderApi::OpenAi,
-            Some("anthropic") => ProviderApi::Anthropic,
-            Some("mock") => ProviderApi::Mock,
-            Some(other) => {
-                problems.at(
-                    key("api"),
-                    format!(
-                        "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
-                        suggest::hint(other, ["openai", "anthropic", "mock"])
-                    ),
-                );
-                continue;
-            }
-        };
-        let place = format!("provider `{name}`");
-        let mut number = |value: &Option<Value>, range: &numbers::Range| {
-            problems.numbers(&key(range.key), |found| {
-                read_whole(value.as_ref(), range, &place, found)
-            })
-        };
-        let max_concurrency = number(&provider.max_concurrency, &numbers::MAX_CONCURRENCY);
-        let rpm = number(&provider.rpm, &numbers::RPM);
-        let tpm = number(&provider.tpm, &numbers::TPM);
-        let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS);
-        let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS);
-        let mut seconds = |value: &Option<Value>, range: &numbers::Range| {
-            problems.numbers(&key(range.key), |found| {
-                read(value.as_ref(), range, &place, found)
-            })
-        };
-        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S);
-        let connect_timeout_s = seconds(&provider.connect_timeout_s, &numbers::CONNECT_TIMEOUT_S);
-        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S);
-        if let Some(base) = retry_base_ms {
-            let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
-            if base > cap {
-                let default = if retry_cap_ms.is_none() {
-                    ", the default"
-                } else {
-                    ""
-                };
-                problems.at(
-                    key("retry_base_ms"),
-                    format!(
-                        "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
-                    ),
-                );
-            }
+        if let Some(config) = resolve_provider(&name, provider, &entry, problems) {
+            providers.insert(name, config);
         }
-        if let Some(role) = provider
-            .system_role
-            .as_deref()
-            .filter(|role| !matches!(*role, "system" | "developer"))
-        {
-            problems.at(
-                key("system_role"),
-                format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
-            );
-        }
-        let structured_output =
-            provider.structured_output.as_deref().and_then(|given| {
-                use crate::provider::anthropic::StructuredOutput;
-                let setting = StructuredOutput::from_name(given);
-                if setting.is_none() {
-                    problems.at(
-                        key("structured_output"),
-                        format!(
-                            "provider `{name}`: unknown `structured_output: {}`; use {}{}",
-                            suggest::printable(given),
-                            StructuredOutput::NAMES
-                                .map(|name| format!("`{name}`"))
-                                .join(", "),
-                            suggest::hint(given, StructuredOutput::NAMES)
-                        ),
-                    );
-                } else if api != ProviderApi::Anthropic {
-                    problems.at(key("structured_output"), format!(
-                    "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
-                     an OpenAI-compatible server gets a format as `response_format` (chat \
-                     completions) or `text.format` (Responses API)"
-                ));
-                }
-                setting
-            });
-        providers.insert(
-            name,
-            ProviderConfig {
-                api,
-                base_url: provider.base_url,
-                api_key_env: provider.api_key_env,
-                // In range, so the casts are exact.
-                max_concurrency: max_concurrency.map(|value| value as usize),
-                rpm: rpm.map(|value| value as u32),
-                tpm,
-                timeout_s,
-                connect_timeout_s,
-                system_role: provider.system_role,
-                send_name: provider.send_name,
-                structured_output,
-                retry_base_ms,
-                retry_cap_ms,
-                script: provider.script.map(PathBuf::from),
-                headers: provider.headers.unwrap_or_default(),
-                cache: provider.cache,
-                cache_ttl_s,
-            },
-        );
     }
     providers
+}
+
+/// The provider `name` of the entry at `entry`, checked; `None` when its
+/// `api` is unknown (its other problems go to `problems` too).
+fn resolve_provider(
+    name: &str,
+    provider: RawProvider,
+    entry: &str,
+    problems: &mut Problems,
+) -> Option<ProviderConfig> {
+    let key = |key: &str| join(entry, key);
+    let api = provider_api(name, provider.api.as_deref(), &key("api"), problems)?;
+    let place = format!("provider `{name}`");
+    let mut number = |value: &Option<Value>, range: &numbers::Range| {
+        problems.numbers(&key(range.key), |found| {
+            read_whole(value.as_ref(), range, &place, found)
+        })
+    };
+    let max_concurrency = number(&provider.max_concurrency, &numbers::MAX_CONCURRENCY);
+    let rpm = number(&provider.rpm, &numbers::RPM);
+    let tpm = number(&provider.tpm, &numbers::TPM);
+    let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS);
+    let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS);
+    let mut seconds = |value: &Option<Value>, range: &numbers::Range| {
+        problems.numbers(&key(range.key), |found| {
+            read(value.as_ref(), range, &place, found)
+        })
+    };
+    let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S);
+    let connect_timeout_s = seconds(&provider.connect_timeout_s, &numbers::CONNECT_TIMEOUT_S);
+    let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S);
+    if let Some(base) = retry_base_ms {
+        let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
+        if base > cap {
+            let default = if retry_cap_ms.is_none() {
+                ", the default"
+            } else {
+                ""
+            };
+            problems.at(
+                key("retry_base_ms"),
+                format!(
+                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
+                ),
+            );
+        }
+    }
+    if let Some(role) = provider
+        .system_role
+        .as_deref()
+        .filter(|role| !matches!(*role, "system" | "developer"))
+    {
+        problems.at(
+            key("system_role"),
+            format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
+        );
+    }
+    let structured_output = provider
+        .structured_output
+        .as_deref()
+        .and_then(|given| structured_output(name, given, api, &key("structured_output"), problems));
+    Some(ProviderConfig {
+        api,
+        base_url: provider.base_url,
+        api_key_env: provider.api_key_env,
+        // In range, so the casts are exact.
+        max_concurrency: max_concurrency.map(|value| value as usize),
+        rpm: rpm.map(|value| value as u32),
+        tpm,
+        timeout_s,
+        connect_timeout_s,
+        system_role: provider.system_role,
+        send_name: provider.send_name,
+        structured_output,
+        retry_base_ms,
+        retry_cap_ms,
+        script: provider.script.map(PathBuf::from),
+        headers: provider.headers.unwrap_or_default(),
+        cache: provider.cache,
+        cache_ttl_s,
+    })
+}
+
+/// The API of the provider `name` as `api` (at `at`) names it; without one,
+/// the provider named `anthropic` or `mock` speaks that, any other OpenAI's.
+fn provider_api(
+    name: &str,
+    api: Option<&str>,
+    at: &str,
+    problems: &mut Problems,
+) -> Option<ProviderApi> {
+    match api {
+        None if name == "anthropic" => Some(ProviderApi::Anthropic),
+        None if name == "mock" => Some(ProviderApi::Mock),
+        None | Some("openai") => Some(ProviderApi::OpenAi),
+        Some("anthropic") => Some(ProviderApi::Anthropic),
+        Some("mock") => Some(ProviderApi::Mock),
+        Some(other) => {
+            problems.at(
+                at,
+                format!(
+                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
+                    suggest::hint(other, ["openai", "anthropic", "mock"])
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The provider's `structured_output` (at `at`): a known name, on an
+/// `api: anthropic` provider (a problem otherwise, the setting still given).
+fn structured_output(
+    name: &str,
+    given: &str,
+    api: ProviderApi,
+    at: &str,
+    problems: &mut Problems,
+) -> Option<crate::provider::anthropic::StructuredOutput> {
+    use crate::provider::anthropic::StructuredOutput;
+    let setting = StructuredOutput::from_name(given);
+    if setting.is_none() {
+        problems.at(
+            at,
+            format!(
+                "provider `{name}`: unknown `structured_output: {}`; use {}{}",
+                suggest::printable(given),
+                StructuredOutput::NAMES
+                    .map(|name| format!("`{name}`"))
+                    .join(", "),
+                suggest::hint(given, StructuredOutput::NAMES)
+            ),
+        );
+    } else if api != ProviderApi::Anthropic {
+        problems.at(
+            at,
+            format!(
+                "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
+                 an OpenAI-compatible server gets a format as `response_format` (chat \
+                 completions) or `text.format` (Responses API)"
+            ),
+        );
+    }
+    setting
 }
 
 /// The problems of `providers:` entries given outside a tactic (a user's
