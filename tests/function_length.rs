@@ -142,7 +142,7 @@ fn no_function_is_longer_than_the_bound() {
         "only {} functions found: is the scan reading the sources?",
         all.len()
     );
-    all.sort_by(|(_, one), (_, other)| other.lines.cmp(&one.lines));
+    all.sort_by_key(|(_, function)| std::cmp::Reverse(function.lines));
     let shown = |bound: usize| {
         all.iter()
             .filter(|(_, function)| function.lines > bound)

@@ -400,7 +400,7 @@ fn line_tactic(
                     let result =
                         ResultLine::invalid(id, "no tactic for this line").with_task(&task.input);
                     shared.record(&result, None, None);
-                    return None;
+                    None
                 }
             }
         }
@@ -411,7 +411,7 @@ fn line_tactic(
                 result = result.with_task(&task.input);
             }
             shared.record(&result, None, None);
-            return None;
+            None
         }
     }
 }

@@ -412,7 +412,7 @@ fn apply_front_matter(
         ("tools", &mut prompt.tools),
         ("mcp_servers", &mut prompt.mcp_servers),
     ] {
-        match string_list(&front, key) {
+        match string_list(front, key) {
             Ok(names) => *list = names,
             Err(message) => invalid(key, message),
         }
@@ -442,7 +442,7 @@ fn apply_front_matter(
         match handler_texts(handler, &renderer) {
             Ok(texts) => {
                 prompt.handler = texts;
-                for (name, problem) in handler_problems(&prompt) {
+                for (name, problem) in handler_problems(prompt) {
                     invalid(&format!("handler.{name}"), problem);
                 }
             }
