@@ -289,7 +289,7 @@ impl State {
             ) {
                 None => {
                     let message = "no tactic: the line names none (nor a `model` for the default \
-                               tactic) and no `--tactic` was given"
+                                   tactic) and no `--tactic` was given"
                         .to_string();
                     self.invalid(number, &task.id, message, selected, inputs.done);
                 }
@@ -297,8 +297,8 @@ impl State {
                     let written = task.tactic.as_deref().unwrap_or_default();
                     let message = format!(
                         "`tactic`: `{}` is outside the TASKS file's directory (and `--tactic`'s); \
-                     a task line may only name a tactic there, or in a directory given \
-                     with `--tactics-dir DIR`",
+                         a task line may only name a tactic there, or in a directory given \
+                         with `--tactics-dir DIR`",
                         crate::suggest::printable(written)
                     );
                     self.invalid(number, &task.id, message, selected, inputs.done);
