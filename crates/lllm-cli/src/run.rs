@@ -93,15 +93,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(Streamed::new(
         std::io::stdout().is_terminal(),
     )));
-    let sink = args.stream.then(|| {
-        let seen = streamed.clone();
-        let sink: lllm::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
-            seen.lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .piece(text, &mut std::io::stdout().lock());
-        });
-        sink
-    });
+    let sink = args.stream.then(|| stream_sink(&streamed));
     // Ctrl-C, or SIGTERM (a job engine's or a container's stop): the run
     // stops where it is and its record is written.
     let interrupted = std::sync::atomic::AtomicBool::new(false);
@@ -133,18 +125,47 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .finish(record.delivery.as_deref());
-    // A reader that closed the pipe early is no failure of the run; a
-    // delivery that could not be written is, once the summary is out.
+    deliver(
+        &args,
+        &record,
+        (record_path.as_deref(), record_error),
+        &text,
+        interrupted,
+    )
+}
+
+/// `--stream`: each piece of text goes to `streamed` as it arrives, which
+/// shows it on a terminal (`Streamed`).
+fn stream_sink(
+    streamed: &std::sync::Arc<std::sync::Mutex<Streamed>>,
+) -> lllm::agent::SharedTextSink {
+    let seen = streamed.clone();
+    std::sync::Arc::new(move |text: &str| {
+        seen.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .piece(text, &mut std::io::stdout().lock());
+    })
+}
+
+/// Prints the delivery (or, with `--json`, the run's summary as JSON) and
+/// the summary line, and says how the run ended. A reader that closed the
+/// pipe early is no failure of the run; a delivery that could not be
+/// written is, once the summary is out, and so is a record that was not
+/// written (`record`: where it went, or why it did not).
+fn deliver(
+    args: &RunArgs,
+    record: &SessionRecord,
+    (record_path, record_error): (Option<&Path>, Option<Error>),
+    text: &str,
+    interrupted: bool,
+) -> Result<Outcome> {
     let delivered = if args.json {
-        lllm::output::stdout(&format!(
-            "{}\n",
-            json_summary(&record, record_path.as_deref())
-        ))
+        lllm::output::stdout(&format!("{}\n", json_summary(record, record_path)))
     } else {
-        lllm::output::stdout(&text)
+        lllm::output::stdout(text)
     };
     if !(args.quiet || args.json) || record.state != RunState::Success {
-        lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
+        lllm::output::stderr_line(&summary(record, record_path));
     }
     if let Some(error) = record_error {
         if interrupted {
