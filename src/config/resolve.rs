@@ -403,17 +403,9 @@ pub(super) fn resolve(
         &mut problems,
     );
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tools = resolve_tools(
-        raw.tools.clone().unwrap_or_default(),
-        &base_dir,
-        &mut problems,
-    );
+    let tools = resolve_tools(raw.tools.clone(), &base_dir, &mut problems);
     let builtin_tools = builtin_tools(&raw);
-    let mcp_servers = resolve_mcp_servers(
-        raw.mcp_servers.clone().unwrap_or_default(),
-        &base_dir,
-        &mut problems,
-    );
+    let mcp_servers = resolve_mcp_servers(raw.mcp_servers.clone(), &base_dir, &mut problems);
     let flow = FlowParser {
         agent_names: agents.names.iter().map(String::as_str).collect(),
         step_names: BTreeSet::new(),
@@ -422,6 +414,16 @@ pub(super) fn resolve(
     }
     .parse(raw.flow.clone().unwrap_or_default(), "flow");
     super::flow::check_forks(&flow, &mut problems);
+    let max_workers = checked_number(
+        raw.max_workers.as_ref(),
+        &numbers::MAX_WORKERS,
+        &mut problems,
+    );
+    let cache_ttl_s = checked_number(
+        raw.cache_ttl_s.as_ref(),
+        &numbers::CACHE_TTL_S,
+        &mut problems,
+    );
 
     let resolved = redacted_document(document, agents.resolved);
     let config = TacticConfig {
@@ -441,18 +443,9 @@ pub(super) fn resolve(
         flow,
         result: raw.result,
         pricing: raw.pricing,
-        max_workers: checked_number(
-            raw.max_workers.as_ref(),
-            &numbers::MAX_WORKERS,
-            &mut problems,
-        )
-        .map(|workers| workers as usize),
+        max_workers: max_workers.map(|workers| workers as usize),
         cache: raw.cache,
-        cache_ttl_s: checked_number(
-            raw.cache_ttl_s.as_ref(),
-            &numbers::CACHE_TTL_S,
-            &mut problems,
-        ),
+        cache_ttl_s,
         warnings,
         resolved,
         model_override: None,
@@ -645,9 +638,13 @@ fn warn_python_placeholders(agents: &[AgentConfig], places: &Places, warnings: &
 /// The `tools:` entries, checked; each problem goes to `problems` and its
 /// entry is left out. A tool runs in `base_dir` (the tactic's directory)
 /// unless it sets `cwd`.
-fn resolve_tools(entries: Vec<Value>, base_dir: &Path, problems: &mut Problems) -> Vec<ToolConfig> {
+fn resolve_tools(
+    entries: Option<Vec<Value>>,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Vec<ToolConfig> {
     let mut tools = Vec::new();
-    for (index, tool) in entries.into_iter().enumerate() {
+    for (index, tool) in entries.into_iter().flatten().enumerate() {
         let at = format!("tools[{index}]");
         let Some(tool) = entry_map(tool, &at, "`name`, `command`, …", problems) else {
             continue;
@@ -712,12 +709,12 @@ fn resolve_tools(entries: Vec<Value>, base_dir: &Path, problems: &mut Problems) 
 /// its entry is left out. A server runs in `base_dir` (the tactic's
 /// directory) unless it sets `cwd`.
 fn resolve_mcp_servers(
-    entries: Vec<Value>,
+    entries: Option<Vec<Value>>,
     base_dir: &Path,
     problems: &mut Problems,
 ) -> Vec<McpServerConfig> {
     let mut mcp_servers = Vec::new();
-    for (index, server) in entries.into_iter().enumerate() {
+    for (index, server) in entries.into_iter().flatten().enumerate() {
         let at = format!("mcp_servers[{index}]");
         let Some(server) = entry_map(server, &at, "`name`, `command`, …", problems) else {
             continue;
