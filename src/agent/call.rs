@@ -69,6 +69,24 @@ fn named_handler<'r>(runtime: &'r Runtime, top: &Prompt) -> Option<&'r Arc<dyn H
     found
 }
 
+/// The trace of a request of tool round `step` (its `repair`th repair)
+/// before anything came back.
+fn request_trace(step: u32, repair: u32, request: RequestDigest) -> InvokeTrace {
+    InvokeTrace {
+        step,
+        repair,
+        attempt: 1,
+        request,
+        response: None,
+        response_in_dialog: false,
+        error: None,
+        parse_error: None,
+        latency_ms: 0,
+        waited_ms: 0,
+        cached: false,
+    }
+}
+
 /// A handler's text, or why there is none (it panicked).
 fn ask_handler(top: &Prompt, write: impl FnOnce() -> String) -> Result<String, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(write)).map_err(|_| {
@@ -124,6 +142,9 @@ impl Call<'_> {
         in_flight.end()
     }
 
+    /// The call's tool rounds: a reply that parses and calls no tool ends
+    /// it; one that calls tools gets their results, and after the last
+    /// round the interrupt-final prompt asks for an answer without tools.
     async fn run_loop(
         &self,
         dialog: &mut Dialog,
@@ -162,105 +183,22 @@ impl Call<'_> {
                 session.success();
                 return;
             }
-            // The calls of one turn run concurrently, `TOOL_CALLS_AT_ONCE` at
-            // a time; results go back in call order. A call identical to an
-            // earlier one of the same turn is not run twice: it gets the
-            // repeat answer. Calls past `MAX_TOOL_CALLS_PER_REPLY` are not
-            // run at all.
-            let calls = &reply.function_calls;
-            let (to_run, too_many) = calls.split_at(calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
-            let mut this_turn = Repeats::default();
-            // Made up front (not lazily in the stream): the future must not
-            // hold a closure, or it is no longer `Send` for every lifetime.
-            let runs: Vec<_> = to_run
-                .iter()
-                .map(|call| {
-                    let repeated = !this_turn.insert(call) || succeeded.contains(call);
-                    self.execute(call, repeated, &tool_names, offered.is_empty())
-                })
-                .collect();
-            let mut results: Vec<(FunctionCall, String)> = futures_util::stream::iter(runs)
-                .buffered(TOOL_CALLS_AT_ONCE)
-                .collect()
+            let results = self
+                .run_tools(
+                    &reply.function_calls,
+                    &succeeded,
+                    &tool_names,
+                    offered.is_empty(),
+                )
                 .await;
-            results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
-            let handler = named_handler(self.runtime, &top);
-            let mut executed = Vec::with_capacity(results.len());
-            for (call, result_text) in results {
-                if call.success() {
-                    succeeded.insert(&call);
-                }
-                let mut metadata = Map::new();
-                metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
-                let put = match handler {
-                    Some(handler) => {
-                        match ask_handler(&top, || handler.on_interrupt(&result_text, session)) {
-                            Ok(text) => dialog.put_prompt(
-                                Arc::new(top.handler_reply("interrupt", text)),
-                                &Map::new(),
-                                Role::Tool,
-                                &call.name,
-                                metadata.clone(),
-                            ),
-                            Err(problem) => Err(crate::dialog::Error::Prompt(
-                                crate::prompt::Error::Invalid {
-                                    path: top.path.clone(),
-                                    message: problem,
-                                },
-                            )),
-                        }
-                    }
-                    None => dialog.put_prompt(
-                        Arc::new(top.on_interrupt()),
-                        &one_arg("call_results", result_text.clone()),
-                        Role::Tool,
-                        &call.name,
-                        metadata.clone(),
-                    ),
-                };
-                if let Err(error) = put {
-                    // A handler text that does not render must not leave the tool
-                    // call unanswered (providers reject that): answer it plainly.
-                    dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
-                    crate::report::warn(&format!(
-                        "interrupt handler of prompt `{}`: {error}",
-                        top.path
-                    ));
-                }
-                executed.push(call);
-            }
+            let executed = self.answer_tools(dialog, session, &top, results, &mut succeeded);
             session.interrupt(step, executed);
             if final_round {
                 break;
             }
             if session.interrupts_count() >= max_rounds {
-                let name = reply
-                    .function_calls
-                    .last()
-                    .map_or("user", |call| call.name.as_str())
-                    .to_string();
-                let final_prompt = match named_handler(self.runtime, &top) {
-                    Some(handler) => {
-                        match ask_handler(&top, || handler.on_interrupt_final(session)) {
-                            Ok(text) => Arc::new(top.handler_reply("interrupt_final", text)),
-                            Err(problem) => {
-                                session.failure(format!(
-                                    "interrupt-final handler of prompt `{}`: {problem}",
-                                    top.path
-                                ));
-                                return;
-                            }
-                        }
-                    }
-                    None => Arc::new(top.on_interrupt_final()),
-                };
-                if let Err(error) =
-                    dialog.put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
-                {
-                    session.failure(format!(
-                        "interrupt-final handler of prompt `{}`: {error}",
-                        top.path
-                    ));
+                if let Err(error) = self.put_final_prompt(dialog, session, &top, &reply) {
+                    session.failure(error);
                     return;
                 }
                 final_round = true;
@@ -271,6 +209,131 @@ impl Call<'_> {
             self.spec.name,
             session.interrupts_count()
         ));
+    }
+
+    /// Runs the tool calls of one reply: concurrently, `TOOL_CALLS_AT_ONCE`
+    /// at a time; results go back in call order. A call identical to an
+    /// earlier one of the same turn, or to one that `succeeded` in an
+    /// earlier turn, is not run again: it gets the repeat answer. Calls past
+    /// `MAX_TOOL_CALLS_PER_REPLY` are not run at all.
+    async fn run_tools(
+        &self,
+        calls: &[FunctionCall],
+        succeeded: &Repeats,
+        offered: &[&str],
+        final_round: bool,
+    ) -> Vec<(FunctionCall, String)> {
+        let (to_run, too_many) = calls.split_at(calls.len().min(MAX_TOOL_CALLS_PER_REPLY));
+        let mut this_turn = Repeats::default();
+        // Made up front (not lazily in the stream): the future must not
+        // hold a closure, or it is no longer `Send` for every lifetime.
+        let runs: Vec<_> = to_run
+            .iter()
+            .map(|call| {
+                let repeated = !this_turn.insert(call) || succeeded.contains(call);
+                self.execute(call, repeated, offered, final_round)
+            })
+            .collect();
+        let mut results: Vec<(FunctionCall, String)> = futures_util::stream::iter(runs)
+            .buffered(TOOL_CALLS_AT_ONCE)
+            .collect()
+            .await;
+        results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
+        results
+    }
+
+    /// Puts each tool result on the dialog as the governing prompt's
+    /// interrupt message (or its registered handler's text), and gives the
+    /// calls made; those that succeeded join `succeeded` (D5).
+    fn answer_tools(
+        &self,
+        dialog: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Prompt,
+        results: Vec<(FunctionCall, String)>,
+        succeeded: &mut Repeats,
+    ) -> Vec<FunctionCall> {
+        let handler = named_handler(self.runtime, top);
+        let mut executed = Vec::with_capacity(results.len());
+        for (call, result_text) in results {
+            if call.success() {
+                succeeded.insert(&call);
+            }
+            let mut metadata = Map::new();
+            metadata.insert("tool_call_id".into(), Value::String(call.id.clone()));
+            let put = match handler {
+                Some(handler) => {
+                    match ask_handler(top, || handler.on_interrupt(&result_text, session)) {
+                        Ok(text) => dialog.put_prompt(
+                            Arc::new(top.handler_reply("interrupt", text)),
+                            &Map::new(),
+                            Role::Tool,
+                            &call.name,
+                            metadata.clone(),
+                        ),
+                        Err(problem) => Err(crate::dialog::Error::Prompt(
+                            crate::prompt::Error::Invalid {
+                                path: top.path.clone(),
+                                message: problem,
+                            },
+                        )),
+                    }
+                }
+                None => dialog.put_prompt(
+                    Arc::new(top.on_interrupt()),
+                    &one_arg("call_results", result_text.clone()),
+                    Role::Tool,
+                    &call.name,
+                    metadata.clone(),
+                ),
+            };
+            if let Err(error) = put {
+                // A handler text that does not render must not leave the tool
+                // call unanswered (providers reject that): answer it plainly.
+                dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
+                crate::report::warn(&format!(
+                    "interrupt handler of prompt `{}`: {error}",
+                    top.path
+                ));
+            }
+            executed.push(call);
+        }
+        executed
+    }
+
+    /// Puts the interrupt-final prompt on the dialog (the governing
+    /// prompt's, or its registered handler's text), as the last tool round
+    /// ends: the next reply must answer without tools. Why it could not be.
+    fn put_final_prompt(
+        &self,
+        dialog: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Prompt,
+        reply: &Message,
+    ) -> Result<(), String> {
+        let name = reply
+            .function_calls
+            .last()
+            .map_or("user", |call| call.name.as_str())
+            .to_string();
+        let final_prompt = match named_handler(self.runtime, top) {
+            Some(handler) => {
+                let text = ask_handler(top, || handler.on_interrupt_final(session)).map_err(
+                    |problem| {
+                        format!(
+                            "interrupt-final handler of prompt `{}`: {problem}",
+                            top.path
+                        )
+                    },
+                )?;
+                Arc::new(top.handler_reply("interrupt_final", text))
+            }
+            None => Arc::new(top.on_interrupt_final()),
+        };
+        dialog
+            .put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
+            .map(|_| ())
+            .map_err(|error| format!("interrupt-final handler of prompt `{}`: {error}", top.path))
     }
 
     /// D1: the agent's tools (its config and its system prompt) and the tools of
@@ -339,14 +402,7 @@ impl Call<'_> {
         step: u32,
     ) -> Result<Arc<Message>, String> {
         let model = &self.spec.model;
-        // The call's model arguments over the agent's (a key of the call wins).
-        let model_args = if self.options.model_args.is_empty() {
-            std::borrow::Cow::Borrowed(&self.spec.model_args)
-        } else {
-            let mut merged = self.spec.model_args.clone();
-            merged.extend(self.options.model_args.clone());
-            std::borrow::Cow::Owned(merged)
-        };
+        let model_args = self.model_args();
         // What lllm wrote in this call's repairs: a reply that rests on it
         // is no answer (`echo`).
         let mut written: Vec<String> = Vec::new();
@@ -376,138 +432,13 @@ impl Call<'_> {
                 .as_ref()
                 .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));
             let cached = hit.is_some();
-            let trace = InvokeTrace {
-                step,
-                repair,
-                attempt: 1,
-                request: digest,
-                response: None,
-                response_in_dialog: false,
-                error: None,
-                parse_error: None,
-                latency_ms: 0,
-                waited_ms: 0,
-                cached: false,
-            };
-            let outcome = match hit {
-                Some(reply) => {
-                    if let Some(sink) = self.text_sink {
-                        sink(&reply.content);
-                    }
-                    Ok(retry::Attempted {
-                        message: cache::as_hit(reply),
-                        attempts: 1,
-                        latency: std::time::Duration::ZERO,
-                    })
-                }
-                None => {
-                    // Every event of these calls names the provider and
-                    // model, and a repair's which repair it is.
-                    let span = tracing::info_span!(
-                        "call",
-                        provider = %model.provider_name,
-                        model = %model.model,
-                        repair = tracing::field::Empty
-                    );
-                    if repair > 0 {
-                        span.record("repair", repair);
-                    }
-                    let mut pending = Pending::new(session, trace.clone());
-                    let sent = pending.sent();
-                    let attempts = retry::invoke_with_retry(
-                        model.provider.as_ref(),
-                        model.target(),
-                        request,
-                        &model.retry,
-                        self.spec.limits.max_llm_recall,
-                        |failed: &FailedAttempt| pending.failed(failed),
-                    );
-                    let outcome =
-                        tracing::Instrument::instrument(watching_sends(sent, attempts), span).await;
-                    pending.answered();
-                    outcome
-                }
-            };
-            let attempted = match outcome {
-                Ok(attempted) => attempted,
-                Err(failed) => {
-                    return Err(format!(
-                        "model `{}` failed after {}: {}",
-                        self.spec.model_name,
-                        crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
-                        failed.error
-                    ));
-                }
-            };
+            let trace = request_trace(step, repair, digest);
+            let attempted = self.send(request, hit, session, &trace, repair).await?;
             let mut reply = attempted.message;
             reply.name = self.spec.name.clone();
             reply.role = Role::Assistant;
-            // A hit costs nothing (`cache::as_hit`); a reply that was sent is
-            // priced, then kept for the next identical request.
-            if !cached
-                && !pricing::apply(
-                    &self.runtime.prices,
-                    &model.provider_name,
-                    model.service,
-                    &model.model,
-                    &mut reply.usage,
-                )
-                && let Some(warning) = self
-                    .runtime
-                    .price_warnings
-                    .warn_once(&model.provider_name, &model.model)
-            {
-                crate::report::warn(&warning);
-            }
-            if let Some((binding, key)) = &cache_key
-                && !cached
-            {
-                binding.put(
-                    key,
-                    &cache::Entry {
-                        reply: &reply,
-                        provider: &model.provider_name,
-                        model: &model.model,
-                        cost: crate::dialog::InvokeCost::from_usage(&reply.usage).cost,
-                        ttl: binding.ttl,
-                    },
-                );
-            }
-            let parse_error = if reply.is_function_call() {
-                None
-            } else {
-                match top.parse_with(&reply.content, &self.options.parser_args) {
-                    Ok(Value::Object(mut parsed)) => {
-                        // The answer of a `format` prompt is its JSON; the
-                        // prose a model wrote around it is kept beside it.
-                        if let Some(block) = top.json_in_prose(&reply.content) {
-                            let prose = std::mem::replace(&mut reply.content, block.clone());
-                            reply
-                                .metadata
-                                .insert("text_around_json".into(), Value::String(prose));
-                            parsed.insert("raw".into(), Value::String(block));
-                        }
-                        reply.parsed = parsed;
-                        None
-                    }
-                    Ok(other) => {
-                        reply.parsed = one_arg("raw", reply.content.clone());
-                        reply.parsed.insert("value".into(), other);
-                        None
-                    }
-                    Err(failure) => Some(failure.to_string()),
-                }
-            };
-            let parse_error = match parse_error {
-                None if !reply.is_function_call() => {
-                    let echo = super::echo::echoed(&reply.content, &written);
-                    if echo.is_some() {
-                        reply.parsed = Map::new();
-                    }
-                    echo
-                }
-                other => other,
-            };
+            self.price_and_keep(&mut reply, cached, cache_key.as_ref());
+            let parse_error = self.parse_reply(&mut reply, top, &written);
             // The trace shares the reply the working fork holds. A reply
             // that parses goes on to the call's dialog too: one message for
             // both, stamped with the call's dialog (as appending one object
@@ -528,41 +459,203 @@ impl Call<'_> {
             let Some(error) = parse_error else {
                 return Ok(reply);
             };
-            if session.reach_max_exception_retry() {
-                return Err(format!(
-                    "reply of agent `{}` still does not parse after {}: {error}",
-                    self.spec.name,
-                    crate::words::count(session.exception_retries_count(), "repair", "repairs")
-                ));
-            }
-            // A registered handler sees the call before this repair is counted.
-            let (handler, args) = match named_handler(self.runtime, top) {
-                Some(handler) => {
-                    let text = ask_handler(top, || handler.on_exception(&error, session)).map_err(
-                        |problem| format!("exception handler of prompt `{}`: {problem}", top.path),
-                    )?;
-                    (Arc::new(top.handler_reply("exception", text)), Map::new())
-                }
-                None => (
-                    Arc::new(top.on_exception()),
-                    one_arg("error_message", error.clone()),
-                ),
-            };
-            session.exception(step, error.clone());
+            self.ask_for_repair(working, session, top, step, error, &mut written)?;
             repair = repair.saturating_add(1);
-            if let Err(render_error) =
-                working.put_prompt(handler, &args, Role::User, "exception", Map::new())
-            {
-                return Err(format!(
-                    "exception handler of prompt `{}`: {render_error}",
-                    top.path
-                ));
-            }
-            written.push(error);
-            if let Some(sent) = working.messages().last() {
-                written.push(sent.content.clone());
-            }
         }
+    }
+
+    /// The call's model arguments over the agent's (a key of the call wins).
+    fn model_args(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
+        if self.options.model_args.is_empty() {
+            std::borrow::Cow::Borrowed(&self.spec.model_args)
+        } else {
+            let mut merged = self.spec.model_args.clone();
+            merged.extend(self.options.model_args.clone());
+            std::borrow::Cow::Owned(merged)
+        }
+    }
+
+    /// The reply to `request`: the cache's `hit`, else the provider's
+    /// through the one retry loop, each failed attempt recorded in `session`
+    /// as it happens. The error names the model and the calls made.
+    async fn send(
+        &self,
+        request: ChatRequest<'_>,
+        hit: Option<Message>,
+        session: &mut AgentCallSession,
+        trace: &InvokeTrace,
+        repair: u32,
+    ) -> Result<retry::Attempted, String> {
+        let model = &self.spec.model;
+        let outcome = match hit {
+            Some(reply) => {
+                if let Some(sink) = self.text_sink {
+                    sink(&reply.content);
+                }
+                Ok(retry::Attempted {
+                    message: cache::as_hit(reply),
+                    attempts: 1,
+                    latency: std::time::Duration::ZERO,
+                })
+            }
+            None => {
+                // Every event of these calls names the provider and
+                // model, and a repair's which repair it is.
+                let span = tracing::info_span!(
+                    "call",
+                    provider = %model.provider_name,
+                    model = %model.model,
+                    repair = tracing::field::Empty
+                );
+                if repair > 0 {
+                    span.record("repair", repair);
+                }
+                let mut pending = Pending::new(session, trace.clone());
+                let sent = pending.sent();
+                let attempts = retry::invoke_with_retry(
+                    model.provider.as_ref(),
+                    model.target(),
+                    request,
+                    &model.retry,
+                    self.spec.limits.max_llm_recall,
+                    |failed: &FailedAttempt| pending.failed(failed),
+                );
+                let outcome =
+                    tracing::Instrument::instrument(watching_sends(sent, attempts), span).await;
+                pending.answered();
+                outcome
+            }
+        };
+        outcome.map_err(|failed| {
+            format!(
+                "model `{}` failed after {}: {}",
+                self.spec.model_name,
+                crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
+                failed.error
+            )
+        })
+    }
+
+    /// A hit costs nothing (`cache::as_hit`); a reply that was sent is
+    /// priced (a model without a price is warned of once), then kept under
+    /// `cache_key` for the next identical request.
+    fn price_and_keep(
+        &self,
+        reply: &mut Message,
+        cached: bool,
+        cache_key: Option<&(&cache::Binding, String)>,
+    ) {
+        if cached {
+            return;
+        }
+        let model = &self.spec.model;
+        if !pricing::apply(
+            &self.runtime.prices,
+            &model.provider_name,
+            model.service,
+            &model.model,
+            &mut reply.usage,
+        ) && let Some(warning) = self
+            .runtime
+            .price_warnings
+            .warn_once(&model.provider_name, &model.model)
+        {
+            crate::report::warn(&warning);
+        }
+        if let Some((binding, key)) = cache_key {
+            binding.put(
+                key,
+                &cache::Entry {
+                    reply,
+                    provider: &model.provider_name,
+                    model: &model.model,
+                    cost: crate::dialog::InvokeCost::from_usage(&reply.usage).cost,
+                    ttl: binding.ttl,
+                },
+            );
+        }
+    }
+
+    /// Parses a reply that is not a tool call with the governing prompt's
+    /// parser, into `reply.parsed`; why it does not parse, or why it is no
+    /// answer (it echoes what lllm `written` in this call's repairs).
+    fn parse_reply(&self, reply: &mut Message, top: &Prompt, written: &[String]) -> Option<String> {
+        if reply.is_function_call() {
+            return None;
+        }
+        match top.parse_with(&reply.content, &self.options.parser_args) {
+            Ok(Value::Object(mut parsed)) => {
+                // The answer of a `format` prompt is its JSON; the
+                // prose a model wrote around it is kept beside it.
+                if let Some(block) = top.json_in_prose(&reply.content) {
+                    let prose = std::mem::replace(&mut reply.content, block.clone());
+                    reply
+                        .metadata
+                        .insert("text_around_json".into(), Value::String(prose));
+                    parsed.insert("raw".into(), Value::String(block));
+                }
+                reply.parsed = parsed;
+            }
+            Ok(other) => {
+                reply.parsed = one_arg("raw", reply.content.clone());
+                reply.parsed.insert("value".into(), other);
+            }
+            Err(failure) => return Some(failure.to_string()),
+        }
+        let echo = super::echo::echoed(&reply.content, written);
+        if echo.is_some() {
+            reply.parsed = Map::new();
+        }
+        echo
+    }
+
+    /// Puts the repair prompt for `error` on the working fork (the governing
+    /// prompt's exception handler, or its registered handler's text), and
+    /// adds what it wrote to `written`; an error when the repairs are spent
+    /// or the handler fails.
+    fn ask_for_repair(
+        &self,
+        working: &mut Dialog,
+        session: &mut AgentCallSession,
+        top: &Prompt,
+        step: u32,
+        error: String,
+        written: &mut Vec<String>,
+    ) -> Result<(), String> {
+        if session.reach_max_exception_retry() {
+            return Err(format!(
+                "reply of agent `{}` still does not parse after {}: {error}",
+                self.spec.name,
+                crate::words::count(session.exception_retries_count(), "repair", "repairs")
+            ));
+        }
+        // A registered handler sees the call before this repair is counted.
+        let (handler, args) = match named_handler(self.runtime, top) {
+            Some(handler) => {
+                let text = ask_handler(top, || handler.on_exception(&error, session)).map_err(
+                    |problem| format!("exception handler of prompt `{}`: {problem}", top.path),
+                )?;
+                (Arc::new(top.handler_reply("exception", text)), Map::new())
+            }
+            None => (
+                Arc::new(top.on_exception()),
+                one_arg("error_message", error.clone()),
+            ),
+        };
+        session.exception(step, error.clone());
+        if let Err(render_error) =
+            working.put_prompt(handler, &args, Role::User, "exception", Map::new())
+        {
+            return Err(format!(
+                "exception handler of prompt `{}`: {render_error}",
+                top.path
+            ));
+        }
+        written.push(error);
+        if let Some(sent) = working.messages().last() {
+            written.push(sent.content.clone());
+        }
+        Ok(())
     }
 
     /// Runs one requested call; returns it with its result and the text the

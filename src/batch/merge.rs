@@ -296,7 +296,62 @@ fn merge_locked(
         .iter()
         .map(|input| SessionsFile::path_in(input).map_err(usage))
         .collect::<Result<Vec<_>>>()?;
-    // Every session's end, to order duplicates; read (and checked) first.
+    let (ended, sessions) = session_ends(&records)?;
+    let (winners, order, spent, duplicates) = read_results(inputs, &ended)?;
+    let missing = missing_ids(inputs, &identities, tasks, &winners)?;
+
+    // Everything is read and checked: now write.
+    let (results, summary) = merged_results(&order, &winners, &missing, &spent, started);
+    let last: std::collections::HashSet<&str> = duplicates
+        .iter()
+        .filter_map(|duplicate| winners[&duplicate.id].session_id.as_deref())
+        .collect();
+    write_sessions(output, &records, compress, &last)?;
+    write_atomic(output, RESULTS, |file| file.write_all(&results))?;
+    write_whole_identity(output, &identities)?;
+    write_atomic(output, SUMMARY, |file| {
+        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+        writeln!(file, "{text}")
+    })?;
+    let record = Record {
+        format: MERGE_FORMAT.into(),
+        inputs: inputs
+            .iter()
+            .map(|input| input.display().to_string())
+            .collect(),
+        merged_at: crate::time::timestamp(),
+    };
+    write_atomic(output, MERGE, |file| {
+        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
+        writeln!(file, "{text}")
+    })?;
+    // Inputs written with `--output-format openai`: the merged directory
+    // gets the OpenAI files too, over the winners.
+    if inputs
+        .iter()
+        .any(|input| input.join(super::openai_output::OUTPUT).is_file())
+    {
+        super::openai_output::write(output).map_err(|source| Error::Write {
+            path: output
+                .join(super::openai_output::OUTPUT)
+                .display()
+                .to_string(),
+            source,
+        })?;
+    }
+    Ok(Merged {
+        ids: order.len() as u64,
+        sessions,
+        duplicates,
+        missing,
+        summary,
+    })
+}
+
+/// Every session's end by its id, to order duplicates, and how many
+/// sessions the inputs' records hold; read (and checked) before anything is
+/// written.
+fn session_ends(records: &[Option<PathBuf>]) -> Result<(HashMap<String, String>, u64)> {
     let mut ended: HashMap<String, String> = HashMap::new();
     let mut sessions = 0u64;
     for path in records.iter().flatten() {
@@ -310,14 +365,22 @@ fn merge_locked(
             Ok(())
         })?;
     }
-    let (winners, order, spent, duplicates) = read_results(inputs, &ended)?;
-    let missing = missing_ids(inputs, &identities, tasks, &winners)?;
+    Ok((ended, sessions))
+}
 
-    // Everything is read and checked: now write.
+/// The merged `results.jsonl` (the winners' lines in `order`) and its
+/// summary; with `missing` ids checked, they count among the tasks.
+fn merged_results(
+    order: &[String],
+    winners: &HashMap<String, Candidate>,
+    missing: &Missing,
+    spent: &Totals,
+    started: Instant,
+) -> (Vec<u8>, Summary) {
     let mut latest = Totals::default();
     let mut reasons = super::reasons::Reasons::default();
     let mut results = Vec::new();
-    for id in &order {
+    for id in order {
         let candidate = &winners[id];
         latest.add(&candidate.brief);
         if candidate.brief.state == super::output::TaskState::Failure {
@@ -329,23 +392,31 @@ fn merge_locked(
         results.extend_from_slice(candidate.line.as_bytes());
         results.push(b'\n');
     }
-    let total = match &missing {
+    let total = match missing {
         Missing::Checked { ids, .. } => order.len() + ids.len(),
         Missing::Unchecked { .. } => order.len(),
     } as u64;
     let mut summary = Summary::new(
         total,
         &latest,
-        &spent,
+        spent,
         &Totals::default(),
         started.elapsed().as_secs_f64(),
     )
     .with_reasons(&reasons);
     summary.shard = None;
-    let last: std::collections::HashSet<&str> = duplicates
-        .iter()
-        .filter_map(|duplicate| winners[&duplicate.id].session_id.as_deref())
-        .collect();
+    (results, summary)
+}
+
+/// Writes the merged records: every input's sessions, those of the
+/// duplicates' winners (`last`) after the rest, in the form `compress`
+/// asks for; a file of the other form an earlier merge wrote is removed.
+fn write_sessions(
+    output: &Path,
+    records: &[Option<PathBuf>],
+    compress: bool,
+    last: &std::collections::HashSet<&str>,
+) -> Result<()> {
     let form = SessionsFile::new(compress);
     write_atomic(output, form.name, |file| {
         // Lines gathered into frames of `jsonl::FRAME` bytes (written as they
@@ -389,7 +460,12 @@ fn merge_locked(
             source,
         });
     }
-    write_atomic(output, RESULTS, |file| file.write_all(&results))?;
+    Ok(())
+}
+
+/// Writes `batch.json` when every input ran the same task file (a merge of
+/// its shards is that file's whole run).
+fn write_whole_identity(output: &Path, identities: &[Option<Identity>]) -> Result<()> {
     let whole = identities.first().cloned().flatten().filter(|first| {
         identities.iter().all(|identity| {
             identity
@@ -404,43 +480,7 @@ fn merge_locked(
             source,
         })?;
     }
-    write_atomic(output, SUMMARY, |file| {
-        let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
-        writeln!(file, "{text}")
-    })?;
-    let record = Record {
-        format: MERGE_FORMAT.into(),
-        inputs: inputs
-            .iter()
-            .map(|input| input.display().to_string())
-            .collect(),
-        merged_at: crate::time::timestamp(),
-    };
-    write_atomic(output, MERGE, |file| {
-        let text = serde_json::to_string_pretty(&record).unwrap_or_default();
-        writeln!(file, "{text}")
-    })?;
-    // Inputs written with `--output-format openai`: the merged directory
-    // gets the OpenAI files too, over the winners.
-    if inputs
-        .iter()
-        .any(|input| input.join(super::openai_output::OUTPUT).is_file())
-    {
-        super::openai_output::write(output).map_err(|source| Error::Write {
-            path: output
-                .join(super::openai_output::OUTPUT)
-                .display()
-                .to_string(),
-            source,
-        })?;
-    }
-    Ok(Merged {
-        ids: order.len() as u64,
-        sessions,
-        duplicates,
-        missing,
-        summary,
-    })
+    Ok(())
 }
 
 type Results = (

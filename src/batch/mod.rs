@@ -235,51 +235,331 @@ pub async fn run(options: Options) -> Result<Outcome> {
 /// The run, once the output directory is this process's.
 async fn run_locked(options: Options) -> Result<Outcome> {
     let started = Instant::now();
-    // The TASKS file is read once, now: what runs is what pre-flight checks.
-    let snapshot = snapshot::Snapshot::take(&options.tasks_file, &options.output).map_err(
-        |error| match error {
-            snapshot::SnapshotError::Read(error) => Error::Usage(format!(
-                "cannot read `{}`: {error}",
-                options.tasks_file.display()
-            )),
-            snapshot::SnapshotError::Write(error) => Error::Usage(format!(
-                "cannot write to `{}`: {error}",
-                options.output.display()
-            )),
-        },
-    )?;
-    let tasks_sha256 = snapshot.sha256().to_string();
-    let recorded = directory::read_identity(&options.output).map_err(Error::Usage)?;
-    let shard = directory::settle_shard(
-        &options.output,
-        &options.shard,
-        recorded.as_ref(),
-        &tasks_sha256,
-    )
-    .map_err(Error::Usage)?;
-    let (previous, sessions) = previous_results(&options)?;
-    let done = |id: &str| {
-        previous.state(id).is_some_and(|state| match state {
-            TaskState::Success => true,
-            TaskState::Failure => !options.retry_errors,
-            TaskState::Skipped => false,
-        })
-    };
+    let (prepared, sessions) = Prepared::check(&options)?;
+    let (shared, ran) = prepared.execute(&options, sessions, started).await?;
+    prepared.conclude(&options, &shared, started, ran)
+}
 
-    let budget = options
-        .max_cost
-        .map(|max| Arc::new(CostBudget::new(max, previous.spent.cost)));
-    let batch_api = match &options.via {
-        Via::Direct => None,
-        Via::BatchApi(settings) => Some(Arc::new(
-            crate::provider::batch_api::BatchApi::open(
-                &options.output,
-                settings.clone(),
-                options.resume || options.retry_errors,
-            )
-            .map_err(Error::Usage)?,
-        )),
-    };
+/// A batch checked and ready to run: every line pre-flighted, every tactic
+/// built, nothing sent yet. Its three steps, in order: [`Prepared::check`],
+/// [`Prepared::execute`], [`Prepared::conclude`].
+struct Prepared {
+    /// The TASKS file as it was when the run started.
+    snapshot: snapshot::Snapshot,
+    shard: Option<Shard>,
+    /// What the output directory held already (`--resume`).
+    previous: Previous,
+    budget: Option<Arc<CostBudget>>,
+    batch_api: Option<Arc<crate::provider::batch_api::BatchApi>>,
+    tactics: HashMap<tactics::Key, Arc<crate::tactic::Tactic>>,
+    reader: formats::LineReader,
+    /// The default tactic written beside the results, when there is no `--tactic`.
+    fallback: Option<PathBuf>,
+    selector: Selector,
+    plan: preflight::Plan,
+    reporter: Arc<dyn progress::Reporter>,
+}
+
+impl Prepared {
+    /// Copies the TASKS file, settles the directory's shard, reads its
+    /// results, builds the tactics and pre-flights every line; a file with
+    /// problems is refused here (nothing was sent). Also gives the records
+    /// file the run appends to.
+    fn check(options: &Options) -> Result<(Prepared, output::SessionsFile)> {
+        let snapshot = take_snapshot(options)?;
+        let tasks_sha256 = snapshot.sha256().to_string();
+        let recorded = directory::read_identity(&options.output).map_err(Error::Usage)?;
+        let shard = directory::settle_shard(
+            &options.output,
+            &options.shard,
+            recorded.as_ref(),
+            &tasks_sha256,
+        )
+        .map_err(Error::Usage)?;
+        let (previous, sessions) = previous_results(options)?;
+        let done = |id: &str| finished_before(&previous, options.retry_errors, id);
+        let budget = options
+            .max_cost
+            .map(|max| Arc::new(CostBudget::new(max, previous.spent.cost)));
+        let batch_api = open_batch_api(options)?;
+        let mut tactics = load_tactics(options, &budget, &batch_api)?;
+        let reader = formats::LineReader::for_lines(
+            &options.tasks_file,
+            snapshot.lines(),
+            options.input_format,
+            &options.attachments,
+        )
+        .map_err(|error| cannot_read(options, error))?;
+        let fallback = write_fallback_tactic(options)?;
+        let selector = Selector::new(shard, options.limit);
+        let tactic_roots = tactic_roots(options)?;
+        let plan = preflight::run(
+            preflight::Inputs {
+                tasks_file: &options.tasks_file,
+                tactic_roots: &tactic_roots,
+                snapshot: &snapshot,
+                reader: &reader,
+                default_tactic: options.tactic.as_deref(),
+                fallback_tactic: fallback.as_deref(),
+                selector: selector.clone(),
+                done: &done,
+            },
+            &mut tactics,
+        )
+        .map_err(|error| cannot_read(options, error))?;
+        let reporter: Arc<dyn progress::Reporter> = match &options.reporter {
+            Some(reporter) => reporter.clone(),
+            None => Arc::from(progress::reporter(options.quiet, options.progress_interval)),
+        };
+        refuse_problems(options, &plan, reporter.as_ref())?;
+        let tactics = tactics
+            .all()
+            .map(|(path, tactic)| (path.clone(), tactic.clone()))
+            .collect();
+        // What the directory holds from now on (a `--resume` of another shard is refused).
+        let identity = directory::Identity::new(&options.tasks_file, tasks_sha256, shard);
+        if recorded.as_ref() != Some(&identity) {
+            directory::write_identity(&options.output, &identity).map_err(|(path, source)| {
+                Error::Usage(format!("cannot write `{}`: {source}", path.display()))
+            })?;
+        }
+        let prepared = Prepared {
+            snapshot,
+            shard,
+            previous,
+            budget,
+            batch_api,
+            tactics,
+            reader,
+            fallback,
+            selector,
+            plan,
+            reporter,
+        };
+        Ok((prepared, sessions))
+    }
+
+    /// Starts the tactics, runs the selected tasks under one scheduler
+    /// (watching for signals, showing progress), then stops everything it
+    /// started. Gives the run's shared state and how reading the lines went.
+    async fn execute(
+        &self,
+        options: &Options,
+        sessions: output::SessionsFile,
+        started: Instant,
+    ) -> Result<(Arc<Shared>, std::io::Result<()>)> {
+        let writer = self.start(options, sessions).await?;
+        let shared = Arc::new(self.shared(options, writer));
+        let collector = match &self.batch_api {
+            Some(hub) => {
+                let notes = self.reporter.clone();
+                hub.set_notes(Arc::new(move |text: &str, warning: bool| {
+                    if warning {
+                        notes.note(text)
+                    } else {
+                        notes.event(text)
+                    }
+                }));
+                shared.set_batch_api(hub.clone());
+                Some(hub.start().await)
+            }
+            None => None,
+        };
+        let signals = tokio::spawn(scheduler::watch_signals(
+            shared.clone(),
+            options.grace,
+            self.reporter.clone(),
+        ));
+        let all_tactics: Vec<Arc<crate::tactic::Tactic>> = self.tactics.values().cloned().collect();
+        let ticker = tokio::spawn(tick(
+            shared.clone(),
+            self.reporter.clone(),
+            self.plan.to_run,
+            all_tactics.clone(),
+        ));
+        let done = |id: &str| finished_before(&self.previous, options.retry_errors, id);
+        let ran = scheduler::run(
+            scheduler::Run {
+                tasks_file: &options.tasks_file,
+                snapshot: &self.snapshot,
+                reader: &self.reader,
+                default_tactic: options.tactic.as_deref(),
+                fallback_tactic: self.fallback.as_deref(),
+                tactics: &self.tactics,
+                model: options.model.as_deref(),
+                plan: &self.plan,
+                selector: self.selector.clone(),
+                done: &done,
+                concurrency: options.concurrency,
+                labels: &options.labels,
+                batch_api: self.batch_api.clone(),
+            },
+            shared.clone(),
+        )
+        .await;
+        if let Some(hub) = &self.batch_api {
+            let interrupted = shared.stop.borrow().reason() == Some(Reason::Interrupted);
+            hub.finish(interrupted).await;
+        }
+        if let Some(collector) = collector {
+            collector.abort();
+        }
+        self.shutdown().await;
+        signals.abort();
+        ticker.abort();
+        self.reporter
+            .finish(&shared.snapshot(self.plan.to_run, started, &all_tactics));
+        Ok((shared, ran))
+    }
+
+    /// Starts every tactic's MCP servers, learns the local servers' limits
+    /// and opens the writer; the tactics are shut down again when one of
+    /// those fails (nothing was sent: bad usage, exit 2).
+    async fn start(
+        &self,
+        options: &Options,
+        sessions: output::SessionsFile,
+    ) -> Result<output::Writer> {
+        // MCP servers start once per tactic, after every check and before the
+        // first request; one that cannot start is bad input (nothing was sent).
+        for tactic in self.tactics.values() {
+            if let Err(error) = tactic.start().await {
+                self.shutdown().await;
+                return Err(error.into());
+            }
+        }
+        // Local servers say how many requests they serve at once before the
+        // first task starts, so that no more tasks start than they serve
+        // (`scheduler`); a few seconds at most, once per provider.
+        futures_util::future::join_all(self.tactics.values().map(|tactic| tactic.learn_limits()))
+            .await;
+        match output::Writer::open_indexed(&options.output, sessions, options.store.clone()) {
+            Ok(writer) => Ok(writer),
+            Err(source) => {
+                self.shutdown().await;
+                // Nothing was sent yet: bad usage (exit 2), not a failed run.
+                Err(Error::Usage(format!(
+                    "cannot write to `{}`: {source}",
+                    options.output.display()
+                )))
+            }
+        }
+    }
+
+    /// The state the scheduler's tasks share: the writer, the budget, the
+    /// tactics' secrets to scrub and, for direct calls, the circuit breakers.
+    fn shared(&self, options: &Options, writer: output::Writer) -> Shared {
+        let shared = Shared::new(writer, self.budget.clone(), options.fail_fast)
+            .scrubbing(self.tactics.values().map(|tactic| tactic.as_ref()));
+        let (Some(settings), Via::Direct) = (options.breaker, &options.via) else {
+            return shared;
+        };
+        let told = self.reporter.clone();
+        let events: crate::provider::breaker::Events =
+            Arc::new(move |event: &crate::provider::breaker::Event| told.event(&event.text()));
+        shared.with_breakers(Arc::new(crate::provider::breaker::Breakers::new(
+            settings, events,
+        )))
+    }
+
+    /// Shuts every tactic down (its MCP servers).
+    async fn shutdown(&self) {
+        for tactic in self.tactics.values() {
+            tactic.shutdown().await;
+        }
+    }
+
+    /// After the run: finishes the files (a failed write stops there), then
+    /// writes `summary.json` (and the OpenAI output), shows the summary and
+    /// says how the batch ended.
+    fn conclude(
+        &self,
+        options: &Options,
+        shared: &Shared,
+        started: Instant,
+        ran: std::io::Result<()>,
+    ) -> Result<Outcome> {
+        if self.snapshot.changed() {
+            crate::report::warn(&format!(
+                "`{}` changed while the batch ran; the batch ran its lines as they were when it \
+                 started; hint: pass `--resume` to run lines added since",
+                options.tasks_file.display()
+            ));
+        }
+        if let Err(failure) = shared.finish_writing() {
+            // The run stopped there: what is on disk is whole (the writer cut
+            // back what it could not finish), and every finished task that is
+            // not is named.
+            let lost = match failure.lost.describe() {
+                Some(lost) => format!("; {lost}: `--resume` runs them again"),
+                None => String::new(),
+            };
+            let source = std::io::Error::new(
+                failure.source.kind(),
+                format!(
+                    "{}; the batch stopped, and what was written before is intact{lost}; hint: \
+                     make room, then pass `--resume` to finish the run",
+                    failure.source
+                ),
+            );
+            return Err(Error::Write {
+                path: options.output.join(failure.file).display().to_string(),
+                source,
+            });
+        }
+        ran.map_err(|error| cannot_read(options, error))?;
+
+        let stopped = shared.stop.borrow().reason();
+        let summary = write_summary(
+            options,
+            self.shard,
+            &self.plan,
+            &self.previous,
+            shared,
+            started,
+            stopped,
+        )?;
+        if options.output_format == openai_output::OutputFormat::OpenAi {
+            openai_output::write(&options.output).map_err(|source| Error::Write {
+                path: options
+                    .output
+                    .join(openai_output::OUTPUT)
+                    .display()
+                    .to_string(),
+                source,
+            })?;
+        }
+        if !options.quiet {
+            crate::output::stderr(&summary.table(&options.output.display().to_string()));
+        }
+        Ok(if stopped == Some(Reason::Interrupted) {
+            Outcome::Interrupted
+        } else if summary.failure == 0 && summary.skipped == 0 && summary.not_run == 0 {
+            Outcome::Success
+        } else {
+            Outcome::Failed
+        })
+    }
+}
+
+/// Whether the task `id` needs no run: it succeeded before, or failed and
+/// `--retry-errors` is not given.
+fn finished_before(previous: &Previous, retry_errors: bool, id: &str) -> bool {
+    previous.state(id).is_some_and(|state| match state {
+        TaskState::Success => true,
+        TaskState::Failure => !retry_errors,
+        TaskState::Skipped => false,
+    })
+}
+
+/// The tactics of the batch: `--tactic`'s now, the lines' as pre-flight
+/// finds them; each under `--model`, `-O`, `--prices`, the budget and the
+/// Batch APIs' hub.
+fn load_tactics(
+    options: &Options,
+    budget: &Option<Arc<CostBudget>>,
+    batch_api: &Option<Arc<crate::provider::batch_api::BatchApi>>,
+) -> Result<tactics::Tactics> {
     let mut tactics = tactics::Tactics::new(
         options.model.clone(),
         options.model_args.clone(),
@@ -293,241 +573,88 @@ async fn run_locked(options: Options) -> Result<Outcome> {
     if let Some(path) = &options.tactic {
         tactics.preload(path)?;
     }
-    let reader = formats::LineReader::for_lines(
-        &options.tasks_file,
-        snapshot.lines(),
-        options.input_format,
-        &options.attachments,
-    )
-    .map_err(|error| {
-        Error::Usage(format!(
-            "cannot read `{}`: {error}",
-            options.tasks_file.display()
-        ))
-    })?;
-    // Lines that name a model and no tactic run on the default tactic,
-    // written beside the results so `lllm replay --rerun` finds it; as every
-    // output is (a fresh file, then a rename: a link there is replaced).
-    let fallback = match &options.tactic {
-        Some(_) => None,
-        None => {
-            let path = options.output.join(formats::DEFAULT_TACTIC_FILE);
-            crate::file::atomic::write(&path, formats::DEFAULT_TACTIC.as_bytes()).map_err(
-                |error| Error::Usage(format!("cannot write `{}`: {error}", path.display())),
-            )?;
-            Some(path)
-        }
-    };
-    let selector = Selector::new(shard, options.limit);
-    let tactic_roots = tactic_roots(&options)?;
-    let plan = preflight::run(
-        preflight::Inputs {
-            tasks_file: &options.tasks_file,
-            tactic_roots: &tactic_roots,
-            snapshot: &snapshot,
-            reader: &reader,
-            default_tactic: options.tactic.as_deref(),
-            fallback_tactic: fallback.as_deref(),
-            selector: selector.clone(),
-            done: &done,
-        },
-        &mut tactics,
-    )
-    .map_err(|error| {
-        Error::Usage(format!(
-            "cannot read `{}`: {error}",
-            options.tasks_file.display()
-        ))
-    })?;
-    let reporter: Arc<dyn progress::Reporter> = match &options.reporter {
-        Some(reporter) => reporter.clone(),
-        None => Arc::from(progress::reporter(options.quiet, options.progress_interval)),
-    };
-    if !plan.problems.is_empty() {
-        let report = plan.report(&options.tasks_file, MAX_PROBLEMS);
-        if !options.skip_invalid || plan.has_fatal() {
-            let hint = if plan.has_fatal() {
-                ""
-            } else {
-                "; hint: fix them, or pass `--skip-invalid` to record those tasks as failed and run the rest"
-            };
-            return Err(Error::Usage(format!(
-                "`{}` has problems, nothing was sent{hint}\n{report}",
-                options.tasks_file.display()
-            )));
-        }
-        reporter.note(&format!(
-            "{} will be recorded as failed (--skip-invalid):\n{report}",
-            crate::words::count(plan.invalid.len() as u64, "bad line", "bad lines")
-        ));
-    }
-    let tactics: HashMap<tactics::Key, Arc<crate::tactic::Tactic>> = tactics
-        .all()
-        .map(|(path, tactic)| (path.clone(), tactic.clone()))
-        .collect();
-    // What the directory holds from now on (a `--resume` of another shard is refused).
-    let identity = directory::Identity::new(&options.tasks_file, tasks_sha256, shard);
-    if recorded.as_ref() != Some(&identity) {
-        directory::write_identity(&options.output, &identity).map_err(|(path, source)| {
-            Error::Usage(format!("cannot write `{}`: {source}", path.display()))
-        })?;
-    }
+    Ok(tactics)
+}
 
-    // MCP servers start once per tactic, after every check and before the
-    // first request; one that cannot start is bad input (nothing was sent).
-    for tactic in tactics.values() {
-        if let Err(error) = tactic.start().await {
-            for tactic in tactics.values() {
-                tactic.shutdown().await;
-            }
-            return Err(error.into());
-        }
+/// The TASKS file is read once, now: what runs is what pre-flight checks.
+fn take_snapshot(options: &Options) -> Result<snapshot::Snapshot> {
+    snapshot::Snapshot::take(&options.tasks_file, &options.output).map_err(|error| match error {
+        snapshot::SnapshotError::Read(error) => Error::Usage(format!(
+            "cannot read `{}`: {error}",
+            options.tasks_file.display()
+        )),
+        snapshot::SnapshotError::Write(error) => Error::Usage(format!(
+            "cannot write to `{}`: {error}",
+            options.output.display()
+        )),
+    })
+}
+
+/// `cannot read` the TASKS file: bad usage.
+fn cannot_read(options: &Options, error: impl std::fmt::Display) -> Error {
+    Error::Usage(format!(
+        "cannot read `{}`: {error}",
+        options.tasks_file.display()
+    ))
+}
+
+/// The Batch APIs' hub under `--via batch-api` (its journal in the output
+/// directory; `--resume` or `--retry-errors` continues the one there).
+fn open_batch_api(options: &Options) -> Result<Option<Arc<crate::provider::batch_api::BatchApi>>> {
+    match &options.via {
+        Via::Direct => Ok(None),
+        Via::BatchApi(settings) => Ok(Some(Arc::new(
+            crate::provider::batch_api::BatchApi::open(
+                &options.output,
+                settings.clone(),
+                options.resume || options.retry_errors,
+            )
+            .map_err(Error::Usage)?,
+        ))),
     }
-    // Local servers say how many requests they serve at once before the
-    // first task starts, so that no more tasks start than they serve
-    // (`scheduler`); a few seconds at most, once per provider.
-    futures_util::future::join_all(tactics.values().map(|tactic| tactic.learn_limits())).await;
-    let writer =
-        match output::Writer::open_indexed(&options.output, sessions, options.store.clone()) {
-            Ok(writer) => writer,
-            Err(source) => {
-                for tactic in tactics.values() {
-                    tactic.shutdown().await;
-                }
-                // Nothing was sent yet: bad usage (exit 2), not a failed run.
-                return Err(Error::Usage(format!(
-                    "cannot write to `{}`: {source}",
-                    options.output.display()
-                )));
-            }
+}
+
+/// Lines that name a model and no tactic run on the default tactic,
+/// written beside the results so `lllm replay --rerun` finds it; as every
+/// output is (a fresh file, then a rename: a link there is replaced). Its
+/// path, or `None` with `--tactic`.
+fn write_fallback_tactic(options: &Options) -> Result<Option<PathBuf>> {
+    if options.tactic.is_some() {
+        return Ok(None);
+    }
+    let path = options.output.join(formats::DEFAULT_TACTIC_FILE);
+    crate::file::atomic::write(&path, formats::DEFAULT_TACTIC.as_bytes())
+        .map_err(|error| Error::Usage(format!("cannot write `{}`: {error}", path.display())))?;
+    Ok(Some(path))
+}
+
+/// Refuses a TASKS file with problems (nothing was sent), unless
+/// `--skip-invalid` records its bad lines as failed and none is fatal.
+fn refuse_problems(
+    options: &Options,
+    plan: &preflight::Plan,
+    reporter: &dyn progress::Reporter,
+) -> Result<()> {
+    if plan.problems.is_empty() {
+        return Ok(());
+    }
+    let report = plan.report(&options.tasks_file, MAX_PROBLEMS);
+    if !options.skip_invalid || plan.has_fatal() {
+        let hint = if plan.has_fatal() {
+            ""
+        } else {
+            "; hint: fix them, or pass `--skip-invalid` to record those tasks as failed and run the rest"
         };
-    let mut shared = Shared::new(writer, budget, options.fail_fast)
-        .scrubbing(tactics.values().map(|tactic| tactic.as_ref()));
-    if let (Some(settings), Via::Direct) = (options.breaker, &options.via) {
-        let told = reporter.clone();
-        let events: crate::provider::breaker::Events =
-            Arc::new(move |event: &crate::provider::breaker::Event| told.event(&event.text()));
-        shared = shared.with_breakers(Arc::new(crate::provider::breaker::Breakers::new(
-            settings, events,
+        return Err(Error::Usage(format!(
+            "`{}` has problems, nothing was sent{hint}\n{report}",
+            options.tasks_file.display()
         )));
     }
-    let shared = Arc::new(shared);
-    let collector = match &batch_api {
-        Some(hub) => {
-            let notes = reporter.clone();
-            hub.set_notes(Arc::new(move |text: &str, warning: bool| {
-                if warning {
-                    notes.note(text)
-                } else {
-                    notes.event(text)
-                }
-            }));
-            shared.set_batch_api(hub.clone());
-            Some(hub.start().await)
-        }
-        None => None,
-    };
-    let signals = tokio::spawn(scheduler::watch_signals(
-        shared.clone(),
-        options.grace,
-        reporter.clone(),
+    reporter.note(&format!(
+        "{} will be recorded as failed (--skip-invalid):\n{report}",
+        crate::words::count(plan.invalid.len() as u64, "bad line", "bad lines")
     ));
-    let all_tactics: Vec<Arc<crate::tactic::Tactic>> = tactics.values().cloned().collect();
-    let ticker = tokio::spawn(tick(
-        shared.clone(),
-        reporter.clone(),
-        plan.to_run,
-        all_tactics.clone(),
-    ));
-    let ran = scheduler::run(
-        scheduler::Run {
-            tasks_file: &options.tasks_file,
-            snapshot: &snapshot,
-            reader: &reader,
-            default_tactic: options.tactic.as_deref(),
-            fallback_tactic: fallback.as_deref(),
-            tactics: &tactics,
-            model: options.model.as_deref(),
-            plan: &plan,
-            selector,
-            done: &done,
-            concurrency: options.concurrency,
-            labels: &options.labels,
-            batch_api: batch_api.clone(),
-        },
-        shared.clone(),
-    )
-    .await;
-    if let Some(hub) = &batch_api {
-        let interrupted = shared.stop.borrow().reason() == Some(Reason::Interrupted);
-        hub.finish(interrupted).await;
-    }
-    if let Some(collector) = collector {
-        collector.abort();
-    }
-    for tactic in tactics.values() {
-        tactic.shutdown().await;
-    }
-    signals.abort();
-    ticker.abort();
-    reporter.finish(&shared.snapshot(plan.to_run, started, &all_tactics));
-    if snapshot.changed() {
-        crate::report::warn(&format!(
-            "`{}` changed while the batch ran; the batch ran its lines as they were when it \
-             started; hint: pass `--resume` to run lines added since",
-            options.tasks_file.display()
-        ));
-    }
-    if let Err(failure) = shared.finish_writing() {
-        // The run stopped there: what is on disk is whole (the writer cut
-        // back what it could not finish), and every finished task that is
-        // not is named.
-        let lost = match failure.lost.describe() {
-            Some(lost) => format!("; {lost}: `--resume` runs them again"),
-            None => String::new(),
-        };
-        let source = std::io::Error::new(
-            failure.source.kind(),
-            format!(
-                "{}; the batch stopped, and what was written before is intact{lost}; hint: \
-                 make room, then pass `--resume` to finish the run",
-                failure.source
-            ),
-        );
-        return Err(Error::Write {
-            path: options.output.join(failure.file).display().to_string(),
-            source,
-        });
-    }
-    ran.map_err(|error| {
-        Error::Usage(format!(
-            "cannot read `{}`: {error}",
-            options.tasks_file.display()
-        ))
-    })?;
-
-    let stopped = shared.stop.borrow().reason();
-    let summary = write_summary(&options, shard, &plan, &previous, &shared, started, stopped)?;
-    if options.output_format == openai_output::OutputFormat::OpenAi {
-        openai_output::write(&options.output).map_err(|source| Error::Write {
-            path: options
-                .output
-                .join(openai_output::OUTPUT)
-                .display()
-                .to_string(),
-            source,
-        })?;
-    }
-    if !options.quiet {
-        crate::output::stderr(&summary.table(&options.output.display().to_string()));
-    }
-    Ok(if stopped == Some(Reason::Interrupted) {
-        Outcome::Interrupted
-    } else if summary.failure == 0 && summary.skipped == 0 && summary.not_run == 0 {
-        Outcome::Success
-    } else {
-        Outcome::Failed
-    })
+    Ok(())
 }
 
 /// What the output directory holds already, and the records file the run
@@ -535,20 +662,7 @@ async fn run_locked(options: Options) -> Result<Outcome> {
 /// mix silently); with it, a torn last line (or zstd frame) left by a kill
 /// is cut off first.
 fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile)> {
-    // A pipe or a device in their place would block or never end a read.
-    for name in [
-        output::RESULTS,
-        output::SESSIONS,
-        output::SESSIONS_COMPRESSED,
-    ] {
-        let path = options.output.join(name);
-        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
-            return Err(Error::Usage(format!(
-                "`{}` is not a regular file; hint: move it away, or choose another `-o` directory",
-                path.display()
-            )));
-        }
-    }
+    refuse_special_files(&options.output)?;
     let (sessions, note) =
         output::SessionsFile::of_dir(&options.output, options.compress).map_err(Error::Usage)?;
     if let Some(note) = note {
@@ -571,71 +685,8 @@ fn previous_results(options: &Options) -> Result<(Previous, output::SessionsFile
         }
         return Ok((Previous::default(), sessions));
     }
-    let write_error = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| Error::Write { path, source }
-    };
-    for (name, form) in [
-        (output::RESULTS, crate::jsonl::Form::Plain),
-        (sessions.name, sessions.form),
-    ] {
-        let path = options.output.join(name);
-        let cut = crate::jsonl::repair(&path).map_err(|error| {
-            if error.kind() == std::io::ErrorKind::InvalidData {
-                // Frames that do not parse: nothing can be appended after them.
-                Error::Usage(format!(
-                    "cannot resume in `{}`: `{}`: {error}; hint: `lllm merge` copies what \
-                     is readable into a new directory",
-                    options.output.display(),
-                    path.display()
-                ))
-            } else if error.kind() == std::io::ErrorKind::InvalidInput {
-                // A link at its name (`file::open_in_place`): bad input.
-                Error::Usage(format!(
-                    "cannot resume in `{}`: {error}",
-                    options.output.display()
-                ))
-            } else {
-                write_error(&path)(error)
-            }
-        })?;
-        if cut > 0 {
-            let what = match form {
-                crate::jsonl::Form::Plain => "line",
-                crate::jsonl::Form::Compressed => "zstd frame",
-            };
-            crate::report::warn(&format!(
-                "`{}`: cut a torn last {what} ({cut} bytes) left by an earlier run that was killed",
-                path.display()
-            ));
-        }
-    }
-    // A kill between a task's record and its result line: the record holds
-    // the result, so the task is not run (and paid for) again.
-    let rebuilt = rebuild::missing_results(&results, &records).map_err(|error| {
-        Error::Usage(format!(
-            "cannot resume in `{}`: {error}",
-            options.output.display()
-        ))
-    })?;
-    if rebuilt.count > 0 {
-        let mut names: Vec<String> = rebuilt
-            .named
-            .iter()
-            .map(|id| writer::shown_id(id))
-            .collect();
-        if rebuilt.count > names.len() as u64 {
-            names.push("…".into());
-        }
-        crate::report::warn(&format!(
-            "`{}`: rebuilt the result lines of {} from their records in `{}` (an earlier run \
-             was stopped between the two); they are not run again: {}",
-            results.display(),
-            crate::words::count(rebuilt.count, "finished task", "finished tasks"),
-            records.display(),
-            names.join(", ")
-        ));
-    }
+    cut_torn_ends(&options.output, &sessions)?;
+    rebuild_missing_results(&options.output, &results, &records)?;
     // Nothing ran yet: a file that cannot be read is bad input (exit 2).
     let previous = output::read_previous(&results)
         .map_err(|error| Error::Usage(format!("cannot read `{}`: {error}", results.display())))?;
@@ -669,6 +720,102 @@ async fn tick(
         tokio::time::sleep(reporter.interval()).await;
         reporter.update(&shared.snapshot(total, started, &tactics));
     }
+}
+
+/// Refuses an output directory whose results or records are not regular
+/// files: a pipe or a device in their place would block or never end a read.
+fn refuse_special_files(directory: &Path) -> Result<()> {
+    for name in [
+        output::RESULTS,
+        output::SESSIONS,
+        output::SESSIONS_COMPRESSED,
+    ] {
+        let path = directory.join(name);
+        if std::fs::metadata(&path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(Error::Usage(format!(
+                "`{}` is not a regular file; hint: move it away, or choose another `-o` directory",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the torn last line (or zstd frame) a killed run left at the end of
+/// the results and the records, with a warning; frames that do not parse
+/// are bad input (nothing can be appended after them).
+fn cut_torn_ends(directory: &Path, sessions: &output::SessionsFile) -> Result<()> {
+    let write_error = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| Error::Write { path, source }
+    };
+    for (name, form) in [
+        (output::RESULTS, crate::jsonl::Form::Plain),
+        (sessions.name, sessions.form),
+    ] {
+        let path = directory.join(name);
+        let cut = crate::jsonl::repair(&path).map_err(|error| {
+            if error.kind() == std::io::ErrorKind::InvalidData {
+                // Frames that do not parse: nothing can be appended after them.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: `{}`: {error}; hint: `lllm merge` copies what \
+                     is readable into a new directory",
+                    directory.display(),
+                    path.display()
+                ))
+            } else if error.kind() == std::io::ErrorKind::InvalidInput {
+                // A link at its name (`file::open_in_place`): bad input.
+                Error::Usage(format!(
+                    "cannot resume in `{}`: {error}",
+                    directory.display()
+                ))
+            } else {
+                write_error(&path)(error)
+            }
+        })?;
+        if cut > 0 {
+            let what = match form {
+                crate::jsonl::Form::Plain => "line",
+                crate::jsonl::Form::Compressed => "zstd frame",
+            };
+            crate::report::warn(&format!(
+                "`{}`: cut a torn last {what} ({cut} bytes) left by an earlier run that was killed",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A kill between a task's record and its result line: the record holds
+/// the result, so the task is not run (and paid for) again. Rebuilds those
+/// result lines, with a warning naming the tasks.
+fn rebuild_missing_results(directory: &Path, results: &Path, records: &Path) -> Result<()> {
+    let rebuilt = rebuild::missing_results(results, records).map_err(|error| {
+        Error::Usage(format!(
+            "cannot resume in `{}`: {error}",
+            directory.display()
+        ))
+    })?;
+    if rebuilt.count > 0 {
+        let mut names: Vec<String> = rebuilt
+            .named
+            .iter()
+            .map(|id| writer::shown_id(id))
+            .collect();
+        if rebuilt.count > names.len() as u64 {
+            names.push("…".into());
+        }
+        crate::report::warn(&format!(
+            "`{}`: rebuilt the result lines of {} from their records in `{}` (an earlier run \
+             was stopped between the two); they are not run again: {}",
+            results.display(),
+            crate::words::count(rebuilt.count, "finished task", "finished tasks"),
+            records.display(),
+            names.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `summary.json` over the whole output directory. A run that started

@@ -143,89 +143,18 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         problems: Vec::new(),
         index: HashMap::new(),
         plan_invalid: HashMap::new(),
-        selector: inputs.selector,
+        selector: inputs.selector.clone(),
         in_run: 0,
         to_run: 0,
     };
     loop {
-        let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK);
-        while chunk.len() < CHUNK {
-            match lines.next_line() {
-                None => break,
-                Some(Ok((number, text))) => chunk.push((number, text.to_string())),
-                Some(Err(message)) => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        message,
-                    ));
-                }
-            }
-        }
+        let chunk = next_chunk(&mut lines)?;
         if chunk.is_empty() {
             break;
         }
-        let parsed: Vec<(usize, Result<Option<Task>, String>)> = chunk
-            .par_iter()
-            .map(|(number, text)| {
-                // Attachments were read to check them; the check of the task
-                // needs none of their bytes, so a chunk of image lines does
-                // not hold every image at once.
-                let parsed = inputs.reader.parse(text, *number).map(|task| {
-                    task.map(|mut task| {
-                        task.input.attachments = Vec::new();
-                        task
-                    })
-                });
-                (*number, parsed)
-            })
-            .collect();
-        drop(chunk);
+        let parsed = parse_chunk(inputs.reader, chunk);
         // In order: tactics, duplicates and the selection depend on what came before.
-        let mut to_check = Vec::new();
-        for (number, parsed) in parsed {
-            let task = match parsed {
-                Ok(None) => continue,
-                Ok(Some(task)) => task,
-                Err(message) => {
-                    let id = format!("line-{number}");
-                    let selected = state.selector.select(&id);
-                    state.invalid(number, &id, message, selected, inputs.done);
-                    continue;
-                }
-            };
-            let selected = state.selector.select(&task.id);
-            state.ids.add(&task.id, number);
-            match tasks::tactic_path(
-                &task,
-                &tasks_dir,
-                inputs.default_tactic,
-                inputs.fallback_tactic,
-            ) {
-                None => {
-                    let message = "no tactic: the line names none (nor a `model` for the default \
-                                   tactic) and no `--tactic` was given"
-                        .to_string();
-                    state.invalid(number, &task.id, message, selected, inputs.done);
-                }
-                Some(path) if task.tactic.is_some() && !inside(&path, inputs.tactic_roots) => {
-                    let written = task.tactic.as_deref().unwrap_or_default();
-                    let message = format!(
-                        "`tactic`: `{}` is outside the TASKS file's directory (and `--tactic`'s); \
-                         a task line may only name a tactic there, or in a directory given \
-                         with `--tactics-dir DIR`",
-                        crate::suggest::printable(written)
-                    );
-                    state.invalid(number, &task.id, message, selected, inputs.done);
-                }
-                Some(path) => match tactics.get(&path, task.input.model.as_deref()) {
-                    Ok(tactic) => to_check.push((task, tactic, selected)),
-                    Err((error, _)) => {
-                        let message = format!("tactic `{}`: {error}", path.display());
-                        state.invalid(number, &task.id, message, selected, inputs.done);
-                    }
-                },
-            }
-        }
+        let to_check = state.route(parsed, &inputs, &tasks_dir, tactics);
         let checked: Vec<(Task, bool, Result<(), String>)> = to_check
             .into_par_iter()
             .map(|(task, tactic, selected)| {
@@ -242,29 +171,53 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
             }
         }
     }
-    let duplicates = std::mem::take(&mut state.ids).duplicates();
-    if !duplicates.is_empty() {
-        // A fatal problem: nothing runs, so the counts above do not matter.
-        // The ids are read again from their lines (only when some repeat).
-        let ids = ids_of(inputs.snapshot, inputs.reader, &duplicates);
-        for ((line, first), id) in duplicates.into_iter().zip(ids) {
-            state.push(
-                format!(
-                    "duplicate id `{}` (first on line {first})",
-                    crate::redact::echo(&id)
-                ),
-                line,
-                true,
-            );
-        }
-        state.problems.sort_by_key(|problem| problem.lines[0]);
-    }
+    state.report_duplicates(&inputs);
     Ok(Plan {
         problems: state.problems,
         invalid: state.plan_invalid,
         in_run: state.in_run,
         to_run: state.to_run,
     })
+}
+
+/// The next `CHUNK` lines of the file (fewer at its end, none past it).
+fn next_chunk(lines: &mut tasks::Lines) -> std::io::Result<Vec<(usize, String)>> {
+    let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK);
+    while chunk.len() < CHUNK {
+        match lines.next_line() {
+            None => break,
+            Some(Ok((number, text))) => chunk.push((number, text.to_string())),
+            Some(Err(message)) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    message,
+                ));
+            }
+        }
+    }
+    Ok(chunk)
+}
+
+/// The chunk's lines parsed as tasks, in parallel (`None`: a line that is
+/// no task, a blank one). Attachments were read to check them; the check of
+/// the task needs none of their bytes, so a chunk of image lines does not
+/// hold every image at once.
+fn parse_chunk(
+    reader: &super::formats::LineReader,
+    chunk: Vec<(usize, String)>,
+) -> Vec<(usize, Result<Option<Task>, String>)> {
+    chunk
+        .par_iter()
+        .map(|(number, text)| {
+            let parsed = reader.parse(text, *number).map(|task| {
+                task.map(|mut task| {
+                    task.input.attachments = Vec::new();
+                    task
+                })
+            });
+            (*number, parsed)
+        })
+        .collect()
 }
 
 /// The ids of the task lines `duplicates` names first (in the same order).
@@ -303,6 +256,86 @@ struct State {
 }
 
 impl State {
+    /// Routes each parsed line of a chunk, in order: a line that does not
+    /// parse, names no tactic, a tactic outside the allowed directories or
+    /// one that does not build is invalid; the others are given with their
+    /// tactic, for the check of their task.
+    fn route(
+        &mut self,
+        parsed: Vec<(usize, Result<Option<Task>, String>)>,
+        inputs: &Inputs<'_>,
+        tasks_dir: &Path,
+        tactics: &mut Tactics,
+    ) -> Vec<(Task, std::sync::Arc<crate::tactic::Tactic>, bool)> {
+        let mut to_check = Vec::new();
+        for (number, parsed) in parsed {
+            let task = match parsed {
+                Ok(None) => continue,
+                Ok(Some(task)) => task,
+                Err(message) => {
+                    let id = format!("line-{number}");
+                    let selected = self.selector.select(&id);
+                    self.invalid(number, &id, message, selected, inputs.done);
+                    continue;
+                }
+            };
+            let selected = self.selector.select(&task.id);
+            self.ids.add(&task.id, number);
+            match tasks::tactic_path(
+                &task,
+                tasks_dir,
+                inputs.default_tactic,
+                inputs.fallback_tactic,
+            ) {
+                None => {
+                    let message = "no tactic: the line names none (nor a `model` for the default \
+                                   tactic) and no `--tactic` was given"
+                        .to_string();
+                    self.invalid(number, &task.id, message, selected, inputs.done);
+                }
+                Some(path) if task.tactic.is_some() && !inside(&path, inputs.tactic_roots) => {
+                    let written = task.tactic.as_deref().unwrap_or_default();
+                    let message = format!(
+                        "`tactic`: `{}` is outside the TASKS file's directory (and `--tactic`'s); \
+                         a task line may only name a tactic there, or in a directory given \
+                         with `--tactics-dir DIR`",
+                        crate::suggest::printable(written)
+                    );
+                    self.invalid(number, &task.id, message, selected, inputs.done);
+                }
+                Some(path) => match tactics.get(&path, task.input.model.as_deref()) {
+                    Ok(tactic) => to_check.push((task, tactic, selected)),
+                    Err((error, _)) => {
+                        let message = format!("tactic `{}`: {error}", path.display());
+                        self.invalid(number, &task.id, message, selected, inputs.done);
+                    }
+                },
+            }
+        }
+        to_check
+    }
+
+    /// Duplicate ids are a fatal problem: nothing runs, so the counts do
+    /// not matter. The ids are read again from their lines (only when some
+    /// repeat).
+    fn report_duplicates(&mut self, inputs: &Inputs<'_>) {
+        let duplicates = std::mem::take(&mut self.ids).duplicates();
+        if !duplicates.is_empty() {
+            let ids = ids_of(inputs.snapshot, inputs.reader, &duplicates);
+            for ((line, first), id) in duplicates.into_iter().zip(ids) {
+                self.push(
+                    format!(
+                        "duplicate id `{}` (first on line {first})",
+                        crate::redact::echo(&id)
+                    ),
+                    line,
+                    true,
+                );
+            }
+            self.problems.sort_by_key(|problem| problem.lines[0]);
+        }
+    }
+
     fn push(&mut self, message: String, line: usize, fatal: bool) {
         match self.index.get(&message) {
             Some(&index) => self.problems[index].lines.push(line),

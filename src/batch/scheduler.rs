@@ -363,6 +363,59 @@ pub struct Run<'a> {
 /// A line's `tactic` as written, and the model its tactic is built for.
 type LineTactic = (Option<String>, Option<String>);
 
+/// The task of line `number` with its tactic; `None` when the line is
+/// recorded as invalid instead (it does not parse, pre-flight found a
+/// problem in it, or no tactic was built for it). `line_tactics` keeps the
+/// tactic of each `tactic` as written and model (one path lookup per
+/// distinct pair).
+fn line_tactic(
+    run: &Run<'_>,
+    shared: &Shared,
+    line_tactics: &mut HashMap<LineTactic, Option<Arc<Tactic>>>,
+    tasks_dir: &Path,
+    (number, id, task): (usize, String, Option<Task>),
+) -> Option<(Task, Arc<Tactic>)> {
+    match (task, run.plan.invalid.get(&number)) {
+        (Some(task), None) => {
+            let model = run
+                .model
+                .map(str::to_string)
+                .or_else(|| task.input.model.clone());
+            let tactic = line_tactics
+                .entry((task.tactic.clone(), model.clone()))
+                .or_insert_with(|| {
+                    let path = tasks::tactic_path(
+                        &task,
+                        tasks_dir,
+                        run.default_tactic,
+                        run.fallback_tactic,
+                    )?;
+                    let key = (super::tactics::key(&path), model);
+                    run.tactics.get(&key).cloned()
+                })
+                .clone();
+            match tactic {
+                Some(tactic) => Some((task, tactic)),
+                None => {
+                    let result =
+                        ResultLine::invalid(id, "no tactic for this line").with_task(&task.input);
+                    shared.record(&result, None, None);
+                    None
+                }
+            }
+        }
+        (task, invalid) => {
+            let problem = invalid.map_or("invalid task line", |(_, problem)| problem);
+            let mut result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
+            if let Some(task) = &task {
+                result = result.with_task(&task.input);
+            }
+            shared.record(&result, None, None);
+            None
+        }
+    }
+}
+
 /// Runs every selected task; returns when all have a result or the run stopped.
 pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let tasks_dir = run.tasks_file.parent().unwrap_or(Path::new(""));
@@ -372,7 +425,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(run.concurrency.max(1)));
     let mut running = JoinSet::new();
     let mut stop = shared.stop.subscribe();
-    let mut selector = run.selector;
+    let mut selector = run.selector.clone();
     let mut lines = run.snapshot.lines();
     // The providers each tactic uses (by the tactic's address), for the breakers.
     let mut providers: HashMap<usize, Arc<[String]>> = HashMap::new();
@@ -418,44 +471,14 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             shared.record(&result, None, None);
             continue;
         }
-        let (task, tactic) = match (task, run.plan.invalid.get(&number)) {
-            (Some(task), None) => {
-                let model = run
-                    .model
-                    .map(str::to_string)
-                    .or_else(|| task.input.model.clone());
-                let tactic = line_tactics
-                    .entry((task.tactic.clone(), model.clone()))
-                    .or_insert_with(|| {
-                        let path = tasks::tactic_path(
-                            &task,
-                            tasks_dir,
-                            run.default_tactic,
-                            run.fallback_tactic,
-                        )?;
-                        let key = (super::tactics::key(&path), model);
-                        run.tactics.get(&key).cloned()
-                    })
-                    .clone();
-                match tactic {
-                    Some(tactic) => (task, tactic),
-                    None => {
-                        let result = ResultLine::invalid(id, "no tactic for this line")
-                            .with_task(&task.input);
-                        shared.record(&result, None, None);
-                        continue;
-                    }
-                }
-            }
-            (task, invalid) => {
-                let problem = invalid.map_or("invalid task line", |(_, problem)| problem);
-                let mut result = ResultLine::invalid(id, &format!("line {number}: {problem}"));
-                if let Some(task) = &task {
-                    result = result.with_task(&task.input);
-                }
-                shared.record(&result, None, None);
-                continue;
-            }
+        let Some((task, tactic)) = line_tactic(
+            &run,
+            &shared,
+            &mut line_tactics,
+            tasks_dir,
+            (number, id, task),
+        ) else {
+            continue;
         };
         // Waiting for a slot, the scheduler starts no task: the calls of the
         // running ones need not wait for more.

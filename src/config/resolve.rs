@@ -395,30 +395,125 @@ pub(super) fn resolve(
         return Err((problems, None));
     };
     let global = raw.global.clone().unwrap_or_default();
-    // A warning names where it is, as a problem does.
-    let warn = |warnings: &mut Vec<String>, at: &str, message: String| {
-        warnings.push(Places::placed(places.at(at).as_deref(), &message));
-    };
+    let entries = raw.agent_configs.clone().unwrap_or_default();
+    let agents = resolve_agents(entries, &global, &places, &mut warnings, &mut problems);
+    let providers = resolve_providers(
+        raw.providers.clone().unwrap_or_default(),
+        "providers",
+        &mut problems,
+    );
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tools = resolve_tools(raw.tools.clone(), &base_dir, &mut problems);
+    let builtin_tools = builtin_tools(&raw);
+    let mcp_servers = resolve_mcp_servers(raw.mcp_servers.clone(), &base_dir, &mut problems);
+    let flow = FlowParser {
+        agent_names: agents.names.iter().map(String::as_str).collect(),
+        step_names: BTreeSet::new(),
+        steps_seen: 0,
+        problems: &mut problems,
+    }
+    .parse(raw.flow.clone().unwrap_or_default(), "flow");
+    super::flow::check_forks(&flow, &mut problems);
+    let max_workers = checked_number(
+        raw.max_workers.as_ref(),
+        &numbers::MAX_WORKERS,
+        &mut problems,
+    );
+    let cache_ttl_s = checked_number(
+        raw.cache_ttl_s.as_ref(),
+        &numbers::CACHE_TTL_S,
+        &mut problems,
+    );
 
-    let mut agents = Vec::new();
-    let mut resolved_agents = Vec::new();
-    // Every name written under `agent_configs`: a step naming an agent with
-    // problems of its own is not also told the agent does not exist.
-    let mut agent_names = Vec::new();
-    for (index, entry) in raw
-        .agent_configs
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-    {
+    let resolved = redacted_document(document, agents.resolved);
+    let config = TacticConfig {
+        name: raw.tactic_type.unwrap_or_else(|| {
+            path.file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        }),
+        description: raw.description,
+        path: path.to_path_buf(),
+        prompts_dir: PathBuf::from(raw.prompts.unwrap_or_default()),
+        agents: agents.configs,
+        providers,
+        tools,
+        builtin_tools,
+        mcp_servers,
+        flow,
+        result: raw.result,
+        pricing: raw.pricing,
+        max_workers: max_workers.map(|workers| workers as usize),
+        cache: raw.cache,
+        cache_ttl_s,
+        warnings,
+        resolved,
+        model_override: None,
+        price_overrides: None,
+        model_args_override: super::ModelArgs::default(),
+        places,
+        left_out: LeftOut::default(),
+    };
+    // The resolved document has every name the file writes.
+    let left_out = LeftOut::of(&config.resolved, &config);
+    let config = TacticConfig { left_out, ..config };
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err((problems, Some(Box::new(config))))
+    }
+}
+
+/// A top-level number (`max_workers`, `cache_ttl_s`) held to its range; a
+/// value out of it is a problem at its key, and no value.
+fn checked_number(
+    value: Option<&Value>,
+    range: &numbers::Range,
+    problems: &mut Problems,
+) -> Option<f64> {
+    value.filter(|value| !value.is_null()).and_then(|value| {
+        range
+            .check(value)
+            .map_err(|problem| problems.at(range.key, problem))
+            .ok()
+    })
+}
+
+/// The agents of `agent_configs`, resolved: what [`resolve_agents`] makes.
+struct ResolvedAgents {
+    /// The agents that resolved.
+    configs: Vec<AgentConfig>,
+    /// Each entry as merged over `global`, for the resolved document.
+    resolved: Vec<Value>,
+    /// Every name written under `agent_configs`: a step naming an agent with
+    /// problems of its own is not also told the agent does not exist.
+    names: Vec<String>,
+}
+
+/// The `agent_configs` entries, each with `global` merged under it, checked
+/// one by one and then together (there is one, no name twice); a warning
+/// names where it is, as a problem does.
+fn resolve_agents(
+    entries: Vec<Value>,
+    global: &Map<String, Value>,
+    places: &Places,
+    warnings: &mut Vec<String>,
+    problems: &mut Problems,
+) -> ResolvedAgents {
+    let mut agents = ResolvedAgents {
+        configs: Vec::new(),
+        resolved: Vec::new(),
+        names: Vec::new(),
+    };
+    let none = entries.is_empty();
+    for (index, entry) in entries.into_iter().enumerate() {
         let entry_path = format!("agent_configs[{index}]");
-        let Some(entry) = entry_map(entry, &entry_path, "`name`, `model_name`, …", &mut problems)
+        let Some(entry) = entry_map(entry, &entry_path, "`name`, `model_name`, …", problems)
         else {
             continue;
         };
         if let Some(name) = entry.get("name").and_then(Value::as_str) {
-            agent_names.push(name.to_string());
+            agents.names.push(name.to_string());
         }
         let own_keys = numeric_keys_set(&entry);
         let own_args = model_args_set(&entry);
@@ -441,38 +536,83 @@ pub(super) fn resolve(
             |name| format!("agent `{name}`"),
         );
         let merged = move_unknown_keys(merged, &label, &mut |key, warning| {
-            warn(&mut warnings, &key_path(key), warning);
+            warnings.push(Places::placed(
+                places.at(&key_path(key)).as_deref(),
+                &warning,
+            ));
         });
-        // Named after the agent for what it sets itself, else `global`
-        // (once, however many agents have it from there).
-        if let Some(Value::Object(args)) = merged.get("model_args") {
-            for (key, value) in args {
-                if let Some(problem) = super::model_args::problem(key, value, "model_args.") {
-                    let (path, place) = if own_args.contains(key) {
-                        (
-                            join(&entry_path, &format!("model_args.{key}")),
-                            label.as_str(),
-                        )
-                    } else {
-                        (format!("global.model_args.{key}"), "`global`")
-                    };
-                    if !problems.reported(&path) {
-                        problems.at(path, format!("{place}: {problem}"));
-                    }
-                }
-            }
-        }
-        resolved_agents.push(Value::Object(merged.clone()));
-        let Some(agent) = typed::<RawAgent>(Value::Object(merged), &key_path, &mut problems) else {
+        check_model_args(&merged, &own_args, &entry_path, &label, problems);
+        agents.resolved.push(Value::Object(merged.clone()));
+        let Some(agent) = typed::<RawAgent>(Value::Object(merged), &key_path, problems) else {
             continue;
         };
-        if let Some(agent) = agent_config(agent, &entry_path, &key_path, &own_keys, &mut problems) {
-            agents.push(agent);
+        if let Some(agent) = agent_config(agent, &entry_path, &key_path, &own_keys, problems) {
+            agents.configs.push(agent);
         }
     }
-    // A system prompt ported from the Python framework, where it was
-    // rendered with `str.format`: its `{name}` would go out literally.
-    for agent in &agents {
+    warn_python_placeholders(&agents.configs, places, warnings);
+    if none {
+        problems.at(
+            "agent_configs",
+            "the tactic has no agents; add at least one under `agent_configs`",
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for agent in &agents.configs {
+        if !seen.insert(agent.name.clone()) {
+            problems.at(
+                join(&agent.at, "name"),
+                format!("agent `{}` is defined twice in `agent_configs`", agent.name),
+            );
+        }
+    }
+    agents
+}
+
+/// The `builtin_tools:` switched on, each with its `root` when it sets one.
+fn builtin_tools(raw: &RawTactic) -> Vec<BuiltinToolConfig> {
+    raw.builtin_tools
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, options)| BuiltinToolConfig {
+            name,
+            root: options.and_then(|options| options.root).map(PathBuf::from),
+        })
+        .collect()
+}
+
+/// Checks the merged `model_args` of the entry at `entry_path`: a problem is
+/// named after the agent for what it sets itself (`own_args`), else
+/// `global` (once, however many agents have it from there).
+fn check_model_args(
+    merged: &Map<String, Value>,
+    own_args: &BTreeSet<String>,
+    entry_path: &str,
+    label: &str,
+    problems: &mut Problems,
+) {
+    let Some(Value::Object(args)) = merged.get("model_args") else {
+        return;
+    };
+    for (key, value) in args {
+        if let Some(problem) = super::model_args::problem(key, value, "model_args.") {
+            let (path, place) = if own_args.contains(key) {
+                (join(entry_path, &format!("model_args.{key}")), label)
+            } else {
+                (format!("global.model_args.{key}"), "`global`")
+            };
+            if !problems.reported(&path) {
+                problems.at(path, format!("{place}: {problem}"));
+            }
+        }
+    }
+}
+
+/// Warns of a system prompt ported from the Python framework, where it was
+/// rendered with `str.format`: its `{name}` would go out literally.
+fn warn_python_placeholders(agents: &[AgentConfig], places: &Places, warnings: &mut Vec<String>) {
+    for agent in agents {
         if let SystemPrompt::Inline(text) = &agent.system_prompt
             && let Some((_, name)) = crate::prompt::placeholders::python_placeholder(text)
         {
@@ -493,45 +633,26 @@ pub(super) fn resolve(
             ));
         }
     }
-    if raw.agent_configs.as_ref().is_none_or(Vec::is_empty) {
-        problems.at(
-            "agent_configs",
-            "the tactic has no agents; add at least one under `agent_configs`",
-        );
-    }
-    let mut seen = BTreeSet::new();
-    for agent in &agents {
-        if !seen.insert(agent.name.clone()) {
-            problems.at(
-                join(&agent.at, "name"),
-                format!("agent `{}` is defined twice in `agent_configs`", agent.name),
-            );
-        }
-    }
+}
 
-    let providers = resolve_providers(
-        raw.providers.clone().unwrap_or_default(),
-        "providers",
-        &mut problems,
-    );
-
-    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+/// The `tools:` entries, checked; each problem goes to `problems` and its
+/// entry is left out. A tool runs in `base_dir` (the tactic's directory)
+/// unless it sets `cwd`.
+fn resolve_tools(
+    entries: Option<Vec<Value>>,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Vec<ToolConfig> {
     let mut tools = Vec::new();
-    for (index, tool) in raw
-        .tools
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-    {
+    for (index, tool) in entries.into_iter().flatten().enumerate() {
         let at = format!("tools[{index}]");
-        let Some(tool) = entry_map(tool, &at, "`name`, `command`, …", &mut problems) else {
+        let Some(tool) = entry_map(tool, &at, "`name`, `command`, …", problems) else {
             continue;
         };
         let Some(tool) = typed::<RawTool>(
             Value::Object(tool),
             &|relative| join(&at, relative),
-            &mut problems,
+            problems,
         ) else {
             continue;
         };
@@ -576,39 +697,32 @@ pub(super) fn resolve(
             cwd: tool
                 .cwd
                 .map(PathBuf::from)
-                .unwrap_or_else(|| base_dir.clone()),
+                .unwrap_or_else(|| base_dir.to_path_buf()),
             env: tool.env.unwrap_or_default(),
             name,
         });
     }
+    tools
+}
 
-    let builtin_tools = raw
-        .builtin_tools
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, options)| BuiltinToolConfig {
-            name,
-            root: options.and_then(|options| options.root).map(PathBuf::from),
-        })
-        .collect();
-
+/// The `mcp_servers:` entries, checked; each problem goes to `problems` and
+/// its entry is left out. A server runs in `base_dir` (the tactic's
+/// directory) unless it sets `cwd`.
+fn resolve_mcp_servers(
+    entries: Option<Vec<Value>>,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Vec<McpServerConfig> {
     let mut mcp_servers = Vec::new();
-    for (index, server) in raw
-        .mcp_servers
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-    {
+    for (index, server) in entries.into_iter().flatten().enumerate() {
         let at = format!("mcp_servers[{index}]");
-        let Some(server) = entry_map(server, &at, "`name`, `command`, …", &mut problems) else {
+        let Some(server) = entry_map(server, &at, "`name`, `command`, …", problems) else {
             continue;
         };
         let Some(server) = typed::<RawMcpServer>(
             Value::Object(server),
             &|relative| join(&at, relative),
-            &mut problems,
+            problems,
         ) else {
             continue;
         };
@@ -641,7 +755,7 @@ pub(super) fn resolve(
                     cwd: server
                         .cwd
                         .map(PathBuf::from)
-                        .unwrap_or_else(|| base_dir.clone()),
+                        .unwrap_or_else(|| base_dir.to_path_buf()),
                     timeout_s,
                     name,
                 })
@@ -659,104 +773,44 @@ pub(super) fn resolve(
             }
         }
     }
+    mcp_servers
+}
 
-    let flow = FlowParser {
-        agent_names: agent_names.iter().map(String::as_str).collect(),
-        step_names: BTreeSet::new(),
-        steps_seen: 0,
-        problems: &mut problems,
-    }
-    .parse(raw.flow.clone().unwrap_or_default(), "flow");
-    super::flow::check_forks(&flow, &mut problems);
-
-    let mut resolved = document;
-    if let Value::Object(map) = &mut resolved {
-        map.insert("agent_configs".into(), Value::Array(resolved_agents));
-        // Header values and a URL's credentials may be keys; records and
-        // --show-config never show them.
-        if let Some(Value::Object(providers)) = map.get_mut("providers") {
-            for provider in providers.values_mut().filter_map(Value::as_object_mut) {
-                if let Some(Value::String(url)) = provider.get_mut("base_url") {
-                    *url = crate::redact::url(url).into_owned();
-                }
-                if let Some(Value::Object(headers)) = provider.get_mut("headers") {
-                    for value in headers.values_mut() {
-                        *value = Value::String("***".into());
-                    }
-                }
-            }
-        }
-        // So may the environment of a command tool or an MCP server (tokens
-        // for the service it wraps).
-        for section in ["tools", "mcp_servers"] {
-            if let Some(Value::Array(entries)) = map.get_mut(section) {
-                for env in entries
-                    .iter_mut()
-                    .filter_map(|entry| entry.get_mut("env"))
-                    .filter_map(Value::as_object_mut)
-                {
-                    for value in env.values_mut() {
-                        *value = Value::String("***".into());
-                    }
-                }
-            }
-        }
-    }
-    let config = TacticConfig {
-        name: raw.tactic_type.unwrap_or_else(|| {
-            path.file_stem()
-                .map(|stem| stem.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        }),
-        description: raw.description,
-        path: path.to_path_buf(),
-        prompts_dir: PathBuf::from(raw.prompts.unwrap_or_default()),
-        agents,
-        providers,
-        tools,
-        builtin_tools,
-        mcp_servers,
-        flow,
-        result: raw.result,
-        pricing: raw.pricing,
-        max_workers: raw
-            .max_workers
-            .as_ref()
-            .filter(|value| !value.is_null())
-            .and_then(|value| {
-                numbers::MAX_WORKERS
-                    .check(value)
-                    .map_err(|problem| problems.at("max_workers", problem))
-                    .ok()
-            })
-            .map(|workers| workers as usize),
-        cache: raw.cache,
-        cache_ttl_s: raw
-            .cache_ttl_s
-            .as_ref()
-            .filter(|value| !value.is_null())
-            .and_then(|value| {
-                numbers::CACHE_TTL_S
-                    .check(value)
-                    .map_err(|problem| problems.at("cache_ttl_s", problem))
-                    .ok()
-            }),
-        warnings,
-        resolved,
-        model_override: None,
-        price_overrides: None,
-        model_args_override: super::ModelArgs::default(),
-        places,
-        left_out: LeftOut::default(),
+/// The merged document as records and `--show-config` show it: the agent
+/// entries as resolved, and no secret. Header values and a URL's
+/// credentials may be keys; so may the environment of a command tool or an
+/// MCP server (tokens for the service it wraps).
+fn redacted_document(mut document: Value, resolved_agents: Vec<Value>) -> Value {
+    let Value::Object(map) = &mut document else {
+        return document;
     };
-    // The resolved document has every name the file writes.
-    let left_out = LeftOut::of(&config.resolved, &config);
-    let config = TacticConfig { left_out, ..config };
-    if problems.is_empty() {
-        Ok(config)
-    } else {
-        Err((problems, Some(Box::new(config))))
+    map.insert("agent_configs".into(), Value::Array(resolved_agents));
+    if let Some(Value::Object(providers)) = map.get_mut("providers") {
+        for provider in providers.values_mut().filter_map(Value::as_object_mut) {
+            if let Some(Value::String(url)) = provider.get_mut("base_url") {
+                *url = crate::redact::url(url).into_owned();
+            }
+            if let Some(Value::Object(headers)) = provider.get_mut("headers") {
+                for value in headers.values_mut() {
+                    *value = Value::String("***".into());
+                }
+            }
+        }
     }
+    for section in ["tools", "mcp_servers"] {
+        if let Some(Value::Array(entries)) = map.get_mut(section) {
+            for env in entries
+                .iter_mut()
+                .filter_map(|entry| entry.get_mut("env"))
+                .filter_map(Value::as_object_mut)
+            {
+                for value in env.values_mut() {
+                    *value = Value::String("***".into());
+                }
+            }
+        }
+    }
+    document
 }
 
 /// Whether a tool's `parameters` is what every provider takes: a JSON Schema
@@ -945,44 +999,13 @@ fn agent_config(
         (None, Some(key)) => SystemPrompt::Key(key),
         (None, None) => SystemPrompt::Inline(DEFAULT_SYSTEM_PROMPT.into()),
     };
-    let context_manager = match agent.context_manager {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(mut settings)) => match settings.remove("type") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(kind)) => {
-                let max_tokens =
-                    problems.numbers(&key_path(numbers::CONTEXT_MAX_TOKENS.key), |found| {
-                        read_whole(
-                            settings.remove("max_tokens").as_ref(),
-                            &numbers::CONTEXT_MAX_TOKENS,
-                            &place(&numbers::CONTEXT_MAX_TOKENS),
-                            found,
-                        )
-                    });
-                Some(ContextManagerConfig {
-                    kind,
-                    max_tokens,
-                    options: settings,
-                })
-            }
-            Some(other) => {
-                problems.at(
-                    key_path("context_manager.type"),
-                    format!("agent `{name}`: `context_manager.type` must be a name, not {other}"),
-                );
-                None
-            }
-        },
-        Some(other) => {
-            problems.at(
-                key_path("context_manager"),
-                format!(
-                    "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
-                ),
-            );
-            None
-        }
-    };
+    let context_manager = context_manager(
+        agent.context_manager,
+        &name,
+        key_path,
+        &place(&numbers::CONTEXT_MAX_TOKENS),
+        problems,
+    );
     // Accepted once and never used; streaming is chosen per run, not per agent.
     if agent.stream.is_some() {
         problems.at(
@@ -1021,6 +1044,55 @@ fn agent_config(
     })
 }
 
+/// The agent's `context_manager` (a mapping with `type`; none without a
+/// `type`); `place` names who sets its `max_tokens` (the agent, or `global`).
+fn context_manager(
+    settings: Option<Value>,
+    name: &str,
+    key_path: &dyn Fn(&str) -> String,
+    place: &str,
+    problems: &mut Problems,
+) -> Option<ContextManagerConfig> {
+    match settings {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(mut settings)) => match settings.remove("type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(kind)) => {
+                let max_tokens =
+                    problems.numbers(&key_path(numbers::CONTEXT_MAX_TOKENS.key), |found| {
+                        read_whole(
+                            settings.remove("max_tokens").as_ref(),
+                            &numbers::CONTEXT_MAX_TOKENS,
+                            place,
+                            found,
+                        )
+                    });
+                Some(ContextManagerConfig {
+                    kind,
+                    max_tokens,
+                    options: settings,
+                })
+            }
+            Some(other) => {
+                problems.at(
+                    key_path("context_manager.type"),
+                    format!("agent `{name}`: `context_manager.type` must be a name, not {other}"),
+                );
+                None
+            }
+        },
+        Some(other) => {
+            problems.at(
+                key_path("context_manager"),
+                format!(
+                    "agent `{name}`: `context_manager` must be a mapping with `type`, not {other}"
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// The `providers:` entries (at `at` in the document), checked; each problem
 /// goes to `problems` and its entry is left out.
 fn resolve_providers(
@@ -1031,119 +1103,155 @@ fn resolve_providers(
     let mut providers = BTreeMap::new();
     for (name, provider) in raw {
         let entry = join(at, &name);
-        let key = |key: &str| join(&entry, key);
-        let api = match provider.api.as_deref() {
-            None if name == "anthropic" => ProviderApi::Anthropic,
-            None if name == "mock" => ProviderApi::Mock,
-            None | Some("openai") => ProviderApi::OpenAi,
-            Some("anthropic") => ProviderApi::Anthropic,
-            Some("mock") => ProviderApi::Mock,
-            Some(other) => {
-                problems.at(
-                    key("api"),
-                    format!(
-                        "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
-                        suggest::hint(other, ["openai", "anthropic", "mock"])
-                    ),
-                );
-                continue;
-            }
-        };
-        let place = format!("provider `{name}`");
-        let mut number = |value: &Option<Value>, range: &numbers::Range| {
-            problems.numbers(&key(range.key), |found| {
-                read_whole(value.as_ref(), range, &place, found)
-            })
-        };
-        let max_concurrency = number(&provider.max_concurrency, &numbers::MAX_CONCURRENCY);
-        let rpm = number(&provider.rpm, &numbers::RPM);
-        let tpm = number(&provider.tpm, &numbers::TPM);
-        let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS);
-        let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS);
-        let mut seconds = |value: &Option<Value>, range: &numbers::Range| {
-            problems.numbers(&key(range.key), |found| {
-                read(value.as_ref(), range, &place, found)
-            })
-        };
-        let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S);
-        let connect_timeout_s = seconds(&provider.connect_timeout_s, &numbers::CONNECT_TIMEOUT_S);
-        let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S);
-        if let Some(base) = retry_base_ms {
-            let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
-            if base > cap {
-                let default = if retry_cap_ms.is_none() {
-                    ", the default"
-                } else {
-                    ""
-                };
-                problems.at(
-                    key("retry_base_ms"),
-                    format!(
-                        "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
-                    ),
-                );
-            }
+        if let Some(config) = resolve_provider(&name, provider, &entry, problems) {
+            providers.insert(name, config);
         }
-        if let Some(role) = provider
-            .system_role
-            .as_deref()
-            .filter(|role| !matches!(*role, "system" | "developer"))
-        {
-            problems.at(
-                key("system_role"),
-                format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
-            );
-        }
-        let structured_output =
-            provider.structured_output.as_deref().and_then(|given| {
-                use super::StructuredOutput;
-                let setting = StructuredOutput::from_name(given);
-                if setting.is_none() {
-                    problems.at(
-                        key("structured_output"),
-                        format!(
-                            "provider `{name}`: unknown `structured_output: {}`; use {}{}",
-                            suggest::printable(given),
-                            StructuredOutput::NAMES
-                                .map(|name| format!("`{name}`"))
-                                .join(", "),
-                            suggest::hint(given, StructuredOutput::NAMES)
-                        ),
-                    );
-                } else if api != ProviderApi::Anthropic {
-                    problems.at(key("structured_output"), format!(
-                    "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
-                     an OpenAI-compatible server gets a format as `response_format` (chat \
-                     completions) or `text.format` (Responses API)"
-                ));
-                }
-                setting
-            });
-        providers.insert(
-            name,
-            ProviderConfig {
-                api,
-                base_url: provider.base_url,
-                api_key_env: provider.api_key_env,
-                // In range, so the casts are exact.
-                max_concurrency: max_concurrency.map(|value| value as usize),
-                rpm: rpm.map(|value| value as u32),
-                tpm,
-                timeout_s,
-                connect_timeout_s,
-                system_role: provider.system_role,
-                send_name: provider.send_name,
-                structured_output,
-                retry_base_ms,
-                retry_cap_ms,
-                script: provider.script.map(PathBuf::from),
-                headers: provider.headers.unwrap_or_default(),
-                cache: provider.cache,
-                cache_ttl_s,
-            },
-        );
     }
     providers
+}
+
+/// The provider `name` of the entry at `entry`, checked; `None` when its
+/// `api` is unknown (its other problems go to `problems` too).
+fn resolve_provider(
+    name: &str,
+    provider: RawProvider,
+    entry: &str,
+    problems: &mut Problems,
+) -> Option<ProviderConfig> {
+    let key = |key: &str| join(entry, key);
+    let api = provider_api(name, provider.api.as_deref(), &key("api"), problems)?;
+    let place = format!("provider `{name}`");
+    let mut number = |value: &Option<Value>, range: &numbers::Range| {
+        problems.numbers(&key(range.key), |found| {
+            read_whole(value.as_ref(), range, &place, found)
+        })
+    };
+    let max_concurrency = number(&provider.max_concurrency, &numbers::MAX_CONCURRENCY);
+    let rpm = number(&provider.rpm, &numbers::RPM);
+    let tpm = number(&provider.tpm, &numbers::TPM);
+    let retry_base_ms = number(&provider.retry_base_ms, &numbers::RETRY_BASE_MS);
+    let retry_cap_ms = number(&provider.retry_cap_ms, &numbers::RETRY_CAP_MS);
+    let mut seconds = |value: &Option<Value>, range: &numbers::Range| {
+        problems.numbers(&key(range.key), |found| {
+            read(value.as_ref(), range, &place, found)
+        })
+    };
+    let timeout_s = seconds(&provider.timeout_s, &numbers::TIMEOUT_S);
+    let connect_timeout_s = seconds(&provider.connect_timeout_s, &numbers::CONNECT_TIMEOUT_S);
+    let cache_ttl_s = seconds(&provider.cache_ttl_s, &numbers::CACHE_TTL_S);
+    if let Some(base) = retry_base_ms {
+        let cap = retry_cap_ms.unwrap_or(numbers::DEFAULT_RETRY_CAP_MS);
+        if base > cap {
+            let default = if retry_cap_ms.is_none() {
+                ", the default"
+            } else {
+                ""
+            };
+            problems.at(
+                key("retry_base_ms"),
+                format!(
+                    "{place}: `retry_base_ms: {base}` is above `retry_cap_ms` ({cap}{default}); the first back-off cannot be longer than the longest"
+                ),
+            );
+        }
+    }
+    if let Some(role) = provider
+        .system_role
+        .as_deref()
+        .filter(|role| !matches!(*role, "system" | "developer"))
+    {
+        problems.at(
+            key("system_role"),
+            format!("provider `{name}`: `system_role: {role}` must be `system` or `developer`"),
+        );
+    }
+    let structured_output = provider
+        .structured_output
+        .as_deref()
+        .and_then(|given| structured_output(name, given, api, &key("structured_output"), problems));
+    Some(ProviderConfig {
+        api,
+        base_url: provider.base_url,
+        api_key_env: provider.api_key_env,
+        // In range, so the casts are exact.
+        max_concurrency: max_concurrency.map(|value| value as usize),
+        rpm: rpm.map(|value| value as u32),
+        tpm,
+        timeout_s,
+        connect_timeout_s,
+        system_role: provider.system_role,
+        send_name: provider.send_name,
+        structured_output,
+        retry_base_ms,
+        retry_cap_ms,
+        script: provider.script.map(PathBuf::from),
+        headers: provider.headers.unwrap_or_default(),
+        cache: provider.cache,
+        cache_ttl_s,
+    })
+}
+
+/// The API of the provider `name` as `api` (at `at`) names it; without one,
+/// the provider named `anthropic` or `mock` speaks that, any other OpenAI's.
+fn provider_api(
+    name: &str,
+    api: Option<&str>,
+    at: &str,
+    problems: &mut Problems,
+) -> Option<ProviderApi> {
+    match api {
+        None if name == "anthropic" => Some(ProviderApi::Anthropic),
+        None if name == "mock" => Some(ProviderApi::Mock),
+        None | Some("openai") => Some(ProviderApi::OpenAi),
+        Some("anthropic") => Some(ProviderApi::Anthropic),
+        Some("mock") => Some(ProviderApi::Mock),
+        Some(other) => {
+            problems.at(
+                at,
+                format!(
+                    "provider `{name}`: unknown `api: {other}`; use `openai`, `anthropic` or `mock`{}",
+                    suggest::hint(other, ["openai", "anthropic", "mock"])
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// The provider's `structured_output` (at `at`): a known name, on an
+/// `api: anthropic` provider (a problem otherwise, the setting still given).
+fn structured_output(
+    name: &str,
+    given: &str,
+    api: ProviderApi,
+    at: &str,
+    problems: &mut Problems,
+) -> Option<super::StructuredOutput> {
+    use super::StructuredOutput;
+    let setting = StructuredOutput::from_name(given);
+    if setting.is_none() {
+        problems.at(
+            at,
+            format!(
+                "provider `{name}`: unknown `structured_output: {}`; use {}{}",
+                suggest::printable(given),
+                StructuredOutput::NAMES
+                    .map(|name| format!("`{name}`"))
+                    .join(", "),
+                suggest::hint(given, StructuredOutput::NAMES)
+            ),
+        );
+    } else if api != ProviderApi::Anthropic {
+        problems.at(
+            at,
+            format!(
+                "provider `{name}`: `structured_output` is for `api: anthropic` providers; \
+                 an OpenAI-compatible server gets a format as `response_format` (chat \
+                 completions) or `text.format` (Responses API)"
+            ),
+        );
+    }
+    setting
 }
 
 /// The problems of `providers:` entries given outside a tactic (a user's

@@ -308,7 +308,46 @@ fn parse_file(
             );
         }
     }
-    let renderer = match front.get("renderer") {
+    let renderer = front_renderer(&front, extensions, &mut invalid);
+    let front_lines = text[..text.len() - template.len()].lines().count();
+    // The template is compiled in its renderer; without one (a wrong
+    // `renderer`), the rest of the front matter is still checked on an
+    // empty Jinja template.
+    let mut template_problem = None;
+    let compiled = match &renderer {
+        Some(renderer) => Prompt::with_renderer(key, template, renderer.clone())
+            .map_err(|error| template_problem = Some(with_file(error, &file_label, front_lines)))
+            .ok(),
+        None => None,
+    };
+    let mut prompt = match compiled {
+        Some(prompt) => prompt,
+        None => Prompt::with_renderer(key, "", renderer.clone().unwrap_or(Renderer::Jinja))
+            .map_err(|error| vec![error])?,
+    };
+    apply_front_matter(&mut prompt, &front, extensions, &mut invalid);
+    problems.extend(template_problem);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let places = front
+        .keys()
+        .filter_map(|key| {
+            let place = positions.get(key)?;
+            Some((key.clone(), at(place.line, place.column)))
+        })
+        .collect();
+    Ok((prompt, places))
+}
+
+/// The renderer the front matter names (`jinja` when it names none), or
+/// `None` with the problem given to `invalid` (at the key, with its message).
+fn front_renderer(
+    front: &Map<String, Value>,
+    extensions: &Extensions,
+    invalid: &mut dyn FnMut(&str, String),
+) -> Option<Renderer> {
+    match front.get("renderer") {
         None => Some(Renderer::Jinja),
         Some(Value::String(name)) => match name.as_str() {
             "jinja" => Some(Renderer::Jinja),
@@ -344,23 +383,19 @@ fn parse_file(
             );
             None
         }
-    };
-    let front_lines = text[..text.len() - template.len()].lines().count();
-    // The template is compiled in its renderer; without one (a wrong
-    // `renderer`), the rest of the front matter is still checked on an
-    // empty Jinja template.
-    let mut template_problem = None;
-    let compiled = match &renderer {
-        Some(renderer) => Prompt::with_renderer(key, template, renderer.clone())
-            .map_err(|error| template_problem = Some(with_file(error, &file_label, front_lines)))
-            .ok(),
-        None => None,
-    };
-    let mut prompt = match compiled {
-        Some(prompt) => prompt,
-        None => Prompt::with_renderer(key, "", renderer.clone().unwrap_or(Renderer::Jinja))
-            .map_err(|error| vec![error])?,
-    };
+    }
+}
+
+/// Sets what the front matter says besides the renderer on the prompt
+/// compiled from its template: `parser`, `format`, `tools`, `mcp_servers`,
+/// `metadata` and `handler`; each problem goes to `invalid` (at the key,
+/// with its message).
+fn apply_front_matter(
+    prompt: &mut Prompt,
+    front: &Map<String, Value>,
+    extensions: &Extensions,
+    invalid: &mut dyn FnMut(&str, String),
+) {
     let renderer = prompt.renderer().clone();
     if let Some(parser) = front.get("parser") {
         match Parser::from_value_with(parser, &extensions.parsers) {
@@ -377,7 +412,7 @@ fn parse_file(
         ("tools", &mut prompt.tools),
         ("mcp_servers", &mut prompt.mcp_servers),
     ] {
-        match string_list(&front, key) {
+        match string_list(front, key) {
             Ok(names) => *list = names,
             Err(message) => invalid(key, message),
         }
@@ -407,25 +442,13 @@ fn parse_file(
         match handler_texts(handler, &renderer) {
             Ok(texts) => {
                 prompt.handler = texts;
-                for (name, problem) in handler_problems(&prompt) {
+                for (name, problem) in handler_problems(prompt) {
                     invalid(&format!("handler.{name}"), problem);
                 }
             }
             Err(message) => invalid("handler", message),
         }
     }
-    problems.extend(template_problem);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let places = front
-        .keys()
-        .filter_map(|key| {
-            let place = positions.get(key)?;
-            Some((key.clone(), at(place.line, place.column)))
-        })
-        .collect();
-    Ok((prompt, places))
 }
 
 /// The problems of a prompt's handler texts, with the name of each text.

@@ -10,14 +10,14 @@ use indexmap::IndexMap;
 
 use crate::agent::context::ContextSettings;
 use crate::agent::{AgentSpec, Limits, Runtime};
-use crate::config::{SystemPrompt, TacticConfig};
+use crate::config::{AgentConfig, SystemPrompt, TacticConfig};
 use crate::prompt::{Prompt, Registry};
 use crate::provider::ToolSpec;
 use crate::provider::budget::{BudgetedProvider, CostBudget};
 use crate::provider::models::ModelTable;
 use crate::provider::pricing::UnknownPriceWarnings;
-use crate::provider::registry::Providers;
 use crate::provider::registry::split_model;
+use crate::provider::registry::{Providers, Resolved};
 use crate::redact::{Scrub, Scrubber, Secrets};
 use crate::registry::Registry as Extensions;
 use crate::tool::{BuiltinTool, CommandTool, McpServers, Toolbox};
@@ -187,220 +187,27 @@ impl Tactic {
     /// tactic is only fit to run without problems; with them it still holds
     /// every template that compiled, for the checks of a later phase.
     pub(super) fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
-        let Builder {
-            env, extensions, ..
-        } = *builder;
-        let replacement = builder.replacement.clone();
-        let replaying = replacement.is_some();
-        let dry_run = builder.dry_run.clone();
-        let mut stack = builder.stack.clone();
-        stack.push(super::nodes::canonical(&config.path));
-        // Tools never see a key any tactic of the run reads (issue 12); a
-        // sub-tactic's tools hide its parents' `api_key_env` names too.
-        let mut hidden_variables = builder.hidden_variables.clone();
-        hidden_variables.extend(
-            config
-                .providers
-                .values()
-                .filter_map(|provider| provider.api_key_env.clone()),
-        );
-        let mut builder = Builder {
-            stack,
-            hidden_variables,
-            secrets: builder.secrets.clone(),
-            replacement: replacement.clone(),
-            dry_run: dry_run.clone(),
-            budget: builder.budget.clone(),
-            cache: builder.cache.clone(),
-            batch_api: builder.batch_api.clone(),
-            ..*builder
-        };
+        let extensions = builder.extensions;
+        let mut builder = nested_builder(builder, &config);
         let mut problems = Problems::default();
-        let registry = if config.prompts_dir.is_dir() {
-            // Every bad prompt file at once; the good ones stay usable.
-            let (registry, load_problems) =
-                Registry::load_all_with(&config.prompts_dir, &extensions.named.prompts);
-            for problem in load_problems {
-                problems.push(problem);
-            }
-            registry
-        } else {
-            Registry::empty()
-        };
-
+        let registry = load_registry(&config, extensions, &mut problems);
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
-        let providers =
-            problems
-                .take(Providers::new(&config.providers, env))
-                .map(|providers| match (replacement, dry_run) {
-                    (Some(provider), _) => providers.serve_all_with(provider),
-                    (None, Some(log)) => providers.dry_run(log),
-                    (None, None) => match &builder.batch_api {
-                        Some(hub) => providers.via_batch_api(hub.clone()),
-                        None => providers,
-                    },
-                });
+        let providers = build_providers(&config, &builder, &mut problems);
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());
         }
-        let prices = match &config.pricing {
-            Some(overrides) => match ModelTable::bundled().with_overrides(overrides) {
-                Ok(table) => Arc::new(table),
-                Err(error) => {
-                    // Every number out of range is its own problem; a table
-                    // of the wrong shape is one.
-                    // Where `path` is written, else the file.
-                    let place = |path: &str| {
-                        config
-                            .places
-                            .at(path)
-                            .unwrap_or_else(|| config.path.display().to_string())
-                    };
-                    let entries = overrides.as_object().into_iter().flatten();
-                    let mut checked = 0;
-                    for (model, entry) in entries {
-                        for problem in crate::provider::pricing::check_entry(model, entry) {
-                            checked += 1;
-                            problems.push(format!(
-                                "{}: `pricing`: {problem}",
-                                place(&crate::yaml::join_path("pricing", model))
-                            ));
-                        }
-                    }
-                    if checked == 0 {
-                        problems.push(format!("{}: `pricing`: {error}", place("pricing")));
-                    }
-                    Arc::new(ModelTable::bundled().clone())
-                }
-            },
-            None => Arc::new(ModelTable::bundled().clone()),
-        };
+        let prices = price_table(&config, &mut problems);
         let mut prompts = BTreeMap::new();
-
-        let mut agents = IndexMap::new();
-        for agent in &config.agents {
-            let key_path = |key: &str| config.agent_key(&agent.at, key);
-            let system_prompt = match &agent.system_prompt {
-                SystemPrompt::Key(key) => lookup(
-                    &registry,
-                    key,
-                    &format!("agent `{}`", agent.name),
-                    &mut problems,
-                    (&config, &key_path("system_prompt_path")),
-                ),
-                SystemPrompt::Inline(text) => {
-                    let key = format!("{}/system (inline)", agent.name);
-                    problems
-                        .take_at(
-                            &config,
-                            &key_path("system_prompt"),
-                            Prompt::new(key, text.clone()),
-                        )
-                        .map(Arc::new)
-                }
-            };
-            // A provider the config left out was reported with its entry.
-            let left_out = config
-                .left_out
-                .providers
-                .contains(split_model(&agent.model_name).0);
-            let mut model = providers
-                .as_ref()
-                .filter(|_| !left_out)
-                .and_then(|providers| {
-                    let resolved = providers.resolve(&agent.model_name);
-                    let at = match &resolved {
-                        Err(error) => provider_problem_at(error, &key_path("model_name")),
-                        Ok(_) => String::new(),
-                    };
-                    problems.take_at(&config, &at, resolved)
-                });
-            if let (Some(budget), Some(resolved)) = (&builder.budget, model.as_mut()) {
-                let budgeted = BudgetedProvider::new(
-                    resolved.provider.clone(),
-                    budget.clone(),
-                    prices.clone(),
-                    &resolved.provider_name,
-                    resolved.service,
-                    &resolved.model,
-                    &agent.model_args,
-                );
-                match budgeted {
-                    Ok(budgeted) => resolved.provider = Arc::new(budgeted),
-                    Err(problem) => {
-                        problems.push(config.placed(&key_path("model_name"), problem));
-                    }
-                }
-            }
-            if let (Some(source), Some(resolved), Some(providers)) =
-                (&builder.cache, model.as_mut(), providers.as_ref())
-            {
-                resolved.cache = cache_binding(&config, source, providers, resolved);
-            }
-            for server in &agent.mcp_servers {
-                check_server(
-                    &config,
-                    &format!("agent `{}`", agent.name),
-                    server,
-                    &mut problems,
-                    config.places.at(&key_path("mcp_servers")).as_deref(),
-                );
-            }
-            for tool in &agent.tools {
-                if !toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
-                    problems.push(config.placed(
-                        &key_path("tools"),
-                        format!(
-                            "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
-                            agent.name,
-                            crate::suggest::hint(tool, toolbox.names())
-                        ),
-                    ));
-                }
-            }
-            let context_manager = agent.context_manager.as_ref().and_then(|settings| {
-                let (provider, model) = split_model(&agent.model_name);
-                problems.take_at(
-                    &config,
-                    &key_path("context_manager"),
-                    extensions.context_managers.build(&ContextSettings {
-                        kind: settings.kind.clone(),
-                        model_provider: provider.to_string(),
-                        model: model.to_string(),
-                        max_tokens: settings.max_tokens,
-                        options: settings.options.clone(),
-                    }),
-                )
-            });
-            let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
-                continue;
-            };
-            check_prompt_tools(
-                &config,
-                &toolbox,
-                (&system_prompt, &registry),
-                &mut problems,
-            );
-            prompts.insert(system_prompt.path.clone(), system_prompt.clone());
-            let spec = AgentSpec {
-                name: agent.name.clone(),
-                system_prompt,
-                model_name: agent.model_name.clone(),
-                model,
-                model_args: agent.model_args.clone(),
-                tools: agent.tools.clone(),
-                mcp_servers: agent.mcp_servers.clone(),
-                limits: Limits {
-                    max_exception_retry: agent.max_exception_retry,
-                    max_interrupt_steps: agent.max_interrupt_steps,
-                    max_llm_recall: agent.max_llm_recall,
-                },
-                context_manager,
-                api_type: agent.api_type,
-            };
-            agents.insert(agent.name.clone(), Arc::new(spec));
+        let agents = AgentParts {
+            config: &config,
+            registry: &registry,
+            toolbox: &toolbox,
+            providers: providers.as_ref(),
+            prices: &prices,
+            builder: &builder,
         }
+        .agents(&mut problems, &mut prompts);
 
         let program = extensions.flow_named(&config.name);
         if let Some(flow) = &program {
@@ -426,47 +233,372 @@ impl Tactic {
                 .take_at(&config, "result", Prompt::new("result", text.clone()))
                 .map(Arc::new)
         });
-
-        let other_tools = config
-            .tools
-            .iter()
-            .map(|tool| (tool.name.clone(), "tools:"))
-            .chain(
-                config
-                    .builtin_tools
-                    .iter()
-                    .map(|tool| (tool.name.clone(), "builtin_tools:")),
-            )
-            .chain(
-                extensions
-                    .tool_names()
-                    .map(|name| (name.to_string(), "Registry::tool")),
-            )
-            .collect();
         check_handlers(&prompts, &registry, extensions, &mut problems);
-        // A record of this tactic may hold what a sub-tactic's run put in its
-        // dialogs (its delivery): scrubbed of the sub-tactics' secrets too.
-        let mut secrets = builder.secrets;
-        for sub in super::sub_tactics_of(&nodes) {
-            secrets.extend(&sub.runtime.secrets);
-        }
-        let runtime = Arc::new(Runtime {
-            toolbox,
-            mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
-                .hide_variables(builder.hidden_variables.clone()),
-            prices,
-            // A replay's costs were told when the run was made.
-            price_warnings: if replaying {
-                UnknownPriceWarnings::silent()
-            } else {
-                UnknownPriceWarnings::default()
+        let runtime = build_runtime(&config, builder, toolbox, prices, &nodes);
+        let records = Records::of(&config, &prompts, &runtime.secrets);
+        let tactic = Tactic {
+            recorded_config: records.config,
+            recorded_prompts: records.prompts,
+            shared_templates: records.shared_templates,
+            config: Arc::new(config),
+            registry: Arc::new(registry),
+            agents: Arc::new(agents),
+            runtime,
+            nodes: nodes.into(),
+            result,
+            program,
+        };
+        (tactic, problems)
+    }
+}
+
+/// The builder of `config`'s parts: `builder`'s settings, with `config`'s
+/// file on the stack of tactics being built. Tools never see a key any
+/// tactic of the run reads (issue 12); a sub-tactic's tools hide its
+/// parents' `api_key_env` names too.
+fn nested_builder<'a>(builder: &Builder<'a>, config: &TacticConfig) -> Builder<'a> {
+    let mut stack = builder.stack.clone();
+    stack.push(super::nodes::canonical(&config.path));
+    let mut hidden_variables = builder.hidden_variables.clone();
+    hidden_variables.extend(
+        config
+            .providers
+            .values()
+            .filter_map(|provider| provider.api_key_env.clone()),
+    );
+    Builder {
+        stack,
+        hidden_variables,
+        secrets: builder.secrets.clone(),
+        replacement: builder.replacement.clone(),
+        dry_run: builder.dry_run.clone(),
+        budget: builder.budget.clone(),
+        cache: builder.cache.clone(),
+        batch_api: builder.batch_api.clone(),
+        ..*builder
+    }
+}
+
+/// The prompt files of `config`'s prompts directory (none without one):
+/// every bad file at once; the good ones stay usable.
+fn load_registry(
+    config: &TacticConfig,
+    extensions: &Extensions,
+    problems: &mut Problems,
+) -> Registry {
+    if !config.prompts_dir.is_dir() {
+        return Registry::empty();
+    }
+    let (registry, load_problems) =
+        Registry::load_all_with(&config.prompts_dir, &extensions.named.prompts);
+    for problem in load_problems {
+        problems.push(problem);
+    }
+    registry
+}
+
+/// The providers of `config`, or what serves in their place: a replay's
+/// recorded replies, a dry run's log, the Batch APIs' hub.
+fn build_providers(
+    config: &TacticConfig,
+    builder: &Builder<'_>,
+    problems: &mut Problems,
+) -> Option<Providers> {
+    problems
+        .take(Providers::new(&config.providers, builder.env))
+        .map(|providers| match (&builder.replacement, &builder.dry_run) {
+            (Some(provider), _) => providers.serve_all_with(provider.clone()),
+            (None, Some(log)) => providers.dry_run(log.clone()),
+            (None, None) => match &builder.batch_api {
+                Some(hub) => providers.via_batch_api(hub.clone()),
+                None => providers,
             },
-            handlers: extensions.named.handlers.clone(),
-            secrets: Arc::new(secrets),
+        })
+}
+
+/// The bundled price table under `config`'s `pricing`. Every number out of
+/// range is its own problem; a table of the wrong shape is one (and the
+/// bundled table serves).
+fn price_table(config: &TacticConfig, problems: &mut Problems) -> Arc<ModelTable> {
+    let Some(overrides) = &config.pricing else {
+        return Arc::new(ModelTable::bundled().clone());
+    };
+    let error = match ModelTable::bundled().with_overrides(overrides) {
+        Ok(table) => return Arc::new(table),
+        Err(error) => error,
+    };
+    // Where `path` is written, else the file.
+    let place = |path: &str| {
+        config
+            .places
+            .at(path)
+            .unwrap_or_else(|| config.path.display().to_string())
+    };
+    let entries = overrides.as_object().into_iter().flatten();
+    let mut checked = 0;
+    for (model, entry) in entries {
+        for problem in crate::provider::pricing::check_entry(model, entry) {
+            checked += 1;
+            problems.push(format!(
+                "{}: `pricing`: {problem}",
+                place(&crate::yaml::join_path("pricing", model))
+            ));
+        }
+    }
+    if checked == 0 {
+        problems.push(format!("{}: `pricing`: {error}", place("pricing")));
+    }
+    Arc::new(ModelTable::bundled().clone())
+}
+
+/// What an agent of the tactic is built from: the tactic's prompts, tools,
+/// providers and prices.
+struct AgentParts<'a, 'b> {
+    config: &'a TacticConfig,
+    registry: &'a Registry,
+    toolbox: &'a Toolbox,
+    providers: Option<&'a Providers>,
+    prices: &'a Arc<ModelTable>,
+    builder: &'a Builder<'b>,
+}
+
+impl AgentParts<'_, '_> {
+    /// Every agent of the config that builds, by name; their system prompts
+    /// go to `prompts` (the record keeps them).
+    fn agents(
+        &self,
+        problems: &mut Problems,
+        prompts: &mut BTreeMap<String, Arc<Prompt>>,
+    ) -> IndexMap<String, Arc<AgentSpec>> {
+        let mut agents = IndexMap::new();
+        for agent in &self.config.agents {
+            if let Some(spec) = self.agent(agent, problems, prompts) {
+                agents.insert(agent.name.clone(), Arc::new(spec));
+            }
+        }
+        agents
+    }
+
+    /// The agent `agent`, when its system prompt and its model resolve;
+    /// every problem of it goes to `problems` either way.
+    fn agent(
+        &self,
+        agent: &AgentConfig,
+        problems: &mut Problems,
+        prompts: &mut BTreeMap<String, Arc<Prompt>>,
+    ) -> Option<AgentSpec> {
+        let config = self.config;
+        let key_path = |key: &str| config.agent_key(&agent.at, key);
+        let system_prompt = self.system_prompt(agent, problems);
+        let model = self.model(agent, problems);
+        self.check_references(agent, problems);
+        let context_manager = agent.context_manager.as_ref().and_then(|settings| {
+            let (provider, model) = split_model(&agent.model_name);
+            problems.take_at(
+                config,
+                &key_path("context_manager"),
+                self.builder
+                    .extensions
+                    .context_managers
+                    .build(&ContextSettings {
+                        kind: settings.kind.clone(),
+                        model_provider: provider.to_string(),
+                        model: model.to_string(),
+                        max_tokens: settings.max_tokens,
+                        options: settings.options.clone(),
+                    }),
+            )
         });
-        // What every record of the tactic holds, scrubbed once here: a key
-        // written in a system prompt or in `model_args` is sent, not recorded.
-        let mut scrubber = Scrubber::new(&runtime.secrets);
+        let (Some(system_prompt), Some(model)) = (system_prompt, model) else {
+            return None;
+        };
+        check_prompt_tools(
+            config,
+            self.toolbox,
+            (&system_prompt, self.registry),
+            problems,
+        );
+        prompts.insert(system_prompt.path.clone(), system_prompt.clone());
+        Some(AgentSpec {
+            name: agent.name.clone(),
+            system_prompt,
+            model_name: agent.model_name.clone(),
+            model,
+            model_args: agent.model_args.clone(),
+            tools: agent.tools.clone(),
+            mcp_servers: agent.mcp_servers.clone(),
+            limits: Limits {
+                max_exception_retry: agent.max_exception_retry,
+                max_interrupt_steps: agent.max_interrupt_steps,
+                max_llm_recall: agent.max_llm_recall,
+            },
+            context_manager,
+            api_type: agent.api_type,
+        })
+    }
+
+    /// The agent's system prompt: a prompt file's, or its inline text compiled.
+    fn system_prompt(&self, agent: &AgentConfig, problems: &mut Problems) -> Option<Arc<Prompt>> {
+        let config = self.config;
+        match &agent.system_prompt {
+            SystemPrompt::Key(key) => lookup(
+                self.registry,
+                key,
+                &format!("agent `{}`", agent.name),
+                problems,
+                (config, &config.agent_key(&agent.at, "system_prompt_path")),
+            ),
+            SystemPrompt::Inline(text) => {
+                let key = format!("{}/system (inline)", agent.name);
+                problems
+                    .take_at(
+                        config,
+                        &config.agent_key(&agent.at, "system_prompt"),
+                        Prompt::new(key, text.clone()),
+                    )
+                    .map(Arc::new)
+            }
+        }
+    }
+
+    /// The agent's model from the providers, held to the budget and bound to
+    /// the response cache when the run has them.
+    fn model(&self, agent: &AgentConfig, problems: &mut Problems) -> Option<Resolved> {
+        let config = self.config;
+        let model_name_path = config.agent_key(&agent.at, "model_name");
+        // A provider the config left out was reported with its entry.
+        let left_out = config
+            .left_out
+            .providers
+            .contains(split_model(&agent.model_name).0);
+        let mut model = self.providers.filter(|_| !left_out).and_then(|providers| {
+            let resolved = providers.resolve(&agent.model_name);
+            let at = match &resolved {
+                Err(error) => provider_problem_at(error, &model_name_path),
+                Ok(_) => String::new(),
+            };
+            problems.take_at(config, &at, resolved)
+        });
+        if let (Some(budget), Some(resolved)) = (&self.builder.budget, model.as_mut()) {
+            let budgeted = BudgetedProvider::new(
+                resolved.provider.clone(),
+                budget.clone(),
+                self.prices.clone(),
+                &resolved.provider_name,
+                resolved.service,
+                &resolved.model,
+                &agent.model_args,
+            );
+            match budgeted {
+                Ok(budgeted) => resolved.provider = Arc::new(budgeted),
+                Err(problem) => problems.push(config.placed(&model_name_path, problem)),
+            }
+        }
+        if let (Some(source), Some(resolved), Some(providers)) =
+            (&self.builder.cache, model.as_mut(), self.providers)
+        {
+            resolved.cache = cache_binding(config, source, providers, resolved);
+        }
+        model
+    }
+
+    /// Checks that the MCP servers and tools the agent names exist.
+    fn check_references(&self, agent: &AgentConfig, problems: &mut Problems) {
+        let config = self.config;
+        for server in &agent.mcp_servers {
+            check_server(
+                config,
+                &format!("agent `{}`", agent.name),
+                server,
+                problems,
+                config
+                    .places
+                    .at(&config.agent_key(&agent.at, "mcp_servers"))
+                    .as_deref(),
+            );
+        }
+        for tool in &agent.tools {
+            if !self.toolbox.contains(tool) && !config.left_out.tools.contains(tool) {
+                problems.push(config.placed(
+                    &config.agent_key(&agent.at, "tools"),
+                    format!(
+                        "agent `{}` names tool `{tool}`, which is not defined under `tools:` or registered by the program{}",
+                        agent.name,
+                        crate::suggest::hint(tool, self.toolbox.names())
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// What the tactic's agents share when they run: its tools and MCP servers,
+/// prices, handlers and every secret to scrub. A record of this tactic may
+/// hold what a sub-tactic's run put in its dialogs (its delivery): scrubbed
+/// of the sub-tactics' secrets too.
+fn build_runtime(
+    config: &TacticConfig,
+    builder: Builder<'_>,
+    toolbox: Toolbox,
+    prices: Arc<ModelTable>,
+    nodes: &[super::Node],
+) -> Arc<Runtime> {
+    let extensions = builder.extensions;
+    let other_tools = config
+        .tools
+        .iter()
+        .map(|tool| (tool.name.clone(), "tools:"))
+        .chain(
+            config
+                .builtin_tools
+                .iter()
+                .map(|tool| (tool.name.clone(), "builtin_tools:")),
+        )
+        .chain(
+            extensions
+                .tool_names()
+                .map(|name| (name.to_string(), "Registry::tool")),
+        )
+        .collect();
+    let mut secrets = builder.secrets;
+    for sub in super::sub_tactics_of(nodes) {
+        secrets.extend(&sub.runtime.secrets);
+    }
+    Arc::new(Runtime {
+        toolbox,
+        mcp: McpServers::new(config.mcp_servers.clone(), other_tools)
+            .hide_variables(builder.hidden_variables),
+        prices,
+        // A replay's costs were told when the run was made.
+        price_warnings: if builder.replacement.is_some() {
+            UnknownPriceWarnings::silent()
+        } else {
+            UnknownPriceWarnings::default()
+        },
+        handlers: extensions.named.handlers.clone(),
+        secrets: Arc::new(secrets),
+    })
+}
+
+/// What every record of the tactic holds, scrubbed once here: a key
+/// written in a system prompt or in `model_args` is sent, not recorded.
+struct Records {
+    /// The resolved config.
+    config: record::SharedJson,
+    /// The prompts, their inline system prompts compacted.
+    prompts: record::SharedJson,
+    /// Templates long enough to be recorded once and referred to.
+    shared_templates: Arc<[(String, String)]>,
+}
+
+impl Records {
+    /// The records of `config` and its `prompts`, scrubbed of `secrets`.
+    fn of(
+        config: &TacticConfig,
+        prompts: &BTreeMap<String, Arc<Prompt>>,
+        secrets: &Secrets,
+    ) -> Records {
+        let mut scrubber = Scrubber::new(secrets);
         let mut resolved = config.resolved.clone();
         resolved.scrub(&mut scrubber);
         let recorded_prompts: BTreeMap<&String, record::PromptInfo> = prompts
@@ -483,19 +615,11 @@ impl Tactic {
                 .iter()
                 .map(|(key, info)| (key.as_str(), info.template.as_str())),
         );
-        let tactic = Tactic {
-            recorded_config: record::SharedJson::new(&resolved),
-            recorded_prompts: super::compact::recorded_prompts(&recorded_prompts, &resolved),
+        Records {
+            config: record::SharedJson::new(&resolved),
+            prompts: super::compact::recorded_prompts(&recorded_prompts, &resolved),
             shared_templates,
-            config: Arc::new(config),
-            registry: Arc::new(registry),
-            agents: Arc::new(agents),
-            runtime,
-            nodes: nodes.into(),
-            result,
-            program,
-        };
-        (tactic, problems)
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::config::{FlowItem, StepInput, SubTacticConfig, TacticConfig, join_path};
+use crate::config::{FlowItem, StepConfig, StepInput, SubTacticConfig, TacticConfig, join_path};
 use crate::prompt::{Prompt, Registry};
 use crate::tool::Toolbox;
 
@@ -167,6 +167,64 @@ fn stand_in(name: &str, at: &str) -> Node {
     })
 }
 
+/// The node of a step: its prompt (a prompt file's, or its inline text
+/// compiled), arguments and conditions; a stand-in when its prompt does not
+/// build (its problems are in `problems`). The prompt goes to `prompts`
+/// (the record keeps it).
+fn build_step(
+    config: &TacticConfig,
+    step: &StepConfig,
+    registry: &Registry,
+    toolbox: &Toolbox,
+    problems: &mut Problems,
+    prompts: &mut BTreeMap<String, Arc<Prompt>>,
+) -> Node {
+    let prompt = match &step.input {
+        StepInput::Prompt(key) => lookup(
+            registry,
+            key,
+            &format!("step `{}`", step.name),
+            problems,
+            (config, &join_path(&step.at, "prompt")),
+        ),
+        StepInput::Text(text) => problems
+            .take_at(
+                config,
+                &join_path(&step.at, "text"),
+                Prompt::new(format!("{} (inline)", step.name), text.clone()),
+            )
+            .map(Arc::new),
+    };
+    let args = template_args(config, &step.at, &step.name, &step.args, problems);
+    let (condition, stop) = step_conditions(
+        config,
+        &step.at,
+        &step.name,
+        &step.condition,
+        &step.stop,
+        problems,
+    );
+    let Some(prompt) = prompt else {
+        return stand_in(&step.name, &step.at);
+    };
+    check_prompt_tools(config, toolbox, (&prompt, registry), problems);
+    prompts.insert(prompt.path.clone(), prompt.clone());
+    Node::Step(Step {
+        name: step.name.clone(),
+        agent: step.agent.clone(),
+        dialog: step.dialog.clone(),
+        prompt,
+        args,
+        condition,
+        fork: step.fork.clone(),
+        stop,
+        at: step.at.clone(),
+    })
+}
+
+/// The nodes of the flow `items`, a loop's and a parallel's steps built
+/// inside them; every problem goes to `problems`, and each prompt a step
+/// uses to `prompts` (the record keeps them).
 pub(super) fn build_nodes(
     config: &TacticConfig,
     items: &[FlowItem],
@@ -238,48 +296,9 @@ pub(super) fn build_nodes(
             }
             FlowItem::Step(step) => step,
         };
-        let prompt = match &step.input {
-            StepInput::Prompt(key) => lookup(
-                registry,
-                key,
-                &format!("step `{}`", step.name),
-                problems,
-                (config, &join_path(&step.at, "prompt")),
-            ),
-            StepInput::Text(text) => problems
-                .take_at(
-                    config,
-                    &join_path(&step.at, "text"),
-                    Prompt::new(format!("{} (inline)", step.name), text.clone()),
-                )
-                .map(Arc::new),
-        };
-        let args = template_args(config, &step.at, &step.name, &step.args, problems);
-        let (condition, stop) = step_conditions(
-            config,
-            &step.at,
-            &step.name,
-            &step.condition,
-            &step.stop,
-            problems,
-        );
-        let Some(prompt) = prompt else {
-            nodes.push(stand_in(&step.name, &step.at));
-            continue;
-        };
-        check_prompt_tools(config, toolbox, (&prompt, registry), problems);
-        prompts.insert(prompt.path.clone(), prompt.clone());
-        nodes.push(Node::Step(Step {
-            name: step.name.clone(),
-            agent: step.agent.clone(),
-            dialog: step.dialog.clone(),
-            prompt,
-            args,
-            condition,
-            fork: step.fork.clone(),
-            stop,
-            at: step.at.clone(),
-        }));
+        nodes.push(build_step(
+            config, step, registry, toolbox, problems, prompts,
+        ));
     }
     nodes
 }

@@ -47,27 +47,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     };
     let model_args = model_args(&args.model_args)?;
     if args.show_config {
-        let mut config = lllm::config::load_with(&args.tactic, &defaults)?;
-        if let Some(model) = &args.model {
-            config.override_model(model);
-        }
-        config.override_model_args(&model_args);
-        if let Some(prices) = prices {
-            config.override_prices(prices);
-        }
-        for warning in &config.warnings {
-            lllm::report::warn(warning);
-        }
-        // Shown as a record keeps it: a key the tactic holds (in a prompt,
-        // in `model_args`) is `***`.
-        let env = |name: &str| settings.environment.var(name);
-        let secrets = lllm::provider::registry::known_secrets(&config.providers, &env);
-        let mut resolved = config.resolved.clone();
-        show_providers(&config, &env, &mut resolved)?;
-        secrets.scrub_value(&mut resolved);
-        let text = serde_json::to_string_pretty(&resolved).unwrap_or_default();
-        lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
-        return Ok(Outcome::Success);
+        return show_config(&args, &settings, &defaults, prices, &model_args);
     }
     let task = Task {
         task: Value::String(read_task(&args)?),
@@ -113,15 +93,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     let streamed = std::sync::Arc::new(std::sync::Mutex::new(Streamed::new(
         std::io::stdout().is_terminal(),
     )));
-    let sink = args.stream.then(|| {
-        let seen = streamed.clone();
-        let sink: lllm::agent::SharedTextSink = std::sync::Arc::new(move |text: &str| {
-            seen.lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .piece(text, &mut std::io::stdout().lock());
-        });
-        sink
-    });
+    let sink = args.stream.then(|| stream_sink(&streamed));
     // Ctrl-C, or SIGTERM (a job engine's or a container's stop): the run
     // stops where it is and its record is written.
     let interrupted = std::sync::atomic::AtomicBool::new(false);
@@ -143,25 +115,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     // A record that cannot be written (a full disk, a path that is not a
     // directory) does not hide the delivery: it is printed, then one error
     // line says what was not written, and the exit code is 1.
-    let (record_path, record_error) = if args.no_record {
-        (None, None)
-    } else {
-        let path = args.record.clone().unwrap_or_else(|| {
-            settings
-                .records_dir(args.store.store.as_deref())
-                .join(format!("{}.json", record.session_id))
-        });
-        match record.write(&path) {
-            Ok(()) => (Some(path), None),
-            Err(source) => (
-                None,
-                Some(Error::Write {
-                    path: path.display().to_string(),
-                    source,
-                }),
-            ),
-        }
-    };
+    let (record_path, record_error) = write_record(&args, &settings, &record);
     if let Some(path) = &record_path
         && let Some(dir) = &store_dir
     {
@@ -171,18 +125,47 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .finish(record.delivery.as_deref());
-    // A reader that closed the pipe early is no failure of the run; a
-    // delivery that could not be written is, once the summary is out.
+    deliver(
+        &args,
+        &record,
+        (record_path.as_deref(), record_error),
+        &text,
+        interrupted,
+    )
+}
+
+/// `--stream`: each piece of text goes to `streamed` as it arrives, which
+/// shows it on a terminal (`Streamed`).
+fn stream_sink(
+    streamed: &std::sync::Arc<std::sync::Mutex<Streamed>>,
+) -> lllm::agent::SharedTextSink {
+    let seen = streamed.clone();
+    std::sync::Arc::new(move |text: &str| {
+        seen.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .piece(text, &mut std::io::stdout().lock());
+    })
+}
+
+/// Prints the delivery (or, with `--json`, the run's summary as JSON) and
+/// the summary line, and says how the run ended. A reader that closed the
+/// pipe early is no failure of the run; a delivery that could not be
+/// written is, once the summary is out, and so is a record that was not
+/// written (`record`: where it went, or why it did not).
+fn deliver(
+    args: &RunArgs,
+    record: &SessionRecord,
+    (record_path, record_error): (Option<&Path>, Option<Error>),
+    text: &str,
+    interrupted: bool,
+) -> Result<Outcome> {
     let delivered = if args.json {
-        lllm::output::stdout(&format!(
-            "{}\n",
-            json_summary(&record, record_path.as_deref())
-        ))
+        lllm::output::stdout(&format!("{}\n", json_summary(record, record_path)))
     } else {
-        lllm::output::stdout(&text)
+        lllm::output::stdout(text)
     };
     if !(args.quiet || args.json) || record.state != RunState::Success {
-        lllm::output::stderr_line(&summary(&record, record_path.as_deref()));
+        lllm::output::stderr_line(&summary(record, record_path));
     }
     if let Some(error) = record_error {
         if interrupted {
@@ -197,6 +180,65 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
         RunState::Success => Outcome::Success,
         RunState::Failure | RunState::Skipped => Outcome::Failed,
     })
+}
+
+/// Writes the run's record (`--record`, else the store's records
+/// directory; none with `--no-record`): where it went, or why it did not.
+fn write_record(
+    args: &RunArgs,
+    settings: &crate::settings::Settings,
+    record: &SessionRecord,
+) -> (Option<std::path::PathBuf>, Option<Error>) {
+    if args.no_record {
+        return (None, None);
+    }
+    let path = args.record.clone().unwrap_or_else(|| {
+        settings
+            .records_dir(args.store.store.as_deref())
+            .join(format!("{}.json", record.session_id))
+    });
+    match record.write(&path) {
+        Ok(()) => (Some(path), None),
+        Err(source) => (
+            None,
+            Some(Error::Write {
+                path: path.display().to_string(),
+                source,
+            }),
+        ),
+    }
+}
+
+/// `--show-config`: the tactic's resolved config as a run would use it
+/// (`--model`, `-O` and `--prices` applied), shown as a record keeps it.
+fn show_config(
+    args: &RunArgs,
+    settings: &crate::settings::Settings,
+    defaults: &lllm::config::Defaults,
+    prices: Option<Value>,
+    model_args: &lllm::config::ModelArgs,
+) -> Result<Outcome> {
+    let mut config = lllm::config::load_with(&args.tactic, defaults)?;
+    if let Some(model) = &args.model {
+        config.override_model(model);
+    }
+    config.override_model_args(model_args);
+    if let Some(prices) = prices {
+        config.override_prices(prices);
+    }
+    for warning in &config.warnings {
+        lllm::report::warn(warning);
+    }
+    // Shown as a record keeps it: a key the tactic holds (in a prompt,
+    // in `model_args`) is `***`.
+    let env = |name: &str| settings.environment.var(name);
+    let secrets = lllm::provider::registry::known_secrets(&config.providers, &env);
+    let mut resolved = config.resolved.clone();
+    show_providers(&config, &env, &mut resolved)?;
+    secrets.scrub_value(&mut resolved);
+    let text = serde_json::to_string_pretty(&resolved).unwrap_or_default();
+    lllm::output::stdout(&(lllm::redact::json_controls(&text).into_owned() + "\n"))?;
+    Ok(Outcome::Success)
 }
 
 /// `--show-config`: the providers the agents use, each as a run would use
