@@ -325,7 +325,7 @@ fn bad_scripts_are_explained() {
     );
     bad_case(
         "replies: [",
-        "s.yaml:2:1: did not find expected node content",
+        "s.yaml:1:10: unclosed bracket '['",
     );
     bad_case(
         "replies:\n  - fault: {status: 429, retry_after_s: .inf}",
@@ -403,7 +403,7 @@ fn load_names_the_file() {
     assert_eq!(
         error,
         format!(
-            "{}:3:3: did not find expected '-' indicator",
+            "{}:3:3: while parsing a block collection, did not find expected '-' indicator",
             path.display()
         )
     );
