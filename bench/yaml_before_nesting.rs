@@ -414,4 +414,3 @@ impl<'a> Scan<'a> {
         None
     }
 }
-

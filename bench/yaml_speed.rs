@@ -119,7 +119,11 @@ fn front_matter(text: &str) -> Option<String> {
 fn prompts() -> Vec<String> {
     let mut texts = Vec::new();
     for directory in ["prompts/critique", "prompts/research", "prompts/summarize"] {
-        texts.extend(files(directory, ".md").iter().filter_map(|text| front_matter(text)));
+        texts.extend(
+            files(directory, ".md")
+                .iter()
+                .filter_map(|text| front_matter(text)),
+        );
     }
     texts
 }
@@ -131,7 +135,9 @@ fn realistic() -> Vec<Case> {
         "run from the repository's root: no tactics/*.yaml"
     );
     // A large tactic: 300 agents, each with model arguments and a prompt.
-    let mut large = String::from("global:\n  model_name: openai/gpt-4o-mini\n  max_llm_recall: 3\nagent_configs:\n");
+    let mut large = String::from(
+        "global:\n  model_name: openai/gpt-4o-mini\n  max_llm_recall: 3\nagent_configs:\n",
+    );
     for index in 0..300 {
         large.push_str(&format!(
             "  - name: agent_{index}\n    model_args: {{temperature: 0.{}, max_tokens: {}}}\n    \

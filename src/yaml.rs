@@ -136,7 +136,10 @@ fn budget_message(breach: &serde_saphyr::budget::BudgetBreach) -> String {
         ),
         BudgetBreach::Anchors { anchors } => format!("too many anchors (`&name`): {anchors}"),
         BudgetBreach::Nodes { nodes } => {
-            format!("too large a document: more than {} nodes", nodes.saturating_sub(1))
+            format!(
+                "too large a document: more than {} nodes",
+                nodes.saturating_sub(1)
+            )
         }
         BudgetBreach::Events { events } => format!("too large a document: {events} events"),
         BudgetBreach::ScalarBytes { total_scalar_bytes } => {
@@ -157,9 +160,9 @@ fn without_location(message: &str) -> &str {
     };
     let place = &message[cut + " at line ".len()..];
     let numbers = place.split_once(", column ").filter(|(line, column)| {
-        [line, column].iter().all(|number| {
-            !number.is_empty() && number.bytes().all(|byte| byte.is_ascii_digit())
-        })
+        [line, column]
+            .iter()
+            .all(|number| !number.is_empty() && number.bytes().all(|byte| byte.is_ascii_digit()))
     });
     match numbers {
         Some(_) => &message[..cut],
@@ -371,9 +374,10 @@ impl Reader<'_, '_> {
                 let mut values = Vec::with_capacity(items.len());
                 for (index, item) in items.into_iter().enumerate() {
                     self.path.push(Step::Index(index));
-                    let back = self.recorder.as_deref_mut().map(|recorder| {
-                        recorder.enter_item(index, Location::of(&item.defined))
-                    });
+                    let back = self
+                        .recorder
+                        .as_deref_mut()
+                        .map(|recorder| recorder.enter_item(index, Location::of(&item.defined)));
                     values.push(self.value(item.value, Some(&item.defined))?);
                     self.leave(back);
                     self.path.pop();
@@ -386,9 +390,10 @@ impl Reader<'_, '_> {
                     if map.contains_key(&key.value) {
                         return Err(self.repeated(&key));
                     }
-                    let back = self.recorder.as_deref_mut().map(|recorder| {
-                        recorder.enter_key(&key.value, Location::of(&key.defined))
-                    });
+                    let back = self
+                        .recorder
+                        .as_deref_mut()
+                        .map(|recorder| recorder.enter_key(&key.value, Location::of(&key.defined)));
                     self.path.push(Step::Key(key.value));
                     let value = self.value(value.value, Some(&value.defined))?;
                     self.leave(back);
@@ -472,11 +477,13 @@ mod tests {
         );
         // Past 128 bits too; a quoted number and a float written with an
         // exponent stay what they are.
-        let value = parse("a: 123456789012345678901234567890123456789012345
+        let value = parse(
+            "a: 123456789012345678901234567890123456789012345
 b: '1'
 c: 1.5e300
-")
-            .unwrap();
+",
+        )
+        .unwrap();
         assert_eq!(
             value,
             json!({"a": "123456789012345678901234567890123456789012345", "b": "1", "c": 1.5e300})
@@ -568,7 +575,11 @@ c: 1.5e300
             .collect();
         error_case(
             &block,
-            &format!("{too_deep} at line {} column {}", MAX_DEPTH + 1, MAX_DEPTH + 1),
+            &format!(
+                "{too_deep} at line {} column {}",
+                MAX_DEPTH + 1,
+                MAX_DEPTH + 1
+            ),
         );
     }
 
@@ -584,6 +595,12 @@ c: 1.5e300
         let error = parse(&text).unwrap_err();
         assert!(error.message.contains("aliases"), "{error}");
         assert!(error.location.is_some(), "{error}");
+        // A merge key merges (serde_yaml_ng kept `<<` as a key); the
+        // mapping's own entries win.
+        assert_eq!(
+            parse("base: &base {model: m, rpm: 1}\np:\n  <<: *base\n  rpm: 2\n").unwrap(),
+            json!({"base": {"model": "m", "rpm": 1}, "p": {"rpm": 2, "model": "m"}})
+        );
         // A few aliases read as their anchors.
         assert_eq!(
             parse("a: &x {k: v}\nb: *x\n").unwrap(),

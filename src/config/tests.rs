@@ -135,9 +135,9 @@ fn repeated_keys_and_deep_nesting_are_syntax_errors_at_their_line() {
         files.error("agent.yaml")
     );
     assert!(
-        files.error("deep.yaml").ends_with(
-            "deep.yaml:4:84: collections nested deeper than 64 levels"
-        ),
+        files
+            .error("deep.yaml")
+            .ends_with("deep.yaml:4:84: collections nested deeper than 64 levels"),
         "{}",
         files.error("deep.yaml")
     );

@@ -323,10 +323,7 @@ fn bad_scripts_are_explained() {
         "rules:\n  - when: {regex: '('}\n    reply: a",
         "s.yaml:2:12: rules[0].when.regex: invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group",
     );
-    bad_case(
-        "replies: [",
-        "s.yaml:1:10: unclosed bracket '['",
-    );
+    bad_case("replies: [", "s.yaml:1:10: unclosed bracket '['");
     bad_case(
         "replies:\n  - fault: {status: 429, retry_after_s: .inf}",
         "s.yaml:2:26: replies[0].fault.retry_after_s: expected a number ≥ 0, found `.inf`",
