@@ -2,10 +2,10 @@
 //! files, the user config file — into JSON values. serde-saphyr (pure Rust,
 //! fuzzed, no unsafe) parses; this module adds what lllm's files need:
 //!
-//! - collections nested deeper than [`MAX_DEPTH`] are refused where the first
-//!   one too deep opens, and so are documents past serde-saphyr's budgets for
-//!   size and aliases (a "billion laughs" is refused, not expanded), each
-//!   with a message of ours;
+//! - collections nested deeper than [`MAX_DEPTH`] are refused at the line and
+//!   column of one past the limit, and so are documents past serde-saphyr's
+//!   budgets for size and aliases (a "billion laughs" is refused, not
+//!   expanded), each with a message of ours;
 //! - a key repeated in one mapping is an error at the repeated key, naming
 //!   the mapping's path, not the last one silently winning;
 //! - numbers without a JSON form stay text, so a numeric key rejects them by
@@ -170,11 +170,10 @@ fn without_location(message: &str) -> &str {
     }
 }
 
-/// The deepest nesting of collections read, block and flow alike.
-/// serde_yaml_ng allowed 128; 64 (serde-saphyr's own default) keeps a debug
-/// build's reading of the deepest document within a 2 MiB thread stack, and
-/// is far past what a tactic, a prompt's front matter or a JSON schema in
-/// one needs.
+/// The deepest nesting of collections read, block and flow alike:
+/// serde-saphyr's own default, far past what a tactic, a prompt's front
+/// matter or a JSON schema in one needs (serde_yaml_ng allowed 128 flow
+/// levels). Reading recurses once a level, hence [`READING_STACK`].
 pub const MAX_DEPTH: usize = 64;
 
 /// The stack of the thread that reads a document (see [`Reader::read`]).
@@ -183,8 +182,9 @@ const READING_STACK: usize = 16 << 20;
 /// How serde-saphyr reads user YAML: the module documentation's rules.
 fn options() -> serde_saphyr::Options {
     serde_saphyr::options! {
-        // The scanner's own bound on flow nesting, so that the first
-        // collection too deep is where the error is.
+        // The scanner, which reads ahead of the depth check, refuses flow
+        // nesting past the limit too: at its default (256) it named a
+        // bracket far past the first one too deep.
         budget: serde_saphyr::budget! { max_depth: MAX_DEPTH, flow_nesting_limit: MAX_DEPTH },
         // A repeated key is refused by `Reader`, with lllm's message.
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::PassThrough,
@@ -331,7 +331,7 @@ impl<'t, 'r> Reader<'t, 'r> {
         let text = self.text;
         // Reading recurses once per level, and a debug build's frames take
         // ~35 KB a level: more than a 2 MiB thread (a test's, a tokio
-        // worker's) has at [`MAX_DEPTH`]. A thread of its own costs ~20 µs.
+        // worker's) has at [`MAX_DEPTH`]. A thread of its own costs ~20-30 µs.
         let root = std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("yaml".into())
