@@ -20,8 +20,6 @@ pub mod error;
 pub mod fds;
 #[doc(hidden)]
 pub mod file;
-#[doc(hidden)]
-pub mod json;
 pub mod jsonl;
 pub mod mock;
 #[doc(hidden)]

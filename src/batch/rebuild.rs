@@ -134,7 +134,7 @@ pub fn missing_results(results: &Path, sessions: &Path) -> std::io::Result<Rebui
         let cancelled = cancelled(&record);
         super::scheduler::settle(&mut record, cancelled);
         let result = super::scheduler::result_of(id, &record);
-        if let Err(error) = crate::json::write(&mut lines, &result) {
+        if let Err(error) = serde_json::to_writer(&mut lines, &result) {
             failed.get_or_insert(error);
             return;
         }

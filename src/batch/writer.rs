@@ -56,7 +56,7 @@ impl Encoded {
                 // one ended, so the buffer is not regrown (and copied) on the way.
                 static LAST: AtomicUsize = AtomicUsize::new(4096);
                 let mut line = Vec::with_capacity(LAST.load(Ordering::Relaxed) + 256);
-                crate::json::write(&mut line, record)?;
+                serde_json::to_writer(&mut line, record)?;
                 line.push(b'\n');
                 LAST.store(line.len(), Ordering::Relaxed);
                 Some(line)
@@ -64,7 +64,7 @@ impl Encoded {
             None => None,
         };
         let mut line = Vec::with_capacity(256);
-        crate::json::write(&mut line, result)?;
+        serde_json::to_writer(&mut line, result)?;
         line.push(b'\n');
         Ok(Encoded {
             finished: session.is_some() && result.state != TaskState::Skipped,

@@ -371,11 +371,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         // At the entry that lacks the key.
-        assert!(error.starts_with("<yaml>:1:18: "), "{error}");
+        assert!(error.starts_with("<yaml>:1:17: "), "{error}");
         let error = from_yaml("[1, 2]", ".").unwrap_err().to_string();
         assert_eq!(error, "<yaml>: a tactic must be a YAML mapping");
         let error = from_yaml("a: [", ".").unwrap_err().to_string();
-        assert!(error.starts_with("<yaml>:2:1: "), "{error}");
+        assert!(error.starts_with("<yaml>:1:4: "), "{error}");
         let error = TacticConfig::builder()
             .set("flw", Value::Null)
             .build()

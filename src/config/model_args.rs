@@ -318,7 +318,7 @@ mod tests {
         );
         refused(
             "stop=[a",
-            "`-O stop=[a`: the value is not YAML: did not find expected ',' or ']'",
+            "`-O stop=[a`: the value is not YAML: unclosed bracket '['",
         );
         // All at once.
         let problems = ModelArgs::parse(&["n=0", "ok=1", "stream=true"]).unwrap_err();

@@ -708,7 +708,7 @@ mod tests {
         );
         bad_case(
             &[("a.md", &deep)],
-            &["a.md:3:134: flow collections (`[` / `{`) nested deeper than 128 levels"],
+            &["a.md:3:70: collections nested deeper than 64 levels"],
         );
         bad_case(
             &[("a.md", "---\nparser: json\n---\nline one\n{% if %}\n")],

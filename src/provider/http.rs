@@ -25,7 +25,7 @@ const MAX_REDIRECTS: usize = 10;
 /// A JSON request body: `value` serialized. Serializing a tree of strings and
 /// numbers cannot fail; if it ever did, nothing is sent.
 pub fn json_body<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ProviderError> {
-    crate::json::to_vec(value).map_err(|error| {
+    serde_json::to_vec(value).map_err(|error| {
         ProviderError::permanent(format!("cannot write the request as JSON: {error}"))
     })
 }

@@ -117,7 +117,7 @@ pub(super) fn charge(record: &SessionRecord, budget: &mut Budget) -> Result<(), 
     let mut buffer = Vec::new();
     let mut size = |message: &Message| {
         buffer.clear();
-        crate::json::write(&mut buffer, message).map_or(0, |()| buffer.len() as u64)
+        serde_json::to_writer(&mut buffer, message).map_or(0, |()| buffer.len() as u64)
     };
     let sums = plan.sizes(&record.dialogs, &mut size);
     let mut bytes = sums

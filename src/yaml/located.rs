@@ -3,14 +3,12 @@
 //! the values, so a problem found after reading (an unknown key, a value of
 //! the wrong type, a number out of range) can name its line and column.
 //!
-//! serde_yaml_ng has no span API; it names a line only in its own errors. What
-//! it does give a visitor is the text of a plain scalar, and of a quoted one
-//! without escapes, as a slice of the input (`visit_borrowed_str`): that
-//! slice's offset in the input is where the scalar is written. A mapping
-//! entry is placed at its key (keys are plain scalars nearly always), a list
-//! item at itself when it is such a string, else at the first placed node
-//! inside it. What has no place of its own (a number in a list, a key with
-//! escapes, an empty `{}`) answers with the nearest placed node around it.
+//! serde-saphyr gives each node where it is written (`Spanned`), and a
+//! node that an alias repeats where its anchor's text is. A mapping entry
+//! is placed at its key, a list item at itself (a block mapping at its
+//! first key, a flow collection at its bracket). [`Positions::get`] still
+//! answers a path without a place of its own (past the budget below) with
+//! the nearest placed node around it.
 //!
 //! Paths are written as lllm's messages name places: keys joined by `.`, list
 //! items as `[index]` (`agent_configs[0].model_args.max_tokens`), as
@@ -116,24 +114,18 @@ pub(crate) fn child_index(path: &str, index: usize) -> String {
     format!("{path}[{index}]")
 }
 
-/// Collects [`Positions`] while the document is read: the path of the node
-/// being read, and the places found so far in reading order.
+/// Collects [`Positions`] while the document is turned into values: the
+/// path of the node being turned, and the places found so far.
 ///
 /// Writing paths down costs their length for every node: very long keys
 /// under deep nesting could make that far more than the text (a 1 MB key
 /// above a million short ones). It is bounded by [`PATH_BUDGET`] times the
 /// text; past it, the rest of the document has no places (nothing else
 /// changes).
-pub(super) struct Recorder<'t> {
-    text: &'t str,
-    /// Byte offsets where lines start.
-    line_starts: Vec<usize>,
-    /// The node being read.
+pub(super) struct Recorder {
+    /// The node being turned.
     path: String,
     positions: Positions,
-    /// Every place recorded, in reading order: a list item without one of
-    /// its own takes the first recorded inside it.
-    order: Vec<Location>,
     /// The path bytes that may still be written; `None` once spent.
     budget: Option<usize>,
 }
@@ -141,139 +133,57 @@ pub(super) struct Recorder<'t> {
 /// How many bytes of paths a document may make per byte of its text.
 pub(super) const PATH_BUDGET: usize = 32;
 
-impl<'t> Recorder<'t> {
-    pub(super) fn new(text: &'t str) -> Recorder<'t> {
-        let line_starts = std::iter::once(0)
-            .chain(memchr::memchr_iter(b'\n', text.as_bytes()).map(|newline| newline + 1))
-            .collect();
+impl Recorder {
+    /// A recorder for a text of `length` bytes.
+    pub(super) fn new(length: usize) -> Recorder {
         Recorder {
-            text,
-            line_starts,
             path: String::new(),
             positions: Positions::default(),
-            order: Vec::new(),
-            budget: Some(
-                text.len()
-                    .saturating_mul(PATH_BUDGET)
-                    .saturating_add(1 << 16),
-            ),
+            budget: Some(length.saturating_mul(PATH_BUDGET).saturating_add(1 << 16)),
         }
     }
 
-    /// Takes `bytes` from the budget; false (and nothing recorded from now
-    /// on) when it is spent.
-    fn spend(&mut self, bytes: usize) -> bool {
-        match self.budget {
-            Some(left) if bytes <= left => {
-                self.budget = Some(left - bytes);
-                true
-            }
-            _ => {
-                self.budget = None;
-                false
-            }
+    /// Entry `key` of the mapping being turned starts, its key written at
+    /// `at`; the length to give back to [`Recorder::leave`].
+    pub(super) fn enter_key(&mut self, key: &str, at: Option<Location>) -> usize {
+        let back = self.path.len();
+        if !self.path.is_empty() {
+            self.path.push('.');
         }
+        self.path.push_str(key);
+        self.record(at);
+        back
     }
 
-    /// The path of the node being read, kept to come back to after a
-    /// mapping's entry (`restore`); `None` once nothing is recorded.
-    pub(super) fn save(&mut self) -> Option<String> {
-        self.spend(self.path.len()).then(|| self.path.clone())
+    /// Item `index` of the list being turned starts, written at `at`; the
+    /// length to give back to [`Recorder::leave`].
+    pub(super) fn enter_item(&mut self, index: usize, at: Option<Location>) -> usize {
+        use std::fmt::Write;
+        let back = self.path.len();
+        let _ = write!(self.path, "[{index}]");
+        self.record(at);
+        back
     }
 
-    /// Back at the mapping at `path` after one of its entries.
-    pub(super) fn restore(&mut self, path: &str) {
-        if self.spend(path.len()) {
-            self.path.clear();
-            self.path.push_str(path);
-        }
-    }
-
-    /// Entry `key` of the mapping being read starts; `written` is the key's
-    /// text as a slice of the document, when it is one.
-    pub(super) fn enter_key(&mut self, key: &str, written: Option<&str>) {
-        if self.spend(self.path.len() + key.len() + 1) {
-            self.path = child_key(&self.path, key);
-            self.enter(written);
-        }
-    }
-
-    /// Item `index` of the list being read starts; the list's path, to give
-    /// back to `leave_item`, or `None` once nothing is recorded.
-    pub(super) fn enter_item(&mut self, index: usize) -> Option<String> {
-        if !self.spend(self.path.len() + 24) {
-            return None;
-        }
-        let parent = std::mem::take(&mut self.path);
-        self.path = child_index(&parent, index);
-        self.enter(None);
-        Some(parent)
-    }
-
-    /// The item begun with `enter_item` ends: without a place of its own it
-    /// takes the first recorded since `mark` (a mapping item is where its
-    /// first key is), and the list's path comes back.
-    pub(super) fn leave_item(&mut self, mark: usize, parent: String) {
-        self.place_from(mark);
-        self.path = parent;
+    /// Back at the node around the one entered when the path was `length`
+    /// bytes long.
+    pub(super) fn leave(&mut self, length: usize) {
+        self.path.truncate(length);
     }
 
     pub(super) fn finish(self) -> Positions {
         self.positions
     }
 
-    /// The node at the current path exists; `scalar`, a slice of the text,
-    /// is where it is written (a key, or a string item of a list).
-    pub(super) fn enter(&mut self, scalar: Option<&str>) {
-        if self.budget.is_none() {
-            return;
+    /// The node at the current path exists, written at `at`.
+    fn record(&mut self, at: Option<Location>) {
+        match self.budget {
+            Some(left) if self.path.len() <= left => {
+                self.budget = Some(left - self.path.len());
+                self.positions.nodes.insert(self.path.clone(), at);
+            }
+            _ => self.budget = None,
         }
-        let location = scalar.and_then(|scalar| self.locate(scalar));
-        if let Some(location) = location {
-            self.order.push(location);
-        }
-        self.positions
-            .nodes
-            .entry(self.path.clone())
-            .and_modify(|known| {
-                if known.is_none() {
-                    *known = location;
-                }
-            })
-            .or_insert(location);
-    }
-
-    /// How many places have been recorded (see [`Recorder::place_from`]).
-    pub(super) fn mark(&self) -> usize {
-        self.order.len()
-    }
-
-    /// The current node, if it has no place yet, takes the first one
-    /// recorded since `mark`: a list item that is a mapping is where its
-    /// first key is.
-    fn place_from(&mut self, mark: usize) {
-        if let Some(None) = self.positions.nodes.get(&self.path) {
-            let first = self.order.get(mark).copied();
-            self.positions.nodes.insert(self.path.clone(), first);
-        }
-    }
-
-    /// The line and column of `scalar` if it is a slice of the text (see the
-    /// module documentation); a quoted scalar's place is its opening quote.
-    fn locate(&self, scalar: &str) -> Option<Location> {
-        let start = self.text.as_ptr() as usize;
-        let offset = (scalar.as_ptr() as usize).checked_sub(start)?;
-        if offset + scalar.len() > self.text.len() || !self.text.is_char_boundary(offset) {
-            return None;
-        }
-        let offset = match self.text.as_bytes()[..offset].last() {
-            Some(b'"' | b'\'') => offset - 1,
-            _ => offset,
-        };
-        let line = self.line_starts.partition_point(|&begin| begin <= offset);
-        let line_start = self.line_starts[line - 1];
-        let column = self.text[line_start..offset].chars().count() + 1;
-        Some(Location { line, column })
     }
 }
 
@@ -326,30 +236,29 @@ mod tests {
             &[
                 ("l[0]", Some((2, 5))),
                 ("l[1]", Some((3, 5))),
-                // A mapping item: its first key.
+                // A block mapping item: its first key.
                 ("l[2]", Some((4, 5))),
                 ("l[2].v", Some((5, 5))),
-                // A number has no place of its own: the list's key.
-                ("l[3]", Some((1, 1))),
-                ("l[4]", Some((7, 6))),
+                // Numbers and flow collections: where they are written.
+                ("l[3]", Some((6, 5))),
+                ("l[4]", Some((7, 5))),
                 ("l[4][1]", Some((7, 9))),
-                // An empty mapping: the list's key.
-                ("l[5]", Some((1, 1))),
+                ("l[5]", Some((8, 5))),
                 ("l[6]", None),
             ],
         );
     }
 
     #[test]
-    fn what_has_no_place_of_its_own_is_at_the_node_around_it() {
+    fn entries_are_at_their_keys_whatever_is_written_in_them() {
         case(
             "a:\n  b: \"esc\\taped\"\n  \"k\\t\": 1\nn: [1, 2, 3]\n",
             &[
                 // A value is at its key.
                 ("a.b", Some((2, 3))),
-                // A key with an escape is at its mapping.
-                ("a.k\t", Some((1, 1))),
-                ("n[2]", Some((4, 1))),
+                // A key with an escape too.
+                ("a.k\t", Some((3, 3))),
+                ("n[2]", Some((4, 11))),
             ],
         );
         // Block scalars: the key.

@@ -511,7 +511,7 @@ mod tests {
                 "model: a\nmodle: b\n",
                 "config.yaml:2:1: unknown key `modle`; known keys: model, providers, prices, concurrency, records, store, cache, compress; did you mean `model`?",
             ),
-            ("model: [a\n", "config.yaml:2:1: did not find expected"),
+            ("model: [a\n", "config.yaml:1:8: unclosed bracket '['"),
             ("- a\n", "config.yaml: not a mapping of settings"),
             (
                 "concurrency: 0\n",

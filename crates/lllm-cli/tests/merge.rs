@@ -494,13 +494,13 @@ fn the_slurm_scripts_run_a_sharded_batch_then_the_merge() {
 }
 
 /// The shell command and the literal `env` of a Job's first container.
-fn job_command(job: &serde_yaml_ng::Value) -> (String, Vec<(String, String)>) {
+fn job_command(job: &serde_json::Value) -> (String, Vec<(String, String)>) {
     let container = &job["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["command"][0].as_str(), Some("/bin/sh"));
     assert_eq!(container["command"][1].as_str(), Some("-c"));
     let command = container["args"][0].as_str().unwrap().to_string();
     let env = container["env"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .filter_map(|var| {
@@ -516,8 +516,8 @@ fn job_command(job: &serde_yaml_ng::Value) -> (String, Vec<(String, String)>) {
 #[test]
 fn the_kubernetes_jobs_run_a_sharded_batch_then_the_merge() {
     let dir = examples().join("k8s");
-    let read = |name: &str| -> serde_yaml_ng::Value {
-        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    let read = |name: &str| -> serde_json::Value {
+        lllm::yaml::parse(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
     };
     let batch = read("batch-job.yaml");
     assert_eq!(batch["kind"].as_str(), Some("Job"));

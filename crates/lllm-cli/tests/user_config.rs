@@ -351,7 +351,9 @@ fn a_bad_config_file_is_one_line_and_nothing_runs() {
     let output = test.run(&["run", "t.yaml", "hi"]);
     output.expect_code(2);
     assert!(
-        output.stderr.starts_with("error: mine.yaml:2:1: "),
+        output
+            .stderr
+            .starts_with("error: mine.yaml:1:8: unclosed bracket '['"),
         "{}",
         output.stderr
     );

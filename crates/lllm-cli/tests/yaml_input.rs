@@ -57,7 +57,7 @@ fn one_error(output: &Output, expected: &str) {
     assert!(!output.stderr.contains("panicked"), "{}", output.stderr);
 }
 
-const TOO_DEEP: &str = "flow collections (`[` / `{`) nested deeper than 128 levels";
+const TOO_DEEP: &str = "collections nested deeper than 64 levels";
 
 #[test]
 fn nesting_past_the_limit_is_refused_in_every_yaml_file() {
@@ -71,14 +71,14 @@ fn nesting_past_the_limit_is_refused_in_every_yaml_file() {
         .file("ok.yaml", ECHO)
         .file("config.yaml", &format!("model: mock/echo\nproviders: {}\n", deep(150_000)));
     let run = |test: &Test, args: &[&str]| bounded(test.spawn(args), &args.join(" "));
-    // The column of the 129th `[`.
+    // The column of the 65th flow collection (`{` or `[`).
     let output = run(&test, &["run", "t.yaml", "hi", "--no-record"]);
-    one_error(&output, &format!("t.yaml:4:{}: {TOO_DEEP}", 20 + 128));
+    one_error(&output, &format!("t.yaml:4:{}: {TOO_DEEP}", 20 + 64));
     let output = run(&test, &["run", "p.yaml", "hi", "--no-record"]);
-    one_error(&output, &format!("deep.md:3:{}: {TOO_DEEP}", 6 + 128));
+    one_error(&output, &format!("deep.md:3:{}: {TOO_DEEP}", 6 + 64));
     let test = test.env("LLLM_CONFIG", "config.yaml");
     let output = run(&test, &["run", "ok.yaml", "hi", "--no-record"]);
-    one_error(&output, &format!("config.yaml:2:{}: {TOO_DEEP}", 12 + 128));
+    one_error(&output, &format!("config.yaml:2:{}: {TOO_DEEP}", 12 + 64));
 
     let script = test.path("script.yaml");
     std::fs::write(&script, format!("default: {{text: {}}}\n", deep(150_000))).expect("write");
@@ -95,7 +95,7 @@ fn nesting_past_the_limit_is_refused_in_every_yaml_file() {
     assert!(
         output
             .stderr
-            .contains(&format!("script.yaml:1:{}: {TOO_DEEP}", 16 + 128)),
+            .contains(&format!("script.yaml:1:{}: {TOO_DEEP}", 16 + 64)),
         "{}",
         output.stderr
     );
@@ -106,7 +106,7 @@ fn nesting_within_the_limit_and_brackets_in_text_still_load() {
     let tactic = format!(
         "{ECHO}  - name: b\n    system_prompt: |\n      Reply with {}\n    model_args: {{x: {}}}\n",
         "[".repeat(500),
-        deep(100)
+        deep(56)
     );
     let test = Test::new().file("t.yaml", &tactic);
     let output = test.run(&["run", "t.yaml", "hi", "--no-record"]);

@@ -323,10 +323,7 @@ fn bad_scripts_are_explained() {
         "rules:\n  - when: {regex: '('}\n    reply: a",
         "s.yaml:2:12: rules[0].when.regex: invalid regex `(`: regex parse error:\n    (\n    ^\nerror: unclosed group",
     );
-    bad_case(
-        "replies: [",
-        "s.yaml:2:1: did not find expected node content",
-    );
+    bad_case("replies: [", "s.yaml:1:10: unclosed bracket '['");
     bad_case(
         "replies:\n  - fault: {status: 429, retry_after_s: .inf}",
         "s.yaml:2:26: replies[0].fault.retry_after_s: expected a number ≥ 0, found `.inf`",
@@ -403,7 +400,7 @@ fn load_names_the_file() {
     assert_eq!(
         error,
         format!(
-            "{}:3:3: did not find expected '-' indicator",
+            "{}:3:3: while parsing a block collection, did not find expected '-' indicator",
             path.display()
         )
     );
