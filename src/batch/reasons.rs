@@ -90,12 +90,10 @@ impl Reasons {
         let distinct = self.by_reason.len();
         let tally = match self.by_reason.get_mut(reason.as_str()) {
             Some(tally) => tally,
-            None if distinct < DISTINCT => {
-                self.by_reason.entry(reason).or_insert(Tally {
-                    first: distinct,
-                    ..Tally::default()
-                })
-            }
+            None if distinct < DISTINCT => self.by_reason.entry(reason).or_insert(Tally {
+                first: distinct,
+                ..Tally::default()
+            }),
             None => {
                 self.others += 1;
                 return;
