@@ -2,12 +2,17 @@
 //! text a result becomes in the dialog (D12).
 //!
 //! `command` runs external programs, `builtin` the tools we ship, `mcp` the
-//! tools of MCP servers; all plug in through the same trait. Which tools a turn
+//! tools of MCP servers (`mcp_off` without the `mcp` feature: the same
+//! types, none ever made); all plug in through the same trait. Which tools a turn
 //! offers is the agent loop's business (D1), not the toolbox's.
 
 mod builtin;
 mod command;
 mod function;
+#[cfg(feature = "mcp")]
+mod mcp;
+#[cfg(not(feature = "mcp"))]
+#[path = "mcp_off.rs"]
 mod mcp;
 mod mcp_servers;
 mod process;
