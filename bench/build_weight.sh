@@ -8,6 +8,7 @@
 #   bench/build_weight.sh minimal         # --no-default-features
 #   bench/build_weight.sh mcp,zstd        # no defaults, these features
 #   LLLM_DIR=/path/to/lllm bench/build_weight.sh   # another checkout
+#   TIMINGS=out.html bench/build_weight.sh         # also cargo's per-crate timings
 #
 # Prints one line: the features, the crates in the hello-world's normal
 # dependency tree (`cargo tree -e normal`, itself excluded), the crates cargo
@@ -16,8 +17,8 @@
 # and the size the target directory reached. The hello-world asks `mock/echo`
 # once through `quick` and once through an `Agent`, and must print its answer.
 # Built `minimal`, it also asks for each part it went without (a tactic's
-# `mcp_servers:`, a `.zst` file, a prompt's `format:` schema, BPE token
-# counts) and fails unless each is refused with an error naming the feature
+# `mcp_servers:` and a server started from code, a `.zst` file read and a
+# `.json.zst` record written, a prompt's `format:` schema, BPE token counts) and fails unless each is refused with an error naming the feature
 # (or, for token counts, gives the documented estimate): the workspace's own
 # tests cannot see these paths, since its dev-dependency on `lllm-cli` turns
 # every feature on.
@@ -65,13 +66,13 @@ async fn main() -> Result<(), lllm::BoxError> {
     let second = agent.respond().await?;
     println!("{} {}", reply.content, second.content);
     if std::env::args().nth(1).as_deref() == Some("--refusals") {
-        refusals()?;
+        refusals().await?;
     }
     Ok(())
 }
 
 /// What a build without the optional features does when asked for them.
-fn refusals() -> Result<(), lllm::BoxError> {
+async fn refusals() -> Result<(), lllm::BoxError> {
     let dir = std::env::temp_dir().join(format!("hello-lllm-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let yaml = "global: {model_name: mock/echo}\n\
@@ -83,10 +84,24 @@ fn refusals() -> Result<(), lllm::BoxError> {
     let zstd = lllm::jsonl::read_text(&zst, 1 << 20).err();
     let schema = serde_json::json!({"type": "object"});
     let jsonschema = lllm::prompt::Prompt::new("city", "Which city?")?.with_format(schema).err();
+    let record = lllm::quick("hello").model("mock/echo").record().await?;
+    let zst_record = record.write(dir.join("run.json.zst")).err();
+    let server = lllm::config::McpServerConfig {
+        name: "files".into(),
+        command: vec!["server".into()],
+        args: Vec::new(),
+        env: Default::default(),
+        cwd: dir.clone(),
+        timeout_s: 60.0,
+    };
+    let servers = lllm::tool::McpServers::new(vec![server], Vec::new());
+    let started = servers.start().await.err().map(|problems| problems.join("; "));
     std::fs::remove_dir_all(&dir)?;
     for (feature, error) in [
         ("mcp", mcp.map(|error| error.to_string())),
+        ("mcp", started),
         ("zstd", zstd.map(|error| error.to_string())),
+        ("zstd", zst_record.map(|error| error.to_string())),
         ("jsonschema", jsonschema.map(|error| error.to_string())),
     ] {
         let error = error.ok_or(format!("accepted without the `{feature}` feature"))?;
@@ -109,7 +124,11 @@ cd "$scratch"
 cargo fetch --quiet
 crates=$(cargo tree --offline -e normal --prefix none --format '{p}' \
   | sed 's/ (\*)$//' | sort -u | grep -vc '^hello-lllm ')
-/usr/bin/time -f '%e %U %S' -o time.txt cargo build --offline --target-dir target 2>build.log
+timings=()
+if [ -n "${TIMINGS:-}" ]; then timings=(--timings); fi
+/usr/bin/time -f '%e %U %S' -o time.txt \
+  cargo build --offline --target-dir target "${timings[@]}" 2>build.log
+if [ -n "${TIMINGS:-}" ]; then cp target/cargo-timings/cargo-timing.html "$TIMINGS"; fi
 read -r wall user system <time.txt
 compiled=$(grep -c '^ *Compiling ' build.log)
 size=$(du -sh target | cut -f1)

@@ -194,16 +194,6 @@ mod tests {
         }
     }
 
-    /// Without the feature there is no encoder: every model is estimated,
-    /// and says so.
-    #[cfg(not(feature = "bpe"))]
-    #[test]
-    fn without_bpe_every_model_counts_with_the_estimate() {
-        tokenizer("openai", "gpt-4o-mini", "estimate");
-        tokenizer("openai", "gpt-3.5-turbo", "estimate");
-        assert_eq!(counter_for("openai", "gpt-4o").count("hello world"), 4);
-    }
-
     #[cfg(feature = "bpe")]
     #[test]
     fn openai_models_use_their_bpe_and_others_an_estimate() {

@@ -191,30 +191,3 @@ mod tests {
         assert_gone(pid.trim().parse().ok());
     }
 }
-
-/// Without the `mcp` feature no server starts: the problem names the server
-/// and the feature (a tactic file is refused at load before this).
-#[cfg(all(test, not(feature = "mcp")))]
-mod without_mcp {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_server_is_refused_naming_the_feature() {
-        let config = McpServerConfig {
-            name: "files".into(),
-            command: vec!["npx".into()],
-            args: Vec::new(),
-            env: Default::default(),
-            cwd: std::env::temp_dir(),
-            timeout_s: 60.0,
-        };
-        let servers = McpServers::new(vec![config], Vec::new());
-        let problems = servers.start().await.unwrap_err();
-        assert_eq!(problems.len(), 1);
-        assert!(
-            problems[0].starts_with("MCP server `files` needs the `mcp` feature"),
-            "{problems:?}"
-        );
-        assert!(servers.servers().is_empty() && servers.tool("x").is_none());
-    }
-}
