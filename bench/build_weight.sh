@@ -127,7 +127,8 @@ crates=$(cargo tree --offline -e normal --prefix none --format '{p}' \
 timings=()
 if [ -n "${TIMINGS:-}" ]; then timings=(--timings); fi
 /usr/bin/time -f '%e %U %S' -o time.txt \
-  cargo build --offline --target-dir target "${timings[@]}" 2>build.log
+  cargo build --offline --target-dir target "${timings[@]}" 2>build.log \
+  || { tail -20 build.log >&2; exit 1; }
 if [ -n "${TIMINGS:-}" ]; then cp target/cargo-timings/cargo-timing.html "$TIMINGS"; fi
 read -r wall user system <time.txt
 compiled=$(grep -c '^ *Compiling ' build.log)
