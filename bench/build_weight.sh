@@ -9,6 +9,8 @@
 #   bench/build_weight.sh mcp,zstd        # no defaults, these features
 #   LLLM_DIR=/path/to/lllm bench/build_weight.sh   # another checkout
 #   TIMINGS=out.html bench/build_weight.sh         # also cargo's per-crate timings
+#   IDNA_ADAPTER=1.1.0 bench/build_weight.sh minimal   # url's IDNA on unicode-rs
+#     (the hello-world's lock pins idna_adapter, as that crate documents)
 #
 # Prints one line: the features, the crates in the hello-world's normal
 # dependency tree (`cargo tree -e normal`, itself excluded), the crates cargo
@@ -121,6 +123,9 @@ EOF
 # The library's lock file: the same versions it is tested with.
 cp "$library/Cargo.lock" "$scratch/Cargo.lock"
 cd "$scratch"
+if [ -n "${IDNA_ADAPTER:-}" ]; then
+  cargo update --quiet -p idna_adapter --precise "$IDNA_ADAPTER"
+fi
 cargo fetch --quiet
 crates=$(cargo tree --offline -e normal --prefix none --format '{p}' \
   | sed 's/ (\*)$//' | sort -u | grep -vc '^hello-lllm ')
