@@ -269,8 +269,10 @@ fn md_blocks(content: &str, tag: &str) -> Vec<String> {
 
 /// Parses the reply as JSON and validates it against a schema when given
 /// (a schema needs the `jsonschema` feature: without it [`JsonParser::new`]
-/// refuses one rather than accept replies unchecked).
+/// refuses one rather than accept replies unchecked; `non_exhaustive` keeps
+/// that build's all-public fields from being filled in around `new`).
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct JsonParser {
     /// The JSON schema replies must match, if any.
     pub schema: Option<Value>,
