@@ -18,6 +18,7 @@ pub mod dialog;
 pub mod error;
 #[doc(hidden)]
 pub mod fds;
+pub(crate) mod features;
 #[doc(hidden)]
 pub mod file;
 pub mod jsonl;

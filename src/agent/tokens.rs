@@ -1,6 +1,7 @@
 //! Token counting for context management: OpenAI's BPE (o200k / cl100k) for
 //! OpenAI-family models, an estimate elsewhere (D13). Encoders are built once
-//! per process and shared.
+//! per process and shared. Without the `bpe` feature every model's tokens
+//! are the estimate (the documented count for a model without a tokenizer).
 
 use std::sync::Arc;
 
@@ -14,8 +15,10 @@ pub trait TokenCounter: Send + Sync {
 }
 
 /// A real BPE encoder.
+#[cfg(feature = "bpe")]
 struct Bpe(&'static tiktoken_rs::CoreBPE);
 
+#[cfg(feature = "bpe")]
 impl TokenCounter for Bpe {
     fn count(&self, text: &str) -> usize {
         self.0.encode_ordinary(text).len()
@@ -47,12 +50,14 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// The tokenizer of a model: the bundled model table's `tokenizer` of
     /// the entry [`ModelTable::lookup`] finds, else the estimate. Prices a
-    /// tactic adds do not change it.
+    /// tactic adds do not change it. Always the estimate in a build without
+    /// the `bpe` feature (no encoder to count with).
     pub fn of(provider: &str, model: &str) -> Tokenizer {
+        const BPE: bool = cfg!(feature = "bpe");
         let info = ModelTable::bundled().lookup(provider, model);
         match info.and_then(|info| info.tokenizer.as_deref()) {
-            Some("o200k") => Tokenizer::O200k,
-            Some("cl100k") => Tokenizer::Cl100k,
+            Some("o200k") if BPE => Tokenizer::O200k,
+            Some("cl100k") if BPE => Tokenizer::Cl100k,
             _ => Tokenizer::Estimate,
         }
     }
@@ -70,9 +75,11 @@ impl Tokenizer {
 /// The counter for a model: its [`Tokenizer`], a BPE encoder or the estimate.
 pub fn counter_for(provider: &str, model: &str) -> Arc<dyn TokenCounter> {
     match Tokenizer::of(provider, model) {
+        #[cfg(feature = "bpe")]
         Tokenizer::O200k => Arc::new(Bpe(tiktoken_rs::o200k_base_singleton())),
+        #[cfg(feature = "bpe")]
         Tokenizer::Cl100k => Arc::new(Bpe(tiktoken_rs::cl100k_base_singleton())),
-        Tokenizer::Estimate => Arc::new(Estimate),
+        _ => Arc::new(Estimate),
     }
 }
 
@@ -138,6 +145,7 @@ mod tests {
         assert_eq!(Tokenizer::of(provider, model).name(), expected, "{model}");
     }
 
+    #[cfg(feature = "bpe")]
     #[test]
     fn tokenizers_follow_tiktokens_families() {
         tokenizer("openai", "gpt-4o-mini", "o200k_base");
@@ -186,6 +194,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "bpe")]
     #[test]
     fn openai_models_use_their_bpe_and_others_an_estimate() {
         assert_eq!(counter_for("openai", "gpt-4o").count("hello world"), 2);

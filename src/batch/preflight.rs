@@ -5,19 +5,43 @@
 //! sent for a file that cannot finish.
 //!
 //! The file is streamed in chunks; rayon parses and checks each chunk in
-//! parallel. What is kept across chunks is small: a 16-byte digest and the
+//! parallel (on one core without the `rayon` feature: the same calls, in
+//! order). What is kept across chunks is small: a 16-byte digest and the
 //! line of each id (`ids::Seen`: duplicates are an error, found by one sort
 //! at the end), the grouped problems, and the counts the run needs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+#[cfg(not(feature = "rayon"))]
+use one_core::OneCore;
+#[cfg(feature = "rayon")]
 use rayon::prelude::*;
 
 use super::ids::Seen;
 use super::shard::Shard;
 use super::tactics::Tactics;
 use super::tasks::{self, Task};
+
+/// Without the `rayon` feature, rayon's two calls this file makes, on the
+/// calling thread: a slower pre-flight, the same findings.
+#[cfg(not(feature = "rayon"))]
+mod one_core {
+    pub(super) trait OneCore<T> {
+        fn par_iter(&self) -> std::slice::Iter<'_, T>;
+        fn into_par_iter(self) -> std::vec::IntoIter<T>;
+    }
+
+    impl<T> OneCore<T> for Vec<T> {
+        fn par_iter(&self) -> std::slice::Iter<'_, T> {
+            self.iter()
+        }
+
+        fn into_par_iter(self) -> std::vec::IntoIter<T> {
+            self.into_iter()
+        }
+    }
+}
 
 /// Lines parsed and checked together.
 const CHUNK: usize = 4096;

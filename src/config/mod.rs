@@ -175,6 +175,10 @@ fn resolved(
         let place = places.at("prompts");
         Places::placed(Some(place.as_deref().unwrap_or(&file)), &problem)
     });
+    let unbuilt = unbuilt_feature(&document).map(|(key, problem)| {
+        let place = places.at(key);
+        Places::placed(Some(place.as_deref().unwrap_or(&file)), &problem)
+    });
     let partial = match resolve::resolve(path, document, places.clone()) {
         Ok(config) => Some(Box::new(config)),
         Err((found, partial)) => {
@@ -183,6 +187,7 @@ fn resolved(
         }
     };
     problems.extend(prompts);
+    problems.extend(unbuilt);
     match partial {
         Some(config) if problems.is_empty() => Ok(*config),
         Some(partial) => Err(Error::Incomplete {
@@ -195,6 +200,19 @@ fn resolved(
             problems,
         }),
     }
+}
+
+/// A key of the document that asks for a part of the library this build
+/// lacks, with the problem: `mcp_servers:` needs the `mcp` feature. (A
+/// prompt's `format:` or a json parser's `schema` without `jsonschema` is
+/// refused where prompts are read.)
+fn unbuilt_feature(document: &Value) -> Option<(&'static str, String)> {
+    let servers = document.get("mcp_servers")?;
+    let asked = servers.as_array().is_none_or(|servers| !servers.is_empty());
+    (asked && !cfg!(feature = "mcp")).then(|| {
+        let problem = crate::features::missing("`mcp_servers`", "mcp");
+        ("mcp_servers", problem)
+    })
 }
 
 /// `prompts:` as a file wrote it (the default `./prompts` is not checked: a

@@ -17,8 +17,11 @@ use std::fs::File;
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+mod codec;
 mod cursor;
 mod repair;
+
+pub(crate) use codec::encode_all;
 pub use cursor::Cursor;
 pub use repair::repair;
 
@@ -102,29 +105,6 @@ pub fn read_text(path: &Path, cap: u64) -> io::Result<String> {
     }
     String::from_utf8(bytes)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
-}
-
-/// What a zstd error code means, in a few words. This build of libzstd has
-/// no error strings (`ZSTD_getErrorName` says only "Error strings
-/// stripped"), so the codes are told apart here: a function's result `r` is
-/// an error when `-r` is a code of `zstd_errors.h`, whose values below 100
-/// are stable.
-pub(crate) fn zstd_error(code: usize) -> String {
-    let number = code.wrapping_neg();
-    let what = match number {
-        10 => "no zstd magic number where a frame should start",
-        12 => "a zstd format version this build does not read",
-        14 => "a frame parameter this build does not support",
-        16 => "the frame asks for a larger window than lllm allows (16 MiB)",
-        20 | 24 => "its data is corrupted",
-        22 => "its checksum does not match its data",
-        30 | 32 => "it needs a dictionary that lllm does not have",
-        40..=42 => "a zstd parameter this build does not support",
-        64 => "out of memory",
-        70 | 72 | 80 | 82 => "it ends too early or runs on too long",
-        _ => "zstd failed",
-    };
-    format!("{what} (zstd error {number})")
 }
 
 /// What [`read_text_line`] read.
@@ -236,7 +216,7 @@ pub fn unpack(place: u64) -> (u64, u64) {
 /// is usually torn too, and readers skip it as they skip a plain file's.
 pub struct Lines {
     source: io::BufReader<File>,
-    decoder: Option<zstd::zstd_safe::DCtx<'static>>,
+    decoder: Option<codec::Decoder>,
     buffer: Vec<u8>,
     start: usize,
     end: usize,
@@ -271,15 +251,7 @@ impl Lines {
         let read = (&mut file).take(4).read(&mut head)?;
         file.seek(SeekFrom::Start(start))?;
         let decoder = if read == 4 && head == ZSTD_MAGIC {
-            // The context itself, not `zstd::stream`'s wrapper: its errors
-            // keep their code (`zstd_error`).
-            let mut decoder = zstd::zstd_safe::DCtx::try_create()
-                .ok_or_else(|| io::Error::other("cannot allocate a zstd decoder"))?;
-            let setup = decoder.init().and_then(|_| {
-                decoder.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX))
-            });
-            setup.map_err(|code| io::Error::other(zstd_error(code)))?;
-            Some(decoder)
+            Some(codec::Decoder::new(WINDOW_LOG_MAX)?)
         } else {
             None
         };
@@ -391,21 +363,15 @@ impl Lines {
                 return Ok(false);
             }
             self.in_frame = true;
-            let mut input = zstd::zstd_safe::InBuffer::around(input);
-            let mut output = zstd::zstd_safe::OutBuffer::around(&mut self.buffer[..]);
-            let hint = decoder
-                .decompress_stream(&mut output, &mut input)
-                .map_err(|code| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "the zstd frame at byte {} is corrupt: {}",
-                            self.frame,
-                            zstd_error(code)
-                        ),
-                    )
-                })?;
-            let (used, produced) = (input.pos(), output.pos());
+            let (used, produced, hint) =
+                decoder
+                    .decompress(input, &mut self.buffer[..])
+                    .map_err(|error| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("the zstd frame at byte {} is corrupt: {error}", self.frame),
+                        )
+                    })?;
             self.source.consume(used);
             self.consumed += used as u64;
             if hint == 0 {
@@ -464,7 +430,7 @@ impl BufRead for Lines {
 /// (with its checksum and size) to a compressed one.
 pub struct FrameWriter<W: Write = File> {
     file: W,
-    compressor: Option<zstd::bulk::Compressor<'static>>,
+    compressor: Option<codec::Compressor>,
     frame: Vec<u8>,
     /// The file's length: where the next write starts.
     length: u64,
@@ -493,16 +459,7 @@ impl<W: Write> FrameWriter<W> {
     pub fn to(file: W, form: Form, length: u64) -> io::Result<FrameWriter<W>> {
         let compressor = match form {
             Form::Plain => None,
-            Form::Compressed => {
-                let mut compressor = zstd::bulk::Compressor::new(LEVEL)?;
-                let context = compressor.context_mut();
-                let flag = |result: Result<usize, usize>| {
-                    result.map_err(|code| io::Error::other(zstd_error(code)))
-                };
-                flag(context.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true)))?;
-                flag(context.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(true)))?;
-                Some(compressor)
-            }
+            Form::Compressed => Some(codec::Compressor::new(LEVEL)?),
         };
         Ok(FrameWriter {
             file,
@@ -540,10 +497,7 @@ impl<W: Write> FrameWriter<W> {
         let bytes = match &mut self.compressor {
             None => lines,
             Some(compressor) => {
-                self.frame.clear();
-                self.frame
-                    .reserve(zstd::zstd_safe::compress_bound(lines.len()));
-                compressor.compress_to_buffer(lines, &mut self.frame)?;
+                compressor.compress(lines, &mut self.frame)?;
                 &self.frame[..]
             }
         };
@@ -553,8 +507,11 @@ impl<W: Write> FrameWriter<W> {
     }
 }
 
-#[cfg(test)]
+/// The tests write both forms (without the `zstd` feature a compressed
+/// file is refused: `codec`'s tests).
+#[cfg(all(test, feature = "zstd"))]
 mod tests {
+    use super::codec::zstd_error;
     use super::*;
 
     /// Writes `chunks` as a record file in `form`; the places of their lines.

@@ -134,7 +134,7 @@ fn frame_length(reader: &mut io::BufReader<&mut File>, at: u64) -> io::Result<Op
     Ok(Some(size))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "zstd"))]
 mod tests {
     use super::super::tests::{CHUNKS, read_all, write};
     use super::super::unpack;

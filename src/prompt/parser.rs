@@ -267,11 +267,16 @@ fn md_blocks(content: &str, tag: &str) -> Vec<String> {
     blocks
 }
 
-/// Parses the reply as JSON and validates it against a schema when given.
+/// Parses the reply as JSON and validates it against a schema when given
+/// (a schema needs the `jsonschema` feature: without it [`JsonParser::new`]
+/// refuses one rather than accept replies unchecked; `non_exhaustive` keeps
+/// that build's all-public fields from being filled in around `new`).
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct JsonParser {
     /// The JSON schema replies must match, if any.
     pub schema: Option<Value>,
+    #[cfg(feature = "jsonschema")]
     validator: Option<Arc<jsonschema::Validator>>,
 }
 
@@ -291,6 +296,7 @@ impl PartialEq for JsonParser {
 
 impl JsonParser {
     /// Compiles the schema once; an invalid schema is an error naming why.
+    #[cfg(feature = "jsonschema")]
     pub fn new(schema: Option<Value>) -> Result<JsonParser, String> {
         let validator = match &schema {
             Some(schema) => Some(Arc::new(
@@ -302,6 +308,19 @@ impl JsonParser {
         Ok(JsonParser { schema, validator })
     }
 
+    /// No schema to compile: a parser without one; a schema is an error
+    /// naming the feature.
+    #[cfg(not(feature = "jsonschema"))]
+    pub fn new(schema: Option<Value>) -> Result<JsonParser, String> {
+        match schema {
+            None => Ok(JsonParser { schema }),
+            Some(_) => Err(crate::features::missing(
+                "validating replies against a JSON schema",
+                "jsonschema",
+            )),
+        }
+    }
+
     /// `{raw, json}` plus the object's own keys at top level (so templates can
     /// write `step.parsed.verdict`), unless a key is `raw` or `json`.
     pub fn parse(&self, content: &str) -> Result<Value, ParseFailure> {
@@ -310,6 +329,7 @@ impl JsonParser {
                 "reply is not valid JSON: {error}; answer with the JSON value alone"
             ))
         })?;
+        #[cfg(feature = "jsonschema")]
         if let Some(validator) = &self.validator {
             let problems: Vec<String> = validator
                 .iter_errors(&value)

@@ -435,7 +435,7 @@ impl SessionRecord {
             .file_name()
             .is_some_and(|name| name.to_string_lossy().ends_with(".zst"))
         {
-            text = zstd::encode_all(text.as_slice(), zstd::DEFAULT_COMPRESSION_LEVEL)?;
+            text = crate::jsonl::encode_all(&text)?;
         }
         // A temporary file of this writer's own: runs given one `--record`
         // each leave a whole record (the last rename wins).

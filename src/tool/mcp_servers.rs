@@ -151,7 +151,7 @@ impl McpServers {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "mcp"))]
 mod tests {
     use super::*;
     use crate::tool::mcp::tests::{assert_gone, config};

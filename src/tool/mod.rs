@@ -2,7 +2,8 @@
 //! text a result becomes in the dialog (D12).
 //!
 //! `command` runs external programs, `builtin` the tools we ship, `mcp` the
-//! tools of MCP servers; all plug in through the same trait. Which tools a turn
+//! tools of MCP servers (`mcp_off` without the `mcp` feature: the same
+//! types, none ever made); all plug in through the same trait. Which tools a turn
 //! offers is the agent loop's business (D1), not the toolbox's.
 
 mod builtin;
@@ -10,6 +11,10 @@ mod command;
 mod function;
 #[doc(hidden)]
 pub mod macro_support;
+#[cfg(feature = "mcp")]
+mod mcp;
+#[cfg(not(feature = "mcp"))]
+#[path = "mcp_off.rs"]
 mod mcp;
 mod mcp_servers;
 mod process;
