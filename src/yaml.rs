@@ -173,7 +173,7 @@ fn without_location(message: &str) -> &str {
 /// The deepest nesting of collections read, block and flow alike:
 /// serde-saphyr's own default, far past what a tactic, a prompt's front
 /// matter or a JSON schema in one needs (serde_yaml_ng allowed 128 flow
-/// levels). Reading recurses once a level, hence [`READING_STACK`].
+/// levels). Reading recurses once a level, hence the reading thread's own 16 MiB stack.
 pub const MAX_DEPTH: usize = 64;
 
 /// The stack of the thread that reads a document (see [`Reader::read`]).
