@@ -5,19 +5,13 @@
 
 mod common;
 
-use common::{MockServer, Test};
+use common::{MockServer, Test, closed_port};
 use serde_json::Value;
 
 const ONE_AGENT: &str = "agent_configs:\n  - name: a\n    system_prompt: Be brief.\n";
 
 fn tactic(model: &str, extra: &str) -> String {
     format!("global: {{model_name: {model}, max_llm_recall: 0}}\n{ONE_AGENT}{extra}")
-}
-
-/// A port on 127.0.0.1 that nothing listens on.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 #[test]

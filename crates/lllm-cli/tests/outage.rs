@@ -10,7 +10,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 
-use common::{MockServer, Test};
+use common::{MockServer, Test, closed_port};
 use serde_json::Value;
 
 const TASKS: usize = 40;
@@ -199,12 +199,7 @@ fn a_batch_pauses_while_its_server_is_down_and_resumes_when_it_answers() {
 #[test]
 fn a_server_down_past_max_outage_ends_the_batch_and_resume_runs_the_rest() {
     // A port nothing listens on: bound, then closed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = closed_port().to_string();
     let test = Test::new()
         .file("t.yaml", &tactic(&port))
         .file("tasks.jsonl", &tasks());

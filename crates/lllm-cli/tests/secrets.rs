@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
-use common::Test;
+use common::{Test, closed_port};
 use serde_json::{Value, json};
 
 /// One request as a test server read it.
@@ -191,12 +191,6 @@ fn read_request(stream: &mut TcpStream) -> Option<Request> {
     reader.read_exact(&mut body).ok()?;
     request.body = String::from_utf8_lossy(&body).into_owned();
     Some(request)
-}
-
-/// A port nothing listens on (bound, then released).
-fn closed_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
 }
 
 /// A one-agent tactic on provider `local` (an OpenAI-compatible server at

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{MockServer, Test};
+use common::{MockServer, Test, closed_port};
 
 const KEY: &str = "sk-verbose-key-0123456789";
 const CUSTOM: &str = "custom-header-secret-42";
@@ -367,11 +367,7 @@ tools:
 #[test]
 fn dash_v_shows_a_request_that_got_no_reply() {
     // A port nothing listens on: each attempt fails before any reply.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let dir = tempfile::tempdir().unwrap();
     let server = flaky(dir.path());
     let test = test(&server);

@@ -200,6 +200,12 @@ impl Test {
     }
 }
 
+/// A port on 127.0.0.1 that nothing listens on (bound, then released).
+pub fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
 /// `sha256:` and the first 6 bytes of an auth header's digest, as `lllm-mock`
 /// logs the key a request carried (computed here on its own, so a test checks
 /// the mock's log against it).
