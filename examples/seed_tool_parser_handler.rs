@@ -1,10 +1,10 @@
 //! A Rust tool, a custom parser and a handler in one tactic, then `quick`:
 //! `cargo run --example seed_tool_parser_handler`.
 //!
-//! The prompt `examples/seeds/prompts/count.md` names the parser `answer` and
+//! The prompt `examples/seeds/count/prompts/count.md` names the parser `answer` and
 //! the handler `strict` in its front matter; the agent's `tools:` names the
 //! `#[lllm::tool]` function `word_count`. Offline on `mock/script` with
-//! `examples/seeds/count.yaml`: the model calls the tool, answers in prose
+//! `examples/seeds/count/script.yaml`: the model calls the tool, answers in prose
 //! (rejected by the parser), and answers in the tag once `strict` asks.
 
 use lllm::agent::{AgentCallSession, Handler};
@@ -46,7 +46,7 @@ global: {model_name: mock/script}
 agent_configs:
   - {name: counter, system_prompt: You count words., tools: [word_count]}
 providers:
-  mock: {script: count.yaml}
+  mock: {script: script.yaml}
 flow:
   - {step: count, agent: counter, prompt: count}
 ";
@@ -57,8 +57,8 @@ async fn main() -> Result<(), BoxError> {
         .tool_impl(word_count::tool())
         .parser("answer", answer)
         .handler("strict", Strict);
-    let seeds = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/seeds");
-    let tactic = Tactic::from_yaml(TACTIC, seeds, &registry)?;
+    let directory = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/seeds/count");
+    let tactic = Tactic::from_yaml(TACTIC, directory, &registry)?;
     let record = tactic.run("the quick brown fox".into()).await;
 
     let call = &record.agent_calls[0];
