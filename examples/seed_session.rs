@@ -55,10 +55,11 @@ async fn main() -> Result<(), BoxError> {
     println!("provider retries: {}", session.llm_recalls_count());
     println!("tool rounds: {}", session.interrupts_count());
     println!("repairs: {}", session.exception_retries_count());
-    println!(
-        "tokens: {}, cost: {:?}",
-        session.cost.total_tokens, session.cost.cost
-    );
+    let usd = session
+        .cost
+        .cost
+        .map_or("unknown".to_string(), |usd| format!("${usd:.4}"));
+    println!("tokens: {}, cost: {usd}", session.cost.total_tokens);
     let delivery = session.delivery().ok_or("no delivery")?;
     println!(
         "delivery: {} (parsed celsius: {})",
