@@ -359,6 +359,15 @@ impl Agent {
 
     /// Opens dialog `alias`, seeded with the system prompt rendered with the
     /// run's `task` and `args`, and makes it the active dialog.
+    ///
+    /// ```
+    /// let mut agent = lllm::Agent::builder("mock/echo").system("You are terse.").build()?;
+    /// agent.open("chat")?;
+    /// assert_eq!(agent.active_alias(), Some("chat"));
+    /// assert_eq!(agent.current_dialog()?.messages()[0].content, "You are terse.");
+    /// assert!(agent.open("chat").is_err(), "an alias is opened once");
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn open(&mut self, alias: &str) -> Result<&mut Agent> {
         let context = std::mem::take(&mut self.context);
         let opened = self.open_with(alias, &context, true).map(|_| ());
@@ -430,6 +439,21 @@ impl Agent {
 
     /// Branches dialog `from` into a new dialog `to` holding its whole
     /// history, and makes `to` the active dialog (a child in the dialog tree).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("draft")?;
+    /// agent.receive("A first try.")?;
+    /// agent.respond().await?;
+    /// agent.fork("draft", "bolder")?;
+    /// agent.receive("Bolder, please.")?;
+    /// agent.respond().await?;
+    /// assert_eq!(agent.current_dialog()?.len(), 5, "the parent's three and two more");
+    /// assert_eq!(agent.dialog("draft").unwrap().len(), 3, "the parent is as it was");
+    /// # Ok(()) }
+    /// ```
     pub fn fork(&mut self, from: &str, to: &str) -> Result<&mut Agent> {
         self.fork_with(from, to, Fork::default())
     }
@@ -468,6 +492,16 @@ impl Agent {
     }
 
     /// Makes dialog `alias` the active one.
+    ///
+    /// ```
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("planning")?;
+    /// agent.open("execution")?; // now the active dialog
+    /// agent.switch("planning")?;
+    /// assert_eq!(agent.active_alias(), Some("planning"));
+    /// assert!(agent.switch("nowhere").is_err());
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn switch(&mut self, alias: &str) -> Result<&mut Agent> {
         if !self.dialogs.contains_key(alias) {
             return Err(self.no_dialog(alias));
@@ -478,6 +512,16 @@ impl Agent {
 
     /// Appends `text` as a user message (name `user`) to the active dialog;
     /// the next turn offers the agent's tools and parses nothing (D1).
+    ///
+    /// ```
+    /// use lllm::Role;
+    ///
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("chat")?;
+    /// let message = agent.receive("What's the plan?")?;
+    /// assert_eq!((message.role, message.content.as_str()), (Role::User, "What's the plan?"));
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn receive(&mut self, text: impl AsRef<str>) -> Result<&Message> {
         self.receive_as(Role::User, "user", text)
     }
@@ -523,6 +567,21 @@ impl Agent {
     /// object, or `null` for none; over the run's `task` and `args`) into the
     /// active dialog as a user message; the prompt governs the next turn
     /// (parser, format, tools, handlers).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::Prompt;
+    /// use serde_json::json;
+    ///
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("chat")?;
+    /// let prompt = Prompt::new("ask", "Name a city in {{ country }}.")?;
+    /// agent.receive_prompt(prompt, json!({ "country": "Norway" }))?;
+    /// let reply = agent.respond().await?;
+    /// assert_eq!(reply.content, "Name a city in Norway.");
+    /// # Ok(()) }
+    /// ```
     pub fn receive_prompt(
         &mut self,
         prompt: impl Into<PromptRef>,
@@ -579,6 +638,17 @@ impl Agent {
     /// Appends an image (a file, bytes, base64, or a URL) with an optional
     /// caption to the active dialog, as a multipart message made the way
     /// a task's attachments are (`Dialog::put_image`).
+    ///
+    /// ```
+    /// use lllm::dialog::ImageSource;
+    ///
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("look")?;
+    /// let message = agent.receive_image(ImageSource::Bytes(b"GIF89a..."), Some("Which bird?"))?;
+    /// assert_eq!(message.content, "Which bird?");
+    /// assert_eq!(message.parts[0].to_string(), "<image image/gif>");
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn receive_image(
         &mut self,
         image: ImageSource<'_>,
@@ -596,6 +666,18 @@ impl Agent {
     /// [`parser_args`](Respond::parser_args), [`metadata`](Respond::metadata)
     /// — and is awaited: to the accepted [`Message`], or with
     /// [`session`](Respond::session) to the whole [`AgentCallSession`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("chat")?;
+    /// agent.receive("Hello")?;
+    /// let reply = agent.respond().await?;
+    /// assert_eq!(reply.content, "Hello"); // mock/echo repeats the question
+    /// assert_eq!(agent.current_dialog()?.tail().map(|last| last.content.as_str()), Some("Hello"));
+    /// # Ok(()) }
+    /// ```
     pub fn respond(&mut self) -> Respond<'_> {
         Respond::new(self)
     }
@@ -632,6 +714,15 @@ impl Agent {
     }
 
     /// The active dialog.
+    ///
+    /// ```
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// assert!(agent.current_dialog().is_err(), "none is open yet");
+    /// agent.open("chat")?;
+    /// agent.receive("Hi")?;
+    /// assert_eq!(agent.current_dialog()?.len(), 2, "the system prompt and the question");
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn current_dialog(&self) -> Result<&Dialog> {
         let alias = self
             .active_alias

@@ -89,6 +89,20 @@ impl<'a> Respond<'a, Message> {
     /// Awaits to the whole [`AgentCallSession`] instead of the message: `Ok`
     /// for a failed call too (state `failure`, D7); `Err` only for misuse (no
     /// such dialog, arguments that are not an object).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
+    /// agent.open("chat")?;
+    /// agent.receive("Hello")?;
+    /// let session = agent.respond().session().await?;
+    /// assert!(session.is_success());
+    /// assert_eq!(session.invokes.len(), 1);
+    /// assert_eq!(session.exception_retries_count() + session.llm_recalls_count(), 0);
+    /// assert_eq!(session.delivery().map(|reply| reply.content.as_str()), Some("Hello"));
+    /// # Ok(()) }
+    /// ```
     pub fn session(self) -> Respond<'a, AgentCallSession> {
         Respond {
             agent: self.agent,

@@ -71,6 +71,22 @@ fn from_document(
 
 impl TacticConfig {
     /// A tactic config written in code; see [`TacticBuilder`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::config::{AgentEntry, TacticConfig};
+    /// use lllm::{Registry, Tactic};
+    ///
+    /// let config = TacticConfig::builder()
+    ///     .name("summarize")
+    ///     .global(AgentEntry::defaults().model("mock/echo"))
+    ///     .agent(AgentEntry::new("assistant").system("You summarize."))
+    ///     .build()?;
+    /// let tactic = Tactic::from_config(config, &Registry::new())?;
+    /// assert_eq!(tactic.call("Tides turn twice a day.").await?, "Tides turn twice a day.");
+    /// # Ok(()) }
+    /// ```
     pub fn builder() -> TacticBuilder {
         TacticBuilder::default()
     }

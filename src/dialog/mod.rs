@@ -312,6 +312,19 @@ impl Dialog {
 
     /// Appends raw text; the next turn is governed by a bare prompt (no parser,
     /// no format, no prompt tools).
+    ///
+    /// ```
+    /// use lllm::dialog::{Dialog, Role};
+    /// use serde_json::{Map, json};
+    ///
+    /// let mut dialog = Dialog::new("writer", "writer_main");
+    /// dialog.put_text("You write short notes.", Role::System, "system", Map::new());
+    /// let metadata = json!({ "source": "email" }).as_object().cloned().unwrap_or_default();
+    /// let message = dialog.put_text("Write a project update.", Role::User, "ada", metadata);
+    /// assert_eq!((message.role, message.name.as_str()), (Role::User, "ada"));
+    /// assert_eq!(message.metadata["source"], "email");
+    /// assert_eq!(dialog.len(), 2);
+    /// ```
     pub fn put_text(
         &mut self,
         text: &str,
@@ -395,6 +408,22 @@ impl Dialog {
     /// `first_k` messages (clamped so they do not overlap the tail) plus the last
     /// `last_n`. The child inherits session name, owner and top prompt; this
     /// dialog records the child's id.
+    ///
+    /// ```
+    /// use lllm::dialog::{Dialog, Role};
+    /// use serde_json::Map;
+    ///
+    /// let mut dialog = Dialog::new("coder", "coder_main");
+    /// for text in ["system", "one", "two", "three", "four"] {
+    ///     dialog.put_text(text, Role::User, "user", Map::new());
+    /// }
+    /// let full = dialog.fork(0, 1); // a full copy
+    /// assert_eq!(full.len(), 5);
+    /// let short = dialog.fork(2, 1); // the first message and the last two
+    /// let texts: Vec<&str> = short.messages().iter().map(|message| message.content.as_str()).collect();
+    /// assert_eq!(texts, ["system", "three", "four"]);
+    /// assert_eq!(short.tree_node.parent_id.as_deref(), Some(dialog.dialog_id()));
+    /// ```
     #[must_use = "the child dialog: this one only records its id"]
     pub fn fork(&mut self, last_n: usize, first_k: usize) -> Dialog {
         let len = self.messages.len();

@@ -202,6 +202,17 @@ pub struct Prompt {
 
 impl Prompt {
     /// A minijinja prompt; a syntax error names the prompt and the line.
+    ///
+    /// ```
+    /// use lllm::Prompt;
+    /// use serde_json::json;
+    ///
+    /// let prompt = Prompt::new("greet", "Hello, {{ name }}!")?;
+    /// let args = json!({ "name": "Ada" }).as_object().cloned().unwrap_or_default();
+    /// assert_eq!(prompt.render(&args)?, "Hello, Ada!");
+    /// assert!(Prompt::new("broken", "Hello, {{ name").is_err());
+    /// # Ok::<(), lllm::prompt::Error>(())
+    /// ```
     pub fn new(path: impl Into<String>, template: impl Into<String>) -> Result<Prompt> {
         Prompt::with_renderer(path, template, Renderer::Jinja)
     }

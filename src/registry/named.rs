@@ -149,6 +149,37 @@ impl Registry {
     /// or a cache), under the name its spec gives; `word_count::tool()` of a
     /// function marked `#[lllm::tool]` is one.
     ///
+    /// ```
+    /// use futures_util::future::BoxFuture;
+    /// use lllm::provider::ToolSpec;
+    /// use serde_json::{Map, Value, json};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// /// Hands out ticket numbers: a tool with state.
+    /// struct Tickets {
+    ///     spec: ToolSpec,
+    ///     next: AtomicU64,
+    /// }
+    ///
+    /// impl lllm::Tool for Tickets {
+    ///     fn spec(&self) -> &ToolSpec {
+    ///         &self.spec
+    ///     }
+    ///     fn call<'a>(&'a self, _arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>> {
+    ///         let number = self.next.fetch_add(1, Ordering::SeqCst);
+    ///         Box::pin(async move { Ok(format!("ticket {number}")) })
+    ///     }
+    /// }
+    ///
+    /// let spec = ToolSpec {
+    ///     name: "ticket".into(),
+    ///     description: "Take the next ticket number.".into(),
+    ///     parameters: json!({"type": "object", "properties": {}}),
+    /// };
+    /// let registry = lllm::Registry::new().tool_impl(Tickets { spec, next: AtomicU64::new(1) });
+    /// assert_eq!(registry.tool_names().collect::<Vec<_>>(), ["ticket"]);
+    /// ```
+    ///
     /// # Panics
     /// When that name is registered already.
     pub fn tool_impl(mut self, tool: impl Tool + 'static) -> Registry {
@@ -185,6 +216,22 @@ impl Registry {
     /// Registers a handler a prompt names with `handler: NAME` in its front
     /// matter: it writes the repair request, the tool results and the final
     /// request of every call that prompt governs (see [`Handler`]).
+    ///
+    /// ```
+    /// use lllm::{AgentCallSession, Handler};
+    ///
+    /// /// Repairs that say what to send.
+    /// struct Strict;
+    /// impl Handler for Strict {
+    ///     fn on_exception(&self, error: &str, _call: &AgentCallSession) -> String {
+    ///         format!("{error}. Reply with <answer>…</answer> and nothing else.")
+    ///     }
+    /// }
+    ///
+    /// // A prompt's front matter names it: `handler: strict`.
+    /// let registry = lllm::Registry::new().handler("strict", Strict);
+    /// assert!(registry.handler_names().any(|name| name == "strict"));
+    /// ```
     ///
     /// # Panics
     /// When `name` is registered already or is the built-in `default`.

@@ -96,6 +96,31 @@ impl Ctx {
     }
 
     /// The agent `name` (an `agent_configs` entry), made on first use.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Ctx, Flow, FlowResult, Registry, Tactic, Task};
+    ///
+    /// struct Answer;
+    ///
+    /// impl Flow for Answer {
+    ///     const NAME: &'static str = "answer";
+    ///     const AGENTS: &'static [&'static str] = &["assistant"];
+    ///
+    ///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+    ///         let agent = cx.agent("assistant")?;
+    ///         agent.open("main")?;
+    ///         agent.receive(task.text())?;
+    ///         Ok(agent.respond().await?.content)
+    ///     }
+    /// }
+    ///
+    /// let yaml = "tactic_type: answer\nagent_configs: [{name: assistant, model_name: mock/echo}]";
+    /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new().flow(Answer))?;
+    /// assert_eq!(tactic.call("Hello").await?, "Hello");
+    /// # Ok(()) }
+    /// ```
     pub fn agent(&mut self, name: &str) -> Result<&mut Agent, CtxError> {
         self.make(name)?;
         Ok(self.agents.get_mut(name).expect("made above"))
@@ -103,6 +128,34 @@ impl Ctx {
 
     /// Several agents at once, each lent once, so that two can run at the
     /// same time (`tokio::join!(a.respond(), b.respond())`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Ctx, Flow, FlowResult, Registry, Tactic, Task};
+    ///
+    /// struct Both;
+    ///
+    /// impl Flow for Both {
+    ///     const NAME: &'static str = "both";
+    ///     const AGENTS: &'static [&'static str] = &["left", "right"];
+    ///
+    ///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+    ///         let [left, right] = cx.agents(["left", "right"])?;
+    ///         for agent in [&mut *left, &mut *right] {
+    ///             agent.open("main")?;
+    ///             agent.receive(task.text())?;
+    ///         }
+    ///         let (a, b) = tokio::join!(left.respond(), right.respond()); // at the same time
+    ///         Ok(format!("{} / {}", a?.content, b?.content))
+    ///     }
+    /// }
+    ///
+    /// let yaml = "tactic_type: both\nglobal: {model_name: mock/echo}\nagent_configs: [{name: left}, {name: right}]";
+    /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new().flow(Both))?;
+    /// assert_eq!(tactic.call("Hi").await?, "Hi / Hi");
+    /// # Ok(()) }
+    /// ```
     pub fn agents<const N: usize>(
         &mut self,
         names: [&str; N],

@@ -153,6 +153,21 @@ fn sub_tactics_of(nodes: &[Node]) -> Vec<&Tactic> {
 /// `Arc`, so clones share the providers (their concurrency and rate limits),
 /// the MCP servers and the price table. Clone it into spawned tasks instead
 /// of wrapping it in an `Arc`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::{Registry, Tactic};
+///
+/// let tactic = Tactic::from_yaml("
+/// global: {model_name: mock/echo}
+/// agent_configs: [{name: assistant, system_prompt: You summarize.}]
+/// ", ".", &Registry::new())?;
+/// let worker = tactic.clone(); // shares the providers and their limits
+/// let answer = tokio::spawn(async move { worker.call("Tides turn twice a day.").await }).await??;
+/// assert_eq!(answer, "Tides turn twice a day.");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Tactic {
     /// The resolved config the tactic was built from.
@@ -364,6 +379,22 @@ impl Tactic {
     /// are in its invokes and [`delivery`](crate::agent::AgentCallSession::delivery)
     /// (a written record holds each reply once, in its dialog; reading one
     /// back, [`SessionRecord::expand`] restores them).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Registry, Tactic, Task};
+    /// use lllm::tactic::RunState;
+    ///
+    /// let yaml = "agent_configs: [{name: assistant, model_name: mock/echo}]";
+    /// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+    /// let record = tactic.run(Task::new("Owls hunt at night.").id("owls")).await;
+    /// assert_eq!(record.state, RunState::Success);
+    /// assert_eq!(record.task_id.as_deref(), Some("owls"));
+    /// assert_eq!(record.delivery.as_deref(), Some("Owls hunt at night."));
+    /// assert_eq!(record.agent_calls.len(), 1);
+    /// # Ok(()) }
+    /// ```
     #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run(&self, task: Task) -> SessionRecord {
         let mut record = flow::run(self, task, None, std::future::pending()).await;

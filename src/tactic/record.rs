@@ -421,6 +421,22 @@ impl SessionRecord {
     /// disk, a path that is a directory), the temporary file is removed. A
     /// path ending in `.zst` (`run.json.zst`) is written zstd-compressed;
     /// every reader of records takes either form.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Registry, SessionRecord, Tactic};
+    ///
+    /// let tactic = Tactic::from_yaml("agent_configs: [{name: a, model_name: mock/echo}]", ".", &Registry::new())?;
+    /// let record = tactic.run("Hello".into()).await;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join(format!("{}.json", record.session_id));
+    /// record.write(&path)?; // `lllm replay PATH` shows it
+    /// let text = std::fs::read_to_string(&path)?;
+    /// let read: SessionRecord = serde_json::from_str(&text)?;
+    /// assert_eq!(read.delivery.as_deref(), Some("Hello"));
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let path = path.as_ref();
         if let Some(parent) = path

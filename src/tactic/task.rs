@@ -57,6 +57,16 @@ pub struct Task {
 
 impl Task {
     /// A task of `task` (text, or any JSON value) with no id, arguments or tags.
+    ///
+    /// ```
+    /// use lllm::Task;
+    ///
+    /// let task = Task::new("Summarize the notes.").id("notes-1").arg("max_words", 40);
+    /// assert_eq!(task.text(), "Summarize the notes.");
+    /// assert_eq!(task.args["max_words"], 40); // templates see `{{ max_words }}`
+    /// let task: Task = "Or just a string.".into();
+    /// assert_eq!(task.id, None);
+    /// ```
     pub fn new(task: impl Into<Value>) -> Task {
         Task {
             task: task.into(),
