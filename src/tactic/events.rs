@@ -8,6 +8,7 @@
 //! run). A `ccall`'s runs are spawned tasks (`calls::Runs`), which wait for
 //! room in the shared queue when the consumer falls behind.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -61,16 +62,28 @@ impl Tactic {
     /// ```
     pub fn events(&self, task: impl Into<Task>) -> Events {
         let task = task.into();
-        let queue = Arc::new(Queue::default());
-        let emitter = task_emitter(self, &queue, None, task.id.as_deref());
         let tactic = self.clone();
-        let events = emitter.clone();
-        Events {
-            queue,
-            emitter,
-            run: Some(Box::pin(run_caught(tactic, task, Some(events)))),
-            record: None,
-        }
+        let id = task.id.clone();
+        Events::new(self, id.as_deref(), |events| {
+            Box::pin(run_caught(tactic, task, Some(events)))
+        })
+    }
+
+    /// [`Tactic::events`] until `interrupt` completes: the run stops there
+    /// and its closing event is an `error` (`interrupted`), as
+    /// [`Tactic::run_until`] stops; [`Events::record`] is then in its
+    /// compact, written form (what `lllm run --events` writes).
+    pub fn events_until(
+        &self,
+        task: impl Into<Task>,
+        interrupt: impl Future<Output = ()> + Send + 'static,
+    ) -> Events {
+        let task = task.into();
+        let tactic = self.clone();
+        let id = task.id.clone();
+        Events::new(self, id.as_deref(), |events| {
+            Box::pin(async move { super::flow::run(&tactic, task, Some(events), interrupt).await })
+        })
     }
 }
 
@@ -129,6 +142,22 @@ pub struct Events {
 }
 
 impl Events {
+    /// The stream of the run of task `id`, which `run` makes given its emitter.
+    fn new(
+        tactic: &Tactic,
+        id: Option<&str>,
+        run: impl FnOnce(Emitter) -> BoxFuture<'static, SessionRecord>,
+    ) -> Events {
+        let queue = Arc::new(Queue::default());
+        let emitter = task_emitter(tactic, &queue, None, id);
+        Events {
+            run: Some(run(emitter.clone())),
+            queue,
+            emitter,
+            record: None,
+        }
+    }
+
     /// The run's session record, once the stream has ended (after its
     /// closing event).
     pub fn record(&self) -> Option<&SessionRecord> {
