@@ -56,7 +56,7 @@ impl Tactic {
     ///     kinds,
     ///     ["model_call_started", "text_delta", "model_call_finished", "result"]
     /// );
-    /// assert!(events.record().is_some_and(|record| record.is_success()));
+    /// assert!(events.record().is_some_and(|record| record.delivery.as_deref() == Some("ping")));
     /// # Ok(())
     /// # }
     /// ```
