@@ -73,8 +73,12 @@ pub struct Event {
 /// another follows: a `model_call_started` with the next attempt number) or
 /// `model_call_finished`; then the reply's `tool_call`s, their
 /// `tool_result`s (each after its call), or a `repair`.
+///
+/// New kinds may come (the enum is `non_exhaustive`): a consumer matches the
+/// kinds it wants and passes over the rest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EventKind {
     /// A piece of a reply's text as it streams in.
     TextDelta {
