@@ -488,14 +488,7 @@ impl Call<'_> {
                 .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));
             let cached = hit.is_some();
             let trace = request_trace(step, repair, digest);
-            let sent = self.send(request, hit, session, &trace, repair).await;
-            let attempted = match sent {
-                Ok(attempted) => attempted,
-                Err(error) => {
-                    self.finished(&trace, None, 0, cached, Some(&error));
-                    return Err(error);
-                }
-            };
+            let attempted = self.send(request, hit, session, &trace, repair).await?;
             let mut reply = attempted.message;
             reply.name = self.spec.name.clone();
             reply.role = Role::Assistant;
@@ -629,12 +622,14 @@ impl Call<'_> {
             }
         };
         outcome.map_err(|failed| {
-            format!(
+            let error = format!(
                 "model `{}` failed after {}: {}",
                 self.spec.model_name,
                 crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
                 failed.error
-            )
+            );
+            self.finished(trace, None, failed.attempts, false, Some(&error));
+            error
         })
     }
 

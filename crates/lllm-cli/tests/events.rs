@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Test;
+use common::{MockServer, Test};
 use serde_json::Value;
 
 /// A review step that may call the `shout` tool and must answer with a
@@ -187,6 +187,7 @@ fn a_failed_run_ends_with_one_error_event_and_writes_its_record() {
     let finished = &events[events.len() - 2];
     assert_eq!(finished["kind"], "model_call_finished");
     assert!(finished["data"]["error"].as_str().unwrap().contains("400"));
+    assert_eq!(finished["data"]["attempts"], 1, "a 400 is not retried");
     assert_eq!(
         events
             .iter()
@@ -245,4 +246,38 @@ fn events_take_no_other_output_flag() {
         );
         assert!(output.stdout.is_empty());
     }
+}
+
+#[test]
+fn a_request_held_by_the_providers_concurrency_says_it_waited() {
+    // Two parallel branches, one request at a time: the second waits for
+    // the first, however fast the server is.
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let tactic = format!(
+        "global: {{model_name: local/m}}
+agent_configs: [{{name: a}}]
+providers:
+  local: {{api: openai, base_url: \"{}\", max_concurrency: 1}}
+flow:
+  - parallel: {{}}
+    steps:
+      - {{step: one, agent: a, text: one}}
+      - {{step: two, agent: a, text: two}}
+",
+        server.base_url()
+    );
+    let test = test.file("t.yaml", &tactic);
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--events", "--no-record"]);
+    output.expect_code(0);
+    let events = events(&output.stdout);
+    let wait = place(&events, "wait", "reason", "concurrency".into());
+    assert!(events[wait]["data"]["waited_ms"].is_u64());
+    assert_eq!(events[wait]["data"]["agent"], "a");
+    assert_eq!(events[wait]["data"]["model"], "local/m");
+    let started = events
+        .iter()
+        .filter(|event| event["kind"] == "model_call_started")
+        .count();
+    assert_eq!(started, 2);
 }
