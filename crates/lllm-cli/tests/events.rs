@@ -281,3 +281,45 @@ flow:
         .count();
     assert_eq!(started, 2);
 }
+
+#[test]
+fn a_sub_tactics_events_come_between_its_started_and_finished() {
+    let test = Test::new()
+        .file(
+            "t.yaml",
+            "global: {model_name: mock/echo}
+agent_configs: [{name: writer}]
+flow:
+  - {step: draft, agent: writer, text: \"draft of {{ task }}\"}
+  - {step: short, tactic: sub.yaml, task: \"{{ draft.content }}\"}
+",
+        )
+        .file(
+            "sub.yaml",
+            "tactic_type: shorten
+global: {model_name: mock/echo}
+agent_configs: [{name: shortener}]
+flow:
+  - {step: cut, agent: shortener, text: \"short: {{ task }}\"}
+",
+        );
+    let output = test.run(&["run", "t.yaml", "--task", "x", "--events", "--no-record"]);
+    output.expect_code(0);
+    let events = events(&output.stdout);
+    let started = place(&events, "sub_tactic_started", "step", "short".into());
+    let finished = place(&events, "sub_tactic_finished", "step", "short".into());
+    assert_eq!(events[started]["data"]["tactic"], "shorten");
+    assert_eq!(events[finished]["data"]["state"], "success");
+    assert!(
+        events[finished]["data"]["usage"]["total_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let inner = place(&events, "model_call_started", "agent", "shortener".into());
+    assert!(started < inner && inner < finished, "{events:#?}");
+    assert_eq!(
+        events.last().unwrap()["data"]["delivery"],
+        "short: draft of x"
+    );
+}
