@@ -384,6 +384,12 @@ impl Queue {
         event
     }
 
+    /// How many events wait for the consumer.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().events.len()
+    }
+
     /// Waits until the queue holds fewer than [`QUEUE_CAPACITY`] events.
     pub(crate) async fn room(&self) {
         loop {

@@ -256,3 +256,43 @@ impl Stream for CcallEvents<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::event::QUEUE_CAPACITY;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_consumer_that_stops_reading_holds_the_runs_back_and_loses_nothing() {
+        const TASKS: usize = 200;
+        let tactic = Tactic::from_yaml(
+            "agent_configs: [{name: echo, model_name: mock/echo}]",
+            "/nonexistent",
+            &crate::Registry::new(),
+        )
+        .unwrap();
+        let tasks = (0..TASKS).map(|number| format!("task {number}"));
+        let mut events = tactic.ccall(tasks).concurrency(TASKS).events();
+        // One read starts every run; then the consumer reads nothing while
+        // the runs go as far as they can.
+        let first = events.next().await.unwrap();
+        for _ in 0..1_000 {
+            tokio::task::yield_now().await;
+        }
+        // Each run says 3 things before its closing event: unbounded, the
+        // queue would hold them all.
+        let waiting = events.queue.len();
+        assert!(waiting >= QUEUE_CAPACITY - 1, "{waiting}");
+        assert!(
+            waiting < 3 * TASKS - 1,
+            "the runs went on regardless: {waiting}"
+        );
+        // Reading on, every event of every run comes, each run's closing last.
+        let rest: Vec<Event> = events.collect().await;
+        let closing = rest.iter().filter(|event| event.kind.is_closing()).count();
+        assert_eq!(closing, TASKS);
+        assert_eq!(1 + rest.len(), 4 * TASKS, "{}", first.kind.name());
+    }
+}
