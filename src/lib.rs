@@ -16,6 +16,7 @@ pub mod config;
 pub mod dialog;
 #[doc(hidden)]
 pub mod error;
+pub mod event;
 #[doc(hidden)]
 pub mod fds;
 pub(crate) mod features;
@@ -49,6 +50,7 @@ pub mod yaml;
 
 pub use agent::{Agent, AgentCallSession, Handler};
 pub use dialog::{Dialog, Message, Role};
+pub use event::{Event, EventKind};
 pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;
 pub use registry::Registry;

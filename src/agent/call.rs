@@ -17,6 +17,7 @@ use super::repeats::Repeats;
 use super::session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 use super::{AgentSpec, Runtime};
 use crate::dialog::{Dialog, FunctionCall, Message, Role};
+use crate::event::{Emitter, EventKind};
 use crate::prompt::Prompt;
 use crate::provider::http::watching_sends;
 use crate::provider::retry::{self, FailedAttempt};
@@ -38,7 +39,8 @@ pub(crate) const TOOL_CALLS_AT_ONCE: usize = 8;
 pub(super) struct Call<'a> {
     pub spec: &'a AgentSpec,
     pub runtime: &'a Runtime,
-    pub text_sink: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// Where the call says what happens (`crate::event`), if anywhere.
+    pub events: Option<&'a Emitter>,
     pub alias: &'a str,
     /// The call's own model arguments, parser arguments and metadata.
     pub options: &'a super::CallOptions,
@@ -183,6 +185,7 @@ impl Call<'_> {
                 session.success();
                 return;
             }
+            self.announce_tools(&reply.function_calls).await;
             let results = self
                 .run_tools(
                     &reply.function_calls,
@@ -238,8 +241,51 @@ impl Call<'_> {
             .buffered(TOOL_CALLS_AT_ONCE)
             .collect()
             .await;
-        results.extend(too_many.iter().map(|call| not_run(call, calls.len())));
+        results.extend(too_many.iter().map(|call| {
+            let answered = not_run(call, calls.len());
+            self.tool_answered(&answered.0, &answered.1);
+            answered
+        }));
         results
+    }
+
+    /// Says which tools the model asked for, once the consumer of the
+    /// events has room (`event::Queue`).
+    async fn announce_tools(&self, calls: &[FunctionCall]) {
+        let Some(events) = self.events else { return };
+        events.room().await;
+        for call in calls {
+            events.emit(EventKind::ToolCall {
+                agent: self.spec.name.clone(),
+                dialog: self.alias.to_string(),
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+    }
+
+    /// Says how a tool call was answered (`text`: what the model reads).
+    fn tool_answered(&self, call: &FunctionCall, text: &str) {
+        let Some(events) = self.events else { return };
+        let result = match &call.result {
+            Some(Value::String(result)) => Some(result.clone()),
+            Some(other) => Some(other.to_string()),
+            None => None,
+        };
+        // A repeated call ran no tool: what the model is told is the error.
+        let error = call
+            .error_message
+            .clone()
+            .or_else(|| result.is_none().then(|| text.to_string()));
+        events.emit(EventKind::ToolResult {
+            agent: self.spec.name.clone(),
+            dialog: self.alias.to_string(),
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            result,
+            error,
+        });
     }
 
     /// Puts each tool result on the dialog as the governing prompt's
@@ -408,7 +454,16 @@ impl Call<'_> {
         let mut written: Vec<String> = Vec::new();
         // 0 for the round's first request, N for its Nth repair.
         let mut repair: u32 = 0;
+        let forward = self
+            .events
+            .map(|events| move |text: &str| events.text_delta(&self.spec.name, self.alias, text));
+        let stream = forward
+            .as_ref()
+            .map(|forward| forward as &(dyn Fn(&str) + Send + Sync));
         loop {
+            if let Some(events) = self.events {
+                events.room().await;
+            }
             let request = ChatRequest {
                 model: &model.model,
                 messages: working.messages(),
@@ -416,7 +471,7 @@ impl Call<'_> {
                 format: top.format(),
                 model_args: &model_args,
                 api_type: self.spec.api_type,
-                stream: self.text_sink,
+                stream,
             };
             let digest = RequestDigest::of(&request, working.dialog_id());
             // Keyed by what goes on the wire, byte for byte (issue 26); a
@@ -438,6 +493,13 @@ impl Call<'_> {
             reply.name = self.spec.name.clone();
             reply.role = Role::Assistant;
             self.price_and_keep(&mut reply, cached, cache_key.as_ref());
+            self.finished(
+                &trace,
+                Some((&reply, attempted.latency)),
+                attempted.attempts,
+                cached,
+                None,
+            );
             let parse_error = self.parse_reply(&mut reply, top, &written);
             // The trace shares the reply the working fork holds. A reply
             // that parses goes on to the call's dialog too: one message for
@@ -459,8 +521,17 @@ impl Call<'_> {
             let Some(error) = parse_error else {
                 return Ok(reply);
             };
-            self.ask_for_repair(working, session, top, step, error, &mut written)?;
+            self.ask_for_repair(working, session, top, step, error.clone(), &mut written)?;
             repair = repair.saturating_add(1);
+            if let Some(events) = self.events {
+                events.emit(EventKind::Repair {
+                    agent: self.spec.name.clone(),
+                    dialog: self.alias.to_string(),
+                    step,
+                    repair,
+                    error,
+                });
+            }
         }
     }
 
@@ -489,8 +560,10 @@ impl Call<'_> {
         let model = &self.spec.model;
         let outcome = match hit {
             Some(reply) => {
-                if let Some(sink) = self.text_sink {
-                    sink(&reply.content);
+                self.started(trace, 1);
+                if let Some(events) = self.events {
+                    events.text_delta(&self.spec.name, self.alias, "");
+                    events.text_delta(&self.spec.name, self.alias, &reply.content);
                 }
                 Ok(retry::Attempted {
                     message: cache::as_hit(reply),
@@ -512,28 +585,132 @@ impl Call<'_> {
                 }
                 let mut pending = Pending::new(session, trace.clone());
                 let sent = pending.sent();
+                let attempt = std::sync::atomic::AtomicU32::new(0);
+                let starting = || {
+                    let number = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    self.started(trace, number);
+                };
+                let observed = Observed {
+                    inner: model.provider.as_ref(),
+                    starting: &starting,
+                };
+                let provider: &dyn crate::provider::Provider = match self.events {
+                    Some(_) => &observed,
+                    None => model.provider.as_ref(),
+                };
                 let attempts = retry::invoke_with_retry(
-                    model.provider.as_ref(),
+                    provider,
                     model.target(),
                     request,
                     &model.retry,
                     self.spec.limits.max_llm_recall,
-                    |failed: &FailedAttempt| pending.failed(failed),
+                    |failed: &FailedAttempt| {
+                        self.retrying(failed);
+                        pending.failed(failed)
+                    },
                 );
-                let outcome =
-                    tracing::Instrument::instrument(watching_sends(sent, attempts), span).await;
+                let attempts = watching_sends(sent, attempts);
+                let outcome = match self.wait_observer() {
+                    Some(observer) => {
+                        let observed = crate::provider::limit::observing_waits(observer, attempts);
+                        tracing::Instrument::instrument(observed, span).await
+                    }
+                    None => tracing::Instrument::instrument(attempts, span).await,
+                };
                 pending.answered();
                 outcome
             }
         };
         outcome.map_err(|failed| {
-            format!(
+            let error = format!(
                 "model `{}` failed after {}: {}",
                 self.spec.model_name,
                 crate::words::calls(failed.attempts, failed.attempts.saturating_sub(1)),
                 failed.error
-            )
+            );
+            self.finished(trace, None, failed.attempts, false, Some(&error));
+            error
         })
+    }
+
+    /// Says attempt `attempt` of the request traced as `trace` starts.
+    fn started(&self, trace: &InvokeTrace, attempt: u32) {
+        let Some(events) = self.events else { return };
+        events.emit(EventKind::ModelCallStarted {
+            agent: self.spec.name.clone(),
+            dialog: self.alias.to_string(),
+            model: self.spec.model_name.clone(),
+            step: trace.step,
+            repair: trace.repair,
+            attempt,
+        });
+    }
+
+    /// Says an attempt failed and another follows.
+    fn retrying(&self, failed: &FailedAttempt) {
+        let Some(events) = self.events.filter(|_| failed.retried) else {
+            return;
+        };
+        events.emit(EventKind::Retry {
+            agent: self.spec.name.clone(),
+            dialog: self.alias.to_string(),
+            model: self.spec.model_name.clone(),
+            attempt: failed.attempt,
+            error: failed.error.to_string(),
+            wait_ms: failed.waited.as_millis() as u64,
+        });
+    }
+
+    /// What tells the events of each wait for the provider's limits.
+    fn wait_observer(&self) -> Option<crate::provider::limit::WaitObserver> {
+        let events = self.events?.clone();
+        let agent = self.spec.name.clone();
+        let dialog = self.alias.to_string();
+        let model = self.spec.model_name.clone();
+        Some(Arc::new(
+            move |why: crate::provider::limit::Waiting, waited| {
+                events.emit(EventKind::Wait {
+                    agent: agent.clone(),
+                    dialog: dialog.clone(),
+                    model: model.clone(),
+                    reason: why.name().to_string(),
+                    waited_ms: u64::try_from(std::time::Duration::as_millis(&waited))
+                        .unwrap_or(u64::MAX),
+                });
+            },
+        ))
+    }
+
+    /// Says the request traced as `trace` came back (`reply`, priced, and
+    /// the answering attempt's latency) or failed for good (`error`).
+    fn finished(
+        &self,
+        trace: &InvokeTrace,
+        reply: Option<(&Message, std::time::Duration)>,
+        attempts: u32,
+        cached: bool,
+        error: Option<&String>,
+    ) {
+        let Some(events) = self.events else { return };
+        let usage = reply.map(|(reply, _)| reply.cost()).unwrap_or_default();
+        let finish_reason = reply
+            .and_then(|(reply, _)| reply.metadata.get("finish_reason"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        events.emit(EventKind::ModelCallFinished {
+            agent: self.spec.name.clone(),
+            dialog: self.alias.to_string(),
+            model: self.spec.model_name.clone(),
+            step: trace.step,
+            repair: trace.repair,
+            attempts,
+            cost: usage.cost,
+            usage,
+            latency_ms: reply.map_or(0, |(_, latency)| latency.as_millis() as u64),
+            cached,
+            finish_reason,
+            error: error.cloned(),
+        });
     }
 
     /// A hit costs nothing (`cache::as_hit`); a reply that was sent is
@@ -668,6 +845,19 @@ impl Call<'_> {
         offered: &[&str],
         final_round: bool,
     ) -> (FunctionCall, String) {
+        let answered = self.answer(call, repeated, offered, final_round).await;
+        self.tool_answered(&answered.0, &answered.1);
+        answered
+    }
+
+    /// [`execute`](Call::execute), without the event.
+    async fn answer(
+        &self,
+        call: &FunctionCall,
+        repeated: bool,
+        offered: &[&str],
+        final_round: bool,
+    ) -> (FunctionCall, String) {
         let mut call = call.clone();
         let error = if let Some(raw) = &call.raw_arguments {
             // D8: answer malformed arguments as a tool result so every tool call
@@ -710,6 +900,40 @@ impl Call<'_> {
             }
         };
         failed(call, error.unwrap_or_default())
+    }
+}
+
+/// The provider of a call whose events are wanted: each attempt it is
+/// asked for is told first (`model_call_started`); everything else is the
+/// provider's own.
+struct Observed<'p> {
+    inner: &'p dyn crate::provider::Provider,
+    starting: &'p (dyn Fn() + Send + Sync),
+}
+
+impl crate::provider::Provider for Observed<'_> {
+    fn invoke<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+    ) -> futures_util::future::BoxFuture<'a, Result<Message, crate::provider::ProviderError>> {
+        (self.starting)();
+        self.inner.invoke(request)
+    }
+
+    fn wire_request(&self, request: &ChatRequest<'_>) -> crate::provider::WireRequest {
+        self.inner.wire_request(request)
+    }
+
+    fn limiter(&self) -> Option<&crate::provider::limit::Limiter> {
+        self.inner.limiter()
+    }
+
+    fn wire_digest(&self, request: &ChatRequest<'_>) -> Option<String> {
+        self.inner.wire_digest(request)
+    }
+
+    fn check_reply(&self, reply: Message) -> Result<Message, crate::provider::ProviderError> {
+        self.inner.check_reply(reply)
     }
 }
 

@@ -34,7 +34,8 @@ pub use handler::{DefaultHandler, Handler, Handlers};
 pub use respond::{CallError, CallOptions, Respond};
 pub use session::{AgentCallSession, CallState, InvokeTrace, RequestDigest};
 
-/// Receives the text of streamed replies as it arrives.
+/// Receives the text of streamed replies as it arrives: a consumer of the
+/// run's events ([`crate::Event`]) that sees only their text.
 pub type SharedTextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Why an agent's dialog verb ([`Agent::open`], [`Agent::switch`],
@@ -224,7 +225,9 @@ pub struct Agent {
     /// Dialogs no longer reachable by alias (working forks, pruned copies,
     /// closed dialogs), kept so the session record holds the whole tree.
     archive: Vec<Dialog>,
-    text_sink: Option<SharedTextSink>,
+    /// Where the agent's calls say what happens (`crate::event`): the
+    /// run's event stream, or a text sink.
+    events: Option<crate::event::Emitter>,
     /// What `open` renders the system prompt with and what every prompt
     /// sees under its own arguments: the run's `task` and `args`.
     context: Map<String, Value>,
@@ -319,7 +322,7 @@ impl Agent {
             dialogs: IndexMap::new(),
             active_alias: None,
             archive: Vec::new(),
-            text_sink: None,
+            events: None,
             context: Map::new(),
             prompts: None,
             recorder: None,
@@ -352,9 +355,16 @@ impl Agent {
         &self.spec
     }
 
-    /// Streams the text of every reply to `sink` as it arrives.
+    /// Streams the text of every reply to `sink` as it arrives (a consumer
+    /// of the agent's events that sees only their text).
     pub fn set_text_sink(&mut self, sink: Option<SharedTextSink>) {
-        self.text_sink = sink;
+        self.events = sink.map(crate::event::Emitter::text);
+    }
+
+    /// Says what the agent's calls do through `events` (a run's event
+    /// stream), or nothing.
+    pub(crate) fn set_events(&mut self, events: Option<crate::event::Emitter>) {
+        self.events = events;
     }
 
     /// Opens dialog `alias`, seeded with the system prompt rendered with the
@@ -697,7 +707,7 @@ impl Agent {
         let call = call::Call {
             spec: &self.spec,
             runtime: &self.runtime,
-            text_sink: self.text_sink.as_deref(),
+            events: self.events.as_ref(),
             alias: &alias,
             options,
         };

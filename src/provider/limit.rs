@@ -322,6 +322,27 @@ impl Drop for Retrying<'_> {
     }
 }
 
+/// Told how long a request of the run waited for a permit and why, when
+/// it had to wait: the agent loop makes events of it (`crate::event`).
+pub(crate) type WaitObserver = std::sync::Arc<dyn Fn(Waiting, Duration) + Send + Sync>;
+
+tokio::task_local! {
+    static WAITS: WaitObserver;
+}
+
+/// Runs `future` (a model call) with `observer` told of each wait of its
+/// requests for the provider's limits.
+pub(crate) async fn observing_waits<F: std::future::Future>(
+    observer: WaitObserver,
+    future: F,
+) -> F::Output {
+    WAITS.scope(observer, future).await
+}
+
+fn observe_wait(why: Waiting, waited: Duration) {
+    let _ = WAITS.try_with(|observer| observer(why, waited));
+}
+
 /// Why a request is waiting (for progress displays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
@@ -333,6 +354,18 @@ pub enum Waiting {
     /// Most requests are sleeping out their back-off before a retry (5xx,
     /// timeouts, 429s): at least as many as are in flight.
     Retry,
+}
+
+impl Waiting {
+    /// `concurrency`, `rate_limit`, `back_off` or `retry`, as events name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Waiting::Concurrency => "concurrency",
+            Waiting::RateLimit => "rate_limit",
+            Waiting::BackOff => "back_off",
+            Waiting::Retry => "retry",
+        }
+    }
 }
 
 impl Limiter {
@@ -382,6 +415,8 @@ impl Limiter {
         // How long this request has waited for the server's windows.
         let mut waited_for_server = Duration::ZERO;
         let mut traced = false;
+        // Why it first had to wait, and since when (`observing_waits`).
+        let mut held: Option<(Waiting, Instant)> = None;
         loop {
             let freed = self.freed.notified();
             let blocked = {
@@ -398,6 +433,9 @@ impl Limiter {
                         for bucket in &mut state.buckets {
                             bucket.charge(estimate.of(bucket.family).min(bucket.capacity));
                         }
+                        if let Some((why, since)) = held {
+                            observe_wait(why, now - since);
+                        }
                         return Permit {
                             limiter: self,
                             estimate,
@@ -409,6 +447,7 @@ impl Limiter {
                     Some(blocked) => blocked,
                 }
             };
+            held.get_or_insert((blocked.why, Instant::now()));
             if let Some(quota) = blocked.quota
                 && !traced
             {

@@ -65,6 +65,8 @@ pub struct FailedAttempt {
     pub latency: Duration,
     /// Time waited before the next attempt (zero when there is none).
     pub waited: Duration,
+    /// Whether another attempt follows.
+    pub retried: bool,
 }
 
 pub struct Attempted {
@@ -163,6 +165,7 @@ where
                 error,
                 latency,
                 waited: Duration::ZERO,
+                retried: true,
             });
             attempt += 1;
             continue;
@@ -194,6 +197,7 @@ where
             error: error.clone(),
             latency,
             waited,
+            retried: retry,
         });
         if !retry {
             return Err(Failed {

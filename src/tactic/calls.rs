@@ -228,7 +228,7 @@ impl Tactic {
 
 /// The engine under `bcall`, `try_bcall` and `ccall`: runs in one `JoinSet`,
 /// at most `concurrency` at once, tasks pulled when a slot frees.
-struct Runs<'a> {
+pub(super) struct Runs<'a> {
     tactic: Tactic,
     tasks: Box<dyn Iterator<Item = Task> + Send + 'a>,
     /// The index the next task pulled gets.
@@ -237,6 +237,9 @@ struct Runs<'a> {
     exhausted: bool,
     concurrency: usize,
     running: JoinSet<(usize, SessionRecord)>,
+    /// Where each run says what happens, tagged with its task
+    /// ([`Ccall::events`]); `None`: nowhere.
+    events: Option<std::sync::Arc<crate::event::Queue>>,
 }
 
 impl<'a> Runs<'a> {
@@ -253,11 +256,17 @@ impl<'a> Runs<'a> {
             exhausted: false,
             concurrency: tactic.default_concurrency(),
             running: JoinSet::new(),
+            events: None,
         }
     }
 
+    /// The tactic the runs run.
+    pub(super) fn tactic(&self) -> &Tactic {
+        &self.tactic
+    }
+
     /// At most `concurrency` runs at once; 0 is taken as 1.
-    fn set_concurrency(&mut self, concurrency: usize) {
+    pub(super) fn set_concurrency(&mut self, concurrency: usize) {
         self.concurrency = concurrency.max(1);
     }
 
@@ -271,13 +280,16 @@ impl<'a> Runs<'a> {
             let index = self.next_index;
             self.next_index += 1;
             let tactic = self.tactic.clone();
+            let events = self.events.as_ref().map(|queue| {
+                super::events::task_emitter(&tactic, queue, Some(index), task.id.as_deref())
+            });
             self.running
-                .spawn(async move { (index, run_caught(tactic, task).await) });
+                .spawn(async move { (index, run_caught(tactic, task, events).await) });
         }
     }
 
     /// The next run to finish, `None` once every task has run.
-    fn poll_next_record(
+    pub(super) fn poll_next_record(
         &mut self,
         context: &mut Context<'_>,
     ) -> Poll<Option<(usize, SessionRecord)>> {
@@ -301,9 +313,17 @@ impl<'a> Runs<'a> {
 
 /// Runs `task`; a panic (a bug in lllm or in a registered extension) ends
 /// this run only, as a failure record saying so.
-async fn run_caught(tactic: Tactic, task: Task) -> SessionRecord {
+/// With `events`, the run says what happens there.
+pub(super) async fn run_caught(
+    tactic: Tactic,
+    task: Task,
+    events: Option<crate::event::Emitter>,
+) -> SessionRecord {
     let copy = task.clone();
-    match AssertUnwindSafe(tactic.run(task)).catch_unwind().await {
+    match AssertUnwindSafe(tactic.run_with_events(task, events))
+        .catch_unwind()
+        .await
+    {
         Ok(record) => record,
         Err(panic) => {
             let message = panic
@@ -512,6 +532,35 @@ impl<'a> Ccall<'a> {
     pub fn records(self) -> CcallRecords<'a> {
         CcallRecords { runs: self.runs }
     }
+
+    /// Yields every run's [`Event`](crate::Event)s instead, as they happen,
+    /// each tagged with its task (`metadata.task_index`, and
+    /// `metadata.task_id` when the task has one); each task's last event is
+    /// its `result` or `error`. Dropping the stream aborts what still runs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use futures_util::StreamExt;
+    /// use lllm::{EventKind, Registry, Tactic};
+    ///
+    /// let tactic = Tactic::from_yaml(
+    ///     "agent_configs: [{name: echo, model_name: mock/echo}]",
+    ///     ".",
+    ///     &Registry::new(),
+    /// )?;
+    /// let events: Vec<_> = tactic.ccall(["a", "b"]).events().collect().await;
+    /// let results = events.iter().filter(|event| event.kind.is_closing());
+    /// assert_eq!(results.count(), 2, "one closing event per task");
+    /// assert!(events.iter().all(|event| event.metadata["task_index"].is_u64()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn events(mut self) -> super::CcallEvents<'a> {
+        let queue = std::sync::Arc::default();
+        self.runs.events = Some(std::sync::Arc::clone(&queue));
+        super::events::CcallEvents::new(self.runs, queue)
+    }
 }
 
 impl Stream for Ccall<'_> {
@@ -554,6 +603,8 @@ const _: fn() = || {
     send_static::<Tactic>();
     send_static::<Ccall<'static>>();
     send_static::<CcallRecords<'static>>();
+    send_static::<super::CcallEvents<'static>>();
+    send_static::<super::Events>();
     send_static::<Bcall<'static>>();
     send_static::<TryBcall<'static>>();
     send_static::<RunError>();

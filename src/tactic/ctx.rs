@@ -79,6 +79,8 @@ pub struct Ctx {
     task: Task,
     agents: HashMap<String, Agent>,
     recorder: Recorder,
+    /// Where its agents' calls say what happens (the run's event stream).
+    events: Option<crate::event::Emitter>,
 }
 
 impl Ctx {
@@ -92,7 +94,16 @@ impl Ctx {
             task: task.clone(),
             agents: HashMap::new(),
             recorder: Recorder::default(),
+            events: None,
         }
+    }
+
+    /// Its agents' calls say what happens through `events` (a text sink,
+    /// which wants the final turn only, sees none of a programmed flow's:
+    /// nothing says which turn is final).
+    pub(super) fn with_events(mut self, events: Option<crate::event::Emitter>) -> Ctx {
+        self.events = events.filter(|events| !events.final_turn_only());
+        self
     }
 
     /// The agent `name` (an `agent_configs` entry), made on first use.
@@ -251,11 +262,12 @@ impl Ctx {
                 hint: crate::suggest::hint(name, self.specs.keys().map(String::as_str)),
             });
         };
-        let agent = Agent::new(spec.clone(), self.runtime.clone()).in_run(
+        let mut agent = Agent::new(spec.clone(), self.runtime.clone()).in_run(
             self.context.clone(),
             self.prompts.clone(),
             Some(self.recorder.clone()),
         );
+        agent.set_events(self.events.clone());
         self.agents.insert(name.to_string(), agent);
         Ok(())
     }

@@ -15,8 +15,9 @@ use serde_json::{Map, Value, json};
 
 use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
 use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
-use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork, SharedTextSink};
+use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork};
 use crate::dialog::{ContentPart, Dialog, DialogRecord, InvokeCost, Message};
+use crate::event::{Emitter, EventKind};
 use crate::redact::Scrubber;
 
 /// What a task brings besides its text (issue 15): the first dialog opened
@@ -60,8 +61,9 @@ struct Run<'a> {
     calls: Vec<AgentCallSession>,
     steps: Vec<StepRecord>,
     context: Map<String, Value>,
-    /// Receives the final turn's text as it arrives (`lllm run --stream`).
-    sink: Option<SharedTextSink>,
+    /// Where the run says what happens (`crate::event`): its event stream,
+    /// or the final turn's text as it arrives (`lllm run --stream`).
+    events: Option<Emitter>,
     /// Dialogs of agents that ran in parallel branches.
     branch_dialogs: Vec<DialogRecord>,
     /// Sessions of sub-tactics, in the order they ran.
@@ -108,7 +110,7 @@ impl<'a> Run<'a> {
         tactic: &'a Tactic,
         task: &Task,
         context: Map<String, Value>,
-        sink: Option<SharedTextSink>,
+        events: Option<Emitter>,
     ) -> Run<'a> {
         Run {
             tactic,
@@ -123,10 +125,18 @@ impl<'a> Run<'a> {
             calls: Vec::new(),
             steps: Vec::new(),
             context,
-            sink,
+            events,
             branch_dialogs: Vec::new(),
             subs: Vec::new(),
         }
+    }
+
+    /// Where a step says what happens: everywhere for an event stream; for
+    /// a text sink, only in the `final_turn`.
+    fn events_for(&self, final_turn: bool) -> Option<Emitter> {
+        self.events
+            .clone()
+            .filter(|events| final_turn || !events.final_turn_only())
     }
 }
 
@@ -141,10 +151,10 @@ pub const INTERRUPTED: &str = "interrupted";
 pub(super) async fn run(
     tactic: &Tactic,
     task: Task,
-    sink: Option<SharedTextSink>,
+    events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
-    let mut record = run_whole(tactic, task, sink, interrupt).await;
+    let mut record = run_whole(tactic, task, events, interrupt).await;
     finish(tactic, &mut record);
     record
 }
@@ -161,7 +171,7 @@ fn finish(tactic: &Tactic, record: &mut SessionRecord) {
 async fn run_whole(
     tactic: &Tactic,
     task: Task,
-    sink: Option<SharedTextSink>,
+    events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
     let started = Instant::now();
@@ -169,13 +179,13 @@ async fn run_whole(
     let session_id = record::new_session_id();
     let started_at = record::timestamp();
     let context = base_context(&task);
-    let mut run = Run::new(tactic, &task, context, sink);
+    let mut run = Run::new(tactic, &task, context, events.clone());
     // A programmed tactic's run lives here, outside the work, so that what
     // it did stays on record when the work is interrupted.
     let mut program = tactic
         .program
         .as_ref()
-        .map(|flow| (flow.clone(), Ctx::new(tactic, &task)));
+        .map(|flow| (flow.clone(), Ctx::new(tactic, &task).with_events(events)));
     let outcome = {
         // Each run serves its offline `mock/script` replies from the start
         // (a script describes one run, whatever else runs at once).
@@ -294,7 +304,7 @@ impl Run<'_> {
             .next()
             .cloned()
             .ok_or_else(|| "the tactic has no agents".to_string())?;
-        let sink = self.sink.clone();
+        let events = self.events_for(true);
         // Lent to `open`, not copied: the agent is borrowed from `self` too.
         let context = std::mem::take(&mut self.context);
         let intro = self.intro.take();
@@ -314,7 +324,7 @@ impl Run<'_> {
             agent.receive_parts(task.parts())
         };
         received.map_err(|error| error.to_string())?;
-        agent.set_text_sink(sink);
+        agent.set_events(events);
         let session = agent
             .respond()
             .session()
@@ -451,7 +461,7 @@ impl Run<'_> {
                 calls: Vec::new(),
                 steps: Vec::new(),
                 context,
-                sink: None,
+                events: self.events_for(false),
                 branch_dialogs: Vec::new(),
                 subs: Vec::new(),
             };
@@ -565,14 +575,35 @@ impl Run<'_> {
                 .unwrap_or_default(),
             attachments: intro.map(|intro| intro.attachments).unwrap_or_default(),
         };
-        let sink = if stream { self.sink.clone() } else { None };
-        let mut record =
-            Box::pin(run_whole(&step.tactic, input, sink, std::future::pending())).await;
+        let events = self.events_for(stream);
+        if let Some(events) = &self.events {
+            events.emit(EventKind::SubTacticStarted {
+                step: step.name.clone(),
+                tactic: step.tactic.config.name.clone(),
+            });
+        }
+        let mut record = Box::pin(run_whole(
+            &step.tactic,
+            input,
+            events,
+            std::future::pending(),
+        ))
+        .await;
         // The delivery goes on to the next requests as it was made (a key
         // the task gave is sent on); the sub-session is kept in the written
         // form, as this run's own record will be: it is written inside it.
         let delivery = record.delivery.clone();
         finish(&step.tactic, &mut record);
+        if let Some(events) = &self.events {
+            events.emit(EventKind::SubTacticFinished {
+                step: step.name.clone(),
+                tactic: record.tactic.name.clone(),
+                state: record.state.name().to_string(),
+                cost: record.cost.cost,
+                usage: record.cost.clone(),
+                error: record.error.clone(),
+            });
+        }
         let outcome = match (&record.state, delivery) {
             (RunState::Success, Some(delivery)) => {
                 self.context.insert(
@@ -608,7 +639,7 @@ impl Run<'_> {
         let mut prompt_args = self.context.clone();
         prompt_args.extend(self.render_args(&step.args)?);
         let context = self.context.clone();
-        let sink = if stream { self.sink.clone() } else { None };
+        let events = self.events_for(stream);
         let intro = self.intro.take();
         let (system, history) = seed(intro.as_ref());
         let attachments = intro
@@ -646,7 +677,7 @@ impl Run<'_> {
                 )
             })
             .map_err(|error| error.to_string())?;
-        agent.set_text_sink(sink);
+        agent.set_events(events);
         let session = agent
             .respond()
             .dialog(&step.dialog)

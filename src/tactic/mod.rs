@@ -14,6 +14,7 @@ mod check;
 mod code;
 mod compact;
 mod ctx;
+mod events;
 mod expansion;
 mod flow;
 mod load;
@@ -41,6 +42,7 @@ pub use calls::{
     Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
 };
 pub use ctx::{Ctx, CtxError};
+pub use events::{CcallEvents, Events};
 pub use flow::INTERRUPTED;
 pub use load::{LoadOptions, load, load_unsent};
 pub use models::ModelUse;
@@ -402,14 +404,28 @@ impl Tactic {
         record
     }
 
-    /// [`Tactic::run`], handing the final turn's text to `sink` as it arrives.
+    /// [`Tactic::run`], saying what happens through `events` when given.
+    pub(crate) async fn run_with_events(
+        &self,
+        task: Task,
+        events: Option<crate::event::Emitter>,
+    ) -> SessionRecord {
+        let mut record = flow::run(self, task, events, std::future::pending()).await;
+        record.expand();
+        record
+    }
+
+    /// [`Tactic::run`], handing the final turn's text to `sink` as it
+    /// arrives: a consumer of the run's events that sees only the text of
+    /// the last step ([`Tactic::events`] gives them all).
     #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run_streaming(
         &self,
         task: Task,
         sink: crate::agent::SharedTextSink,
     ) -> SessionRecord {
-        let mut record = flow::run(self, task, Some(sink), std::future::pending()).await;
+        let events = Some(crate::event::Emitter::text(sink));
+        let mut record = flow::run(self, task, events, std::future::pending()).await;
         record.expand();
         record
     }
@@ -427,6 +443,7 @@ impl Tactic {
         sink: Option<crate::agent::SharedTextSink>,
         interrupt: impl std::future::Future<Output = ()>,
     ) -> SessionRecord {
-        flow::run(self, task, sink, interrupt).await
+        let events = sink.map(crate::event::Emitter::text);
+        flow::run(self, task, events, interrupt).await
     }
 }

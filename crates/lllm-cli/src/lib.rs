@@ -202,6 +202,12 @@ pub struct RunArgs {
     /// delivery once, at the end.
     #[arg(long)]
     pub stream: bool,
+    /// Print the run's events on stdout as JSON lines, one per event as it
+    /// happens (text, model calls, tool calls and results, repairs,
+    /// retries, waits, sub-tactics), the last one its `result` or `error`;
+    /// nothing else goes to stdout (docs/events.md).
+    #[arg(long, conflicts_with_all = ["show_config", "dry_run", "stream", "json"])]
+    pub events: bool,
     /// Print only the delivery: no summary line, warning or notice on
     /// stderr, only errors.
     #[arg(long, short)]

@@ -98,15 +98,23 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     // stops where it is and its record is written.
     let interrupted = std::sync::atomic::AtomicBool::new(false);
     let stop_signal = lllm::batch::scheduler::stop_signal();
-    let interrupt = async {
-        if stop_signal.await.is_err() {
-            std::future::pending::<()>().await;
+    let interrupted = std::sync::Arc::new(interrupted);
+    let interrupt = {
+        let interrupted = interrupted.clone();
+        async move {
+            if stop_signal.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
     };
     // What the run waits on (a retry, a slow reply) is said on stderr.
     let watch = std::sync::Arc::new(lllm::provider::watch::Watch::printing());
-    let record = lllm::provider::watch::scope(watch, tactic.run_until(task, sink, interrupt)).await;
+    let record = if args.events {
+        lllm::provider::watch::scope(watch, print_events(&tactic, task, interrupt)).await
+    } else {
+        lllm::provider::watch::scope(watch, tactic.run_until(task, sink, interrupt)).await
+    };
     // No MCP server outlives the run, however it ended.
     tactic.shutdown().await;
     // The replies the cache has not written yet are kept.
@@ -134,6 +142,34 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     )
 }
 
+/// `--events`: runs `task`, each event one JSON line on stdout as it
+/// happens (flushed; a reader that closed the pipe stops the printing, not
+/// the run). The delivery is in the last line, the `result` event; the
+/// summary line still goes to stderr.
+async fn print_events(
+    tactic: &lllm::Tactic,
+    task: Task,
+    interrupt: impl std::future::Future<Output = ()> + Send + 'static,
+) -> SessionRecord {
+    use futures_util::StreamExt;
+    let mut events = tactic.events_until(task, interrupt);
+    let mut printing = true;
+    while let Some(event) = events.next().await {
+        if !printing {
+            continue;
+        }
+        let line = serde_json::to_string(&event).unwrap_or_default();
+        let line = lllm::redact::json_controls(&line).into_owned() + "\n";
+        if let Err(error) = lllm::output::stdout(&line) {
+            lllm::output::stderr_line(&format!("error: {error}"));
+            printing = false;
+        }
+    }
+    events
+        .into_record()
+        .expect("an event stream that ended holds its record")
+}
+
 /// `--stream`: each piece of text goes to `streamed` as it arrives, which
 /// shows it on a terminal (`Streamed`).
 fn stream_sink(
@@ -159,7 +195,10 @@ fn deliver(
     text: &str,
     interrupted: bool,
 ) -> Result<Outcome> {
-    let delivered = if args.json {
+    let delivered = if args.events {
+        // The delivery went out in the `result` event.
+        Ok(())
+    } else if args.json {
         lllm::output::stdout(&format!("{}\n", json_summary(record, record_path)))
     } else {
         lllm::output::stdout(text)

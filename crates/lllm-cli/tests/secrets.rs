@@ -466,6 +466,35 @@ fn echoed_keys_and_header_values_are_scrubbed_from_every_output() {
     ]);
     streamed.expect_code(0);
     assert_eq!(streamed.stdout, output.stdout, "streamed once, scrubbed");
+    // The event stream (issue 29): the key arrives three characters a
+    // chunk, and no event, text delta or error holds it.
+    for tactic in ["reply.yaml", "error.yaml"] {
+        let events = test.run(&["run", tactic, "--task", "hi", "--events", "--no-record"]);
+        assert_no_secret(&events.stdout);
+        assert_no_secret(&events.stderr);
+        let last = events.stdout.lines().last().unwrap_or_default();
+        assert!(last.contains("x-custom=***"), "{tactic}: {last}");
+    }
+    let events = test.run(&[
+        "run",
+        "reply.yaml",
+        "--task",
+        "hi",
+        "--events",
+        "--no-record",
+    ]);
+    events.expect_code(0);
+    let deltas: String = events
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["kind"] == "text_delta")
+        .map(|event| event["data"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        deltas,
+        "you sent authorization=Bearer *** x-custom=*** key=***"
+    );
     let batch = test.run(&["batch", "tasks.jsonl", "--tactic", "reply.yaml", "-o", "r"]);
     batch.expect_code(0);
     assert_no_secret(&everything(
