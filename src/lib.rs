@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub(crate) mod args;
 #[doc(hidden)]
 pub mod batch;
 pub mod config;
@@ -48,6 +49,7 @@ pub mod words;
 pub mod yaml;
 
 pub use agent::{Agent, AgentCallSession, Handler};
+pub use args::ArgsError;
 pub use dialog::{Dialog, Message, Role};
 pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;

@@ -76,6 +76,14 @@ pub enum Error {
         /// A "did you mean", or what the registry holds.
         hint: String,
     },
+    /// Arguments to render with that are not a JSON object.
+    #[error("prompt `{prompt}`: {source}")]
+    Args {
+        /// The prompt's key.
+        prompt: String,
+        /// What was given instead.
+        source: crate::args::ArgsError,
+    },
     /// The key's file exists but failed to load (its problem is reported by
     /// `Registry::load_all`).
     #[error("prompt `{key}` could not be loaded")]
@@ -355,10 +363,35 @@ impl Prompt {
             .collect()
     }
 
-    /// Renders with strict undefined. A template may guard a name with
-    /// `is defined`; a name it really uses and `args` lacks is a
-    /// `MissingVariables` error naming what it needs.
-    pub fn render(&self, args: &Map<String, Value>) -> Result<String> {
+    /// Renders with `args` (a `json!`, a struct or a map; `()` for none)
+    /// with strict undefined. A template may guard a name with `is
+    /// defined`; a name it really uses and `args` lacks is a
+    /// `MissingVariables` error naming what it needs; arguments that are not
+    /// a JSON object are an `Args` error.
+    ///
+    /// ```
+    /// use lllm::prompt::Prompt;
+    /// use serde::Serialize;
+    ///
+    /// #[derive(Serialize)]
+    /// struct Topic { topic: &'static str }
+    ///
+    /// let prompt = Prompt::new("writer/draft", "Write about {{ topic }}.")?;
+    /// assert_eq!(prompt.render(Topic { topic: "owls" })?, "Write about owls.");
+    /// assert_eq!(prompt.render(serde_json::json!({"topic": "bats"}))?, "Write about bats.");
+    /// assert!(prompt.render("owls").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn render(&self, args: impl serde::Serialize) -> Result<String> {
+        let args = crate::args::object(args, "prompt arguments").map_err(|source| Error::Args {
+            prompt: self.path.clone(),
+            source,
+        })?;
+        self.render_map(&args)
+    }
+
+    /// `render` of arguments already a map (the engine's own, no copy).
+    pub(crate) fn render_map(&self, args: &Map<String, Value>) -> Result<String> {
         render::render(&self.compiled, args).map_err(|message| {
             let missing = self.validate_args(args);
             if missing.is_empty() {
