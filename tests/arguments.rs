@@ -105,14 +105,16 @@ fn what_is_not_an_object_is_an_error_naming_what_and_nothing_changes() {
     let dir = tempfile::tempdir().unwrap();
     let mut agent = scripted(&dir, "default: {echo: true}");
 
-    let error = agent.open_with("main", "owls", true).unwrap_err();
+    let error = agent.open_with("main", "owls", true).err().unwrap();
     assert_eq!(
         error.to_string(),
         format!("agent `writer`: prompt arguments {not} a string")
     );
     assert!(agent.dialogs().is_empty(), "no dialog was opened");
 
-    agent.open("main").unwrap();
+    agent
+        .open_with("main", json!({"topic": "owls"}), true)
+        .unwrap();
     let prompt = Prompt::new("p", "Hi.").unwrap();
     let error = agent.receive_prompt(prompt, [1, 2]).unwrap_err();
     assert_eq!(

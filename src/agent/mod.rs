@@ -368,7 +368,7 @@ impl Agent {
     /// let mut agent = Agent::builder("mock/echo").system("You write about {{ topic }}.").build()?;
     /// agent.open_with("owls", json!({"topic": "owls"}), true)?;
     /// assert_eq!(agent.current_dialog()?.head().unwrap().content, "You write about owls.");
-    /// let error = agent.open_with("bats", "bats", true).unwrap_err();
+    /// let error = agent.open_with("bats", "bats", true).err().unwrap();
     /// assert!(error.to_string().contains("must be a JSON object"), "{error}");
     /// # Ok::<(), lllm::BoxError>(())
     /// ```

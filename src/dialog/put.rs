@@ -246,6 +246,23 @@ impl Dialog {
 /// default (the speaker's name is the role's, no metadata), then end with
 /// what is said; metadata that is not a JSON object is an error then
 /// ([`ArgsError`]), and nothing is appended.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lllm::dialog::{Dialog, Role};
+/// use lllm::prompt::Prompt;
+/// use serde_json::json;
+///
+/// let mut dialog = Dialog::new("panel", "main");
+/// let note = Arc::new(Prompt::new("panel/note", "Note from {{ who }}.")?);
+/// let said = dialog
+///     .put(Role::System)
+///     .name("moderator")
+///     .prompt(note, json!({"who": "the chair"}))?;
+/// assert_eq!((said.name.as_str(), said.content.as_str()), ("moderator", "Note from the chair."));
+/// assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "panel/note");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[must_use = "nothing is appended until `text`, `image`, `parts` or `prompt`"]
 pub struct Put<'a> {
     dialog: &'a mut Dialog,

@@ -320,6 +320,16 @@ pub struct SessionRecord {
 /// (docs/library.md, "Fields and methods").
 impl SessionRecord {
     /// Whether the run delivered ([`RunState::Success`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let record = lllm::quick("hi").model("mock/echo").record().await?;
+    /// assert!(record.is_success());
+    /// assert_eq!((record.invoke_count(), record.retry_count()), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_success(&self) -> bool {
         self.state == RunState::Success
     }
@@ -583,7 +593,7 @@ impl SessionRecord {
 /// let record = tactic.run(Task::new("hello").id("t1")).await;
 /// assert_eq!(
 ///     record.to_string(),
-///     format!("<yaml> t1: success, 1 call, 0 tokens (0 in, 0 out), $0.000000 (session {})", record.session_id),
+///     format!("<yaml> t1: success, 1 call, {} (session {})", record.cost, record.session_id),
 /// );
 /// # Ok(())
 /// # }
