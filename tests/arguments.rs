@@ -68,7 +68,7 @@ fn every_map_of_arguments_takes_a_json_a_struct_or_a_map() {
     assert_eq!(asked.content, "50 words on owls.");
     assert_eq!(
         draft
-            .render(&Draft {
+            .render(Draft {
                 topic: "bats",
                 words: 9
             })

@@ -13,7 +13,7 @@ fn dialog_with(count: usize) -> Dialog {
     let mut dialog = Dialog::new("coder", "test");
     dialog.put_text(Role::System, "system");
     for index in 1..count {
-        dialog.put_text(Role::User, &format!("m{index}"));
+        dialog.put_text(Role::User, format!("m{index}"));
     }
     dialog
 }

@@ -578,18 +578,13 @@ mod tests {
     fn missing_variables_name_the_prompt_and_what_it_needs() {
         let prompt = Prompt::new("writer/draft", "{{ task }}: {{ text }}").unwrap();
         assert_eq!(prompt.validate_args(&args(json!({"task": 1}))), ["text"]);
-        let error = prompt
-            .render(&args(json!({"task": "t"})))
-            .unwrap_err()
-            .to_string();
+        let error = prompt.render(json!({"task": "t"})).unwrap_err().to_string();
         assert_eq!(
             error,
             "prompt `writer/draft` needs `task`, `text`; missing: `text` (pass it as a step argument, `--var`, or a task argument)"
         );
         assert_eq!(
-            prompt
-                .render(&args(json!({"task": "t", "text": "x"})))
-                .unwrap(),
+            prompt.render(json!({"task": "t", "text": "x"})).unwrap(),
             "t: x"
         );
     }
@@ -599,7 +594,7 @@ mod tests {
         // Found by fuzzing `prompt_file`: a `str.format` field may hold any
         // text, and the error listed it raw over two lines.
         let prompt = Prompt::with_renderer("p", "{a\nb} {c}", Renderer::Format).unwrap();
-        let error = prompt.render(&Map::new()).unwrap_err().to_string();
+        let error = prompt.render(()).unwrap_err().to_string();
         assert_eq!(
             error,
             "prompt `p` needs `a\\nb`, `c`; missing: `a\\nb`, `c` (pass it as a step argument, `--var`, or a task argument)"
@@ -632,9 +627,7 @@ mod tests {
         assert_eq!(repair.on_exception().path, "ask#exception");
         assert_eq!(repair.tools, ["lookup"]);
         assert_eq!(
-            repair
-                .render(&args(json!({"error_message": "bad"})))
-                .unwrap(),
+            repair.render(json!({"error_message": "bad"})).unwrap(),
             "Error: bad. Please fix."
         );
         let last = prompt.on_interrupt().on_interrupt_final();
@@ -644,7 +637,7 @@ mod tests {
         assert_eq!(
             ported
                 .on_interrupt()
-                .render(&args(json!({"call_results": "r"})))
+                .render(json!({"call_results": "r"}))
                 .unwrap(),
             "r"
         );
@@ -705,22 +698,20 @@ mod tests {
         let renderer = Renderer::Custom(NamedRenderer::new("reverse", Arc::new(Reverse)));
         let prompt = Prompt::with_renderer("p", "{{ not jinja", renderer.clone()).unwrap();
         assert!(prompt.template_vars().is_empty());
-        assert_eq!(prompt.render(&Map::new()).unwrap(), "ajnij ton {{");
+        assert_eq!(prompt.render(()).unwrap(), "ajnij ton {{");
         let empty = Prompt::with_renderer("q", "", renderer).unwrap();
         assert_eq!(
-            empty.render(&Map::new()).unwrap_err().to_string(),
+            empty.render(()).unwrap_err().to_string(),
             "prompt `q`: nothing to reverse"
         );
         let repair = prompt.on_exception();
         assert_eq!(
-            repair
-                .render(&args(json!({"error_message": "bad"})))
-                .unwrap(),
+            repair.render(json!({"error_message": "bad"})).unwrap(),
             "Error: bad. Please fix."
         );
         let written = prompt.handler_reply("interrupt_final", "{{ literal }}".into());
         assert_eq!(written.path, "p#interrupt_final");
-        assert_eq!(written.render(&Map::new()).unwrap(), "{{ literal }}");
+        assert_eq!(written.render(()).unwrap(), "{{ literal }}");
     }
 
     #[test]
