@@ -106,8 +106,8 @@ pub enum ImageSource<'a> {
 /// An append-only message sequence owned by a single agent (seed `Dialog`).
 ///
 /// `top_prompt` is the calling convention of the next turn: `put_prompt` sets it
-/// to the prompt it rendered, `put_text` to a bare prompt (no parser, no tools),
-/// `put_image` leaves it alone.
+/// to the prompt it rendered, `put_text`, `put_parts` and `put_image` to a bare
+/// prompt (no parser, no tools).
 ///
 /// The seeds' walkthrough: a system prompt, a user turn, a fork that keeps
 /// the first message and the last one, and the tree they make. An agent
