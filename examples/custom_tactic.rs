@@ -69,7 +69,7 @@ impl Flow for ReviewLoop {
         critic.open("review")?;
 
         // Prompts by registry key: `examples/custom_tactic/prompts/custom/draft.md` sees the task.
-        writer.receive_prompt("custom/draft", json!(null))?;
+        writer.receive_prompt("custom/draft", ())?;
         let mut draft = writer.respond().await?;
         for round in 1..=3 {
             // The `verdict` parser fills `parsed`; a reply it rejects is

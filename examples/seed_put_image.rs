@@ -1,15 +1,14 @@
 //! An image in a dialog, with a caption: `cargo run --example seed_put_image`.
 //!
-//! `Dialog::put_image` appends an image (a file, bytes, base64 or a URL) as
-//! one user message of two parts, picture and caption; an agent does the
-//! same with `receive_image` on its active dialog. Offline on `mock/echo`,
-//! which answers with the message's text (the caption).
+//! `Dialog::put(role).caption(..).image(..)` appends an image (a path, bytes
+//! or a URL) as one user message of two parts, picture and caption; an
+//! agent does the same with `receive_image` on its active dialog. Offline on
+//! `mock/echo`, which answers with the message's text (the caption).
 
 use std::path::Path;
 
-use lllm::dialog::{Dialog, ImageSource, Role};
+use lllm::dialog::{Dialog, Role};
 use lllm::{Agent, BoxError};
-use serde_json::Map;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -17,24 +16,14 @@ async fn main() -> Result<(), BoxError> {
 
     // On a dialog of your own.
     let mut dialog = Dialog::new("viewer", "viewer_main");
-    let message = dialog.put_image(
-        ImageSource::Path(&image),
-        Some("The sky tonight."),
-        Role::User,
-        "user",
-        Map::new(),
-    )?;
-    assert_eq!(message.content, "The sky tonight.");
+    let message = dialog.put(Role::User).caption("The sky tonight.").image(&image)?;
     assert_eq!(message.parts[0].to_string(), "<image image/png>");
     println!("{}", dialog.overview(60));
 
     // Through an agent, and answered.
-    let mut agent = Agent::builder("mock/echo")
-        .system("You describe pictures.")
-        .build()?;
+    let mut agent = Agent::builder("mock/echo").system("You describe pictures.").build()?;
     agent.open("look")?;
-    let message =
-        agent.receive_image(ImageSource::Path(&image), Some("What is in this picture?"))?;
+    let message = agent.receive_image(&image, Some("What is in this picture?"))?;
     assert_eq!(message.parts.len(), 2, "the image and its caption");
     let reply = agent.respond().await?;
     println!("reply: {}", reply.content);

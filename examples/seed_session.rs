@@ -52,9 +52,9 @@ async fn main() -> Result<(), BoxError> {
             invoke.step, invoke.repair, invoke.attempt
         );
     }
-    println!("provider retries: {}", session.llm_recalls_count());
-    println!("tool rounds: {}", session.interrupts_count());
-    println!("repairs: {}", session.exception_retries_count());
+    println!("provider retries: {}", session.llm_recall_count());
+    println!("tool rounds: {}", session.interrupt_count());
+    println!("repairs: {}", session.exception_retry_count());
     let usd = session
         .cost
         .cost
@@ -68,9 +68,9 @@ async fn main() -> Result<(), BoxError> {
 
     assert_eq!(session.state, CallState::Success);
     assert_eq!(session.invokes.len(), 4);
-    assert_eq!(session.llm_recalls_count(), 1);
+    assert_eq!(session.llm_recall_count(), 1);
     assert_eq!(session.interrupts[0].calls[0].result, Some(json!("4")));
-    assert_eq!(session.exception_retries_count(), 1);
+    assert_eq!(session.exception_retry_count(), 1);
     assert_eq!(delivery.parsed["celsius"], 4);
     assert!(session.cost.total_tokens >= 132);
     Ok(())

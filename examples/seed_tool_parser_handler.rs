@@ -66,7 +66,7 @@ async fn main() -> Result<(), BoxError> {
     println!(
         "tool rounds: {}, repairs: {}",
         call.interrupts.len(),
-        call.exception_retries_count()
+        call.exception_retry_count()
     );
     println!("parsed: {:?}", reply.parsed);
     assert_eq!(call.interrupts[0].calls[0].result, Some(json!("4")));

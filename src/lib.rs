@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub(crate) mod args;
 #[doc(hidden)]
 pub mod batch;
 pub mod config;
@@ -49,6 +50,7 @@ pub mod words;
 pub mod yaml;
 
 pub use agent::{Agent, AgentCallSession, Handler};
+pub use args::ArgsError;
 pub use dialog::{Dialog, Message, Role};
 pub use event::{Event, EventKind};
 pub use prompt::{Parse, ParseFailure, Prompt, Render};

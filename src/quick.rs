@@ -12,6 +12,7 @@
 use std::future::IntoFuture;
 
 use futures_util::future::BoxFuture;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::agent::Agent;
@@ -88,6 +89,28 @@ impl Quick {
         self
     }
 
+    /// Model arguments (a `json!`, a struct or a map), merged over those set
+    /// before. Not a JSON object: an [`Error::Args`] when awaited, and
+    /// nothing is sent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use serde_json::json;
+    ///
+    /// let question = lllm::quick("Hello").model("mock/echo");
+    /// let reply = question.clone().args(json!({"temperature": 0.2, "max_tokens": 50})).await?;
+    /// assert_eq!(reply.content, "Hello");
+    /// let error = question.args("hot").await.unwrap_err();
+    /// assert!(error.to_string().contains("model arguments must be a JSON object"), "{error}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn args(mut self, args: impl Serialize) -> Quick {
+        self.agent.merge_args(args);
+        self
+    }
+
     /// Gives the run's session record instead of the reply; a failed run is
     /// then a record in state `failure`, not an error.
     pub fn record(self) -> QuickRecord {
@@ -151,6 +174,10 @@ pub enum Error {
     /// The model was asked and the call failed; the record has every attempt.
     #[error("{0}")]
     Failed(RunError),
+    /// Model arguments or provider settings that are not a JSON object
+    /// (nothing was sent).
+    #[error(transparent)]
+    Args(#[from] crate::args::ArgsError),
 }
 
 /// The one agent `quick` and `Agent::builder` make, as settings.
@@ -165,6 +192,9 @@ struct OneAgent {
     /// `providers:` entries.
     providers: Map<String, Value>,
     registry: Option<crate::Registry>,
+    /// The first argument or setting that was not a JSON object, reported
+    /// when the agent is made.
+    misuse: Option<crate::args::ArgsError>,
 }
 
 /// Provider settings may hold a key (`headers`): only their names are shown.
@@ -192,6 +222,7 @@ impl Default for OneAgent {
             settings: Map::new(),
             providers: Map::new(),
             registry: None,
+            misuse: None,
         }
     }
 }
@@ -207,7 +238,20 @@ impl OneAgent {
     }
 
     /// A one-agent tactic, built as a YAML tactic is.
+    /// Merges `args` over the model arguments, or notes the misuse.
+    fn merge_args(&mut self, args: impl Serialize) {
+        match crate::args::object(args, "model arguments") {
+            Ok(args) => self.args.extend(args),
+            Err(error) => {
+                self.misuse.get_or_insert(error);
+            }
+        }
+    }
+
     fn tactic(&self) -> Result<Tactic, Error> {
+        if let Some(misuse) = &self.misuse {
+            return Err(misuse.clone().into());
+        }
         let mut entry = AgentEntry::new(self.name.clone()).model(self.model_name()?);
         for (key, value) in &self.settings {
             entry = entry.set(key.clone(), value.clone());
@@ -287,6 +331,24 @@ impl AgentBuilder {
         self
     }
 
+    /// Model arguments (a `json!`, a struct or a map), merged over those set
+    /// before. Not a JSON object: an [`Error::Args`] from
+    /// [`build`](AgentBuilder::build).
+    ///
+    /// ```
+    /// use lllm::Agent;
+    /// use serde_json::json;
+    ///
+    /// let agent = Agent::builder("mock/echo").args(json!({"temperature": 0})).build()?;
+    /// assert_eq!(agent.spec().model_args["temperature"], 0);
+    /// assert!(Agent::builder("mock/echo").args([0.2]).build().is_err());
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
+    pub fn args(mut self, args: impl Serialize) -> AgentBuilder {
+        self.agent.merge_args(args);
+        self
+    }
+
     /// Any other key of a YAML agent entry (`max_llm_recall`,
     /// `context_manager`, `api_type`, …), checked as a file's would be.
     pub fn set(mut self, key: impl Into<String>, value: impl Into<Value>) -> AgentBuilder {
@@ -318,8 +380,20 @@ impl AgentBuilder {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn provider(mut self, name: impl Into<String>, settings: Value) -> AgentBuilder {
-        self.agent.providers.insert(name.into(), settings);
+    ///
+    /// Settings are a `json!`, a struct or a map; not a JSON object, they
+    /// are an [`Error::Args`] from [`build`](AgentBuilder::build).
+    pub fn provider(mut self, name: impl Into<String>, settings: impl Serialize) -> AgentBuilder {
+        match crate::args::object(settings, "provider settings") {
+            Ok(settings) => {
+                self.agent
+                    .providers
+                    .insert(name.into(), Value::Object(settings));
+            }
+            Err(error) => {
+                self.agent.misuse.get_or_insert(error);
+            }
+        }
         self
     }
 

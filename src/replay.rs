@@ -429,7 +429,7 @@ fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &Agent
         call.model,
         format!("{:?}", call.state).to_lowercase(),
         count(call.invokes.len() as u64, "call", "calls"),
-        count(call.retries_count(), "retry", "retries"),
+        count(call.retry_count() as u64, "retry", "retries"),
         count(call.interrupts.len() as u64, "tool round", "tool rounds"),
         count(call.exception_retries.len() as u64, "repair", "repairs"),
         call.cost.total_tokens,

@@ -75,7 +75,7 @@ impl Handler for Strict {
     fn on_exception(&self, error: &str, call: &AgentCallSession) -> String {
         format!(
             "STRICT repair {} after {} invoke(s): {error}",
-            call.exception_retries_count() + 1,
+            call.exception_retry_count() + 1,
             call.invokes.len()
         )
     }
@@ -168,7 +168,7 @@ async fn a_rust_tool_a_custom_parser_renderer_and_handler_run_in_one_call() {
         ),
         "{bad}"
     );
-    assert_eq!(call.exception_retries_count(), 1, "one repair");
+    assert_eq!(call.exception_retry_count(), 1, "one repair");
     let messages: Vec<&Value> = json["dialogs"]
         .as_array()
         .unwrap()
@@ -446,7 +446,7 @@ impl Handler for Wrapping {
     fn on_interrupt_final(&self, call: &AgentCallSession) -> String {
         format!(
             "WRAP UP after {} tool round(s), no more tools.",
-            call.interrupts_count()
+            call.interrupt_count()
         )
     }
 }

@@ -61,10 +61,10 @@ fn render(prompt: &Prompt) {
         .iter()
         .map(|name| (name.clone(), value_for(name)))
         .collect();
-    if let Err(error) = prompt.render(&args) {
+    if let Err(error) = prompt.render(args) {
         assert_one_line(&error.to_string());
     }
-    if let Err(error) = prompt.render(&Map::new()) {
+    if let Err(error) = prompt.render(()) {
         assert_one_line(&error.to_string());
     }
 }

@@ -199,7 +199,7 @@ impl Call<'_> {
             if final_round {
                 break;
             }
-            if session.interrupts_count() >= max_rounds {
+            if session.interrupt_count() >= max_rounds as usize {
                 if let Err(error) = self.put_final_prompt(dialog, session, &top, &reply) {
                     session.failure(error);
                     return;
@@ -210,7 +210,7 @@ impl Call<'_> {
         session.failure(format!(
             "agent `{}` still calling tools after {} rounds (max_interrupt_steps)",
             self.spec.name,
-            session.interrupts_count()
+            session.interrupt_count()
         ));
     }
 
@@ -310,7 +310,7 @@ impl Call<'_> {
             let put = match handler {
                 Some(handler) => {
                     match ask_handler(top, || handler.on_interrupt(&result_text, session)) {
-                        Ok(text) => dialog.put_prompt(
+                        Ok(text) => dialog.put_prompt_as(
                             Arc::new(top.handler_reply("interrupt", text)),
                             &Map::new(),
                             Role::Tool,
@@ -325,7 +325,7 @@ impl Call<'_> {
                         )),
                     }
                 }
-                None => dialog.put_prompt(
+                None => dialog.put_prompt_as(
                     Arc::new(top.on_interrupt()),
                     &one_arg("call_results", result_text.clone()),
                     Role::Tool,
@@ -336,7 +336,7 @@ impl Call<'_> {
             if let Err(error) = put {
                 // A handler text that does not render must not leave the tool
                 // call unanswered (providers reject that): answer it plainly.
-                dialog.put_text(&result_text, Role::Tool, &call.name, metadata);
+                dialog.put_text_as(&result_text, Role::Tool, &call.name, metadata);
                 crate::report::warn(&format!(
                     "interrupt handler of prompt `{}`: {error}",
                     top.path
@@ -377,7 +377,7 @@ impl Call<'_> {
             None => Arc::new(top.on_interrupt_final()),
         };
         dialog
-            .put_prompt(final_prompt, &Map::new(), Role::User, &name, Map::new())
+            .put_prompt_as(final_prompt, &Map::new(), Role::User, &name, Map::new())
             .map(|_| ())
             .map_err(|error| format!("interrupt-final handler of prompt `{}`: {error}", top.path))
     }
@@ -803,7 +803,7 @@ impl Call<'_> {
             return Err(format!(
                 "reply of agent `{}` still does not parse after {}: {error}",
                 self.spec.name,
-                crate::words::count(session.exception_retries_count(), "repair", "repairs")
+                crate::words::count(session.exception_retry_count() as u64, "repair", "repairs")
             ));
         }
         // A registered handler sees the call before this repair is counted.
@@ -821,7 +821,7 @@ impl Call<'_> {
         };
         session.exception(step, error.clone());
         if let Err(render_error) =
-            working.put_prompt(handler, &args, Role::User, "exception", Map::new())
+            working.put_prompt_as(handler, &args, Role::User, "exception", Map::new())
         {
             return Err(format!(
                 "exception handler of prompt `{}`: {render_error}",

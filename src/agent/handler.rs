@@ -22,7 +22,7 @@ use super::session::AgentCallSession;
 /// struct Strict;
 /// impl Handler for Strict {
 ///     fn on_exception(&self, error: &str, call: &AgentCallSession) -> String {
-///         match call.exception_retries_count() {
+///         match call.exception_retry_count() {
 ///             0 => format!("Error: {error}. Please fix."),
 ///             _ => format!("Error again: {error}. Reply with JSON only, no prose."),
 ///         }

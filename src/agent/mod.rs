@@ -20,6 +20,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::dialog::{Dialog, ImageSource, Message, Role};
@@ -93,28 +94,14 @@ pub enum Error {
     },
     /// Arguments (a prompt's, the model's, the parser's) or metadata were
     /// given as something other than a JSON object.
-    #[error("agent `{agent}`: {what} must be a JSON object (or null), not {found}")]
+    #[error("agent `{agent}`: {source}")]
     Args {
         /// The agent's name.
         agent: String,
-        /// What was given: `prompt arguments`, `model arguments`,
-        /// `parser arguments` or `metadata`.
-        what: &'static str,
-        /// What was given instead (`a string`, `an array`, …).
-        found: String,
+        /// What was given (`prompt arguments`, `model arguments`,
+        /// `parser arguments` or `metadata`) and what it was instead.
+        source: crate::args::ArgsError,
     },
-}
-
-/// What a JSON value is, for errors.
-fn value_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The result of an agent's dialog verbs.
@@ -380,21 +367,38 @@ impl Agent {
     /// ```
     pub fn open(&mut self, alias: &str) -> Result<&mut Agent> {
         let context = std::mem::take(&mut self.context);
-        let opened = self.open_with(alias, &context, true).map(|_| ());
+        let opened = self
+            .open_seeded(alias, &context, true, None, &[])
+            .map(|_| ());
         self.context = context;
         opened.map(|()| self)
     }
 
-    /// `open` with the system prompt rendered with `args` (over the run's
-    /// `task` and `args`); `switch` makes the new dialog the active one (the
-    /// seed's `open(alias, prompt_args, switch)`).
+    /// `open` with the system prompt rendered with `args` (a `json!`, a
+    /// struct or a map, over the run's `task` and `args`); `switch` makes
+    /// the new dialog the active one (the seed's `open(alias, prompt_args,
+    /// switch)`). Arguments that are not a JSON object are an
+    /// [`Error::Args`], and no dialog is opened.
+    ///
+    /// ```
+    /// use lllm::Agent;
+    /// use serde_json::json;
+    ///
+    /// let mut agent = Agent::builder("mock/echo").system("You write about {{ topic }}.").build()?;
+    /// agent.open_with("owls", json!({"topic": "owls"}), true)?;
+    /// assert_eq!(agent.current_dialog()?.head().unwrap().content, "You write about owls.");
+    /// let error = agent.open_with("bats", "bats", true).err().unwrap();
+    /// assert!(error.to_string().contains("must be a JSON object"), "{error}");
+    /// # Ok::<(), lllm::BoxError>(())
+    /// ```
     pub fn open_with(
         &mut self,
         alias: &str,
-        args: &Map<String, Value>,
+        args: impl Serialize,
         switch: bool,
     ) -> Result<&mut Agent> {
-        self.open_seeded(alias, args, switch, None, &[])
+        let args = self.args(args, "prompt arguments")?;
+        self.open_seeded(alias, &args, switch, None, &[])
     }
 
     /// `open_with` for a task that brings its own conversation: `system`
@@ -420,19 +424,19 @@ impl Agent {
         );
         match system {
             Some(system) => {
-                dialog.put_text(system, Role::System, "system", Map::new());
+                dialog.put_text(Role::System, system);
             }
             // An empty system prompt (the batch's default tactic) sends none.
             None if self.spec.system_prompt.template().is_empty() => {}
             None => {
                 let args = self.with_context(args);
                 dialog
-                    .put_prompt(
+                    .put_prompt_with(
                         self.spec.system_prompt.clone(),
                         &args,
                         Role::System,
                         "system",
-                        Map::new(),
+                        Vec::new(),
                     )
                     .map_err(|source| self.dialog_error(source))?;
             }
@@ -568,36 +572,47 @@ impl Agent {
         name: &str,
         text: impl AsRef<str>,
     ) -> Result<&Message> {
-        Ok(self
-            .dialog_at(None)?
-            .put_text(text.as_ref(), role, name, Map::new()))
+        let agent = self.spec.name.clone();
+        let put = self.dialog_at(None)?.put(role).name(name);
+        put.text(text.as_ref())
+            .map_err(|source| Error::Dialog { agent, source })
     }
 
-    /// Renders `prompt` (a registry key or a [`Prompt`]) with `args` (a JSON
-    /// object, or `null` for none; over the run's `task` and `args`) into the
-    /// active dialog as a user message; the prompt governs the next turn
-    /// (parser, format, tools, handlers).
+    /// Renders `prompt` (a registry key or a [`Prompt`]) with `args` (a
+    /// `json!`, a struct or a map, `()` for none; over the run's `task` and
+    /// `args`) into the active dialog as a user message; the prompt governs
+    /// the next turn (parser, format, tools, handlers). Arguments that are
+    /// not a JSON object are an [`Error::Args`], and nothing is appended.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lllm::BoxError> {
-    /// use lllm::Prompt;
-    /// use serde_json::json;
+    /// use lllm::{Agent, Prompt};
+    /// use serde::Serialize;
     ///
-    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
-    /// agent.open("chat")?;
-    /// let prompt = Prompt::new("ask", "Name a city in {{ country }}.")?;
-    /// agent.receive_prompt(prompt, json!({ "country": "Norway" }))?;
-    /// let reply = agent.respond().await?;
-    /// assert_eq!(reply.content, "Name a city in Norway.");
-    /// # Ok(()) }
+    /// #[derive(Serialize)]
+    /// struct Draft { topic: &'static str, words: u32 }
+    ///
+    /// let mut agent = Agent::builder("mock/echo").build()?;
+    /// agent.open("main")?;
+    /// let draft = Prompt::new("writer/draft", "{{ words }} words about {{ topic }}.")?;
+    /// let asked = agent.receive_prompt(draft, Draft { topic: "owls", words: 50 })?;
+    /// assert_eq!(asked.content, "50 words about owls.");
+    /// # Ok::<(), lllm::BoxError>(())
     /// ```
     pub fn receive_prompt(
         &mut self,
         prompt: impl Into<PromptRef>,
-        args: Value,
+        args: impl Serialize,
     ) -> Result<&Message> {
+        let args = self.args(args, "prompt arguments")?;
         self.receive_prompt_with(prompt, args, Vec::new())
+    }
+
+    /// `args` as a JSON object, or the misuse as this agent's error.
+    fn args(&self, args: impl Serialize, what: &'static str) -> Result<Map<String, Value>> {
+        crate::args::object(args, what).map_err(|source| Error::Args {
+            agent: self.spec.name.clone(),
+            source,
+        })
     }
 
     /// `receive_prompt`, with `parts` (a task's attachments) sent after the
@@ -605,21 +620,10 @@ impl Agent {
     pub(crate) fn receive_prompt_with(
         &mut self,
         prompt: impl Into<PromptRef>,
-        args: Value,
+        args: Map<String, Value>,
         parts: Vec<crate::dialog::ContentPart>,
     ) -> Result<&Message> {
         let agent = self.spec.name.clone();
-        let args = match args {
-            Value::Object(args) => args,
-            Value::Null => Map::new(),
-            other => {
-                return Err(Error::Args {
-                    agent,
-                    what: "prompt arguments",
-                    found: value_kind(&other).to_string(),
-                });
-            }
-        };
         let prompt = match prompt.into() {
             PromptRef::Prompt(prompt) => prompt,
             PromptRef::Key(key) => match &self.prompts {
@@ -640,33 +644,34 @@ impl Agent {
     /// [`parts`](crate::Task::parts)) to the active dialog; like `receive`,
     /// the next turn offers the agent's tools and parses nothing.
     pub fn receive_parts(&mut self, parts: Vec<crate::dialog::ContentPart>) -> Result<&Message> {
-        Ok(self
-            .dialog_at(None)?
-            .put_parts(parts, Role::User, "user", Map::new()))
+        Ok(self.dialog_at(None)?.put_parts(Role::User, parts))
     }
 
-    /// Appends an image (a file, bytes, base64, or a URL) with an optional
-    /// caption to the active dialog, as a multipart message made the way
-    /// a task's attachments are (`Dialog::put_image`).
+    /// Appends an image with an optional caption to the active dialog, as
+    /// a user message of parts made the way a task's attachments are: a
+    /// path, bytes or a URL as [`Dialog::put_image`] takes them.
     ///
     /// ```
-    /// use lllm::dialog::ImageSource;
+    /// use lllm::Agent;
     ///
-    /// let mut agent = lllm::Agent::builder("mock/echo").build()?;
-    /// agent.open("look")?;
-    /// let message = agent.receive_image(ImageSource::Bytes(b"GIF89a..."), Some("Which bird?"))?;
-    /// assert_eq!(message.content, "Which bird?");
-    /// assert_eq!(message.parts[0].to_string(), "<image image/gif>");
+    /// let mut agent = Agent::builder("mock/echo").build()?;
+    /// agent.open("main")?;
+    /// let owl = agent.receive_image(b"GIF89a...", Some("Which bird is this?"))?;
+    /// assert_eq!(owl.parts[0].to_string(), "<image image/gif>");
+    /// agent.receive_image("https://example.com/owl.png", None)?;
     /// # Ok::<(), lllm::BoxError>(())
     /// ```
-    pub fn receive_image(
+    pub fn receive_image<'i>(
         &mut self,
-        image: ImageSource<'_>,
+        image: impl Into<ImageSource<'i>>,
         caption: Option<&str>,
     ) -> Result<&Message> {
         let agent = self.spec.name.clone();
-        self.dialog_at(None)?
-            .put_image(image, caption, Role::User, "user", Map::new())
+        let mut put = self.dialog_at(None)?.put(Role::User);
+        if let Some(caption) = caption {
+            put = put.caption(caption);
+        }
+        put.image(image)
             .map_err(|source| Error::Dialog { agent, source })
     }
 

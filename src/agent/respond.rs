@@ -11,6 +11,7 @@ use std::future::IntoFuture;
 use std::marker::PhantomData;
 
 use futures_util::future::BoxFuture;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{Agent, AgentCallSession, Error};
@@ -122,23 +123,26 @@ impl<Output> Respond<'_, Output> {
         self
     }
 
-    /// Model arguments for this call (a JSON object), merged over the
-    /// agent's `model_args`: a key given here wins.
-    pub fn args(mut self, args: Value) -> Self {
+    /// Model arguments for this call (a `json!`, a struct or a map), merged
+    /// over the agent's `model_args`: a key given here wins. Not a JSON
+    /// object: an [`Error::Args`] when awaited.
+    pub fn args(mut self, args: impl Serialize) -> Self {
         self.options.model_args = self.object(args, "model arguments");
         self
     }
 
-    /// Arguments for the governing prompt's parser (a JSON object), kept on
-    /// the call session.
-    pub fn parser_args(mut self, args: Value) -> Self {
+    /// Arguments for the governing prompt's parser (a `json!`, a struct or
+    /// a map), kept on the call session. Not a JSON object: an
+    /// [`Error::Args`] when awaited.
+    pub fn parser_args(mut self, args: impl Serialize) -> Self {
         self.options.parser_args = self.object(args, "parser arguments");
         self
     }
 
-    /// Metadata (a JSON object) stored on the call session and in the
-    /// session record; never sent to the model.
-    pub fn metadata(mut self, metadata: Value) -> Self {
+    /// Metadata (a `json!`, a struct or a map) stored on the call session
+    /// and in the session record; never sent to the model. Not a JSON
+    /// object: an [`Error::Args`] when awaited.
+    pub fn metadata(mut self, metadata: impl Serialize) -> Self {
         self.options.metadata = self.object(metadata, "metadata");
         self
     }
@@ -152,19 +156,14 @@ impl<Output> Respond<'_, Output> {
 
     /// The object `value`, or nothing (and the misuse noted) when it is not
     /// one; `null` is an empty object.
-    fn object(&mut self, value: Value, what: &'static str) -> Map<String, Value> {
-        match value {
-            Value::Object(map) => map,
-            Value::Null => Map::new(),
-            other => {
-                self.misuse.get_or_insert(Error::Args {
-                    agent: self.agent.name().to_string(),
-                    what,
-                    found: super::value_kind(&other).to_string(),
-                });
-                Map::new()
-            }
-        }
+    fn object(&mut self, value: impl Serialize, what: &'static str) -> Map<String, Value> {
+        crate::args::object(value, what).unwrap_or_else(|source| {
+            self.misuse.get_or_insert(Error::Args {
+                agent: self.agent.name().to_string(),
+                source,
+            });
+            Map::new()
+        })
     }
 
     async fn run(self) -> Result<AgentCallSession, Error> {

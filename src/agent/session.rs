@@ -212,7 +212,8 @@ pub struct Recall {
 /// assert_eq!(call.state, CallState::Success);
 /// assert_eq!(call.delivery().map(|reply| reply.content.as_str()), Some("hello"));
 /// assert_eq!(call.invokes.len(), 1); // one request, answered at once
-/// assert_eq!(call.exception_retries_count(), 0);
+/// assert_eq!(call.exception_retry_count(), 0);
+/// assert_eq!((call.invoke_count(), call.retry_count()), (1, 0));
 /// assert!(call.cost.cost_known); // the mock providers cost nothing
 /// assert!(call.error.is_none());
 /// # Ok(())
@@ -267,9 +268,9 @@ pub struct AgentCallSession {
     /// The accepted reply: always the last invoke's response, so a call
     /// keeps it there only and this field is left out of written records
     /// (`delivery()` reads it; `restore_delivery` fills the field in for
-    /// readers of a record).
+    /// readers of a record). Private: `delivery()` is the one way to read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<Message>,
+    pub(crate) delivery: Option<Message>,
     /// Why the call failed, in one line; absent when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -290,36 +291,52 @@ pub struct AgentCallSession {
     pub parser_args: Map<String, Value>,
 }
 
+/// What the session stores is a public field (serialized as it is: `state`,
+/// `cost`, `invokes`, …); what is derived from it is a method (`delivery()`,
+/// the `…_count()`s, `is_success()`), and no name is both (docs/library.md,
+/// "Fields and methods").
 impl AgentCallSession {
-    /// How many replies were repaired.
-    pub fn exception_retries_count(&self) -> u32 {
-        self.exception_retries.len() as u32
+    /// How many replies were repaired (the length of `exception_retries`).
+    pub fn exception_retry_count(&self) -> usize {
+        self.exception_retries.len()
     }
 
     /// How many provider attempts failed (retried or not: a call that
-    /// failed for good counts too).
-    pub fn llm_recalls_count(&self) -> u32 {
-        self.llm_recalls.len() as u32
+    /// failed for good counts too; the length of `llm_recalls`).
+    pub fn llm_recall_count(&self) -> usize {
+        self.llm_recalls.len()
+    }
+
+    /// Calls (`lllm::words`): requests sent to the provider, failed ones and
+    /// retries included; replies from the response cache are not sent
+    /// ([`cache_hit_count`](Self::cache_hit_count)).
+    pub fn invoke_count(&self) -> usize {
+        self.invokes.iter().filter(|invoke| !invoke.cached).count()
+    }
+
+    /// Invokes answered from the response cache.
+    pub fn cache_hit_count(&self) -> usize {
+        self.invokes.iter().filter(|invoke| invoke.cached).count()
     }
 
     /// How many retries (`lllm::words`): calls that repeated a request
     /// after a provider error, i.e. every attempt but the first.
-    pub fn retries_count(&self) -> u32 {
+    pub fn retry_count(&self) -> usize {
         self.invokes
             .iter()
             .filter(|invoke| !invoke.cached && invoke.attempt > 1)
-            .count() as u32
+            .count()
     }
 
-    /// How many tool rounds ran.
-    pub fn interrupts_count(&self) -> u32 {
-        self.interrupts.len() as u32
+    /// How many tool rounds ran (the length of `interrupts`).
+    pub fn interrupt_count(&self) -> usize {
+        self.interrupts.len()
     }
 
     /// Whether the repairs have used up `max_exception_retry`, so the next
     /// reply that does not parse fails the call.
     pub fn reach_max_exception_retry(&self) -> bool {
-        self.exception_retries_count() >= self.max_exception_retry
+        self.exception_retry_count() >= self.max_exception_retry as usize
     }
 
     /// Whether the call delivered a reply.
@@ -389,6 +406,89 @@ impl AgentCallSession {
     pub(crate) fn failure(&mut self, error: String) {
         self.error = Some(error);
         self.state = CallState::Failure;
+    }
+}
+
+/// One line: agent, model, state, calls (with retries), repairs and tool
+/// rounds when there were any, cost, and why it failed when it did.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::Agent;
+///
+/// let mut agent = Agent::builder("mock/echo").name("echo").build()?;
+/// agent.open("main")?;
+/// agent.receive("hi")?;
+/// let session = agent.respond().session().await?;
+/// assert_eq!(
+///     session.to_string(),
+///     format!("echo (mock/echo) on `main`: success, 1 call, {}", session.cost),
+/// );
+/// assert!(session.cost.to_string().ends_with(" out), $0.000000")); // `mock` costs nothing
+/// # Ok(())
+/// # }
+/// ```
+impl std::fmt::Display for AgentCallSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::words::{calls, count};
+        write!(
+            f,
+            "{} ({}) on `{}`: {}, {}",
+            self.agent,
+            self.model,
+            self.dialog_alias,
+            self.state,
+            calls(self.invoke_count() as u64, self.retry_count() as u64)
+        )?;
+        let cache_hits = self.cache_hit_count() as u64;
+        if cache_hits > 0 {
+            write!(f, ", {}", count(cache_hits, "cache hit", "cache hits"))?;
+        }
+        let repairs = self.exception_retry_count() as u64;
+        if repairs > 0 {
+            write!(f, ", {}", count(repairs, "repair", "repairs"))?;
+        }
+        let rounds = self.interrupt_count() as u64;
+        if rounds > 0 {
+            write!(f, ", {}", count(rounds, "tool round", "tool rounds"))?;
+        }
+        write!(f, ", {}", self.cost)?;
+        if let Some(error) = &self.error {
+            write!(f, "; {}", error.lines().next().unwrap_or_default())?;
+        }
+        Ok(())
+    }
+}
+
+impl CallState {
+    /// The state as records write it: `initial`, `exception`, `interrupt`,
+    /// `llm_recall`, `success` or `failure` (also its `Display`).
+    ///
+    /// ```
+    /// use lllm::agent::CallState;
+    ///
+    /// assert_eq!(CallState::LlmRecall.name(), "llm_recall");
+    /// assert_eq!(CallState::Success.to_string(), "success");
+    /// assert_eq!(serde_json::to_value(CallState::LlmRecall)?, "llm_recall");
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            CallState::Initial => "initial",
+            CallState::Exception => "exception",
+            CallState::Interrupt => "interrupt",
+            CallState::LlmRecall => "llm_recall",
+            CallState::Success => "success",
+            CallState::Failure => "failure",
+        }
+    }
+}
+
+/// As records write it ([`CallState::name`]).
+impl std::fmt::Display for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -182,7 +182,7 @@ fn fixture_with(
         api_type: Default::default(),
     };
     let mut agent = Agent::new(Arc::new(spec), runtime);
-    agent.open_with("main", &Map::new(), true).unwrap();
+    agent.open_with("main", (), true).unwrap();
     Fixture {
         provider,
         tool,
@@ -257,7 +257,7 @@ async fn a_bad_reply_is_repaired_on_a_working_fork() {
     );
     fixture
         .agent
-        .receive_prompt(json_prompt(), Value::Object(question()))
+        .receive_prompt(json_prompt(), question())
         .unwrap();
     let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Success);
@@ -289,7 +289,7 @@ async fn exhausted_repairs_fail_with_every_invoke_recorded() {
     let mut fixture = fixture(replies, limits(2, 5, 3), false);
     fixture
         .agent
-        .receive_prompt(json_prompt(), Value::Object(question()))
+        .receive_prompt(json_prompt(), question())
         .unwrap();
     let session = fixture.agent.respond().session().await.unwrap();
     assert_eq!(session.state, CallState::Failure);
@@ -492,7 +492,7 @@ async fn dialogs_are_managed_by_alias() {
     let mut fixture = fixture(vec![], limits(3, 5, 3), false);
     let agent = &mut fixture.agent;
     assert!(
-        agent.open_with("main", &Map::new(), true).is_err(),
+        agent.open_with("main", (), true).is_err(),
         "aliases are unique"
     );
     agent.receive("one").unwrap();

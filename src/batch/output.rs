@@ -70,6 +70,18 @@ pub struct Usage {
     pub total_tokens: u64,
 }
 
+/// `120 tokens (100 in, 20 out)`, as [`InvokeCost`](crate::dialog::InvokeCost)
+/// writes its tokens.
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} tokens ({} in, {} out)",
+            self.total_tokens, self.prompt_tokens, self.completion_tokens
+        )
+    }
+}
+
 /// One line of `results.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultLine {

@@ -120,6 +120,9 @@ pub struct TacticBuilder {
     document: Map<String, Value>,
     agents: Vec<Value>,
     base_dir: Option<PathBuf>,
+    /// Settings that were not a JSON object, one problem line each,
+    /// reported by `build` with the document's own.
+    misuse: Vec<String>,
 }
 
 /// The keys set and the agents' names only: provider settings may hold a
@@ -182,14 +185,47 @@ impl TacticBuilder {
     }
 
     /// `providers.NAME`: a provider's settings as the YAML writes them
-    /// (`{api: openai, base_url: …, max_concurrency: 8}`).
-    pub fn provider(mut self, name: impl Into<String>, settings: Value) -> TacticBuilder {
+    /// (`{api: openai, base_url: …, max_concurrency: 8}`), as a `json!`, a
+    /// struct or a map. Not a JSON object: a problem `build` reports.
+    ///
+    /// ```
+    /// use lllm::config::{AgentEntry, TacticConfig};
+    /// use serde_json::json;
+    ///
+    /// let agent = || AgentEntry::new("writer").model("mock/script");
+    /// let config = TacticConfig::builder()
+    ///     .agent(agent())
+    ///     .provider("mock", json!({"script": "script.yaml"}))
+    ///     .build()?;
+    /// assert!(config.resolved["providers"]["mock"]["script"].is_string());
+    ///
+    /// let error = TacticConfig::builder().agent(agent()).provider("mock", "script.yaml").build().unwrap_err();
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "<builder>: providers.mock: provider settings must be a JSON object (a `json!({..})`, a struct or a map), found a string",
+    /// );
+    /// # Ok::<(), lllm::config::Error>(())
+    /// ```
+    pub fn provider(
+        mut self,
+        name: impl Into<String>,
+        settings: impl serde::Serialize,
+    ) -> TacticBuilder {
+        let name = name.into();
+        let settings = match crate::args::object(settings, "provider settings") {
+            Ok(settings) => settings,
+            Err(error) => {
+                self.misuse
+                    .push(format!("{BUILDER_LABEL}: providers.{name}: {error}"));
+                return self;
+            }
+        };
         let providers = self
             .document
             .entry("providers")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(providers) = providers {
-            providers.insert(name.into(), settings);
+            providers.insert(name, Value::Object(settings));
         }
         self
     }
@@ -218,6 +254,12 @@ impl TacticBuilder {
 
     /// Merges and checks the config as a file's; errors name it `<builder>`.
     pub fn build(self) -> Result<TacticConfig> {
+        if !self.misuse.is_empty() {
+            return Err(super::Error::Invalid {
+                path: BUILDER_LABEL.to_string(),
+                problems: self.misuse,
+            });
+        }
         from_document(
             self.to_document(),
             Positions::default(),

@@ -369,7 +369,8 @@ pub struct Message {
     pub function_calls: Vec<FunctionCall>,
     /// The prompt parser's output for this reply (always with `raw`).
     pub parsed: Map<String, Value>,
-    /// The provider's token usage, as it reported it.
+    /// The provider's token usage, as it reported it; typed and printable:
+    /// [`cost`](Message::cost).
     pub usage: Map<String, Value>,
     /// The model that wrote the reply.
     pub model: Option<String>,
@@ -384,6 +385,40 @@ pub struct Message {
     /// The parts of a multipart message (empty for a plain one); sent in
     /// place of `content` to user turns.
     pub parts: Vec<ContentPart>,
+}
+
+/// What the message says, as a person reads it: its text (a multipart
+/// message's text parts, a line apart), an image as `<image TYPE>`, and the
+/// tools it calls as `[calls: a, b]`. The typed view of its `usage` is
+/// [`cost`](Message::cost), which has its own `Display`.
+///
+/// ```
+/// use lllm::dialog::{FunctionCall, Message};
+///
+/// let reply = Message::assistant("writer", "Owls hunt at night.");
+/// assert_eq!(reply.to_string(), "Owls hunt at night.");
+/// let mut call = Message::assistant("coder", "");
+/// call.function_calls.push(FunctionCall::from_model("call_1", "grep", r#"{"q": "owl"}"#));
+/// assert_eq!(call.to_string(), "[calls: grep]");
+/// println!("{reply} ({})", reply.cost()); // Owls hunt at night. (0 tokens (0 in, 0 out), $0.000000)
+/// ```
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.modality {
+            Modality::Image => write!(f, "<image {}>", self.mime_type().unwrap_or("?"))?,
+            Modality::Text => f.write_str(&self.content)?,
+        }
+        if !self.function_calls.is_empty() {
+            let names: Vec<&str> = self
+                .function_calls
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            let gap = if self.content.is_empty() { "" } else { " " };
+            write!(f, "{gap}[calls: {}]", names.join(", "))?;
+        }
+        Ok(())
+    }
 }
 
 /// The text parts, one after another, a line apart.

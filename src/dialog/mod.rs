@@ -8,6 +8,7 @@ mod cost;
 pub mod import;
 mod message;
 mod message_json;
+mod put;
 mod scrub;
 mod shared_prefix;
 mod tree;
@@ -16,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::prompt::{Prompt, Registry};
 
@@ -35,6 +36,7 @@ pub use message::{
     ApiType, ContentPart, FunctionCall, ImageRef, ImageUrl, Message, Modality, Role, TokenLogprob,
     TopLogprob, sanitize_name,
 };
+pub use put::Put;
 pub use shared_prefix::{PrefixPlan, expand_shared_prefixes, share_prefixes};
 pub use tree::{DialogTreeNode, new_dialog_id};
 
@@ -44,6 +46,9 @@ pub enum Error {
     /// The prompt did not render, or its key is not in the registry.
     #[error(transparent)]
     Prompt(#[from] crate::prompt::Error),
+    /// Prompt arguments or metadata that are not a JSON object.
+    #[error(transparent)]
+    Args(#[from] crate::args::ArgsError),
     /// An image file could not be read (missing, not a regular file, too big).
     #[error("cannot read image `{path}`: {source}")]
     ImageRead {
@@ -81,7 +86,11 @@ pub enum Error {
 /// A dialog operation's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Where an image comes from (seed: `put_image` takes a path, base64 or bytes).
+/// Where an image comes from (seed: `put_image` takes a path, base64 or
+/// bytes). `put_image` takes one of these or anything that converts: a
+/// `&Path` or `&PathBuf`, bytes, or a `&str` (an `http(s)` or `data:` URL,
+/// else a path).
+#[derive(Debug, Clone, Copy)]
 pub enum ImageSource<'a> {
     /// A file, read when the image is put (a regular file of at most 20 MiB).
     Path(&'a Path),
@@ -97,8 +106,8 @@ pub enum ImageSource<'a> {
 /// An append-only message sequence owned by a single agent (seed `Dialog`).
 ///
 /// `top_prompt` is the calling convention of the next turn: `put_prompt` sets it
-/// to the prompt it rendered, `put_text` to a bare prompt (no parser, no tools),
-/// `put_image` leaves it alone.
+/// to the prompt it rendered, `put_text`, `put_parts` and `put_image` to a bare
+/// prompt (no parser, no tools).
 ///
 /// The seeds' walkthrough: a system prompt, a user turn, a fork that keeps
 /// the first message and the last one, and the tree they make. An agent
@@ -109,12 +118,11 @@ pub enum ImageSource<'a> {
 /// use std::sync::Arc;
 /// use lllm::dialog::{Dialog, Role};
 /// use lllm::prompt::Prompt;
-/// use serde_json::Map;
 ///
 /// let system = Arc::new(Prompt::new("assistant/system", "You are concise.")?);
 /// let mut dialog = Dialog::new("assistant", "demo");
-/// dialog.put_prompt(system, &Map::new(), Role::System, "system", Map::new())?;
-/// dialog.put_text("Explain the native dialog model.", Role::User, "user", Map::new());
+/// dialog.put_prompt(Role::System, system, ())?;
+/// dialog.put_text(Role::User, "Explain the native dialog model.");
 ///
 /// let child = dialog.fork(1, 1); // first 1 + last 1 message
 /// assert_eq!(child.tree_node.parent_id.as_deref(), Some(dialog.dialog_id()));
@@ -233,174 +241,6 @@ impl Dialog {
     pub fn append_shared(&mut self, message: Arc<Message>) -> &Arc<Message> {
         self.messages.push(message);
         self.messages.last().expect("just pushed")
-    }
-
-    /// Renders `prompt` with `args`, appends it and makes it the top prompt.
-    pub fn put_prompt(
-        &mut self,
-        prompt: Arc<Prompt>,
-        args: &Map<String, Value>,
-        role: Role,
-        name: &str,
-        metadata: Map<String, Value>,
-    ) -> Result<&Message> {
-        let content = prompt.render(args)?;
-        let mut message = Message::new(role, name, content);
-        message.metadata = metadata;
-        self.top_prompt = Some(prompt);
-        Ok(self.append(message))
-    }
-
-    /// `put_prompt` with `parts` (a task's attachments) after the rendered
-    /// text, in one multipart message; without parts, `put_prompt`.
-    pub(crate) fn put_prompt_with(
-        &mut self,
-        prompt: Arc<Prompt>,
-        args: &Map<String, Value>,
-        role: Role,
-        name: &str,
-        parts: Vec<ContentPart>,
-    ) -> Result<&Message> {
-        if parts.is_empty() {
-            return self.put_prompt(prompt, args, role, name, Map::new());
-        }
-        let content = prompt.render(args)?;
-        let parts = std::iter::once(ContentPart::text(content))
-            .chain(parts)
-            .collect();
-        let message = Message::with_parts(role, name, parts);
-        self.top_prompt = Some(prompt);
-        Ok(self.append(message))
-    }
-
-    /// Renders the prompt registered under `key` with `args`, appends it and
-    /// makes it the top prompt: the seeds' `put_prompt("writer/draft", …)`.
-    /// An unknown key is an error that names it, with a "did you mean" when a
-    /// registered key is close; nothing is appended.
-    ///
-    /// ```
-    /// use lllm::dialog::{Dialog, Role};
-    /// use lllm::prompt::{Prompt, Registry};
-    /// use serde_json::{Map, Value, json};
-    ///
-    /// let mut registry = Registry::empty();
-    /// registry.insert(Prompt::new("writer/draft", "Write about {{ topic }}.")?);
-    /// let mut dialog = Dialog::new("writer", "main");
-    /// let args: Map<String, Value> = [("topic".to_string(), json!("owls"))].into_iter().collect();
-    /// dialog.put_prompt_key("writer/draft", &registry, &args, Role::User, "user", Map::new())?;
-    /// assert_eq!(dialog.tail().unwrap().content, "Write about owls.");
-    ///
-    /// let error = dialog
-    ///     .put_prompt_key("writer/drfat", &registry, &args, Role::User, "user", Map::new())
-    ///     .unwrap_err();
-    /// assert_eq!(error.to_string(), "unknown prompt `writer/drfat`; did you mean `writer/draft`?");
-    /// assert_eq!(dialog.len(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn put_prompt_key(
-        &mut self,
-        key: &str,
-        registry: &Registry,
-        args: &Map<String, Value>,
-        role: Role,
-        name: &str,
-        metadata: Map<String, Value>,
-    ) -> Result<&Message> {
-        let prompt = Arc::new(registry.get(key)?.clone());
-        self.put_prompt(prompt, args, role, name, metadata)
-    }
-
-    /// Appends raw text; the next turn is governed by a bare prompt (no parser,
-    /// no format, no prompt tools).
-    ///
-    /// ```
-    /// use lllm::dialog::{Dialog, Role};
-    /// use serde_json::{Map, json};
-    ///
-    /// let mut dialog = Dialog::new("writer", "writer_main");
-    /// dialog.put_text("You write short notes.", Role::System, "system", Map::new());
-    /// let metadata = json!({ "source": "email" }).as_object().cloned().unwrap_or_default();
-    /// let message = dialog.put_text("Write a project update.", Role::User, "ada", metadata);
-    /// assert_eq!((message.role, message.name.as_str()), (Role::User, "ada"));
-    /// assert_eq!(message.metadata["source"], "email");
-    /// assert_eq!(dialog.len(), 2);
-    /// ```
-    pub fn put_text(
-        &mut self,
-        text: &str,
-        role: Role,
-        name: &str,
-        metadata: Map<String, Value>,
-    ) -> &Message {
-        let mut message = Message::new(role, name, text);
-        message.metadata = metadata;
-        self.top_prompt = Some(text_prompt());
-        self.append(message)
-    }
-
-    /// Appends a multipart message (text and images, seed 000: content as a
-    /// list of parts); like `put_text`, the next turn is governed by a bare
-    /// prompt. Providers send the parts in their own form.
-    ///
-    /// ```
-    /// use lllm::dialog::{ContentPart, Dialog, ImageSource, Role};
-    /// use serde_json::Map;
-    ///
-    /// let mut dialog = Dialog::new("vision", "main");
-    /// let owl = ContentPart::image(ImageSource::Bytes(b"GIF89a..."))?;
-    /// let message = dialog.put_parts(
-    ///     vec![ContentPart::text("Which bird is this?"), owl],
-    ///     Role::User,
-    ///     "user",
-    ///     Map::new(),
-    /// );
-    /// assert_eq!(message.content, "Which bird is this?");
-    /// assert_eq!(message.parts[1].to_string(), "<image image/gif>");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn put_parts(
-        &mut self,
-        parts: Vec<ContentPart>,
-        role: Role,
-        name: &str,
-        metadata: Map<String, Value>,
-    ) -> &Message {
-        let mut message = Message::with_parts(role, name, parts);
-        message.metadata = metadata;
-        self.top_prompt = Some(text_prompt());
-        self.append(message)
-    }
-
-    /// Appends an image, with `caption` as a text part after it: a
-    /// multipart message made the way a task's attachments are
-    /// ([`Attachment`]), so every API gets it as its own image part. The
-    /// media type comes from the magic bytes (D10); a URL is sent as it is.
-    ///
-    /// ```
-    /// use lllm::dialog::{Dialog, ImageSource, Role};
-    /// use serde_json::Map;
-    ///
-    /// let mut dialog = Dialog::new("vision", "main");
-    /// let message = dialog.put_image(ImageSource::Bytes(b"GIF89a..."), Some("Which bird?"), Role::User, "user", Map::new())?;
-    /// assert_eq!(message.content, "Which bird?");
-    /// assert_eq!(message.parts[0].to_string(), "<image image/gif>");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn put_image(
-        &mut self,
-        image: ImageSource<'_>,
-        caption: Option<&str>,
-        role: Role,
-        name: &str,
-        metadata: Map<String, Value>,
-    ) -> Result<&Message> {
-        let image = ContentPart::image(image)?;
-        // Image first, then its caption: the order Anthropic recommends.
-        let parts = [image]
-            .into_iter()
-            .chain(caption.map(ContentPart::text))
-            .collect();
-        Ok(self.put_parts(parts, role, name, metadata))
     }
 
     /// A child dialog, as the seeds define `fork(last_n, first_k)`: with

@@ -1,6 +1,6 @@
 use super::*;
 use base64::Engine;
-use serde_json::json;
+use serde_json::{Map, json};
 
 fn args(value: Value) -> Map<String, Value> {
     match value {
@@ -11,9 +11,9 @@ fn args(value: Value) -> Map<String, Value> {
 
 fn dialog_with(count: usize) -> Dialog {
     let mut dialog = Dialog::new("coder", "test");
-    dialog.put_text("system", Role::System, "system", Map::new());
+    dialog.put_text(Role::System, "system");
     for index in 1..count {
-        dialog.put_text(&format!("m{index}"), Role::User, "user", Map::new());
+        dialog.put_text(Role::User, format!("m{index}"));
     }
     dialog
 }
@@ -80,7 +80,7 @@ fn fork_inherits_owner_session_and_top_prompt_and_appends_independently() {
         child.top_prompt.as_ref().map(|p| p.path.as_str()),
         Some("__text")
     );
-    child.put_text("only in child", Role::User, "user", Map::new());
+    child.put_text(Role::User, "only in child");
     assert_eq!(parent.len(), 2);
     assert_eq!(child.len(), 3);
     assert_eq!(
@@ -121,22 +121,12 @@ fn put_prompt_renders_and_sets_top_prompt() {
     let prompt = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
     let mut dialog = Dialog::new("writer", "s");
     let message = dialog
-        .put_prompt(
-            prompt,
-            &args(json!({"topic": "owls"})),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put_prompt(Role::User, prompt, json!({"topic": "owls"}))
         .unwrap();
     assert_eq!(message.content, "Write about owls.");
     assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
     let missing = Arc::new(Prompt::new("writer/draft", "Write about {{ topic }}.").unwrap());
-    assert!(
-        dialog
-            .put_prompt(missing, &Map::new(), Role::User, "user", Map::new())
-            .is_err()
-    );
+    assert!(dialog.put_prompt(Role::User, missing, ()).is_err());
     assert_eq!(dialog.len(), 1, "a failed render appends nothing");
 }
 
@@ -145,13 +135,9 @@ fn put_image_detects_the_type_from_magic_bytes() {
     let png = b"\x89PNG\r\n\x1a\nrest";
     let mut dialog = Dialog::new("a", "s");
     let message = dialog
-        .put_image(
-            ImageSource::Bytes(png),
-            Some("a chart"),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put(Role::User)
+        .caption("a chart")
+        .image(ImageSource::Bytes(png))
         .unwrap();
     // An image goes in as a multipart message, the way attachments do.
     assert_eq!(message.modality, Modality::Text);
@@ -159,23 +145,11 @@ fn put_image_detects_the_type_from_magic_bytes() {
     assert_eq!(message.parts[0].to_string(), "<image image/png>");
     let jpeg = base64::engine::general_purpose::STANDARD.encode(b"\xff\xd8\xff\xe0data");
     let message = dialog
-        .put_image(
-            ImageSource::Base64(&jpeg),
-            None,
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put_image(Role::User, ImageSource::Base64(&jpeg))
         .unwrap();
     assert_eq!(message.parts[0].to_string(), "<image image/jpeg>");
     let error = dialog
-        .put_image(
-            ImageSource::Bytes(b"hello"),
-            None,
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put_image(Role::User, ImageSource::Bytes(b"hello"))
         .unwrap_err();
     assert!(
         error.to_string().contains("not PNG, JPEG, WebP or GIF"),
@@ -183,13 +157,7 @@ fn put_image_detects_the_type_from_magic_bytes() {
     );
     assert!(
         dialog
-            .put_image(
-                ImageSource::Base64("%%%"),
-                None,
-                Role::User,
-                "user",
-                Map::new()
-            )
+            .put_image(Role::User, ImageSource::Base64("%%%"))
             .is_err()
     );
 }
@@ -272,50 +240,27 @@ fn put_prompt_key_renders_the_registered_prompt_or_names_the_unknown_key() {
     ]);
     let mut dialog = Dialog::new("writer", "main");
     dialog
-        .put_prompt_key(
-            "writer/system",
-            &registry,
-            &Map::new(),
-            Role::System,
-            "system",
-            Map::new(),
-        )
+        .put_prompt_key(Role::System, "writer/system", &registry, ())
         .unwrap();
     let message = dialog
         .put_prompt_key(
+            Role::User,
             "writer/draft",
             &registry,
-            &args(json!({"topic": "owls"})),
-            Role::User,
-            "user",
-            Map::new(),
+            json!({"topic": "owls"}),
         )
         .unwrap();
     assert_eq!(message.content, "On owls.");
     assert_eq!(dialog.top_prompt.as_ref().unwrap().path, "writer/draft");
     let error = dialog
-        .put_prompt_key(
-            "writer/drafts",
-            &registry,
-            &Map::new(),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put_prompt_key(Role::User, "writer/drafts", &registry, ())
         .unwrap_err();
     assert_eq!(
         error.to_string(),
         "unknown prompt `writer/drafts`; did you mean `writer/draft`?"
     );
     let error = dialog
-        .put_prompt_key(
-            "critic/review",
-            &registry,
-            &Map::new(),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put_prompt_key(Role::User, "critic/review", &registry, ())
         .unwrap_err();
     assert!(
         error
@@ -335,28 +280,19 @@ fn a_dialog_written_and_read_back_is_the_same_dialog() {
     ]);
     let mut parent = Dialog::new("writer", "main");
     parent
-        .put_prompt_key(
-            "writer/system",
-            &registry,
-            &Map::new(),
-            Role::System,
-            "system",
-            Map::new(),
-        )
+        .put_prompt_key(Role::System, "writer/system", &registry, ())
         .unwrap();
-    parent.put_text("hello", Role::User, "ann", Map::new());
+    parent.put(Role::User).name("ann").text("hello").unwrap();
     let mut reply = Message::assistant("writer", "hi");
     reply.usage.insert("prompt_tokens".into(), json!(3));
     parent.append(reply);
     let mut child = parent.fork(1, 1);
     child
         .put_prompt_key(
+            Role::User,
             "writer/draft",
             &registry,
-            &args(json!({"topic": "owls"})),
-            Role::User,
-            "user",
-            Map::new(),
+            json!({"topic": "owls"}),
         )
         .unwrap();
 

@@ -76,6 +76,14 @@ pub enum Error {
         /// A "did you mean", or what the registry holds.
         hint: String,
     },
+    /// Arguments to render with that are not a JSON object.
+    #[error("prompt `{prompt}`: {source}")]
+    Args {
+        /// The prompt's key.
+        prompt: String,
+        /// What was given instead.
+        source: crate::args::ArgsError,
+    },
     /// The key's file exists but failed to load (its problem is reported by
     /// `Registry::load_all`).
     #[error("prompt `{key}` could not be loaded")]
@@ -366,10 +374,35 @@ impl Prompt {
             .collect()
     }
 
-    /// Renders with strict undefined. A template may guard a name with
-    /// `is defined`; a name it really uses and `args` lacks is a
-    /// `MissingVariables` error naming what it needs.
-    pub fn render(&self, args: &Map<String, Value>) -> Result<String> {
+    /// Renders with `args` (a `json!`, a struct or a map; `()` for none)
+    /// with strict undefined. A template may guard a name with `is
+    /// defined`; a name it really uses and `args` lacks is a
+    /// `MissingVariables` error naming what it needs; arguments that are not
+    /// a JSON object are an `Args` error.
+    ///
+    /// ```
+    /// use lllm::prompt::Prompt;
+    /// use serde::Serialize;
+    ///
+    /// #[derive(Serialize)]
+    /// struct Topic { topic: &'static str }
+    ///
+    /// let prompt = Prompt::new("writer/draft", "Write about {{ topic }}.")?;
+    /// assert_eq!(prompt.render(Topic { topic: "owls" })?, "Write about owls.");
+    /// assert_eq!(prompt.render(serde_json::json!({"topic": "bats"}))?, "Write about bats.");
+    /// assert!(prompt.render("owls").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn render(&self, args: impl serde::Serialize) -> Result<String> {
+        let args = crate::args::object(args, "prompt arguments").map_err(|source| Error::Args {
+            prompt: self.path.clone(),
+            source,
+        })?;
+        self.render_map(&args)
+    }
+
+    /// `render` of arguments already a map (the engine's own, no copy).
+    pub(crate) fn render_map(&self, args: &Map<String, Value>) -> Result<String> {
         render::render(&self.compiled, args).map_err(|message| {
             let missing = self.validate_args(args);
             if missing.is_empty() {
@@ -556,18 +589,13 @@ mod tests {
     fn missing_variables_name_the_prompt_and_what_it_needs() {
         let prompt = Prompt::new("writer/draft", "{{ task }}: {{ text }}").unwrap();
         assert_eq!(prompt.validate_args(&args(json!({"task": 1}))), ["text"]);
-        let error = prompt
-            .render(&args(json!({"task": "t"})))
-            .unwrap_err()
-            .to_string();
+        let error = prompt.render(json!({"task": "t"})).unwrap_err().to_string();
         assert_eq!(
             error,
             "prompt `writer/draft` needs `task`, `text`; missing: `text` (pass it as a step argument, `--var`, or a task argument)"
         );
         assert_eq!(
-            prompt
-                .render(&args(json!({"task": "t", "text": "x"})))
-                .unwrap(),
+            prompt.render(json!({"task": "t", "text": "x"})).unwrap(),
             "t: x"
         );
     }
@@ -577,7 +605,7 @@ mod tests {
         // Found by fuzzing `prompt_file`: a `str.format` field may hold any
         // text, and the error listed it raw over two lines.
         let prompt = Prompt::with_renderer("p", "{a\nb} {c}", Renderer::Format).unwrap();
-        let error = prompt.render(&Map::new()).unwrap_err().to_string();
+        let error = prompt.render(()).unwrap_err().to_string();
         assert_eq!(
             error,
             "prompt `p` needs `a\\nb`, `c`; missing: `a\\nb`, `c` (pass it as a step argument, `--var`, or a task argument)"
@@ -610,9 +638,7 @@ mod tests {
         assert_eq!(repair.on_exception().path, "ask#exception");
         assert_eq!(repair.tools, ["lookup"]);
         assert_eq!(
-            repair
-                .render(&args(json!({"error_message": "bad"})))
-                .unwrap(),
+            repair.render(json!({"error_message": "bad"})).unwrap(),
             "Error: bad. Please fix."
         );
         let last = prompt.on_interrupt().on_interrupt_final();
@@ -622,7 +648,7 @@ mod tests {
         assert_eq!(
             ported
                 .on_interrupt()
-                .render(&args(json!({"call_results": "r"})))
+                .render(json!({"call_results": "r"}))
                 .unwrap(),
             "r"
         );
@@ -683,22 +709,20 @@ mod tests {
         let renderer = Renderer::Custom(NamedRenderer::new("reverse", Arc::new(Reverse)));
         let prompt = Prompt::with_renderer("p", "{{ not jinja", renderer.clone()).unwrap();
         assert!(prompt.template_vars().is_empty());
-        assert_eq!(prompt.render(&Map::new()).unwrap(), "ajnij ton {{");
+        assert_eq!(prompt.render(()).unwrap(), "ajnij ton {{");
         let empty = Prompt::with_renderer("q", "", renderer).unwrap();
         assert_eq!(
-            empty.render(&Map::new()).unwrap_err().to_string(),
+            empty.render(()).unwrap_err().to_string(),
             "prompt `q`: nothing to reverse"
         );
         let repair = prompt.on_exception();
         assert_eq!(
-            repair
-                .render(&args(json!({"error_message": "bad"})))
-                .unwrap(),
+            repair.render(json!({"error_message": "bad"})).unwrap(),
             "Error: bad. Please fix."
         );
         let written = prompt.handler_reply("interrupt_final", "{{ literal }}".into());
         assert_eq!(written.path, "p#interrupt_final");
-        assert_eq!(written.render(&Map::new()).unwrap(), "{{ literal }}");
+        assert_eq!(written.render(()).unwrap(), "{{ literal }}");
     }
 
     #[test]

@@ -495,7 +495,7 @@ fn handler_problems(prompt: &Prompt) -> Vec<(&'static str, String)> {
         if let Some(sees) = sees {
             sample.insert(sees.to_string(), Value::String("…".into()));
         }
-        if let Err(error) = handler.render(&sample) {
+        if let Err(error) = handler.render_map(&sample) {
             problems.push((name, format!("`handler.{name}`: {error}")));
         }
     }
@@ -778,11 +778,7 @@ mod tests {
         );
         // Sent literally, as the warning says.
         assert_eq!(
-            registry
-                .get("ported/summary")
-                .unwrap()
-                .render(&Map::new())
-                .unwrap(),
+            registry.get("ported/summary").unwrap().render(()).unwrap(),
             "Summarize this.\nFor {audience}."
         );
     }

@@ -401,13 +401,9 @@ mod tests {
     fn images_become_input_images() {
         let mut dialog = crate::dialog::Dialog::new("a", "s");
         dialog
-            .put_image(
-                crate::dialog::ImageSource::Bytes(b"GIF89a"),
-                Some("see"),
-                Role::User,
-                "user",
-                Map::new(),
-            )
+            .put(Role::User)
+            .caption("see")
+            .image(crate::dialog::ImageSource::Bytes(b"GIF89a"))
             .unwrap();
         let model_args = Map::new();
         let request = ChatRequest {

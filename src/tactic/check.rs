@@ -433,7 +433,7 @@ impl<'a> Trial<'a> {
         if !ready(template.template_vars().iter(), context) {
             return None;
         }
-        match template.render(context) {
+        match template.render_map(context) {
             Ok(text) => Some(text),
             Err(error) => {
                 self.problem_at(at, format!("{place}{error}"));

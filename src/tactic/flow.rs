@@ -343,7 +343,7 @@ impl Run<'_> {
         let (last, _stopped) = self.run_nodes(&tactic.nodes, streamed).await?;
         match &tactic.result {
             Some(result) => result
-                .render(&self.context)
+                .render_map(&self.context)
                 .map_err(|error| error.to_string()),
             None => Ok(last),
         }
@@ -534,7 +534,7 @@ impl Run<'_> {
             let value = match value {
                 ArgValue::Template(template) => Value::String(
                     template
-                        .render(&self.context)
+                        .render_map(&self.context)
                         .map_err(|error| error.to_string())?,
                 ),
                 ArgValue::Literal(value) => value.clone(),
@@ -550,7 +550,7 @@ impl Run<'_> {
         let task = match &step.task {
             Some(template) => Value::String(
                 template
-                    .render(&self.context)
+                    .render_map(&self.context)
                     .map_err(|error| format!("step `{}`: {error}", step.name))?,
             ),
             None => self.context.get("task").cloned().unwrap_or(Value::Null),
@@ -670,11 +670,7 @@ impl Run<'_> {
         agent
             .switch(&step.dialog)
             .and_then(|agent| {
-                agent.receive_prompt_with(
-                    step.prompt.clone(),
-                    Value::Object(prompt_args),
-                    attachments,
-                )
+                agent.receive_prompt_with(step.prompt.clone(), prompt_args, attachments)
             })
             .map_err(|error| error.to_string())?;
         agent.set_events(events);

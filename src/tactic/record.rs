@@ -58,6 +58,13 @@ pub enum RunState {
     Skipped,
 }
 
+/// As records write it ([`RunState::name`]).
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl RunState {
     /// `success`, `failure` or `skipped`, as records write it.
     pub fn name(self) -> &'static str {
@@ -307,7 +314,26 @@ pub struct SessionRecord {
     pub shared: Option<super::compact::SharedTexts>,
 }
 
+/// What the record stores is a public field (serialized as it is:
+/// `state`, `delivery`, `cost`, …); what is derived from it is a method
+/// (`task_input()`, the `…_count()`s, `is_success()`), and no name is both
+/// (docs/library.md, "Fields and methods").
 impl SessionRecord {
+    /// Whether the run delivered ([`RunState::Success`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let record = lllm::quick("hi").model("mock/echo").record().await?;
+    /// assert!(record.is_success());
+    /// assert_eq!((record.invoke_count(), record.retry_count()), (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_success(&self) -> bool {
+        self.state == RunState::Success
+    }
+
     /// The task this record ran, as it was given (id, text, arguments,
     /// labels, model, conversation and attachments): what a re-run runs.
     pub fn task_input(&self) -> super::Task {
@@ -342,7 +368,7 @@ impl SessionRecord {
         let own: usize = self
             .agent_calls
             .iter()
-            .map(|call| call.retries_count() as usize)
+            .map(AgentCallSession::retry_count)
             .sum();
         let nested: usize = self
             .sub_tactic_sessions
@@ -570,6 +596,43 @@ impl SessionRecord {
 /// # Ok(())
 /// # }
 /// ```
+/// One line: tactic, task id (`-` when none), state, calls (with retries),
+/// cost, the session id, and why it failed when it did.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::{Registry, Tactic, Task};
+///
+/// let yaml = "agent_configs: [{name: echo, model_name: mock/echo}]";
+/// let tactic = Tactic::from_yaml(yaml, ".", &Registry::new())?;
+/// let record = tactic.run(Task::new("hello").id("t1")).await;
+/// assert_eq!(
+///     record.to_string(),
+///     format!("<yaml> t1: success, 1 call, {} (session {})", record.cost, record.session_id),
+/// );
+/// # Ok(())
+/// # }
+/// ```
+impl std::fmt::Display for SessionRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}, {}, {} (session {})",
+            self.tactic.name,
+            self.task_id.as_deref().unwrap_or("-"),
+            self.state,
+            crate::words::calls(self.invoke_count() as u64, self.retry_count() as u64),
+            self.cost,
+            self.session_id
+        )?;
+        if let Some(error) = &self.error {
+            write!(f, "; {}", error.lines().next().unwrap_or_default())?;
+        }
+        Ok(())
+    }
+}
+
 impl Scrub for SessionRecord {
     fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
         if scrubber.is_empty() {

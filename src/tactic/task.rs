@@ -1,6 +1,9 @@
 //! A task: what one run is asked, with its id, arguments and tags.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+use crate::args::ArgsError;
 
 use crate::dialog::{ContentPart, Message, Role};
 
@@ -84,6 +87,59 @@ impl Task {
     pub fn arg(mut self, name: impl Into<String>, value: impl Into<Value>) -> Task {
         self.args.insert(name.into(), value.into());
         self
+    }
+
+    /// Sets template arguments from `args` (a `json!`, a struct or a map),
+    /// merged over those set before (a key given here wins). Arguments that
+    /// are not a JSON object are an [`ArgsError`], and the task is not made.
+    ///
+    /// ```
+    /// use lllm::Task;
+    /// use serde::Serialize;
+    /// use serde_json::json;
+    ///
+    /// #[derive(Serialize)]
+    /// struct Review { words: u32, audience: &'static str }
+    ///
+    /// let task = Task::new("Review this.")
+    ///     .args(Review { words: 50, audience: "maintainers" })?
+    ///     .tags(json!({"team": "docs", "priority": 2}))?
+    ///     .metadata(json!({"ticket": "LL-29"}))?;
+    /// assert_eq!((&task.args["words"], &task.tags["team"]), (&json!(50), &json!("docs")));
+    /// assert!(Task::new("x").args(["not", "an", "object"]).is_err());
+    /// # Ok::<(), lllm::ArgsError>(())
+    /// ```
+    pub fn args(self, args: impl Serialize) -> Result<Task, ArgsError> {
+        self.merge(args, "task arguments", |task| &mut task.args)
+    }
+
+    /// Sets tags from `tags` (a `json!`, a struct or a map), merged over
+    /// those set before; see [`args`](Task::args).
+    pub fn tags(self, tags: impl Serialize) -> Result<Task, ArgsError> {
+        self.merge(tags, "tags", |task| &mut task.tags)
+    }
+
+    /// Sets metadata from `metadata` (a `json!`, a struct or a map), merged
+    /// over what was set before; see [`args`](Task::args).
+    pub fn metadata(self, metadata: impl Serialize) -> Result<Task, ArgsError> {
+        self.merge(metadata, "metadata", |task| &mut task.metadata)
+    }
+
+    /// Sets model arguments from `model_args` (a `json!`, a struct or a
+    /// map), merged over those set before; see [`args`](Task::args).
+    pub fn model_args(self, model_args: impl Serialize) -> Result<Task, ArgsError> {
+        self.merge(model_args, "model arguments", |task| &mut task.model_args)
+    }
+
+    fn merge(
+        mut self,
+        value: impl Serialize,
+        what: &'static str,
+        field: impl FnOnce(&mut Task) -> &mut Map<String, Value>,
+    ) -> Result<Task, ArgsError> {
+        let map = crate::args::object(value, what)?;
+        field(&mut self).extend(map);
+        Ok(self)
     }
 
     /// Adds the tag `name`.

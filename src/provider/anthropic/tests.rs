@@ -153,13 +153,9 @@ fn stream_events_assemble_to_the_same_message() {
 fn images_and_schemas_are_translated() {
     let mut dialog = crate::dialog::Dialog::new("a", "s");
     dialog
-        .put_image(
-            crate::dialog::ImageSource::Bytes(b"\xff\xd8\xff\xe0"),
-            Some("a photo"),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put(Role::User)
+        .caption("a photo")
+        .image(crate::dialog::ImageSource::Bytes(b"\xff\xd8\xff\xe0"))
         .unwrap();
     let schema = json!({"type": "object"});
     let model_args = Map::new();

@@ -28,13 +28,9 @@ fn builds_a_request_with_tools_tool_results_images_and_a_schema() {
     dialog.append(call);
     dialog.append(Message::tool("word_count", "call_1", "2"));
     dialog
-        .put_image(
-            ImageSource::Bytes(b"\x89PNG\r\n\x1a\n"),
-            Some("a chart"),
-            Role::User,
-            "user",
-            Map::new(),
-        )
+        .put(Role::User)
+        .caption("a chart")
+        .image(ImageSource::Bytes(b"\x89PNG\r\n\x1a\n"))
         .unwrap();
     let tools = [ToolSpec {
         name: "word_count".into(),

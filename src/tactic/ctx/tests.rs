@@ -268,13 +268,13 @@ fn ctx_refuses_unknown_and_repeated_agents() {
     );
     assert_eq!(
         lines[4],
-        "agent `writer`: prompt arguments must be a JSON object (or null), not a number"
+        "agent `writer`: prompt arguments must be a JSON object (a `json!({..})`, a struct or a map), found a number"
     );
     assert!(lines[5].starts_with("agent `writer`: "), "{}", lines[5]);
     assert!(lines[5].contains("nope"), "{}", lines[5]);
     assert_eq!(
         lines[6],
-        "agent `writer`: model arguments must be a JSON object (or null), not an array"
+        "agent `writer`: model arguments must be a JSON object (a `json!({..})`, a struct or a map), found an array"
     );
     assert!(record.agent_calls.is_empty());
 }
