@@ -134,10 +134,34 @@ impl Tactic {
         match &self.output {
             Some(declared) => Ok(declared.clone().read_as::<Out>()),
             None => {
-                let schema = schemars::schema_for!(Out).to_value();
+                let mut schema = schemars::schema_for!(Out).to_value();
+                closed(&mut schema);
                 JsonParser::reading_as::<Out>(schema).map_err(TypedError::Schema)
             }
         }
+    }
+}
+
+/// A derived schema as OpenAI's strict structured outputs take it (chat
+/// completions send `strict: true`), as its SDK's `to_strict_json_schema`
+/// makes one: every object with `properties` closed
+/// (`additionalProperties: false`) and all of them `required` (an `Option`
+/// field's schema allows `null`, which reads as `None`), and no `$schema`
+/// key. Objects without `properties` (maps) are left open.
+fn closed(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get("properties") {
+                let names: Vec<Value> = properties.keys().cloned().map(Value::String).collect();
+                map.insert("required".into(), Value::Array(names));
+                map.entry("additionalProperties")
+                    .or_insert(Value::Bool(false));
+            }
+            map.remove("$schema");
+            map.values_mut().for_each(closed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(closed),
+        _ => {}
     }
 }
 

@@ -300,3 +300,40 @@ fn a_programmed_flow_that_delivers_another_text_fails_the_run() {
         "{error}"
     );
 }
+
+#[test]
+fn a_derived_schema_is_closed_as_strict_structured_outputs_need() {
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Report {
+        title: String,
+        note: Option<String>,
+        scores: std::collections::BTreeMap<String, u8>,
+        parts: Vec<Verdict>,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tactic = tactic(dir.path(), PLAIN, &[], &Registry::new());
+    let output = tactic.output_reading::<Report>().unwrap();
+    let schema = output.schema.clone().unwrap();
+    assert_eq!(schema.get("$schema"), None);
+    assert_eq!(schema["additionalProperties"], false);
+    assert_eq!(
+        schema["required"],
+        json!(["title", "note", "scores", "parts"])
+    );
+    // A map stays open; a nested struct is closed too.
+    assert_ne!(
+        schema["properties"]["scores"]["additionalProperties"],
+        false
+    );
+    let verdict = &schema["$defs"]["Verdict"];
+    assert_eq!(verdict["additionalProperties"], false, "{schema}");
+    // `null` reads as `None`: an optional field may be null, not left out.
+    let reply = r#"{"title": "t", "note": null, "scores": {"a": 1}, "parts": []}"#;
+    assert!(output.parse(reply).is_ok());
+    assert!(
+        output
+            .parse(r#"{"title": "t", "scores": {}, "parts": []}"#)
+            .is_err()
+    );
+}
