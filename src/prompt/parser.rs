@@ -288,8 +288,11 @@ pub struct JsonParser {
 #[derive(Clone)]
 pub(crate) struct ReadsAs {
     name: String,
-    check: Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>,
+    check: Arc<ReadCheck>,
 }
+
+/// Why a value does not read as the type, if it does not.
+type ReadCheck = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
 
 impl ReadsAs {
     /// The check that a value deserializes as `T`.

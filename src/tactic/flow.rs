@@ -237,6 +237,10 @@ async fn run_whole(
                 .program
                 .as_ref()
                 .map(|flow| format!("rust:{}", flow.name())),
+            output_schema: tactic
+                .output
+                .as_ref()
+                .and_then(|output| output.schema.clone()),
         },
         task_id: task.id,
         task: task.task,

@@ -128,6 +128,33 @@ impl Tactic {
         read::<Out>(&output, delivery)
     }
 
+    /// Holds this tactic's runs to the schema a recorded run was held to,
+    /// when the tactic does not declare it itself (a run of `call_typed`):
+    /// what `lllm replay --rerun` re-runs. The reading as the output type
+    /// is not recorded (the type is the program's); the schema derived from
+    /// it is what the run's provider was asked for.
+    pub(crate) fn hold_as_recorded(
+        &mut self,
+        recorded: &super::record::TacticInfo,
+    ) -> Result<(), super::Error> {
+        let Some(schema) = &recorded.output_schema else {
+            return Ok(());
+        };
+        if self
+            .output
+            .as_ref()
+            .and_then(|output| output.schema.as_ref())
+            == Some(schema)
+        {
+            return Ok(());
+        }
+        let output = JsonParser::new(Some(schema.clone())).map_err(|problem| super::Error {
+            problems: vec![format!("the record's `output_schema`: {problem}")],
+        })?;
+        self.output = Some(output);
+        Ok(())
+    }
+
     /// What a typed call holds the run to: the tactic's `output_schema`,
     /// else `Out`'s schema; either way read as `Out`.
     fn output_reading<Out: DeserializeOwned + JsonSchema>(&self) -> Result<JsonParser, TypedError> {

@@ -337,3 +337,40 @@ fn a_derived_schema_is_closed_as_strict_structured_outputs_need() {
             .is_err()
     );
 }
+
+#[test]
+fn a_typed_run_re_runs_from_its_record_held_to_the_same_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let replies = [NOT_A_VERDICT, VERDICT];
+    let script = json!({ "replies": replies });
+    std::fs::write(dir.path().join("s.yaml"), script.to_string()).unwrap();
+    let path = dir.path().join("judge.yaml");
+    std::fs::write(
+        &path,
+        format!("providers: {{mock: {{script: s.yaml}}}}\n{PLAIN}"),
+    )
+    .unwrap();
+    let tactic = Tactic::load(&path, &Registry::new()).unwrap();
+    let record = typed_run::<Verdict>(&tactic, "judge");
+    assert_eq!(repairs(&record).len(), 1);
+    let schema = record.tactic.output_schema.as_ref().expect("recorded");
+    assert_eq!(schema["required"], json!(["accept", "reason"]));
+    // Written and read back, as `lllm replay` reads it.
+    let written = dir.path().join("r.json");
+    record.write(&written).unwrap();
+    let back = crate::replay::load(&written, None).unwrap();
+    assert_eq!(back.tactic.output_schema.as_ref(), Some(schema));
+    let outcome = block_on(crate::replay::rerun(
+        &back,
+        Some(&path),
+        None,
+        &Registry::new(),
+    ));
+    assert!(
+        matches!(outcome, Ok(crate::error::Outcome::Success)),
+        "the re-run repairs the same reply: {outcome:?}"
+    );
+    // A plain run records no schema.
+    let plain = block_on(tactic.run(Task::new("judge")));
+    assert_eq!(plain.tactic.output_schema, None);
+}
