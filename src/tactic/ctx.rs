@@ -129,7 +129,8 @@ impl Ctx {
     /// to it, and a reply that does not fit is repaired in the agent loop
     /// (the call's `exception_retries` show each repair), the repair text
     /// saying what was wrong. Take it after the agent received its last
-    /// turn (the turn's prompt is what is held), then `respond`. Without an
+    /// turn on its active dialog (that turn's prompt is what is held), then
+    /// `respond`. Without an
     /// output schema it is [`Ctx::agent`]. Whatever the flow returns is
     /// checked against the schema after it, so a flow that delivers
     /// another text fails the run with why.
@@ -172,6 +173,24 @@ impl Ctx {
     /// The JSON Schema the run's delivery must fit, if any: the tactic's
     /// `output_schema`, or the one [`Tactic::call_typed`](crate::Tactic::call_typed)
     /// derived from its output type.
+    ///
+    /// ```
+    /// # use lllm::{Ctx, Flow, FlowResult, Task};
+    /// # struct Shape;
+    /// # impl Flow for Shape {
+    /// #     const NAME: &'static str = "shape";
+    /// #     const AGENTS: &'static [&'static str] = &[];
+    /// async fn call(&self, cx: &mut Ctx, _task: Task) -> FlowResult {
+    ///     // Deliver a JSON value made in code, of the shape asked for.
+    ///     let wants_object = cx.output_schema().is_some_and(|schema| schema["type"] == "object");
+    ///     Ok(if wants_object { "{}".into() } else { "none".into() })
+    /// }
+    /// # }
+    /// # let yaml = "tactic_type: shape\nagent_configs: [{name: a, model_name: mock/echo}]\noutput_schema: {type: object}";
+    /// # let tactic = lllm::Tactic::from_yaml(yaml, ".", &lllm::Registry::new().flow(Shape)).unwrap();
+    /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("x".into()));
+    /// # assert_eq!(record.delivery.as_deref(), Some("{}"), "{:?}", record.error);
+    /// ```
     pub fn output_schema(&self) -> Option<&Value> {
         self.output.as_ref()?.schema.as_ref()
     }

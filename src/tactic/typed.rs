@@ -18,6 +18,28 @@ use super::{Tactic, Task};
 use crate::prompt::JsonParser;
 
 /// Why [`Tactic::call_typed`] returned no value.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use lllm::{Registry, Tactic, TypedError};
+///
+/// let tactic = Tactic::from_yaml(
+///     "agent_configs: [{name: a, model_name: mock/echo}]",
+///     ".",
+///     &Registry::new(),
+/// )?;
+/// // A number is neither a task's text nor its arguments: nothing runs.
+/// let error = tactic.call_typed::<_, bool>(42).await.unwrap_err();
+/// assert!(matches!(error, TypedError::Input(_)));
+/// // `mock/echo` repeats the task, which never reads as a boolean: the
+/// // repairs are spent, and the error holds the run's record.
+/// let error = tactic.call_typed::<_, bool>("yes").await.unwrap_err();
+/// assert!(error.to_string().contains("still does not parse"), "{error}");
+/// assert_eq!(error.record().unwrap().agent_calls[0].exception_retries.len(), 3);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TypedError {
