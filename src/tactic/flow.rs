@@ -270,7 +270,7 @@ async fn run_whole(
 
 /// The delivery, when it fits the tactic's output (`output_schema`, or the
 /// type of `call_typed`); else why not. The delivering call was held to it
-/// and repaired already when it could be (`Run::delivering`,
+/// and repaired already when it could be (`delivering_step`,
 /// `Ctx::delivering`); this catches the rest: a `result:` template, a flow
 /// that ends in a sub-tactic or a skipped step, a prompt with its own
 /// parser, a programmed flow that delivers another text.
