@@ -20,7 +20,7 @@
 # once through `quick` and once through an `Agent`, and must print its answer.
 # Built `minimal`, it also asks for each part it went without (a tactic's
 # `mcp_servers:` and a server started from code, a `.zst` file read and a
-# `.json.zst` record written, a prompt's `format:` schema, BPE token counts) and fails unless each is refused with an error naming the feature
+# `.json.zst` record written, a prompt's `format:` schema, a tactic's `output_schema:`, BPE token counts) and fails unless each is refused with an error naming the feature
 # (or, for token counts, gives the documented estimate): the workspace's own
 # tests cannot see these paths, since its dev-dependency on `lllm-cli` turns
 # every feature on.
@@ -86,6 +86,8 @@ async fn refusals() -> Result<(), lllm::BoxError> {
     let zstd = lllm::jsonl::read_text(&zst, 1 << 20).err();
     let schema = serde_json::json!({"type": "object"});
     let jsonschema = lllm::prompt::Prompt::new("city", "Which city?")?.with_format(schema).err();
+    let yaml = "agent_configs: [{name: a, model_name: mock/echo}]\noutput_schema: {type: object}\n";
+    let output_schema = lllm::Tactic::from_yaml(yaml, &dir, &lllm::Registry::new()).err();
     let record = lllm::quick("hello").model("mock/echo").record().await?;
     let zst_record = record.write(dir.join("run.json.zst")).err();
     let server = lllm::config::McpServerConfig {
@@ -105,6 +107,7 @@ async fn refusals() -> Result<(), lllm::BoxError> {
         ("zstd", zstd.map(|error| error.to_string())),
         ("zstd", zst_record.map(|error| error.to_string())),
         ("jsonschema", jsonschema.map(|error| error.to_string())),
+        ("jsonschema", output_schema.map(|error| error.to_string())),
     ] {
         let error = error.ok_or(format!("accepted without the `{feature}` feature"))?;
         eprintln!("{error}");

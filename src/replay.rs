@@ -695,7 +695,9 @@ pub async fn rerun_with(
     // The run's `-O` too: the requests it sent had them.
     config.override_model_args(&record.tactic.model_args);
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
-    let built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
+    let mut built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
+    // A typed run (`call_typed`) was held to a schema its tactic lacks.
+    built.hold_as_recorded(&record.tactic)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
     let task = record.task_input();

@@ -796,6 +796,19 @@ impl Agent {
         Cow::Owned(merged)
     }
 
+    /// Holds the next call on the active dialog to `output`: its governing
+    /// prompt (the last one received, or the system prompt) with `output`
+    /// as its format (`Prompt::held_to`), so that a reply that does not fit
+    /// is repaired in the agent loop. The tactic's delivering call
+    /// (`output_schema`, `Tactic::call_typed`).
+    pub(crate) fn hold_to(&mut self, output: &crate::prompt::JsonParser) -> Result<()> {
+        let system = self.spec.system_prompt.clone();
+        let dialog = self.dialog_at(None)?;
+        let top = dialog.top_prompt.clone().unwrap_or(system);
+        dialog.top_prompt = Some(Arc::new(top.held_to(output)));
+        Ok(())
+    }
+
     fn dialog_at(&mut self, alias: Option<&str>) -> Result<&mut Dialog> {
         let alias = self.alias_or_active(alias)?;
         if !self.dialogs.contains_key(&alias) {

@@ -235,6 +235,26 @@ impl TacticBuilder {
         self.set("result", template.into())
     }
 
+    /// `output_schema`: the JSON Schema the tactic's delivery must fit,
+    /// checked as a file's (a schema that does not compile is an error at
+    /// `build`).
+    ///
+    /// ```
+    /// use lllm::config::{AgentEntry, TacticConfig};
+    /// use serde_json::json;
+    ///
+    /// let schema = json!({"type": "object", "required": ["city"]});
+    /// let config = TacticConfig::builder()
+    ///     .agent(AgentEntry::new("a").model("mock/echo"))
+    ///     .output_schema(schema.clone())
+    ///     .build()?;
+    /// assert_eq!(config.output_schema, Some(schema));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn output_schema(self, schema: Value) -> TacticBuilder {
+        self.set("output_schema", schema)
+    }
+
     /// Any top-level key as the YAML writes it (`flow`, `tools`,
     /// `mcp_servers`, `builtin_tools`, `pricing`, `max_workers`, …); checked
     /// like a file's keys, so an unknown one is an error at `build`.

@@ -49,6 +49,7 @@ pub use resolve::{
 };
 pub(crate) use resolve::{
     DEFAULT_MAX_EXCEPTION_RETRY, DEFAULT_MAX_INTERRUPT_STEPS, DEFAULT_MAX_LLM_RECALL,
+    describe_value,
 };
 
 /// A tactic that cannot be used; always bad input (exit 2). One problem per line.

@@ -54,6 +54,9 @@ pub struct TacticConfig {
     pub flow: Vec<FlowItem>,
     /// `result`: a template over the finished steps giving the delivery.
     pub result: Option<String>,
+    /// `output_schema`: the JSON Schema the delivery must fit (upstream
+    /// `TacticInfo.output_schema`); checked to compile when read.
+    pub output_schema: Option<Value>,
     /// `pricing`: prices over the bundled table.
     pub pricing: Option<Value>,
     /// `max_workers`: how many tasks `Tactic::bcall` / `ccall` run at once
@@ -424,6 +427,12 @@ pub(super) fn resolve(
         &numbers::CACHE_TTL_S,
         &mut problems,
     );
+    let output_schema = raw.output_schema.clone().and_then(|schema| {
+        output_schema(&schema)
+            .map_err(|(at, problem)| problems.at(join("output_schema", &at), problem))
+            .ok()
+            .map(|()| schema)
+    });
 
     let resolved = redacted_document(document, agents.resolved);
     let config = TacticConfig {
@@ -442,6 +451,7 @@ pub(super) fn resolve(
         mcp_servers,
         flow,
         result: raw.result,
+        output_schema,
         pricing: raw.pricing,
         max_workers: max_workers.map(|workers| workers as usize),
         cache: raw.cache,
@@ -861,8 +871,60 @@ fn tool_parameters(parameters: &Value) -> Result<(), String> {
         })
 }
 
+/// Whether `output_schema` is a JSON Schema that compiles (a mapping, or
+/// `true`/`false`); else where in it (a path under `output_schema`, empty
+/// for the whole) and what is wrong. Without the `jsonschema` feature a
+/// schema is refused, naming the feature: it could not be held to.
+fn output_schema(schema: &Value) -> Result<(), (String, String)> {
+    if !matches!(schema, Value::Object(_) | Value::Bool(_)) {
+        return Err((
+            String::new(),
+            format!(
+                "`output_schema` is {}, not a JSON Schema; write a mapping such as \
+                 `{{type: object, properties: {{…}}}}`",
+                describe_value(schema)
+            ),
+        ));
+    }
+    #[cfg(not(feature = "jsonschema"))]
+    return Err((
+        String::new(),
+        crate::features::missing("`output_schema`", "jsonschema"),
+    ));
+    #[cfg(feature = "jsonschema")]
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|error| {
+            // The pointer into the schema (`/properties/a/type`), as the path
+            // of the node it names, so the problem is placed on that line.
+            let pointer = error.instance_path().to_string();
+            let at = pointer
+                .split('/')
+                .filter(|segment| !segment.is_empty())
+                .map(|segment| segment.replace("~1", "/").replace("~0", "~"))
+                .fold(String::new(), |path, segment| {
+                    match segment.parse::<usize>() {
+                        Ok(index) => crate::yaml::child_index(&path, index),
+                        Err(_) => crate::yaml::child_key(&path, &segment),
+                    }
+                });
+            let inside = if pointer.is_empty() {
+                String::new()
+            } else {
+                format!(" at `{}`", suggest::printable(&pointer))
+            };
+            (
+                at,
+                format!(
+                    "`output_schema` is not a valid JSON Schema{inside}: {}",
+                    suggest::printable(&error.to_string())
+                ),
+            )
+        })
+}
+
 /// A value's kind in a problem: `a string`, `a list`, …
-pub(super) fn describe_value(value: &Value) -> &'static str {
+pub(crate) fn describe_value(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

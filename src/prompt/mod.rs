@@ -353,6 +353,19 @@ impl Prompt {
         Ok(())
     }
 
+    /// This prompt governing the call that delivers a tactic's run: its
+    /// replies are held to `output` (the tactic's `output_schema`, or the
+    /// type of `call_typed`) as to a `format`, which it replaces, and are
+    /// repaired the same way. A prompt with its own `parser` keeps it (the
+    /// delivery is checked after the run then).
+    pub(crate) fn held_to(&self, output: &JsonParser) -> Prompt {
+        Prompt {
+            format: output.schema.clone(),
+            format_parser: Some(output.clone()),
+            ..self.clone()
+        }
+    }
+
     /// Top-level names the template needs (a name it only reads behind
     /// `is defined` or `| default` is not needed).
     pub fn template_vars(&self) -> &BTreeSet<String> {

@@ -278,19 +278,57 @@ pub struct JsonParser {
     pub schema: Option<Value>,
     #[cfg(feature = "jsonschema")]
     validator: Option<Arc<jsonschema::Validator>>,
+    /// The type a typed call reads the reply as (`Tactic::call_typed`),
+    /// checked after the schema: a reply it cannot read is repaired like
+    /// one the schema rejects.
+    reads_as: Option<ReadsAs>,
+}
+
+/// Whether a JSON value reads as a caller's type, with the type's name.
+#[derive(Clone)]
+pub(crate) struct ReadsAs {
+    name: String,
+    check: Arc<ReadCheck>,
+}
+
+/// Why a value does not read as the type, if it does not.
+type ReadCheck = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
+
+impl ReadsAs {
+    /// The check that a value deserializes as `T`.
+    pub(crate) fn of<T: serde::de::DeserializeOwned>() -> ReadsAs {
+        let name = std::any::type_name::<T>();
+        // `my_crate::module::Verdict<u8>` → `Verdict<u8>`: the name the model may know.
+        let short = name.split('<').next().unwrap_or(name);
+        let short = short.rsplit("::").next().unwrap_or(short);
+        let name = format!("{short}{}", &name[name.find('<').unwrap_or(name.len())..]);
+        ReadsAs {
+            name,
+            check: Arc::new(|value: &Value| {
+                T::deserialize(value)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            }),
+        }
+    }
 }
 
 impl std::fmt::Debug for JsonParser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsonParser")
             .field("schema", &self.schema)
+            .field(
+                "reads_as",
+                &self.reads_as.as_ref().map(|reads_as| &reads_as.name),
+            )
             .finish()
     }
 }
 
 impl PartialEq for JsonParser {
     fn eq(&self, other: &JsonParser) -> bool {
-        self.schema == other.schema
+        let name = |parser: &JsonParser| parser.reads_as.as_ref().map(|reads| reads.name.clone());
+        self.schema == other.schema && name(self) == name(other)
     }
 }
 
@@ -305,7 +343,11 @@ impl JsonParser {
             )),
             None => None,
         };
-        Ok(JsonParser { schema, validator })
+        Ok(JsonParser {
+            schema,
+            validator,
+            reads_as: None,
+        })
     }
 
     /// No schema to compile: a parser without one; a schema is an error
@@ -313,12 +355,38 @@ impl JsonParser {
     #[cfg(not(feature = "jsonschema"))]
     pub fn new(schema: Option<Value>) -> Result<JsonParser, String> {
         match schema {
-            None => Ok(JsonParser { schema }),
+            None => Ok(JsonParser {
+                schema,
+                reads_as: None,
+            }),
             Some(_) => Err(crate::features::missing(
                 "validating replies against a JSON schema",
                 "jsonschema",
             )),
         }
+    }
+
+    /// A parser of `schema` that reads replies as `T`: with the `jsonschema`
+    /// feature the schema is compiled and checked too; without it, `schema`
+    /// is only what a provider is asked for, and reading as `T` is the check
+    /// (a typed call needs no feature).
+    pub(crate) fn reading_as<T: serde::de::DeserializeOwned>(
+        schema: Value,
+    ) -> Result<JsonParser, String> {
+        #[cfg(feature = "jsonschema")]
+        let parser = JsonParser::new(Some(schema))?;
+        #[cfg(not(feature = "jsonschema"))]
+        let parser = JsonParser {
+            schema: Some(schema),
+            reads_as: None,
+        };
+        Ok(parser.read_as::<T>())
+    }
+
+    /// This parser, reading replies as `T` after its schema's check.
+    pub(crate) fn read_as<T: serde::de::DeserializeOwned>(mut self) -> JsonParser {
+        self.reads_as = Some(ReadsAs::of::<T>());
+        self
     }
 
     /// `{raw, json}` plus the object's own keys at top level (so templates can
@@ -349,6 +417,14 @@ impl JsonParser {
                     problems.join("\n")
                 )));
             }
+        }
+        if let Some(reads_as) = &self.reads_as {
+            (reads_as.check)(&value).map_err(|error| {
+                ParseFailure(format!(
+                    "reply does not read as `{}`: {error}",
+                    reads_as.name
+                ))
+            })?;
         }
         let mut parsed = Map::new();
         parsed.insert("raw".into(), Value::String(content.to_string()));

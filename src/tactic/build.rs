@@ -233,6 +233,15 @@ impl Tactic {
                 .take_at(&config, "result", Prompt::new("result", text.clone()))
                 .map(Arc::new)
         });
+        // Compiled once per tactic; `resolve` placed a schema that does not compile.
+        let output = config.output_schema.clone().and_then(|schema| {
+            problems.take_at(
+                &config,
+                "output_schema",
+                crate::prompt::JsonParser::new(Some(schema))
+                    .map_err(|problem| format!("`output_schema`: {problem}")),
+            )
+        });
         check_handlers(&prompts, &registry, extensions, &mut problems);
         let runtime = build_runtime(&config, builder, toolbox, prices, &nodes);
         let records = Records::of(&config, &prompts, &runtime.secrets);
@@ -246,6 +255,7 @@ impl Tactic {
             runtime,
             nodes: nodes.into(),
             result,
+            output,
             program,
         };
         (tactic, problems)

@@ -358,6 +358,10 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
                 .program
                 .as_ref()
                 .map(|flow| format!("rust:{}", flow.name())),
+            output_schema: tactic
+                .output
+                .as_ref()
+                .and_then(|output| output.schema.clone()),
         },
         task_id: task.id,
         task: task.task,

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::record::StepRecord;
 use super::{Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, AgentSpec, Recorder, Runtime};
-use crate::prompt::{Prompt, Registry as PromptRegistry};
+use crate::prompt::{JsonParser, Prompt, Registry as PromptRegistry};
 
 /// What `Ctx` refuses.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,8 @@ pub struct Ctx {
     recorder: Recorder,
     /// Where its agents' calls say what happens (the run's event stream).
     events: Option<crate::event::Emitter>,
+    /// What the run's delivery must fit (`output_schema`, `call_typed`).
+    output: Option<JsonParser>,
 }
 
 impl Ctx {
@@ -95,6 +97,7 @@ impl Ctx {
             agents: HashMap::new(),
             recorder: Recorder::default(),
             events: None,
+            output: tactic.output.clone(),
         }
     }
 
@@ -181,6 +184,79 @@ impl Ctx {
             .agents
             .get_disjoint_mut(names)
             .map(|agent| agent.expect("made above")))
+    }
+
+    /// The agent `name` (as [`Ctx::agent`]) about to make the call whose
+    /// reply the flow delivers: when the run has an output schema (the
+    /// tactic's `output_schema`, or the type of
+    /// [`Tactic::call_typed`](crate::Tactic::call_typed)) that call is held
+    /// to it, and a reply that does not fit is repaired in the agent loop
+    /// (the call's `exception_retries` show each repair), the repair text
+    /// saying what was wrong. Take it after the agent received its last
+    /// turn on its active dialog (that turn's prompt is what is held), then
+    /// `respond`. Without an
+    /// output schema it is [`Ctx::agent`]. Whatever the flow returns is
+    /// checked against the schema after it, so a flow that delivers
+    /// another text fails the run with why.
+    ///
+    /// ```
+    /// # use lllm::{Ctx, Flow, FlowResult, Task};
+    /// struct Answer;
+    ///
+    /// impl Flow for Answer {
+    ///     const NAME: &'static str = "answer";
+    ///     const AGENTS: &'static [&'static str] = &["writer"];
+    ///
+    ///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+    ///         let writer = cx.agent("writer")?;
+    ///         writer.open("main")?;
+    ///         writer.receive(task.text())?;
+    ///         Ok(cx.delivering("writer")?.respond().await?.content)
+    ///     }
+    /// }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # std::fs::write(dir.path().join("s.yaml"), "replies: ['{\"n\": \"one\"}', '{\"n\": 1}']").unwrap();
+    /// # let yaml = "tactic_type: answer\nagent_configs: [{name: writer, model_name: mock/script}]\n\
+    /// #             providers: {mock: {script: s.yaml}}\noutput_schema: {type: object, required: [n], properties: {n: {type: integer}}}";
+    /// # let tactic = lllm::Tactic::from_yaml(yaml, dir.path(), &lllm::Registry::new().flow(Answer)).unwrap();
+    /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("count".into()));
+    /// # assert_eq!(record.delivery.as_deref(), Some("{\"n\": 1}"), "{:?}", record.error);
+    /// # assert_eq!(record.agent_calls[0].exception_retries.len(), 1);
+    /// ```
+    pub fn delivering(&mut self, name: &str) -> Result<&mut Agent, CtxError> {
+        let output = self.output.clone();
+        let agent = self.agent(name)?;
+        if let Some(output) = &output {
+            // An agent with no dialog open has no turn to hold; its
+            // `respond` reports that, as it would without a schema.
+            let _ = agent.hold_to(output);
+        }
+        Ok(agent)
+    }
+
+    /// The JSON Schema the run's delivery must fit, if any: the tactic's
+    /// `output_schema`, or the one [`Tactic::call_typed`](crate::Tactic::call_typed)
+    /// derived from its output type.
+    ///
+    /// ```
+    /// # use lllm::{Ctx, Flow, FlowResult, Task};
+    /// # struct Shape;
+    /// # impl Flow for Shape {
+    /// #     const NAME: &'static str = "shape";
+    /// #     const AGENTS: &'static [&'static str] = &[];
+    /// async fn call(&self, cx: &mut Ctx, _task: Task) -> FlowResult {
+    ///     // Deliver a JSON value made in code, of the shape asked for.
+    ///     let wants_object = cx.output_schema().is_some_and(|schema| schema["type"] == "object");
+    ///     Ok(if wants_object { "{}".into() } else { "none".into() })
+    /// }
+    /// # }
+    /// # let yaml = "tactic_type: shape\nagent_configs: [{name: a, model_name: mock/echo}]\noutput_schema: {type: object}";
+    /// # let tactic = lllm::Tactic::from_yaml(yaml, ".", &lllm::Registry::new().flow(Shape)).unwrap();
+    /// # let record = tokio::runtime::Runtime::new().unwrap().block_on(tactic.run("x".into()));
+    /// # assert_eq!(record.delivery.as_deref(), Some("{}"), "{:?}", record.error);
+    /// ```
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output.as_ref()?.schema.as_ref()
     }
 
     /// The task this run answers.

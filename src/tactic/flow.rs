@@ -221,6 +221,7 @@ async fn run_whole(
     // A call the interrupt stopped midway is on record too, with what its
     // finished requests cost.
     run.calls.extend(interrupted_calls(tactic, &mut run.agents));
+    let outcome = outcome.and_then(|delivery| fits_output(tactic, delivery));
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),
         Err(error) => (RunState::Failure, None, Some(error)),
@@ -246,6 +247,10 @@ async fn run_whole(
                 .program
                 .as_ref()
                 .map(|flow| format!("rust:{}", flow.name())),
+            output_schema: tactic
+                .output
+                .as_ref()
+                .and_then(|output| output.schema.clone()),
         },
         task_id: task.id,
         task: task.task,
@@ -271,6 +276,45 @@ async fn run_whole(
         sub_tactic_sessions: run.subs,
         shared: None,
     }
+}
+
+/// The delivery, when it fits the tactic's output (`output_schema`, or the
+/// type of `call_typed`); else why not. The delivering call was held to it
+/// and repaired already when it could be (`delivering_step`,
+/// `Ctx::delivering`); this catches the rest: a `result:` template, a flow
+/// that ends in a sub-tactic or a skipped step, a prompt with its own
+/// parser, a programmed flow that delivers another text.
+fn fits_output(tactic: &Tactic, delivery: String) -> Result<String, String> {
+    let Some(output) = &tactic.output else {
+        return Ok(delivery);
+    };
+    match output.parse(&delivery) {
+        Ok(_) => Ok(delivery),
+        // One line, as every run error is.
+        Err(failure) => Err(format!(
+            "the delivery does not fit the output schema: {}",
+            failure.0.replace('\n', "; ")
+        )),
+    }
+}
+
+/// The step whose call delivers a YAML flow's run, held to its output: the
+/// flow's last node when it is a step, or a loop's last step (its last
+/// round delivers). None when `result:` gives the delivery, or the flow
+/// ends in a sub-tactic or a `parallel` block.
+fn delivering_step(tactic: &Tactic) -> Option<&Step> {
+    fn last(nodes: &[Node]) -> Option<&Step> {
+        match nodes.last()? {
+            Node::Step(step) => Some(step),
+            Node::Loop { nodes, .. } => last(nodes),
+            Node::Tactic(_) | Node::Parallel { .. } => None,
+        }
+    }
+    tactic.output.as_ref()?;
+    if tactic.result.is_some() {
+        return None;
+    }
+    last(&tactic.nodes)
 }
 
 /// The template context before any step: each task argument at top level,
@@ -317,6 +361,7 @@ impl Run<'_> {
         });
         self.context = context;
         opened?;
+        let tactic = self.tactic;
         let agent = self.agent(&name)?;
         let received = if task.attachments.is_empty() {
             agent.receive(task.text())
@@ -324,6 +369,9 @@ impl Run<'_> {
             agent.receive_parts(task.parts())
         };
         received.map_err(|error| error.to_string())?;
+        if let Some(output) = &tactic.output {
+            agent.hold_to(output).map_err(|error| error.to_string())?;
+        }
         agent.set_events(events);
         let session = agent
             .respond()
@@ -646,6 +694,7 @@ impl Run<'_> {
             .as_ref()
             .map(|intro| intro.attachments.clone())
             .unwrap_or_default();
+        let tactic = self.tactic;
         let agent = self.agent(&step.agent)?;
         if agent.dialog(&step.dialog).is_none() {
             match &step.fork {
@@ -673,6 +722,11 @@ impl Run<'_> {
                 agent.receive_prompt_with(step.prompt.clone(), prompt_args, attachments)
             })
             .map_err(|error| error.to_string())?;
+        if let Some(output) = &tactic.output
+            && delivering_step(tactic).is_some_and(|last| std::ptr::eq(last, step))
+        {
+            agent.hold_to(output).map_err(|error| error.to_string())?;
+        }
         agent.set_events(events);
         let session = agent
             .respond()

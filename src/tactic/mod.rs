@@ -23,6 +23,7 @@ mod nodes;
 pub(crate) mod program;
 pub mod record;
 mod task;
+mod typed;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub use models::ModelUse;
 pub use program::{Flow, FlowResult};
 pub use record::{RunState, SessionRecord};
 pub use task::Task;
+pub use typed::TypedError;
 
 /// Everything wrong with a tactic, one problem per line (a control character
 /// inside a problem came from a name it quotes, and is shown escaped); at
@@ -180,6 +182,10 @@ pub struct Tactic {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) nodes: Arc<[Node]>,
     pub(crate) result: Option<Arc<Prompt>>,
+    /// What the delivery must fit (`output_schema`, or the type of
+    /// `call_typed`): the delivering call is held to it, and the delivery
+    /// checked after the run.
+    pub(crate) output: Option<crate::prompt::JsonParser>,
     /// The programmed tactic (`Registry::flow`) whose name is the file's
     /// `tactic_type`; it runs instead of a YAML flow.
     pub(crate) program: Option<Arc<dyn program::DynFlow>>,

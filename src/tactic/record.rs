@@ -101,6 +101,13 @@ pub struct TacticInfo {
     /// needs registered too. Added in format 2; older records lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// The JSON Schema the run's delivery was held to (upstream
+    /// `TacticInfo.output_schema`): the tactic's `output_schema:`, or the
+    /// schema `Tactic::call_typed` derived from its output type, so that
+    /// `lllm replay --rerun` holds the re-run to it too; absent when none
+    /// was. Added during format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
 }
 
 /// A part of a record serialized once and shared by every record that holds
@@ -533,6 +540,7 @@ impl SessionRecord {
             model: tactic_model,
             model_args: command_line_args,
             body,
+            output_schema: _,
         } = tactic;
         let mut found = name.scrub(scrubber)
             | path.scrub(scrubber)
