@@ -28,6 +28,7 @@ pub mod output;
 pub mod prompt;
 pub mod provider;
 pub mod quick;
+pub mod records;
 #[doc(hidden)]
 pub mod redact;
 pub mod registry;
@@ -51,6 +52,7 @@ pub use agent::{Agent, AgentCallSession, Handler};
 pub use dialog::{Dialog, Message, Role};
 pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;
+pub use records::Records;
 pub use registry::Registry;
 /// The JSON-schema crate a Rust tool's argument type derives with,
 /// re-exported so its version matches ours; `#[derive(lllm::JsonSchema)]`

@@ -115,7 +115,33 @@ impl Tactic {
     /// # }
     /// ```
     pub async fn call(&self, task: impl Into<Task>) -> Result<String, RunError> {
-        outcome(self.run(task.into()).await)
+        outcome(self.records.keep(self.run(task.into()).await).await)
+    }
+
+    /// This tactic with its verbs' session records written to `records`
+    /// instead of the session store (see [`Records`](crate::Records)): a
+    /// directory, another store, or nowhere. `run` writes none either way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Records, Registry, Tactic};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let tactic = Tactic::from_yaml(
+    ///     "agent_configs: [{name: echo, model_name: mock/echo}]",
+    ///     ".",
+    ///     &Registry::new(),
+    /// )?;
+    /// tactic.clone().with_records(Records::none()).call("not kept").await?;
+    /// tactic.with_records(Records::dir(dir.path())).call("kept").await?;
+    /// assert_eq!(std::fs::read_dir(dir.path())?.count(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_records(mut self, records: crate::records::Records) -> Tactic {
+        self.records = records;
+        self
     }
 
     /// Runs many tasks and gives every result in input order (futures'
@@ -237,6 +263,8 @@ struct Runs<'a> {
     exhausted: bool,
     concurrency: usize,
     running: JoinSet<(usize, SessionRecord)>,
+    /// Where each run's record is written as it finishes.
+    records: crate::records::Records,
 }
 
 impl<'a> Runs<'a> {
@@ -253,6 +281,7 @@ impl<'a> Runs<'a> {
             exhausted: false,
             concurrency: tactic.default_concurrency(),
             running: JoinSet::new(),
+            records: tactic.records.clone(),
         }
     }
 
@@ -271,8 +300,11 @@ impl<'a> Runs<'a> {
             let index = self.next_index;
             self.next_index += 1;
             let tactic = self.tactic.clone();
-            self.running
-                .spawn(async move { (index, run_caught(tactic, task).await) });
+            let records = self.records.clone();
+            self.running.spawn(async move {
+                let record = run_caught(tactic, task).await;
+                (index, records.keep(record).await)
+            });
         }
     }
 
@@ -396,6 +428,13 @@ impl<'a> Bcall<'a> {
         self
     }
 
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: crate::records::Records) -> Bcall<'a> {
+        self.runs.records = records;
+        self
+    }
+
     /// Gives each run's session record instead of its delivery, in input order.
     ///
     /// ```
@@ -446,6 +485,13 @@ impl<'a> BcallRecords<'a> {
         self.runs.set_concurrency(concurrency);
         self
     }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: crate::records::Records) -> BcallRecords<'a> {
+        self.runs.records = records;
+        self
+    }
 }
 
 impl<'a> IntoFuture for BcallRecords<'a> {
@@ -467,6 +513,13 @@ impl<'a> TryBcall<'a> {
     /// At most `concurrency` runs at once; 0 is taken as 1.
     pub fn concurrency(mut self, concurrency: usize) -> TryBcall<'a> {
         self.runs.set_concurrency(concurrency);
+        self
+    }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: crate::records::Records) -> TryBcall<'a> {
+        self.runs.records = records;
         self
     }
 }
@@ -508,6 +561,13 @@ impl<'a> Ccall<'a> {
         self
     }
 
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: crate::records::Records) -> Ccall<'a> {
+        self.runs.records = records;
+        self
+    }
+
     /// Yields `(index, SessionRecord)` instead, as runs finish.
     pub fn records(self) -> CcallRecords<'a> {
         CcallRecords { runs: self.runs }
@@ -535,6 +595,13 @@ impl<'a> CcallRecords<'a> {
     /// At most `concurrency` runs at once; 0 is taken as 1.
     pub fn concurrency(mut self, concurrency: usize) -> CcallRecords<'a> {
         self.runs.set_concurrency(concurrency);
+        self
+    }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: crate::records::Records) -> CcallRecords<'a> {
+        self.runs.records = records;
         self
     }
 }

@@ -173,6 +173,9 @@ pub struct Tactic {
     /// The prompt templates long enough for a record to hold once
     /// (`compact`), as `prompt:KEY` and template.
     pub(crate) shared_templates: Arc<[(String, String)]>,
+    /// Where the verbs (`call`, `bcall`, `ccall`, …) write their records
+    /// ([`Tactic::with_records`]); `run` writes none.
+    pub(crate) records: crate::records::Records,
 }
 
 impl Tactic {
