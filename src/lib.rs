@@ -32,7 +32,6 @@ pub mod records;
 #[doc(hidden)]
 pub mod redact;
 pub mod registry;
-#[doc(hidden)]
 pub mod replay;
 #[doc(hidden)]
 pub mod report;

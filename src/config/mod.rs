@@ -28,6 +28,7 @@ use crate::yaml::Positions;
 use places::{Places, show};
 
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
+pub(crate) use builder::from_recorded;
 pub use defaults::Defaults;
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,
