@@ -27,8 +27,8 @@ use crate::suggest::printable;
 use crate::yaml::Positions;
 use places::{Places, show};
 
-pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub(crate) use builder::from_recorded;
+pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use defaults::Defaults;
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,

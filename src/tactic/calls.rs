@@ -118,6 +118,32 @@ impl Tactic {
         outcome(self.records.keep(self.run(task.into()).await).await)
     }
 
+    /// Runs one task like [`call`](Tactic::call), writing its record as
+    /// `call` does, and gives the record (success or not) instead of the
+    /// delivery: `bcall(..).records()` for one task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Records, Registry, Tactic};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let tactic = Tactic::from_yaml(
+    ///     "agent_configs: [{name: echo, model_name: mock/echo}]",
+    ///     ".",
+    ///     &Registry::new(),
+    /// )?
+    /// .with_records(Records::dir(dir.path()));
+    /// let record = tactic.call_record("ping").await;
+    /// assert_eq!(record.delivery.as_deref(), Some("ping"));
+    /// assert!(Records::dir(dir.path()).file_for(&record).unwrap().is_file());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call_record(&self, task: impl Into<Task>) -> SessionRecord {
+        self.records.keep(self.run(task.into()).await).await
+    }
+
     /// This tactic with its verbs' session records written to `records`
     /// instead of the session store (see [`Records`](crate::Records)): a
     /// directory, another store, or nowhere. `run` writes none either way.
