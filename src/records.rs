@@ -177,15 +177,25 @@ impl Records {
         }
         let records = self.clone();
         let kept = tokio::task::spawn_blocking(move || {
-            records.write(&record);
+            // A panic while writing (a bug) costs the record, not the run.
+            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                records.write(&record);
+            }));
+            if written.is_err() {
+                warn_once(
+                    Path::new("<panic>"),
+                    "internal error: writing a session record panicked; this is a bug, \
+                     please report it (the runs' results are returned)",
+                );
+            }
             record
         })
         .await;
         match kept {
             Ok(record) => record,
-            // The write panicked (a bug) or the runtime is shutting down:
-            // the record went with it, and so did the run's result.
-            Err(error) => std::panic::resume_unwind(error.into_panic()),
+            // Only a runtime shutting down cancels a blocking task; the task
+            // awaiting this is being dropped with it.
+            Err(_) => std::future::pending().await,
         }
     }
 
