@@ -661,19 +661,21 @@ fn enqueue_call(
 pub enum Source<'a> {
     /// A record file, read with [`load`].
     Path(PathBuf),
-    /// A record already loaded (a verb's `.records()`, [`load`]).
-    Record(std::borrow::Cow<'a, SessionRecord>),
+    /// A record at hand (a verb's `.records()`, [`load`]).
+    Record(&'a SessionRecord),
+    /// A record given away.
+    Owned(Box<SessionRecord>),
 }
 
 impl<'a> From<&'a SessionRecord> for Source<'a> {
     fn from(record: &'a SessionRecord) -> Source<'a> {
-        Source::Record(std::borrow::Cow::Borrowed(record))
+        Source::Record(record)
     }
 }
 
 impl From<SessionRecord> for Source<'_> {
     fn from(record: SessionRecord) -> Self {
-        Source::Record(std::borrow::Cow::Owned(record))
+        Source::Owned(Box::new(record))
     }
 }
 
@@ -801,12 +803,20 @@ impl<'a> std::future::IntoFuture for RerunBuilder<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
+            let loaded;
             let record = match self.source {
-                Source::Path(path) => std::borrow::Cow::Owned(load(&path, None)?),
+                Source::Path(path) => {
+                    loaded = load(&path, None)?;
+                    &loaded
+                }
                 Source::Record(record) => record,
+                Source::Owned(record) => {
+                    loaded = *record;
+                    &loaded
+                }
             };
             let rerun = rerun_record(
-                &record,
+                record,
                 self.tactic.as_deref(),
                 self.model.as_deref(),
                 &self.defaults,
