@@ -435,7 +435,7 @@ impl Store {
     /// else `~/.local/share/lllm`; `None` when none of them is set. `env`
     /// reads a variable (`std::env::var(..).ok()` in a program).
     pub fn default_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-        crate::records::default_store_dir(env)
+        crate::tactic::records::default_store_dir(env)
     }
 
     /// Opens (creating if needed) the store in `dir`.

@@ -247,7 +247,7 @@ impl Tactic {
             nodes: nodes.into(),
             result,
             program,
-            records: crate::records::Records::default(),
+            records: super::records::Records::default(),
         };
         (tactic, problems)
     }

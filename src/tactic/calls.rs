@@ -165,7 +165,7 @@ impl Tactic {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn with_records(mut self, records: crate::records::Records) -> Tactic {
+    pub fn with_records(mut self, records: super::records::Records) -> Tactic {
         self.records = records;
         self
     }
@@ -290,7 +290,7 @@ struct Runs<'a> {
     concurrency: usize,
     running: JoinSet<(usize, SessionRecord)>,
     /// Where each run's record is written as it finishes.
-    records: crate::records::Records,
+    records: super::records::Records,
 }
 
 impl<'a> Runs<'a> {
@@ -456,7 +456,7 @@ impl<'a> Bcall<'a> {
 
     /// Writes these runs' records to `records` instead of where the
     /// tactic's go ([`Tactic::with_records`]).
-    pub fn write_records(mut self, records: crate::records::Records) -> Bcall<'a> {
+    pub fn write_records(mut self, records: super::records::Records) -> Bcall<'a> {
         self.runs.records = records;
         self
     }
@@ -514,7 +514,7 @@ impl<'a> BcallRecords<'a> {
 
     /// Writes these runs' records to `records` instead of where the
     /// tactic's go ([`Tactic::with_records`]).
-    pub fn write_records(mut self, records: crate::records::Records) -> BcallRecords<'a> {
+    pub fn write_records(mut self, records: super::records::Records) -> BcallRecords<'a> {
         self.runs.records = records;
         self
     }
@@ -544,7 +544,7 @@ impl<'a> TryBcall<'a> {
 
     /// Writes these runs' records to `records` instead of where the
     /// tactic's go ([`Tactic::with_records`]).
-    pub fn write_records(mut self, records: crate::records::Records) -> TryBcall<'a> {
+    pub fn write_records(mut self, records: super::records::Records) -> TryBcall<'a> {
         self.runs.records = records;
         self
     }
@@ -589,7 +589,7 @@ impl<'a> Ccall<'a> {
 
     /// Writes these runs' records to `records` instead of where the
     /// tactic's go ([`Tactic::with_records`]).
-    pub fn write_records(mut self, records: crate::records::Records) -> Ccall<'a> {
+    pub fn write_records(mut self, records: super::records::Records) -> Ccall<'a> {
         self.runs.records = records;
         self
     }
@@ -626,7 +626,7 @@ impl<'a> CcallRecords<'a> {
 
     /// Writes these runs' records to `records` instead of where the
     /// tactic's go ([`Tactic::with_records`]).
-    pub fn write_records(mut self, records: crate::records::Records) -> CcallRecords<'a> {
+    pub fn write_records(mut self, records: super::records::Records) -> CcallRecords<'a> {
         self.runs.records = records;
         self
     }

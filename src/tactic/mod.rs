@@ -21,6 +21,7 @@ mod models;
 mod nodes;
 pub(crate) mod program;
 pub mod record;
+pub(crate) mod records;
 mod task;
 
 use std::collections::BTreeSet;
@@ -175,7 +176,7 @@ pub struct Tactic {
     pub(crate) shared_templates: Arc<[(String, String)]>,
     /// Where the verbs (`call`, `bcall`, `ccall`, …) write their records
     /// ([`Tactic::with_records`]); `run` writes none.
-    pub(crate) records: crate::records::Records,
+    pub(crate) records: records::Records,
 }
 
 impl Tactic {
