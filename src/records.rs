@@ -2,7 +2,8 @@
 //! `lllm run` leaves its own, in the session store, so that `lllm logs` and
 //! `lllm replay` find a program's runs with no code of its own.
 //!
-//! [`Tactic::call`](crate::Tactic::call), [`bcall`](crate::Tactic::bcall),
+//! [`Tactic::call`](crate::Tactic::call), [`call_record`](crate::Tactic::call_record),
+//! [`bcall`](crate::Tactic::bcall),
 //! [`try_bcall`](crate::Tactic::try_bcall), [`ccall`](crate::Tactic::ccall)
 //! (and their `.records()` forms) and [`quick`](crate::quick()) write each
 //! run's record as it finishes, and index it in the store. [`Tactic::run`](crate::Tactic::run)
