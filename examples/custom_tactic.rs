@@ -11,20 +11,24 @@
 //! ```text
 //! cargo run --example custom_tactic                 # offline (mock/script); record: PATH on stderr
 //! LLLM_MODEL=openai/gpt-4o-mini cargo run --example custom_tactic
-//! cargo run --example custom_tactic -- replay PATH             # show the record
-//! cargo run --example custom_tactic -- replay PATH --rerun     # re-execute it offline, identically
+//! cargo run --example custom_tactic -- --rerun PATH            # re-execute it offline (lllm::replay)
+//! cargo run --example custom_tactic -- replay PATH             # show the record (the full `lllm`)
 //! cargo run --example custom_tactic -- run examples/custom_tactic/tactic.yaml --task "What is a B-tree?"
 //! ```
 //!
-//! Given arguments it is the full `lllm` command line with `review_loop`
-//! registered (`lllm_cli::main_with`); without, it runs its tactic on a
-//! built-in task, prints the delivery on stdout and, as the last line on
-//! stderr, `record: PATH` of the session record it wrote.
+//! Without arguments it runs its tactic on a built-in task, prints the
+//! delivery on stdout and, as the last line on stderr, `record: PATH` of the
+//! session record the call wrote (in the session store, where `lllm logs`
+//! finds it; under cargo the build's own store, `target/test-records`).
+//! `--rerun PATH` re-executes a record with this program's registry
+//! (`lllm::replay::rerun`, no command-line crate needed). Given other
+//! arguments it is the full `lllm` command line with `review_loop`
+//! registered (`lllm_cli::main_with`).
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use lllm::{Ctx, Flow, FlowResult, ParseFailure, Registry, Task};
+use lllm::{Ctx, Flow, FlowResult, ParseFailure, Records, Registry, Task};
 use serde_json::{Value, json};
 
 /// The task the example answers when run without arguments.
@@ -108,20 +112,49 @@ pub fn registry() -> Registry {
 }
 
 fn main() -> ExitCode {
-    if std::env::args_os().len() > 1 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, path] = args.as_slice()
+        && flag == "--rerun"
+    {
+        return rerun(Path::new(path));
+    }
+    if !args.is_empty() {
         return lllm_cli::main_with(registry());
     }
     let tactic = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/custom_tactic/tactic.yaml");
     let model = std::env::var("LLLM_MODEL")
         .ok()
         .filter(|model| !model.is_empty());
-    run_builtin(&tactic, Path::new("sessions"), model.as_deref())
+    run_builtin(&tactic, Records::default(), model.as_deref())
 }
 
-/// Runs `tactic` on [`TASK`] (every agent on `model` if given), writes the
-/// record into `records`, prints the delivery and `record: PATH`. Exit 0 on
+/// Re-executes the record at `path` offline with this program's flow:
+/// exit 0 when identical, 1 where it differs, 2 when it cannot run.
+fn rerun(path: &Path) -> ExitCode {
+    let registry = registry();
+    let rerun = tokio::runtime::Runtime::new()
+        .map_err(lllm::BoxError::from)
+        .and_then(|runtime| runtime.block_on(lllm::replay::rerun(path, &registry).into_future()));
+    match rerun {
+        Ok(rerun) if rerun.is_identical() => {
+            println!("identical: {} model calls replayed", rerun.replayed);
+            ExitCode::SUCCESS
+        }
+        Ok(rerun) => {
+            eprintln!("diverged: {}", rerun.difference().unwrap_or_default());
+            ExitCode::from(1)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs `tactic` on [`TASK`] (every agent on `model` if given), its record
+/// written to `records`, prints the delivery and `record: PATH`. Exit 0 on
 /// success, 1 when the run failed, 2 when the tactic cannot run.
-pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCode {
+pub fn run_builtin(tactic: &Path, records: Records, model: Option<&str>) -> ExitCode {
     let registry = registry();
     let options = lllm::tactic::LoadOptions {
         model,
@@ -144,16 +177,12 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
             return ExitCode::from(2);
         }
     };
+    let tactic = tactic.with_records(records.clone());
     let record = runtime.block_on(async {
-        let record = tactic.run(task).await;
+        let record = tactic.call_record(task).await; // written where `records` says
         tactic.shutdown().await;
         record
     });
-    let path = records.join(format!("{}.json", record.session_id));
-    if let Err(error) = record.write(&path) {
-        eprintln!("error: cannot write `{}`: {error}", path.display());
-        return ExitCode::from(1);
-    }
     let code = match (&record.delivery, &record.error) {
         (Some(delivery), _) => {
             println!("{delivery}");
@@ -164,6 +193,8 @@ pub fn run_builtin(tactic: &Path, records: &Path, model: Option<&str>) -> ExitCo
             ExitCode::from(1)
         }
     };
-    eprintln!("record: {}", path.display());
+    if let Some(path) = records.file_for(&record) {
+        eprintln!("record: {}", path.display());
+    }
     code
 }

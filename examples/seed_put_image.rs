@@ -16,12 +16,17 @@ async fn main() -> Result<(), BoxError> {
 
     // On a dialog of your own.
     let mut dialog = Dialog::new("viewer", "viewer_main");
-    let message = dialog.put(Role::User).caption("The sky tonight.").image(&image)?;
+    let message = dialog
+        .put(Role::User)
+        .caption("The sky tonight.")
+        .image(&image)?;
     assert_eq!(message.parts[0].to_string(), "<image image/png>");
     println!("{}", dialog.overview(60));
 
     // Through an agent, and answered.
-    let mut agent = Agent::builder("mock/echo").system("You describe pictures.").build()?;
+    let mut agent = Agent::builder("mock/echo")
+        .system("You describe pictures.")
+        .build()?;
     agent.open("look")?;
     let message = agent.receive_image(&image, Some("What is in this picture?"))?;
     assert_eq!(message.parts.len(), 2, "the image and its caption");

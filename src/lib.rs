@@ -30,10 +30,10 @@ pub mod output;
 pub mod prompt;
 pub mod provider;
 pub mod quick;
+pub mod records;
 #[doc(hidden)]
 pub mod redact;
 pub mod registry;
-#[doc(hidden)]
 pub mod replay;
 #[doc(hidden)]
 pub mod report;
@@ -55,6 +55,7 @@ pub use dialog::{Dialog, Message, Role};
 pub use event::{Event, EventKind};
 pub use prompt::{Parse, ParseFailure, Prompt, Render};
 pub use quick::quick;
+pub use records::Records;
 pub use registry::Registry;
 /// The JSON-schema crate a Rust tool's argument type derives with,
 /// re-exported so its version matches ours; `#[derive(lllm::JsonSchema)]`

@@ -34,8 +34,10 @@ pub const AGENT_NAME: &str = "assistant";
 ///
 /// The reply is the whole [`Message`]: its `content`, and its `usage`, `cost()`
 /// and `model` (as the provider names it; the offline `mock` providers name
-/// none). `.record()` gives the run's [`SessionRecord`] instead (write it
-/// with `record.write(path)`, show it with `lllm replay`).
+/// none). `.record()` gives the run's [`SessionRecord`] instead. The record
+/// is written to the session store, as `lllm run` writes its own
+/// (`lllm logs` lists it, `lllm replay` shows it), unless
+/// `.write_records(…)` says otherwise ([`Records`](crate::Records)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -58,6 +60,7 @@ pub fn quick(question: impl Into<String>) -> Quick {
     Quick {
         question: question.into(),
         agent: OneAgent::default(),
+        records: crate::records::Records::default(),
     }
 }
 
@@ -67,6 +70,8 @@ pub fn quick(question: impl Into<String>) -> Quick {
 pub struct Quick {
     question: String,
     agent: OneAgent,
+    /// Where its record is written (the session store unless told).
+    records: crate::records::Records,
 }
 
 impl Quick {
@@ -117,9 +122,31 @@ impl Quick {
         QuickRecord { quick: self }
     }
 
+    /// Writes the session record to `records` instead of the session
+    /// store, as the tactic verbs do ([`Records`](crate::Records)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// let dir = tempfile::tempdir()?;
+    /// let record = lllm::quick("Hello")
+    ///     .model("mock/echo")
+    ///     .write_records(lllm::Records::dir(dir.path()))
+    ///     .record()
+    ///     .await?;
+    /// assert!(dir.path().join(format!("{}.json", record.session_id)).is_file());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_records(mut self, records: crate::records::Records) -> Quick {
+        self.records = records;
+        self
+    }
+
     async fn run(self) -> Result<SessionRecord, Error> {
         let tactic = self.agent.tactic()?;
-        Ok(tactic.run(Task::new(self.question)).await)
+        let record = tactic.run(Task::new(self.question)).await;
+        Ok(self.records.keep(record).await)
     }
 }
 

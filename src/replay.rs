@@ -1,13 +1,38 @@
-//! `lllm replay`: read a session record (a `.json` file, or one line of a
-//! `sessions.jsonl` by id) and render it for a person — the dialog tree, every
-//! agent call with its invokes, tool rounds, repairs and retries, each dialog's
-//! messages, and the delivery or the error. The rendering is for a terminal:
-//! control characters in recorded text (a model's, a tool's, a server's) are
-//! escaped; `--json` is the data.
+//! Session records read back, shown and re-executed: what `lllm replay`
+//! does, from a program of one's own.
+//!
+//! - [`load`] reads a record (a `.json` file, or one session of a
+//!   `sessions.jsonl` by id), [`from_value`] one already parsed;
+//! - [`render`] shows it for a person: the dialog tree, every agent call
+//!   with its invokes, tool rounds, repairs and retries, each dialog's
+//!   messages, and the delivery or the error (control characters in recorded
+//!   text escaped, so it is safe on a terminal);
+//! - [`rerun`] re-executes it offline, every model call answered from the
+//!   record, and says whether the re-run is identical. A programmed tactic
+//!   (`Registry::flow`) re-runs in the binary that has its flow, with no
+//!   dependency on the command-line crate.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lllm::BoxError> {
+//! use lllm::{Records, Registry, Tactic};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let tactic = Tactic::from_yaml("agent_configs: [{name: echo, model_name: mock/echo}]", ".", &Registry::new())?
+//!     .with_records(Records::dir(dir.path()));
+//! let record = tactic.bcall(["ping"]).records().await.remove(0);
+//!
+//! let file = dir.path().join(format!("{}.json", record.session_id));
+//! let loaded = lllm::replay::load(&file, None)?;
+//! assert!(lllm::replay::render(&loaded).contains("ping"));
+//! assert!(lllm::replay::rerun(&loaded, &Registry::new()).await?.is_identical());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -18,8 +43,11 @@ use crate::provider::replay::Recorded;
 use crate::tactic::record::{self, SessionRecord};
 use crate::words::count;
 
+/// Why a record could not be read; each names the file (`path`).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // the fields are what the messages say
 pub enum Error {
+    /// The file cannot be read.
     #[error("cannot read `{path}`: {message}")]
     Read { path: String, message: String },
     #[error(
@@ -27,9 +55,12 @@ pub enum Error {
         crate::redact::echo(found),
         record::READS.join("`, `")
     )]
+    /// A record of a format this lllm does not read (`found`).
     Format { path: String, found: String },
+    /// Not a record: a field missing or of the wrong type.
     #[error("`{path}` is not a valid `{}` record: {message}", record::FORMAT)]
     Invalid { path: String, message: String },
+    /// No session of the id asked for in a `sessions.jsonl`.
     #[error(
         "no session `{}` in `{path}` ({count} sessions; ids are session ids or task ids)",
         crate::redact::echo(id)
@@ -39,8 +70,10 @@ pub enum Error {
         id: String,
         count: usize,
     },
+    /// A `sessions.jsonl` of several sessions and no id.
     #[error("`{path}` holds {count} sessions; pick one with `--id`")]
     Ambiguous { path: String, count: usize },
+    /// A record larger than a reader takes.
     #[error("cannot read `{path}`: {reason}")]
     Oversized {
         path: String,
@@ -48,6 +81,7 @@ pub enum Error {
     },
 }
 
+/// A result whose error is a record that could not be read.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A record that cannot be replayed is bad input: the command's error, exit 2.
@@ -69,6 +103,7 @@ pub fn load(path: &Path, id: Option<&str>) -> Result<SessionRecord> {
 
 /// A record picked out of a file, with what the person choosing should know.
 pub struct Loaded {
+    /// The record.
     pub record: SessionRecord,
     /// Lines for stderr: the other sessions of the same task id, lines skipped.
     pub notes: Vec<String>,
@@ -619,38 +654,217 @@ fn enqueue_call(
     }
 }
 
-/// Re-executes the record's task with its (or an edited) tactic, answering
-/// model calls from the record. The agents use `model` if given, else the
-/// `--model` the run was given (the record keeps it), else the tactic's own.
-/// Success: every request matched and every recorded call was used. A
-/// divergence is reported on stderr, exit 1.
-pub async fn rerun(
-    record: &SessionRecord,
-    tactic: Option<&Path>,
-    model: Option<&str>,
-    registry: &crate::Registry,
-) -> crate::error::Result<crate::error::Outcome> {
-    rerun_with(
-        record,
-        tactic,
-        model,
-        &crate::config::Defaults::default(),
-        registry,
-    )
-    .await
+/// What a record is re-executed from: a record file (`.json`, or a
+/// `sessions.jsonl` of one session) or a record at hand. `From` makes
+/// either the first argument of [`rerun`].
+#[derive(Debug, Clone)]
+pub enum Source<'a> {
+    /// A record file, read with [`load`].
+    Path(PathBuf),
+    /// A record at hand (a verb's `.records()`, [`load`]).
+    Record(&'a SessionRecord),
+    /// A record given away.
+    Owned(Box<SessionRecord>),
 }
 
-/// [`rerun`] with a user's `defaults` (model, providers) under the tactic,
-/// as the run had them: a tactic that names no model needs the default
-/// model the run used.
-pub async fn rerun_with(
+impl<'a> From<&'a SessionRecord> for Source<'a> {
+    fn from(record: &'a SessionRecord) -> Source<'a> {
+        Source::Record(record)
+    }
+}
+
+impl From<SessionRecord> for Source<'_> {
+    fn from(record: SessionRecord) -> Self {
+        Source::Owned(Box::new(record))
+    }
+}
+
+impl From<&Path> for Source<'_> {
+    fn from(path: &Path) -> Self {
+        Source::Path(path.to_path_buf())
+    }
+}
+
+impl From<PathBuf> for Source<'_> {
+    fn from(path: PathBuf) -> Self {
+        Source::Path(path)
+    }
+}
+
+impl From<&PathBuf> for Source<'_> {
+    fn from(path: &PathBuf) -> Self {
+        Source::Path(path.clone())
+    }
+}
+
+impl From<&str> for Source<'_> {
+    fn from(path: &str) -> Self {
+        Source::Path(PathBuf::from(path))
+    }
+}
+
+/// Re-executes a session record from the user's own binary: the record's
+/// task runs again through its tactic (a programmed one needs its flow in
+/// `registry`, as the binary that ran it had), every model call answered
+/// from the record, nothing sent. Await it for a [`Rerun`]: the new record
+/// and whether every request matched the recorded one. `lllm replay
+/// --rerun` is this.
+///
+/// The tactic is the record's file (a relative path is taken from the
+/// directory the run started in); a tactic that had no file
+/// ([`Tactic::from_yaml`](crate::Tactic::from_yaml), a config built in
+/// code) is rebuilt from the config the record holds. `.tactic(path)` runs
+/// another (an edited prompt shows where it changes behaviour), `.model(…)`
+/// sets every agent's model. An error is a record or tactic that cannot
+/// be read or built; a divergence is not an error but a [`Rerun`] that is
+/// not identical.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::{Ctx, Flow, FlowResult, Records, Registry, Tactic, Task};
+///
+/// /// A programmed tactic: the agent's answer, twice.
+/// struct Twice;
+/// impl Flow for Twice {
+///     const NAME: &'static str = "twice";
+///     const AGENTS: &'static [&'static str] = &["echo"];
+///     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
+///         let [echo] = cx.agents(["echo"])?;
+///         echo.open("main")?;
+///         echo.receive(task.text())?;
+///         let reply = echo.respond().await?;
+///         Ok(format!("{0} {0}", reply.content))
+///     }
+/// }
+///
+/// let registry = Registry::new().flow(Twice);
+/// let yaml = "tactic_type: twice\nagent_configs: [{name: echo, model_name: mock/echo}]";
+/// let dir = tempfile::tempdir()?;
+/// let tactic = Tactic::from_yaml(yaml, ".", &registry)?.with_records(Records::dir(dir.path()));
+/// let record = tactic.bcall(["hi"]).records().await.remove(0);
+/// assert_eq!(record.delivery.as_deref(), Some("hi hi"), "{:?}", record.error);
+///
+/// // From the record file the call wrote, in this binary, with its registry:
+/// let file = Records::dir(dir.path()).file_for(&record).unwrap();
+/// let rerun = lllm::replay::rerun(&file, &registry).await?;
+/// assert!(rerun.is_identical(), "{:?}", rerun.difference());
+/// assert_eq!(rerun.record.delivery.as_deref(), Some("hi hi"));
+/// # Ok(())
+/// # }
+/// ```
+pub fn rerun<'a>(source: impl Into<Source<'a>>, registry: &'a crate::Registry) -> RerunBuilder<'a> {
+    RerunBuilder {
+        source: source.into(),
+        registry,
+        tactic: None,
+        model: None,
+        defaults: crate::config::Defaults::default(),
+    }
+}
+
+/// A re-run to await: [`rerun`].
+#[must_use = "a re-run only runs when awaited"]
+pub struct RerunBuilder<'a> {
+    source: Source<'a>,
+    registry: &'a crate::Registry,
+    tactic: Option<PathBuf>,
+    model: Option<String>,
+    defaults: crate::config::Defaults,
+}
+
+impl<'a> RerunBuilder<'a> {
+    /// Runs this tactic file instead of the record's (`lllm replay --rerun
+    /// --tactic`).
+    pub fn tactic(mut self, path: impl Into<PathBuf>) -> RerunBuilder<'a> {
+        self.tactic = Some(path.into());
+        self
+    }
+
+    /// Every agent on `model` (`provider/model`) instead of the run's: any
+    /// other than the recorded model diverges at the first call.
+    pub fn model(mut self, model: impl Into<String>) -> RerunBuilder<'a> {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The default model and providers under the tactic, as the run had
+    /// them (the command line's config file): a tactic that names no
+    /// model needs the one the run used.
+    pub fn defaults(mut self, defaults: crate::config::Defaults) -> RerunBuilder<'a> {
+        self.defaults = defaults;
+        self
+    }
+}
+
+impl<'a> std::future::IntoFuture for RerunBuilder<'a> {
+    type Output = std::result::Result<Rerun, crate::BoxError>;
+    type IntoFuture = futures_util::future::BoxFuture<'a, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let loaded;
+            let record = match self.source {
+                Source::Path(path) => {
+                    loaded = load(&path, None)?;
+                    &loaded
+                }
+                Source::Record(record) => record,
+                Source::Owned(record) => {
+                    loaded = *record;
+                    &loaded
+                }
+            };
+            let rerun = rerun_record(
+                record,
+                self.tactic.as_deref(),
+                self.model.as_deref(),
+                &self.defaults,
+                self.registry,
+            )
+            .await?;
+            Ok(rerun)
+        })
+    }
+}
+
+/// What a re-run found: [`rerun`].
+#[derive(Debug, Clone)]
+pub struct Rerun {
+    /// The re-run's own session record (written nowhere: keep it with
+    /// [`Records::write`](crate::Records::write) if wanted).
+    pub record: SessionRecord,
+    /// The model calls answered from the record.
+    pub replayed: usize,
+    /// Where and how the re-run differs, `None` when identical.
+    difference: Option<String>,
+}
+
+impl Rerun {
+    /// Every request matched the recorded one, every recorded call was
+    /// used, and the outcome (delivery or error, state) is the same.
+    pub fn is_identical(&self) -> bool {
+        self.difference.is_none()
+    }
+
+    /// Where the re-run differs and how, as `lllm replay --rerun` prints
+    /// it: the call (agent, dialog, round), the first message that
+    /// differs and a line diff of its text; or the calls left over; or the
+    /// outcome. `None` when identical.
+    pub fn difference(&self) -> Option<&str> {
+        self.difference.as_deref()
+    }
+}
+
+/// [`rerun`] on a loaded record, with the errors the command line tells
+/// apart (bad usage, exit 2).
+async fn rerun_record(
     record: &SessionRecord,
     tactic: Option<&Path>,
     model: Option<&str>,
     defaults: &crate::config::Defaults,
     registry: &crate::Registry,
-) -> crate::error::Result<crate::error::Outcome> {
-    use crate::error::Outcome;
+) -> crate::error::Result<Rerun> {
     use crate::provider::replay::ReplayProvider;
     use std::sync::Arc;
 
@@ -664,27 +878,33 @@ pub async fn rerun_with(
     {
         return Err(crate::error::Error::Usage(format!(
             "tactic `{name}` is a programmed tactic (Rust) that this binary does not register; \
-             re-run the record with a binary built with `lllm_cli::main_with` and a registry \
-             that has `.flow(…)` for `{name}`"
+             re-run the record with a binary whose registry has `.flow(…)` for `{name}` \
+             (`lllm::replay::rerun(record, &registry)`, or `lllm_cli::main_with(registry)`)"
         )));
     }
-    let path = match tactic {
-        Some(path) => path.to_path_buf(),
+    let recorded = record.tactic.path.as_str();
+    let mut config = match tactic {
+        Some(path) => crate::config::load_with(path, defaults)?,
+        // A tactic made in code has no file: the record holds its config.
+        None if recorded == crate::config::YAML_LABEL
+            || recorded == crate::config::BUILDER_LABEL =>
+        {
+            // Resolved: the models the run used are in it.
+            crate::config::from_recorded(record.tactic.config.value(), recorded)?
+        }
         None => {
             // Recorded as given on the command line of the run: relative to
             // the directory it ran in.
-            let recorded = Path::new(&record.tactic.path);
-            if !recorded.exists() {
+            let path = Path::new(recorded);
+            if !path.exists() {
                 return Err(crate::error::Error::Usage(format!(
-                    "the record's tactic `{}` is not here (a relative path is taken from \
-                     the directory the run started in); run from there or pass `--tactic FILE`",
-                    record.tactic.path
+                    "the record's tactic `{recorded}` is not here (a relative path is taken from \
+                     the directory the run started in); run from there or pass `--tactic FILE`"
                 )));
             }
-            recorded.to_path_buf()
+            crate::config::load_with(path, defaults)?
         }
     };
-    let mut config = crate::config::load_with(&path, defaults)?;
     // `--model`, else the run's: its `--model`, else the task's own.
     if let Some(model) = model
         .or(record.tactic.model.as_deref())
@@ -703,35 +923,57 @@ pub async fn rerun_with(
     let task = record.task_input();
     let rerun = built.run(task).await;
     built.shutdown().await;
-    if let Some(divergence) = provider.divergence() {
+    let replayed = provider.served();
+    let difference = if let Some(divergence) = provider.divergence() {
+        Some(divergence.to_string())
+    } else if provider.remaining() > 0 {
+        Some(format!(
+            "the re-run made {}; the record has {} more",
+            count(replayed as u64, "model call", "model calls"),
+            provider.remaining()
+        ))
+    } else if rerun.delivery != record.delivery || rerun.state != record.state {
+        Some(format!(
+            "every model call matched, but the outcome differs (tools or templates): recorded {:?}, now {:?}",
+            record.delivery.as_deref().or(record.error.as_deref()),
+            rerun.delivery.as_deref().or(rerun.error.as_deref())
+        ))
+    } else {
+        None
+    };
+    Ok(Rerun {
+        record: rerun,
+        replayed,
+        difference,
+    })
+}
+
+/// `lllm replay --rerun`: [`rerun`] with what it found printed: `identical:
+/// …` on stdout (exit 0), or where it differs on stderr (exit 1).
+#[doc(hidden)]
+pub async fn rerun_with(
+    record: &SessionRecord,
+    tactic: Option<&Path>,
+    model: Option<&str>,
+    defaults: &crate::config::Defaults,
+    registry: &crate::Registry,
+) -> crate::error::Result<crate::error::Outcome> {
+    use crate::error::Outcome;
+
+    let rerun = rerun_record(record, tactic, model, defaults, registry).await?;
+    if let Some(difference) = rerun.difference() {
         // One line at a time: a line of a message is a line of the diff
         // (each still has its control characters escaped).
-        let text = format!("lllm replay: {divergence}");
+        let text = format!("lllm replay: {difference}");
         for line in text.lines() {
             crate::output::stderr_line(line);
         }
         return Ok(Outcome::Failed);
     }
-    let remaining = provider.remaining();
-    if remaining > 0 {
-        crate::output::stderr_line(&format!(
-            "lllm replay: the re-run made {}; the record has {remaining} more",
-            count(provider.served() as u64, "model call", "model calls")
-        ));
-        return Ok(Outcome::Failed);
-    }
-    if rerun.delivery != record.delivery || rerun.state != record.state {
-        crate::output::stderr_line(&format!(
-            "lllm replay: every model call matched, but the outcome differs (tools or templates): recorded {:?}, now {:?}",
-            record.delivery.as_deref().or(record.error.as_deref()),
-            rerun.delivery.as_deref().or(rerun.error.as_deref())
-        ));
-        return Ok(Outcome::Failed);
-    }
     crate::output::stdout(&format!(
         "identical: {} replayed, same {}\n",
-        count(provider.served() as u64, "model call", "model calls"),
-        if rerun.delivery.is_some() {
+        count(rerun.replayed as u64, "model call", "model calls"),
+        if rerun.record.delivery.is_some() {
             "delivery"
         } else {
             "error"

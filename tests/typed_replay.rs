@@ -44,11 +44,15 @@ async fn a_typed_run_re_runs_identically_from_its_record() {
     record.write(&written).unwrap();
     let back = lllm::replay::load(&written, None).unwrap();
     assert_eq!(back.tactic.output_schema, Some(schema));
-    let outcome = lllm::replay::rerun(&back, Some(&path), None, &Registry::new()).await;
-    assert_eq!(
-        outcome.unwrap(),
-        lllm::error::Outcome::Success,
-        "the re-run asks for the same schema and repairs the same replies"
+    let registry = Registry::new();
+    let rerun = lllm::replay::rerun(&back, &registry)
+        .tactic(&path)
+        .await
+        .unwrap();
+    assert!(
+        rerun.is_identical(),
+        "the re-run asks for the same schema and repairs the same replies: {:?}",
+        rerun.difference()
     );
 
     // A run that is not typed records no schema.

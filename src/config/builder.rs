@@ -43,6 +43,13 @@ pub fn from_yaml(text: &str, base_dir: impl AsRef<Path>) -> Result<TacticConfig>
     from_document(document, positions, YAML_LABEL, Some(base_dir.as_ref()))
 }
 
+/// The config a record holds (`tactic.config`: resolved, its paths
+/// absolute), built again under `label`, the record's tactic path: what a
+/// re-run of a tactic that has no file (`<yaml>`, `<builder>`) runs.
+pub(crate) fn from_recorded(document: Value, label: &str) -> Result<TacticConfig> {
+    from_document(document, Positions::default(), label, None)
+}
+
 /// The file pipeline from a parsed document on: `label` names it in errors
 /// and records, `positions` says where its nodes are (none for a document
 /// built in code); relative paths resolve against `base_dir` (without one,

@@ -27,6 +27,7 @@ use crate::suggest::printable;
 use crate::yaml::Positions;
 use places::{Places, show};
 
+pub(crate) use builder::from_recorded;
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
 pub use defaults::Defaults;
 pub use flow::{

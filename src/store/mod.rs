@@ -435,14 +435,7 @@ impl Store {
     /// else `~/.local/share/lllm`; `None` when none of them is set. `env`
     /// reads a variable (`std::env::var(..).ok()` in a program).
     pub fn default_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-        let set = |name: &str| env(name).filter(|value| !value.is_empty());
-        if let Some(home) = set("LLLM_HOME") {
-            return Some(PathBuf::from(home));
-        }
-        if let Some(data) = set("XDG_DATA_HOME") {
-            return Some(PathBuf::from(data).join("lllm"));
-        }
-        set("HOME").map(|home| PathBuf::from(home).join(".local/share/lllm"))
+        crate::tactic::records::default_store_dir(env)
     }
 
     /// Opens (creating if needed) the store in `dir`.

@@ -257,6 +257,7 @@ impl Tactic {
             result,
             output,
             program,
+            records: super::records::Records::default(),
         };
         (tactic, problems)
     }

@@ -115,7 +115,59 @@ impl Tactic {
     /// # }
     /// ```
     pub async fn call(&self, task: impl Into<Task>) -> Result<String, RunError> {
-        outcome(self.run(task.into()).await)
+        outcome(self.records.keep(self.run(task.into()).await).await)
+    }
+
+    /// Runs one task like [`call`](Tactic::call), writing its record as
+    /// `call` does, and gives the record (success or not) instead of the
+    /// delivery: `bcall(..).records()` for one task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Records, Registry, Tactic};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let tactic = Tactic::from_yaml(
+    ///     "agent_configs: [{name: echo, model_name: mock/echo}]",
+    ///     ".",
+    ///     &Registry::new(),
+    /// )?
+    /// .with_records(Records::dir(dir.path()));
+    /// let record = tactic.call_record("ping").await;
+    /// assert_eq!(record.delivery.as_deref(), Some("ping"));
+    /// assert!(Records::dir(dir.path()).file_for(&record).unwrap().is_file());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call_record(&self, task: impl Into<Task>) -> SessionRecord {
+        self.records.keep(self.run(task.into()).await).await
+    }
+
+    /// This tactic with its verbs' session records written to `records`
+    /// instead of the session store (see [`Records`](crate::Records)): a
+    /// directory, another store, or nowhere. `run` writes none either way.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lllm::BoxError> {
+    /// use lllm::{Records, Registry, Tactic};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let tactic = Tactic::from_yaml(
+    ///     "agent_configs: [{name: echo, model_name: mock/echo}]",
+    ///     ".",
+    ///     &Registry::new(),
+    /// )?;
+    /// tactic.clone().with_records(Records::none()).call("not kept").await?;
+    /// tactic.with_records(Records::dir(dir.path())).call("kept").await?;
+    /// assert_eq!(std::fs::read_dir(dir.path())?.count(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_records(mut self, records: super::records::Records) -> Tactic {
+        self.records = records;
+        self
     }
 
     /// Runs many tasks and gives every result in input order (futures'
@@ -240,6 +292,8 @@ pub(super) struct Runs<'a> {
     /// Where each run says what happens, tagged with its task
     /// ([`Ccall::events`]); `None`: nowhere.
     events: Option<std::sync::Arc<crate::event::Queue>>,
+    /// Where each run's record is written as it finishes.
+    records: super::records::Records,
 }
 
 impl<'a> Runs<'a> {
@@ -257,6 +311,7 @@ impl<'a> Runs<'a> {
             concurrency: tactic.default_concurrency(),
             running: JoinSet::new(),
             events: None,
+            records: tactic.records.clone(),
         }
     }
 
@@ -283,8 +338,11 @@ impl<'a> Runs<'a> {
             let events = self.events.as_ref().map(|queue| {
                 super::events::task_emitter(&tactic, queue, Some(index), task.id.as_deref())
             });
-            self.running
-                .spawn(async move { (index, run_caught(tactic, task, events).await) });
+            let records = self.records.clone();
+            self.running.spawn(async move {
+                let record = run_caught(tactic, task, events).await;
+                (index, records.keep(record).await)
+            });
         }
     }
 
@@ -420,6 +478,13 @@ impl<'a> Bcall<'a> {
         self
     }
 
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: super::records::Records) -> Bcall<'a> {
+        self.runs.records = records;
+        self
+    }
+
     /// Gives each run's session record instead of its delivery, in input order.
     ///
     /// ```
@@ -470,6 +535,13 @@ impl<'a> BcallRecords<'a> {
         self.runs.set_concurrency(concurrency);
         self
     }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: super::records::Records) -> BcallRecords<'a> {
+        self.runs.records = records;
+        self
+    }
 }
 
 impl<'a> IntoFuture for BcallRecords<'a> {
@@ -491,6 +563,13 @@ impl<'a> TryBcall<'a> {
     /// At most `concurrency` runs at once; 0 is taken as 1.
     pub fn concurrency(mut self, concurrency: usize) -> TryBcall<'a> {
         self.runs.set_concurrency(concurrency);
+        self
+    }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: super::records::Records) -> TryBcall<'a> {
+        self.runs.records = records;
         self
     }
 }
@@ -529,6 +608,13 @@ impl<'a> Ccall<'a> {
     /// [`Tactic::default_concurrency`]); 0 is taken as 1.
     pub fn concurrency(mut self, concurrency: usize) -> Ccall<'a> {
         self.runs.set_concurrency(concurrency);
+        self
+    }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: super::records::Records) -> Ccall<'a> {
+        self.runs.records = records;
         self
     }
 
@@ -588,6 +674,13 @@ impl<'a> CcallRecords<'a> {
     /// At most `concurrency` runs at once; 0 is taken as 1.
     pub fn concurrency(mut self, concurrency: usize) -> CcallRecords<'a> {
         self.runs.set_concurrency(concurrency);
+        self
+    }
+
+    /// Writes these runs' records to `records` instead of where the
+    /// tactic's go ([`Tactic::with_records`]).
+    pub fn write_records(mut self, records: super::records::Records) -> CcallRecords<'a> {
+        self.runs.records = records;
         self
     }
 }

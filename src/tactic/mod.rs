@@ -22,6 +22,7 @@ mod models;
 mod nodes;
 pub(crate) mod program;
 pub mod record;
+pub(crate) mod records;
 mod task;
 mod typed;
 
@@ -196,6 +197,9 @@ pub struct Tactic {
     /// The prompt templates long enough for a record to hold once
     /// (`compact`), as `prompt:KEY` and template.
     pub(crate) shared_templates: Arc<[(String, String)]>,
+    /// Where the verbs (`call`, `bcall`, `ccall`, …) write their records
+    /// ([`Tactic::with_records`]); `run` writes none.
+    pub(crate) records: records::Records,
 }
 
 impl Tactic {

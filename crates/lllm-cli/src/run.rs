@@ -123,12 +123,7 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     // A record that cannot be written (a full disk, a path that is not a
     // directory) does not hide the delivery: it is printed, then one error
     // line says what was not written, and the exit code is 1.
-    let (record_path, record_error) = write_record(&args, &settings, &record);
-    if let Some(path) = &record_path
-        && let Some(dir) = &store_dir
-    {
-        crate::store::register_run(dir, &record, path);
-    }
+    let (record_path, record_error) = write_record(&args, &settings, &record, store_dir.as_deref());
     let text = streamed
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -222,11 +217,14 @@ fn deliver(
 }
 
 /// Writes the run's record (`--record`, else the store's records
-/// directory; none with `--no-record`): where it went, or why it did not.
+/// directory; none with `--no-record`) and registers it in the store in
+/// `store` (the library verbs' way, `lllm::records::write_and_index`):
+/// where it went, or why it did not.
 fn write_record(
     args: &RunArgs,
     settings: &crate::settings::Settings,
     record: &SessionRecord,
+    store: Option<&Path>,
 ) -> (Option<std::path::PathBuf>, Option<Error>) {
     if args.no_record {
         return (None, None);
@@ -236,7 +234,7 @@ fn write_record(
             .records_dir(args.store.store.as_deref())
             .join(format!("{}.json", record.session_id))
     });
-    match record.write(&path) {
+    match lllm::records::write_and_index(record, &path, store) {
         Ok(()) => (Some(path), None),
         Err(source) => (
             None,

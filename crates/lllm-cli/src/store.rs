@@ -125,17 +125,3 @@ pub fn pairs(flag: &str, given: &[String]) -> Result<Map<String, Value>> {
     }
     Ok(map)
 }
-
-/// Registers a `lllm run`'s record, written at `path`; a store that cannot
-/// be opened or written is a warning, the run's outcome stays its own.
-pub fn register_run(dir: &std::path::Path, record: &lllm::SessionRecord, path: &std::path::Path) {
-    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let entry = lllm::store::Entry::of(record, lllm::store::RecordPlace::File(path));
-    let registered = lllm::store::Store::open(dir).and_then(|mut store| store.register(&[entry]));
-    if let Err(error) = registered {
-        lllm::report::warn(&format!(
-            "{error}; the session was not registered (its record is written; \
-             `lllm logs reindex --from DIR` indexes it later)"
-        ));
-    }
-}

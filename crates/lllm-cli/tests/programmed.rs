@@ -40,7 +40,7 @@ fn json_lines(path: &Path) -> Vec<Value> {
 fn the_custom_tactic_example_records_a_run_that_reruns_identically() {
     let dir = tempfile::tempdir().unwrap();
     let tactic = root().join("examples/custom_tactic/tactic.yaml");
-    let code = custom_tactic::run_builtin(&tactic, dir.path(), None);
+    let code = custom_tactic::run_builtin(&tactic, lllm::Records::dir(dir.path()), None);
     assert_eq!(code, ExitCode::SUCCESS);
     let written: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -97,18 +97,24 @@ fn the_custom_tactic_example_records_a_run_that_reruns_identically() {
     // A binary without the flow cannot, and says so (exit 2).
     let stock = cli(&["replay", path, "--rerun"], Registry::new());
     assert_eq!(stock, ExitCode::from(2));
-    let error = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(lllm::replay::rerun(&record, None, None, &Registry::new()))
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let error = runtime
+        .block_on(lllm::replay::rerun(&record, &Registry::new()).into_future())
         .unwrap_err();
-    assert_eq!(error.exit_code(), 2);
     assert!(
         error.to_string().starts_with(
             "tactic `review_loop` is a programmed tactic (Rust) that this binary does not register"
         ),
         "{error}"
     );
-    assert!(error.to_string().contains("lllm_cli::main_with"), "{error}");
+    assert!(error.to_string().contains("lllm::replay::rerun"), "{error}");
+    // The library re-runs it from the record, with the example's registry.
+    let rerun = runtime
+        .block_on(lllm::replay::rerun(&written[0], &custom_tactic::registry()).into_future())
+        .unwrap();
+    assert!(rerun.is_identical(), "{:?}", rerun.difference());
+    assert_eq!(rerun.replayed, record.invoke_count());
+    assert_eq!(rerun.record.delivery, record.delivery);
 }
 
 #[test]
@@ -116,7 +122,7 @@ fn the_stock_binary_renders_a_programmed_record_and_refuses_to_rerun_it() {
     let dir = tempfile::tempdir().unwrap();
     let tactic = root().join("examples/custom_tactic/tactic.yaml");
     assert_eq!(
-        custom_tactic::run_builtin(&tactic, dir.path(), None),
+        custom_tactic::run_builtin(&tactic, lllm::Records::dir(dir.path()), None),
         ExitCode::SUCCESS
     );
     let path = std::fs::read_dir(dir.path())
@@ -146,8 +152,9 @@ fn the_stock_binary_renders_a_programmed_record_and_refuses_to_rerun_it() {
     assert_eq!(
         rerun.stderr,
         "error: tactic `review_loop` is a programmed tactic (Rust) that this binary does not \
-         register; re-run the record with a binary built with `lllm_cli::main_with` and a \
-         registry that has `.flow(…)` for `review_loop`\n"
+         register; re-run the record with a binary whose registry has `.flow(…)` for \
+         `review_loop` (`lllm::replay::rerun(record, &registry)`, or \
+         `lllm_cli::main_with(registry)`)\n"
     );
 }
 
