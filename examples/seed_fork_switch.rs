@@ -70,14 +70,12 @@ async fn main() -> Result<(), BoxError> {
     }
 
     // ccall: a stream of (index, result) as runs finish.
-    let mut finished = tactic.ccall(topics).concurrency(4);
-    let mut seen = 0;
-    while let Some((index, result)) = finished.next().await {
+    let finished: Vec<_> = tactic.ccall(topics).concurrency(4).collect().await;
+    assert_eq!(finished.len(), topics.len());
+    for (index, result) in finished {
         let answer = result?;
         println!("ccall {index}: {answer}");
         assert_eq!(answer, expected(topics[index]));
-        seen += 1;
     }
-    assert_eq!(seen, topics.len());
     Ok(())
 }

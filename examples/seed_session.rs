@@ -39,7 +39,6 @@ async fn main() -> Result<(), BoxError> {
     agent.receive_prompt(prompt, json!({ "city": "Oslo" }))?;
     let session = agent.respond().session().await?;
 
-    println!("state: {:?}", session.state);
     for invoke in &session.invokes {
         let outcome = match (&invoke.error, &invoke.response) {
             (Some(error), _) => format!("error: {error}"),
@@ -52,14 +51,7 @@ async fn main() -> Result<(), BoxError> {
             invoke.step, invoke.repair, invoke.attempt
         );
     }
-    println!("provider retries: {}", session.llm_recall_count());
-    println!("tool rounds: {}", session.interrupt_count());
-    println!("repairs: {}", session.exception_retry_count());
-    let usd = session
-        .cost
-        .cost
-        .map_or("unknown".to_string(), |usd| format!("${usd:.4}"));
-    println!("tokens: {}, cost: {usd}", session.cost.total_tokens);
+    println!("{session}"); // agent, model, state, calls, retries, repairs, tool rounds, cost
     let delivery = session.delivery().ok_or("no delivery")?;
     println!(
         "delivery: {} (parsed celsius: {})",

@@ -16,8 +16,7 @@ impl Flow for SummarizeAgent {
     async fn call(&self, cx: &mut Ctx, task: Task) -> FlowResult {
         let agent = cx.agent("assistant")?;
         // 1. Open a dialog (the system prompt goes in first, rendered with `persona`).
-        let args = json!({ "persona": "helpful assistant" });
-        agent.open_with("summarize", args.as_object().unwrap(), true)?;
+        agent.open_with("summarize", json!({ "persona": "helpful assistant" }), true)?;
         // 2. Send the user's task.
         agent.receive(task.text())?;
         // 3. Run the agent loop.
@@ -25,11 +24,7 @@ impl Flow for SummarizeAgent {
         // 4. Inspect the results.
         let dialog = agent.current_dialog()?;
         println!("parsed: {:?}", response.parsed);
-        let cost = dialog.cost();
-        let usd = cost
-            .cost
-            .map_or("unknown".to_string(), |usd| format!("${usd:.4}"));
-        println!("cost: {} tokens, {usd}", cost.total_tokens);
+        println!("cost: {}", dialog.cost());
         println!("{}", dialog.overview(60));
         assert_eq!(dialog.messages().len(), 3, "system, task, reply");
         assert!(dialog.messages()[0].content.contains("helpful assistant"));

@@ -59,16 +59,11 @@ async fn main() -> Result<(), BoxError> {
         .handler("strict", Strict);
     let directory = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/seeds/count");
     let tactic = Tactic::from_yaml(TACTIC, directory, &registry)?;
-    let record = tactic.run("the quick brown fox".into()).await;
+    let record = tactic.call_record("the quick brown fox").await;
 
     let call = &record.agent_calls[0];
     let reply = call.delivery().ok_or("no delivery")?;
-    println!(
-        "tool rounds: {}, repairs: {}",
-        call.interrupts.len(),
-        call.exception_retry_count()
-    );
-    println!("parsed: {:?}", reply.parsed);
+    println!("{call}\nparsed: {:?}", reply.parsed);
     assert_eq!(call.interrupts[0].calls[0].result, Some(json!("4")));
     assert!(
         call.exception_retries[0].error.contains("no <answer> tag"),
