@@ -100,7 +100,7 @@ impl<'a> Respond<'a, Message> {
     /// let session = agent.respond().session().await?;
     /// assert!(session.is_success());
     /// assert_eq!(session.invokes.len(), 1);
-    /// assert_eq!(session.exception_retries_count() + session.llm_recalls_count(), 0);
+    /// assert_eq!(session.exception_retry_count() + session.llm_recall_count(), 0);
     /// assert_eq!(session.delivery().map(|reply| reply.content.as_str()), Some("Hello"));
     /// # Ok(()) }
     /// ```

@@ -251,11 +251,10 @@ impl Dialog {
     ///
     /// ```
     /// use lllm::dialog::{Dialog, Role};
-    /// use serde_json::Map;
     ///
     /// let mut dialog = Dialog::new("coder", "coder_main");
     /// for text in ["system", "one", "two", "three", "four"] {
-    ///     dialog.put_text(text, Role::User, "user", Map::new());
+    ///     dialog.put_text(Role::User, text);
     /// }
     /// let full = dialog.fork(0, 1); // a full copy
     /// assert_eq!(full.len(), 5);
