@@ -36,8 +36,9 @@ results=$(wc -l < "$work/out/results.jsonl")
 [ "$results" -eq "$N" ] || { echo "bench/instructions.sh: $results of $N results" >&2; exit 1; }
 runner=$(instructions "$work/runner.out")
 floor_instructions=$(instructions "$work/floor.out")
-# Self cost of the software SHA-256 (empty when the binary has no symbols).
-sha=$(callgrind_annotate "$work/runner.out" 2> /dev/null | awk '/sha2::sha256::soft::compress / && !sha { gsub(",", "", $1); sha = $1 } END { print sha }')
+# Self cost of the SHA-256 valgrind runs in software (ring's, or sha2's in
+# older builds; empty when the binary has no symbols).
+sha=$(callgrind_annotate "$work/runner.out" 2> /dev/null | awk '/(sha2::sha256::soft::compress |sha256_block_data_order)/ && !sha { gsub(",", "", $1); sha = $1 } END { print sha }')
 # Inclusive costs by caller, for the passes the floor does not make.
 callgrind_annotate --inclusive=yes --tree=caller "$work/runner.out" > "$work/callers.txt" 2> /dev/null || true
 python3 - "$runner" "$floor_instructions" "$N" "$turns" "$payload" "$sha" "$work/callers.txt" <<'PY'

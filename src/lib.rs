@@ -37,6 +37,7 @@ pub mod registry;
 pub mod replay;
 #[doc(hidden)]
 pub mod report;
+pub(crate) mod sha256;
 /// The session store: an SQLite index over session records (`lllm logs`).
 #[cfg(feature = "store")]
 pub mod store;

@@ -18,9 +18,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::shard::{Requested, Shard};
+use crate::sha256::Sha256;
 
 pub const LOCK: &str = ".lock";
 pub const IDENTITY: &str = "batch.json";

@@ -7,7 +7,7 @@
 //! (`1/4` … `4/4`, "the K-th of N"); the 0-based indices of job arrays are
 //! converted by `from_env`.
 
-use sha2::{Digest, Sha256};
+use crate::sha256::Sha256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {

@@ -18,9 +18,8 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
-
 use super::tasks::Lines;
+use crate::sha256::Sha256;
 
 /// A TASKS file as it was when the batch started.
 #[derive(Debug)]

@@ -21,7 +21,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 pub use expression::Expression;
 pub use extensions::Extensions;
@@ -30,6 +29,7 @@ pub use registry::Registry;
 pub use render::{NamedRenderer, OUT_OF_FUEL, RENDER_FUEL, Render, Renderer};
 
 use crate::redact::terminal_line;
+use crate::sha256::Sha256;
 use render::Compiled;
 
 /// What can go wrong with a prompt: its template, its arguments, its file.
@@ -523,7 +523,7 @@ impl Prompt {
 
     /// Hex SHA-256 of the template.
     pub fn sha256(&self) -> String {
-        format!("{:x}", Sha256::digest(self.template.as_bytes()))
+        crate::sha256::hex(&Sha256::digest(self.template.as_bytes()))
     }
 
     /// The repair prompt (`error_message`); keeps tools, parser and format (D2:

@@ -33,10 +33,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::{Provider, ProviderError};
 use crate::dialog::{FunctionCall, Message, Role};
+use crate::sha256::Sha256;
 
 /// How long a reply is used when neither the provider nor the tactic sets
 /// `cache_ttl_s`: 14 days, as promptfoo's disk cache.

@@ -3,10 +3,10 @@
 //! so it lives here, below all of them.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::ChatRequest;
 use crate::redact::{HoldsSecret, Scrub, Scrubber, Secrets};
+use crate::sha256::Sha256;
 
 /// SHA-256 over what decides the model's answer: model, messages (role, name,
 /// content, tool calls, tool-call id), tools, format and model arguments.
@@ -75,14 +75,4 @@ pub fn scrubbed_sha256(request: &ChatRequest<'_>, secrets: &Secrets) -> Option<S
     }))
 }
 
-/// Lower-case hex of `bytes`. Digits written directly: `format!("{:x}")`
-/// goes through the formatting machinery once per byte.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(2 * bytes.len());
-    for byte in bytes {
-        text.push(char::from(HEX[usize::from(byte >> 4)]));
-        text.push(char::from(HEX[usize::from(byte & 0xF)]));
-    }
-    text
-}
+pub(crate) use crate::sha256::hex;

@@ -184,7 +184,7 @@ impl Endpoint {
     /// flag or a configured header may change the answer; the same server
     /// answers whoever asks), and the body's bytes.
     pub fn request_digest(&self, body: &[u8]) -> String {
-        use sha2::{Digest, Sha256};
+        use crate::sha256::Sha256;
         let mut hasher = Sha256::new();
         let mut feed = |part: &[u8]| {
             hasher.update((part.len() as u64).to_le_bytes());

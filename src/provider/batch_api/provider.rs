@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::BatchApi;
 use super::service::{Api, Service};
 use crate::dialog::{ApiType, Message};
 use crate::provider::{ChatRequest, Provider, ProviderError, WireRequest};
+use crate::sha256::Sha256;
 
 /// The wire endpoint a request goes to in a batch.
 fn endpoint_of(api: Api, api_type: ApiType) -> &'static str {
@@ -32,7 +32,7 @@ pub fn digest(service: &str, endpoint: &str, body: &Value) -> String {
     hasher.update(endpoint.as_bytes());
     hasher.update([0]);
     hasher.update(body.to_string().as_bytes());
-    format!("{:x}", hasher.finalize())
+    crate::sha256::hex(&hasher.finalize())
 }
 
 /// The key marking a reply's usage as answered by a Batch API, priced at
