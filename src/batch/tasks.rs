@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::args::kind;
 use crate::dialog::{Attachment, AttachmentScope, ContentPart, Role};
 
 /// One parsed task line.
@@ -290,17 +291,6 @@ fn object_field(object: &mut Map<String, Value>, key: &str) -> Result<Map<String
         None | Some(Value::Null) => Ok(Map::new()),
         Some(Value::Object(map)) => Ok(map),
         Some(other) => Err(format!("`{key}` is an object, not {}", kind(&other))),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -79,12 +79,7 @@ impl Home {
     /// `lllm logs --json`: one object per session.
     fn logs(&self) -> Vec<Value> {
         let output = self.test.run(&["logs", "--json", "-n", "100000"]);
-        output.expect_code(0);
-        output
-            .stdout
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("a JSON line"))
-            .collect()
+        output.expect_code(0).json_lines()
     }
 }
 

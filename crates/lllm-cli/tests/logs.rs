@@ -39,12 +39,7 @@ fn logs(test: &Test, args: &[&str]) -> Vec<Value> {
     all.extend_from_slice(args);
     all.push("--json");
     let output = test.run(&all);
-    output.expect_code(0);
-    output
-        .stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("a JSON line"))
-        .collect()
+    output.expect_code(0).json_lines()
 }
 
 fn task_ids(listed: &[Value]) -> Vec<String> {

@@ -120,6 +120,15 @@ impl Output {
         );
         self
     }
+
+    /// Each stdout line read as JSON (`--json` listings, `--events`).
+    #[track_caller]
+    pub fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    }
 }
 
 /// An `lllm-mock` server on 127.0.0.1, killed when dropped.
