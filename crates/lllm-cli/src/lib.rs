@@ -159,8 +159,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub task_file: Option<PathBuf>,
     /// A template argument, `key=value` (repeatable); templates see it as `key` and `args.key`.
+    /// Without a task, the arguments are the task (its input, as a JSON object).
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// The task's input as JSON, as a tactic's `input_schema` describes it:
+    /// an object is its arguments (each a template argument, with its JSON
+    /// type), a string its text.
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["task", "task_file", "vars"])]
+    pub input: Option<String>,
     /// Send a file with the task (repeatable): an image (PNG, JPEG, GIF, WebP,
     /// told by its bytes) goes out as an image part, a UTF-8 text file as text;
     /// an `http(s)` URL or a base64 `data:` URL is taken too.
