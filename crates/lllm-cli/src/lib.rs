@@ -11,6 +11,7 @@ mod config_command;
 mod envfile;
 mod generate;
 mod help;
+mod inspect;
 mod keys;
 mod logs;
 mod merge;
@@ -64,6 +65,9 @@ pub enum Command {
     /// Run one task through a tactic; the delivery goes to stdout.
     #[command(after_long_help = help::RUN)]
     Run(RunArgs),
+    /// Show a tactic's contract (upstream's `TacticInfo`) and its agents, models, tools and prompts.
+    #[command(after_long_help = help::INSPECT)]
+    Inspect(inspect::InspectArgs),
     /// Run many tasks (a JSONL file) in parallel: resumable, budgeted, sharded.
     #[command(after_long_help = help::BATCH)]
     Batch(batch::BatchArgs),
@@ -306,6 +310,11 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Compare(args) => compare::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Cache(args) => cache::run(args),
+        Command::Inspect(args) => {
+            // Building a tactic's providers wants a runtime to be current.
+            let _entered = runtime.enter();
+            inspect::run(args, registry)
+        }
         Command::Models(args) => {
             // Building a tactic's providers wants a runtime to be current.
             let _entered = runtime.enter();
