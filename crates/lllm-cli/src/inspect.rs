@@ -156,17 +156,6 @@ fn models(tactic: &lllm::Tactic) -> Vec<Value> {
 /// escaped).
 fn render(outline: &Map<String, Value>) -> String {
     let text = |key: &str| outline.get(key).and_then(Value::as_str).unwrap_or_default();
-    let list = |value: Option<&Value>| -> String {
-        let items: Vec<&str> = value
-            .and_then(Value::as_array)
-            .map(|items| items.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        if items.is_empty() {
-            "none".into()
-        } else {
-            items.join(", ")
-        }
-    };
     let mut lines = Vec::new();
     let description = text("description");
     lines.push(if description.is_empty() {
@@ -213,8 +202,19 @@ fn render(outline: &Map<String, Value>) -> String {
             lines.push(format!("  {key}: {shown}"));
         }
     }
-    lines.push(String::new());
-    lines.push("agents:".into());
+    lines.extend(parts_lines(outline));
+    let mut out: String = lines
+        .iter()
+        .map(|line| lllm::redact::terminal_line(line).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    out.push('\n');
+    out
+}
+
+/// The text form's second half: agents, models, tools and prompts.
+fn parts_lines(outline: &Map<String, Value>) -> Vec<String> {
+    let mut lines = vec![String::new(), "agents:".to_string()];
     for agent in outline
         .get("agents")
         .and_then(Value::as_array)
@@ -292,13 +292,20 @@ fn render(outline: &Map<String, Value>) -> String {
         );
     }
     lines.push(format!("prompts: {}", list(outline.get("prompts"))));
-    let mut out: String = lines
-        .iter()
-        .map(|line| lllm::redact::terminal_line(line).into_owned())
-        .collect::<Vec<_>>()
-        .join("\n");
-    out.push('\n');
-    out
+    lines
+}
+
+/// A list of strings as `a, b`, or `none`.
+fn list(value: Option<&Value>) -> String {
+    let items: Vec<&str> = value
+        .and_then(Value::as_array)
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
 }
 
 /// A JSON Schema for people: an object's properties one per line (`name:
