@@ -105,7 +105,7 @@ providers:
   local: {api: openai, base_url: "$mock/v1", api_key_env: LLLM_BENCH_KEY, max_concurrency: 100000}
 YAML
 # Limits raised above every level, so none answers a 429.
-serve_flags=(--port 0 --max-concurrent $((hold > 1000 ? hold * 2 : 2000)))
+serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)))
 start lllm "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
 lllm=$url
 start upstream env -C "$root/tests/python" OPENAI_BASE_URL="$mock/v1" OPENAI_API_KEY="$LLLM_BENCH_KEY" \
