@@ -9,6 +9,7 @@
 #   BIN=target/debug NO_BUILD=1 bench/serve.sh      (other binaries; the table says which)
 #   LEVELS="1 64 1000" ROUNDS=10 HOLD=1000 THROUGHPUT_C=64 bench/serve.sh   (the defaults)
 #   OUT=FILE bench/serve.sh                         (the table's file; default target/bench-serve.md)
+#   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
 #
 # 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
 #    (C clients, each sending its next request when its last answer ended)
@@ -36,6 +37,7 @@ rounds=${ROUNDS:-10}
 hold=${HOLD:-1000}
 throughput_c=${THROUGHPUT_C:-64}
 out=${OUT:-$root/target/bench-serve.md}
+parts=" ${PARTS:-latency memory throughput} "
 if [ -z "${NO_BUILD:-}" ]; then
     (cd "$root" && cargo build --release --bins --example serve_load --quiet)
 fi
@@ -91,7 +93,7 @@ answer="A hash map maps keys to values."
     echo "default: {text: \"$answer\"}"
 } > "$work/mock.yaml"
 start mock "$bin/lllm-mock" --script "$work/mock.yaml"
-mock=$url
+mock=$url mock_pid=$pid
 
 # The equivalent of upstream_tactic.py's `answer`: one agent, one call, the
 # same system prompt; the question is the task.
@@ -107,10 +109,10 @@ YAML
 # Limits raised above every level, so none answers a 429.
 serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)))
 start lllm "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
-lllm=$url
+lllm=$url lllm_pid=$pid
 start upstream env -C "$root/tests/python" OPENAI_BASE_URL="$mock/v1" OPENAI_API_KEY="$LLLM_BENCH_KEY" \
     "$python" upstream_tactic.py serve --port 0
-upstream=$url
+upstream=$url upstream_pid=$pid
 
 # Bodies: the chat request lllm sends (the baseline), lllm's and upstream's.
 bodies() {  # bodies TAG: writes $work/{direct,direct_stream,lllm,upstream}.json
@@ -128,32 +130,44 @@ PY
 }
 
 : > "$work/results.jsonl"
-measure() {  # measure KIND C N URL BODY EXPECT [FLAGS…]: one line of results
-    local kind=$1 c=$2 n=$3 target=$4 body=$5 expect=$6; shift 6
-    local line
-    line=$("$load" "$target" "$c" "$n" "$work/$body" --expect "$expect" "$@")
-    echo "{\"kind\": \"$kind\", \"c\": $c, \"result\": $line}" >> "$work/results.jsonl"
+# CPU time (user + system) a process has used, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks=$(getconf CLK_TCK)
+measure() {  # measure KIND C N URL BODY EXPECT PID: one line of results, PID's CPU per call
+    local kind=$1 c=$2 n=$3 target=$4 body=$5 expect=$6 server=$7
+    local line before after
+    before=$(cpu_ticks "$server")
+    line=$("$load" "$target" "$c" "$n" "$work/$body" --expect "$expect")
+    after=$(cpu_ticks "$server")
+    # The warm-up's C calls are in the CPU time too.
+    local cpu_us=$(( (after - before) * 1000000 / ticks / (n + c) ))
+    echo "{\"kind\": \"$kind\", \"c\": $c, \"cpu_us\": $cpu_us, \"result\": $line}" >> "$work/results.jsonl"
     echo "  $kind c=$c: $line" >&2
 }
 
+[[ $parts == *" latency "* ]] || levels=
 echo "serve.sh: added latency" >&2
 for c in $levels; do
     bodies "[L$c]"
     n=$(( c * rounds > 300 ? c * rounds : 300 ))
-    measure direct "$c" "$n" "$mock/v1/chat/completions" direct.json "$answer"
-    measure run "$c" "$n" "$lllm/run" lllm.json "$answer"
-    measure direct_stream "$c" "$n" "$mock/v1/chat/completions" direct_stream.json "[DONE]"
-    measure stream "$c" "$n" "$lllm/stream" lllm.json "event: result"
+    measure direct "$c" "$n" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
+    measure run "$c" "$n" "$lllm/run" lllm.json "$answer" "$lllm_pid"
+    measure direct_stream "$c" "$n" "$mock/v1/chat/completions" direct_stream.json "[DONE]" "$mock_pid"
+    measure stream "$c" "$n" "$lllm/stream" lllm.json "event: result" "$lllm_pid"
 done
 
 echo "serve.sh: memory per request in flight" >&2
-start lllm_memory "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
-memory=$url memory_pid=$pid
-bodies ""
-"$load" "$memory/run" 64 640 "$work/lllm.json" --expect "$answer" > /dev/null
-"$load" "$memory/stream" 64 640 "$work/lllm.json" --expect "event: result" > /dev/null
-bodies "[hold]"
-for route in run stream; do
+routes="run stream"
+[[ $parts == *" memory "* ]] || routes=
+for route in $routes; do
+    # A fresh server per route: a heap grown by the other route's held
+    # requests would hide this one's.
+    start "lllm_memory_$route" "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
+    memory=$url memory_pid=$pid
+    bodies ""
+    "$load" "$memory/run" 64 640 "$work/lllm.json" --expect "$answer" > /dev/null
+    "$load" "$memory/stream" 64 640 "$work/lllm.json" --expect "event: result" > /dev/null
+    bodies "[hold]"
     sleep 1
     idle=$(rss_kb "$memory_pid")
     "$load" "$memory/$route" "$hold" "$hold" "$work/lllm.json" --no-warmup \
@@ -167,16 +181,19 @@ for route in run stream; do
     wait "$holder"
     echo "{\"kind\": \"memory_$route\", \"idle_kb\": $idle, \"peak_kb\": $peak, \"held\": $hold, \"result\": $(cat "$work/hold.json")}" >> "$work/results.jsonl"
     echo "  $route: idle $idle KB, peak $peak KB with $hold held" >&2
+    kill "$memory_pid"
 done
 
 echo "serve.sh: throughput" >&2
 bodies ""
 tn=$(( throughput_c * 30 ))
-for _ in 1 2 3; do
-    measure throughput_lllm "$throughput_c" "$tn" "$lllm/run" lllm.json "$answer"
-    measure throughput_upstream "$throughput_c" $(( throughput_c * 10 )) "$upstream/run" upstream.json "$answer"
+throughput_rounds="1 2 3"
+[[ $parts == *" throughput "* ]] || throughput_rounds=
+for _ in $throughput_rounds; do
+    measure throughput_lllm "$throughput_c" "$tn" "$lllm/run" lllm.json "$answer" "$lllm_pid"
+    measure throughput_upstream "$throughput_c" $(( throughput_c * 10 )) "$upstream/run" upstream.json "$answer" "$upstream_pid"
 done
-measure throughput_mock "$throughput_c" "$tn" "$mock/v1/chat/completions" direct.json "$answer"
+[ -z "$throughput_rounds" ] || measure throughput_mock "$throughput_c" "$tn" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
 
 python3 - "$work/results.jsonl" "$bin" "$levels" "$out" <<'PY'
 import json, os, platform, statistics, sys
@@ -191,25 +208,35 @@ load = os.getloadavg()[0]
 say(f"`bench/serve.sh` ({build} build, {os.cpu_count()} cores, load {load:.1f} at the end, "
     f"Linux {platform.release()})")
 say("")
-say("| clients | mock latency | direct p50 / p99 | /run p50 / p99 | added p50 / p99 | "
-    "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 |")
-say("|---:|---:|---:|---:|---:|---:|---:|---:|")
+if levels:
+  say("| clients | mock latency | direct p50 / p99 | /run p50 / p99 | added p50 / p99 | "
+    "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 | server CPU per call /run · /stream |")
+  say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 failures = 0
 for c in levels:
     r = {k: get(k, c)[0]["result"] for k in ("direct", "run", "direct_stream", "stream")}
+    cpus = f"{get('run', c)[0]['cpu_us']:,} · {get('stream', c)[0]['cpu_us']:,} µs"
     failures += sum(x["failures"] for x in r.values())
     def pair(x): return f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f} ms"
     def added(a, b): return f"{a['p50_ms'] - b['p50_ms']:+.2f} / {a['p99_ms'] - b['p99_ms']:+.2f} ms"
     say(f"| {c:,} | {max(10, c)} ms | {pair(r['direct'])} | {pair(r['run'])} | {added(r['run'], r['direct'])} "
-        f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} |")
+        f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} | {cpus} |")
 say("")
 for route in ("run", "stream"):
+    if not get(f"memory_{route}"):
+        continue
     m = get(f"memory_{route}")[0]
     per = (m["peak_kb"] - m["idle_kb"]) / m["held"]
     failures += m["result"]["failures"]
     say(f"- memory per request in flight (/{route}): {per:.1f} KB "
         f"(RSS {m['idle_kb'] / 1024:.1f} MB idle, {m['peak_kb'] / 1024:.1f} MB with {m['held']:,} held)")
 ours = [x["result"]["per_s"] for x in get("throughput_lllm")]
+if not ours:
+    say(f"- failed requests: {failures}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    open(out, "w").write(text)
+    sys.exit(0)
 theirs = [x["result"]["per_s"] for x in get("throughput_upstream")]
 ceiling = get("throughput_mock")[0]["result"]["per_s"]
 failures += sum(x["result"]["failures"] for x in get("throughput_lllm") + get("throughput_upstream"))
@@ -219,6 +246,10 @@ say(f"- throughput at {get('throughput_lllm')[0]['c']} clients, mock answering a
     f"**{med(ours) / med(theirs):.1f}×** (medians of 3 alternating rounds; "
     f"rounds {', '.join(f'{x:,.0f}' for x in ours)} vs {', '.join(f'{x:,.1f}' for x in theirs)}); "
     f"the mock alone answers {ceiling:,.0f} calls/s")
+cpu = lambda kind: med([x["cpu_us"] for x in get(kind)])
+say(f"- CPU per call (user + system of the process serving it, warm-ups included): `lllm serve` "
+    f"{cpu('throughput_lllm'):,.0f} µs, upstream's service {cpu('throughput_upstream'):,.0f} µs, "
+    f"the mock {cpu('throughput_mock'):,.0f} µs")
 say(f"- failed requests: {failures}")
 text = "\n".join(lines) + "\n"
 print(text, end="")
