@@ -639,3 +639,92 @@ fn a_run_past_its_deadline_is_504_and_recorded() {
         "the request's deadline of 1 s passed"
     );
 }
+
+#[test]
+fn the_shipped_triage_tactic_is_served_with_its_contract() {
+    let test = Test::new();
+    let mock = MockServer::start(
+        test.dir.path(),
+        "default: {text: '{\"category\": \"billing\", \"urgent\": false}'}\n",
+    );
+    let shipped = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tactics/triage.yaml"),
+    )
+    .unwrap();
+    let on_mock = shipped
+        .replace("model_name: mock/script", "model_name: local/m")
+        .replace(
+            "mock: {script: triage.mock.yaml}",
+            &format!(
+                "local: {{api: openai, base_url: \"{}\", retry_base_ms: 1}}",
+                mock.base_url()
+            ),
+        );
+    let test = test.file("triage.yaml", &on_mock).env("LLLM_HOME", "home");
+    let served = Served::start(&test, &["triage.yaml"]);
+    let info = get(&format!("{}/tactics/triage/info", served.url)).json();
+    assert_eq!(info["input_schema"]["required"], json!(["ticket"]));
+    assert_eq!(
+        info["output_schema"]["required"],
+        json!(["category", "urgent"])
+    );
+    assert_eq!(info["examples"].as_array().unwrap().len(), 2);
+    assert_eq!(info["metadata"]["owner"], "support-team");
+    // Input that does not fit `input_schema`: 400, each problem with its
+    // JSON pointer, nothing sent.
+    for (body, pointer) in [
+        (r#"{"input": {"ticket": 7}}"#, "/ticket"),
+        (r#"{"input": {"ticket": ""}}"#, "/ticket"),
+        (r#"{"input": {}}"#, ""),
+        (r#""only text""#, ""),
+    ] {
+        for path in ["/run", "/stream"] {
+            let answer = post(&format!("{}{path}", served.url), body);
+            assert_eq!(answer.status, 400, "{body}: {}", answer.text);
+            assert_eq!(answer.error_type(), "SchemaError");
+            let error = &answer.json()["error"];
+            assert_eq!(
+                error["metadata"]["problems"][0]["pointer"], pointer,
+                "{body}"
+            );
+            assert!(error["message"].as_str().unwrap().contains("input_schema"));
+        }
+    }
+    let chat = format!("{}/v1/chat/completions", served.url);
+    let bad =
+        json!({"model": "triage", "messages": [{"role": "user", "content": "{\"ticket\": 7}"}]});
+    assert_eq!(post(&chat, &bad.to_string()).status, 400);
+    assert_eq!(mock.requests().len(), 0);
+    // Input that fits: the output is the parsed JSON delivery.
+    let answer = post(
+        &format!("{}/run", served.url),
+        r#"{"input": {"ticket": "I was charged twice."}}"#,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        answer.json()["output"],
+        json!({"category": "billing", "urgent": false})
+    );
+    // Through the OpenAI face, a user message that is a JSON object is the input.
+    let good = json!({"model": "triage", "messages": [{"role": "user", "content": "{\"ticket\": \"Refund me\"}"}]});
+    let answer = post(&chat, &good.to_string());
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let content = answer.json()["choices"][0]["message"]["content"].clone();
+    let content: Value = serde_json::from_str(content.as_str().unwrap()).unwrap();
+    assert_eq!(content["category"], "billing");
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2);
+    let last = sent[1]["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("Ticket: Refund me"),
+        "{last}"
+    );
+}

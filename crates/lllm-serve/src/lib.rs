@@ -18,7 +18,6 @@
 
 mod auth;
 mod body;
-mod contract_shim;
 mod error;
 mod openai;
 mod routes;

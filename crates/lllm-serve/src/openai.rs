@@ -23,8 +23,6 @@ use lllm::{EventKind, Tactic, Task};
 use serde_json::{Value, json};
 
 use crate::body::{self, Call};
-#[allow(unused_imports)]
-use crate::contract_shim::Contract;
 use crate::error::ApiError;
 use crate::routes::{self, State};
 use crate::session;

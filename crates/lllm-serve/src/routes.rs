@@ -22,8 +22,6 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::{self, Call};
-#[allow(unused_imports)]
-use crate::contract_shim::Contract;
 use crate::error::ApiError;
 use crate::session::{self, Ending, Finished};
 use crate::{Limits, Options};
