@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::serve::{Events, Served, block, eventually, get, post, records, send};
+use common::serve::{Events, Served, block, eventually, get, post, records, send, until_running};
 use common::{MockServer, Test};
 use serde_json::{Value, json};
 
@@ -56,7 +56,10 @@ fn every_route_answers() {
     let health = get(&format!("{url}/health"));
     assert_eq!(
         (health.status, health.json()),
-        (200, json!({"ok": true, "tactics": ["helper"]}))
+        (
+            200,
+            json!({"ok": true, "tactics": ["helper"], "running": 0, "concurrency": 256})
+        )
     );
     let list = get(&format!("{url}/tactics")).json();
     assert_eq!(list[0]["name"], "helper");
@@ -430,8 +433,8 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
     assert_eq!(record["task_id"], "gone-1");
     assert_eq!(record["state"], "failure");
     assert_eq!(record["error"], "cancelled: the client disconnected");
-    // A /run whose client goes away: once it holds the only slot (a probe
-    // with a bad body is then 429, not 400), the client disconnects.
+    block(until_running(&served.url, 0));
+    // A /run whose client goes away once its run is under way.
     let url = served.url.clone();
     let client = std::thread::spawn(move || {
         block(async {
@@ -439,28 +442,10 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
                 .post(format!("{url}/run"))
                 .body(r#"{"input": "slow", "context": {"request_id": "gone-2"}}"#)
                 .send();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(600), async {
-                let probe = async {
-                    loop {
-                        let answer = send(
-                            "POST",
-                            &format!("{url}/run"),
-                            None,
-                            Some(("application/json", "[]")),
-                        )
-                        .await;
-                        if answer.status == 429 {
-                            return;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                };
-                tokio::select! {
-                    _ = request => panic!("the slow run answered"),
-                    () = probe => {}
-                }
-            })
-            .await;
+            tokio::select! {
+                _ = request => panic!("the slow run answered"),
+                () = until_running(&url, 1) => {}
+            }
         })
     });
     client.join().unwrap();
@@ -470,10 +455,11 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
         .find(|record| record["task_id"] == "gone-2")
         .unwrap();
     assert_eq!(record["error"], "cancelled: the client disconnected");
-    // Its slot is free again.
-    eventually("a free slot", || {
-        post(&format!("{}/run", served.url), "[]").status == 400
+    // Nothing runs now, and its slot is free again.
+    eventually("no run", || {
+        get(&format!("{}/health", served.url)).json()["running"] == 0
     });
+    assert_eq!(post(&format!("{}/run", served.url), "[]").status, 400);
 }
 
 #[test]
@@ -492,19 +478,7 @@ fn sigterm_drains_the_runs_in_flight_and_writes_their_records() {
             )
             .await
         });
-        loop {
-            let probe = send(
-                "POST",
-                &format!("{url}/run"),
-                None,
-                Some(("application/json", "[]")),
-            )
-            .await;
-            if probe.status == 429 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        until_running(&url, 1).await;
         served.terminate();
         let answer = run.await.unwrap();
         let code = tokio::task::spawn_blocking(move || {
