@@ -702,3 +702,47 @@ fn the_shipped_triage_tactic_is_served_with_its_contract() {
         "{last}"
     );
 }
+
+/// docs/serve.md's opening example, as written (it starts a server, so the
+/// docs check does not run it): the shipped triage tactic, offline.
+#[test]
+fn the_docs_opening_example_answers() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let page = std::fs::read_to_string(root.join("docs/serve.md")).unwrap();
+    assert!(page.contains(
+        "lllm serve tactics/triage.yaml &          # listening on http://127.0.0.1:8000\n\
+         curl -s localhost:8000/run -d '{\"input\": {\"ticket\": \"I was charged twice.\"}}'\n\
+         curl -sN localhost:8000/stream -d '{\"input\": {\"ticket\": \"The site is down.\"}}'"
+    ));
+    let test = Test::new().env("LLLM_HOME", "home");
+    std::os::unix::fs::symlink(root.join("tactics"), test.path("tactics")).unwrap();
+    let served = Served::start(&test, &["tactics/triage.yaml"]);
+    let answer = post(
+        &format!("{}/run", served.url),
+        r#"{"input": {"ticket": "I was charged twice."}}"#,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let body = answer.json();
+    assert_eq!(
+        body["output"],
+        json!({"category": "billing", "urgent": false})
+    );
+    assert_eq!(
+        (&body["tactic"], &body["cost"]),
+        (&json!("triage"), &json!(0.0))
+    );
+    let events = block(async {
+        let (_, events) = Events::open(
+            &format!("{}/stream", served.url),
+            r#"{"input": {"ticket": "The site is down."}}"#,
+        )
+        .await;
+        events.all().await
+    });
+    let last = &events.last().unwrap().data;
+    assert_eq!(last["kind"], "result");
+    assert_eq!(
+        last["data"]["delivery"],
+        r#"{"category": "outage", "urgent": true}"#
+    );
+}
