@@ -10,8 +10,6 @@
 //! task line may not name a tactic file or another model. Checking the task
 //! against the tactic is the caller's (`routes`).
 
-#[allow(unused_imports)]
-use crate::contract_shim::FromInput;
 use lllm::Task;
 use serde_json::{Map, Value};
 

@@ -1,4 +1,4 @@
-//! The OpenAI-compatible face (docs/serve.md, "OpenAI-compatible face"):
+//! The OpenAI-compatible face (docs/serve.md, "The OpenAI-compatible face"):
 //! `GET /v1/models` lists the served tactics as models, and
 //! `POST /v1/chat/completions` runs the tactic its `model` names, the last
 //! user message being the task and the earlier ones its conversation. The
@@ -23,8 +23,6 @@ use lllm::{EventKind, Tactic, Task};
 use serde_json::{Value, json};
 
 use crate::body::{self, Call};
-#[allow(unused_imports)]
-use crate::contract_shim::Contract;
 use crate::error::ApiError;
 use crate::routes::{self, State};
 use crate::session;
