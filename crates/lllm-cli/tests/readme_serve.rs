@@ -90,8 +90,16 @@ fn the_readme_serve_section_runs_curl_remote_tactic_and_openai_calls() {
         .filter(|(language, _)| language == "python")
         .map(|(_, text)| text.as_str())
         .collect();
-    assert_eq!(shell.len(), 2, "the serve line, then the curl call: {shell:?}");
-    assert_eq!(python_blocks.len(), 2, "RemoteTactic, then OpenAI: {python_blocks:?}");
+    assert_eq!(
+        shell.len(),
+        2,
+        "the serve line, then the curl call: {shell:?}"
+    );
+    assert_eq!(
+        python_blocks.len(),
+        2,
+        "RemoteTactic, then OpenAI: {python_blocks:?}"
+    );
     assert!(
         python_blocks[0].contains("RemoteTactic") && python_blocks[1].contains("OpenAI"),
         "{python_blocks:?}"
@@ -139,9 +147,8 @@ fn the_readme_serve_section_runs_curl_remote_tactic_and_openai_calls() {
         .expect("sh");
     let output = common::Output::of(output);
     output.expect_code(0);
-    let answer: Value = serde_json::from_str(&output.stdout).unwrap_or_else(|error| {
-        panic!("curl's answer is not JSON ({error}): {}", output.stdout)
-    });
+    let answer: Value = serde_json::from_str(&output.stdout)
+        .unwrap_or_else(|error| panic!("curl's answer is not JSON ({error}): {}", output.stdout));
     assert_eq!(answer["tactic"], "triage", "{answer}");
     assert!(answer["output"]["category"].is_string(), "{answer}");
     assert!(answer["output"]["urgent"].is_boolean(), "{answer}");
