@@ -9,6 +9,7 @@
 #   BIN=target/debug NO_BUILD=1 bench/serve.sh      (other binaries; the table says which)
 #   LEVELS="1 64 1000" ROUNDS=10 HOLD=1000 THROUGHPUT_C=64 bench/serve.sh   (the defaults)
 #   OUT=FILE bench/serve.sh                         (the table's file; default target/bench-serve.md)
+#   LLLM_BENCH_FLAGS=--no-record bench/serve.sh     (extra `lllm serve` flags)
 #   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
 #
 # 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
@@ -107,7 +108,7 @@ providers:
   local: {api: openai, base_url: "$mock/v1", api_key_env: LLLM_BENCH_KEY, max_concurrency: 100000}
 YAML
 # Limits raised above every level, so none answers a 429.
-serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)))
+serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)) ${LLLM_BENCH_FLAGS:-})
 start lllm "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
 lllm=$url lllm_pid=$pid
 start upstream env -C "$root/tests/python" OPENAI_BASE_URL="$mock/v1" OPENAI_API_KEY="$LLLM_BENCH_KEY" \
