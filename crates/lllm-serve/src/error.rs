@@ -9,9 +9,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-/// An answer that is not a success, with what the caller is told.
+/// An answer that is not a success, with what the caller is told (its
+/// `Detail`, boxed: a `Result` carrying it stays small).
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<Detail>);
+
+/// What an [`ApiError`] says.
+#[derive(Debug, Clone)]
+pub struct Detail {
     /// The HTTP status.
     pub status: StatusCode,
     /// Upstream's type name where it has one (`TacticNotFound`,
@@ -34,7 +39,7 @@ pub struct ApiError {
 impl ApiError {
     /// An error of `kind` answered with `status`.
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
+        ApiError(Box::new(Detail {
             status,
             kind,
             message: message.into(),
@@ -43,7 +48,7 @@ impl ApiError {
             request_id: None,
             metadata: Map::new(),
             retry_after: None,
-        }
+        }))
     }
 
     /// 400 `SchemaError`: the request's body or input is not what the tactic takes.
@@ -98,6 +103,20 @@ impl ApiError {
             "request_id": self.request_id,
             "metadata": self.metadata,
         }})
+    }
+}
+
+impl std::ops::Deref for ApiError {
+    type Target = Detail;
+
+    fn deref(&self) -> &Detail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut Detail {
+        &mut self.0
     }
 }
 
