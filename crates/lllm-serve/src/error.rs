@@ -128,6 +128,11 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if let Some(id) = self.request_id.as_deref()
+            && let Ok(value) = HeaderValue::from_str(id)
+        {
+            response.headers_mut().insert("x-request-id", value);
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

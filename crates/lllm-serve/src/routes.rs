@@ -240,7 +240,8 @@ pub async fn prepare(
     request: Request,
 ) -> Result<Prepared, ApiError> {
     if state.tactic(name).is_none() {
-        return Err(ApiError::no_tactic(name, &state.names()).at_endpoint(endpoint));
+        let error = ApiError::no_tactic(name, &state.names()).at_endpoint(endpoint);
+        return Err(identified(error));
     }
     let content_type = request
         .headers()
@@ -259,6 +260,26 @@ pub async fn prepare(
 /// makes into the served tactic's name and the call), the task's checks.
 /// The error names the endpoint, and the tactic once it is known.
 pub async fn prepare_named(
+    state: &State,
+    endpoint: &'static str,
+    request: Request,
+    read: impl FnOnce(&[u8], &State) -> Result<(String, Call), ApiError>,
+) -> Result<Prepared, ApiError> {
+    checked(state, endpoint, request, read)
+        .await
+        .map_err(identified)
+}
+
+/// `error` with a request id: a call refused before its body named one
+/// gets a new one, as upstream's service gives every call one.
+pub fn identified(mut error: ApiError) -> ApiError {
+    if error.request_id.is_none() {
+        error.request_id = Some(uuid::Uuid::now_v7().to_string());
+    }
+    error
+}
+
+async fn checked(
     state: &State,
     endpoint: &'static str,
     request: Request,
