@@ -18,6 +18,7 @@
 
 mod auth;
 mod body;
+mod call;
 mod error;
 mod openai;
 mod routes;
