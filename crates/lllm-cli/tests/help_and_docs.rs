@@ -7,9 +7,10 @@ mod common;
 use common::Test;
 
 /// The commands a user types; completions and man pages must name each.
-const COMMANDS: [&str; 14] = [
+const COMMANDS: [&str; 15] = [
     "run",
     "inspect",
+    "serve",
     "batch",
     "replay",
     "merge",
