@@ -34,6 +34,7 @@ pub mod records;
 #[doc(hidden)]
 pub mod redact;
 pub mod registry;
+pub mod remote;
 pub mod replay;
 #[doc(hidden)]
 pub mod report;

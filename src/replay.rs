@@ -614,6 +614,12 @@ fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
     for call in record.agent_calls.iter().skip(next) {
         enqueue_call(&dialogs, call, queue);
     }
+    // The runs of tactic tools nest without a step naming them (issue 30).
+    for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
+        if !record.steps.iter().any(|step| step.sub_tactic == Some(index)) {
+            enqueue(sub, queue);
+        }
+    }
 }
 
 fn enqueue_call(
@@ -915,17 +921,32 @@ async fn rerun_record(
     // The run's `-O` too: the requests it sent had them.
     config.override_model_args(&record.tactic.model_args);
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
-    let mut built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
+    // Served tactics answer from the record too: their contracts while the
+    // tactic builds, their runs while it runs (issue 30).
+    let remote = Arc::new(crate::remote::exchange::Replay::new(
+        crate::remote::exchange::recorded(record),
+    ));
+    let mut built = crate::remote::exchange::replaying_sync(remote.clone(), || {
+        crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)
+    })?;
     // A typed run (`call_typed`) was held to a schema its tactic lacks.
     built.hold_as_recorded(&record.tactic)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
     let task = record.task_input();
-    let rerun = built.run(task).await;
+    let rerun = crate::remote::exchange::replaying(remote.clone(), built.run(task)).await;
     built.shutdown().await;
     let replayed = provider.served();
     let difference = if let Some(divergence) = provider.divergence() {
         Some(divergence.to_string())
+    } else if let Some(divergence) = remote.divergence() {
+        Some(divergence)
+    } else if remote.remaining() > 0 {
+        Some(format!(
+            "the re-run made {} to served tactics; the record has {} more",
+            count(remote.served() as u64, "call", "calls"),
+            remote.remaining()
+        ))
     } else if provider.remaining() > 0 {
         Some(format!(
             "the re-run made {}; the record has {} more",

@@ -193,6 +193,8 @@ impl Tactic {
         let registry = load_registry(&config, extensions, &mut problems);
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
+        let (toolbox, remote_contracts) =
+            super::tools::add_tactic_tools(&config, toolbox, &builder, &mut problems);
         let providers = build_providers(&config, &builder, &mut problems);
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());
@@ -246,6 +248,7 @@ impl Tactic {
         let runtime = build_runtime(&config, builder, toolbox, prices, &nodes);
         let records = Records::of(&config, &prompts, &runtime.secrets);
         let tactic = Tactic {
+            remote_contracts: remote_contracts.into(),
             recorded_config: records.config,
             recorded_prompts: records.prompts,
             shared_templates: records.shared_templates,
@@ -818,6 +821,10 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
+            continue;
+        }
+        if tool.tactic.is_some() {
+            // A tactic as a tool: built with the tactic (`tools.rs`).
             continue;
         }
         let spec = ToolSpec {

@@ -1,0 +1,652 @@
+//! The client of a served tactic ([`RemoteTactic`]): its contract (`info`),
+//! a run (`run`) and a run's events (`events`), over HTTP, against `lllm
+//! serve` or upstream lllm-core's `lllm serve` alike.
+//!
+//! What comes back is untrusted: bodies are read up to a cap, every field
+//! taken from an answer is checked (ids are tokens, numbers finite and not
+//! negative), and an error answer becomes one line of the server's own
+//! words, cut short. The token goes only to the URL's origin: no redirect is
+//! followed, and no error, record or log line shows it. Recording an
+//! exchange and serving it again in a re-run is `exchange`'s.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::stream::{BoxStream, Stream, StreamExt};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
+use serde_json::{Map, Value, json};
+
+use super::sse::{self, Parser, Said};
+use super::url::Routes;
+use super::TacticInfo;
+use crate::event::{Event, EventKind};
+use crate::tactic::Task;
+
+/// How long a call waits for its answer by default (a stream: for its next
+/// bytes), in seconds.
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// The largest answer read by default (`info`, `run`, an error), in bytes.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most characters of a server's error message an error shows.
+const MESSAGE_CHARS: usize = 500;
+
+/// Why a call to a served tactic did not give its answer. Every variant
+/// names the URL it was about (never a token: the URL holds none).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// The URL is not one of a served tactic (see [`RemoteTactic::new`]).
+    #[error("`{url}`: {reason}")]
+    Url {
+        /// The URL as given (cut, control characters escaped).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Nothing answered: no connection, a reset, or no answer in time.
+    #[error("cannot reach `{url}`: {message}")]
+    Unreachable {
+        /// The route called.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The server answered with an error status.
+    #[error("`{url}` answered HTTP {status}{}: {message}", kind.as_deref().map(|kind| format!(" ({kind})")).unwrap_or_default())]
+    Status {
+        /// The route called.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The error's `type` (`SchemaError`, `TacticNotFound`, …) when the
+        /// body said.
+        kind: Option<String>,
+        /// The error's message, or the start of the body.
+        message: String,
+        /// The request's id, when the body said.
+        request_id: Option<String>,
+    },
+    /// The answer is not what a served tactic sends.
+    #[error("`{url}` sent an answer lllm cannot read: {message}")]
+    Invalid {
+        /// The route called.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The run failed: the server's error event or `error` answer (D18).
+    #[error("the tactic at `{url}` failed: {message}")]
+    Failed {
+        /// The route called.
+        url: String,
+        /// The server's message.
+        message: String,
+    },
+    /// A stream of `lllm serve` (which always ends with a `result` or an
+    /// `error` event) ended without one.
+    #[error("`{url}`: the connection dropped before the run's closing event")]
+    Dropped {
+        /// The route called.
+        url: String,
+    },
+}
+
+/// What a served tactic's `/run` answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RemoteAnswer {
+    /// The output: the parsed JSON of a tactic with an `output_schema`, else
+    /// the delivery's text (upstream: whatever the tactic returned).
+    pub output: Value,
+    /// The request's id: the one sent, unless the server named another.
+    pub request_id: String,
+    /// The tactic that answered, when the server said.
+    pub tactic: Option<String>,
+    /// The server's session id of the run (`lllm serve` sends it; `lllm
+    /// logs` on the server finds the run by it).
+    pub session_id: Option<String>,
+    /// What the run cost in USD, when the server said and knew.
+    pub cost: Option<f64>,
+    /// How long the server took, in milliseconds, when it said.
+    pub latency_ms: Option<u64>,
+    /// The answer as it came (what a record keeps).
+    pub body: Value,
+}
+
+impl RemoteAnswer {
+    /// The output as a delivery: a string as it is, anything else as its
+    /// JSON text.
+    pub fn delivery(&self) -> String {
+        sse::output_text(&self.output)
+    }
+}
+
+/// A tactic served over HTTP, by `lllm serve` or by upstream lllm-core's.
+///
+/// Made from the URL of the tactic: a server base (`http://host:8000`,
+/// which serves one tactic), `http://host:8000/tactics/NAME`, or either
+/// with `/run`, `/stream` or `/info` after it. Cheap to clone; clones share
+/// one connection pool.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lllm::BoxError> {
+/// use lllm::remote::RemoteTactic;
+///
+/// let triage = RemoteTactic::new("http://127.0.0.1:8000/tactics/triage")?
+///     .token(std::env::var("LLLM_SERVE_TOKEN")?);
+/// println!("{}", triage.info().await?.description);
+/// let answer = triage.run(serde_json::json!({"ticket": "The app crashes"})).await?;
+/// println!("{} (request {})", answer.output, answer.request_id);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RemoteTactic {
+    routes: Arc<Routes>,
+    token: Option<Arc<HeaderValue>>,
+    timeout: Duration,
+    max_body: usize,
+    client: reqwest::Client,
+}
+
+/// Shows the URL, never the token.
+impl std::fmt::Debug for RemoteTactic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteTactic")
+            .field("url", &self.routes.service)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl RemoteTactic {
+    /// The served tactic at `url` (see the type's forms); an error says what
+    /// is wrong with the URL: not `http(s)`, credentials, a query or a
+    /// fragment in it, or a path with empty, `.` or `..` segments.
+    pub fn new(url: &str) -> Result<RemoteTactic, RemoteError> {
+        let routes = Routes::parse(url).map_err(|reason| RemoteError::Url {
+            url: crate::redact::echo(&crate::redact::place(url)).into_owned(),
+            reason,
+        })?;
+        let client = crate::provider::http::client(Duration::from_secs(30)).map_err(|message| {
+            RemoteError::Unreachable {
+                url: routes.service.clone(),
+                message,
+            }
+        })?;
+        Ok(RemoteTactic {
+            routes: Arc::new(routes),
+            token: None,
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
+            max_body: DEFAULT_MAX_BODY_BYTES,
+            client,
+        })
+    }
+
+    /// Sends `token` as `Authorization: Bearer TOKEN` (to this URL's origin
+    /// only). A token that cannot be a header value (a line break in it) is
+    /// not sent, and every call then fails saying so.
+    pub fn token(mut self, token: impl AsRef<str>) -> RemoteTactic {
+        let header = HeaderValue::from_str(&format!("Bearer {}", token.as_ref().trim()))
+            .map(|mut value| {
+                value.set_sensitive(true);
+                value
+            })
+            .unwrap_or_else(|_| HeaderValue::from_static("invalid"));
+        self.token = Some(Arc::new(header));
+        self
+    }
+
+    /// How long a call waits for its answer (a stream: for its next bytes);
+    /// at least a millisecond. Default [`DEFAULT_TIMEOUT_S`].
+    pub fn timeout(mut self, timeout: Duration) -> RemoteTactic {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The largest answer read, in bytes (at least 1 KiB). Default
+    /// [`DEFAULT_MAX_BODY_BYTES`].
+    pub fn max_body_bytes(mut self, bytes: usize) -> RemoteTactic {
+        self.max_body = bytes.max(1024);
+        self
+    }
+
+    /// The URL, normalised: without a route at the end.
+    pub fn url(&self) -> &str {
+        &self.routes.service
+    }
+
+    /// The tactic's name when the URL says it (`…/tactics/NAME`).
+    pub fn name(&self) -> Option<&str> {
+        self.routes.name.as_deref()
+    }
+
+    /// The tactic's contract, from its `/info`.
+    pub async fn info(&self) -> Result<TacticInfo, RemoteError> {
+        self.info_with_body().await.map(|(info, _)| info)
+    }
+
+    /// `info`, with the answer as it came (what a record keeps).
+    pub(crate) async fn info_with_body(&self) -> Result<(TacticInfo, Value), RemoteError> {
+        let url = self.routes.route("info");
+        let request = self.client.get(&url).header(ACCEPT, "application/json");
+        let body = self.answer(&url, request).await?;
+        let info = serde_json::from_value(body.clone()).map_err(|error| RemoteError::Invalid {
+            url,
+            message: format!("its `info` is not a tactic's contract: {error}"),
+        })?;
+        Ok((info, body))
+    }
+
+    /// The same tactic with a connection pool of its own (for a call made
+    /// on another runtime).
+    pub(crate) fn fresh(&self) -> Result<RemoteTactic, RemoteError> {
+        let client = crate::provider::http::client(Duration::from_secs(30)).map_err(|message| {
+            RemoteError::Unreachable {
+                url: self.routes.service.clone(),
+                message,
+            }
+        })?;
+        Ok(RemoteTactic {
+            client,
+            ..self.clone()
+        })
+    }
+
+    /// Runs `task` (a text, a JSON value, or a [`Task`] whose `args` are the
+    /// input) on the served tactic and waits for its answer.
+    pub async fn run(&self, task: impl Into<Task>) -> Result<RemoteAnswer, RemoteError> {
+        self.run_envelope(&envelope(&task.into(), &new_request_id()))
+            .await
+    }
+
+    /// `run` with the envelope as it is sent (`{"input", "context"}`).
+    pub(crate) async fn run_envelope(&self, envelope: &Value) -> Result<RemoteAnswer, RemoteError> {
+        let url = self.routes.route("run");
+        let request = self
+            .client
+            .post(&url)
+            .header(ACCEPT, "application/json")
+            .json(envelope);
+        let body = self.answer(&url, request).await?;
+        let sent_id = envelope["context"]["request_id"].as_str().unwrap_or_default();
+        read_answer(&url, body, sent_id)
+    }
+
+    /// Runs `task` and reads its events as they come, from its `/stream`.
+    /// The stream ends after the run's `result` (or, from upstream's server,
+    /// which sends no closing event, when the body ends); a failure is an
+    /// `Err` item (D18), as is a stream of `lllm serve` that ends without its
+    /// closing event.
+    pub async fn events(&self, task: impl Into<Task>) -> Result<RemoteEvents, RemoteError> {
+        let url = self.routes.route("stream");
+        let request = self
+            .client
+            .post(&url)
+            .header(ACCEPT, "text/event-stream")
+            .json(&envelope(&task.into(), &new_request_id()));
+        let response = self.send(&url, request).await?;
+        let idle = self.timeout;
+        let state = StreamState {
+            url,
+            body: response.bytes_stream().boxed(),
+            parser: Parser::default(),
+            pending: std::collections::VecDeque::new(),
+            finished: false,
+            idle,
+        };
+        Ok(RemoteEvents {
+            inner: futures_util::stream::unfold(state, next_event).boxed(),
+        })
+    }
+
+    /// Sends `request` with the token and waits for its status: a success,
+    /// or the error the answer says (a redirect is one: not followed).
+    async fn send(
+        &self,
+        url: &str,
+        mut request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, RemoteError> {
+        if let Some(token) = &self.token {
+            if token.as_bytes() == b"invalid" {
+                return Err(RemoteError::Url {
+                    url: url.to_string(),
+                    reason: "the token cannot be sent: it holds a line break or a control character"
+                        .into(),
+                });
+            }
+            request = request.header(AUTHORIZATION, token.as_ref().clone());
+        }
+        let response = tokio::time::timeout(self.timeout, request.send())
+            .await
+            .map_err(|_| RemoteError::Unreachable {
+                url: url.to_string(),
+                message: format!("no answer within {} s", self.timeout.as_secs_f64()),
+            })?
+            .map_err(|error| RemoteError::Unreachable {
+                url: url.to_string(),
+                message: network_text(error),
+            })?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        if (300..400).contains(&status) {
+            let place = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|value| value.to_str().ok())
+                .map(|location| format!(" to `{}`", crate::redact::echo(&crate::redact::place(location))))
+                .unwrap_or_default();
+            return Err(RemoteError::Status {
+                url: url.to_string(),
+                status,
+                kind: None,
+                message: format!("redirected{place}; redirects are not followed (give the URL it names)"),
+                request_id: None,
+            });
+        }
+        let body = self.body(url, response).await.unwrap_or_default();
+        Err(status_error(url, status, &body))
+    }
+
+    /// The JSON answer of `request`.
+    async fn answer(&self, url: &str, request: reqwest::RequestBuilder) -> Result<Value, RemoteError> {
+        let response = self.send(url, request).await?;
+        let body = self.body(url, response).await?;
+        serde_json::from_slice(&body).map_err(|error| RemoteError::Invalid {
+            url: url.to_string(),
+            message: format!("not JSON: {error}"),
+        })
+    }
+
+    /// A body, read up to the cap within the timeout.
+    async fn body(&self, url: &str, response: reqwest::Response) -> Result<Vec<u8>, RemoteError> {
+        let max = self.max_body;
+        let read = async {
+            let mut body = Vec::new();
+            let mut chunks = response.bytes_stream();
+            while let Some(chunk) = chunks.next().await {
+                let chunk = chunk.map_err(|error| RemoteError::Unreachable {
+                    url: url.to_string(),
+                    message: network_text(error),
+                })?;
+                if body.len() + chunk.len() > max {
+                    return Err(RemoteError::Invalid {
+                        url: url.to_string(),
+                        message: format!("the answer is larger than {max} bytes"),
+                    });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        tokio::time::timeout(self.timeout, read)
+            .await
+            .map_err(|_| RemoteError::Unreachable {
+                url: url.to_string(),
+                message: format!("no whole answer within {} s", self.timeout.as_secs_f64()),
+            })?
+    }
+}
+
+/// A network failure in words, without the URL (the error names it once).
+fn network_text(error: reqwest::Error) -> String {
+    if error.is_connect() {
+        return "no connection (is the server running, and is the port right?)".into();
+    }
+    if error.is_timeout() {
+        return "no answer in time".into();
+    }
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// A fresh request id: a UUID (a token upstream's `CallContext` takes).
+pub(crate) fn new_request_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Upstream's request envelope for `task`: `{"input": …, "context":
+/// {"request_id", "tags", "metadata"}}` (an envelope, so an input with a
+/// `task` field travels as it is, D19). Tags travel as text: upstream's
+/// `CallContext` takes string tags only.
+pub(crate) fn envelope(task: &Task, request_id: &str) -> Value {
+    let tags: Map<String, Value> = task
+        .tags
+        .iter()
+        .map(|(key, value)| {
+            let text = match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            (key.clone(), Value::String(text))
+        })
+        .collect();
+    json!({
+        "input": super::task_input(task),
+        "context": {"request_id": request_id, "tags": tags, "metadata": task.metadata},
+    })
+}
+
+/// Whether `text` is an id a server may send back: a token of at most 200
+/// characters without whitespace, control characters or path separators.
+fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 200
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '\\' | ':' | ';' | '%'))
+}
+
+/// `/run`'s answer read: `{"output", "request_id", "tactic"}`, plus what
+/// `lllm serve` adds (`session_id`, `cost`, `latency_ms`, `state`); a body
+/// without `output` is the output itself (as upstream's client takes it).
+pub(crate) fn read_answer(url: &str, body: Value, sent_id: &str) -> Result<RemoteAnswer, RemoteError> {
+    let invalid = |message: String| RemoteError::Invalid {
+        url: url.to_string(),
+        message,
+    };
+    let Some(object) = body.as_object().filter(|object| object.contains_key("output")) else {
+        return Ok(RemoteAnswer {
+            output: body.clone(),
+            request_id: sent_id.to_string(),
+            tactic: None,
+            session_id: None,
+            cost: None,
+            latency_ms: None,
+            body,
+        });
+    };
+    if let Some(state) = object.get("state").and_then(Value::as_str)
+        && state != "success"
+    {
+        let message = object
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("no delivery");
+        return Err(RemoteError::Failed {
+            url: url.to_string(),
+            message: crate::redact::cut(message, MESSAGE_CHARS).into_owned(),
+        });
+    }
+    let token = |key: &str| -> Result<Option<String>, RemoteError> {
+        match object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) if is_token(text) => Ok(Some(text.clone())),
+            Some(other) => Err(invalid(format!(
+                "its `{key}` is not an id: {}",
+                crate::redact::echo(&other.to_string())
+            ))),
+        }
+    };
+    let request_id = token("request_id")?.unwrap_or_else(|| sent_id.to_string());
+    let tactic = token("tactic")?;
+    let session_id = token("session_id")?;
+    let cost = match object.get("cost") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_f64() {
+            Some(cost) if cost.is_finite() && cost >= 0.0 => Some(cost),
+            _ => return Err(invalid(format!("its `cost` is not a price in USD: {value}"))),
+        },
+    };
+    let latency_ms = match object.get("latency_ms") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_u64() {
+            Some(latency) => Some(latency),
+            None => return Err(invalid(format!("its `latency_ms` is not a count of milliseconds: {value}"))),
+        },
+    };
+    Ok(RemoteAnswer {
+        output: object.get("output").cloned().unwrap_or(Value::Null),
+        request_id,
+        tactic,
+        session_id,
+        cost,
+        latency_ms,
+        body,
+    })
+}
+
+/// An error answer as one error: its `{"error": {type, message,
+/// request_id}}` (at the top, or under FastAPI's `detail`), else the start
+/// of its text.
+fn status_error(url: &str, status: u16, body: &[u8]) -> RemoteError {
+    let value: Option<Value> = serde_json::from_slice(body).ok();
+    let detail = value.as_ref().map(|value| value.get("detail").unwrap_or(value));
+    let error = detail
+        .and_then(|detail| detail.get("error"))
+        .or_else(|| value.as_ref().and_then(|value| value.get("error")));
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_string);
+    let message = match (error, detail) {
+        (Some(error), _) if error.is_object() => text(error.get("message")),
+        (Some(Value::String(message)), _) => Some(message.clone()),
+        (_, Some(Value::String(message))) => Some(message.clone()),
+        (_, Some(detail)) if !detail.is_null() => Some(detail.to_string()),
+        _ => None,
+    }
+    .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message = crate::redact::terminal_line(&crate::redact::cut(message.trim(), MESSAGE_CHARS)).into_owned();
+    RemoteError::Status {
+        url: url.to_string(),
+        status,
+        kind: text(error.and_then(|error| error.get("type"))).filter(|kind| is_token(kind)),
+        message: if message.is_empty() { "(no message)".into() } else { message },
+        request_id: text(error.and_then(|error| error.get("request_id"))).filter(|id| is_token(id)),
+    }
+}
+
+/// The events of a served run, as they come: see [`RemoteTactic::events`].
+pub struct RemoteEvents {
+    inner: BoxStream<'static, Result<Event, RemoteError>>,
+}
+
+impl std::fmt::Debug for RemoteEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemoteEvents")
+    }
+}
+
+impl Stream for RemoteEvents {
+    type Item = Result<Event, RemoteError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+struct StreamState {
+    url: String,
+    body: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    parser: Parser,
+    pending: std::collections::VecDeque<sse::Frame>,
+    finished: bool,
+    idle: Duration,
+}
+
+/// The stream's next item: a pending frame's event, else more of the body.
+async fn next_event(mut state: StreamState) -> Option<(Result<Event, RemoteError>, StreamState)> {
+    loop {
+        if state.finished {
+            return None;
+        }
+        if let Some(frame) = state.pending.pop_front() {
+            match sse::said(&frame) {
+                Said::Event(event) => {
+                    if matches!(event.kind, EventKind::Result { .. }) {
+                        // The closing event: nothing after it is read.
+                        state.finished = true;
+                    }
+                    return Some((Ok(event), state));
+                }
+                Said::Failed(message) => {
+                    state.finished = true;
+                    let url = state.url.clone();
+                    return Some((Err(RemoteError::Failed { url, message }), state));
+                }
+            }
+        }
+        let next = tokio::time::timeout(state.idle, state.body.next()).await;
+        let failure = |state: &mut StreamState, message: String| {
+            state.finished = true;
+            RemoteError::Unreachable {
+                url: state.url.clone(),
+                message,
+            }
+        };
+        match next {
+            Err(_) => {
+                let message = format!("no event within {} s", state.idle.as_secs_f64());
+                let error = failure(&mut state, message);
+                return Some((Err(error), state));
+            }
+            Ok(Some(Err(error))) => {
+                let message = network_text(error);
+                let error = failure(&mut state, message);
+                return Some((Err(error), state));
+            }
+            Ok(Some(Ok(chunk))) => match state.parser.push(&chunk) {
+                Ok(frames) => state.pending.extend(frames),
+                Err(message) => {
+                    state.finished = true;
+                    let url = state.url.clone();
+                    return Some((Err(RemoteError::Invalid { url, message }), state));
+                }
+            },
+            Ok(None) => {
+                // The body ended: its last frame, if any, then the end; a
+                // stream that promised a closing event and sent none was cut.
+                match state.parser.finish() {
+                    Ok(Some(frame)) => state.pending.push_back(frame),
+                    Ok(None) => {}
+                    Err(message) => {
+                        state.finished = true;
+                        let url = state.url.clone();
+                        return Some((Err(RemoteError::Invalid { url, message }), state));
+                    }
+                }
+                if state.pending.is_empty() {
+                    state.finished = true;
+                    if state.parser.named {
+                        let url = state.url.clone();
+                        return Some((Err(RemoteError::Dropped { url }), state));
+                    }
+                    return None;
+                }
+                // Mark the body done: the pending frames go first.
+                state.body = futures_util::stream::empty().boxed();
+            }
+        }
+    }
+}
