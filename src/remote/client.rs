@@ -650,3 +650,195 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, RemoteError
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server on loopback that answers each connection with the next of
+    /// `answers` (a whole HTTP response) and hands over what it was sent.
+    async fn canned(answers: Vec<String>) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|error| panic!("{error}"));
+        let address = listener.local_addr().unwrap_or_else(|error| panic!("{error}"));
+        let (sent, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            for answer in answers {
+                let Ok((mut socket, _)) = listener.accept().await else { return };
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                // Headers, then as many body bytes as they announce.
+                loop {
+                    let Ok(read) = socket.read(&mut buffer).await else { return };
+                    if read == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&buffer[..read]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|value| value.trim().parse::<usize>().unwrap_or(0)))
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let _ = sent.send(String::from_utf8_lossy(&request).to_string());
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (format!("http://{address}"), received)
+    }
+
+    fn answer(status: &str, content_type: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn stream(body: &str) -> String {
+        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
+    }
+
+    #[tokio::test]
+    async fn run_sends_the_envelope_and_the_token_and_reads_the_answer() {
+        let body = r#"{"output": {"category": "bug"}, "request_id": "r-1", "tactic": "triage", "session_id": "s-9", "cost": 0.5, "latency_ms": 12, "state": "success"}"#;
+        let (base, mut requests) = canned(vec![answer("200 OK", "application/json", body)]).await;
+        let remote = RemoteTactic::new(&format!("{base}/tactics/triage/stream")).unwrap_or_else(|error| panic!("{error}")).token("s3cret");
+        let task = Task::from(json!({"ticket": "crash", "task": "a field named task"}));
+        let answer = remote.run(task).await.unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(answer.output, json!({"category": "bug"}));
+        assert_eq!((answer.request_id.as_str(), answer.session_id.as_deref()), ("r-1", Some("s-9")));
+        assert_eq!((answer.cost, answer.latency_ms), (Some(0.5), Some(12)));
+        assert_eq!(answer.delivery(), r#"{"category":"bug"}"#);
+        let request = requests.recv().await.unwrap_or_default();
+        assert!(request.starts_with("POST /tactics/triage/run HTTP/1.1"), "{request}");
+        assert!(request.to_ascii_lowercase().contains("authorization: bearer s3cret"), "{request}");
+        let body: Value = serde_json::from_str(&request[request.find("\r\n\r\n").unwrap_or(0) + 4..]).unwrap_or_default();
+        // An input with a `task` field travels as it is (D19).
+        assert_eq!(body["input"], json!({"ticket": "crash", "task": "a field named task"}));
+        assert!(body["context"]["request_id"].as_str().is_some_and(|id| !id.is_empty()));
+        assert!(!format!("{remote:?}").contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn error_answers_become_one_error_in_the_servers_words() {
+        let ours = r#"{"error": {"type": "SchemaError", "message": "input at /ticket: expected string", "tactic": "t", "endpoint": "run", "request_id": "q1"}}"#;
+        let fastapi = r#"{"detail": {"error": {"type": "TacticNotFound", "message": "Tactic not found: x", "tactic": "x"}}}"#;
+        let (base, _requests) = canned(vec![
+            answer("400 Bad Request", "application/json", ours),
+            answer("404 Not Found", "application/json", fastapi),
+            answer("500 Internal Server Error", "text/plain", "boom\n"),
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://elsewhere.example/run\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_string(),
+            answer("200 OK", "application/json", r#"{"output": 1, "request_id": "has space"}"#),
+            answer("200 OK", "application/json", r#"{"output": 1, "cost": -3}"#),
+            answer("200 OK", "application/json", r#"{"output": null, "state": "failure", "error": "step `a`: no"}"#),
+        ])
+        .await;
+        let remote = RemoteTactic::new(&base).unwrap_or_else(|error| panic!("{error}"));
+        let errors: Vec<String> = {
+            let mut errors = Vec::new();
+            for _ in 0..7 {
+                errors.push(remote.run("x").await.map(|answer| format!("{answer:?}")).unwrap_or_else(|error| error.to_string()));
+            }
+            errors
+        };
+        assert_eq!(errors[0], format!("`{base}/run` answered HTTP 400 (SchemaError): input at /ticket: expected string"));
+        assert_eq!(errors[1], format!("`{base}/run` answered HTTP 404 (TacticNotFound): Tactic not found: x"));
+        assert_eq!(errors[2], format!("`{base}/run` answered HTTP 500: boom"));
+        assert!(errors[3].contains("redirected to `http://elsewhere.example/run`; redirects are not followed"), "{}", errors[3]);
+        assert!(errors[4].contains("its `request_id` is not an id"), "{}", errors[4]);
+        assert!(errors[5].contains("its `cost` is not a price"), "{}", errors[5]);
+        assert_eq!(errors[6], format!("the tactic at `{base}/run` failed: step `a`: no"));
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_cap_is_refused_and_a_dead_port_is_unreachable() {
+        let big = format!(r#"{{"output": "{}"}}"#, "x".repeat(4096));
+        let (base, _requests) = canned(vec![answer("200 OK", "application/json", &big)]).await;
+        let remote = RemoteTactic::new(&base).unwrap_or_else(|error| panic!("{error}")).max_body_bytes(1024);
+        let error = remote.run("x").await.err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("larger than 1024 bytes"), "{error}");
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|error| panic!("{error}"));
+            listener.local_addr().map(|address| address.port()).unwrap_or(9)
+        };
+        let remote = RemoteTactic::new(&format!("http://127.0.0.1:{closed}")).unwrap_or_else(|error| panic!("{error}"));
+        let error = remote.info().await.err();
+        assert!(matches!(error, Some(RemoteError::Unreachable { .. })), "{error:?}");
+    }
+
+    fn our_event(kind: EventKind) -> String {
+        let event = Event::new(kind);
+        format!("event: {}\nid: {}\ndata: {}\n\n", event.kind.name(), event.id, serde_json::to_string(&event).unwrap_or_default())
+    }
+
+    async fn collect(events: RemoteEvents) -> Vec<Result<String, String>> {
+        events
+            .map(|item| item.map(|event| event.kind.name().to_string()).map_err(|error| error.to_string()))
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn our_streams_end_at_their_closing_event_and_a_cut_one_is_an_error() {
+        let delta = our_event(EventKind::TextDelta { agent: "a".into(), dialog: "main".into(), text: "hi".into() });
+        let result = our_event(EventKind::Result {
+            delivery: "hi".into(),
+            state: "success".into(),
+            session_id: "s".into(),
+            cost: None,
+            usage: crate::dialog::InvokeCost::default(),
+        });
+        let error = our_event(EventKind::Error {
+            message: "step `a`: boom".into(),
+            state: "failure".into(),
+            session_id: "s".into(),
+            cost: None,
+            usage: crate::dialog::InvokeCost::default(),
+        });
+        let (base, _requests) = canned(vec![
+            stream(&format!("{delta}{result}")),
+            stream(&format!("{delta}{error}")),
+            stream(&delta),
+        ])
+        .await;
+        let remote = RemoteTactic::new(&base).unwrap_or_else(|error| panic!("{error}"));
+        let whole = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
+        assert_eq!(whole, vec![Ok("text_delta".to_string()), Ok("result".to_string())]);
+        let failed = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
+        assert_eq!(failed, vec![Ok("text_delta".to_string()), Err(format!("the tactic at `{base}/stream` failed: step `a`: boom"))]);
+        let cut = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
+        assert_eq!(cut, vec![Ok("text_delta".to_string()), Err(format!("`{base}/stream`: the connection dropped before the run's closing event"))]);
+    }
+
+    #[tokio::test]
+    async fn upstream_streams_end_with_their_body_and_their_error_event_is_an_error() {
+        let message = r#"data: {"id": "u1", "timestamp": 1.0, "kind": "message", "data": "part", "metadata": {}}"#;
+        let error = r#"data: {"id": "u2", "timestamp": 2.0, "kind": "error", "data": {"message": "ValueError: bad"}, "metadata": {}}"#;
+        let (base, _requests) = canned(vec![
+            stream(&format!("{message}\n\n{message}\n\n")),
+            stream(&format!("{message}\n\n{error}\n\n{message}\n\n")),
+            answer("400 Bad Request", "application/json", r#"{"error": {"type": "SchemaError", "message": "bad input"}}"#),
+        ])
+        .await;
+        let remote = RemoteTactic::new(&format!("{base}/run")).unwrap_or_else(|error| panic!("{error}"));
+        let whole = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
+        assert_eq!(whole, vec![Ok("remote".to_string()), Ok("remote".to_string())]);
+        let failed = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
+        assert_eq!(failed, vec![Ok("remote".to_string()), Err(format!("the tactic at `{base}/stream` failed: ValueError: bad"))]);
+        let refused = remote.events("x").await.err().map(|error| error.to_string()).unwrap_or_default();
+        assert_eq!(refused, format!("`{base}/stream` answered HTTP 400 (SchemaError): bad input"));
+    }
+
+    #[test]
+    fn a_url_with_credentials_is_refused_without_showing_them() {
+        let error = RemoteTactic::new("http://me:hunter2@h:1/run").err().map(|error| error.to_string()).unwrap_or_default();
+        assert!(error.contains("credentials"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+}
