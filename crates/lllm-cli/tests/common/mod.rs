@@ -10,6 +10,8 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+pub mod python;
+
 pub struct Test {
     pub dir: tempfile::TempDir,
     env: Vec<(String, String)>,
