@@ -48,6 +48,7 @@ pub const AGENT_KEYS: &[&str] = &[
 
 pub const STEP_KEYS: &[&str] = &[
     "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop", "tactic", "task",
+    "token_env",
 ];
 
 #[derive(Debug, Default, Deserialize)]

@@ -186,7 +186,7 @@ impl Tactic {
     /// Builds what `config` allows, with every problem found on the way. The
     /// tactic is only fit to run without problems; with them it still holds
     /// every template that compiled, for the checks of a later phase.
-    pub(super) fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
+    pub(super) fn assemble(mut config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
         let extensions = builder.extensions;
         let mut builder = nested_builder(builder, &config);
         let mut problems = Problems::default();
@@ -195,6 +195,13 @@ impl Tactic {
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
         let (toolbox, remote_contracts) =
             super::tools::add_tactic_tools(&config, toolbox, &builder, &mut problems);
+        // A tactic tool that could not be built has its problem; the agents
+        // naming it are not also told it is missing.
+        for tool in &config.tools {
+            if tool.tactic.is_some() && !toolbox.contains(&tool.name) {
+                config.left_out.tools.insert(tool.name.clone());
+            }
+        }
         let providers = build_providers(&config, &builder, &mut problems);
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());

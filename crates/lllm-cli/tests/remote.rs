@@ -1,0 +1,281 @@
+//! Remote tactics (issue 30): a flow step and a tool that call a tactic
+//! served over HTTP — upstream lllm-core's own service running the Python
+//! peer tactic (`tests/python/upstream_tactic.py`), and `lllm serve` — with
+//! every call on record and `lllm replay --rerun` answering from the record
+//! with the servers stopped. Model calls are counted at `lllm-mock`.
+
+mod common;
+
+use common::python::UpstreamServer;
+use common::{MockServer, Test};
+use serde_json::{Value, json};
+
+/// One mock for every model call: the Python tactic's (model
+/// `gpt-4o-mini`) and our agent's (model `helper`), told apart by model.
+const SCRIPT: &str = r#"rules:
+  - when: {model: gpt-4o-mini}
+    reply: {text: "Paris is the capital of France."}
+  - when: {model: helper, last_role: tool}
+    reply: {text: "The tool said so."}
+  - when: {model: helper}
+    reply: {tool_calls: [{name: ask, arguments: {question: "Capital of France?"}, id: call_1}]}
+default: {text: unexpected}
+"#;
+
+fn step_tactic(url: &str) -> String {
+    format!(
+        r#"tactic_type: asker
+global: {{model_name: mock/echo}}
+agent_configs: [{{name: writer}}]
+flow:
+  - step: ask
+    tactic: {url}
+    args: {{question: "{{{{ task }}}}"}}
+  - step: final
+    agent: writer
+    text: "answer: {{{{ ask.parsed.answer }}}}"
+"#
+    )
+}
+
+fn tool_tactic(url: &str, mock: &str) -> String {
+    format!(
+        r#"tactic_type: delegator
+global:
+  model_name: local/helper
+  max_llm_recall: 0
+agent_configs:
+  - name: assistant
+    system_prompt: "Use the ask tool."
+    tools: [ask]
+providers:
+  local: {{api: openai, base_url: "{mock}"}}
+pricing:
+  local/helper: {{input_per_million: 0, output_per_million: 0}}
+tools:
+  - name: ask
+    tactic: {url}
+"#
+    )
+}
+
+fn model_calls(mock: &MockServer, model: &str) -> Vec<Value> {
+    mock.requests()
+        .into_iter()
+        .filter(|request| request["body"]["model"] == model)
+        .collect()
+}
+
+#[test]
+fn a_flow_step_runs_a_python_tactic_served_by_upstream_and_reruns_offline() {
+    let Some(python) = common::python::python() else {
+        return;
+    };
+    let test = Test::new();
+    let mock = MockServer::start(&test.path(""), SCRIPT);
+    let upstream = UpstreamServer::start(&python, &mock.base_url());
+    // The base URL of a one-tactic server (D21): no name needed.
+    let test = test.file("asker.yaml", &step_tactic(&upstream.url));
+    let output = test.run(&[
+        "run",
+        "asker.yaml",
+        "--task",
+        "What is the capital of France?",
+        "--record",
+        "r.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "answer: Paris is the capital of France.\n");
+    assert_eq!(model_calls(&mock, "gpt-4o-mini").len(), 1);
+
+    let record = test.read_json("r.json");
+    let calls = record["remote_calls"].as_array().expect("remote calls");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call = &calls[0];
+    assert_eq!(call["by"], "ask");
+    assert_eq!(call["url"], upstream.url.as_str());
+    assert_eq!(call["route"], "run");
+    assert_eq!(
+        call["request"]["input"],
+        json!({"question": "What is the capital of France?"})
+    );
+    assert_eq!(
+        call["answer"]["output"],
+        json!({"answer": "Paris is the capital of France."})
+    );
+    assert_eq!(call["answer"]["tactic"], "answer");
+    // The request id sent is the one upstream answered with.
+    assert_eq!(call["request_id"], call["answer"]["request_id"]);
+    assert_eq!(record["steps"][0]["step"], "ask");
+
+    // With both servers gone, the re-run is answered from the record.
+    drop(upstream);
+    drop(mock);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
+
+    // A different input is not in the record: the re-run says where.
+    std::fs::write(
+        test.path("asker.yaml"),
+        step_tactic(&format!("{}/run", upstream_url_of(&record))).replace(
+            "question: \"{{ task }}\"",
+            "question: \"{{ task }} (again)\"",
+        ),
+    )
+    .expect("edit the tactic");
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(1);
+    assert!(
+        output.stderr.contains("the re-run calls")
+            && output.stderr.contains("with an input the record has no answer for"),
+        "{}",
+        output.stderr
+    );
+}
+
+fn upstream_url_of(record: &Value) -> String {
+    record["remote_calls"][0]["url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_tool_calls_a_python_tactic_with_its_input_schema_as_parameters() {
+    let Some(python) = common::python::python() else {
+        return;
+    };
+    let test = Test::new();
+    let mock = MockServer::start(&test.path(""), SCRIPT);
+    let upstream = UpstreamServer::start(&python, &mock.base_url());
+    // The route form of a server of several tactics.
+    let url = format!("{}/tactics/answer/run", upstream.url);
+    let test = test.file("delegator.yaml", &tool_tactic(&url, &mock.base_url()));
+    let output = test.run(&[
+        "run",
+        "delegator.yaml",
+        "--task",
+        "Find the capital of France.",
+        "--record",
+        "r.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "The tool said so.\n");
+
+    // The model was offered the tactic's contract as the tool.
+    let ours = model_calls(&mock, "helper");
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    let tool = &ours[0]["body"]["tools"][0]["function"];
+    assert_eq!(tool["name"], "ask");
+    assert_eq!(
+        tool["description"],
+        "Answers a question in one sentence with one model call."
+    );
+    assert_eq!(tool["parameters"]["required"], json!(["question"]));
+    assert_eq!(tool["parameters"]["properties"]["question"]["type"], "string");
+    // The tool's result is the tactic's output, in the dialog.
+    let messages = ours[1]["body"]["messages"].as_array().expect("messages");
+    let result = messages.last().expect("a tool result")["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        result.contains(r#"{"answer":"Paris is the capital of France."}"#),
+        "{result}"
+    );
+    assert_eq!(model_calls(&mock, "gpt-4o-mini").len(), 1);
+
+    let record = test.read_json("r.json");
+    let calls = record["remote_calls"].as_array().expect("remote calls");
+    let routes: Vec<&str> = calls
+        .iter()
+        .map(|call| call["route"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(routes, ["info", "run"]);
+    assert_eq!(calls[1]["by"], "tool `ask`");
+    assert_eq!(calls[0]["answer"]["name"], "answer");
+
+    drop(upstream);
+    drop(mock);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
+}
+
+#[test]
+fn a_local_tactic_is_a_tool_and_its_run_nests_in_the_record() {
+    let test = Test::new()
+        .file(
+            "sub/shout.yaml",
+            "tactic_type: shout\ndescription: Says the task back.\nagent_configs: [{name: echo, model_name: mock/echo}]\n",
+        )
+        .file(
+            "replies.yaml",
+            "replies:\n  - tool_calls: [{name: shout, arguments: {task: hello there}, id: c1}]\n  - text: relayed\n",
+        )
+        .file(
+            "main.yaml",
+            r#"tactic_type: relay
+global: {model_name: mock/script}
+providers:
+  mock: {script: replies.yaml}
+agent_configs:
+  - name: relay
+    tools: [shout]
+tools:
+  - name: shout
+    tactic: sub/shout.yaml
+"#,
+        );
+    let output = test.run(&["run", "main.yaml", "--task", "go", "--record", "r.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "relayed\n");
+    let record = test.read_json("r.json");
+    let subs = record["sub_tactic_sessions"].as_array().expect("sub-sessions");
+    assert_eq!(subs.len(), 1);
+    assert_eq!(subs[0]["tactic"]["name"], "shout");
+    assert_eq!(subs[0]["task"], "hello there");
+    assert_eq!(subs[0]["delivery"], "hello there");
+    assert!(record.get("remote_calls").is_none(), "nothing remote");
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
+}
+
+#[test]
+fn bad_remote_settings_are_one_line_each_and_nothing_runs() {
+    let closed = common::closed_port();
+    let test = Test::new().file(
+        "bad.yaml",
+        &format!(
+            r#"global: {{model_name: mock/echo}}
+agent_configs: [{{name: a, tools: [far, near]}}]
+tools:
+  - name: far
+    tactic: http://127.0.0.1:{closed}/tactics/x
+  - name: near
+    tactic: http://me:pw@127.0.0.1:{closed}/run
+flow:
+  - step: s
+    tactic: http://127.0.0.1:{closed}/run?x=1
+  - step: t
+    tactic: http://127.0.0.1:{closed}
+    token_env: NO_SUCH_TOKEN_VARIABLE
+"#
+        ),
+    );
+    let output = test.run(&["run", "bad.yaml", "--task", "x"]);
+    output.expect_code(2);
+    let lines: Vec<&str> = output.stderr.lines().collect();
+    let has = |needle: &str| lines.iter().any(|line| line.contains(needle));
+    assert!(has("tool `far`: cannot read its contract"), "{}", output.stderr);
+    assert!(has("tool `near`") && has("credentials"), "{}", output.stderr);
+    assert!(!output.stderr.contains("pw@"), "{}", output.stderr);
+    assert!(has("step `s`") && has("takes no query"), "{}", output.stderr);
+    assert!(
+        has("`token_env` names `NO_SUCH_TOKEN_VARIABLE`, which is not set"),
+        "{}",
+        output.stderr
+    );
+    assert!(has("bad.yaml:"), "each line names the file: {}", output.stderr);
+}
