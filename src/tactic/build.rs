@@ -287,10 +287,19 @@ fn nested_builder<'a>(builder: &Builder<'a>, config: &TacticConfig) -> Builder<'
             .values()
             .filter_map(|provider| provider.api_key_env.clone()),
     );
+    // Served tactics' tokens (issue 30) are keys too: no tool sees their
+    // variables, and no record or event their values.
+    let mut secrets = builder.secrets.clone();
+    for variable in token_variables(config) {
+        if let Some(token) = (builder.env)(&variable) {
+            secrets.add(token.trim());
+        }
+        hidden_variables.push(variable);
+    }
     Builder {
         stack,
         hidden_variables,
-        secrets: builder.secrets.clone(),
+        secrets,
         replacement: builder.replacement.clone(),
         dry_run: builder.dry_run.clone(),
         budget: builder.budget.clone(),
@@ -298,6 +307,28 @@ fn nested_builder<'a>(builder: &Builder<'a>, config: &TacticConfig) -> Builder<'
         batch_api: builder.batch_api.clone(),
         ..*builder
     }
+}
+
+/// The variables `config`'s tactic tools and remote steps read their
+/// tokens from (`token_env:`).
+fn token_variables(config: &TacticConfig) -> Vec<String> {
+    fn walk(items: &[crate::config::FlowItem], found: &mut Vec<String>) {
+        for item in items {
+            match item {
+                crate::config::FlowItem::Tactic(step) => found.extend(step.token_env.clone()),
+                crate::config::FlowItem::Loop(settings) => walk(&settings.steps, found),
+                crate::config::FlowItem::Parallel(settings) => walk(&settings.steps, found),
+                crate::config::FlowItem::Step(_) => {}
+            }
+        }
+    }
+    let mut found: Vec<String> = config
+        .tools
+        .iter()
+        .filter_map(|tool| tool.token_env.clone())
+        .collect();
+    walk(&config.flow, &mut found);
+    found
 }
 
 /// The prompt files of `config`'s prompts directory (none without one):
