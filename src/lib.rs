@@ -63,6 +63,7 @@ pub use registry::Registry;
 /// re-exported so its version matches ours; `#[derive(lllm::JsonSchema)]`
 /// derives through it with nothing more in the user's Cargo.toml.
 pub use schemars;
+pub use tactic::TacticInfo;
 pub use tactic::{Ctx, Flow, FlowResult, RunError, SessionRecord, Tactic, Task, TypedError};
 pub use tool::Tool;
 #[doc(hidden)]

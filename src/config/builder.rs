@@ -262,6 +262,48 @@ impl TacticBuilder {
         self.set("output_schema", schema)
     }
 
+    /// `input_schema`: the JSON Schema of a task's input (its `args` as an
+    /// object, else its task value), checked as a file's (it must compile,
+    /// and every example's `input` must fit it). Tasks are checked against
+    /// it with [`Tactic::check_input`](crate::Tactic::check_input).
+    ///
+    /// ```
+    /// use lllm::config::{AgentEntry, TacticConfig};
+    /// use serde_json::json;
+    ///
+    /// let schema = json!({"type": "object", "required": ["ticket"]});
+    /// let config = TacticConfig::builder()
+    ///     .agent(AgentEntry::new("a").model("mock/echo"))
+    ///     .input_schema(schema.clone())
+    ///     .examples(vec![json!({"input": {"ticket": "The printer is on fire."}})])
+    ///     .build()?;
+    /// assert_eq!(config.input_schema, Some(schema));
+    ///
+    /// let error = TacticConfig::builder()
+    ///     .agent(AgentEntry::new("a").model("mock/echo"))
+    ///     .input_schema(json!({"type": "object", "required": ["ticket"]}))
+    ///     .examples(vec![json!({"input": {}})])
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(error.to_string().contains("\"ticket\" is a required property"), "{error}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn input_schema(self, schema: Value) -> TacticBuilder {
+        self.set("input_schema", schema)
+    }
+
+    /// `examples`: free-form mappings, as upstream's `TacticInfo.examples`
+    /// (an `input`, an `output`, a `description`…); each must be a mapping.
+    pub fn examples(self, examples: Vec<Value>) -> TacticBuilder {
+        self.set("examples", Value::Array(examples))
+    }
+
+    /// `metadata`: public notes about the tactic (served and shown as they
+    /// are: no secrets here).
+    pub fn metadata(self, metadata: Map<String, Value>) -> TacticBuilder {
+        self.set("metadata", Value::Object(metadata))
+    }
+
     /// Any top-level key as the YAML writes it (`flow`, `tools`,
     /// `mcp_servers`, `builtin_tools`, `pricing`, `max_workers`, …); checked
     /// like a file's keys, so an unknown one is an error at `build`.

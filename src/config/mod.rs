@@ -6,6 +6,7 @@
 //! so they keep pointing where their author meant.
 
 mod builder;
+mod contract;
 mod defaults;
 mod flow;
 mod merge;
@@ -29,6 +30,7 @@ use places::{Places, show};
 
 pub(crate) use builder::from_recorded;
 pub use builder::{AgentEntry, BUILDER_LABEL, TacticBuilder, YAML_LABEL, from_yaml};
+pub(crate) use contract::InputSchema;
 pub use defaults::Defaults;
 pub use flow::{
     FlowItem, ForkConfig, LoopConfig, ParallelConfig, StepConfig, StepInput, SubTacticConfig,

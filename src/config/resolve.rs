@@ -57,6 +57,17 @@ pub struct TacticConfig {
     /// `output_schema`: the JSON Schema the delivery must fit (upstream
     /// `TacticInfo.output_schema`); checked to compile when read.
     pub output_schema: Option<Value>,
+    /// `input_schema`: the JSON Schema of a task's input (its `args` as an
+    /// object when it has any, else its task value), upstream
+    /// `TacticInfo.input_schema`; checked to compile when read, and every
+    /// task is checked against it before anything is sent.
+    pub input_schema: Option<Value>,
+    /// `examples`: free-form mappings (upstream `TacticInfo.examples`), each
+    /// one's `input` checked against `input_schema` when read.
+    pub examples: Vec<Map<String, Value>>,
+    /// `metadata`: public notes about the tactic (upstream
+    /// `TacticInfo.metadata`), shown by `lllm inspect` and served as they are.
+    pub metadata: Map<String, Value>,
     /// `pricing`: prices over the bundled table.
     pub pricing: Option<Value>,
     /// `max_workers`: how many tasks `Tactic::bcall` / `ccall` run at once
@@ -435,8 +446,9 @@ pub(super) fn resolve(
         &numbers::CACHE_TTL_S,
         &mut problems,
     );
+    let contract = super::contract::resolve(&raw, &mut problems);
     let output_schema = raw.output_schema.clone().and_then(|schema| {
-        output_schema(&schema)
+        json_schema_problem("output_schema", &schema)
             .map_err(|(at, problem)| problems.at(join("output_schema", &at), problem))
             .ok()
             .map(|()| schema)
@@ -460,6 +472,9 @@ pub(super) fn resolve(
         flow,
         result: raw.result,
         output_schema,
+        input_schema: contract.input_schema,
+        examples: contract.examples,
+        metadata: contract.metadata,
         pricing: raw.pricing,
         max_workers: max_workers.map(|workers| workers as usize),
         cache: raw.cache,
@@ -929,16 +944,17 @@ fn tool_parameters(parameters: &Value) -> Result<(), String> {
         })
 }
 
-/// Whether `output_schema` is a JSON Schema that compiles (a mapping, or
-/// `true`/`false`); else where in it (a path under `output_schema`, empty
-/// for the whole) and what is wrong. Without the `jsonschema` feature a
-/// schema is refused, naming the feature: it could not be held to.
-fn output_schema(schema: &Value) -> Result<(), (String, String)> {
+/// Whether the schema under `key` (`output_schema`, `input_schema`) is a
+/// JSON Schema that compiles (a mapping, or `true`/`false`); else where in
+/// it (a path under `key`, empty for the whole) and what is wrong. Without
+/// the `jsonschema` feature a schema is refused, naming the feature: it
+/// could not be held to.
+pub(super) fn json_schema_problem(key: &str, schema: &Value) -> Result<(), (String, String)> {
     if !matches!(schema, Value::Object(_) | Value::Bool(_)) {
         return Err((
             String::new(),
             format!(
-                "`output_schema` is {}, not a JSON Schema; write a mapping such as \
+                "`{key}` is {}, not a JSON Schema; write a mapping such as \
                  `{{type: object, properties: {{…}}}}`",
                 describe_value(schema)
             ),
@@ -947,7 +963,7 @@ fn output_schema(schema: &Value) -> Result<(), (String, String)> {
     #[cfg(not(feature = "jsonschema"))]
     return Err((
         String::new(),
-        crate::features::missing("`output_schema`", "jsonschema"),
+        crate::features::missing(&format!("`{key}`"), "jsonschema"),
     ));
     #[cfg(feature = "jsonschema")]
     jsonschema::validator_for(schema)
@@ -974,7 +990,7 @@ fn output_schema(schema: &Value) -> Result<(), (String, String)> {
             (
                 at,
                 format!(
-                    "`output_schema` is not a valid JSON Schema{inside}: {}",
+                    "`{key}` is not a valid JSON Schema{inside}: {}",
                     suggest::printable(&error.to_string())
                 ),
             )

@@ -251,6 +251,15 @@ impl Tactic {
                     .map_err(|problem| format!("`output_schema`: {problem}")),
             )
         });
+        // `resolve` placed a schema that does not compile (and refused one
+        // without the `jsonschema` feature).
+        let input = config.input_schema.as_ref().and_then(|schema| {
+            problems.take_at(
+                &config,
+                "input_schema",
+                crate::config::InputSchema::compile(schema),
+            )
+        });
         check_handlers(&prompts, &registry, extensions, &mut problems);
         let runtime = build_runtime(&config, builder, toolbox, prices, &nodes);
         let records = Records::of(&config, &prompts, &runtime.secrets);
@@ -266,6 +275,7 @@ impl Tactic {
             nodes: nodes.into(),
             result,
             output,
+            input,
             program,
             records: super::records::Records::default(),
         };

@@ -45,7 +45,7 @@ pub(crate) use calls::outcome as calls_outcome;
 pub use calls::{
     Bcall, BcallRecords, Ccall, CcallRecords, DEFAULT_CONCURRENCY, RunError, TryBcall,
 };
-pub use contract::TacticInfo;
+pub use contract::{InputError, InputProblem, TacticInfo};
 pub use ctx::{Ctx, CtxError};
 pub use events::{CcallEvents, Events};
 pub use flow::INTERRUPTED;
@@ -219,6 +219,9 @@ pub struct Tactic {
     /// `call_typed`): the delivering call is held to it, and the delivery
     /// checked after the run.
     pub(crate) output: Option<crate::prompt::JsonParser>,
+    /// What a task's input must fit (`input_schema`), compiled once:
+    /// [`Tactic::check_input`].
+    pub(crate) input: Option<crate::config::InputSchema>,
     /// The programmed tactic (`Registry::flow`) whose name is the file's
     /// `tactic_type`; it runs instead of a YAML flow.
     pub(crate) program: Option<Arc<dyn program::DynFlow>>,

@@ -219,6 +219,57 @@ impl Task {
             .collect()
     }
 
+    /// The task's input as its tactic's contract sees it (`input_schema`,
+    /// issue 30): its [`args`](Task#structfield.args) as an object when it
+    /// has any, else its [`task`](Task#structfield.task) value.
+    ///
+    /// ```
+    /// use lllm::Task;
+    /// use serde_json::json;
+    ///
+    /// assert_eq!(Task::new("Is the printer on fire?").input(), json!("Is the printer on fire?"));
+    /// let task = Task::new("ignored by the contract").arg("ticket", "Printer on fire");
+    /// assert_eq!(task.input(), json!({"ticket": "Printer on fire"}));
+    /// ```
+    pub fn input(&self) -> Value {
+        if self.args.is_empty() {
+            self.task.clone()
+        } else {
+            Value::Object(self.args.clone())
+        }
+    }
+
+    /// The task of an input, the inverse of [`input`](Task::input): a
+    /// string is the task's text; an object is its arguments (each visible
+    /// to templates by name) and its task value (its text is its JSON).
+    /// Anything else is an [`ArgsError`].
+    ///
+    /// ```
+    /// use lllm::Task;
+    /// use serde_json::json;
+    ///
+    /// let task = Task::from_input(json!({"ticket": "Printer on fire"}))?;
+    /// assert_eq!(task.args["ticket"], "Printer on fire");
+    /// assert_eq!(task.input(), json!({"ticket": "Printer on fire"}));
+    /// assert_eq!(Task::from_input(json!("Hello"))?.text(), "Hello");
+    /// assert!(Task::from_input(json!(7)).is_err());
+    /// # Ok::<(), lllm::ArgsError>(())
+    /// ```
+    pub fn from_input(input: Value) -> Result<Task, ArgsError> {
+        match input {
+            Value::String(text) => Ok(Task::new(text)),
+            Value::Object(args) => {
+                let mut task = Task::new(Value::Object(args.clone()));
+                task.args = args;
+                Ok(task)
+            }
+            other => Err(ArgsError {
+                what: "a task's input that is not a string",
+                found: crate::config::describe_value(&other).to_string(),
+            }),
+        }
+    }
+
     /// The task as text for a model: a string as is, anything else as JSON.
     pub fn text(&self) -> String {
         match &self.task {

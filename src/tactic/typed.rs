@@ -214,22 +214,12 @@ fn closed(schema: &mut Value) {
     }
 }
 
-/// The task of a typed call's input: a string is its text; an object is
-/// its arguments and the task itself.
+/// The task of a typed call's input ([`Task::from_input`]): a string is
+/// its text; an object is its arguments and the task itself.
 fn typed_task(input: &impl Serialize) -> Result<Task, TypedError> {
     let value = serde_json::to_value(input)
         .map_err(|error| TypedError::Input(format!("not serializable ({error})")))?;
-    match value {
-        Value::String(text) => Ok(Task::new(text)),
-        Value::Object(args) => {
-            let mut task = Task::new(Value::Object(args.clone()));
-            task.args = args;
-            Ok(task)
-        }
-        other => Err(TypedError::Input(
-            crate::config::describe_value(&other).to_string(),
-        )),
-    }
+    Task::from_input(value).map_err(|error| TypedError::Input(error.found))
 }
 
 /// The delivery read as `Out`, through the check the run held it to.

@@ -64,6 +64,28 @@ fn map_then_summarize_runs_one_branch_per_topic() {
     );
 }
 
+#[test]
+fn triage_sorts_a_ticket_into_json_that_fits_its_contract() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let test = Test::new();
+    let tactic = format!("{root}/tactics/triage.yaml");
+    let output = test.run(&[
+        "run",
+        &tactic,
+        "--task",
+        "Sort it.",
+        "--var",
+        "ticket=Our whole shop is down since nine.",
+        "--no-record",
+    ]);
+    output.expect_code(0);
+    let delivery: serde_json::Value = serde_json::from_str(&output.stdout).expect("JSON");
+    assert_eq!(
+        delivery,
+        serde_json::json!({"category": "outage", "urgent": true})
+    );
+}
+
 /// `examples/tasks.jsonl` runs every shipped tactic under `lllm batch`,
 /// offline, several tasks each and all at once: each task (each tactic run)
 /// is served its tactic's mock script from the start, as `lllm run` is.
@@ -83,7 +105,7 @@ fn every_shipped_tactic_runs_in_a_batch() {
         .filter(|name| name.ends_with(".yaml") && !name.ends_with(".mock.yaml"))
         .collect();
     shipped.sort();
-    assert_eq!(shipped.len(), 4, "{shipped:?}");
+    assert_eq!(shipped.len(), 5, "{shipped:?}");
     for tactic in &shipped {
         let uses = tasks
             .iter()
@@ -141,6 +163,8 @@ fn every_shipped_tactic_runs_in_a_batch() {
                 "Three notes were written in parallel and summarized here.",
                 4,
             ),
+            "triage" if id.ends_with("invoice") => ("\"billing\"", 1),
+            "triage" => ("\"category\": \"outage\", \"urgent\": true", 1),
             other => panic!("unexpected task `{other}`"),
         };
         assert!(delivery.contains(expected), "{id}: {delivery}");
@@ -159,6 +183,7 @@ fn every_shipped_tactic_bounds_its_replies() {
         "critique_loop.yaml",
         "map_summarize.yaml",
         "research.yaml",
+        "triage.yaml",
     ] {
         let output = test.run(&["run", &format!("{root}/tactics/{tactic}"), "--show-config"]);
         output.expect_code(0);
