@@ -111,6 +111,22 @@ pub const REPLAY: &str = concat!(
 "
 );
 
+pub const SERVE: &str = concat!(
+    "Examples:
+  lllm serve tactics/summarize.yaml                    http://127.0.0.1:8000, one tactic
+  lllm serve a.yaml b.yaml --port 0                    a free port, named in the first stdout line
+  lllm serve t.yaml --host 0.0.0.0 --token-file token  beyond this machine: a token is required
+  curl -s localhost:8000/run -d '{\"input\": \"Tides turn twice a day.\"}'
+
+",
+    "Exit codes:
+  0    stopped by Ctrl-C or SIGTERM, the runs in flight finished and recorded
+  2    bad usage, a tactic that cannot be served, or an address that cannot be bound: nothing was served
+",
+    "\nDocs: docs/serve.md (routes, bodies, answers, errors, limits, the OpenAI-compatible face)
+"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,7 @@ mod numbers;
 mod progress;
 mod report;
 mod run;
+mod serve;
 mod settings;
 mod store;
 mod table;
@@ -70,6 +71,10 @@ pub enum Command {
     /// Show a recorded session: dialog tree, calls, invokes, tools, messages.
     #[command(after_long_help = help::REPLAY)]
     Replay(ReplayArgs),
+    /// Serve tactics over HTTP: upstream lllm-core's routes, SSE events, an
+    /// OpenAI-compatible face (docs/serve.md).
+    #[command(after_long_help = help::SERVE)]
+    Serve(serve::ServeArgs),
     /// Merge the output directories of a batch's shards into one; nothing is sent.
     Merge(merge::MergeArgs),
     /// Write a self-contained HTML report and a CSV of a batch output directory.
@@ -294,6 +299,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
                     )))
                 })
         }),
+        Command::Serve(args) => runtime.block_on(serve::run(args, registry)),
         Command::Replay(args) => replay(args, &runtime, registry),
         Command::Merge(args) => merge::run(args),
         Command::Report(args) => report::run(args),
@@ -318,6 +324,7 @@ fn quiet(command: &Command) -> bool {
         Command::Run(args) => args.quiet,
         Command::Batch(args) => args.quiet,
         Command::Merge(args) => args.quiet,
+        Command::Serve(args) => args.quiet,
         Command::Logs(args) => args.quiet(),
         _ => false,
     }

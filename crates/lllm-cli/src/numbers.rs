@@ -35,6 +35,11 @@ pub const GATHER_WINDOW: Range = flag(0.0, 86_400.0, false, "seconds");
 /// `--max-outage`: a second at least (the first probe's wait), a week at most.
 pub const MAX_OUTAGE: Range = flag(1.0, 604_800.0, false, "seconds");
 
+/// `lllm serve --max-body`: a KiB at least, 64 MiB at most.
+pub const MAX_BODY: Range = flag(1024.0, 67_108_864.0, true, "bytes");
+/// `lllm serve --timeout`: a second at least, a day at most.
+pub const TIMEOUT: Range = flag(1.0, 86_400.0, true, "seconds");
+
 /// `must be a whole number from 1 to 1024 (threads)`, or `…, at least 1 (tasks)`.
 fn problem(range: &Range) -> String {
     if range.max.is_finite() {
@@ -71,6 +76,14 @@ fn real(text: &str, range: &Range) -> Result<f64, String> {
 
 pub fn concurrency(text: &str) -> Result<usize, String> {
     whole(text, &CONCURRENCY).map(|number| number as usize)
+}
+
+pub fn max_body(text: &str) -> Result<usize, String> {
+    whole(text, &MAX_BODY).map(|number| number as usize)
+}
+
+pub fn timeout(text: &str) -> Result<u64, String> {
+    whole(text, &TIMEOUT)
 }
 
 pub fn threads(text: &str) -> Result<usize, String> {
@@ -146,5 +159,11 @@ mod tests {
         assert!(progress_interval("1e20").is_err());
         assert_eq!(shards("4"), Ok(4));
         assert!(shards("0").is_err());
+        assert_eq!(max_body("1024"), Ok(1024));
+        assert!(max_body("1023").is_err());
+        assert!(max_body("67108865").is_err());
+        assert_eq!(timeout("300"), Ok(300));
+        assert!(timeout("0").is_err());
+        assert!(timeout("86401").is_err());
     }
 }

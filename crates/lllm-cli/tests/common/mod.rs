@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use serde_json::Value;
 
 pub mod python;
+pub mod serve;
 
 pub struct Test {
     pub dir: tempfile::TempDir,

@@ -1,0 +1,161 @@
+//! One served call's run, as a session of its own: spawned, so that it
+//! ends with its record written however the caller behaves. The caller's
+//! side holds a `Cancel`; when it is dropped before the run ends (the
+//! client disconnected, its connection and so the handler or the response
+//! body were dropped) the run is interrupted and recorded as cancelled. The
+//! per-request deadline interrupts it the same way. The run holds its slot
+//! of the concurrency limit until its record is written, which is what a
+//! shutdown waits for (`routes::State::drain`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use futures_util::StreamExt;
+use lllm::tactic::SessionRecord;
+use lllm::{Event, EventKind, Tactic, Task};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+
+use crate::routes::State;
+
+/// How a run ended, besides its record's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// It ran to its end (success or failure).
+    Finished,
+    /// Its caller went away.
+    Cancelled,
+    /// The request's deadline passed.
+    Timeout,
+}
+
+const FINISHED: u8 = 0;
+const CANCELLED: u8 = 1;
+const TIMEOUT: u8 = 2;
+
+/// A finished run.
+pub struct Finished {
+    /// Its record, as written.
+    pub record: SessionRecord,
+    /// How it ended.
+    pub ending: Ending,
+}
+
+/// Dropping it cancels the run, unless it is over.
+pub struct Cancel(#[allow(dead_code)] oneshot::Sender<()>);
+
+/// A run under way: its events (a streamed call's), its end, its cancel.
+pub struct Started {
+    /// The run's events, the closing one last (sent once the record is
+    /// written); `None` for a call that is answered at the end.
+    pub events: Option<mpsc::Receiver<Event>>,
+    /// The run's end.
+    pub done: oneshot::Receiver<Finished>,
+    /// The caller's hold on the run.
+    pub cancel: Cancel,
+}
+
+/// Events a streamed run may have ahead of its consumer; more wait in the
+/// tactic's own queue, and the run waits for room (`lllm::event`).
+const CHANNEL: usize = 64;
+
+/// Starts `task` on `tactic`, holding `permit` until its record is written.
+pub fn start(
+    state: Arc<State>,
+    tactic: Tactic,
+    mut task: Task,
+    permit: OwnedSemaphorePermit,
+    streamed: bool,
+) -> Started {
+    for (key, value) in &state.tags {
+        task.tags
+            .entry(key.clone())
+            .or_insert_with(|| value.clone());
+    }
+    for (key, value) in &state.metadata {
+        task.metadata
+            .entry(key.clone())
+            .or_insert_with(|| value.clone());
+    }
+    let (cancel, cancelled) = oneshot::channel::<()>();
+    let (done_sender, done) = oneshot::channel();
+    let (events_sender, events) = match streamed {
+        true => {
+            let (sender, receiver) = mpsc::channel(CHANNEL);
+            (Some(sender), Some(receiver))
+        }
+        false => (None, None),
+    };
+    let ending = Arc::new(AtomicU8::new(FINISHED));
+    let deadline = state.limits.timeout;
+    let interrupt = {
+        let ending = ending.clone();
+        async move {
+            tokio::select! {
+                _ = cancelled => ending.store(CANCELLED, Ordering::SeqCst),
+                () = tokio::time::sleep(deadline) => ending.store(TIMEOUT, Ordering::SeqCst),
+            }
+        }
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let (mut record, closing) = match events_sender {
+            Some(sender) => forward(&tactic, task, interrupt, &sender).await,
+            None => (tactic.run_until(task, None, interrupt).await, None),
+        };
+        let ending = match ending.load(Ordering::SeqCst) {
+            CANCELLED => Ending::Cancelled,
+            TIMEOUT => Ending::Timeout,
+            _ => Ending::Finished,
+        };
+        let why = match ending {
+            Ending::Finished => None,
+            Ending::Cancelled => Some("cancelled: the client disconnected".to_string()),
+            Ending::Timeout => Some(format!(
+                "the request's deadline of {} s passed",
+                deadline.as_secs()
+            )),
+        };
+        if let Some(why) = &why {
+            record.error = Some(why.clone());
+        }
+        state.write_record(&record).await;
+        if let Some((sender, mut closing)) = closing {
+            if let (Some(why), EventKind::Error { message, .. }) = (&why, &mut closing.kind) {
+                *message = why.clone();
+            }
+            let _ = sender.send(closing).await;
+        }
+        let _ = done_sender.send(Finished { record, ending });
+    });
+    Started {
+        events,
+        done,
+        cancel: Cancel(cancel),
+    }
+}
+
+/// Runs `task` as events, each sent on `sender` but the closing one, which
+/// is handed back (with the sender) to be sent once the record is written.
+async fn forward(
+    tactic: &Tactic,
+    task: Task,
+    interrupt: impl std::future::Future<Output = ()> + Send + 'static,
+    sender: &mpsc::Sender<Event>,
+) -> (SessionRecord, Option<(mpsc::Sender<Event>, Event)>) {
+    let mut events = tactic.events_until(task, interrupt);
+    let mut closing = None;
+    let mut listening = true;
+    while let Some(event) = events.next().await {
+        if event.kind.is_closing() {
+            closing = Some(event);
+        } else if listening && sender.send(event).await.is_err() {
+            // The caller went away: its `Cancel` interrupts the run, whose
+            // events are still drained to its end.
+            listening = false;
+        }
+    }
+    let record = events
+        .into_record()
+        .expect("an event stream that ended holds its record");
+    (record, closing.map(|event| (sender.clone(), event)))
+}
