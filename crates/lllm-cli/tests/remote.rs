@@ -7,8 +7,238 @@
 mod common;
 
 use common::python::UpstreamServer;
+use common::serve::Served;
 use common::{MockServer, Test};
+use futures_util::StreamExt;
+use lllm::EventKind;
+use lllm::remote::RemoteTactic;
 use serde_json::{Value, json};
+
+/// The shipped tactic with a contract, and its scripted replies.
+fn with_triage(test: Test) -> Test {
+    let root = common::python::root();
+    let read = |name: &str| std::fs::read_to_string(root.join("tactics").join(name)).expect("shipped tactic");
+    test.file("served/triage.yaml", &read("triage.yaml"))
+        .file("served/triage.mock.yaml", &read("triage.mock.yaml"))
+        .file("token.txt", "t0ken-for-tests\n")
+}
+
+fn triage_step(url: &str) -> String {
+    format!(
+        r#"tactic_type: desk
+global: {{model_name: mock/echo}}
+agent_configs: [{{name: writer}}]
+flow:
+  - step: sort
+    tactic: {url}
+    token_env: DESK_TOKEN
+    args: {{ticket: "{{{{ task }}}}"}}
+  - step: final
+    agent: writer
+    text: "{{{{ sort.parsed.category }}}} (urgent: {{{{ sort.parsed.urgent | tojson }}}})"
+"#
+    )
+}
+
+#[test]
+fn a_flow_step_calls_lllm_serve_with_a_token_and_reruns_offline() {
+    let test = with_triage(Test::new());
+    let served = Served::start(&test, &["served/triage.yaml", "--token-file", "token.txt"]);
+    let test = test
+        .file("desk.yaml", &triage_step(&format!("{}/tactics/triage", served.url)))
+        .env("DESK_TOKEN", "t0ken-for-tests");
+    let output = test.run(&[
+        "run",
+        "desk.yaml",
+        "--task",
+        "I was charged twice this month.",
+        "--record",
+        "r.json",
+    ]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "billing (urgent: false)\n");
+    let record = test.read_json("r.json");
+    let call = &record["remote_calls"][0];
+    assert_eq!(call["request"]["input"], json!({"ticket": "I was charged twice this month."}));
+    assert_eq!(call["answer"]["output"], json!({"category": "billing", "urgent": false}));
+    // lllm serve names its own session of the run: `lllm logs` there finds it.
+    let remote_session = call["session_id"].as_str().expect("the server's session id");
+    assert_eq!(call["answer"]["session_id"], remote_session);
+    assert_eq!(call["request_id"], call["answer"]["request_id"]);
+    // The token is sent, never kept.
+    let text = std::fs::read_to_string(test.path("r.json")).expect("record");
+    assert!(!text.contains("t0ken-for-tests"), "the record holds the token");
+
+    drop(served);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
+}
+
+#[test]
+fn lllm_serve_s_refusals_reach_the_step_as_its_error() {
+    let test = with_triage(Test::new());
+    let served = Served::start(&test, &["served/triage.yaml", "--token-file", "token.txt"]);
+    // A wrong token: 401.
+    let test = test
+        .file("desk.yaml", &triage_step(&served.url))
+        .env("DESK_TOKEN", "wrong");
+    let output = test.run(&["run", "desk.yaml", "--task", "hello"]);
+    output.expect_code(1);
+    assert!(output.stderr.contains("answered HTTP 401"), "{}", output.stderr);
+    assert!(!output.stderr.contains("wrong"), "{}", output.stderr);
+    // An input its contract refuses: 400 with the server's reason.
+    let test = test
+        .file(
+            "desk.yaml",
+            &triage_step(&served.url).replace(r#"{ticket: "{{ task }}"}"#, "{ticket: 7}"),
+        )
+        .env("DESK_TOKEN", "t0ken-for-tests");
+    let output = test.run(&["run", "desk.yaml", "--task", "hello"]);
+    output.expect_code(1);
+    assert!(
+        output.stderr.contains("step `sort`") && output.stderr.contains("answered HTTP 400"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("/ticket"), "{}", output.stderr);
+}
+
+#[test]
+fn remote_tactic_reads_both_servers_events_and_contracts() {
+    let test = with_triage(Test::new());
+    let served = Served::start(&test, &["served/triage.yaml", "--token-file", "token.txt"]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let triage = RemoteTactic::new(&format!("{}/stream", served.url))
+            .expect("a URL")
+            .token("t0ken-for-tests");
+        let info = triage.info().await.expect("its contract");
+        assert_eq!(info.name, "triage");
+        assert_eq!(info.input_schema.as_ref().map(|schema| schema["required"].clone()), Some(json!(["ticket"])));
+        let answer = triage
+            .run(json!({"ticket": "The site is down, nobody can log in."}))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.output, json!({"category": "outage", "urgent": true}));
+        assert!(answer.session_id.is_some());
+        let events: Vec<_> = triage
+            .events(json!({"ticket": "Where is my parcel?"}))
+            .await
+            .expect("a stream")
+            .collect()
+            .await;
+        let last = events.last().expect("events").as_ref().expect("no error");
+        let EventKind::Result { delivery, .. } = &last.kind else {
+            panic!("{events:?}")
+        };
+        assert_eq!(delivery, r#"{"category": "other", "urgent": false}"#);
+        assert!(events.iter().all(Result::is_ok), "{events:?}");
+        // A refused input is an error before any event (D17).
+        let refused = triage.events(json!({"ticket": 7})).await.err().map(|error| error.to_string());
+        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 400")), "{refused:?}");
+        // Without the token: 401, whatever the route.
+        let anonymous = RemoteTactic::new(&served.url).expect("a URL");
+        let refused = anonymous.info().await.err().map(|error| error.to_string());
+        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 401")), "{refused:?}");
+    });
+
+    let Some(python) = common::python::python() else {
+        return;
+    };
+    let mock = MockServer::start(&test.path(""), SCRIPT);
+    let upstream = UpstreamServer::start(&python, &mock.base_url());
+    runtime.block_on(async {
+        let answer = RemoteTactic::new(&upstream.url).expect("a URL");
+        assert_eq!(answer.info().await.expect("its contract").name, "answer");
+        // Upstream streams text as `data:` lines and no closing event.
+        let events: Vec<_> = answer
+            .events(json!({"question": "Capital?"}))
+            .await
+            .expect("a stream")
+            .collect()
+            .await;
+        assert!(!events.is_empty());
+        let mut text = String::new();
+        for event in &events {
+            let event = event.as_ref().expect("no error");
+            let EventKind::Remote { kind, data } = &event.kind else {
+                panic!("{event:?}")
+            };
+            assert_eq!(kind, "message");
+            text.push_str(data.as_str().unwrap_or_default());
+        }
+        assert_eq!(text, "Paris is the capital of France.");
+        // Its 4xx on a bad input (upstream validates `run` only).
+        let refused = answer.run(json!({"question": ""})).await.err().map(|error| error.to_string());
+        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 4")), "{refused:?}");
+    });
+}
+
+#[test]
+fn a_local_tactic_with_a_contract_is_a_tool_whose_parameters_are_its_input_schema() {
+    let test = with_triage(Test::new());
+    let mock = MockServer::start(
+        &test.path(""),
+        r#"replies:
+  - tool_calls:
+      - {name: sort, arguments: {ticket: "I was charged twice."}, id: c1}
+      - {name: sort, arguments: {ticket: 7}, id: c2}
+  - text: sorted
+"#,
+    );
+    let test = test.file(
+        "desk.yaml",
+        &format!(
+            r#"tactic_type: desk
+global: {{model_name: local/helper, max_llm_recall: 0}}
+providers:
+  local: {{api: openai, base_url: "{}"}}
+pricing:
+  local/helper: {{input_per_million: 0, output_per_million: 0}}
+agent_configs:
+  - name: clerk
+    tools: [sort]
+tools:
+  - name: sort
+    tactic: served/triage.yaml
+"#,
+            mock.base_url()
+        ),
+    );
+    let output = test.run(&["run", "desk.yaml", "--task", "sort my tickets", "--record", "r.json"]);
+    output.expect_code(0);
+    assert_eq!(output.stdout, "sorted\n");
+    let requests = mock.requests();
+    let tool = &requests[0]["body"]["tools"][0]["function"];
+    assert_eq!(tool["name"], "sort");
+    assert_eq!(
+        tool["description"],
+        "Sort a support ticket into a category and say whether it is urgent."
+    );
+    assert_eq!(tool["parameters"]["required"], json!(["ticket"]));
+    let messages = requests[1]["body"]["messages"].as_array().expect("messages");
+    let results: Vec<&str> = messages
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| message["content"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(results.len(), 2, "{messages:?}");
+    assert!(results[0].contains(r#"{"category": "billing", "urgent": false}"#), "{}", results[0]);
+    // The model's bad call is answered with what the contract expected.
+    assert!(results[1].contains("/ticket"), "{}", results[1]);
+    let record = test.read_json("r.json");
+    let subs = record["sub_tactic_sessions"].as_array().expect("sub-sessions");
+    assert_eq!(subs.len(), 1, "only the call that ran");
+    assert_eq!(subs[0]["tactic"]["name"], "triage");
+    drop(mock);
+    let output = test.run(&["replay", "r.json", "--rerun"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
+}
 
 /// One mock for every model call: the Python tactic's (model
 /// `gpt-4o-mini`) and our agent's (model `helper`), told apart by model.
