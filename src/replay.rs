@@ -433,9 +433,40 @@ fn render_raw(record: &SessionRecord) -> String {
         }
     }
 
+    for call in &record.remote_calls {
+        let outcome = match (&call.error, &call.answer) {
+            (Some(error), _) => format!("failed: {}", one_line(error, 200)),
+            (None, answer) if call.route == "info" => format!(
+                "contract of `{}`",
+                crate::redact::echo(answer["name"].as_str().unwrap_or("?"))
+            ),
+            (None, answer) => one_line(&answer.get("output").unwrap_or(answer).to_string(), 200),
+        };
+        let session = call
+            .session_id
+            .as_deref()
+            .map(|id| format!(" · remote session {}", crate::redact::echo(id)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "\n{} called `{}` ({}, {} ms{session}): {outcome}",
+            crate::redact::echo(&call.by),
+            crate::redact::echo(&call.url),
+            call.route,
+            call.latency_ms
+        );
+        if call.route == "run" {
+            let input = call.request.get("input").unwrap_or(&call.request);
+            let _ = writeln!(out, "  input: {}", one_line(&input.to_string(), 200));
+        }
+    }
+
     for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
-        let step = sub_steps.get(&index).copied().unwrap_or("?");
-        let _ = writeln!(out, "\nstep `{step}` ran tactic `{}`:", sub.tactic.name);
+        let by = match sub_steps.get(&index) {
+            Some(step) => format!("step `{step}`"),
+            None => "a tool".to_string(),
+        };
+        let _ = writeln!(out, "\n{by} ran tactic `{}`:", sub.tactic.name);
         for line in render(sub).lines() {
             let _ = writeln!(out, "  | {line}");
         }

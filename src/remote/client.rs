@@ -151,6 +151,8 @@ pub struct RemoteTactic {
     timeout: Duration,
     max_body: usize,
     client: reqwest::Client,
+    /// `lllm run --dry-run`: a run is not sent (its contract is read).
+    pub(crate) dry_run: bool,
 }
 
 /// Shows the URL, never the token.
@@ -185,6 +187,7 @@ impl RemoteTactic {
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
             max_body: DEFAULT_MAX_BODY_BYTES,
             client,
+            dry_run: false,
         })
     }
 

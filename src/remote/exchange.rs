@@ -213,6 +213,9 @@ pub(crate) async fn run(remote: &RemoteTactic, by: &str, task: &Task) -> Result<
         let sent = call.request_id.clone().unwrap_or_default();
         return read_answer(&url, call.answer, &sent).map_err(|error| error.to_string());
     }
+    if remote.dry_run {
+        return Err(format!("dry run: the call to `{url}/run` was not sent"));
+    }
     let request_id = new_request_id();
     let request = envelope(task, &request_id);
     let started = Instant::now();

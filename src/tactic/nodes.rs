@@ -148,7 +148,10 @@ pub(super) fn remote_at(
     problems: &mut Problems,
 ) -> Option<crate::remote::RemoteTactic> {
     let remote = match crate::remote::RemoteTactic::new(url) {
-        Ok(remote) => remote,
+        Ok(mut remote) => {
+            remote.dry_run = builder.dry_run.is_some();
+            remote
+        }
         Err(error) => {
             problems.push(parent.placed(&join_path(at, "tactic"), format!("{who}: {error}")));
             return None;

@@ -337,6 +337,14 @@ fn a_flow_step_runs_a_python_tactic_served_by_upstream_and_reruns_offline() {
     // The request id sent is the one upstream answered with.
     assert_eq!(call["request_id"], call["answer"]["request_id"]);
     assert_eq!(record["steps"][0]["step"], "ask");
+    let shown = test.run(&["replay", "r.json"]);
+    shown.expect_code(0);
+    assert!(
+        shown.stdout.contains(&format!("ask called `{}` (run, ", upstream.url))
+            && shown.stdout.contains(r#"input: {"question":"What is the capital of France?"}"#),
+        "{}",
+        shown.stdout
+    );
 
     // With both servers gone, the re-run is answered from the record.
     drop(upstream);
@@ -467,6 +475,8 @@ tools:
     assert_eq!(subs[0]["task"], "hello there");
     assert_eq!(subs[0]["delivery"], "hello there");
     assert!(record.get("remote_calls").is_none(), "nothing remote");
+    let shown = test.run(&["replay", "r.json"]);
+    assert!(shown.stdout.contains("a tool ran tactic `shout`"), "{}", shown.stdout);
     let output = test.run(&["replay", "r.json", "--rerun"]);
     output.expect_code(0);
     assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
@@ -508,4 +518,19 @@ flow:
         output.stderr
     );
     assert!(has("bad.yaml:"), "each line names the file: {}", output.stderr);
+}
+
+#[test]
+fn a_dry_run_sends_no_call_to_a_served_tactic() {
+    // A listener that is never answered: a call sent would hang the run.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let test = Test::new().file("asker.yaml", &step_tactic(&format!("http://127.0.0.1:{port}")));
+    let output = test.run(&["run", "asker.yaml", "--task", "x", "--dry-run"]);
+    assert!(
+        output.stderr.contains(&format!("dry run: the call to `http://127.0.0.1:{port}/run` was not sent")),
+        "{}",
+        output.stderr
+    );
+    drop(listener);
 }
