@@ -647,7 +647,11 @@ fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
     }
     // The runs of tactic tools nest without a step naming them (issue 30).
     for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
-        if !record.steps.iter().any(|step| step.sub_tactic == Some(index)) {
+        if !record
+            .steps
+            .iter()
+            .any(|step| step.sub_tactic == Some(index))
+        {
             enqueue(sub, queue);
         }
     }

@@ -50,7 +50,17 @@ pub const AGENT_KEYS: &[&str] = &[
 ];
 
 pub const STEP_KEYS: &[&str] = &[
-    "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop", "tactic", "task",
+    "step",
+    "agent",
+    "dialog",
+    "prompt",
+    "text",
+    "args",
+    "if",
+    "fork",
+    "stop",
+    "tactic",
+    "task",
     "token_env",
 ];
 

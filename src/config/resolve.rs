@@ -714,7 +714,9 @@ fn resolve_tools(
             if tool.token_env.is_some() && !crate::remote::is_url(&tactic) {
                 problems.at(
                     join(&at, "token_env"),
-                    format!("tool `{name}`: `token_env` is for a served tactic (`tactic: http://…`)"),
+                    format!(
+                        "tool `{name}`: `token_env` is for a served tactic (`tactic: http://…`)"
+                    ),
                 );
                 refused = true;
             }

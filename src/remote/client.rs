@@ -18,9 +18,9 @@ use futures_util::stream::{BoxStream, Stream, StreamExt};
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
 use serde_json::{Map, Value, json};
 
+use super::TacticInfo;
 use super::sse::{self, Parser, Said};
 use super::url::Routes;
-use super::TacticInfo;
 use crate::event::{Event, EventKind};
 use crate::tactic::Task;
 
@@ -277,7 +277,9 @@ impl RemoteTactic {
             .header(ACCEPT, "application/json")
             .json(envelope);
         let body = self.answer(&url, request).await?;
-        let sent_id = envelope["context"]["request_id"].as_str().unwrap_or_default();
+        let sent_id = envelope["context"]["request_id"]
+            .as_str()
+            .unwrap_or_default();
         read_answer(&url, body, sent_id)
     }
 
@@ -319,8 +321,9 @@ impl RemoteTactic {
             if token.as_bytes() == b"invalid" {
                 return Err(RemoteError::Url {
                     url: url.to_string(),
-                    reason: "the token cannot be sent: it holds a line break or a control character"
-                        .into(),
+                    reason:
+                        "the token cannot be sent: it holds a line break or a control character"
+                            .into(),
                 });
             }
             request = request.header(AUTHORIZATION, token.as_ref().clone());
@@ -344,13 +347,20 @@ impl RemoteTactic {
                 .headers()
                 .get(reqwest::header::LOCATION)
                 .and_then(|value| value.to_str().ok())
-                .map(|location| format!(" to `{}`", crate::redact::echo(&crate::redact::place(location))))
+                .map(|location| {
+                    format!(
+                        " to `{}`",
+                        crate::redact::echo(&crate::redact::place(location))
+                    )
+                })
                 .unwrap_or_default();
             return Err(RemoteError::Status {
                 url: url.to_string(),
                 status,
                 kind: None,
-                message: format!("redirected{place}; redirects are not followed (give the URL it names)"),
+                message: format!(
+                    "redirected{place}; redirects are not followed (give the URL it names)"
+                ),
                 request_id: None,
             });
         }
@@ -359,7 +369,11 @@ impl RemoteTactic {
     }
 
     /// The JSON answer of `request`.
-    async fn answer(&self, url: &str, request: reqwest::RequestBuilder) -> Result<Value, RemoteError> {
+    async fn answer(
+        &self,
+        url: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<Value, RemoteError> {
         let response = self.send(url, request).await?;
         let body = self.body(url, response).await?;
         serde_json::from_slice(&body).map_err(|error| RemoteError::Invalid {
@@ -448,20 +462,27 @@ pub(crate) fn envelope(task: &Task, request_id: &str) -> Value {
 fn is_token(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 200
-        && !text
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '\\' | ':' | ';' | '%'))
+        && !text.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '/' | '\\' | ':' | ';' | '%')
+        })
 }
 
 /// `/run`'s answer read: `{"output", "request_id", "tactic"}`, plus what
 /// `lllm serve` adds (`session_id`, `cost`, `latency_ms`, `state`); a body
 /// without `output` is the output itself (as upstream's client takes it).
-pub(crate) fn read_answer(url: &str, body: Value, sent_id: &str) -> Result<RemoteAnswer, RemoteError> {
+pub(crate) fn read_answer(
+    url: &str,
+    body: Value,
+    sent_id: &str,
+) -> Result<RemoteAnswer, RemoteError> {
     let invalid = |message: String| RemoteError::Invalid {
         url: url.to_string(),
         message,
     };
-    let Some(object) = body.as_object().filter(|object| object.contains_key("output")) else {
+    let Some(object) = body
+        .as_object()
+        .filter(|object| object.contains_key("output"))
+    else {
         return Ok(RemoteAnswer {
             output: body.clone(),
             request_id: sent_id.to_string(),
@@ -501,14 +522,22 @@ pub(crate) fn read_answer(url: &str, body: Value, sent_id: &str) -> Result<Remot
         None | Some(Value::Null) => None,
         Some(value) => match value.as_f64() {
             Some(cost) if cost.is_finite() && cost >= 0.0 => Some(cost),
-            _ => return Err(invalid(format!("its `cost` is not a price in USD: {value}"))),
+            _ => {
+                return Err(invalid(format!(
+                    "its `cost` is not a price in USD: {value}"
+                )));
+            }
         },
     };
     let latency_ms = match object.get("latency_ms") {
         None | Some(Value::Null) => None,
         Some(value) => match value.as_u64() {
             Some(latency) => Some(latency),
-            None => return Err(invalid(format!("its `latency_ms` is not a count of milliseconds: {value}"))),
+            None => {
+                return Err(invalid(format!(
+                    "its `latency_ms` is not a count of milliseconds: {value}"
+                )));
+            }
         },
     };
     Ok(RemoteAnswer {
@@ -527,7 +556,9 @@ pub(crate) fn read_answer(url: &str, body: Value, sent_id: &str) -> Result<Remot
 /// of its text.
 fn status_error(url: &str, status: u16, body: &[u8]) -> RemoteError {
     let value: Option<Value> = serde_json::from_slice(body).ok();
-    let detail = value.as_ref().map(|value| value.get("detail").unwrap_or(value));
+    let detail = value
+        .as_ref()
+        .map(|value| value.get("detail").unwrap_or(value));
     let error = detail
         .and_then(|detail| detail.get("error"))
         .or_else(|| value.as_ref().and_then(|value| value.get("error")));
@@ -540,12 +571,17 @@ fn status_error(url: &str, status: u16, body: &[u8]) -> RemoteError {
         _ => None,
     }
     .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    let message = crate::redact::terminal_line(&crate::redact::cut(message.trim(), MESSAGE_CHARS)).into_owned();
+    let message = crate::redact::terminal_line(&crate::redact::cut(message.trim(), MESSAGE_CHARS))
+        .into_owned();
     RemoteError::Status {
         url: url.to_string(),
         status,
         kind: text(error.and_then(|error| error.get("type"))).filter(|kind| is_token(kind)),
-        message: if message.is_empty() { "(no message)".into() } else { message },
+        message: if message.is_empty() {
+            "(no message)".into()
+        } else {
+            message
+        },
         request_id: text(error.and_then(|error| error.get("request_id"))).filter(|id| is_token(id)),
     }
 }
@@ -591,7 +627,7 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, RemoteError
                         // The closing event: nothing after it is read.
                         state.finished = true;
                     }
-                    return Some((Ok(event), state));
+                    return Some((Ok(*event), state));
                 }
                 Said::Failed(message) => {
                     state.finished = true;
@@ -661,18 +697,28 @@ mod tests {
 
     /// A server on loopback that answers each connection with the next of
     /// `answers` (a whole HTTP response) and hands over what it was sent.
-    async fn canned(answers: Vec<String>) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|error| panic!("{error}"));
-        let address = listener.local_addr().unwrap_or_else(|error| panic!("{error}"));
+    async fn canned(
+        answers: Vec<String>,
+    ) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+        let address = listener
+            .local_addr()
+            .unwrap_or_else(|error| panic!("{error}"));
         let (sent, received) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
             for answer in answers {
-                let Ok((mut socket, _)) = listener.accept().await else { return };
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
                 let mut request = Vec::new();
                 let mut buffer = [0u8; 4096];
                 // Headers, then as many body bytes as they announce.
                 loop {
-                    let Ok(read) = socket.read(&mut buffer).await else { return };
+                    let Ok(read) = socket.read(&mut buffer).await else {
+                        return;
+                    };
                     if read == 0 {
                         break;
                     }
@@ -681,7 +727,11 @@ mod tests {
                     if let Some(end) = text.find("\r\n\r\n") {
                         let length = text[..end]
                             .lines()
-                            .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|value| value.trim().parse::<usize>().unwrap_or(0)))
+                            .find_map(|line| {
+                                line.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|value| value.trim().parse::<usize>().unwrap_or(0))
+                            })
                             .unwrap_or(0);
                         if request.len() >= end + 4 + length {
                             break;
@@ -704,27 +754,54 @@ mod tests {
     }
 
     fn stream(body: &str) -> String {
-        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}"
+        )
     }
 
     #[tokio::test]
     async fn run_sends_the_envelope_and_the_token_and_reads_the_answer() {
         let body = r#"{"output": {"category": "bug"}, "request_id": "r-1", "tactic": "triage", "session_id": "s-9", "cost": 0.5, "latency_ms": 12, "state": "success"}"#;
         let (base, mut requests) = canned(vec![answer("200 OK", "application/json", body)]).await;
-        let remote = RemoteTactic::new(&format!("{base}/tactics/triage/stream")).unwrap_or_else(|error| panic!("{error}")).token("s3cret");
+        let remote = RemoteTactic::new(&format!("{base}/tactics/triage/stream"))
+            .unwrap_or_else(|error| panic!("{error}"))
+            .token("s3cret");
         let task = Task::from(json!({"ticket": "crash", "task": "a field named task"}));
-        let answer = remote.run(task).await.unwrap_or_else(|error| panic!("{error}"));
+        let answer = remote
+            .run(task)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(answer.output, json!({"category": "bug"}));
-        assert_eq!((answer.request_id.as_str(), answer.session_id.as_deref()), ("r-1", Some("s-9")));
+        assert_eq!(
+            (answer.request_id.as_str(), answer.session_id.as_deref()),
+            ("r-1", Some("s-9"))
+        );
         assert_eq!((answer.cost, answer.latency_ms), (Some(0.5), Some(12)));
         assert_eq!(answer.delivery(), r#"{"category":"bug"}"#);
         let request = requests.recv().await.unwrap_or_default();
-        assert!(request.starts_with("POST /tactics/triage/run HTTP/1.1"), "{request}");
-        assert!(request.to_ascii_lowercase().contains("authorization: bearer s3cret"), "{request}");
-        let body: Value = serde_json::from_str(&request[request.find("\r\n\r\n").unwrap_or(0) + 4..]).unwrap_or_default();
+        assert!(
+            request.starts_with("POST /tactics/triage/run HTTP/1.1"),
+            "{request}"
+        );
+        assert!(
+            request
+                .to_ascii_lowercase()
+                .contains("authorization: bearer s3cret"),
+            "{request}"
+        );
+        let body: Value =
+            serde_json::from_str(&request[request.find("\r\n\r\n").unwrap_or(0) + 4..])
+                .unwrap_or_default();
         // An input with a `task` field travels as it is (D19).
-        assert_eq!(body["input"], json!({"ticket": "crash", "task": "a field named task"}));
-        assert!(body["context"]["request_id"].as_str().is_some_and(|id| !id.is_empty()));
+        assert_eq!(
+            body["input"],
+            json!({"ticket": "crash", "task": "a field named task"})
+        );
+        assert!(
+            body["context"]["request_id"]
+                .as_str()
+                .is_some_and(|id| !id.is_empty())
+        );
         assert!(!format!("{remote:?}").contains("s3cret"));
     }
 
@@ -746,50 +823,108 @@ mod tests {
         let errors: Vec<String> = {
             let mut errors = Vec::new();
             for _ in 0..7 {
-                errors.push(remote.run("x").await.map(|answer| format!("{answer:?}")).unwrap_or_else(|error| error.to_string()));
+                errors.push(
+                    remote
+                        .run("x")
+                        .await
+                        .map(|answer| format!("{answer:?}"))
+                        .unwrap_or_else(|error| error.to_string()),
+                );
             }
             errors
         };
-        assert_eq!(errors[0], format!("`{base}/run` answered HTTP 400 (SchemaError): input at /ticket: expected string"));
-        assert_eq!(errors[1], format!("`{base}/run` answered HTTP 404 (TacticNotFound): Tactic not found: x"));
+        assert_eq!(
+            errors[0],
+            format!(
+                "`{base}/run` answered HTTP 400 (SchemaError): input at /ticket: expected string"
+            )
+        );
+        assert_eq!(
+            errors[1],
+            format!("`{base}/run` answered HTTP 404 (TacticNotFound): Tactic not found: x")
+        );
         assert_eq!(errors[2], format!("`{base}/run` answered HTTP 500: boom"));
-        assert!(errors[3].contains("redirected to `http://elsewhere.example/run`; redirects are not followed"), "{}", errors[3]);
-        assert!(errors[4].contains("its `request_id` is not an id"), "{}", errors[4]);
-        assert!(errors[5].contains("its `cost` is not a price"), "{}", errors[5]);
-        assert_eq!(errors[6], format!("the tactic at `{base}/run` failed: step `a`: no"));
+        assert!(
+            errors[3].contains(
+                "redirected to `http://elsewhere.example/run`; redirects are not followed"
+            ),
+            "{}",
+            errors[3]
+        );
+        assert!(
+            errors[4].contains("its `request_id` is not an id"),
+            "{}",
+            errors[4]
+        );
+        assert!(
+            errors[5].contains("its `cost` is not a price"),
+            "{}",
+            errors[5]
+        );
+        assert_eq!(
+            errors[6],
+            format!("the tactic at `{base}/run` failed: step `a`: no")
+        );
     }
 
     #[tokio::test]
     async fn a_body_past_the_cap_is_refused_and_a_dead_port_is_unreachable() {
         let big = format!(r#"{{"output": "{}"}}"#, "x".repeat(4096));
         let (base, _requests) = canned(vec![answer("200 OK", "application/json", &big)]).await;
-        let remote = RemoteTactic::new(&base).unwrap_or_else(|error| panic!("{error}")).max_body_bytes(1024);
-        let error = remote.run("x").await.err().map(|error| error.to_string()).unwrap_or_default();
+        let remote = RemoteTactic::new(&base)
+            .unwrap_or_else(|error| panic!("{error}"))
+            .max_body_bytes(1024);
+        let error = remote
+            .run("x")
+            .await
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
         assert!(error.contains("larger than 1024 bytes"), "{error}");
         let closed = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|error| panic!("{error}"));
-            listener.local_addr().map(|address| address.port()).unwrap_or(9)
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap_or_else(|error| panic!("{error}"));
+            listener
+                .local_addr()
+                .map(|address| address.port())
+                .unwrap_or(9)
         };
-        let remote = RemoteTactic::new(&format!("http://127.0.0.1:{closed}")).unwrap_or_else(|error| panic!("{error}"));
+        let remote = RemoteTactic::new(&format!("http://127.0.0.1:{closed}"))
+            .unwrap_or_else(|error| panic!("{error}"));
         let error = remote.info().await.err();
-        assert!(matches!(error, Some(RemoteError::Unreachable { .. })), "{error:?}");
+        assert!(
+            matches!(error, Some(RemoteError::Unreachable { .. })),
+            "{error:?}"
+        );
     }
 
     fn our_event(kind: EventKind) -> String {
         let event = Event::new(kind);
-        format!("event: {}\nid: {}\ndata: {}\n\n", event.kind.name(), event.id, serde_json::to_string(&event).unwrap_or_default())
+        format!(
+            "event: {}\nid: {}\ndata: {}\n\n",
+            event.kind.name(),
+            event.id,
+            serde_json::to_string(&event).unwrap_or_default()
+        )
     }
 
     async fn collect(events: RemoteEvents) -> Vec<Result<String, String>> {
         events
-            .map(|item| item.map(|event| event.kind.name().to_string()).map_err(|error| error.to_string()))
+            .map(|item| {
+                item.map(|event| event.kind.name().to_string())
+                    .map_err(|error| error.to_string())
+            })
             .collect()
             .await
     }
 
     #[tokio::test]
     async fn our_streams_end_at_their_closing_event_and_a_cut_one_is_an_error() {
-        let delta = our_event(EventKind::TextDelta { agent: "a".into(), dialog: "main".into(), text: "hi".into() });
+        let delta = our_event(EventKind::TextDelta {
+            agent: "a".into(),
+            dialog: "main".into(),
+            text: "hi".into(),
+        });
         let result = our_event(EventKind::Result {
             delivery: "hi".into(),
             state: "success".into(),
@@ -811,12 +946,49 @@ mod tests {
         ])
         .await;
         let remote = RemoteTactic::new(&base).unwrap_or_else(|error| panic!("{error}"));
-        let whole = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
-        assert_eq!(whole, vec![Ok("text_delta".to_string()), Ok("result".to_string())]);
-        let failed = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
-        assert_eq!(failed, vec![Ok("text_delta".to_string()), Err(format!("the tactic at `{base}/stream` failed: step `a`: boom"))]);
-        let cut = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
-        assert_eq!(cut, vec![Ok("text_delta".to_string()), Err(format!("`{base}/stream`: the connection dropped before the run's closing event"))]);
+        let whole = collect(
+            remote
+                .events("x")
+                .await
+                .unwrap_or_else(|error| panic!("{error}")),
+        )
+        .await;
+        assert_eq!(
+            whole,
+            vec![Ok("text_delta".to_string()), Ok("result".to_string())]
+        );
+        let failed = collect(
+            remote
+                .events("x")
+                .await
+                .unwrap_or_else(|error| panic!("{error}")),
+        )
+        .await;
+        assert_eq!(
+            failed,
+            vec![
+                Ok("text_delta".to_string()),
+                Err(format!(
+                    "the tactic at `{base}/stream` failed: step `a`: boom"
+                ))
+            ]
+        );
+        let cut = collect(
+            remote
+                .events("x")
+                .await
+                .unwrap_or_else(|error| panic!("{error}")),
+        )
+        .await;
+        assert_eq!(
+            cut,
+            vec![
+                Ok("text_delta".to_string()),
+                Err(format!(
+                    "`{base}/stream`: the connection dropped before the run's closing event"
+                ))
+            ]
+        );
     }
 
     #[tokio::test]
@@ -826,21 +998,60 @@ mod tests {
         let (base, _requests) = canned(vec![
             stream(&format!("{message}\n\n{message}\n\n")),
             stream(&format!("{message}\n\n{error}\n\n{message}\n\n")),
-            answer("400 Bad Request", "application/json", r#"{"error": {"type": "SchemaError", "message": "bad input"}}"#),
+            answer(
+                "400 Bad Request",
+                "application/json",
+                r#"{"error": {"type": "SchemaError", "message": "bad input"}}"#,
+            ),
         ])
         .await;
-        let remote = RemoteTactic::new(&format!("{base}/run")).unwrap_or_else(|error| panic!("{error}"));
-        let whole = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
-        assert_eq!(whole, vec![Ok("remote".to_string()), Ok("remote".to_string())]);
-        let failed = collect(remote.events("x").await.unwrap_or_else(|error| panic!("{error}"))).await;
-        assert_eq!(failed, vec![Ok("remote".to_string()), Err(format!("the tactic at `{base}/stream` failed: ValueError: bad"))]);
-        let refused = remote.events("x").await.err().map(|error| error.to_string()).unwrap_or_default();
-        assert_eq!(refused, format!("`{base}/stream` answered HTTP 400 (SchemaError): bad input"));
+        let remote =
+            RemoteTactic::new(&format!("{base}/run")).unwrap_or_else(|error| panic!("{error}"));
+        let whole = collect(
+            remote
+                .events("x")
+                .await
+                .unwrap_or_else(|error| panic!("{error}")),
+        )
+        .await;
+        assert_eq!(
+            whole,
+            vec![Ok("remote".to_string()), Ok("remote".to_string())]
+        );
+        let failed = collect(
+            remote
+                .events("x")
+                .await
+                .unwrap_or_else(|error| panic!("{error}")),
+        )
+        .await;
+        assert_eq!(
+            failed,
+            vec![
+                Ok("remote".to_string()),
+                Err(format!(
+                    "the tactic at `{base}/stream` failed: ValueError: bad"
+                ))
+            ]
+        );
+        let refused = remote
+            .events("x")
+            .await
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            refused,
+            format!("`{base}/stream` answered HTTP 400 (SchemaError): bad input")
+        );
     }
 
     #[test]
     fn a_url_with_credentials_is_refused_without_showing_them() {
-        let error = RemoteTactic::new("http://me:hunter2@h:1/run").err().map(|error| error.to_string()).unwrap_or_default();
+        let error = RemoteTactic::new("http://me:hunter2@h:1/run")
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
         assert!(error.contains("credentials"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
     }

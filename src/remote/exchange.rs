@@ -18,8 +18,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::client::{RemoteAnswer, RemoteTactic, envelope, new_request_id, read_answer};
 use super::TacticInfo;
+use super::client::{RemoteAnswer, RemoteTactic, envelope, new_request_id, read_answer};
 use crate::tactic::Task;
 
 /// One call a run made to a served tactic, as its session record keeps it.
@@ -51,7 +51,10 @@ pub struct RemoteCall {
 /// The remote calls of one run, as they end, and the sessions of the
 /// tactic tools it ran (local files: they nest in its record).
 #[derive(Clone, Default)]
-pub(crate) struct Log(Arc<Mutex<Vec<RemoteCall>>>, Arc<Mutex<Vec<crate::SessionRecord>>>);
+pub(crate) struct Log(
+    Arc<Mutex<Vec<RemoteCall>>>,
+    Arc<Mutex<Vec<crate::SessionRecord>>>,
+);
 
 impl Log {
     /// A log that starts with `calls` (a tactic's contracts read at load).
@@ -61,7 +64,12 @@ impl Log {
 
     /// The sessions of the tactic tools that ran, taken out.
     pub fn take_sessions(&self) -> Vec<crate::SessionRecord> {
-        std::mem::take(&mut *self.1.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        std::mem::take(
+            &mut *self
+                .1
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 
     /// `work` with its remote calls collected here (not those of the
@@ -72,7 +80,12 @@ impl Log {
 
     /// The calls collected, taken out.
     pub fn take(&self) -> Vec<RemoteCall> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 }
 
@@ -128,7 +141,10 @@ impl Replay {
 
     /// How many remote `run` calls were answered from the record.
     pub fn served(&self) -> usize {
-        *self.served.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self
+            .served
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Recorded `run` calls the re-run did not make.
@@ -151,11 +167,17 @@ impl Replay {
 
     /// The recorded `run` of `url` with the same input, taken out.
     fn take_run(&self, url: &str, input: &Value) -> Option<RemoteCall> {
-        let mut calls = self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let at = calls.iter().position(|call| {
             call.route == "run" && call.url == url && call.request.get("input") == Some(input)
         })?;
-        *self.served.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) += 1;
+        *self
+            .served
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += 1;
         Some(calls.remove(at))
     }
 
@@ -196,7 +218,11 @@ fn millis(started: Instant) -> u64 {
 /// Runs `task` on `remote` for `by` (a step, a tool), on record; in a
 /// re-run, the recorded answer to the same input instead. The error is the
 /// line the step or the model reads.
-pub(crate) async fn run(remote: &RemoteTactic, by: &str, task: &Task) -> Result<RemoteAnswer, String> {
+pub(crate) async fn run(
+    remote: &RemoteTactic,
+    by: &str,
+    task: &Task,
+) -> Result<RemoteAnswer, String> {
     let url = remote.url().to_string();
     if let Ok(replay) = REPLAY.try_with(Arc::clone) {
         let input = super::task_input(task);
@@ -241,7 +267,10 @@ pub(crate) async fn run(remote: &RemoteTactic, by: &str, task: &Task) -> Result<
 /// The contract of `remote`, read while a tactic loads (no runtime needed:
 /// the call runs on a thread of its own); in a re-run's build, the recorded
 /// one. The call, as the record keeps it, comes with it.
-pub(crate) fn info_now(remote: &RemoteTactic, by: &str) -> Result<(TacticInfo, RemoteCall), String> {
+pub(crate) fn info_now(
+    remote: &RemoteTactic,
+    by: &str,
+) -> Result<(TacticInfo, RemoteCall), String> {
     let url = remote.url().to_string();
     if let Ok(replay) = REPLAY.try_with(Arc::clone) {
         let Some(call) = replay.info(&url) else {
@@ -249,8 +278,9 @@ pub(crate) fn info_now(remote: &RemoteTactic, by: &str) -> Result<(TacticInfo, R
                 "{by}: the record has no contract of `{url}` (was it recorded by this lllm?)"
             ));
         };
-        let info = serde_json::from_value(call.answer.clone())
-            .map_err(|error| format!("{by}: the recorded contract of `{url}` does not read: {error}"))?;
+        let info = serde_json::from_value(call.answer.clone()).map_err(|error| {
+            format!("{by}: the recorded contract of `{url}` does not read: {error}")
+        })?;
         return Ok((info, call));
     }
     let remote = remote.clone();

@@ -124,8 +124,8 @@ impl Parser {
 /// event is an error for the caller, never data).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Said {
-    /// An event; `closing` when it is the run's `result`.
-    Event(Event),
+    /// An event (boxed: an event is large, a failure small).
+    Event(Box<Event>),
     /// The run failed, in the server's words.
     Failed(String),
 }
@@ -143,7 +143,7 @@ pub(crate) fn said(frame: &Frame) -> Said {
     if let Ok(event) = serde_json::from_value::<Event>(value.clone()) {
         return match event.kind {
             EventKind::Error { message, .. } => Said::Failed(message),
-            _ => Said::Event(event),
+            _ => Said::Event(Box::new(event)),
         };
     }
     let mut event = Event::new(EventKind::Remote {
@@ -151,10 +151,10 @@ pub(crate) fn said(frame: &Frame) -> Said {
         data: value.clone(),
     });
     let Value::Object(object) = &value else {
-        return Said::Event(event);
+        return Said::Event(Box::new(event));
     };
     let (Some(Value::String(kind)), Some(data)) = (object.get("kind"), object.get("data")) else {
-        return Said::Event(event);
+        return Said::Event(Box::new(event));
     };
     if let Some(Value::String(id)) = object.get("id") {
         event.id = id.clone();
@@ -185,7 +185,7 @@ pub(crate) fn said(frame: &Frame) -> Said {
             data: data.clone(),
         },
     };
-    Said::Event(event)
+    Said::Event(Box::new(event))
 }
 
 /// A served tactic's output as a delivery: a string as it is, anything else
@@ -205,7 +205,11 @@ mod tests {
         let mut parser = Parser::default();
         let mut frames = Vec::new();
         for chunk in chunks {
-            frames.extend(parser.push(chunk.as_bytes()).unwrap_or_else(|error| panic!("{error}")));
+            frames.extend(
+                parser
+                    .push(chunk.as_bytes())
+                    .unwrap_or_else(|error| panic!("{error}")),
+            );
         }
         frames.extend(parser.finish().unwrap_or_else(|error| panic!("{error}")));
         (frames, parser.named)
@@ -221,15 +225,24 @@ mod tests {
         assert_eq!(
             frames,
             vec![
-                Frame { event: Some("text_delta".into()), id: Some("e1".into()), data: "{\"a\":1}".into() },
-                Frame { event: Some("result".into()), id: Some("e2".into()), data: "x".into() },
+                Frame {
+                    event: Some("text_delta".into()),
+                    id: Some("e1".into()),
+                    data: "{\"a\":1}".into()
+                },
+                Frame {
+                    event: Some("result".into()),
+                    id: Some("e2".into()),
+                    data: "x".into()
+                },
             ]
         );
     }
 
     #[test]
     fn upstream_dialect_has_data_only_and_may_end_without_a_blank_line() {
-        let (frames, named) = frames(&["data: {\"kind\": \"message\", \"data\": 1}\n\ndata: one\ndata: two"]);
+        let (frames, named) =
+            frames(&["data: {\"kind\": \"message\", \"data\": 1}\n\ndata: one\ndata: two"]);
         assert!(!named);
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[1].data, "one\ntwo");
@@ -243,8 +256,14 @@ mod tests {
         let bytes = text.as_bytes();
         for cut in 1..bytes.len() {
             let mut parser = Parser::default();
-            let mut got = parser.push(&bytes[..cut]).unwrap_or_else(|error| panic!("{error}"));
-            got.extend(parser.push(&bytes[cut..]).unwrap_or_else(|error| panic!("{error}")));
+            let mut got = parser
+                .push(&bytes[..cut])
+                .unwrap_or_else(|error| panic!("{error}"));
+            got.extend(
+                parser
+                    .push(&bytes[cut..])
+                    .unwrap_or_else(|error| panic!("{error}")),
+            );
             assert_eq!(got, whole, "cut at {cut}");
         }
     }
@@ -266,8 +285,12 @@ mod tests {
             dialog: "main".into(),
             text: "hi".into(),
         });
-        let frame = Frame { event: Some("text_delta".into()), id: None, data: serde_json::to_string(&event).unwrap_or_default() };
-        assert_eq!(said(&frame), Said::Event(event));
+        let frame = Frame {
+            event: Some("text_delta".into()),
+            id: None,
+            data: serde_json::to_string(&event).unwrap_or_default(),
+        };
+        assert_eq!(said(&frame), Said::Event(Box::new(event)));
         let error = Event::new(EventKind::Error {
             message: "step `x`: boom".into(),
             state: "failure".into(),
@@ -275,32 +298,62 @@ mod tests {
             cost: None,
             usage: InvokeCost::default(),
         });
-        let frame = Frame { event: Some("error".into()), id: None, data: serde_json::to_string(&error).unwrap_or_default() };
+        let frame = Frame {
+            event: Some("error".into()),
+            id: None,
+            data: serde_json::to_string(&error).unwrap_or_default(),
+        };
         assert_eq!(said(&frame), Said::Failed("step `x`: boom".into()));
     }
 
     #[test]
     fn upstream_events_map_to_ours() {
-        let frame = |data: &str| Frame { event: None, id: None, data: data.into() };
+        let frame = |data: &str| Frame {
+            event: None,
+            id: None,
+            data: data.into(),
+        };
         // Its error event is a failure (upstream's client yields it as data).
         assert_eq!(
-            said(&frame(r#"{"id": "u1", "timestamp": 1.5, "kind": "error", "data": {"message": "bad"}, "metadata": {}}"#)),
+            said(&frame(
+                r#"{"id": "u1", "timestamp": 1.5, "kind": "error", "data": {"message": "bad"}, "metadata": {}}"#
+            )),
             Said::Failed("bad".into())
         );
-        let Said::Event(result) = said(&frame(r#"{"id": "u2", "timestamp": 2.0, "kind": "result", "data": {"category": "bug"}, "metadata": {}}"#)) else {
+        let Said::Event(result) = said(&frame(
+            r#"{"id": "u2", "timestamp": 2.0, "kind": "result", "data": {"category": "bug"}, "metadata": {}}"#,
+        )) else {
             panic!("a result is an event");
         };
         assert_eq!(result.id, "u2");
         assert!(result.kind.is_closing());
-        let EventKind::Result { delivery, .. } = &result.kind else { panic!("{result:?}") };
+        let EventKind::Result { delivery, .. } = &result.kind else {
+            panic!("{result:?}")
+        };
         assert_eq!(delivery, r#"{"category":"bug"}"#);
-        let Said::Event(message) = said(&frame(r#"{"id": "u3", "timestamp": 3.0, "kind": "message", "data": "partial", "metadata": {"k": 1}}"#)) else {
+        let Said::Event(message) = said(&frame(
+            r#"{"id": "u3", "timestamp": 3.0, "kind": "message", "data": "partial", "metadata": {"k": 1}}"#,
+        )) else {
             panic!("a message is an event");
         };
-        assert_eq!(message.kind, EventKind::Remote { kind: "message".into(), data: "partial".into() });
+        assert_eq!(
+            message.kind,
+            EventKind::Remote {
+                kind: "message".into(),
+                data: "partial".into()
+            }
+        );
         assert_eq!(message.metadata["k"], 1);
         // Not an event at all: its data as a message.
-        let Said::Event(plain) = said(&frame("just text")) else { panic!("plain data is an event") };
-        assert_eq!(plain.kind, EventKind::Remote { kind: "message".into(), data: "just text".into() });
+        let Said::Event(plain) = said(&frame("just text")) else {
+            panic!("plain data is an event")
+        };
+        assert_eq!(
+            plain.kind,
+            EventKind::Remote {
+                kind: "message".into(),
+                data: "just text".into()
+            }
+        );
     }
 }

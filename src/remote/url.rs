@@ -62,9 +62,7 @@ impl Routes {
         }
         // The path as written: `Url` folds `.` and `..` away silently.
         let after_scheme = &text[text.find("://").map_or(0, |at| at + 3)..];
-        let written_path = after_scheme
-            .find('/')
-            .map_or("", |at| &after_scheme[at..]);
+        let written_path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
         let trimmed = written_path.trim_end_matches('/');
         if trimmed.contains('%') || trimmed.contains(';') || trimmed.contains('\\') {
             return Err("the URL's path cannot hold `%` escapes, `;` or `\\`".into());
@@ -73,7 +71,10 @@ impl Routes {
         if segments.iter().any(|segment| segment.is_empty()) {
             return Err("the URL's path has an empty segment (`//`)".into());
         }
-        if segments.iter().any(|segment| matches!(*segment, "." | "..")) {
+        if segments
+            .iter()
+            .any(|segment| matches!(*segment, "." | ".."))
+        {
             return Err("the URL's path cannot hold `.` or `..` segments".into());
         }
         // `…/tactics/run` is the tactic named `run`, not the route.
@@ -99,7 +100,10 @@ impl Routes {
             Some(port) => format!("{}://{host}:{port}", url.scheme()),
             None => format!("{}://{host}", url.scheme()),
         };
-        let path: String = segments.iter().map(|segment| format!("/{segment}")).collect();
+        let path: String = segments
+            .iter()
+            .map(|segment| format!("/{segment}"))
+            .collect();
         Ok(Routes {
             service: format!("{origin}{path}"),
             name,
@@ -135,13 +139,37 @@ mod tests {
         case("http://h:8000/run", "http://h:8000", None);
         case("http://h:8000/stream/", "http://h:8000", None);
         case("http://h:8000/info", "http://h:8000", None);
-        case("http://h:8000/tactics/triage", "http://h:8000/tactics/triage", Some("triage"));
-        case("http://h:8000/tactics/triage/", "http://h:8000/tactics/triage", Some("triage"));
-        case("http://h:8000/tactics/triage/run", "http://h:8000/tactics/triage", Some("triage"));
-        case("http://h:8000/tactics/triage/stream", "http://h:8000/tactics/triage", Some("triage"));
-        case("http://h:8000/tactics/triage/info", "http://h:8000/tactics/triage", Some("triage"));
+        case(
+            "http://h:8000/tactics/triage",
+            "http://h:8000/tactics/triage",
+            Some("triage"),
+        );
+        case(
+            "http://h:8000/tactics/triage/",
+            "http://h:8000/tactics/triage",
+            Some("triage"),
+        );
+        case(
+            "http://h:8000/tactics/triage/run",
+            "http://h:8000/tactics/triage",
+            Some("triage"),
+        );
+        case(
+            "http://h:8000/tactics/triage/stream",
+            "http://h:8000/tactics/triage",
+            Some("triage"),
+        );
+        case(
+            "http://h:8000/tactics/triage/info",
+            "http://h:8000/tactics/triage",
+            Some("triage"),
+        );
         // Behind a proxy's prefix.
-        case("https://example.com/api/tactics/t", "https://example.com/api/tactics/t", Some("t"));
+        case(
+            "https://example.com/api/tactics/t",
+            "https://example.com/api/tactics/t",
+            Some("t"),
+        );
         case("https://example.com/api", "https://example.com/api", None);
         // A tactic named like a route is still a tactic.
         case("http://h/tactics/run", "http://h/tactics/run", Some("run"));

@@ -48,7 +48,11 @@ fn build_sub_tactic(
         &step.stop,
         problems,
     );
-    if let Some(url) = step.path.to_str().filter(|path| crate::remote::is_url(path)) {
+    if let Some(url) = step
+        .path
+        .to_str()
+        .filter(|path| crate::remote::is_url(path))
+    {
         let remote = remote_tactic(parent, step, url, builder, problems)?;
         return Some(SubStep {
             name: step.name.clone(),

@@ -122,7 +122,10 @@ impl Tool for TacticTool {
         &self.spec
     }
 
-    fn call<'a>(&'a self, arguments: &'a Map<String, Value>) -> BoxFuture<'a, Result<String, String>> {
+    fn call<'a>(
+        &'a self,
+        arguments: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let task = self.task(arguments)?;
             match &self.target {
@@ -137,7 +140,8 @@ impl Tool for TacticTool {
                         return Err(error.to_string());
                     }
                     let record =
-                        Box::pin(super::flow::run(tactic, task, None, std::future::pending())).await;
+                        Box::pin(super::flow::run(tactic, task, None, std::future::pending()))
+                            .await;
                     let outcome = match (&record.delivery, &record.error) {
                         (Some(delivery), _) if record.is_success() => Ok(delivery.clone()),
                         (_, error) => Err(format!(
@@ -266,7 +270,9 @@ mod tests {
             token_env: None,
         };
         let remote = RemoteTactic::new("http://h/tactics/t").map_err(|error| error.to_string());
-        let Ok(remote) = remote else { panic!("{remote:?}") };
+        let Ok(remote) = remote else {
+            panic!("{remote:?}")
+        };
         let tool = TacticTool::new(&config, &info, Target::Remote(Arc::new(remote)));
         assert_eq!(tool.spec.description, "Runs the tactic `t`");
         let arguments = |value: Value| value.as_object().cloned().unwrap_or_default();

@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 /// The shipped tactic with a contract, and its scripted replies.
 fn with_triage(test: Test) -> Test {
     let root = common::python::root();
-    let read = |name: &str| std::fs::read_to_string(root.join("tactics").join(name)).expect("shipped tactic");
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join("tactics").join(name)).expect("shipped tactic")
+    };
     test.file("served/triage.yaml", &read("triage.yaml"))
         .file("served/triage.mock.yaml", &read("triage.mock.yaml"))
         .file("token.txt", "t0ken-for-tests\n")
@@ -45,7 +47,10 @@ fn a_flow_step_calls_lllm_serve_with_a_token_and_reruns_offline() {
     let test = with_triage(Test::new());
     let served = Served::start(&test, &["served/triage.yaml", "--token-file", "token.txt"]);
     let test = test
-        .file("desk.yaml", &triage_step(&format!("{}/tactics/triage", served.url)))
+        .file(
+            "desk.yaml",
+            &triage_step(&format!("{}/tactics/triage", served.url)),
+        )
         .env("DESK_TOKEN", "t0ken-for-tests");
     let output = test.run(&[
         "run",
@@ -59,15 +64,26 @@ fn a_flow_step_calls_lllm_serve_with_a_token_and_reruns_offline() {
     assert_eq!(output.stdout, "billing (urgent: false)\n");
     let record = test.read_json("r.json");
     let call = &record["remote_calls"][0];
-    assert_eq!(call["request"]["input"], json!({"ticket": "I was charged twice this month."}));
-    assert_eq!(call["answer"]["output"], json!({"category": "billing", "urgent": false}));
+    assert_eq!(
+        call["request"]["input"],
+        json!({"ticket": "I was charged twice this month."})
+    );
+    assert_eq!(
+        call["answer"]["output"],
+        json!({"category": "billing", "urgent": false})
+    );
     // lllm serve names its own session of the run: `lllm logs` there finds it.
-    let remote_session = call["session_id"].as_str().expect("the server's session id");
+    let remote_session = call["session_id"]
+        .as_str()
+        .expect("the server's session id");
     assert_eq!(call["answer"]["session_id"], remote_session);
     assert_eq!(call["request_id"], call["answer"]["request_id"]);
     // The token is sent, never kept.
     let text = std::fs::read_to_string(test.path("r.json")).expect("record");
-    assert!(!text.contains("t0ken-for-tests"), "the record holds the token");
+    assert!(
+        !text.contains("t0ken-for-tests"),
+        "the record holds the token"
+    );
 
     drop(served);
     let output = test.run(&["replay", "r.json", "--rerun"]);
@@ -85,7 +101,11 @@ fn lllm_serve_s_refusals_reach_the_step_as_its_error() {
         .env("DESK_TOKEN", "wrong");
     let output = test.run(&["run", "desk.yaml", "--task", "hello"]);
     output.expect_code(1);
-    assert!(output.stderr.contains("answered HTTP 401"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains("answered HTTP 401"),
+        "{}",
+        output.stderr
+    );
     assert!(!output.stderr.contains("wrong"), "{}", output.stderr);
     // An input its contract refuses: 400 with the server's reason.
     let test = test
@@ -118,7 +138,12 @@ fn remote_tactic_reads_both_servers_events_and_contracts() {
             .token("t0ken-for-tests");
         let info = triage.info().await.expect("its contract");
         assert_eq!(info.name, "triage");
-        assert_eq!(info.input_schema.as_ref().map(|schema| schema["required"].clone()), Some(json!(["ticket"])));
+        assert_eq!(
+            info.input_schema
+                .as_ref()
+                .map(|schema| schema["required"].clone()),
+            Some(json!(["ticket"]))
+        );
         let answer = triage
             .run(json!({"ticket": "The site is down, nobody can log in."}))
             .await
@@ -138,12 +163,26 @@ fn remote_tactic_reads_both_servers_events_and_contracts() {
         assert_eq!(delivery, r#"{"category": "other", "urgent": false}"#);
         assert!(events.iter().all(Result::is_ok), "{events:?}");
         // A refused input is an error before any event (D17).
-        let refused = triage.events(json!({"ticket": 7})).await.err().map(|error| error.to_string());
-        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 400")), "{refused:?}");
+        let refused = triage
+            .events(json!({"ticket": 7}))
+            .await
+            .err()
+            .map(|error| error.to_string());
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|error| error.contains("HTTP 400")),
+            "{refused:?}"
+        );
         // Without the token: 401, whatever the route.
         let anonymous = RemoteTactic::new(&served.url).expect("a URL");
         let refused = anonymous.info().await.err().map(|error| error.to_string());
-        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 401")), "{refused:?}");
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|error| error.contains("HTTP 401")),
+            "{refused:?}"
+        );
     });
 
     let Some(python) = common::python::python() else {
@@ -173,8 +212,17 @@ fn remote_tactic_reads_both_servers_events_and_contracts() {
         }
         assert_eq!(text, "Paris is the capital of France.");
         // Its 4xx on a bad input (upstream validates `run` only).
-        let refused = answer.run(json!({"question": ""})).await.err().map(|error| error.to_string());
-        assert!(refused.as_deref().is_some_and(|error| error.contains("HTTP 4")), "{refused:?}");
+        let refused = answer
+            .run(json!({"question": ""}))
+            .await
+            .err()
+            .map(|error| error.to_string());
+        assert!(
+            refused
+                .as_deref()
+                .is_some_and(|error| error.contains("HTTP 4")),
+            "{refused:?}"
+        );
     });
 }
 
@@ -209,7 +257,14 @@ tools:
             mock.base_url()
         ),
     );
-    let output = test.run(&["run", "desk.yaml", "--task", "sort my tickets", "--record", "r.json"]);
+    let output = test.run(&[
+        "run",
+        "desk.yaml",
+        "--task",
+        "sort my tickets",
+        "--record",
+        "r.json",
+    ]);
     output.expect_code(0);
     assert_eq!(output.stdout, "sorted\n");
     let requests = mock.requests();
@@ -220,18 +275,26 @@ tools:
         "Sort a support ticket into a category and say whether it is urgent."
     );
     assert_eq!(tool["parameters"]["required"], json!(["ticket"]));
-    let messages = requests[1]["body"]["messages"].as_array().expect("messages");
+    let messages = requests[1]["body"]["messages"]
+        .as_array()
+        .expect("messages");
     let results: Vec<&str> = messages
         .iter()
         .filter(|message| message["role"] == "tool")
         .map(|message| message["content"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(results.len(), 2, "{messages:?}");
-    assert!(results[0].contains(r#"{"category": "billing", "urgent": false}"#), "{}", results[0]);
+    assert!(
+        results[0].contains(r#"{"category": "billing", "urgent": false}"#),
+        "{}",
+        results[0]
+    );
     // The model's bad call is answered with what the contract expected.
     assert!(results[1].contains("/ticket"), "{}", results[1]);
     let record = test.read_json("r.json");
-    let subs = record["sub_tactic_sessions"].as_array().expect("sub-sessions");
+    let subs = record["sub_tactic_sessions"]
+        .as_array()
+        .expect("sub-sessions");
     assert_eq!(subs.len(), 1, "only the call that ran");
     assert_eq!(subs[0]["tactic"]["name"], "triage");
     drop(mock);
@@ -340,8 +403,12 @@ fn a_flow_step_runs_a_python_tactic_served_by_upstream_and_reruns_offline() {
     let shown = test.run(&["replay", "r.json"]);
     shown.expect_code(0);
     assert!(
-        shown.stdout.contains(&format!("ask called `{}` (run, ", upstream.url))
-            && shown.stdout.contains(r#"input: {"question":"What is the capital of France?"}"#),
+        shown
+            .stdout
+            .contains(&format!("ask called `{}` (run, ", upstream.url))
+            && shown
+                .stdout
+                .contains(r#"input: {"question":"What is the capital of France?"}"#),
         "{}",
         shown.stdout
     );
@@ -366,7 +433,9 @@ fn a_flow_step_runs_a_python_tactic_served_by_upstream_and_reruns_offline() {
     output.expect_code(1);
     assert!(
         output.stderr.contains("the re-run calls")
-            && output.stderr.contains("with an input the record has no answer for"),
+            && output
+                .stderr
+                .contains("with an input the record has no answer for"),
         "{}",
         output.stderr
     );
@@ -411,7 +480,10 @@ fn a_tool_calls_a_python_tactic_with_its_input_schema_as_parameters() {
         "Answers a question in one sentence with one model call."
     );
     assert_eq!(tool["parameters"]["required"], json!(["question"]));
-    assert_eq!(tool["parameters"]["properties"]["question"]["type"], "string");
+    assert_eq!(
+        tool["parameters"]["properties"]["question"]["type"],
+        "string"
+    );
     // The tool's result is the tactic's output, in the dialog.
     let messages = ours[1]["body"]["messages"].as_array().expect("messages");
     let result = messages.last().expect("a tool result")["content"]
@@ -469,14 +541,20 @@ tools:
     output.expect_code(0);
     assert_eq!(output.stdout, "relayed\n");
     let record = test.read_json("r.json");
-    let subs = record["sub_tactic_sessions"].as_array().expect("sub-sessions");
+    let subs = record["sub_tactic_sessions"]
+        .as_array()
+        .expect("sub-sessions");
     assert_eq!(subs.len(), 1);
     assert_eq!(subs[0]["tactic"]["name"], "shout");
     assert_eq!(subs[0]["task"], "hello there");
     assert_eq!(subs[0]["delivery"], "hello there");
     assert!(record.get("remote_calls").is_none(), "nothing remote");
     let shown = test.run(&["replay", "r.json"]);
-    assert!(shown.stdout.contains("a tool ran tactic `shout`"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("a tool ran tactic `shout`"),
+        "{}",
+        shown.stdout
+    );
     let output = test.run(&["replay", "r.json", "--rerun"]);
     output.expect_code(0);
     assert!(output.stdout.starts_with("identical:"), "{}", output.stdout);
@@ -508,16 +586,32 @@ flow:
     output.expect_code(2);
     let lines: Vec<&str> = output.stderr.lines().collect();
     let has = |needle: &str| lines.iter().any(|line| line.contains(needle));
-    assert!(has("tool `far`: cannot read its contract"), "{}", output.stderr);
-    assert!(has("tool `near`") && has("credentials"), "{}", output.stderr);
+    assert!(
+        has("tool `far`: cannot read its contract"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        has("tool `near`") && has("credentials"),
+        "{}",
+        output.stderr
+    );
     assert!(!output.stderr.contains("pw@"), "{}", output.stderr);
-    assert!(has("step `s`") && has("takes no query"), "{}", output.stderr);
+    assert!(
+        has("step `s`") && has("takes no query"),
+        "{}",
+        output.stderr
+    );
     assert!(
         has("`token_env` names `NO_SUCH_TOKEN_VARIABLE`, which is not set"),
         "{}",
         output.stderr
     );
-    assert!(has("bad.yaml:"), "each line names the file: {}", output.stderr);
+    assert!(
+        has("bad.yaml:"),
+        "each line names the file: {}",
+        output.stderr
+    );
 }
 
 #[test]
@@ -525,10 +619,15 @@ fn a_dry_run_sends_no_call_to_a_served_tactic() {
     // A listener that is never answered: a call sent would hang the run.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("address").port();
-    let test = Test::new().file("asker.yaml", &step_tactic(&format!("http://127.0.0.1:{port}")));
+    let test = Test::new().file(
+        "asker.yaml",
+        &step_tactic(&format!("http://127.0.0.1:{port}")),
+    );
     let output = test.run(&["run", "asker.yaml", "--task", "x", "--dry-run"]);
     assert!(
-        output.stderr.contains(&format!("dry run: the call to `http://127.0.0.1:{port}/run` was not sent")),
+        output.stderr.contains(&format!(
+            "dry run: the call to `http://127.0.0.1:{port}/run` was not sent"
+        )),
         "{}",
         output.stderr
     );
