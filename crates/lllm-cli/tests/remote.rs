@@ -633,3 +633,34 @@ fn a_dry_run_sends_no_call_to_a_served_tactic() {
     );
     drop(listener);
 }
+
+#[test]
+fn a_tactic_tool_that_runs_its_own_tactic_is_refused_before_anything_runs() {
+    let test = Test::new().file(
+        "loop.yaml",
+        r#"global: {model_name: mock/echo}
+agent_configs: [{name: a, tools: [again]}]
+tools:
+  - name: again
+    tactic: loop.yaml
+  - name: both
+    tactic: loop.yaml
+    command: [echo]
+"#,
+    );
+    let output = test.run(&["run", "loop.yaml", "--task", "x"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("tool `again`: tactic")
+            && output.stderr.contains("calls itself"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("loop.yaml:8:5: tool `both` runs tactic")
+            && output.stderr.contains("so it takes no `command`"),
+        "{}",
+        output.stderr
+    );
+    assert!(!output.stderr.contains("not defined"), "{}", output.stderr);
+}
