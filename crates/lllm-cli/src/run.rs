@@ -49,33 +49,48 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     if args.show_config {
         return show_config(&args, &settings, &defaults, prices, &model_args);
     }
+    let (task, source) = read_input(&args)?;
     let task = Task {
-        task: Value::String(read_task(&args)?),
-        args: parse_vars(&args.vars)?,
         tags: crate::store::pairs("--tag", &args.store.tags)?,
         metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         attachments: read_attachments(&args.attach, &settings)?,
-        ..Task::default()
+        ..task
     };
     let env = |name: &str| settings.environment.var(name);
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
     // Config, build and this task's check in one pre-flight: every problem
     // of every phase at once, and nothing sent unless there is none.
     let cache = args.store.cache_source();
-    let options = lllm::tactic::LoadOptions {
+    let options = |warn: &'static dyn Fn(&str)| lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         model_args: Some(&model_args),
         prices: prices.as_ref(),
         env: &env,
         dry_run: dry_run.clone(),
-        warn: &|warning| lllm::report::warn(warning),
+        warn,
         budget: None,
         registry,
         cache: Some(cache.clone()),
         batch_api: None,
         defaults: Some(&defaults),
     };
-    let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
+    let tactic = match lllm::tactic::load(
+        &args.tactic,
+        &options(&|warning| lllm::report::warn(warning)),
+        None,
+    ) {
+        Ok(tactic) => tactic,
+        // Loaded again with the task, warnings said once: the task's
+        // problems are listed with the tactic's.
+        Err(first) => {
+            let with_task = lllm::tactic::load(&args.tactic, &options(&|_| {}), Some(&task));
+            return Err(with_task.err().unwrap_or(first).into());
+        }
+    };
+    // The input first: what the contract says is what the user must fix,
+    // and a template that needs a missing argument would only repeat it.
+    check_input(&tactic, &task, &source)?;
+    tactic.check_task(&task)?;
     if let Some(log) = dry_run {
         // MCP servers start so that their tools are in the bodies shown.
         tactic.start().await?;
@@ -441,23 +456,139 @@ fn who_sent(record: &SessionRecord, sha256: &str) -> Option<(String, String, Str
         .find_map(|sub| who_sent(sub, sha256))
 }
 
+/// Where `lllm run`'s task came from, for its input's problems.
+enum Source {
+    /// `--var` (the input is the arguments).
+    Vars,
+    /// `--input JSON`.
+    Input,
+    /// The `TASK` argument.
+    Argument,
+    /// `--task TEXT`.
+    TaskFlag,
+    /// `--task-file FILE`.
+    File(std::path::PathBuf),
+    /// A pipe or file on stdin (`--task -`, or no task given).
+    Stdin,
+}
+
+/// The task `lllm run` was given, and where from: `--input JSON`
+/// (`Task::from_input`); else the task text with the `--var` arguments;
+/// else, with `--var` and no text, the arguments as the task (its input).
+fn read_input(args: &RunArgs) -> Result<(Task, Source)> {
+    if let Some(json) = &args.input {
+        if args.task_text.is_some() {
+            return Err(Error::Usage(
+                "the argument `TASK` cannot be used with `--input`; give the task once".into(),
+            ));
+        }
+        let value: Value = serde_json::from_str(json).map_err(|error| {
+            Error::Usage(format!(
+                "--input: not JSON: {error}; hint: quote it for the shell, as in \
+                 `--input '{{\"ticket\": \"…\"}}'`"
+            ))
+        })?;
+        let task = Task::from_input(value).map_err(|error| {
+            Error::Usage(format!(
+                "--input is {}; give a JSON object (the task's arguments) or a string (its text)",
+                error.found
+            ))
+        })?;
+        return Ok((task, Source::Input));
+    }
+    let vars = parse_vars(&args.vars)?;
+    let source = if !vars.is_empty() {
+        Source::Vars
+    } else if args.task_text.as_deref().is_some_and(|text| text != "-") {
+        Source::Argument
+    } else if args.task.as_deref().is_some_and(|text| text != "-") {
+        Source::TaskFlag
+    } else if let Some(path) = &args.task_file {
+        Source::File(path.clone())
+    } else {
+        Source::Stdin
+    };
+    let task = match read_task(args, !vars.is_empty())? {
+        Some(text) => Task {
+            task: Value::String(text),
+            args: vars,
+            ..Task::default()
+        },
+        None => Task::from_input(Value::Object(vars))
+            .map_err(|error| Error::Usage(format!("--var: {error}")))?,
+    };
+    Ok((task, source))
+}
+
+/// Refuses a task whose input does not fit the tactic's `input_schema`
+/// (nothing was sent): one line per problem,
+/// `SOURCE: input at POINTER: EXPECTED`, where
+/// SOURCE says where the input came from (`--var NAME`, `--input`,
+/// `--task`, `TASK`, the task file, `stdin`).
+fn check_input(tactic: &lllm::Tactic, task: &Task, source: &Source) -> Result<()> {
+    let Err(error) = tactic.check_input(task) else {
+        return Ok(());
+    };
+    let lines: Vec<String> = error
+        .problems
+        .iter()
+        .map(|problem| {
+            let place = match source {
+                Source::Vars => {
+                    // `/ticket` names `--var ticket=…` when one was given.
+                    let name = problem.pointer.split('/').nth(1).unwrap_or_default();
+                    let name = name.replace("~1", "/").replace("~0", "~");
+                    if task.args.contains_key(&name) {
+                        format!("--var {}", lllm::redact::echo(&name))
+                    } else {
+                        "--var".to_string()
+                    }
+                }
+                Source::Input => "--input".into(),
+                Source::Argument => "TASK".into(),
+                Source::TaskFlag => "--task".into(),
+                Source::File(path) => path.display().to_string(),
+                Source::Stdin => "stdin".into(),
+            };
+            let hint = match source {
+                Source::Vars if problem.message.contains(" is not of type ") => {
+                    "; hint: `--var` values are text; give typed values with `--input JSON`"
+                }
+                Source::Argument | Source::TaskFlag | Source::File(_) | Source::Stdin
+                    if problem.pointer.is_empty() && task.task.is_string() =>
+                {
+                    "; hint: give the input's fields with `--var KEY=VALUE`, or all of it with \
+                     `--input JSON`"
+                }
+                _ => "",
+            };
+            format!("{place}: {problem}{hint}")
+        })
+        .collect();
+    Err(Error::Usage(lines.join("\n")))
+}
+
 /// The largest `--task-file`: far beyond any model's context window.
 const TASK_FILE_CAP: u64 = 256 << 20;
 
-fn read_task(args: &RunArgs) -> Result<String> {
+/// The task text; `None` when none was given and `arguments` (`--var`)
+/// stand for the task.
+fn read_task(args: &RunArgs, arguments: bool) -> Result<Option<String>> {
     if let Some(text) = &args.task_text {
-        return task_text(text);
+        return task_text(text).map(Some);
     }
     match (&args.task, &args.task_file) {
-        (Some(text), _) => task_text(text),
+        (Some(text), _) => task_text(text).map(Some),
         // A regular file (a pipe goes through `--task -`), of a size a model
         // could take.
-        (None, Some(path)) => lllm::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
-            Error::Usage(format!(
-                "cannot read task file `{}`: {error}; hint: pipe a stream into `--task -`",
-                path.display()
-            ))
-        }),
+        (None, Some(path)) => lllm::file::read_text(path, TASK_FILE_CAP)
+            .map(Some)
+            .map_err(|error| {
+                Error::Usage(format!(
+                    "cannot read task file `{}`: {error}; hint: pipe a stream into `--task -`",
+                    path.display()
+                ))
+            }),
         // Nothing given: a pipe or a file on stdin is the task (`echo … |
         // lllm run t.yaml`); a terminal or an empty stdin is no task.
         (None, None) => {
@@ -468,13 +599,16 @@ fn read_task(args: &RunArgs) -> Result<String> {
                 read_stdin()?
             };
             if text.trim().is_empty() {
+                if arguments {
+                    return Ok(None);
+                }
                 return Err(Error::Usage(
                     "no task given; pass it as an argument (`lllm run t.yaml \"…\"`), \
-                     `--task TEXT`, `--task-file PATH`, or pipe it into stdin"
+                     `--task TEXT`, `--task-file PATH`, `--input JSON`, or pipe it into stdin"
                         .into(),
                 ));
             }
-            Ok(text)
+            Ok(Some(text))
         }
     }
 }
