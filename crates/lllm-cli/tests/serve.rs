@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::serve::{Events, Served, block, eventually, get, post, records, send};
+use common::serve::{Events, Served, block, eventually, get, post, records, send, until_running};
 use common::{MockServer, Test};
 use serde_json::{Value, json};
 
@@ -56,7 +56,10 @@ fn every_route_answers() {
     let health = get(&format!("{url}/health"));
     assert_eq!(
         (health.status, health.json()),
-        (200, json!({"ok": true, "tactics": ["helper"]}))
+        (
+            200,
+            json!({"ok": true, "tactics": ["helper"], "running": 0, "concurrency": 256})
+        )
     );
     let list = get(&format!("{url}/tactics")).json();
     assert_eq!(list[0]["name"], "helper");
@@ -430,8 +433,8 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
     assert_eq!(record["task_id"], "gone-1");
     assert_eq!(record["state"], "failure");
     assert_eq!(record["error"], "cancelled: the client disconnected");
-    // A /run whose client goes away: once it holds the only slot (a probe
-    // with a bad body is then 429, not 400), the client disconnects.
+    block(until_running(&served.url, 0));
+    // A /run whose client goes away once its run is under way.
     let url = served.url.clone();
     let client = std::thread::spawn(move || {
         block(async {
@@ -439,28 +442,10 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
                 .post(format!("{url}/run"))
                 .body(r#"{"input": "slow", "context": {"request_id": "gone-2"}}"#)
                 .send();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(600), async {
-                let probe = async {
-                    loop {
-                        let answer = send(
-                            "POST",
-                            &format!("{url}/run"),
-                            None,
-                            Some(("application/json", "[]")),
-                        )
-                        .await;
-                        if answer.status == 429 {
-                            return;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                };
-                tokio::select! {
-                    _ = request => panic!("the slow run answered"),
-                    () = probe => {}
-                }
-            })
-            .await;
+            tokio::select! {
+                _ = request => panic!("the slow run answered"),
+                () = until_running(&url, 1) => {}
+            }
         })
     });
     client.join().unwrap();
@@ -470,10 +455,11 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
         .find(|record| record["task_id"] == "gone-2")
         .unwrap();
     assert_eq!(record["error"], "cancelled: the client disconnected");
-    // Its slot is free again.
-    eventually("a free slot", || {
-        post(&format!("{}/run", served.url), "[]").status == 400
+    // Nothing runs now, and its slot is free again.
+    eventually("no run", || {
+        get(&format!("{}/health", served.url)).json()["running"] == 0
     });
+    assert_eq!(post(&format!("{}/run", served.url), "[]").status, 400);
 }
 
 #[test]
@@ -492,19 +478,7 @@ fn sigterm_drains_the_runs_in_flight_and_writes_their_records() {
             )
             .await
         });
-        loop {
-            let probe = send(
-                "POST",
-                &format!("{url}/run"),
-                None,
-                Some(("application/json", "[]")),
-            )
-            .await;
-            if probe.status == 429 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        until_running(&url, 1).await;
         served.terminate();
         let answer = run.await.unwrap();
         let code = tokio::task::spawn_blocking(move || {
@@ -726,5 +700,49 @@ fn the_shipped_triage_tactic_is_served_with_its_contract() {
             .unwrap()
             .contains("Ticket: Refund me"),
         "{last}"
+    );
+}
+
+/// docs/serve.md's opening example, as written (it starts a server, so the
+/// docs check does not run it): the shipped triage tactic, offline.
+#[test]
+fn the_docs_opening_example_answers() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let page = std::fs::read_to_string(root.join("docs/serve.md")).unwrap();
+    assert!(page.contains(
+        "lllm serve tactics/triage.yaml &          # listening on http://127.0.0.1:8000\n\
+         curl -s localhost:8000/run -d '{\"input\": {\"ticket\": \"I was charged twice.\"}}'\n\
+         curl -sN localhost:8000/stream -d '{\"input\": {\"ticket\": \"The site is down.\"}}'"
+    ));
+    let test = Test::new().env("LLLM_HOME", "home");
+    std::os::unix::fs::symlink(root.join("tactics"), test.path("tactics")).unwrap();
+    let served = Served::start(&test, &["tactics/triage.yaml"]);
+    let answer = post(
+        &format!("{}/run", served.url),
+        r#"{"input": {"ticket": "I was charged twice."}}"#,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let body = answer.json();
+    assert_eq!(
+        body["output"],
+        json!({"category": "billing", "urgent": false})
+    );
+    assert_eq!(
+        (&body["tactic"], &body["cost"]),
+        (&json!("triage"), &json!(0.0))
+    );
+    let events = block(async {
+        let (_, events) = Events::open(
+            &format!("{}/stream", served.url),
+            r#"{"input": {"ticket": "The site is down."}}"#,
+        )
+        .await;
+        events.all().await
+    });
+    let last = &events.last().unwrap().data;
+    assert_eq!(last["kind"], "result");
+    assert_eq!(
+        last["data"]["delivery"],
+        r#"{"category": "outage", "urgent": true}"#
     );
 }

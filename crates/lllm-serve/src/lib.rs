@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 
 pub use error::ApiError;
 
-/// The limits every request is held to (docs/serve.md, "Limits"); each
+/// The limits every request is held to (docs/serve.md, "Flags"); each
 /// is clamped into its range by [`Limits::clamped`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {

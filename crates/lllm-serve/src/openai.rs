@@ -1,4 +1,4 @@
-//! The OpenAI-compatible face (docs/serve.md, "OpenAI-compatible face"):
+//! The OpenAI-compatible face (docs/serve.md, "The OpenAI-compatible face"):
 //! `GET /v1/models` lists the served tactics as models, and
 //! `POST /v1/chat/completions` runs the tactic its `model` names, the last
 //! user message being the task and the earlier ones its conversation. The

@@ -32,8 +32,10 @@ pub struct State {
     pub tactics: Vec<(String, Tactic)>,
     pub token: Option<String>,
     pub limits: Limits,
-    /// One permit per run in flight.
+    /// One permit per call being prepared or run.
     slots: Arc<Semaphore>,
+    /// Runs started and not yet recorded (`/health`'s `running`).
+    pub running: std::sync::atomic::AtomicUsize,
     records: Option<std::path::PathBuf>,
     store: Option<std::path::PathBuf>,
     budget: Option<Arc<lllm::provider::budget::CostBudget>>,
@@ -52,6 +54,7 @@ impl State {
                 .collect(),
             token: options.token.filter(|token| !token.is_empty()),
             slots: Arc::new(Semaphore::new(limits.concurrency)),
+            running: std::sync::atomic::AtomicUsize::new(0),
             limits,
             records: options.records,
             store: options.store,
@@ -139,10 +142,21 @@ pub fn router(state: Arc<State>) -> Router {
 
 type Shared = Extract<Arc<State>>;
 
+/// Upstream's `{"ok", "tactics"}`, how many runs are under way (`running`:
+/// started, record not yet written) and how many may be (`concurrency`):
+/// a readiness probe's answer, and a load balancer's.
 async fn health(Extract(state): Shared) -> Response {
     let mut names = state.names();
     names.sort_unstable();
-    axum::Json(json!({"ok": true, "tactics": names})).into_response()
+    let concurrency = state.limits.concurrency;
+    let running = state.running.load(std::sync::atomic::Ordering::SeqCst);
+    axum::Json(json!({
+        "ok": true,
+        "tactics": names,
+        "running": running,
+        "concurrency": concurrency,
+    }))
+    .into_response()
 }
 
 async fn list(Extract(state): Shared) -> Response {

@@ -96,7 +96,10 @@ pub fn start(
             }
         }
     };
+    state.running.fetch_add(1, Ordering::SeqCst);
     tokio::spawn(async move {
+        // Dropped in reverse: the slot is free before the run stops counting.
+        let _running = Running(state.clone());
         let _permit = permit;
         let (mut record, closing) = match events_sender {
             Some(sender) => forward(&tactic, task, interrupt, &sender).await,
@@ -131,6 +134,15 @@ pub fn start(
         events,
         done,
         cancel: Cancel(cancel),
+    }
+}
+
+/// Counts a run in `State::running` while it lives.
+struct Running(Arc<State>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -261,3 +261,15 @@ pub fn records(dir: &std::path::Path) -> Vec<Value> {
         })
         .collect()
 }
+
+/// Waits until `/health` says `count` runs are under way (polling; the
+/// caller bounds the wait).
+pub async fn until_running(url: &str, count: u64) {
+    loop {
+        let health = send("GET", &format!("{url}/health"), None, None).await;
+        if health.json()["running"] == count {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
