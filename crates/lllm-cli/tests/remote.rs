@@ -651,13 +651,14 @@ tools:
     let output = test.run(&["run", "loop.yaml", "--task", "x"]);
     output.expect_code(2);
     assert!(
-        output.stderr.contains("tool `again`: tactic")
-            && output.stderr.contains("calls itself"),
+        output.stderr.contains("tool `again`: tactic") && output.stderr.contains("calls itself"),
         "{}",
         output.stderr
     );
     assert!(
-        output.stderr.contains("loop.yaml:8:5: tool `both` runs tactic")
+        output
+            .stderr
+            .contains("loop.yaml:8:5: tool `both` runs tactic")
             && output.stderr.contains("so it takes no `command`"),
         "{}",
         output.stderr
