@@ -433,6 +433,33 @@ fn render_raw(record: &SessionRecord) -> String {
         }
     }
 
+    render_remote_calls(&mut out, record);
+
+    for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
+        let by = match sub_steps.get(&index) {
+            Some(step) => format!("step `{step}`"),
+            None => "a tool".to_string(),
+        };
+        let _ = writeln!(out, "\n{by} ran tactic `{}`:", sub.tactic.name);
+        for line in render(sub).lines() {
+            let _ = writeln!(out, "  | {line}");
+        }
+    }
+
+    match (&record.delivery, &record.error) {
+        (Some(delivery), _) => {
+            let _ = writeln!(out, "\ndelivery:\n{delivery}");
+        }
+        (None, Some(error)) => {
+            let _ = writeln!(out, "\nerror: {error}");
+        }
+        (None, None) => {}
+    }
+    out
+}
+
+/// The record's calls to served tactics: who called what, and the answer.
+fn render_remote_calls(out: &mut String, record: &SessionRecord) {
     for call in &record.remote_calls {
         let outcome = match (&call.error, &call.answer) {
             (Some(error), _) => format!("failed: {}", one_line(error, 200)),
@@ -460,28 +487,6 @@ fn render_raw(record: &SessionRecord) -> String {
             let _ = writeln!(out, "  input: {}", one_line(&input.to_string(), 200));
         }
     }
-
-    for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
-        let by = match sub_steps.get(&index) {
-            Some(step) => format!("step `{step}`"),
-            None => "a tool".to_string(),
-        };
-        let _ = writeln!(out, "\n{by} ran tactic `{}`:", sub.tactic.name);
-        for line in render(sub).lines() {
-            let _ = writeln!(out, "  | {line}");
-        }
-    }
-
-    match (&record.delivery, &record.error) {
-        (Some(delivery), _) => {
-            let _ = writeln!(out, "\ndelivery:\n{delivery}");
-        }
-        (None, Some(error)) => {
-            let _ = writeln!(out, "\nerror: {error}");
-        }
-        (None, None) => {}
-    }
-    out
 }
 
 fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &AgentCallSession) {
@@ -958,10 +963,10 @@ async fn rerun_record(
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
     // Served tactics answer from the record too: their contracts while the
     // tactic builds, their runs while it runs (issue 30).
-    let remote = Arc::new(crate::remote::exchange::Replay::new(
-        crate::remote::exchange::recorded(record),
+    let remote = Arc::new(crate::tactic::remote::exchange::Replay::new(
+        crate::tactic::remote::exchange::recorded(record),
     ));
-    let mut built = crate::remote::exchange::replaying_sync(remote.clone(), || {
+    let mut built = crate::tactic::remote::exchange::replaying_sync(remote.clone(), || {
         crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)
     })?;
     // A typed run (`call_typed`) was held to a schema its tactic lacks.
@@ -969,7 +974,7 @@ async fn rerun_record(
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
     let task = record.task_input();
-    let rerun = crate::remote::exchange::replaying(remote.clone(), built.run(task)).await;
+    let rerun = crate::tactic::remote::exchange::replaying(remote.clone(), built.run(task)).await;
     built.shutdown().await;
     let replayed = provider.served();
     let difference = if let Some(divergence) = provider.divergence() {

@@ -356,6 +356,12 @@ fn parse_yaml(text: &str, path: &str) -> Result<(Value, Positions)> {
     })
 }
 
+/// Whether a `tactic:` value names a served tactic (`http://…`,
+/// `https://…`) rather than a file (issue 30).
+pub(crate) fn is_served_url(text: &str) -> bool {
+    text.starts_with("http://") || text.starts_with("https://")
+}
+
 /// Makes the paths this file declares absolute against its directory.
 fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
     let absolute = |value: &str| directory.join(value).display().to_string();
@@ -384,7 +390,7 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
     if let Some(Value::Array(entries)) = map.get_mut("tools") {
         for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
             if let Some(Value::String(path)) = entry.get_mut("tactic")
-                && !crate::remote::is_url(path)
+                && !crate::config::is_served_url(path)
             {
                 *path = absolute(path);
             }
@@ -414,7 +420,7 @@ fn resolve_flow_paths(items: &mut [Value], directory: &Path) {
     for item in items.iter_mut().filter_map(Value::as_object_mut) {
         // A served tactic's URL is not a path.
         if let Some(Value::String(path)) = item.get_mut("tactic")
-            && !crate::remote::is_url(path)
+            && !crate::config::is_served_url(path)
         {
             *path = directory.join(&*path).display().to_string();
         }

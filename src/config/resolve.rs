@@ -711,7 +711,7 @@ fn resolve_tools(
                 );
                 refused = true;
             }
-            if tool.token_env.is_some() && !crate::remote::is_url(&tactic) {
+            if tool.token_env.is_some() && !crate::config::is_served_url(&tactic) {
                 problems.at(
                     join(&at, "token_env"),
                     format!(

@@ -187,7 +187,7 @@ async fn run_whole(
         .as_ref()
         .map(|flow| (flow.clone(), Ctx::new(tactic, &task).with_events(events)));
     // The calls to served tactics, the contracts its tools read at load first.
-    let remote_log = crate::remote::exchange::Log::starting_with(&tactic.remote_contracts);
+    let remote_log = crate::tactic::remote::exchange::Log::starting_with(&tactic.remote_contracts);
     let outcome = {
         // Each run serves its offline `mock/script` replies from the start
         // (a script describes one run, whatever else runs at once).
@@ -692,7 +692,7 @@ impl Run<'_> {
     async fn run_remote(
         &mut self,
         step: &SubStep,
-        remote: &crate::remote::RemoteTactic,
+        remote: &crate::tactic::remote::RemoteTactic,
         input: Task,
     ) -> Result<String, String> {
         let tactic = remote.url().to_string();
@@ -702,7 +702,7 @@ impl Run<'_> {
                 tactic: tactic.clone(),
             });
         }
-        let outcome = crate::remote::exchange::run(remote, &step.name, &input).await;
+        let outcome = crate::tactic::remote::exchange::run(remote, &step.name, &input).await;
         if let Some(events) = &self.events {
             let (state, cost, error) = match &outcome {
                 Ok(answer) => ("success", answer.cost, None),

@@ -24,6 +24,7 @@ mod nodes;
 pub(crate) mod program;
 pub mod record;
 pub(crate) mod records;
+pub mod remote;
 mod task;
 mod tools;
 mod typed;
@@ -117,7 +118,7 @@ pub(crate) struct SubStep {
 /// served tactic (`tactic: http://…`, issue 30).
 pub(crate) enum SubTarget {
     Local(Arc<Tactic>),
-    Remote(Arc<crate::remote::RemoteTactic>),
+    Remote(Arc<crate::tactic::remote::RemoteTactic>),
 }
 
 impl SubStep {
@@ -206,7 +207,7 @@ pub struct Tactic {
     /// The contracts of its tactic tools that are served tactics, read
     /// when it loaded: every record of a run holds them (a re-run builds
     /// the tools from them, offline).
-    pub(crate) remote_contracts: Arc<[crate::remote::RemoteCall]>,
+    pub(crate) remote_contracts: Arc<[crate::tactic::remote::RemoteCall]>,
     /// The resolved config the tactic was built from.
     pub config: Arc<TacticConfig>,
     /// The prompts of its prompt directory, by key.

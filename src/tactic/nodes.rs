@@ -51,7 +51,7 @@ fn build_sub_tactic(
     if let Some(url) = step
         .path
         .to_str()
-        .filter(|path| crate::remote::is_url(path))
+        .filter(|path| crate::tactic::remote::is_url(path))
     {
         let remote = remote_tactic(parent, step, url, builder, problems)?;
         return Some(SubStep {
@@ -131,7 +131,7 @@ pub(super) fn remote_tactic(
     url: &str,
     builder: &Builder<'_>,
     problems: &mut Problems,
-) -> Option<crate::remote::RemoteTactic> {
+) -> Option<crate::tactic::remote::RemoteTactic> {
     remote_at(
         parent,
         (&step.at, &format!("step `{}`", step.name)),
@@ -150,8 +150,8 @@ pub(super) fn remote_at(
     token_env: Option<&str>,
     builder: &Builder<'_>,
     problems: &mut Problems,
-) -> Option<crate::remote::RemoteTactic> {
-    let remote = match crate::remote::RemoteTactic::new(url) {
+) -> Option<crate::tactic::remote::RemoteTactic> {
+    let remote = match crate::tactic::remote::RemoteTactic::new(url) {
         Ok(mut remote) => {
             remote.dry_run = builder.dry_run.is_some();
             remote

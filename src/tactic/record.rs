@@ -312,7 +312,7 @@ pub struct SessionRecord {
     /// step, a tactic tool), in the order they ended: what `lllm replay
     /// --rerun` answers them from (issue 30; additive to format 2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remote_calls: Vec<crate::remote::RemoteCall>,
+    pub remote_calls: Vec<crate::tactic::remote::RemoteCall>,
     /// Everything the run spent, sub-tactics included.
     pub cost: InvokeCost,
     /// Whether every call's price was known, so `cost` is the whole of it

@@ -19,7 +19,7 @@ use super::build::{Builder, Problems};
 use super::{Tactic, Task, load};
 use crate::config::{TacticConfig, ToolConfig, join_path};
 use crate::provider::ToolSpec;
-use crate::remote::{RemoteCall, RemoteTactic, TacticInfo};
+use crate::tactic::remote::{RemoteCall, RemoteTactic, TacticInfo};
 use crate::tool::{Tool, Toolbox};
 
 /// How the model's arguments become the tactic's input.
@@ -131,7 +131,7 @@ impl Tool for TacticTool {
             match &self.target {
                 Target::Remote(remote) => {
                     let by = format!("tool `{}`", self.spec.name);
-                    crate::remote::exchange::run(remote, &by, &task)
+                    crate::tactic::remote::exchange::run(remote, &by, &task)
                         .await
                         .map(|answer| answer.delivery())
                 }
@@ -150,7 +150,7 @@ impl Tool for TacticTool {
                             error.as_deref().unwrap_or("no delivery")
                         )),
                     };
-                    crate::remote::exchange::log_session(record);
+                    crate::tactic::remote::exchange::log_session(record);
                     outcome
                 }
             }
@@ -173,7 +173,7 @@ pub(super) fn add_tactic_tools(
         };
         let at = format!("tools[{index}]");
         let who = format!("tool `{}`", tool.name);
-        if crate::remote::is_url(tactic) {
+        if crate::tactic::remote::is_url(tactic) {
             let Some(remote) = super::nodes::remote_at(
                 config,
                 (&at, &who),
@@ -184,7 +184,7 @@ pub(super) fn add_tactic_tools(
             ) else {
                 continue;
             };
-            match crate::remote::exchange::info_now(&remote, &who) {
+            match crate::tactic::remote::exchange::info_now(&remote, &who) {
                 Ok((info, call)) => {
                     contracts.push(call);
                     toolbox.insert(Arc::new(TacticTool::new(

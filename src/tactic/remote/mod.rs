@@ -10,7 +10,8 @@
 //!   in `lllm replay --rerun`, serves the recorded answer instead of calling.
 //!
 //! The server is another crate's (`lllm-serve`): this library stays free of
-//! a web framework.
+//! a web framework. The module sits in the tactic layer (it runs tasks and
+//! keeps their records) and is `lllm::remote` from outside.
 
 mod client;
 pub(crate) mod exchange;
@@ -29,9 +30,7 @@ use serde_json::Value;
 pub use crate::tactic::TacticInfo;
 
 /// Whether a `tactic:` value names a served tactic rather than a file.
-pub(crate) fn is_url(text: &str) -> bool {
-    text.starts_with("http://") || text.starts_with("https://")
-}
+pub(crate) use crate::config::is_served_url as is_url;
 
 /// The input a task gives a served tactic: its `args` as an object when it
 /// has any, else its `task` value.

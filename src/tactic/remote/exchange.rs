@@ -48,6 +48,9 @@ pub struct RemoteCall {
     pub latency_ms: u64,
 }
 
+/// How long loading a tactic waits for a served tactic's contract.
+const CONTRACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The remote calls of one run, as they end, and the sessions of the
 /// tactic tools it ran (local files: they nest in its record).
 #[derive(Clone, Default)]
@@ -294,7 +297,11 @@ pub(crate) fn info_now(
                     .map_err(|error| format!("cannot start a runtime to read `{url}`: {error}"))?;
                 // A client of its own: the shared one's connections belong
                 // to the runtime that made them.
-                let remote = remote.fresh().map_err(|error| error.to_string())?;
+                // A load waits for a contract at most this long, not a run's time.
+                let remote = remote
+                    .fresh()
+                    .map_err(|error| error.to_string())?
+                    .timeout(CONTRACT_TIMEOUT);
                 runtime
                     .block_on(remote.info_with_body())
                     .map_err(|error| format!("{by}: cannot read its contract: {error}"))
