@@ -21,6 +21,7 @@ mod numbers;
 mod progress;
 mod report;
 mod run;
+mod run_input;
 mod serve;
 mod settings;
 mod store;

@@ -123,7 +123,10 @@ pub async fn run(args: ServeArgs, registry: &lllm::Registry) -> Result<Outcome> 
     }
     lllm_serve::check_names(&tactics).map_err(Error::Usage)?;
     for tactic in &tactics {
-        tactic.start().await?;
+        if let Err(error) = tactic.start().await {
+            shutdown(&tactics).await;
+            return Err(error.into());
+        }
     }
     let address = SocketAddr::new(ip, args.port);
     let listener = match tokio::net::TcpListener::bind(address).await {

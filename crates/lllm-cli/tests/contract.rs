@@ -52,7 +52,7 @@ fn run_refuses_an_input_that_does_not_fit_naming_where_it_came_from() {
     };
     let string_hint = "; hint: give the input's fields with `--var KEY=VALUE`, or all of it \
                        with `--input JSON`";
-    let cases: Vec<(Vec<&str>, Vec<String>)> = vec![
+    let mut cases: Vec<(Vec<&str>, Vec<String>)> = vec![
         (
             vec!["--var", "ticket=", "--var", "priority=2"],
             vec![
@@ -100,6 +100,18 @@ fn run_refuses_an_input_that_does_not_fit_naming_where_it_came_from() {
             ],
         ),
     ];
+    cases.push((
+        vec!["Printer on fire", "--input", "{}"],
+        vec!["error: the argument `TASK` cannot be used with `--input`; give the task once".into()],
+    ));
+    cases.push((
+        vec!["--input", "not json"],
+        vec![
+            "error: --input: not JSON: expected ident at line 1 column 2; hint: quote it for \
+             the shell, as in `--input '{\"ticket\": \"…\"}'`"
+                .into(),
+        ],
+    ));
     for (args, expected) in cases {
         assert_eq!(run(&args), expected, "{args:?}");
     }

@@ -225,3 +225,18 @@ fn a_bad_tactic_is_refused_with_one_line_per_problem() {
         "error: tactic file `missing.yaml` not found\n"
     );
 }
+
+#[test]
+fn a_tactic_on_a_paid_model_is_inspected_without_its_key() {
+    // The test's environment holds no key: nothing is sent, nothing is needed.
+    let test = Test::new().file(
+        "t.yaml",
+        "agent_configs: [{name: a, model_name: openai/gpt-4o-mini}]\n",
+    );
+    let output = test.run(&["inspect", "t.yaml", "--json"]);
+    output.expect_code(0);
+    let outline: Value = serde_json::from_str(&output.stdout).unwrap();
+    assert_eq!(outline["name"], "t");
+    assert_eq!(outline["models"][0]["name"], "openai/gpt-4o-mini");
+    assert_eq!(outline["models"][0]["priced"], true);
+}

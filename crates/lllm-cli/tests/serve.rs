@@ -232,6 +232,12 @@ fn bad_input_is_answered_400_before_anything_is_sent() {
             let answer = post(url, body);
             assert_eq!(answer.status, 400, "{body}: {}", answer.text);
             assert_eq!(answer.error_type(), "SchemaError", "{body}");
+            // Every refused call has a request id, in the body and the header.
+            let id = answer.json()["error"]["request_id"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(answer.headers["x-request-id"], id.as_str());
             let message = answer.json()["error"]["message"]
                 .as_str()
                 .unwrap()

@@ -9,9 +9,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-/// An answer that is not a success, with what the caller is told.
+/// An answer that is not a success, with what the caller is told (its
+/// `Detail`, boxed: a `Result` carrying it stays small).
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<Detail>);
+
+/// What an [`ApiError`] says.
+#[derive(Debug, Clone)]
+pub struct Detail {
     /// The HTTP status.
     pub status: StatusCode,
     /// Upstream's type name where it has one (`TacticNotFound`,
@@ -34,7 +39,7 @@ pub struct ApiError {
 impl ApiError {
     /// An error of `kind` answered with `status`.
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
+        ApiError(Box::new(Detail {
             status,
             kind,
             message: message.into(),
@@ -43,7 +48,7 @@ impl ApiError {
             request_id: None,
             metadata: Map::new(),
             retry_after: None,
-        }
+        }))
     }
 
     /// 400 `SchemaError`: the request's body or input is not what the tactic takes.
@@ -101,6 +106,20 @@ impl ApiError {
     }
 }
 
+impl std::ops::Deref for ApiError {
+    type Target = Detail;
+
+    fn deref(&self) -> &Detail {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut Detail {
+        &mut self.0
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
@@ -108,6 +127,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(id) = self.request_id.as_deref()
+            && let Ok(value) = HeaderValue::from_str(id)
+        {
+            response.headers_mut().insert("x-request-id", value);
         }
         if self.status == StatusCode::UNAUTHORIZED {
             response

@@ -18,6 +18,7 @@
 
 mod auth;
 mod body;
+mod call;
 mod error;
 mod openai;
 mod routes;
@@ -176,6 +177,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let state = Arc::new(routes::State::new(options));
     let app = routes::router(state.clone());
+    // Each answer's bytes go out as written: without TCP_NODELAY, Nagle's
+    // algorithm holds an SSE event (or the end of an answer written in two
+    // pieces) until the client's delayed ACK, 40 ms on Linux.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        let _ = stream.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await?;

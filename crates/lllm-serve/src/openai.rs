@@ -23,6 +23,7 @@ use lllm::{EventKind, Tactic, Task};
 use serde_json::{Value, json};
 
 use crate::body::{self, Call};
+use crate::call;
 use crate::error::ApiError;
 use crate::routes::{self, State};
 use crate::session;
@@ -60,7 +61,7 @@ pub async fn completions(Extract(state): Extract<Arc<State>>, request: Request) 
         stream: false,
         include_usage: false,
     };
-    let prepared = routes::prepare_named(&state, ENDPOINT, request, |bytes, state| {
+    let prepared = call::prepare_named(&state, ENDPOINT, request, |bytes, state| {
         let (name, call, chat) = chat_call(bytes, state)?;
         asked = chat;
         Ok((name, call))
@@ -85,7 +86,7 @@ pub async fn completions(Extract(state): Extract<Arc<State>>, request: Request) 
         let Ok(finished) = started.done.await else {
             return internal(&name, &request_id);
         };
-        return match routes::answer(&state, &prepared.tactic, &finished, &request_id, false) {
+        return match call::answer(&state, &prepared.tactic, &finished, &request_id, false) {
             Ok(answer) => {
                 let usage = usage(&answer);
                 let content = answer["output"].clone();

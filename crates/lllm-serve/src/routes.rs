@@ -1,9 +1,6 @@
-//! The routes (docs/serve.md, "Routes") and what every call does before it
-//! runs: find the tactic, take a slot of the concurrency limit (429 with
-//! `Retry-After` when none is free), read the body within its limit, make
-//! the task (`body`), check it against the tactic (`check_task`,
-//! `check_input`) and the server's budget; only then is anything sent to a
-//! provider, and only then does a stream answer 200.
+//! The routes (docs/serve.md, "Routes"), the state they share and the
+//! `run` and `stream` handlers; what a call goes through before and after
+//! its run is `call`'s, the run itself `session`'s.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -16,14 +13,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use lllm::tactic::{RunState, SessionRecord};
+use lllm::tactic::SessionRecord;
 use lllm::{Event, Tactic};
 use serde_json::{Map, Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
-use crate::body::{self, Call};
+use crate::call::{answer, prepare};
 use crate::error::ApiError;
-use crate::session::{self, Ending, Finished};
+use crate::session;
 use crate::{Limits, Options};
 
 /// What every handler shares.
@@ -33,12 +30,12 @@ pub struct State {
     pub token: Option<String>,
     pub limits: Limits,
     /// One permit per call being prepared or run.
-    slots: Arc<Semaphore>,
+    pub(crate) slots: Arc<Semaphore>,
     /// Runs started and not yet recorded (`/health`'s `running`).
     pub running: std::sync::atomic::AtomicUsize,
     records: Option<std::path::PathBuf>,
     store: Option<std::path::PathBuf>,
-    budget: Option<Arc<lllm::provider::budget::CostBudget>>,
+    pub(crate) budget: Option<Arc<lllm::provider::budget::CostBudget>>,
     pub tags: Map<String, Value>,
     pub metadata: Map<String, Value>,
 }
@@ -72,7 +69,7 @@ impl State {
             .map(|(_, tactic)| tactic)
     }
 
-    fn names(&self) -> Vec<&str> {
+    pub(crate) fn names(&self) -> Vec<&str> {
         self.tactics.iter().map(|(name, _)| name.as_str()).collect()
     }
 
@@ -222,161 +219,6 @@ async fn not_allowed(request: Request) -> Response {
     .into_response()
 }
 
-/// A call checked and ready to run.
-pub struct Prepared {
-    pub tactic: Tactic,
-    pub name: String,
-    pub call: Call,
-    pub permit: OwnedSemaphorePermit,
-}
-
-/// Everything before a run on the tactic served as `name`: the tactic (404
-/// first), then [`prepare_named`] with the body read as upstream's envelope,
-/// a task line or a string.
-pub async fn prepare(
-    state: &State,
-    name: &str,
-    endpoint: &'static str,
-    request: Request,
-) -> Result<Prepared, ApiError> {
-    if state.tactic(name).is_none() {
-        return Err(ApiError::no_tactic(name, &state.names()).at_endpoint(endpoint));
-    }
-    let content_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_string);
-    prepare_named(state, endpoint, request, |bytes, _| {
-        body::parse(bytes, content_type.as_deref())
-            .map(|call| (name.to_string(), call))
-            .map_err(|error| error.at(name, endpoint))
-    })
-    .await
-}
-
-/// Everything before a run: a slot, the budget, the body (which `read`
-/// makes into the served tactic's name and the call), the task's checks.
-/// The error names the endpoint, and the tactic once it is known.
-pub async fn prepare_named(
-    state: &State,
-    endpoint: &'static str,
-    request: Request,
-    read: impl FnOnce(&[u8], &State) -> Result<(String, Call), ApiError>,
-) -> Result<Prepared, ApiError> {
-    let permit = state.slots.clone().try_acquire_owned().map_err(|_| {
-        let mut error = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Busy",
-            format!(
-                "the server runs {} calls at once and all are taken; retry after a second",
-                state.limits.concurrency
-            ),
-        );
-        error.retry_after = Some(1);
-        error.at_endpoint(endpoint)
-    })?;
-    if let Some(budget) = &state.budget
-        && budget.is_spent()
-    {
-        return Err(over_budget(budget.max()).at_endpoint(endpoint));
-    }
-    let bytes = read_body(request.into_body(), &state.limits)
-        .await
-        .map_err(|error| error.at_endpoint(endpoint))?;
-    let (name, call) = read(&bytes, state).map_err(|error| match error.endpoint {
-        Some(_) => error,
-        None => error.at_endpoint(endpoint),
-    })?;
-    let Some(tactic) = state.tactic(&name) else {
-        return Err(ApiError::no_tactic(&name, &state.names()).at_endpoint(endpoint));
-    };
-    check(tactic, &call.task)
-        .map_err(|error| error.at(&name, endpoint).request(&call.request_id))?;
-    Ok(Prepared {
-        tactic: tactic.clone(),
-        name,
-        call,
-        permit,
-    })
-}
-
-/// 429 `BudgetExceeded`.
-fn over_budget(max: f64) -> ApiError {
-    ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "BudgetExceeded",
-        format!("the server's budget (`--max-cost {max}`) is spent; no more calls are run"),
-    )
-}
-
-/// The body, at most `limits.max_body` bytes, read within the deadline.
-async fn read_body(body: Body, limits: &Limits) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "BodyTooLarge",
-            format!("the body is larger than {} bytes", limits.max_body),
-        )
-    };
-    let read = axum::body::to_bytes(body, limits.max_body);
-    match tokio::time::timeout(limits.timeout, read).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(error)) => {
-            // `to_bytes` says "length limit exceeded", in its error or a source of it.
-            let mut cause: Option<&dyn std::error::Error> = Some(&error);
-            let mut limit = false;
-            while let Some(error) = cause {
-                limit |= error.to_string().contains("length limit exceeded");
-                cause = error.source();
-            }
-            if limit {
-                Err(too_large())
-            } else {
-                Err(ApiError::bad_input(format!(
-                    "the body could not be read: {error}"
-                )))
-            }
-        }
-        Err(_) => Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "Timeout",
-            format!(
-                "the body did not arrive within the deadline of {} s",
-                limits.timeout.as_secs()
-            ),
-        )),
-    }
-}
-
-/// The task against the tactic: its templates' variables and trial
-/// renders, then its input against `input_schema`.
-fn check(tactic: &Tactic, task: &lllm::Task) -> Result<(), ApiError> {
-    if let Err(error) = tactic.check_input(task) {
-        let problems: Vec<Value> = error
-            .problems
-            .iter()
-            .map(|problem| json!({"pointer": problem.pointer, "message": problem.message}))
-            .collect();
-        let mut refused = ApiError::bad_input(format!(
-            "the input does not fit the tactic's input_schema: {}",
-            error
-                .problems
-                .iter()
-                .map(|problem| format!("input at `{}`: {}", problem.pointer, problem.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-        refused
-            .metadata
-            .insert("problems".into(), Value::Array(problems));
-        return Err(refused);
-    }
-    tactic
-        .check_task(task)
-        .map_err(|error| ApiError::bad_input(error.to_string().replace('\n', "; ")))
-}
-
 async fn run(Extract(state): Shared, Path(name): Path<String>, request: Request) -> Response {
     let prepared = match prepare(&state, &name, "run", request).await {
         Ok(prepared) => prepared,
@@ -413,98 +255,6 @@ async fn run(Extract(state): Shared, Path(name): Path<String>, request: Request)
         Ok(body) => with_request_id(axum::Json(body).into_response(), &request_id),
         Err(error) => error.at(&name, "run").request(&request_id).into_response(),
     }
-}
-
-/// A finished run's answer: `{"output", "request_id", "tactic"}` and the
-/// result line's fields, or the error it ended with.
-pub fn answer(
-    state: &State,
-    tactic: &Tactic,
-    finished: &Finished,
-    request_id: &str,
-    output_schema: bool,
-) -> Result<Value, ApiError> {
-    let record = &finished.record;
-    let mut fields = result_fields(request_id, record);
-    tactic.secrets().scrub_value(&mut fields);
-    let Value::Object(fields) = fields else {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal",
-            "the run's result could not be written",
-        ));
-    };
-    let failed = |status, kind, message: String| {
-        let mut error = ApiError::new(status, kind, message);
-        error.metadata = fields.clone();
-        error.metadata.remove("error");
-        error
-    };
-    let message = record
-        .error
-        .clone()
-        .unwrap_or_else(|| "the run failed".into());
-    match (finished.ending, &record.state, &record.delivery) {
-        (Ending::Timeout, ..) => Err(failed(StatusCode::GATEWAY_TIMEOUT, "Timeout", message)),
-        (Ending::Cancelled, ..) => Err(failed(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Cancelled",
-            message,
-        )),
-        (Ending::Finished, RunState::Success, Some(delivery)) => {
-            let output = match output_schema {
-                true => serde_json::from_str(delivery)
-                    .unwrap_or_else(|_| Value::String(delivery.clone())),
-                false => Value::String(delivery.clone()),
-            };
-            let mut body = Map::new();
-            body.insert("output".into(), output);
-            body.insert("request_id".into(), Value::String(request_id.into()));
-            body.insert("tactic".into(), Value::String(tactic.config.name.clone()));
-            body.extend(fields);
-            let mut body = Value::Object(body);
-            tactic.secrets().scrub_value(&mut body);
-            Ok(body)
-        }
-        _ if refused(record) => {
-            let max = state.budget.as_ref().map_or(0.0, |budget| budget.max());
-            let mut error = over_budget(max);
-            error.metadata = fields.clone();
-            Err(error)
-        }
-        _ => Err(failed(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "RunFailed",
-            message,
-        )),
-    }
-}
-
-/// The result line's fields of a run (docs/batch.md), without its id,
-/// delivery, tags and arguments.
-fn result_fields(request_id: &str, record: &SessionRecord) -> Value {
-    let line = lllm::batch::output::ResultLine::from_record(request_id.into(), record);
-    let mut value = serde_json::to_value(line).unwrap_or(Value::Null);
-    if let Value::Object(fields) = &mut value {
-        for key in ["id", "delivery", "tags", "args"] {
-            fields.remove(key);
-        }
-    }
-    value
-}
-
-/// Whether the budget refused one of the run's calls.
-fn refused(record: &SessionRecord) -> bool {
-    record
-        .agent_calls
-        .iter()
-        .flat_map(|call| &call.invokes)
-        .any(|invoke| {
-            invoke.error.as_ref().is_some_and(|error| {
-                error.code.as_deref() == Some(lllm::provider::budget::REFUSED_CODE)
-            })
-        })
-        || record.sub_tactic_sessions.iter().any(refused)
 }
 
 /// `response` with the request's id in `X-Request-Id`.

@@ -1,0 +1,289 @@
+//! What a call goes through before and after its run: find the tactic,
+//! take a slot of the concurrency limit (429 with `Retry-After` when none is
+//! free), check the budget, read the body within its limit, make the task
+//! (`body`), check it against the tactic (`check_input`, `check_task`);
+//! only then is anything sent to a provider, and only then does a stream
+//! answer 200. After the run: the answer, or the error it ended with.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use bytes::Bytes;
+use lllm::Tactic;
+use lllm::tactic::{RunState, SessionRecord};
+use serde_json::{Map, Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::Limits;
+use crate::body::{self, Call};
+use crate::error::ApiError;
+use crate::routes::State;
+use crate::session::{Ending, Finished};
+
+/// A call checked and ready to run.
+pub struct Prepared {
+    pub tactic: Tactic,
+    pub name: String,
+    pub call: Call,
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Everything before a run on the tactic served as `name`: the tactic (404
+/// first), then [`prepare_named`] with the body read as upstream's envelope,
+/// a task line or a string.
+pub async fn prepare(
+    state: &State,
+    name: &str,
+    endpoint: &'static str,
+    request: Request,
+) -> Result<Prepared, ApiError> {
+    if state.tactic(name).is_none() {
+        let error = ApiError::no_tactic(name, &state.names()).at_endpoint(endpoint);
+        return Err(identified(error));
+    }
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
+    prepare_named(state, endpoint, request, |bytes, _| {
+        body::parse(bytes, content_type.as_deref())
+            .map(|call| (name.to_string(), call))
+            .map_err(|error| error.at(name, endpoint))
+    })
+    .await
+}
+
+/// Everything before a run: a slot, the budget, the body (which `read`
+/// makes into the served tactic's name and the call), the task's checks.
+/// The error names the endpoint, and the tactic once it is known.
+pub async fn prepare_named(
+    state: &State,
+    endpoint: &'static str,
+    request: Request,
+    read: impl FnOnce(&[u8], &State) -> Result<(String, Call), ApiError>,
+) -> Result<Prepared, ApiError> {
+    checked(state, endpoint, request, read)
+        .await
+        .map_err(identified)
+}
+
+/// `error` with a request id: a call refused before its body named one
+/// gets a new one, as upstream's service gives every call one.
+pub fn identified(mut error: ApiError) -> ApiError {
+    if error.request_id.is_none() {
+        error.request_id = Some(uuid::Uuid::now_v7().to_string());
+    }
+    error
+}
+
+async fn checked(
+    state: &State,
+    endpoint: &'static str,
+    request: Request,
+    read: impl FnOnce(&[u8], &State) -> Result<(String, Call), ApiError>,
+) -> Result<Prepared, ApiError> {
+    let permit = state.slots.clone().try_acquire_owned().map_err(|_| {
+        let mut error = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Busy",
+            format!(
+                "the server runs {} calls at once and all are taken; retry after a second",
+                state.limits.concurrency
+            ),
+        );
+        error.retry_after = Some(1);
+        error.at_endpoint(endpoint)
+    })?;
+    if let Some(budget) = &state.budget
+        && budget.is_spent()
+    {
+        return Err(over_budget(budget.max()).at_endpoint(endpoint));
+    }
+    let bytes = read_body(request.into_body(), &state.limits)
+        .await
+        .map_err(|error| error.at_endpoint(endpoint))?;
+    let (name, call) = read(&bytes, state).map_err(|error| match error.endpoint {
+        Some(_) => error,
+        None => error.at_endpoint(endpoint),
+    })?;
+    let Some(tactic) = state.tactic(&name) else {
+        return Err(ApiError::no_tactic(&name, &state.names()).at_endpoint(endpoint));
+    };
+    check(tactic, &call.task)
+        .map_err(|error| error.at(&name, endpoint).request(&call.request_id))?;
+    Ok(Prepared {
+        tactic: tactic.clone(),
+        name,
+        call,
+        permit,
+    })
+}
+
+/// 429 `BudgetExceeded`.
+fn over_budget(max: f64) -> ApiError {
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "BudgetExceeded",
+        format!("the server's budget (`--max-cost {max}`) is spent; no more calls are run"),
+    )
+}
+
+/// The body, at most `limits.max_body` bytes, read within the deadline.
+async fn read_body(body: Body, limits: &Limits) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "BodyTooLarge",
+            format!("the body is larger than {} bytes", limits.max_body),
+        )
+    };
+    let read = axum::body::to_bytes(body, limits.max_body);
+    match tokio::time::timeout(limits.timeout, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) => {
+            // `to_bytes` says "length limit exceeded", in its error or a source of it.
+            let mut cause: Option<&dyn std::error::Error> = Some(&error);
+            let mut limit = false;
+            while let Some(error) = cause {
+                limit |= error.to_string().contains("length limit exceeded");
+                cause = error.source();
+            }
+            if limit {
+                Err(too_large())
+            } else {
+                Err(ApiError::bad_input(format!(
+                    "the body could not be read: {error}"
+                )))
+            }
+        }
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "Timeout",
+            format!(
+                "the body did not arrive within the deadline of {} s",
+                limits.timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+/// The task against the tactic: its templates' variables and trial
+/// renders, then its input against `input_schema`.
+fn check(tactic: &Tactic, task: &lllm::Task) -> Result<(), ApiError> {
+    if let Err(error) = tactic.check_input(task) {
+        let problems: Vec<Value> = error
+            .problems
+            .iter()
+            .map(|problem| json!({"pointer": problem.pointer, "message": problem.message}))
+            .collect();
+        let mut refused = ApiError::bad_input(format!(
+            "the input does not fit the tactic's input_schema: {}",
+            error
+                .problems
+                .iter()
+                .map(|problem| format!("input at `{}`: {}", problem.pointer, problem.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+        refused
+            .metadata
+            .insert("problems".into(), Value::Array(problems));
+        return Err(refused);
+    }
+    tactic
+        .check_task(task)
+        .map_err(|error| ApiError::bad_input(error.to_string().replace('\n', "; ")))
+}
+
+/// A finished run's answer: `{"output", "request_id", "tactic"}` and the
+/// result line's fields, or the error it ended with.
+pub fn answer(
+    state: &State,
+    tactic: &Tactic,
+    finished: &Finished,
+    request_id: &str,
+    output_schema: bool,
+) -> Result<Value, ApiError> {
+    let record = &finished.record;
+    let mut fields = result_fields(request_id, record);
+    tactic.secrets().scrub_value(&mut fields);
+    let Value::Object(fields) = fields else {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal",
+            "the run's result could not be written",
+        ));
+    };
+    let failed = |status, kind, message: String| {
+        let mut error = ApiError::new(status, kind, message);
+        error.metadata = fields.clone();
+        error.metadata.remove("error");
+        error
+    };
+    let message = record
+        .error
+        .clone()
+        .unwrap_or_else(|| "the run failed".into());
+    match (finished.ending, &record.state, &record.delivery) {
+        (Ending::Timeout, ..) => Err(failed(StatusCode::GATEWAY_TIMEOUT, "Timeout", message)),
+        (Ending::Cancelled, ..) => Err(failed(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Cancelled",
+            message,
+        )),
+        (Ending::Finished, RunState::Success, Some(delivery)) => {
+            let output = match output_schema {
+                true => serde_json::from_str(delivery)
+                    .unwrap_or_else(|_| Value::String(delivery.clone())),
+                false => Value::String(delivery.clone()),
+            };
+            let mut body = Map::new();
+            body.insert("output".into(), output);
+            body.insert("request_id".into(), Value::String(request_id.into()));
+            body.insert("tactic".into(), Value::String(tactic.config.name.clone()));
+            body.extend(fields);
+            let mut body = Value::Object(body);
+            tactic.secrets().scrub_value(&mut body);
+            Ok(body)
+        }
+        _ if refused(record) => {
+            let max = state.budget.as_ref().map_or(0.0, |budget| budget.max());
+            let mut error = over_budget(max);
+            error.metadata = fields.clone();
+            Err(error)
+        }
+        _ => Err(failed(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "RunFailed",
+            message,
+        )),
+    }
+}
+
+/// The result line's fields of a run (docs/batch.md), without its id,
+/// delivery, tags and arguments.
+fn result_fields(request_id: &str, record: &SessionRecord) -> Value {
+    let line = lllm::batch::output::ResultLine::from_record(request_id.into(), record);
+    let mut value = serde_json::to_value(line).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut value {
+        for key in ["id", "delivery", "tags", "args"] {
+            fields.remove(key);
+        }
+    }
+    value
+}
+
+/// Whether the budget refused one of the run's calls.
+fn refused(record: &SessionRecord) -> bool {
+    record
+        .agent_calls
+        .iter()
+        .flat_map(|call| &call.invokes)
+        .any(|invoke| {
+            invoke.error.as_ref().is_some_and(|error| {
+                error.code.as_deref() == Some(lllm::provider::budget::REFUSED_CODE)
+            })
+        })
+        || record.sub_tactic_sessions.iter().any(refused)
+}
