@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::TacticInfo;
-use super::client::{RemoteAnswer, RemoteTactic, envelope, new_request_id, read_answer};
+use super::answer::{RemoteAnswer, read_answer};
+use super::client::{RemoteTactic, envelope, new_request_id};
 use crate::tactic::Task;
 
 /// One call a run made to a served tactic, as its session record keeps it.

@@ -5,7 +5,8 @@
 //!
 //! - `url` turns the URL a user gives into the tactic's routes (D21);
 //! - `sse` reads a `/stream`'s events in both dialects (D17, D18);
-//! - `client` is [`RemoteTactic`]: `info`, `run`, `events`;
+//! - `client` is [`RemoteTactic`]: `info`, `run`, `events`; `answer` reads
+//!   what comes back ([`RemoteAnswer`], [`RemoteError`]);
 //! - `exchange` records each remote call in the run's session record and,
 //!   in `lllm replay --rerun`, serves the recorded answer instead of calling.
 //!
@@ -13,6 +14,7 @@
 //! a web framework. The module sits in the tactic layer (it runs tasks and
 //! keeps their records) and is `lllm::remote` from outside.
 
+mod answer;
 mod client;
 pub(crate) mod exchange;
 mod sse;
