@@ -225,6 +225,16 @@ pub enum EventKind {
         /// Why it failed, when it did.
         error: Option<String>,
     },
+    /// An event a served tactic sent that is none of ours (upstream
+    /// lllm-core's free-form kinds, such as `message`), read by
+    /// [`RemoteTactic::events`](crate::remote::RemoteTactic::events): its
+    /// kind and data as sent.
+    Remote {
+        /// The kind the server named.
+        kind: String,
+        /// Its data, as sent.
+        data: Value,
+    },
     /// The run delivered: the last event of a successful run.
     Result {
         /// The answer.
@@ -267,6 +277,7 @@ impl EventKind {
             EventKind::Wait { .. } => "wait",
             EventKind::SubTacticStarted { .. } => "sub_tactic_started",
             EventKind::SubTacticFinished { .. } => "sub_tactic_finished",
+            EventKind::Remote { .. } => "remote",
             EventKind::Result { .. } => "result",
             EventKind::Error { .. } => "error",
         }
@@ -294,7 +305,7 @@ impl EventKind {
             }
             EventKind::ToolResult { result, error, .. } => optional.extend([result, error]),
             EventKind::Repair { error, .. } | EventKind::Retry { error, .. } => texts.push(error),
-            EventKind::Wait { .. } => {}
+            EventKind::Wait { .. } | EventKind::Remote { .. } => {}
             EventKind::SubTacticFinished { error, .. } => optional.push(error),
             EventKind::Result { delivery, .. } => texts.push(delivery),
             EventKind::Error { message, .. } => texts.push(message),

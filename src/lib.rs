@@ -63,6 +63,8 @@ pub use registry::Registry;
 /// derives through it with nothing more in the user's Cargo.toml.
 pub use schemars;
 pub use tactic::TacticInfo;
+/// Tactics served over HTTP, from the client's side: [`remote::RemoteTactic`].
+pub use tactic::remote;
 pub use tactic::{Ctx, Flow, FlowResult, RunError, SessionRecord, Tactic, Task, TypedError};
 pub use tool::Tool;
 #[doc(hidden)]

@@ -433,9 +433,14 @@ fn render_raw(record: &SessionRecord) -> String {
         }
     }
 
+    render_remote_calls(&mut out, record);
+
     for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
-        let step = sub_steps.get(&index).copied().unwrap_or("?");
-        let _ = writeln!(out, "\nstep `{step}` ran tactic `{}`:", sub.tactic.name);
+        let by = match sub_steps.get(&index) {
+            Some(step) => format!("step `{step}`"),
+            None => "a tool".to_string(),
+        };
+        let _ = writeln!(out, "\n{by} ran tactic `{}`:", sub.tactic.name);
         for line in render(sub).lines() {
             let _ = writeln!(out, "  | {line}");
         }
@@ -451,6 +456,37 @@ fn render_raw(record: &SessionRecord) -> String {
         (None, None) => {}
     }
     out
+}
+
+/// The record's calls to served tactics: who called what, and the answer.
+fn render_remote_calls(out: &mut String, record: &SessionRecord) {
+    for call in &record.remote_calls {
+        let outcome = match (&call.error, &call.answer) {
+            (Some(error), _) => format!("failed: {}", one_line(error, 200)),
+            (None, answer) if call.route == "info" => format!(
+                "contract of `{}`",
+                crate::redact::echo(answer["name"].as_str().unwrap_or("?"))
+            ),
+            (None, answer) => one_line(&answer.get("output").unwrap_or(answer).to_string(), 200),
+        };
+        let session = call
+            .session_id
+            .as_deref()
+            .map(|id| format!(" · remote session {}", crate::redact::echo(id)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "\n{} called `{}` ({}, {} ms{session}): {outcome}",
+            crate::redact::echo(&call.by),
+            crate::redact::echo(&call.url),
+            call.route,
+            call.latency_ms
+        );
+        if call.route == "run" {
+            let input = call.request.get("input").unwrap_or(&call.request);
+            let _ = writeln!(out, "  input: {}", one_line(&input.to_string(), 200));
+        }
+    }
 }
 
 fn render_call(out: &mut String, number: usize, step: Option<&str>, call: &AgentCallSession) {
@@ -613,6 +649,16 @@ fn enqueue(record: &SessionRecord, queue: &mut Vec<Recorded>) {
     }
     for call in record.agent_calls.iter().skip(next) {
         enqueue_call(&dialogs, call, queue);
+    }
+    // The runs of tactic tools nest without a step naming them (issue 30).
+    for (index, sub) in record.sub_tactic_sessions.iter().enumerate() {
+        if !record
+            .steps
+            .iter()
+            .any(|step| step.sub_tactic == Some(index))
+        {
+            enqueue(sub, queue);
+        }
     }
 }
 
@@ -915,17 +961,32 @@ async fn rerun_record(
     // The run's `-O` too: the requests it sent had them.
     config.override_model_args(&record.tactic.model_args);
     let provider = Arc::new(ReplayProvider::new(recorded_calls(record)));
-    let mut built = crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)?;
+    // Served tactics answer from the record too: their contracts while the
+    // tactic builds, their runs while it runs (issue 30).
+    let remote = Arc::new(crate::tactic::remote::exchange::Replay::new(
+        crate::tactic::remote::exchange::recorded(record),
+    ));
+    let mut built = crate::tactic::remote::exchange::replaying_sync(remote.clone(), || {
+        crate::tactic::Tactic::build_replaying(config, provider.clone(), registry)
+    })?;
     // A typed run (`call_typed`) was held to a schema its tactic lacks.
     built.hold_as_recorded(&record.tactic)?;
     built.check(&record.args.keys().cloned().collect())?;
     built.start().await?;
     let task = record.task_input();
-    let rerun = built.run(task).await;
+    let rerun = crate::tactic::remote::exchange::replaying(remote.clone(), built.run(task)).await;
     built.shutdown().await;
     let replayed = provider.served();
     let difference = if let Some(divergence) = provider.divergence() {
         Some(divergence.to_string())
+    } else if let Some(divergence) = remote.divergence() {
+        Some(divergence)
+    } else if remote.remaining() > 0 {
+        Some(format!(
+            "the re-run made {} to served tactics; the record has {} more",
+            count(remote.served() as u64, "call", "calls"),
+            remote.remaining()
+        ))
     } else if provider.remaining() > 0 {
         Some(format!(
             "the re-run made {}; the record has {} more",

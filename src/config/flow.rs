@@ -108,6 +108,10 @@ pub struct SubTacticConfig {
     pub condition: Option<String>,
     /// `stop:`, as for a step.
     pub stop: Option<String>,
+    /// For a served tactic (`tactic: http://…`): the variable that holds
+    /// its bearer token (`token_env:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
     /// Its path in the document (`flow[0]`).
     #[serde(skip)]
     pub(crate) at: String,
@@ -364,8 +368,17 @@ impl FlowParser<'_> {
                 args: step.args.unwrap_or_default(),
                 condition: step.condition,
                 stop: step.stop,
+                token_env: step.token_env,
                 at: label.to_string(),
             })));
+        }
+        if step.token_env.is_some() {
+            self.problems.at(
+                at("token_env"),
+                format!(
+                    "step `{name}`: `token_env` is for a step that runs a served tactic (`tactic: http://…`)"
+                ),
+            );
         }
         if step.task.is_some() {
             self.problems.at(

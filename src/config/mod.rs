@@ -356,6 +356,12 @@ fn parse_yaml(text: &str, path: &str) -> Result<(Value, Positions)> {
     })
 }
 
+/// Whether a `tactic:` value names a served tactic (`http://…`,
+/// `https://…`) rather than a file (issue 30).
+pub(crate) fn is_served_url(text: &str) -> bool {
+    text.starts_with("http://") || text.starts_with("https://")
+}
+
 /// Makes the paths this file declares absolute against its directory.
 fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
     let absolute = |value: &str| directory.join(value).display().to_string();
@@ -380,6 +386,16 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
                 .for_each(cwd);
         }
     }
+    // A tool that runs a tactic file (`tools: [{tactic: PATH}]`); a URL stays.
+    if let Some(Value::Array(entries)) = map.get_mut("tools") {
+        for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(Value::String(path)) = entry.get_mut("tactic")
+                && !crate::config::is_served_url(path)
+            {
+                *path = absolute(path);
+            }
+        }
+    }
     if let Some(Value::Object(builtins)) = map.get_mut("builtin_tools") {
         for options in builtins.values_mut().filter_map(Value::as_object_mut) {
             if let Some(Value::String(root)) = options.get_mut("root") {
@@ -402,7 +418,10 @@ fn resolve_paths(map: &mut Map<String, Value>, directory: &Path) {
 /// Sub-tactic paths (`tactic:` on a step, at any depth of the flow).
 fn resolve_flow_paths(items: &mut [Value], directory: &Path) {
     for item in items.iter_mut().filter_map(Value::as_object_mut) {
-        if let Some(Value::String(path)) = item.get_mut("tactic") {
+        // A served tactic's URL is not a path.
+        if let Some(Value::String(path)) = item.get_mut("tactic")
+            && !crate::config::is_served_url(path)
+        {
             *path = directory.join(&*path).display().to_string();
         }
         if let Some(Value::Array(steps)) = item.get_mut("steps") {

@@ -50,7 +50,18 @@ pub const AGENT_KEYS: &[&str] = &[
 ];
 
 pub const STEP_KEYS: &[&str] = &[
-    "step", "agent", "dialog", "prompt", "text", "args", "if", "fork", "stop", "tactic", "task",
+    "step",
+    "agent",
+    "dialog",
+    "prompt",
+    "text",
+    "args",
+    "if",
+    "fork",
+    "stop",
+    "tactic",
+    "task",
+    "token_env",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,6 +149,10 @@ pub struct RawTool {
     pub timeout_s: Option<Value>,
     pub cwd: Option<String>,
     pub env: Option<BTreeMap<String, String>>,
+    /// A tactic (a file, or a served tactic's URL) the tool runs.
+    pub tactic: Option<String>,
+    /// The variable holding the served tactic's bearer token.
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -169,6 +184,9 @@ pub struct RawStep {
     pub tactic: Option<String>,
     /// The sub-tactic's task, a template (default: this run's task).
     pub task: Option<String>,
+    /// For a served tactic (`tactic: http://…`): the variable holding its
+    /// bearer token.
+    pub token_env: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

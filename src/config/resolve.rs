@@ -245,6 +245,14 @@ pub struct ToolConfig {
     pub cwd: PathBuf,
     /// Added to its environment (shown as `***`).
     pub env: BTreeMap<String, String>,
+    /// For a tool that runs a tactic (`tactic:` instead of `command:`):
+    /// the tactic file (absolute) or served tactic's URL; its parameters
+    /// and description come from that tactic's contract when it loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tactic: Option<String>,
+    /// The variable holding the served tactic's bearer token (`token_env:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
 }
 
 /// A built-in tool switched on (`builtin_tools: {read_file: {root: data}}`).
@@ -685,6 +693,56 @@ fn resolve_tools(
             problems.missing(&join(&at, "name"), format!("`{at}` has no `name`"));
             continue;
         };
+        if let Some(tactic) = tool.tactic {
+            // A tactic as a tool: its contract is its parameters (issue 30).
+            let own = [
+                ("command", tool.command.is_some()),
+                ("parameters", tool.parameters.is_some()),
+                ("timeout_s", tool.timeout_s.is_some()),
+                ("env", tool.env.is_some()),
+            ];
+            let mut refused = false;
+            for (key, _) in own.iter().filter(|(_, present)| *present) {
+                problems.at(
+                    join(&at, key),
+                    format!(
+                        "tool `{name}` runs tactic `{tactic}`, so it takes no `{key}` (its parameters are the tactic's `input_schema`)"
+                    ),
+                );
+                refused = true;
+            }
+            if tool.token_env.is_some() && !crate::config::is_served_url(&tactic) {
+                problems.at(
+                    join(&at, "token_env"),
+                    format!(
+                        "tool `{name}`: `token_env` is for a served tactic (`tactic: http://…`)"
+                    ),
+                );
+                refused = true;
+            }
+            if refused {
+                continue;
+            }
+            tools.push(ToolConfig {
+                description: tool.description.unwrap_or_default(),
+                parameters: Value::Null,
+                command: Vec::new(),
+                timeout_s: 0.0,
+                cwd: base_dir.to_path_buf(),
+                env: BTreeMap::new(),
+                tactic: Some(tactic),
+                token_env: tool.token_env,
+                name,
+            });
+            continue;
+        }
+        if let Some(token_env) = &tool.token_env {
+            problems.at(
+                join(&at, "token_env"),
+                format!("tool `{name}`: `token_env` ({token_env}) is for a tool that runs a served tactic (`tactic: http://…`)"),
+            );
+            continue;
+        }
         let command = tool.command.unwrap_or_default();
         if command.is_empty() {
             problems.missing(
@@ -724,6 +782,8 @@ fn resolve_tools(
                 .map(PathBuf::from)
                 .unwrap_or_else(|| base_dir.to_path_buf()),
             env: tool.env.unwrap_or_default(),
+            tactic: None,
+            token_env: None,
             name,
         });
     }

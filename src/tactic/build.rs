@@ -186,13 +186,22 @@ impl Tactic {
     /// Builds what `config` allows, with every problem found on the way. The
     /// tactic is only fit to run without problems; with them it still holds
     /// every template that compiled, for the checks of a later phase.
-    pub(super) fn assemble(config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
+    pub(super) fn assemble(mut config: TacticConfig, builder: &Builder<'_>) -> (Tactic, Problems) {
         let extensions = builder.extensions;
         let mut builder = nested_builder(builder, &config);
         let mut problems = Problems::default();
         let registry = load_registry(&config, extensions, &mut problems);
         let toolbox = build_toolbox(&config, &builder.hidden_variables, &mut problems);
         let toolbox = add_registered_tools(toolbox, extensions, &mut problems);
+        let (toolbox, remote_contracts) =
+            super::tools::add_tactic_tools(&config, toolbox, &builder, &mut problems);
+        // A tactic tool that could not be built has its problem; the agents
+        // naming it are not also told it is missing.
+        for tool in &config.tools {
+            if tool.tactic.is_some() && !toolbox.contains(&tool.name) {
+                config.left_out.tools.insert(tool.name.clone());
+            }
+        }
         let providers = build_providers(&config, &builder, &mut problems);
         if let Some(providers) = &providers {
             builder.secrets.extend(providers.secrets());
@@ -255,6 +264,7 @@ impl Tactic {
         let runtime = build_runtime(&config, builder, toolbox, prices, &nodes);
         let records = Records::of(&config, &prompts, &runtime.secrets);
         let tactic = Tactic {
+            remote_contracts: remote_contracts.into(),
             recorded_config: records.config,
             recorded_prompts: records.prompts,
             shared_templates: records.shared_templates,
@@ -287,10 +297,19 @@ fn nested_builder<'a>(builder: &Builder<'a>, config: &TacticConfig) -> Builder<'
             .values()
             .filter_map(|provider| provider.api_key_env.clone()),
     );
+    // Served tactics' tokens (issue 30) are keys too: no tool sees their
+    // variables, and no record or event their values.
+    let mut secrets = builder.secrets.clone();
+    for variable in token_variables(config) {
+        if let Some(token) = (builder.env)(&variable) {
+            secrets.add(token.trim());
+        }
+        hidden_variables.push(variable);
+    }
     Builder {
         stack,
         hidden_variables,
-        secrets: builder.secrets.clone(),
+        secrets,
         replacement: builder.replacement.clone(),
         dry_run: builder.dry_run.clone(),
         budget: builder.budget.clone(),
@@ -298,6 +317,28 @@ fn nested_builder<'a>(builder: &Builder<'a>, config: &TacticConfig) -> Builder<'
         batch_api: builder.batch_api.clone(),
         ..*builder
     }
+}
+
+/// The variables `config`'s tactic tools and remote steps read their
+/// tokens from (`token_env:`).
+fn token_variables(config: &TacticConfig) -> Vec<String> {
+    fn walk(items: &[crate::config::FlowItem], found: &mut Vec<String>) {
+        for item in items {
+            match item {
+                crate::config::FlowItem::Tactic(step) => found.extend(step.token_env.clone()),
+                crate::config::FlowItem::Loop(settings) => walk(&settings.steps, found),
+                crate::config::FlowItem::Parallel(settings) => walk(&settings.steps, found),
+                crate::config::FlowItem::Step(_) => {}
+            }
+        }
+    }
+    let mut found: Vec<String> = config
+        .tools
+        .iter()
+        .filter_map(|tool| tool.token_env.clone())
+        .collect();
+    walk(&config.flow, &mut found);
+    found
 }
 
 /// The prompt files of `config`'s prompts directory (none without one):
@@ -828,6 +869,10 @@ fn build_toolbox(config: &TacticConfig, hidden: &[String], problems: &mut Proble
                 "tool `{}` is defined twice under `tools:`",
                 tool.name
             ));
+            continue;
+        }
+        if tool.tactic.is_some() {
+            // A tactic as a tool: built with the tactic (`tools.rs`).
             continue;
         }
         let spec = ToolSpec {

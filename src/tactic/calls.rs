@@ -441,6 +441,7 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
         dialogs: Vec::new(),
         agent_calls: Vec::new(),
         sub_tactic_sessions: Vec::new(),
+        remote_calls: Vec::new(),
         shared: None,
         cost: crate::dialog::InvokeCost::default(),
         cost_known: true,

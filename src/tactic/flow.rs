@@ -14,7 +14,7 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
 use super::record::{self, RunState, SessionRecord, StepRecord, TacticInfo};
-use super::{ArgValue, Ctx, Node, Step, SubStep, Tactic, Task};
+use super::{ArgValue, Ctx, Node, Step, SubStep, SubTarget, Tactic, Task};
 use crate::agent::{Agent, AgentCallSession, AgentSpec, Fork};
 use crate::dialog::{ContentPart, Dialog, DialogRecord, InvokeCost, Message};
 use crate::event::{Emitter, EventKind};
@@ -186,10 +186,12 @@ async fn run_whole(
         .program
         .as_ref()
         .map(|flow| (flow.clone(), Ctx::new(tactic, &task).with_events(events)));
+    // The calls to served tactics, the contracts its tools read at load first.
+    let remote_log = crate::tactic::remote::exchange::Log::starting_with(&tactic.remote_contracts);
     let outcome = {
         // Each run serves its offline `mock/script` replies from the start
         // (a script describes one run, whatever else runs at once).
-        let work = crate::mock::script::with_own_positions(async {
+        let work = remote_log.scope(crate::mock::script::with_own_positions(async {
             // MCP servers start once per tactic, before the first request;
             // `lllm run` starts them earlier (a server that cannot start is
             // bad input there).
@@ -206,7 +208,7 @@ async fn run_whole(
             } else {
                 run.steps().await
             }
-        });
+        }));
         tokio::select! {
             outcome = work => outcome,
             () = interrupt => Err(INTERRUPTED.to_string()),
@@ -221,6 +223,8 @@ async fn run_whole(
     // A call the interrupt stopped midway is on record too, with what its
     // finished requests cost.
     run.calls.extend(interrupted_calls(tactic, &mut run.agents));
+    // The runs of its tactic tools nest as sub-sessions no step names.
+    run.subs.extend(remote_log.take_sessions());
     let outcome = outcome.and_then(|delivery| fits_output(tactic, delivery));
     let (state, delivery, error) = match outcome {
         Ok(delivery) => (RunState::Success, Some(delivery), None),
@@ -274,6 +278,7 @@ async fn run_whole(
         cost,
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
+        remote_calls: remote_log.take(),
         shared: None,
     }
 }
@@ -623,25 +628,23 @@ impl Run<'_> {
                 .unwrap_or_default(),
             attachments: intro.map(|intro| intro.attachments).unwrap_or_default(),
         };
+        let tactic = match &step.target {
+            SubTarget::Local(tactic) => tactic,
+            SubTarget::Remote(remote) => return self.run_remote(step, remote, input).await,
+        };
         let events = self.events_for(stream);
         if let Some(events) = &self.events {
             events.emit(EventKind::SubTacticStarted {
                 step: step.name.clone(),
-                tactic: step.tactic.config.name.clone(),
+                tactic: tactic.config.name.clone(),
             });
         }
-        let mut record = Box::pin(run_whole(
-            &step.tactic,
-            input,
-            events,
-            std::future::pending(),
-        ))
-        .await;
+        let mut record = Box::pin(run_whole(tactic, input, events, std::future::pending())).await;
         // The delivery goes on to the next requests as it was made (a key
         // the task gave is sent on); the sub-session is kept in the written
         // form, as this run's own record will be: it is written inside it.
         let delivery = record.delivery.clone();
-        finish(&step.tactic, &mut record);
+        finish(tactic, &mut record);
         if let Some(events) = &self.events {
             events.emit(EventKind::SubTacticFinished {
                 step: step.name.clone(),
@@ -681,6 +684,57 @@ impl Run<'_> {
         });
         self.subs.push(record);
         outcome
+    }
+
+    /// Runs a served tactic as one step (issue 30): its output is the step's
+    /// content (`parsed` too when it is JSON), the call is on this run's
+    /// record (`remote_calls`), and a re-run gets the recorded answer.
+    async fn run_remote(
+        &mut self,
+        step: &SubStep,
+        remote: &crate::tactic::remote::RemoteTactic,
+        input: Task,
+    ) -> Result<String, String> {
+        let tactic = remote.url().to_string();
+        if let Some(events) = &self.events {
+            events.emit(EventKind::SubTacticStarted {
+                step: step.name.clone(),
+                tactic: tactic.clone(),
+            });
+        }
+        let outcome = crate::tactic::remote::exchange::run(remote, &step.name, &input).await;
+        if let Some(events) = &self.events {
+            let (state, cost, error) = match &outcome {
+                Ok(answer) => ("success", answer.cost, None),
+                Err(error) => ("failure", None, Some(error.clone())),
+            };
+            events.emit(EventKind::SubTacticFinished {
+                step: step.name.clone(),
+                tactic,
+                state: state.to_string(),
+                cost,
+                usage: InvokeCost::default(),
+                error,
+            });
+        }
+        let answer = outcome.map_err(|error| format!("step `{}`: {error}", step.name))?;
+        let delivery = answer.delivery();
+        let parsed = match &answer.output {
+            Value::String(_) => Value::Null,
+            other => other.clone(),
+        };
+        self.context.insert(
+            step.name.clone(),
+            json!({"content": delivery, "parsed": parsed, "model": null, "cost": answer.cost}),
+        );
+        self.steps.push(StepRecord {
+            step: step.name.clone(),
+            agent: remote.url().to_string(),
+            dialog: String::new(),
+            agent_call: self.calls.len(),
+            sub_tactic: None,
+        });
+        Ok(delivery)
     }
 
     async fn run_step(&mut self, step: &Step, stream: bool) -> Result<String, String> {

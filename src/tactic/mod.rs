@@ -24,7 +24,9 @@ mod nodes;
 pub(crate) mod program;
 pub mod record;
 pub(crate) mod records;
+pub mod remote;
 mod task;
+mod tools;
 mod typed;
 
 use std::collections::BTreeSet;
@@ -101,7 +103,7 @@ pub(crate) struct Step {
 /// A flow step that runs another tactic as a unit.
 pub(crate) struct SubStep {
     pub name: String,
-    pub tactic: Arc<Tactic>,
+    pub target: SubTarget,
     /// The sub-tactic's task; `None` passes this run's task on.
     pub task: Option<Arc<Prompt>>,
     /// The sub-tactic's arguments; strings are templates over the run context.
@@ -110,6 +112,31 @@ pub(crate) struct SubStep {
     pub stop: Option<flow::Condition>,
     /// Its path in the tactic's document (`flow[1]`).
     pub at: String,
+}
+
+/// What a sub-tactic step runs: a tactic file, built with this one, or a
+/// served tactic (`tactic: http://…`, issue 30).
+pub(crate) enum SubTarget {
+    Local(Arc<Tactic>),
+    Remote(Arc<crate::tactic::remote::RemoteTactic>),
+}
+
+impl SubStep {
+    /// The tactic file it runs; `None` for a served tactic.
+    pub(crate) fn local(&self) -> Option<&Tactic> {
+        match &self.target {
+            SubTarget::Local(tactic) => Some(tactic),
+            SubTarget::Remote(_) => None,
+        }
+    }
+
+    /// What it runs in words: the file's path or the URL.
+    pub(crate) fn target_name(&self) -> String {
+        match &self.target {
+            SubTarget::Local(tactic) => tactic.config.path.display().to_string(),
+            SubTarget::Remote(remote) => remote.url().to_string(),
+        }
+    }
 }
 
 pub(crate) enum Node {
@@ -143,7 +170,7 @@ fn sub_tactics_of(nodes: &[Node]) -> Vec<&Tactic> {
     fn walk<'a>(nodes: &'a [Node], found: &mut Vec<&'a Tactic>) {
         for node in nodes {
             match node {
-                Node::Tactic(step) => found.push(&step.tactic),
+                Node::Tactic(step) => found.extend(step.local()),
                 Node::Step(_) => {}
                 Node::Loop { nodes, .. } | Node::Parallel { nodes, .. } => walk(nodes, found),
             }
@@ -177,6 +204,10 @@ fn sub_tactics_of(nodes: &[Node]) -> Vec<&Tactic> {
 /// ```
 #[derive(Clone)]
 pub struct Tactic {
+    /// The contracts of its tactic tools that are served tactics, read
+    /// when it loaded: every record of a run holds them (a re-run builds
+    /// the tools from them, offline).
+    pub(crate) remote_contracts: Arc<[crate::tactic::remote::RemoteCall]>,
     /// The resolved config the tactic was built from.
     pub config: Arc<TacticConfig>,
     /// The prompts of its prompt directory, by key.

@@ -13,7 +13,7 @@ use crate::prompt::{Prompt, Registry};
 use crate::tool::Toolbox;
 
 use super::build::{Builder, Problems, check_prompt_tools, lookup};
-use super::{ArgValue, Node, Step, SubStep, flow, load};
+use super::{ArgValue, Node, Step, SubStep, SubTarget, flow, load};
 
 pub(super) fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
@@ -48,6 +48,28 @@ fn build_sub_tactic(
         &step.stop,
         problems,
     );
+    if let Some(url) = step
+        .path
+        .to_str()
+        .filter(|path| crate::tactic::remote::is_url(path))
+    {
+        let remote = remote_tactic(parent, step, url, builder, problems)?;
+        return Some(SubStep {
+            name: step.name.clone(),
+            target: SubTarget::Remote(Arc::new(remote)),
+            task,
+            args,
+            condition,
+            stop,
+            at: step.at.clone(),
+        });
+    }
+    if step.token_env.is_some() {
+        problems.push(parent.placed(
+            &join_path(&step.at, "token_env"),
+            format!("{place}: `token_env` is for a served tactic (`tactic: http://…`)"),
+        ));
+    }
     let path = canonical(&step.path);
     if builder.stack.contains(&path) {
         let mut chain: Vec<String> = builder
@@ -90,13 +112,73 @@ fn build_sub_tactic(
     };
     Some(SubStep {
         name: step.name.clone(),
-        tactic: Arc::new(tactic),
+        target: SubTarget::Local(Arc::new(tactic)),
         task,
         args,
         condition,
         stop,
         at: step.at.clone(),
     })
+}
+
+/// The served tactic a step (or a tool) names by URL, with its token from
+/// the variable `token_env` names: a URL that is not one of a served
+/// tactic, or a variable that is not set, is a problem at `at`. A re-run
+/// needs no token (nothing is sent).
+pub(super) fn remote_tactic(
+    parent: &TacticConfig,
+    step: &SubTacticConfig,
+    url: &str,
+    builder: &Builder<'_>,
+    problems: &mut Problems,
+) -> Option<crate::tactic::remote::RemoteTactic> {
+    remote_at(
+        parent,
+        (&step.at, &format!("step `{}`", step.name)),
+        url,
+        step.token_env.as_deref(),
+        builder,
+        problems,
+    )
+}
+
+/// [`remote_tactic`] for any entry at `at`, named `who` in problems.
+pub(super) fn remote_at(
+    parent: &TacticConfig,
+    (at, who): (&str, &str),
+    url: &str,
+    token_env: Option<&str>,
+    builder: &Builder<'_>,
+    problems: &mut Problems,
+) -> Option<crate::tactic::remote::RemoteTactic> {
+    let remote = match crate::tactic::remote::RemoteTactic::new(url) {
+        Ok(mut remote) => {
+            remote.dry_run = builder.dry_run.is_some();
+            remote
+        }
+        Err(error) => {
+            problems.push(parent.placed(&join_path(at, "tactic"), format!("{who}: {error}")));
+            return None;
+        }
+    };
+    let Some(variable) = token_env else {
+        return Some(remote);
+    };
+    if builder.replacement.is_some() {
+        return Some(remote);
+    }
+    match (builder.env)(variable).filter(|token| !token.trim().is_empty()) {
+        Some(token) => Some(remote.token(token)),
+        None => {
+            problems.push(parent.placed(
+                &join_path(at, "token_env"),
+                format!(
+                    "{who}: `token_env` names `{variable}`, which is not set; export the served tactic's token in it"
+                ),
+            ));
+            None
+        }
+    }
 }
 
 /// A step's `if` and `stop` expressions, compiled.

@@ -308,6 +308,11 @@ pub struct SessionRecord {
     /// Sessions of the tactics this one's steps ran, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_tactic_sessions: Vec<SessionRecord>,
+    /// Every call the run made to a served tactic (a `tactic: http://…`
+    /// step, a tactic tool), in the order they ended: what `lllm replay
+    /// --rerun` answers them from (issue 30; additive to format 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote_calls: Vec<crate::tactic::remote::RemoteCall>,
     /// Everything the run spent, sub-tactics included.
     pub cost: InvokeCost,
     /// Whether every call's price was known, so `cost` is the whole of it
@@ -529,6 +534,7 @@ impl SessionRecord {
             dialogs,
             agent_calls,
             sub_tactic_sessions: _,
+            remote_calls,
             cost: _,
             cost_known: _,
             shared: _,
@@ -563,6 +569,11 @@ impl SessionRecord {
             | error.scrub(scrubber)
             | dialogs.scrub(scrubber)
             | agent_calls.scrub(scrubber);
+        for call in remote_calls {
+            found |= call.request.scrub(scrubber)
+                | call.answer.scrub(scrubber)
+                | call.error.scrub(scrubber);
+        }
         for step in steps {
             let StepRecord {
                 step,
