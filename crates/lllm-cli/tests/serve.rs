@@ -754,3 +754,48 @@ fn the_docs_opening_example_answers() {
         r#"{"category": "outage", "urgent": true}"#
     );
 }
+
+#[test]
+fn calls_at_once_are_each_recorded_and_indexed_before_their_answers() {
+    let (test, mock) = setup(0);
+    let served = Served::start(&test, &["t.yaml", "--tag", "wave=1"]);
+    let url = served.url.clone();
+    let ids: Vec<String> = block(async {
+        let calls = (0..40).map(|index| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = format!(
+                    r#"{{"input": "call {index}", "context": {{"request_id": "c-{index}"}}}}"#
+                );
+                send(
+                    "POST",
+                    &format!("{url}/run"),
+                    None,
+                    Some(("application/json", &body)),
+                )
+                .await
+            })
+        });
+        let mut ids = Vec::new();
+        for call in calls.collect::<Vec<_>>() {
+            let answer = call.await.unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.text);
+            ids.push(answer.json()["session_id"].as_str().unwrap().to_string());
+        }
+        ids
+    });
+    assert_eq!(mock.requests().len(), 40);
+    assert_eq!(sessions(&test).len(), 40, "{}", served.stderr());
+    let listed = test
+        .run(&["logs", "--json", "--tag", "wave=1", "-n", "100"])
+        .expect_code(0)
+        .json_lines();
+    let mut found: Vec<String> = listed
+        .iter()
+        .map(|session| session["session_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut ids = ids;
+    found.sort();
+    ids.sort();
+    assert_eq!(found, ids);
+}
