@@ -105,7 +105,8 @@ impl Plan {
     }
 
     /// All problems, one per line of text: `FILE:LINE: message`, or
-    /// `FILE: lines 3, 4, … (N lines): message` for one shared by many lines.
+    /// `FILE: lines 3, 4, … (N lines): message` for one shared by many
+    /// lines; past `max`, how many more and how many bad lines in all.
     pub fn report(&self, file: &Path, max: usize) -> String {
         let file = file.display();
         let mut text: Vec<String> = Vec::new();
@@ -129,7 +130,16 @@ impl Plan {
             });
         }
         if self.problems.len() > max {
-            text.push(format!("… and {} more problems", self.problems.len() - max));
+            let bad: std::collections::HashSet<usize> = self
+                .problems
+                .iter()
+                .flat_map(|problem| problem.lines.iter().copied())
+                .collect();
+            text.push(format!(
+                "… and {} more problems ({} in all)",
+                self.problems.len() - max,
+                crate::words::count(bad.len() as u64, "bad line", "bad lines")
+            ));
         }
         text.join("\n")
     }
@@ -179,19 +189,19 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         let parsed = parse_chunk(inputs.reader, chunk);
         // In order: tactics, duplicates and the selection depend on what came before.
         let to_check = state.route(parsed, &inputs, &tasks_dir, tactics);
-        let checked: Vec<(Task, bool, Result<(), String>)> = to_check
+        let checked: Vec<(Task, bool, Result<(), Vec<String>>)> = to_check
             .into_par_iter()
             .map(|(task, tactic, selected)| {
-                let result = tactic
-                    .check_task(&task.input)
-                    .map_err(|error| error.problems.join("; "));
+                let result = check(&tactic, &task.input);
                 (task, selected, result)
             })
             .collect();
         for (task, selected, result) in checked {
             match result {
                 Ok(()) => state.count(&task.id, selected, inputs.done),
-                Err(message) => state.invalid(task.line, &task.id, message, selected, inputs.done),
+                Err(messages) => {
+                    state.invalid_all(task.line, &task.id, messages, selected, inputs.done)
+                }
             }
         }
     }
@@ -202,6 +212,19 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         in_run: state.in_run,
         to_run: state.to_run,
     })
+}
+
+/// The problems of one task on its tactic: its input against the tactic's
+/// `input_schema` (`input at POINTER: EXPECTED`, one message each), else
+/// its templates (`Tactic::check_task`, one message). The input comes
+/// first: a template that needs a missing argument would only repeat it.
+fn check(tactic: &crate::tactic::Tactic, task: &crate::tactic::Task) -> Result<(), Vec<String>> {
+    if let Err(error) = tactic.check_input(task) {
+        return Err(error.problems.iter().map(ToString::to_string).collect());
+    }
+    tactic
+        .check_task(task)
+        .map_err(|error| vec![error.problems.join("; ")])
 }
 
 /// The next `CHUNK` lines of the file (fewer at its end, none past it).
@@ -383,6 +406,27 @@ impl State {
         }
     }
 
+    /// A bad line with several problems: each listed on its own, the line
+    /// counted once (its recorded error, under `--skip-invalid`, holds them
+    /// all).
+    fn invalid_all(
+        &mut self,
+        line: usize,
+        id: &str,
+        messages: Vec<String>,
+        selected: bool,
+        done: &(dyn Fn(&str) -> bool + Sync),
+    ) {
+        if selected {
+            self.plan_invalid
+                .insert(line, (id.to_string(), messages.join("; ")));
+        }
+        self.count(id, selected, done);
+        for message in messages {
+            self.push(message, line, false);
+        }
+    }
+
     fn invalid(
         &mut self,
         line: usize,
@@ -391,12 +435,7 @@ impl State {
         selected: bool,
         done: &(dyn Fn(&str) -> bool + Sync),
     ) {
-        if selected {
-            self.plan_invalid
-                .insert(line, (id.to_string(), message.clone()));
-        }
-        self.count(id, selected, done);
-        self.push(message, line, false);
+        self.invalid_all(line, id, vec![message], selected, done);
     }
 }
 
@@ -447,7 +486,10 @@ mod tests {
             to_run: 0,
         };
         let text = plan.report(Path::new("t.jsonl"), 1);
-        assert_eq!(text, "t.jsonl:3: bad\n… and 1 more problems");
+        assert_eq!(
+            text,
+            "t.jsonl:3: bad\n… and 1 more problems (10 bad lines in all)"
+        );
         let text = plan.report(Path::new("t.jsonl"), 5);
         assert!(
             text.ends_with("t.jsonl: lines 1, 2, 3, 4, 5, 6, 7, 8, … (10 lines): needs `x`"),

@@ -5,7 +5,8 @@
 //! "model_args", "messages", "attachments"}` (`custom_id` is accepted for
 //! `id`) or a bare JSON string, which is a task with id `line-N`. Blank lines
 //! are skipped. `messages` is an OpenAI chat conversation: without `task`,
-//! its last message (a user turn) is the task. Attachments are read here,
+//! its last message (a user turn) is the task; without either, `args` is
+//! (the task's input, as a tactic's `input_schema` describes it). Attachments are read here,
 //! within the batch's `AttachmentScope` (relative paths from the TASKS file's
 //! directory, which they may not leave but for `--attachments-dir`), so a
 //! line whose file is missing, elsewhere or of an unknown type is a bad line
@@ -121,6 +122,16 @@ pub fn parse_line(
             );
         }
         Some(task) => task,
+        // Only arguments: they are the task, as a tactic's contract sees
+        // its input (`Task::from_input`).
+        None if messages.is_empty()
+            && object
+                .get("args")
+                .and_then(Value::as_object)
+                .is_some_and(|args| !args.is_empty()) =>
+        {
+            object.get("args").cloned().unwrap_or_default()
+        }
         None => {
             let (task, parts) = last_user_turn(&mut messages)?;
             attachments = parts;
@@ -214,7 +225,7 @@ pub(crate) fn last_user_turn(
             last.role
         )),
         None => Err(
-            "no `task` (the text or value the tactic answers), and no `messages` to take it from"
+            "no `task` (the text or value the tactic answers), no `messages` to take it from, and no `args` to stand for it"
                 .into(),
         ),
     }
@@ -387,6 +398,13 @@ mod tests {
         assert_eq!(bare.id, "line-7");
         assert_eq!(bare.input.task, "just text");
         assert_eq!(ok(r#"{"task": "x"}"#).id, "line-7");
+        // Only arguments: they are the task too.
+        let task = ok(r#"{"id": "a", "args": {"ticket": "Printer on fire"}}"#);
+        assert_eq!(
+            task.input.task,
+            serde_json::json!({"ticket": "Printer on fire"})
+        );
+        assert_eq!(task.input.args["ticket"], "Printer on fire");
         assert_eq!(
             ok(r#"{"id": "a", "task": "x", "tactic": "t.yaml"}"#)
                 .tactic

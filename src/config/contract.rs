@@ -131,6 +131,7 @@ fn yaml_path(base: &str, pointer: &str) -> String {
 }
 
 /// A value longer than this (as JSON) is cut in a problem's message.
+#[cfg(feature = "jsonschema")]
 const SHOWN_VALUE: usize = 60;
 
 /// A compiled `input_schema`: what a task's input is checked against.

@@ -187,6 +187,62 @@ impl Tactic {
         }
     }
 
+    /// The tools this tactic's agents are offered, each once, in
+    /// declaration order, as a model sees them (name, description, JSON
+    /// Schema of the arguments): `tools:`, `builtin_tools:` and a
+    /// program's registered tools; an MCP server's once it started
+    /// ([`Tactic::start`]). What `lllm inspect` lists.
+    ///
+    /// ```
+    /// use lllm::{Registry, Tactic};
+    ///
+    /// let tactic = Tactic::from_yaml("
+    /// agent_configs: [{name: a, model_name: mock/echo, tools: [wc]}]
+    /// tools:
+    ///   - {name: wc, description: Count words., parameters: {type: object}, command: [wc, -w]}
+    /// ", ".", &Registry::new())?;
+    /// let tools = tactic.tool_specs();
+    /// assert_eq!((tools[0].name.as_str(), tools[0].description.as_str()), ("wc", "Count words."));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tool_specs(&self) -> Vec<crate::provider::ToolSpec> {
+        let offered: std::collections::BTreeSet<&str> = self
+            .agents
+            .values()
+            .flat_map(|agent| agent.tools.iter().map(String::as_str))
+            .collect();
+        let mut specs: Vec<crate::provider::ToolSpec> = self
+            .runtime
+            .toolbox
+            .names()
+            .filter(|name| offered.contains(name))
+            .filter_map(|name| self.runtime.toolbox.get(name))
+            .map(|tool| tool.spec().clone())
+            .collect();
+        let servers: std::collections::BTreeSet<&str> = self
+            .agents
+            .values()
+            .flat_map(|agent| agent.mcp_servers.iter().map(String::as_str))
+            .collect();
+        for server in servers {
+            for tool in self.runtime.mcp.tools_of(server) {
+                specs.push(crate::tool::Tool::spec(tool.as_ref()).clone());
+            }
+        }
+        specs
+    }
+
+    /// The keys of the prompts the tactic uses (its agents' system prompts
+    /// and its steps' prompts, sub-tactics' not), sorted, as its records
+    /// name them: a prompt file's key (`summarize/draft`), or `STEP
+    /// (inline)` and `AGENT/system (inline)` for text written in the YAML.
+    pub fn prompt_keys(&self) -> Vec<String> {
+        match self.recorded_prompts.value() {
+            Value::Object(prompts) => prompts.keys().cloned().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Checks the task's input ([`Task::input`]: its arguments, else its
     /// task value) against the tactic's `input_schema`: `Ok` without one,
     /// else every problem at once. Nothing is sent either way; `lllm run`,

@@ -127,6 +127,20 @@ pub const SERVE: &str = concat!(
 "
 );
 
+pub const INSPECT: &str = concat!(
+    "Examples:
+  lllm inspect tactics/triage.yaml            the contract, agents, models, tools and prompts
+  lllm inspect tactics/triage.yaml --json     one JSON object: upstream's TacticInfo keys first
+  lllm inspect t.yaml --json | jq .input_schema
+
+Nothing is sent and no key is needed; a tactic with problems is refused as `lllm run` refuses it.
+
+",
+    exit_codes!(),
+    "\n",
+    docs!()
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ mod config_command;
 mod envfile;
 mod generate;
 mod help;
+mod inspect;
 mod keys;
 mod logs;
 mod merge;
@@ -20,6 +21,7 @@ mod numbers;
 mod progress;
 mod report;
 mod run;
+mod run_input;
 mod serve;
 mod settings;
 mod store;
@@ -65,6 +67,9 @@ pub enum Command {
     /// Run one task through a tactic; the delivery goes to stdout.
     #[command(after_long_help = help::RUN)]
     Run(RunArgs),
+    /// Show a tactic's contract (upstream's `TacticInfo`) and its agents, models, tools and prompts.
+    #[command(after_long_help = help::INSPECT)]
+    Inspect(inspect::InspectArgs),
     /// Run many tasks (a JSONL file) in parallel: resumable, budgeted, sharded.
     #[command(after_long_help = help::BATCH)]
     Batch(batch::BatchArgs),
@@ -164,8 +169,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub task_file: Option<PathBuf>,
     /// A template argument, `key=value` (repeatable); templates see it as `key` and `args.key`.
+    /// Without a task, the arguments are the task (its input, as a JSON object).
     #[arg(long = "var", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// The task's input as JSON, as a tactic's `input_schema` describes it:
+    /// an object is its arguments (each a template argument, with its JSON
+    /// type), a string its text.
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["task", "task_file", "vars"])]
+    pub input: Option<String>,
     /// Send a file with the task (repeatable): an image (PNG, JPEG, GIF, WebP,
     /// told by its bytes) goes out as an image part, a UTF-8 text file as text;
     /// an `http(s)` URL or a base64 `data:` URL is taken too.
@@ -306,6 +317,11 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Compare(args) => compare::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Cache(args) => cache::run(args),
+        Command::Inspect(args) => {
+            // Building a tactic's providers wants a runtime to be current.
+            let _entered = runtime.enter();
+            inspect::run(args, registry)
+        }
         Command::Models(args) => {
             // Building a tactic's providers wants a runtime to be current.
             let _entered = runtime.enter();

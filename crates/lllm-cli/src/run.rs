@@ -5,7 +5,7 @@
 //! characters escaped (`redact`): always on stderr; on stdout only when it is
 //! a terminal, since a pipe or a file gets the delivery byte for byte.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -49,33 +49,48 @@ pub async fn run(args: RunArgs, registry: &lllm::Registry) -> Result<Outcome> {
     if args.show_config {
         return show_config(&args, &settings, &defaults, prices, &model_args);
     }
+    let (task, source) = crate::run_input::read_input(&args)?;
     let task = Task {
-        task: Value::String(read_task(&args)?),
-        args: parse_vars(&args.vars)?,
         tags: crate::store::pairs("--tag", &args.store.tags)?,
         metadata: crate::store::pairs("--meta", &args.store.metadata)?,
         attachments: read_attachments(&args.attach, &settings)?,
-        ..Task::default()
+        ..task
     };
     let env = |name: &str| settings.environment.var(name);
     let dry_run = args.dry_run.then(|| std::sync::Arc::new(DryRun::default()));
     // Config, build and this task's check in one pre-flight: every problem
     // of every phase at once, and nothing sent unless there is none.
     let cache = args.store.cache_source();
-    let options = lllm::tactic::LoadOptions {
+    let options = |warn: &'static dyn Fn(&str)| lllm::tactic::LoadOptions {
         model: args.model.as_deref(),
         model_args: Some(&model_args),
         prices: prices.as_ref(),
         env: &env,
         dry_run: dry_run.clone(),
-        warn: &|warning| lllm::report::warn(warning),
+        warn,
         budget: None,
         registry,
         cache: Some(cache.clone()),
         batch_api: None,
         defaults: Some(&defaults),
     };
-    let tactic = lllm::tactic::load(&args.tactic, &options, Some(&task))?;
+    let tactic = match lllm::tactic::load(
+        &args.tactic,
+        &options(&|warning| lllm::report::warn(warning)),
+        None,
+    ) {
+        Ok(tactic) => tactic,
+        // Loaded again with the task, warnings said once: the task's
+        // problems are listed with the tactic's.
+        Err(first) => {
+            let with_task = lllm::tactic::load(&args.tactic, &options(&|_| {}), Some(&task));
+            return Err(with_task.err().unwrap_or(first).into());
+        }
+    };
+    // The input first: what the contract says is what the user must fix,
+    // and a template that needs a missing argument would only repeat it.
+    crate::run_input::check_input(&tactic, &task, &source)?;
+    tactic.check_task(&task)?;
     if let Some(log) = dry_run {
         // MCP servers start so that their tools are in the bodies shown.
         tactic.start().await?;
@@ -441,85 +456,6 @@ fn who_sent(record: &SessionRecord, sha256: &str) -> Option<(String, String, Str
         .find_map(|sub| who_sent(sub, sha256))
 }
 
-/// The largest `--task-file`: far beyond any model's context window.
-const TASK_FILE_CAP: u64 = 256 << 20;
-
-fn read_task(args: &RunArgs) -> Result<String> {
-    if let Some(text) = &args.task_text {
-        return task_text(text);
-    }
-    match (&args.task, &args.task_file) {
-        (Some(text), _) => task_text(text),
-        // A regular file (a pipe goes through `--task -`), of a size a model
-        // could take.
-        (None, Some(path)) => lllm::file::read_text(path, TASK_FILE_CAP).map_err(|error| {
-            Error::Usage(format!(
-                "cannot read task file `{}`: {error}; hint: pipe a stream into `--task -`",
-                path.display()
-            ))
-        }),
-        // Nothing given: a pipe or a file on stdin is the task (`echo … |
-        // lllm run t.yaml`); a terminal or an empty stdin is no task.
-        (None, None) => {
-            let stdin = std::io::stdin();
-            let text = if stdin.is_terminal() {
-                String::new()
-            } else {
-                read_stdin()?
-            };
-            if text.trim().is_empty() {
-                return Err(Error::Usage(
-                    "no task given; pass it as an argument (`lllm run t.yaml \"…\"`), \
-                     `--task TEXT`, `--task-file PATH`, or pipe it into stdin"
-                        .into(),
-                ));
-            }
-            Ok(text)
-        }
-    }
-}
-
-/// A task given as text: `-` reads stdin.
-fn task_text(text: &str) -> Result<String> {
-    if text == "-" {
-        read_stdin()
-    } else {
-        Ok(text.to_string())
-    }
-}
-
-fn read_stdin() -> Result<String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .take(TASK_FILE_CAP + 1)
-        .read_to_string(&mut text)
-        .map_err(|error| Error::Usage(format!("cannot read the task from stdin: {error}")))?;
-    if text.len() as u64 > TASK_FILE_CAP {
-        return Err(Error::Usage(format!(
-            "the task on stdin is larger than {TASK_FILE_CAP} bytes"
-        )));
-    }
-    Ok(text)
-}
-
-/// `key=value` pairs into template arguments (values stay strings).
-fn parse_vars(vars: &[String]) -> Result<Map<String, Value>> {
-    let mut args = Map::new();
-    for var in vars {
-        let Some((key, value)) = var.split_once('=') else {
-            return Err(Error::Usage(format!("`--var {var}` is not `key=value`")));
-        };
-        let key = key.trim();
-        if key.is_empty() || matches!(key, "task" | "args") {
-            return Err(Error::Usage(format!(
-                "`--var {var}`: the key must be a name other than `task` and `args`"
-            )));
-        }
-        args.insert(key.to_string(), Value::String(value.to_string()));
-    }
-    Ok(args)
-}
-
 /// `--json`: what the summary line says, as one object.
 fn json_summary(record: &SessionRecord, path: Option<&Path>) -> Value {
     let cost = &record.cost;
@@ -619,14 +555,5 @@ mod tests {
         // Not streamed at all.
         assert_eq!(printed(false, &[], Some("x")), "x\n");
         assert_eq!(printed(true, &[], Some("x")), "x\n");
-    }
-
-    #[test]
-    fn vars_parse_and_reject_bad_pairs() {
-        let args = parse_vars(&["topic=owls".into(), "n=3=4".into()]).unwrap();
-        assert_eq!(args["topic"], "owls");
-        assert_eq!(args["n"], "3=4");
-        assert!(parse_vars(&["novalue".into()]).is_err());
-        assert!(parse_vars(&["task=x".into()]).is_err());
     }
 }

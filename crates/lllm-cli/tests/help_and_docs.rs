@@ -7,8 +7,9 @@ mod common;
 use common::Test;
 
 /// The commands a user types; completions and man pages must name each.
-const COMMANDS: [&str; 13] = [
+const COMMANDS: [&str; 14] = [
     "run",
+    "inspect",
     "batch",
     "replay",
     "merge",
@@ -67,6 +68,11 @@ fn the_main_commands_help_has_examples_and_their_exit_codes() {
             "  2    bad usage",
         ),
         ("batch", "--shard 1/8", "  130  interrupted"),
+        (
+            "inspect",
+            "lllm inspect tactics/triage.yaml --json",
+            "  2    bad usage",
+        ),
         (
             "replay",
             "--rerun --tactic edited.yaml",
