@@ -111,6 +111,20 @@ pub const REPLAY: &str = concat!(
 "
 );
 
+pub const INSPECT: &str = concat!(
+    "Examples:
+  lllm inspect tactics/triage.yaml            the contract, agents, models, tools and prompts
+  lllm inspect tactics/triage.yaml --json     one JSON object: upstream's TacticInfo keys first
+  lllm inspect t.yaml --json | jq .input_schema
+
+Nothing is sent and no key is needed; a tactic with problems is refused as `lllm run` refuses it.
+
+",
+    exit_codes!(),
+    "\n",
+    docs!()
+);
+
 pub const SERVE: &str = concat!(
     "Examples:
   lllm serve tactics/summarize.yaml                    http://127.0.0.1:8000, one tactic
@@ -125,20 +139,6 @@ pub const SERVE: &str = concat!(
 ",
     "\nDocs: docs/serve.md (routes, bodies, answers, errors, limits, the OpenAI-compatible face)
 "
-);
-
-pub const INSPECT: &str = concat!(
-    "Examples:
-  lllm inspect tactics/triage.yaml            the contract, agents, models, tools and prompts
-  lllm inspect tactics/triage.yaml --json     one JSON object: upstream's TacticInfo keys first
-  lllm inspect t.yaml --json | jq .input_schema
-
-Nothing is sent and no key is needed; a tactic with problems is refused as `lllm run` refuses it.
-
-",
-    exit_codes!(),
-    "\n",
-    docs!()
 );
 
 #[cfg(test)]

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Benchmark of `lllm serve` against `lllm-mock`, beside upstream's service
+# (lllm-core 0.2.1's `lllm serve`, FastAPI under uvicorn) running the
+# equivalent tactic (tests/python/upstream_tactic.py) on the same mock, all
+# in one run:
+#
+#   bench/serve.sh                                  (release build, then every measurement)
+#   NO_BUILD=1 bench/serve.sh                       (reuse the release build)
+#   BIN=target/debug NO_BUILD=1 bench/serve.sh      (other binaries; the table says which)
+#   LEVELS="1 64 1000" ROUNDS=10 HOLD=1000 THROUGHPUT_C=64 bench/serve.sh   (the defaults)
+#   OUT=FILE bench/serve.sh                         (the table's file; default target/bench-serve.md)
+#   LLLM_BENCH_FLAGS=--no-record bench/serve.sh     (extra `lllm serve` flags)
+#   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
+#
+# 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
+#    (C clients, each sending its next request when its last answer ended)
+#    measures p50 and p99 from send to last byte of: the mock called directly
+#    (the chat request lllm sends, unstreamed and streamed), `lllm serve`'s
+#    /run and its /stream (to the closing `event: result`). Added = served -
+#    direct, at the same C, the same mock and the same mock latency. The
+#    mock's latency grows with C (max(10, C) ms) so every level asks the same
+#    ~1,000 calls/s of the server at most: a level measures what C requests in
+#    flight cost, not a queue in front of a saturated CPU.
+# 2. Memory per request in flight: a fresh `lllm serve`, warmed, its RSS idle;
+#    then HOLD requests held open by a mock reply that takes 10 s, RSS sampled
+#    every 100 ms; (peak - idle) / HOLD, for /run and for /stream.
+# 3. Throughput: THROUGHPUT_C clients against a mock that answers at once,
+#    `lllm serve`'s /run and upstream's /run alternating for 3 rounds; the
+#    ratio of the medians, and the mock alone as the ceiling.
+#
+# Needs python3 (the table, and scripts/python-env for upstream's venv) and
+# /proc (RSS). Everything listens on 127.0.0.1 and is stopped on exit.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${BIN:-$root/target/release}
+levels=${LEVELS:-1 64 1000}
+rounds=${ROUNDS:-10}
+hold=${HOLD:-1000}
+throughput_c=${THROUGHPUT_C:-64}
+out=${OUT:-$root/target/bench-serve.md}
+parts=" ${PARTS:-latency memory throughput} "
+if [ -z "${NO_BUILD:-}" ]; then
+    (cd "$root" && cargo build --release --bins --example serve_load --quiet)
+fi
+case "$bin" in /*) ;; *) bin=$root/$bin ;; esac
+load=$bin/examples/serve_load
+python=$("$root/scripts/python-env")
+# 1,000 clients hold 2,000 sockets in this process tree and more in the servers.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((4 * hold + 4096)) ]; then
+    echo "serve.sh: open files limited to $(ulimit -n); raise it (ulimit -n $((4 * hold + 4096)))" >&2
+    exit 1
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+export LLLM_HOME=$work/store LLLM_BENCH_KEY=sk-bench-0123456789abcdef0123456789abcdef
+
+# Starts a server whose first stdout line is `listening on URL`; sets `url`
+# and `pid` (the server's). Usage: start NAME COMMAND…
+start() {
+    local name=$1; shift
+    "$@" > "$work/$name.banner" 2> "$work/$name.err" &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 600); do
+        [ -s "$work/$name.banner" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$work/$name.err" >&2; exit 1; }
+        sleep 0.05
+    done
+    url=$(head -1 "$work/$name.banner" | sed -n 's/^listening on //p')
+    [ -n "$url" ] || { echo "serve.sh: $name did not start" >&2; cat "$work/$name.err" >&2; exit 1; }
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# The mock: a level's latency is a tag in the question ([L64]: 64 ms), a held
+# request's is 10 s, an untagged one is answered at once.
+question="What is a hash map?"
+answer="A hash map maps keys to values."
+{
+    echo "rules:"
+    echo "  - when: {contains: \"[hold]\"}"
+    echo "    reply: {text: \"$answer\", delay_ms: 10000}"
+    for c in $levels; do
+        echo "  - when: {contains: \"[L$c]\"}"
+        echo "    reply: {text: \"$answer\", delay_ms: $(( c > 10 ? c : 10 ))}"
+    done
+    echo "default: {text: \"$answer\"}"
+} > "$work/mock.yaml"
+start mock "$bin/lllm-mock" --script "$work/mock.yaml"
+mock=$url mock_pid=$pid
+
+# The equivalent of upstream_tactic.py's `answer`: one agent, one call, the
+# same system prompt; the question is the task.
+cat > "$work/answer.yaml" <<YAML
+tactic_type: answer
+description: Answers a question in one sentence with one model call.
+global: {model_name: local/bench-model, max_llm_recall: 0}
+agent_configs:
+  - {name: a, system_prompt: "Answer the question in one sentence."}
+providers:
+  local: {api: openai, base_url: "$mock/v1", api_key_env: LLLM_BENCH_KEY, max_concurrency: 100000}
+YAML
+# Limits raised above every level, so none answers a 429.
+serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)) ${LLLM_BENCH_FLAGS:-})
+start lllm "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
+lllm=$url lllm_pid=$pid
+start upstream env -C "$root/tests/python" OPENAI_BASE_URL="$mock/v1" OPENAI_API_KEY="$LLLM_BENCH_KEY" \
+    "$python" upstream_tactic.py serve --port 0
+upstream=$url upstream_pid=$pid
+
+# Bodies: the chat request lllm sends (the baseline), lllm's and upstream's.
+bodies() {  # bodies TAG: writes $work/{direct,direct_stream,lllm,upstream}.json
+    python3 - "$work" "$question $1" <<'PY'
+import json, sys
+work, question = sys.argv[1], sys.argv[2]
+chat = {"model": "bench-model", "messages": [
+    {"role": "system", "content": "Answer the question in one sentence."},
+    {"role": "user", "content": question}]}
+json.dump(chat, open(f"{work}/direct.json", "w"))
+json.dump(dict(chat, stream=True), open(f"{work}/direct_stream.json", "w"))
+json.dump({"input": question}, open(f"{work}/lllm.json", "w"))
+json.dump({"input": {"question": question}}, open(f"{work}/upstream.json", "w"))
+PY
+}
+
+: > "$work/results.jsonl"
+# CPU time (user + system) a process has used, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+ticks=$(getconf CLK_TCK)
+measure() {  # measure KIND C N URL BODY EXPECT PID: one line of results, PID's CPU per call
+    local kind=$1 c=$2 n=$3 target=$4 body=$5 expect=$6 server=$7
+    local line before after
+    before=$(cpu_ticks "$server")
+    line=$("$load" "$target" "$c" "$n" "$work/$body" --expect "$expect")
+    after=$(cpu_ticks "$server")
+    # The warm-up's C calls are in the CPU time too.
+    local cpu_us=$(( (after - before) * 1000000 / ticks / (n + c) ))
+    echo "{\"kind\": \"$kind\", \"c\": $c, \"cpu_us\": $cpu_us, \"result\": $line}" >> "$work/results.jsonl"
+    echo "  $kind c=$c: $line" >&2
+}
+
+[[ $parts == *" latency "* ]] || levels=
+echo "serve.sh: added latency" >&2
+for c in $levels; do
+    bodies "[L$c]"
+    n=$(( c * rounds > 300 ? c * rounds : 300 ))
+    measure direct "$c" "$n" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
+    measure run "$c" "$n" "$lllm/run" lllm.json "$answer" "$lllm_pid"
+    measure direct_stream "$c" "$n" "$mock/v1/chat/completions" direct_stream.json "[DONE]" "$mock_pid"
+    measure stream "$c" "$n" "$lllm/stream" lllm.json "event: result" "$lllm_pid"
+done
+
+echo "serve.sh: memory per request in flight" >&2
+routes="run stream"
+[[ $parts == *" memory "* ]] || routes=
+for route in $routes; do
+    # A fresh server per route: a heap grown by the other route's held
+    # requests would hide this one's.
+    start "lllm_memory_$route" "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
+    memory=$url memory_pid=$pid
+    bodies ""
+    "$load" "$memory/run" 64 640 "$work/lllm.json" --expect "$answer" > /dev/null
+    "$load" "$memory/stream" 64 640 "$work/lllm.json" --expect "event: result" > /dev/null
+    bodies "[hold]"
+    sleep 1
+    idle=$(rss_kb "$memory_pid")
+    "$load" "$memory/$route" "$hold" "$hold" "$work/lllm.json" --no-warmup \
+        --expect "$answer" > "$work/hold.json" &
+    holder=$!
+    peak=$idle
+    while kill -0 "$holder" 2>/dev/null; do
+        now=$(rss_kb "$memory_pid"); [ "$now" -gt "$peak" ] && peak=$now
+        sleep 0.1
+    done
+    wait "$holder"
+    echo "{\"kind\": \"memory_$route\", \"idle_kb\": $idle, \"peak_kb\": $peak, \"held\": $hold, \"result\": $(cat "$work/hold.json")}" >> "$work/results.jsonl"
+    echo "  $route: idle $idle KB, peak $peak KB with $hold held" >&2
+    kill "$memory_pid"
+done
+
+echo "serve.sh: throughput" >&2
+bodies ""
+tn=$(( throughput_c * 30 ))
+throughput_rounds="1 2 3"
+[[ $parts == *" throughput "* ]] || throughput_rounds=
+for _ in $throughput_rounds; do
+    measure throughput_lllm "$throughput_c" "$tn" "$lllm/run" lllm.json "$answer" "$lllm_pid"
+    measure throughput_upstream "$throughput_c" $(( throughput_c * 10 )) "$upstream/run" upstream.json "$answer" "$upstream_pid"
+done
+[ -z "$throughput_rounds" ] || measure throughput_mock "$throughput_c" "$tn" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
+
+python3 - "$work/results.jsonl" "$bin" "$levels" "$out" <<'PY'
+import json, os, platform, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+binary, levels, out = sys.argv[2], [int(c) for c in sys.argv[3].split()], sys.argv[4]
+build = "release" if "/release" in binary else "debug" if "/debug" in binary else binary
+def get(kind, c=None):
+    return [row for row in rows if row["kind"] == kind and (c is None or row["c"] == c)]
+lines = []
+say = lines.append
+load = os.getloadavg()[0]
+say(f"`bench/serve.sh` ({build} build, {os.cpu_count()} cores, load {load:.1f} at the end, "
+    f"Linux {platform.release()})")
+say("")
+if levels:
+  say("| clients | mock latency | direct p50 / p99 | /run p50 / p99 | added p50 / p99 | "
+    "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 | server CPU per call /run · /stream |")
+  say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+failures = 0
+for c in levels:
+    r = {k: get(k, c)[0]["result"] for k in ("direct", "run", "direct_stream", "stream")}
+    cpus = f"{get('run', c)[0]['cpu_us']:,} · {get('stream', c)[0]['cpu_us']:,} µs"
+    failures += sum(x["failures"] for x in r.values())
+    def pair(x): return f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f} ms"
+    def added(a, b): return f"{a['p50_ms'] - b['p50_ms']:+.2f} / {a['p99_ms'] - b['p99_ms']:+.2f} ms"
+    say(f"| {c:,} | {max(10, c)} ms | {pair(r['direct'])} | {pair(r['run'])} | {added(r['run'], r['direct'])} "
+        f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} | {cpus} |")
+say("")
+for route in ("run", "stream"):
+    if not get(f"memory_{route}"):
+        continue
+    m = get(f"memory_{route}")[0]
+    per = (m["peak_kb"] - m["idle_kb"]) / m["held"]
+    failures += m["result"]["failures"]
+    say(f"- memory per request in flight (/{route}): {per:.1f} KB "
+        f"(RSS {m['idle_kb'] / 1024:.1f} MB idle, {m['peak_kb'] / 1024:.1f} MB with {m['held']:,} held)")
+ours = [x["result"]["per_s"] for x in get("throughput_lllm")]
+if not ours:
+    say(f"- failed requests: {failures}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    open(out, "w").write(text)
+    sys.exit(0)
+theirs = [x["result"]["per_s"] for x in get("throughput_upstream")]
+ceiling = get("throughput_mock")[0]["result"]["per_s"]
+failures += sum(x["result"]["failures"] for x in get("throughput_lllm") + get("throughput_upstream"))
+med = statistics.median
+say(f"- throughput at {get('throughput_lllm')[0]['c']} clients, mock answering at once: "
+    f"`lllm serve` {med(ours):,.0f} calls/s, upstream's service {med(theirs):,.1f} calls/s: "
+    f"**{med(ours) / med(theirs):.1f}×** (medians of 3 alternating rounds; "
+    f"rounds {', '.join(f'{x:,.0f}' for x in ours)} vs {', '.join(f'{x:,.1f}' for x in theirs)}); "
+    f"the mock alone answers {ceiling:,.0f} calls/s")
+cpu = lambda kind: med([x["cpu_us"] for x in get(kind)])
+say(f"- CPU per call (user + system of the process serving it, warm-ups included): `lllm serve` "
+    f"{cpu('throughput_lllm'):,.0f} µs, upstream's service {cpu('throughput_upstream'):,.0f} µs, "
+    f"the mock {cpu('throughput_mock'):,.0f} µs")
+say(f"- failed requests: {failures}")
+text = "\n".join(lines) + "\n"
+print(text, end="")
+os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+open(out, "w").write(text)
+print(f"(written to {out})", file=sys.stderr)
+PY
