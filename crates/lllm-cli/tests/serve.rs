@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::serve::{Events, Served, block, eventually, get, post, records, send, until_running};
+use common::serve::{Events, Served, block, get, post, records, send, until_running};
 use common::{MockServer, Test};
 use serde_json::{Value, json};
 
@@ -174,7 +174,8 @@ fn envelope_and_task_line_bodies_are_sessions_found_by_request_id_and_tags() {
         .collect();
     assert_eq!(sent, ["from python", "from a line"]);
 
-    eventually("two records", || sessions(&test).len() == 2);
+    // Written before each answer.
+    assert_eq!(sessions(&test).len(), 2, "{}", served.stderr());
     let logs = |args: &[&str]| -> Vec<Value> {
         let mut all = vec!["logs", "--json"];
         all.extend_from_slice(args);
@@ -434,7 +435,7 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
         assert_eq!(status, 200);
         events.next().await.unwrap();
     });
-    eventually("the stream's record", || !sessions(&test).is_empty());
+    served.eventually("the stream's record", || !sessions(&test).is_empty());
     let record = &sessions(&test)[0];
     assert_eq!(record["task_id"], "gone-1");
     assert_eq!(record["state"], "failure");
@@ -455,14 +456,14 @@ fn a_client_that_goes_away_cancels_its_run_recorded_as_cancelled() {
         })
     });
     client.join().unwrap();
-    eventually("the run's record", || sessions(&test).len() == 2);
+    served.eventually("the run's record", || sessions(&test).len() == 2);
     let record = sessions(&test)
         .into_iter()
         .find(|record| record["task_id"] == "gone-2")
         .unwrap();
     assert_eq!(record["error"], "cancelled: the client disconnected");
     // Nothing runs now, and its slot is free again.
-    eventually("no run", || {
+    served.eventually("no run", || {
         get(&format!("{}/health", served.url)).json()["running"] == 0
     });
     assert_eq!(post(&format!("{}/run", served.url), "[]").status, 400);
@@ -603,7 +604,8 @@ fn a_run_past_its_deadline_is_504_and_recorded() {
     let answer = post(&format!("{}/run", served.url), r#""slow""#);
     assert_eq!(answer.status, 504, "{}", answer.text);
     assert_eq!(answer.error_type(), "Timeout");
-    eventually("the record", || !sessions(&test).is_empty());
+    // Written before the answer.
+    assert_eq!(sessions(&test).len(), 1, "{}", served.stderr());
     assert_eq!(
         sessions(&test)[0]["error"],
         "the request's deadline of 1 s passed"
@@ -751,4 +753,49 @@ fn the_docs_opening_example_answers() {
         last["data"]["delivery"],
         r#"{"category": "outage", "urgent": true}"#
     );
+}
+
+#[test]
+fn calls_at_once_are_each_recorded_and_indexed_before_their_answers() {
+    let (test, mock) = setup(0);
+    let served = Served::start(&test, &["t.yaml", "--tag", "wave=1"]);
+    let url = served.url.clone();
+    let ids: Vec<String> = block(async {
+        let calls = (0..40).map(|index| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let body = format!(
+                    r#"{{"input": "call {index}", "context": {{"request_id": "c-{index}"}}}}"#
+                );
+                send(
+                    "POST",
+                    &format!("{url}/run"),
+                    None,
+                    Some(("application/json", &body)),
+                )
+                .await
+            })
+        });
+        let mut ids = Vec::new();
+        for call in calls.collect::<Vec<_>>() {
+            let answer = call.await.unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.text);
+            ids.push(answer.json()["session_id"].as_str().unwrap().to_string());
+        }
+        ids
+    });
+    assert_eq!(mock.requests().len(), 40);
+    assert_eq!(sessions(&test).len(), 40, "{}", served.stderr());
+    let listed = test
+        .run(&["logs", "--json", "--tag", "wave=1", "-n", "100"])
+        .expect_code(0)
+        .json_lines();
+    let mut found: Vec<String> = listed
+        .iter()
+        .map(|session| session["session_id"].as_str().unwrap().to_string())
+        .collect();
+    let mut ids = ids;
+    found.sort();
+    ids.sort();
+    assert_eq!(found, ids);
 }

@@ -129,20 +129,24 @@ fn read_context(
     };
     task.tags = object(&mut context, "tags")?;
     task.metadata = object(&mut context, "metadata")?;
-    let request_id = match (context.remove("request_id"), context.remove("call_id")) {
-        (Some(Value::String(id)), _) | (None | Some(Value::Null), Some(Value::String(id)))
-            if !id.is_empty() =>
-        {
-            Some(request_id(&id, "context.request_id")?)
+    // `call_id` is upstream's older name; an empty id asks for a new one.
+    let mut id = None;
+    for key in ["request_id", "call_id"] {
+        match context.remove(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(given)) => {
+                if id.is_none() && !given.is_empty() {
+                    id = Some(request_id(&given, &format!("context.{key}"))?);
+                }
+            }
+            Some(other) => {
+                return Err(ApiError::bad_input(format!(
+                    "`context.{key}` is a string, not {}",
+                    kind(&other)
+                )));
+            }
         }
-        (Some(Value::String(_)) | None | Some(Value::Null), None | Some(Value::Null)) => None,
-        (Some(Value::String(_)), Some(Value::String(_))) => None,
-        _ => {
-            return Err(ApiError::bad_input(
-                "`context.request_id` is a string".to_string(),
-            ));
-        }
-    };
+    }
     // Who called, and the trace it belongs to: kept with the record.
     for key in ["trace_id", "span_id", "caller"] {
         match context.remove(key) {
@@ -158,7 +162,7 @@ fn read_context(
             }
         }
     }
-    Ok(request_id)
+    Ok(id)
 }
 
 /// lllm's task line, by the batch's rules; no file is read.

@@ -21,6 +21,7 @@ mod body;
 mod call;
 mod error;
 mod openai;
+mod records;
 mod routes;
 mod session;
 

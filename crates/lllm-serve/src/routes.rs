@@ -33,8 +33,8 @@ pub struct State {
     pub(crate) slots: Arc<Semaphore>,
     /// Runs started and not yet recorded (`/health`'s `running`).
     pub running: std::sync::atomic::AtomicUsize,
-    records: Option<std::path::PathBuf>,
-    store: Option<std::path::PathBuf>,
+    /// Where the sessions' records go.
+    recorder: crate::records::Recorder,
     pub(crate) budget: Option<Arc<lllm::provider::budget::CostBudget>>,
     pub tags: Map<String, Value>,
     pub metadata: Map<String, Value>,
@@ -53,8 +53,7 @@ impl State {
             slots: Arc::new(Semaphore::new(limits.concurrency)),
             running: std::sync::atomic::AtomicUsize::new(0),
             limits,
-            records: options.records,
-            store: options.store,
+            recorder: crate::records::Recorder::new(options.records, options.store),
             budget: options.budget,
             tags: options.tags,
             metadata: options.metadata,
@@ -81,27 +80,9 @@ impl State {
         }
     }
 
-    /// Writes `record` (and indexes it in the store), off the async threads;
-    /// a record that cannot be written is said on stderr.
+    /// Writes `record` and indexes it in the store (`records`).
     pub async fn write_record(&self, record: &SessionRecord) {
-        let Some(dir) = &self.records else {
-            return;
-        };
-        let path = dir.join(format!("{}.json", record.session_id));
-        let store = self.store.clone();
-        let written = record.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            lllm::records::write_and_index(&written, &path, store.as_deref())
-                .map_err(|error| format!("{}: {error}", path.display()))
-        })
-        .await
-        .unwrap_or_else(|error| Err(error.to_string()));
-        if let Err(error) = result {
-            lllm::output::stderr_line(&format!(
-                "lllm serve: warning: the record of session {} was not written: {error}",
-                record.session_id
-            ));
-        }
+        self.recorder.write(record).await;
     }
 
     /// Waits until every run has ended and its record is written.

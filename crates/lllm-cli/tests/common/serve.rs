@@ -67,6 +67,22 @@ impl Served {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// [`eventually`], saying what the server wrote on stderr if not.
+    #[track_caller]
+    pub fn eventually(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(60) {
+            if check() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!(
+            "{what}: not within a minute; the server's stderr:\n{}",
+            self.stderr()
+        );
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         nix::sys::signal::kill(
