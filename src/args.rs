@@ -52,16 +52,7 @@ pub(crate) fn object(
 }
 
 /// What a JSON value is, for errors.
-pub(crate) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(crate) use crate::words::json_kind as kind;
 
 #[cfg(test)]
 mod tests {

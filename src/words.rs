@@ -36,6 +36,27 @@ pub fn calls(calls: impl Into<u64>, retries: impl Into<u64>) -> String {
     text
 }
 
+/// What a JSON value is, in the words an error names it with: `null`, `a
+/// boolean`, `a number`, `a string`, `an array` or `an object` (task lines,
+/// arguments, `lllm serve`'s bodies all say it so).
+///
+/// ```
+/// use serde_json::json;
+/// assert_eq!(lllm::words::json_kind(&json!([1])), "an array");
+/// assert_eq!(format!("`args` is {}, not an object", lllm::words::json_kind(&json!("x"))), "`args` is a string, not an object");
+/// ```
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,8 @@ mod records;
 mod routes;
 mod session;
 
+// What a JSON value is, for errors (`a string`, `an array`, …).
+use lllm::words::json_kind as kind;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -189,18 +191,6 @@ pub async fn serve(
         .await?;
     state.drain().await;
     Ok(())
-}
-
-/// What a JSON value is, for errors (`a string`, `an array`, …).
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
