@@ -20,7 +20,12 @@
 #    direct, at the same C, the same mock and the same mock latency. The
 #    mock's latency grows with C (max(10, C) ms) so every level asks the same
 #    ~1,000 calls/s of the server at most: a level measures what C requests in
-#    flight cost, not a queue in front of a saturated CPU.
+#    flight cost, not a queue in front of a saturated CPU. Each level runs
+#    twice: with the clients' first requests spread evenly over the mock's
+#    latency (serve_load --spread), so requests arrive as independent users'
+#    do, about one a millisecond (the target's measure); then in waves, every
+#    client sending in the same millisecond, a burst of C to drain (shown
+#    beside it: what a thundering herd costs).
 # 2. Memory per request in flight: a fresh `lllm serve`, warmed, its RSS idle;
 #    then HOLD requests held open by a mock reply that takes 10 s, RSS sampled
 #    every 100 ms; (peak - idle) / HOLD, for /run and for /stream.
@@ -134,11 +139,12 @@ PY
 # CPU time (user + system) a process has used, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks=$(getconf CLK_TCK)
-measure() {  # measure KIND C N URL BODY EXPECT PID: one line of results, PID's CPU per call
+measure() {  # measure KIND C N URL BODY EXPECT PID [LOAD FLAGS…]: one line of results, PID's CPU per call
     local kind=$1 c=$2 n=$3 target=$4 body=$5 expect=$6 server=$7
+    shift 7
     local line before after
     before=$(cpu_ticks "$server")
-    line=$("$load" "$target" "$c" "$n" "$work/$body" --expect "$expect")
+    line=$("$load" "$target" "$c" "$n" "$work/$body" --expect "$expect" "$@")
     after=$(cpu_ticks "$server")
     # The warm-up's C calls are in the CPU time too.
     local cpu_us=$(( (after - before) * 1000000 / ticks / (n + c) ))
@@ -151,10 +157,17 @@ echo "serve.sh: added latency" >&2
 for c in $levels; do
     bodies "[L$c]"
     n=$(( c * rounds > 300 ? c * rounds : 300 ))
-    measure direct "$c" "$n" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
-    measure run "$c" "$n" "$lllm/run" lllm.json "$answer" "$lllm_pid"
-    measure direct_stream "$c" "$n" "$mock/v1/chat/completions" direct_stream.json "[DONE]" "$mock_pid"
-    measure stream "$c" "$n" "$lllm/stream" lllm.json "event: result" "$lllm_pid"
+    # Arrivals spread evenly over the mock's latency (serve_load --spread),
+    # then, where there is more than one client, in waves.
+    for arrivals in even waves; do
+        [ "$arrivals" = waves ] && [ "$c" = 1 ] && continue
+        spread=(--spread $(( c > 10 ? c : 10 )))
+        [ "$arrivals" = waves ] && spread=()
+        measure "direct_$arrivals" "$c" "$n" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid" "${spread[@]}"
+        measure "run_$arrivals" "$c" "$n" "$lllm/run" lllm.json "$answer" "$lllm_pid" "${spread[@]}"
+        measure "direct_stream_$arrivals" "$c" "$n" "$mock/v1/chat/completions" direct_stream.json "[DONE]" "$mock_pid" "${spread[@]}"
+        measure "stream_$arrivals" "$c" "$n" "$lllm/stream" lllm.json "event: result" "$lllm_pid" "${spread[@]}"
+    done
 done
 
 echo "serve.sh: memory per request in flight" >&2
@@ -209,20 +222,26 @@ load = os.getloadavg()[0]
 say(f"`bench/serve.sh` ({build} build, {os.cpu_count()} cores, load {load:.1f} at the end, "
     f"Linux {platform.release()})")
 say("")
-if levels:
+failures = 0
+for arrivals, title in (("even", "Arrivals spread evenly over the mock's latency (the target's measure):"),
+                        ("waves", "Arrivals in waves (all C clients sending in the same millisecond, a burst to drain):")):
+  shown = [c for c in levels if get(f"run_{arrivals}", c)]
+  if not shown:
+    continue
+  say(title)
+  say("")
   say("| clients | mock latency | direct p50 / p99 | /run p50 / p99 | added p50 / p99 | "
     "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 | server CPU per call /run · /stream |")
   say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-failures = 0
-for c in levels:
-    r = {k: get(k, c)[0]["result"] for k in ("direct", "run", "direct_stream", "stream")}
-    cpus = f"{get('run', c)[0]['cpu_us']:,} · {get('stream', c)[0]['cpu_us']:,} µs"
+  for c in shown:
+    r = {k: get(f"{k}_{arrivals}", c)[0]["result"] for k in ("direct", "run", "direct_stream", "stream")}
+    cpus = f"{get(f'run_{arrivals}', c)[0]['cpu_us']:,} · {get(f'stream_{arrivals}', c)[0]['cpu_us']:,} µs"
     failures += sum(x["failures"] for x in r.values())
     def pair(x): return f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f} ms"
     def added(a, b): return f"{a['p50_ms'] - b['p50_ms']:+.2f} / {a['p99_ms'] - b['p99_ms']:+.2f} ms"
     say(f"| {c:,} | {max(10, c)} ms | {pair(r['direct'])} | {pair(r['run'])} | {added(r['run'], r['direct'])} "
         f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} | {cpus} |")
-say("")
+  say("")
 for route in ("run", "stream"):
     if not get(f"memory_{route}"):
         continue

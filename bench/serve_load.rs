@@ -5,7 +5,7 @@
 //! its answer (p50, p99, mean, max), the answered requests per second and the
 //! failures.
 //!
-//!     cargo run --release --example serve_load -- URL C N BODY [--expect TEXT] [--no-warmup]
+//!     cargo run --release --example serve_load -- URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS]
 //!
 //! BODY is a file holding the request body (JSON, posted as
 //! `application/json`). A request counts as answered when its status is 200
@@ -16,6 +16,14 @@
 //! server's first-call work done) unless `--no-warmup`; `bench/serve.sh`
 //! holds N = C requests open that way to weigh the memory of requests in
 //! flight.
+//!
+//! With `--spread MS`, client i sends its first counted request i·MS/C
+//! milliseconds after the first client: with MS the mock's latency, the
+//! requests arrive evenly, about C every MS, as the calls of many independent
+//! users do, instead of in waves of C at once (every client answered in the
+//! same millisecond and sending again at once). A wave measures how fast a
+//! server drains a burst of C simultaneous arrivals; `bench/serve.sh` measures
+//! both, and its added-latency target is about the even arrivals.
 //!
 //! The same program measures the baseline: BODY an OpenAI chat request and
 //! URL `lllm-mock`'s `/v1/chat/completions`, so "the latency a served call
@@ -45,11 +53,19 @@ fn main() {
     let total: usize = total.parse().unwrap_or_else(|_| usage());
     let mut expect = None;
     let mut warmup = true;
+    let mut spread = Duration::ZERO;
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
         match flag.as_str() {
             "--expect" => expect = Some(rest.next().unwrap_or_else(|| usage()).clone()),
             "--no-warmup" => warmup = false,
+            "--spread" => {
+                let ms: u64 = rest
+                    .next()
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or_else(|| usage());
+                spread = Duration::from_millis(ms);
+            }
             _ => usage(),
         }
     }
@@ -95,9 +111,11 @@ fn main() {
         }
         let started = Instant::now();
         let mut workers = Vec::new();
-        for _ in 0..clients {
+        for index in 0..clients {
             let (client, job) = (client.clone(), job.clone());
+            let delay = spread.mul_f64(index as f64 / clients as f64);
             workers.push(tokio::spawn(async move {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(started + delay)).await;
                 let mut latencies = Vec::new();
                 while job.next.fetch_add(1, Ordering::Relaxed) < job.total {
                     let sent = Instant::now();
@@ -178,6 +196,6 @@ impl Job {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: serve_load URL C N BODY [--expect TEXT] [--no-warmup]");
+    eprintln!("usage: serve_load URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS]");
     std::process::exit(2);
 }

@@ -86,6 +86,38 @@ impl AtomicFile {
         self.committed = true;
         Ok(())
     }
+
+    /// Writes what is buffered and renames the file over the destination
+    /// without waiting for the disk: from then on every process reads the
+    /// file whole, and a crash of this one loses nothing, but a power loss
+    /// before the file system's next sync ([`sync_filesystem`]) may leave the
+    /// file empty or cut. For many files whose durability can follow in one
+    /// sync for all. Elsewhere than Linux the file is synced first, as
+    /// [`commit`](AtomicFile::commit) does.
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// use std::io::Write;
+    /// let dir = tempfile::tempdir()?;
+    /// for name in ["a.json", "b.json"] {
+    ///     let mut file = lllm::file::atomic::AtomicFile::create(&dir.path().join(name))?;
+    ///     writeln!(file, "{name}")?;
+    ///     file.publish()?;
+    /// }
+    /// assert_eq!(std::fs::read_to_string(dir.path().join("b.json"))?, "b.json\n");
+    /// lllm::file::atomic::sync_filesystem(dir.path())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn publish(mut self) -> io::Result<()> {
+        self.writer.flush()?;
+        if !cfg!(any(target_os = "linux", target_os = "android")) {
+            self.writer.get_ref().sync_all()?;
+        }
+        std::fs::rename(&self.temporary, &self.path)?;
+        self.committed = true;
+        Ok(())
+    }
 }
 
 impl Write for AtomicFile {
@@ -110,64 +142,27 @@ impl Drop for AtomicFile {
     }
 }
 
-/// Commits a group of files of one file system with one sync: each file's
-/// bytes are written out, then one `syncfs` makes them all durable (Linux;
-/// elsewhere each file is synced on its own), then each is renamed over its
-/// destination. A file costs a rename instead of a sync of its own: `lllm
-/// serve` writes the records of the calls that end together so (with one
-/// `fsync` a call, 1,000 calls a second kept the file system's journal
-/// committing for each). One result per file, in order; a file that fails
-/// is removed and leaves the others committed.
+/// Makes durable everything written so far to the file system that holds
+/// `path` (a file or a directory on it): files [published](AtomicFile::publish)
+/// before the call survive a power loss after it. On Linux one `syncfs`, which
+/// waits for every file of that file system written so far, this program's or
+/// not; elsewhere nothing is left to do, as `publish` synced each file.
 ///
-/// ```
-/// # fn main() -> std::io::Result<()> {
-/// use std::io::Write;
-/// let dir = tempfile::tempdir()?;
-/// let mut files = Vec::new();
-/// for name in ["a.json", "b.json"] {
-///     let mut file = lllm::file::atomic::AtomicFile::create(&dir.path().join(name))?;
-///     writeln!(file, "{name}")?;
-///     files.push(file);
-/// }
-/// let results = lllm::file::atomic::commit_all(files);
-/// assert!(results.iter().all(Result::is_ok));
-/// assert_eq!(std::fs::read_to_string(dir.path().join("b.json"))?, "b.json\n");
-/// # Ok(())
-/// # }
-/// ```
-pub fn commit_all(mut files: Vec<AtomicFile>) -> Vec<io::Result<()>> {
-    let flushed: Vec<io::Result<()>> = files.iter_mut().map(|file| file.writer.flush()).collect();
-    let synced = sync_group(&files);
-    files
-        .into_iter()
-        .zip(flushed)
-        .map(|(mut file, flushed)| {
-            flushed?;
-            if let Err(error) = &synced {
-                return Err(io::Error::new(error.kind(), error.to_string()));
-            }
-            std::fs::rename(&file.temporary, &file.path)?;
-            file.committed = true;
-            Ok(())
-        })
-        .collect()
-}
-
-/// Makes every file of `files` durable: one `syncfs` of their file system.
+/// `lllm serve` answers a call once its record is published and syncs its
+/// records in groups behind the answers: one sync for every record written
+/// while the last one ran (docs/benchmarks.md, "Serving").
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn sync_group(files: &[AtomicFile]) -> io::Result<()> {
-    match files.first() {
-        Some(file) => nix::unistd::syncfs(file.writer.get_ref()).map_err(io::Error::from),
-        None => Ok(()),
-    }
+pub fn sync_filesystem(path: &Path) -> io::Result<()> {
+    let file = File::open(path)?;
+    nix::unistd::syncfs(&file).map_err(io::Error::from)
 }
 
-/// Makes every file of `files` durable, each with its own sync.
+/// Makes durable everything written so far to the file system that holds
+/// `path`: elsewhere than Linux, [`AtomicFile::publish`] synced each file, so
+/// nothing is left to do but check that `path` is there.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn sync_group(files: &[AtomicFile]) -> io::Result<()> {
-    files
-        .iter()
-        .try_for_each(|file| file.writer.get_ref().sync_all())
+pub fn sync_filesystem(path: &Path) -> io::Result<()> {
+    std::fs::metadata(path).map(|_| ())
 }
 
 /// Writes `bytes` to `path` through an [`AtomicFile`].
@@ -225,29 +220,23 @@ mod tests {
     }
 
     #[test]
-    fn a_group_commits_every_file_but_the_one_that_fails() {
+    fn a_published_file_is_whole_under_its_name_and_a_failed_one_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("gone");
         std::fs::create_dir(&gone).unwrap();
-        let mut files = Vec::new();
-        for path in [
-            dir.path().join("a.json"),
-            gone.join("b.json"),
-            dir.path().join("c.json"),
-        ] {
-            let mut file = AtomicFile::create(&path).unwrap();
-            file.write_all(b"whole").unwrap();
-            files.push(file);
-        }
-        // The second file's directory goes before the group commits: its
-        // rename fails, the others land.
+        let mut kept = AtomicFile::create(&dir.path().join("a.json")).unwrap();
+        kept.write_all(b"whole").unwrap();
+        let mut lost = AtomicFile::create(&gone.join("b.json")).unwrap();
+        lost.write_all(b"whole").unwrap();
+        // The second file's directory goes before it is published: its
+        // rename fails and its temporary file went with the directory.
         std::fs::remove_dir_all(&gone).unwrap();
-        let results = commit_all(files);
-        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-        assert!(results[1].is_err());
-        assert_eq!(names(dir.path()), ["a.json", "c.json"]);
-        assert_eq!(std::fs::read(dir.path().join("c.json")).unwrap(), b"whole");
-        assert!(commit_all(Vec::new()).is_empty());
+        kept.publish().unwrap();
+        assert!(lost.publish().is_err());
+        assert_eq!(names(dir.path()), ["a.json"]);
+        assert_eq!(std::fs::read(dir.path().join("a.json")).unwrap(), b"whole");
+        sync_filesystem(dir.path()).unwrap();
+        assert!(sync_filesystem(&gone).is_err());
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! The `lllm` binary: the command line of `lllm_cli`, with mimalloc.
-
-/// mimalloc instead of the system allocator: a batch allocates and frees a
-/// session record's worth of small objects per task from many threads, where
-/// glibc's malloc showed high in `bench/batch.sh` profiles (the measured gain
-/// on the whole run was within the noise of a shared 2-core machine).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+//! The `lllm` binary: the command line of `lllm_cli`, on the system's
+//! allocator.
+//!
+//! It ran on mimalloc until `lllm serve`: mimalloc's gain on a whole batch
+//! was within the noise of a shared 2-core machine, and a served request in
+//! flight held 93 KB (/run) and 127 KB (/stream) of resident memory with
+//! it against 78 KB and 88 KB with glibc's malloc, the same build otherwise
+//! (`PARTS=memory bench/serve.sh`, docs/benchmarks.md, "Serving").
 
 fn main() -> std::process::ExitCode {
     lllm_cli::main()

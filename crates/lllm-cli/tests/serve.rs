@@ -384,6 +384,41 @@ fn a_body_over_the_limit_is_413_and_nothing_is_sent() {
 }
 
 #[test]
+fn a_head_over_8_kb_is_431_and_bodies_larger_than_the_read_buffer_are_read_whole() {
+    let (test, mock) = setup(0);
+    let served = Served::start(&test, &["t.yaml", "--max-body", "262144"]);
+    let url = format!("{}/run", served.url);
+    let with_header = |bytes: usize| {
+        block(async {
+            reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("x-padding", "p".repeat(bytes))
+                .body(r#""small""#)
+                .send()
+                .await
+                .expect("an answer")
+                .status()
+                .as_u16()
+        })
+    };
+    // The head is read through an 8 KB buffer: a head that does not fit is
+    // 431 and nothing is sent; one that fits is served.
+    assert_eq!(with_header(9000), 431);
+    assert_eq!(mock.requests().len(), 0);
+    assert_eq!(with_header(6000), 200);
+    // A body twenty times the buffer still arrives whole: the task the
+    // provider is asked holds every byte of it.
+    let long = format!("{}END", "y".repeat(160_000));
+    let answer = post(&url, &json!({"input": long}).to_string());
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let asked = requests[1].to_string();
+    assert!(asked.contains(&long), "the long task was cut");
+}
+
+#[test]
 fn past_the_concurrency_limit_a_call_is_429_with_retry_after() {
     // A slow reply holds the only slot while the stream is open.
     let (test, mock) = setup(30_000);

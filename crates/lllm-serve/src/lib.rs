@@ -170,9 +170,20 @@ pub fn check_names(tactics: &[Tactic]) -> Result<(), String> {
     }
 }
 
+/// The most bytes a connection buffers as it reads: a request's head must
+/// fit (a longer one is answered 431), a body is read through it piece by
+/// piece. hyper's own default (about 400 KB) let a head that came in two
+/// reads double an 8 KB buffer to 16 KB on every connection, a fifth of a
+/// served call's memory (docs/benchmarks.md, "Serving").
+pub const READ_BUFFER: usize = 8 * 1024;
+
 /// Serves `options` on `listener` until `shutdown` completes; then stops
 /// accepting, lets the requests in flight finish and waits for every run's
-/// record to be written (runs whose callers went away included).
+/// record to be written and synced (runs whose callers went away included).
+///
+/// HTTP/1.1 (as upstream's uvicorn serves), each connection with
+/// TCP_NODELAY, a [`READ_BUFFER`] and hyper's 30 s limit on reading a
+/// request's head.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     options: Options,
@@ -180,17 +191,57 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let state = Arc::new(routes::State::new(options));
     let app = routes::router(state.clone());
-    // Each answer's bytes go out as written: without TCP_NODELAY, Nagle's
-    // algorithm holds an SSE event (or the end of an answer written in two
-    // pieces) until the client's delayed ACK, 40 ms on Linux.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.max_buf_size(READ_BUFFER)
+        .timer(hyper_util::rt::TokioTimer::new());
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    accept_failed(&error).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Each answer's bytes go out as written: without TCP_NODELAY,
+        // Nagle's algorithm holds an SSE event (or the end of an answer
+        // written in two pieces) until the client's delayed ACK, 40 ms on
+        // Linux.
         let _ = stream.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            // A connection's errors (a client gone mid-request, a head too
+            // long) are the client's; its run, if any, records how it ended.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
     state.drain().await;
     Ok(())
+}
+
+/// After a failed `accept`: a connection that failed before it was taken
+/// is skipped at once; anything else (out of file descriptors, most often)
+/// is said and waited out for a second rather than retried in a busy loop.
+async fn accept_failed(error: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    lllm::report::warn(&format!(
+        "lllm serve: accepting a connection failed: {error}"
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 #[cfg(test)]

@@ -85,10 +85,12 @@ impl State {
         self.recorder.write(record).await;
     }
 
-    /// Waits until every run has ended and its record is written.
+    /// Waits until every run has ended and its record is written, then
+    /// until every record is on disk.
     pub async fn drain(&self) {
         let all = u32::try_from(self.limits.concurrency).unwrap_or(u32::MAX);
         let _all = self.slots.acquire_many(all).await;
+        self.recorder.sync().await;
     }
 }
 
