@@ -155,8 +155,13 @@ impl Metrics {
             _ => {
                 if let Some(rest) = path.strip_prefix("/tactics/")
                     && let Some((name, endpoint)) = rest.split_once('/')
-                    && let Some(route) = exact(&format!("/tactics/{{name}}/{endpoint}"))
                 {
+                    let route = match endpoint {
+                        "info" => 2,
+                        "run" => 3,
+                        "stream" => 4,
+                        _ => return (OTHER, 0),
+                    };
                     return (route, self.tactic(name));
                 }
                 (exact(path).unwrap_or(OTHER), 0)
