@@ -1,6 +1,6 @@
 //! `lllm serve`'s `GET /metrics` on the real binary, against `lllm-mock`:
 //! the counts after known calls (success, 400, 401, 404, 429, a client
-//! that went away), the sessions' outcomes, tokens and cost, the budget,
+//! that went away, 504), the sessions' outcomes, tokens and cost, the budget,
 //! the histogram's buckets against its count and the request counters,
 //! the token (and `--metrics-public`), and every line of every scrape
 //! checked against the exposition format's grammar by a strict parser.
@@ -301,6 +301,43 @@ fn cost_and_the_budget_spent() {
         scrape.value("lllm_serve_budget_refused_calls_total", &[]),
         Some(0.0)
     );
+}
+
+#[test]
+fn a_run_past_its_deadline_is_a_timeout_and_its_latency_is_counted() {
+    let (test, _mock) = setup();
+    let served = Served::start(&test, &["t.yaml", "--timeout", "1"]);
+    let run = format!("{}/run", served.url);
+    assert_eq!(call("POST", &run, None, Some(r#""hold""#)), 504);
+    block(until_running(&served.url, 0));
+    let scrape = Scrape::of(&served.url, None);
+    let labels = [("tactic", "helper"), ("route", "/run")];
+    assert_eq!(
+        scrape.value(
+            "lllm_serve_sessions_total",
+            &[("tactic", "helper"), ("state", "timeout")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        scrape.value(
+            "lllm_serve_requests_total",
+            &[labels[0], labels[1], ("status", "504")]
+        ),
+        Some(1.0)
+    );
+    // It took its deadline: past the 0.5 s bucket, at least 1 s in the sum.
+    let bucket = |le: &str| {
+        scrape.value(
+            "lllm_serve_request_duration_seconds_bucket",
+            &[labels[0], labels[1], ("le", le)],
+        )
+    };
+    assert_eq!((bucket("0.5"), bucket("+Inf")), (Some(0.0), Some(1.0)));
+    let sum = scrape
+        .value("lllm_serve_request_duration_seconds_sum", &labels)
+        .unwrap();
+    assert!(sum >= 1.0, "{sum}");
 }
 
 #[test]
