@@ -11,6 +11,8 @@
 #   OUT=FILE bench/serve.sh                         (the table's file; default target/bench-serve.md)
 #   LLLM_BENCH_FLAGS=--no-record bench/serve.sh     (extra `lllm serve` flags)
 #   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
+#   BASE=DIR PARTS=throughput bench/serve.sh        (DIR/lllm too, side by side in the throughput part: a change's cost)
+#   THROUGHPUT_ROUNDS=3 bench/serve.sh              (the throughput part's rounds)
 #
 # 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
 #    (C clients, each sending its next request when its last answer ended)
@@ -31,7 +33,11 @@
 #    every 100 ms; (peak - idle) / HOLD, for /run and for /stream.
 # 3. Throughput: THROUGHPUT_C clients against a mock that answers at once,
 #    `lllm serve`'s /run and upstream's /run alternating for 3 rounds; the
-#    ratio of the medians, and the mock alone as the ceiling.
+#    ratio of the medians, and the mock alone as the ceiling. With BASE, a
+#    second `lllm serve` of another build (BASE/lllm, the same tactic and
+#    flags, a store of its own) and this one are then loaded at once, each
+#    by half the clients, for THROUGHPUT_ROUNDS rounds; the table compares
+#    their CPU per call: what a change costs, under the same load.
 #
 # Needs python3 (the table, and scripts/python-env for upstream's venv) and
 # /proc (RSS). Everything listens on 127.0.0.1 and is stopped on exit.
@@ -42,6 +48,7 @@ levels=${LEVELS:-1 64 1000}
 rounds=${ROUNDS:-10}
 hold=${HOLD:-1000}
 throughput_c=${THROUGHPUT_C:-64}
+base=${BASE:-}
 out=${OUT:-$root/target/bench-serve.md}
 parts=" ${PARTS:-latency memory throughput} "
 if [ -z "${NO_BUILD:-}" ]; then
@@ -116,6 +123,13 @@ YAML
 serve_flags=(--port 0 --concurrency $((hold > 1000 ? hold * 2 : 2000)) ${LLLM_BENCH_FLAGS:-})
 start lllm "$bin/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
 lllm=$url lllm_pid=$pid
+if [ -n "$base" ] && [[ $parts == *" throughput "* ]]; then
+    case "$base" in /*) ;; *) base=$root/$base ;; esac
+    # A store of its own: two servers sharing one SQLite index would pay
+    # for each other's writes.
+    start base env LLLM_HOME="$work/base-store" "$base/lllm" serve "$work/answer.yaml" "${serve_flags[@]}"
+    base_url=$url base_pid=$pid
+fi
 start upstream env -C "$root/tests/python" OPENAI_BASE_URL="$mock/v1" OPENAI_API_KEY="$LLLM_BENCH_KEY" \
     "$python" upstream_tactic.py serve --port 0
 upstream=$url upstream_pid=$pid
@@ -201,18 +215,38 @@ done
 echo "serve.sh: throughput" >&2
 bodies ""
 tn=$(( throughput_c * 30 ))
-throughput_rounds="1 2 3"
+throughput_rounds=$(seq "${THROUGHPUT_ROUNDS:-3}")
 [[ $parts == *" throughput "* ]] || throughput_rounds=
 for _ in $throughput_rounds; do
     measure throughput_lllm "$throughput_c" "$tn" "$lllm/run" lllm.json "$answer" "$lllm_pid"
     measure throughput_upstream "$throughput_c" $(( throughput_c * 10 )) "$upstream/run" upstream.json "$answer" "$upstream_pid"
 done
+# With BASE: both builds at once, each loaded by its own THROUGHPUT_C / 2
+# clients, so that both see the same machine. Measured one after the other
+# on a busy machine, the second of two servers of the same binary used
+# 10-15 % more CPU a call than the first, which hid any change.
+for _ in ${base:+$throughput_rounds}; do
+    half=$(( throughput_c / 2 > 0 ? throughput_c / 2 : 1 ))
+    ours_before=$(cpu_ticks "$lllm_pid") base_before=$(cpu_ticks "$base_pid")
+    "$load" "$lllm/run" "$half" "$tn" "$work/lllm.json" --expect "$answer" > "$work/pair_lllm.json" &
+    one=$!
+    "$load" "$base_url/run" "$half" "$tn" "$work/lllm.json" --expect "$answer" > "$work/pair_base.json" &
+    two=$!
+    wait "$one"
+    wait "$two"
+    ours_after=$(cpu_ticks "$lllm_pid") base_after=$(cpu_ticks "$base_pid")
+    for side in lllm base; do
+        if [ "$side" = lllm ]; then used=$(( ours_after - ours_before )); else used=$(( base_after - base_before )); fi
+        echo "{\"kind\": \"pair_$side\", \"c\": $half, \"cpu_us\": $(( used * 1000000 / ticks / (tn + half) )), \"result\": $(cat "$work/pair_$side.json")}" >> "$work/results.jsonl"
+    done
+    echo "  side by side: $(tail -2 "$work/results.jsonl" | cut -c1-60 | tr '\n' ' ')" >&2
+done
 [ -z "$throughput_rounds" ] || measure throughput_mock "$throughput_c" "$tn" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid"
 
-python3 - "$work/results.jsonl" "$bin" "$levels" "$out" <<'PY'
+python3 - "$work/results.jsonl" "$bin" "$levels" "$out" "$base" <<'PY'
 import json, os, platform, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
-binary, levels, out = sys.argv[2], [int(c) for c in sys.argv[3].split()], sys.argv[4]
+binary, levels, out, base = sys.argv[2], [int(c) for c in sys.argv[3].split()], sys.argv[4], sys.argv[5]
 build = "release" if "/release" in binary else "debug" if "/debug" in binary else binary
 def get(kind, c=None):
     return [row for row in rows if row["kind"] == kind and (c is None or row["c"] == c)]
@@ -263,13 +297,23 @@ failures += sum(x["result"]["failures"] for x in get("throughput_lllm") + get("t
 med = statistics.median
 say(f"- throughput at {get('throughput_lllm')[0]['c']} clients, mock answering at once: "
     f"`lllm serve` {med(ours):,.0f} calls/s, upstream's service {med(theirs):,.1f} calls/s: "
-    f"**{med(ours) / med(theirs):.1f}×** (medians of 3 alternating rounds; "
+    f"**{med(ours) / med(theirs):.1f}×** (medians of {len(ours)} alternating rounds; "
     f"rounds {', '.join(f'{x:,.0f}' for x in ours)} vs {', '.join(f'{x:,.1f}' for x in theirs)}); "
     f"the mock alone answers {ceiling:,.0f} calls/s")
 cpu = lambda kind: med([x["cpu_us"] for x in get(kind)])
 say(f"- CPU per call (user + system of the process serving it, warm-ups included): `lllm serve` "
     f"{cpu('throughput_lllm'):,.0f} µs, upstream's service {cpu('throughput_upstream'):,.0f} µs, "
     f"the mock {cpu('throughput_mock'):,.0f} µs")
+if get("pair_base"):
+    mine, based = get("pair_lllm"), get("pair_base")
+    failures += sum(x["result"]["failures"] for x in mine + based)
+    ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(mine, based)]
+    say(f"- against `{base}/lllm`, both served at once ({mine[0]['c']} clients each): CPU per "
+        f"call {med([x['cpu_us'] for x in mine]):,.0f} µs against "
+        f"{med([x['cpu_us'] for x in based]):,.0f} µs, **{med(ratios):.3f}×** (median of the "
+        f"rounds' ratios {', '.join(f'{r:.3f}' for r in ratios)}); throughput "
+        f"{med([x['result']['per_s'] for x in mine]):,.0f} against "
+        f"{med([x['result']['per_s'] for x in based]):,.0f} calls/s")
 say(f"- failed requests: {failures}")
 text = "\n".join(lines) + "\n"
 print(text, end="")

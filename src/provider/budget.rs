@@ -86,6 +86,12 @@ impl CostBudget {
         self.max
     }
 
+    /// Spent so far by the calls that have ended (what `lllm serve`'s
+    /// `/metrics` shows).
+    pub fn spent(&self) -> f64 {
+        self.account().spent
+    }
+
     /// Spent so far, calls in flight counted at what they have reserved.
     pub fn committed(&self) -> f64 {
         let account = self.account();

@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// Write no session records.
     #[arg(long)]
     pub no_record: bool,
+    /// Answer `GET /metrics` (Prometheus text) without the token, for a
+    /// scraper that cannot send one; it needs the token by default.
+    #[arg(long)]
+    pub metrics_public: bool,
     /// No line on stderr but errors.
     #[arg(long, short)]
     pub quiet: bool,
@@ -154,6 +158,7 @@ pub async fn run(args: ServeArgs, registry: &lllm::Registry) -> Result<Outcome> 
         budget,
         tags: crate::store::pairs("--tag", &args.store.tags)?,
         metadata: crate::store::pairs("--meta", &args.store.metadata)?,
+        metrics_public: args.metrics_public,
     };
     let quiet = args.quiet;
     let stop = async move {

@@ -5,7 +5,8 @@
 //! port), every flag of their command lines is one `lllm serve --help`
 //! lists, and each command line, with its paths pointed into a scratch
 //! directory, starts a real `lllm serve` of the shipped example that answers
-//! the probe, refuses a call without the token, serves one with it, writes
+//! the probe, refuses a call without the token, serves one with it (and
+//! the Kubernetes one, its metrics to a scraper without the token), writes
 //! the call's record into the store they name, and exits 0 on SIGTERM.
 
 mod common;
@@ -131,6 +132,7 @@ fn serve_and_check(
     token: &str,
     probe: &str,
     store: &Path,
+    scrape: Option<&str>,
 ) {
     let server = Server::start(arguments, env, dir);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -160,6 +162,22 @@ fn serve_and_check(
         let answer: Value = answer.json().await.unwrap();
         assert_eq!(answer["tactic"], "triage", "{answer}");
         assert!(answer["output"]["category"].is_string(), "{answer}");
+        // A scraper without the token reads the metrics, the call counted.
+        if let Some(path) = scrape {
+            let metrics = client
+                .get(format!("{}{path}", server.url))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(metrics.status(), 200, "the scrape of {path}");
+            let text = metrics.text().await.unwrap();
+            assert!(
+                text.contains(
+                    "lllm_serve_requests_total{tactic=\"triage\",route=\"/tactics/{name}/run\",status=\"200\"} 1\n"
+                ),
+                "{text}"
+            );
+        }
     });
     assert_eq!(server.stop(), 0, "SIGTERM drains, then exit 0");
     let output = Command::new(env!("CARGO_BIN_EXE_lllm"))
@@ -281,6 +299,14 @@ fn the_kubernetes_manifest_deploys_a_served_tactic_with_its_store_and_token() {
     let tactic = PathBuf::from(&arguments[1]);
     assert_eq!(tactic.parent().unwrap().to_str().unwrap(), mount("tactics"));
 
+    // Prometheus's annotations name the server's port and its metrics,
+    // which it may read without the token.
+    let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], port.as_str());
+    let scrape = annotations["prometheus.io/path"].as_str().unwrap();
+    assert!(arguments.iter().any(|word| word == "--metrics-public"));
+
     // The container's command line, its paths in a scratch directory (the
     // address too: the test listens on loopback only, on a free port).
     let dir = tempfile::tempdir().unwrap();
@@ -314,6 +340,7 @@ fn the_kubernetes_manifest_deploys_a_served_tactic_with_its_store_and_token() {
         token,
         "/health",
         &store,
+        Some(scrape),
     );
 }
 
@@ -393,5 +420,6 @@ fn the_systemd_unit_runs_a_hardened_served_tactic_with_its_store_and_token() {
         token,
         "/health",
         &state,
+        None,
     );
 }

@@ -1,6 +1,8 @@
 //! The bearer token (D20): with one set, every route but `/health` answers
 //! 401 `Unauthorized` to a request without `Authorization: Bearer TOKEN`.
 //! The comparison takes the same time wherever the given token differs.
+//! `/metrics` needs it too, unless the server was started with
+//! `--metrics-public` (`Options::metrics_public`).
 
 use std::sync::Arc;
 
@@ -21,7 +23,8 @@ pub async fn check(
     let Some(token) = state.token.as_deref() else {
         return next.run(request).await;
     };
-    if request.uri().path() == "/health" {
+    let path = request.uri().path();
+    if path == "/health" || (state.metrics_public && path == "/metrics") {
         return next.run(request).await;
     }
     let given = request

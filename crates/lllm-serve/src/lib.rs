@@ -20,6 +20,7 @@ mod auth;
 mod body;
 mod call;
 mod error;
+mod metrics;
 mod openai;
 mod records;
 mod routes;
@@ -114,6 +115,9 @@ pub struct Options {
     pub tags: Map<String, Value>,
     /// Metadata every session gets (a request's own win).
     pub metadata: Map<String, Value>,
+    /// Whether `GET /metrics` is answered without the token (it needs
+    /// it by default, as every route but `/health` does).
+    pub metrics_public: bool,
 }
 
 /// Why a tactic name cannot be served: it must be a path segment as

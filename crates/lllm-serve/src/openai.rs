@@ -61,16 +61,37 @@ pub async fn completions(Extract(state): Extract<Arc<State>>, request: Request) 
         stream: false,
         include_usage: false,
     };
+    // The served tactic `model` named, once known: `/metrics` counts the
+    // request as that tactic's (its path does not say).
+    let mut named = None;
     let prepared = call::prepare_named(&state, ENDPOINT, request, |bytes, state| {
         let (name, call, chat) = chat_call(bytes, state)?;
         asked = chat;
+        named = Some(name.clone());
         Ok((name, call))
     })
     .await;
     let prepared = match prepared {
         Ok(prepared) => prepared,
-        Err(error) => return error.into_response(),
+        Err(error) => {
+            let response = error.into_response();
+            return match &named {
+                Some(name) => crate::metrics::served(response, name),
+                None => response,
+            };
+        }
     };
+    let response = answer_chat(&state, prepared, asked, created).await;
+    crate::metrics::served(response, &named.unwrap_or_default())
+}
+
+/// The answer to a chat request `prepared` to run.
+async fn answer_chat(
+    state: &Arc<State>,
+    prepared: call::Prepared,
+    asked: Asked,
+    created: u64,
+) -> Response {
     let name = prepared.name.clone();
     let request_id = prepared.call.request_id.clone();
     let id = format!("chatcmpl-{request_id}");
@@ -86,7 +107,7 @@ pub async fn completions(Extract(state): Extract<Arc<State>>, request: Request) 
         let Ok(finished) = started.done.await else {
             return internal(&name, &request_id);
         };
-        return match call::answer(&state, &prepared.tactic, &finished, &request_id, false) {
+        return match call::answer(state, &prepared.tactic, &finished, &request_id, false) {
             Ok(answer) => {
                 let usage = usage(&answer);
                 let content = answer["output"].clone();

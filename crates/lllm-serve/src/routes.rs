@@ -38,11 +38,20 @@ pub struct State {
     pub(crate) budget: Option<Arc<lllm::provider::budget::CostBudget>>,
     pub tags: Map<String, Value>,
     pub metadata: Map<String, Value>,
+    /// `GET /metrics`'s counters.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// Whether `/metrics` needs no token.
+    pub(crate) metrics_public: bool,
 }
 
 impl State {
     pub fn new(options: Options) -> State {
         let limits = options.limits.clamped();
+        let names: Vec<String> = options
+            .tactics
+            .iter()
+            .map(|tactic| tactic.config.name.clone())
+            .collect();
         State {
             tactics: options
                 .tactics
@@ -57,6 +66,8 @@ impl State {
             budget: options.budget,
             tags: options.tags,
             metadata: options.metadata,
+            metrics: Arc::new(crate::metrics::Metrics::new(&names)),
+            metrics_public: options.metrics_public,
         }
     }
 
@@ -103,7 +114,8 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/tactics/{name}/run", post(run))
         .route("/tactics/{name}/stream", post(stream))
         .route("/v1/models", get(crate::openai::models))
-        .route("/v1/chat/completions", post(crate::openai::completions));
+        .route("/v1/chat/completions", post(crate::openai::completions))
+        .route("/metrics", get(crate::metrics::handler));
     if state.only().is_some() {
         router = router
             .route("/info", get(only_info))
@@ -116,6 +128,11 @@ pub fn router(state: Arc<State>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::check,
+        ))
+        // Outside the token check, so that a 401 is counted too.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track,
         ))
         .with_state(state)
 }

@@ -124,6 +124,9 @@ pub fn start(
             record.error = Some(why.clone());
         }
         state.write_record(&record).await;
+        // Counted before the caller is answered, so that its answer is in
+        // the next scrape.
+        state.metrics.session(&tactic.config.name, ending, &record);
         if let Some((sender, mut closing)) = closing {
             if let (Some(why), EventKind::Error { message, .. }) = (&why, &mut closing.kind) {
                 *message = why.clone();

@@ -205,6 +205,14 @@ impl Events {
         )
     }
 
+    /// The messages of a response already sent (with a token, say).
+    pub fn from(response: reqwest::Response) -> Events {
+        Events {
+            response,
+            buffer: String::new(),
+        }
+    }
+
     /// The next message, `None` at the end of the body.
     pub async fn next(&mut self) -> Option<Sse> {
         loop {
