@@ -144,6 +144,9 @@ pub struct Assertions {
     /// if some assertion failed (promptfoo's test `threshold`). `None`:
     /// it passes when every assertion with a weight passes.
     pub threshold: Option<f64>,
+    /// The line's `expected`, as written (a judge and a command grader are
+    /// given it).
+    pub expected: Option<Value>,
 }
 
 impl Assertions {

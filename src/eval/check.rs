@@ -250,8 +250,8 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
             (
                 calls <= *bound,
                 format!(
-                    "the task sent {} requests, {} {bound}",
-                    subject.calls,
+                    "the task sent {}, {} {bound}",
+                    crate::words::count(subject.calls, "request", "requests"),
                     if calls <= *bound { "within" } else { "over" }
                 ),
             )

@@ -17,4 +17,4 @@ mod score;
 
 pub use assertion::{Assertion, Assertions, Kind, Schema, expected, parse_list};
 pub use check::{Subject, check};
-pub use score::{Score, Scored, Spread, Tally, TallySummary, combine};
+pub use score::{FAILING_IDS_LISTED, Score, Scored, Spread, Tally, TallySummary, combine, round};
