@@ -534,7 +534,8 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             let Some((permit, claims)) = admitted else {
                 // Stopped while waiting: account for this task like the ones after it.
                 let reason = shared.stop.borrow().reason();
-                if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason {
+                if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason
+                {
                     let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
                     shared.record(&result, None, None);
                     continue;
@@ -707,17 +708,29 @@ async fn run_task(
     let mut stop = shared.stop.subscribe();
     let id = task.id;
     let repeat_of = task.repeat_of;
-    // What its graders are given, kept when it has assertions (the run
-    // takes the task).
+    // What its graders are given, kept when it has assertions: its line's
+    // own, and (for graders that run something) its task, arguments and
+    // tags, which the run takes.
     let grading = shared.grader.as_ref().and_then(|_| {
-        (!tactic.config.asserts.is_empty() || task.assertions.is_some()).then(|| {
+        let line = task.assertions.clone();
+        let items = line.iter().flat_map(|line| &line.items);
+        if tactic.config.asserts.is_empty() && line.is_none() {
+            return None;
+        }
+        let graded = tactic
+            .config
+            .asserts
+            .iter()
+            .chain(items)
+            .any(|item| item.kind.is_graded());
+        let input = graded.then(|| {
             (
                 task.input.task.clone(),
                 task.input.args.clone(),
                 task.input.tags.clone(),
-                task.assertions.clone(),
             )
-        })
+        });
+        Some((input, line))
     });
     // A cancelled task still leaves its record: every agent call that had
     // finished, so what it spent is on disk and counted.
@@ -774,7 +787,8 @@ async fn run_task(
     settle(&mut record, cancelled);
     let mut result = result_of(id, &record);
     result.repeat_of = repeat_of;
-    if let (Some(grader), Some((task, args, tags, line))) = (&shared.grader, grading) {
+    if let (Some(grader), Some((input, line))) = (&shared.grader, grading) {
+        let (task, args, tags) = input.unwrap_or_default();
         let graded = super::grade::Graded {
             id: &result.id,
             task: &task,
