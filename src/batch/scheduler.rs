@@ -964,6 +964,7 @@ mod tests {
             invalid: HashMap::new(),
             in_run: 3,
             to_run: 3,
+            line_assertions: false,
         };
         let writer = Writer::open(&dir.path().join("out")).unwrap();
         let shared = Arc::new(Shared::new(writer, None, false));
@@ -988,6 +989,7 @@ mod tests {
                 concurrency: 2,
                 labels: &crate::batch::Labels::default(),
                 batch_api: None,
+                repeat: 1,
             },
             shared.clone(),
         )
