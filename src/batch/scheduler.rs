@@ -800,6 +800,14 @@ async fn run_task(
             .grade(&tactic.config.asserts, line.as_deref(), &graded, &result)
             .await;
         result = result.with_scores(scored);
+        // A grader's reason (a judge's words, a program's output) is
+        // scrubbed of the run's secrets, as the record is.
+        if !shared.secrets.is_empty() {
+            let mut scrubber = crate::redact::Scrubber::new(&shared.secrets);
+            for score in result.scores.iter_mut().flatten() {
+                crate::redact::Scrub::scrub(&mut score.reason, &mut scrubber);
+            }
+        }
     }
     shared.record(&result, Some(&record), Some(slot));
     drop(started);

@@ -636,3 +636,77 @@ fn the_shipped_example_scores_offline_and_gates() {
     test.run(&["eval", "out", "--asserts", &strict, "--fail-under", "0.7"])
         .expect_code(3);
 }
+
+/// Shards scored apart, merged, then rescored as one output: the merged
+/// summary keeps the scores, and `lllm eval` finds the tasks and the
+/// tactic through the merged `batch.json`.
+#[test]
+fn merged_shards_keep_their_scores_and_rescore() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), ECHO_SCRIPT);
+    let lines: String = (0..12)
+        .map(|i| {
+            let task = if i % 3 == 0 { "no" } else { "yes" };
+            json!({"id": format!("t{i}"), "task": task, "expected": "yes"}).to_string() + "\n"
+        })
+        .collect();
+    let test = test
+        .file("t.yaml", &echo_tactic(&server.base_url(), ""))
+        .file("tasks.jsonl", &lines);
+    for shard in ["1/2", "2/2"] {
+        let out = format!("s{}", &shard[..1]);
+        test.batch("t.yaml", &out, &["--shard", shard])
+            .expect_code(0);
+    }
+    test.run(&["merge", "s1", "s2", "-o", "merged", "-q"])
+        .expect_code(0);
+    let scores = &test.read_json("merged/summary.json")["scores"];
+    assert_eq!(
+        (scores["scored"].clone(), scores["passed"].clone()),
+        (json!(12), json!(8))
+    );
+    let sent = server.requests().len();
+    let output = test.run(&["eval", "merged", "--fail-under", "0.9"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("pass rate  66.7% (8 of 12 scored passed)"),
+        "{}",
+        output.stderr
+    );
+    assert_eq!(server.requests().len(), sent, "nothing was sent");
+}
+
+/// A grader's reason is scrubbed of the run's secrets, as records are.
+#[test]
+fn a_grader_cannot_leak_the_key_into_results() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), ECHO_SCRIPT);
+    let judge_server = MockServer::start(
+        test.dir.path(),
+        "default: {text: '{\"score\": 0, \"pass\": false, \"reason\": \"the key is sk-test-secret-key-0123456789\"}'}\n",
+    );
+    let tactic = echo_tactic(&server.base_url(), "").replace(
+        "{api: openai, base_url:",
+        "{api: openai, api_key_env: TEST_KEY, base_url:",
+    );
+    let judge = judge_tactic(&judge_server.base_url()).replace(
+        "{api: openai, base_url:",
+        "{api: openai, api_key_env: TEST_KEY, base_url:",
+    );
+    let test = test
+        .file("t.yaml", &tactic)
+        .file("judge.yaml", &judge)
+        .file(
+            "tasks.jsonl",
+            &(json!({"id": "a", "task": "x", "asserts": [{"type": "llm-rubric", "value": "ok?", "judge": "judge.yaml"}]})
+                .to_string()
+                + "\n"),
+        )
+        .env("TEST_KEY", "sk-test-secret-key-0123456789");
+    test.batch("t.yaml", "out", &[]).expect_code(0);
+    let text = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    assert!(!text.contains("sk-test-secret-key-0123456789"), "{text}");
+    assert!(text.contains("the key is"), "{text}");
+}
