@@ -342,22 +342,17 @@ async fn rescore_line(
             line_assertions.cloned(),
         ),
     };
-    let empty = Map::new();
     let graded = Graded {
         id: &result.id,
         task,
         args: &result.args,
-        tags: if result.tags.is_empty() {
-            &empty
-        } else {
-            &result.tags
-        },
+        tags: &result.tags,
         expected: own.as_ref().and_then(|own| own.expected.as_ref()),
     };
     let scored = grader
         .grade(tactic_items, own.as_ref(), &graded, &result)
         .await;
-    let result = result.clone().with_scores(scored);
+    let result = result.with_scores(scored);
     serde_json::to_string(&result).unwrap_or(line)
 }
 

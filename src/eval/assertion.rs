@@ -426,32 +426,7 @@ fn parse_kind(
             }
         }
         "contains-any" | "contains-all" | "icontains-any" | "icontains-all" => {
-            let texts = match value {
-                Some(Value::Array(items)) if !items.is_empty() => items
-                    .iter()
-                    .map(|item| item.as_str().map(str::to_string))
-                    .collect::<Option<Vec<String>>>(),
-                Some(Value::String(text)) => {
-                    // promptfoo splits a text on commas.
-                    Some(
-                        text.split(',')
-                            .map(|part| part.trim().to_string())
-                            .collect(),
-                    )
-                }
-                _ => None,
-            };
-            let Some(texts) = texts else {
-                return Err((
-                    "value".into(),
-                    format!("`value` of `{bare}` must be a non-empty list of texts"),
-                ));
-            };
-            Kind::Contains {
-                texts,
-                ignore_case: bare.starts_with('i'),
-                any: bare.ends_with("-any"),
-            }
+            contains_list(bare, value)?
         }
         "regex" => {
             let pattern = text("a regular expression")?;
@@ -486,75 +461,11 @@ fn parse_kind(
                 _ => Kind::IsJson(schema),
             }
         }
-        "json-path" => {
-            let path = match map.get("path") {
-                Some(Value::String(path)) => JsonPath::parse(path)
-                    .map_err(|problem| ("path".to_string(), format!("`path` {problem}")))?,
-                _ => {
-                    return Err((
-                        String::new(),
-                        "`json-path` needs a `path` (such as `$.label` or `$.items[0].name`) \
-                         and the `value` it must hold"
-                            .into(),
-                    ));
-                }
-            };
-            let Some(value) = value else {
-                return Err((
-                    String::new(),
-                    "`json-path` needs the `value` the path must hold".into(),
-                ));
-            };
-            Kind::JsonPath {
-                path,
-                value: value.clone(),
-            }
-        }
+        "json-path" => json_path_kind(map, value)?,
         "cost" => Kind::Cost(bound("USD")?),
         "latency" | "latency_ms" => Kind::Latency(bound("milliseconds")?),
         "calls" => Kind::Calls(bound("requests")?),
-        "command" => {
-            let command = match map.get("value") {
-                Some(Value::Array(items)) if !items.is_empty() => items
-                    .iter()
-                    .map(|item| item.as_str().map(str::to_string))
-                    .collect::<Option<Vec<String>>>(),
-                _ => None,
-            };
-            let Some(command) = command else {
-                return Err((
-                    "value".into(),
-                    "`value` of `command` is the program and its arguments, a list of texts \
-                     such as `[python3, graders/score.py]` (no shell)"
-                        .into(),
-                ));
-            };
-            let timeout_s = match map.get("timeout_s") {
-                None => DEFAULT_TIMEOUT_S,
-                Some(value) => match value.as_f64() {
-                    Some(seconds) if seconds > 0.0 && seconds <= 3600.0 => seconds,
-                    _ => {
-                        return Err((
-                            "timeout_s".into(),
-                            format!(
-                                "`timeout_s` is {}; write seconds, above 0 and at most 3600",
-                                kind_of(value)
-                            ),
-                        ));
-                    }
-                },
-            };
-            Kind::Command {
-                command,
-                // A relative base that is empty is the working directory.
-                cwd: if base.as_os_str().is_empty() {
-                    PathBuf::from(".")
-                } else {
-                    base.to_path_buf()
-                },
-                timeout_s,
-            }
-        }
+        "command" => command_kind(map, base)?,
         "llm-rubric" => {
             let rubric = text("the rubric the judge grades by")?;
             let judge = match map.get("judge") {
@@ -571,6 +482,109 @@ fn parse_kind(
             Kind::Judge { rubric, judge }
         }
         _ => unreachable!("`{bare}` is one of TYPES"),
+    })
+}
+
+/// `command`: the program and its arguments, and its time limit.
+fn command_kind(map: &Map<String, Value>, base: &Path) -> Result<Kind, (String, String)> {
+    let command = match map.get("value") {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string))
+            .collect::<Option<Vec<String>>>(),
+        _ => None,
+    };
+    let Some(command) = command else {
+        return Err((
+            "value".into(),
+            "`value` of `command` is the program and its arguments, a list of texts \
+                 such as `[python3, graders/score.py]` (no shell)"
+                .into(),
+        ));
+    };
+    let timeout_s = match map.get("timeout_s") {
+        None => DEFAULT_TIMEOUT_S,
+        Some(value) => match value.as_f64() {
+            Some(seconds) if seconds > 0.0 && seconds <= 3600.0 => seconds,
+            _ => {
+                return Err((
+                    "timeout_s".into(),
+                    format!(
+                        "`timeout_s` is {}; write seconds, above 0 and at most 3600",
+                        kind_of(value)
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Kind::Command {
+        command,
+        // A relative base that is empty is the working directory.
+        cwd: if base.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            base.to_path_buf()
+        },
+        timeout_s,
+    })
+}
+
+/// `json-path`: the path and the value it must hold.
+fn json_path_kind(
+    map: &Map<String, Value>,
+    value: Option<&Value>,
+) -> Result<Kind, (String, String)> {
+    let path = match map.get("path") {
+        Some(Value::String(path)) => JsonPath::parse(path)
+            .map_err(|problem| ("path".to_string(), format!("`path` {problem}")))?,
+        _ => {
+            return Err((
+                String::new(),
+                "`json-path` needs a `path` (such as `$.label` or `$.items[0].name`) \
+                     and the `value` it must hold"
+                    .into(),
+            ));
+        }
+    };
+    let Some(value) = value else {
+        return Err((
+            String::new(),
+            "`json-path` needs the `value` the path must hold".into(),
+        ));
+    };
+    Ok(Kind::JsonPath {
+        path,
+        value: value.clone(),
+    })
+}
+
+/// `contains-any`, `contains-all` and their `i` forms: the texts.
+fn contains_list(bare: &str, value: Option<&Value>) -> Result<Kind, (String, String)> {
+    let texts = match value {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string))
+            .collect::<Option<Vec<String>>>(),
+        Some(Value::String(text)) => {
+            // promptfoo splits a text on commas.
+            Some(
+                text.split(',')
+                    .map(|part| part.trim().to_string())
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    let Some(texts) = texts else {
+        return Err((
+            "value".into(),
+            format!("`value` of `{bare}` must be a non-empty list of texts"),
+        ));
+    };
+    Ok(Kind::Contains {
+        texts,
+        ignore_case: bare.starts_with('i'),
+        any: bare.ends_with("-any"),
     })
 }
 

@@ -124,36 +124,7 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
             texts,
             ignore_case,
             any,
-        } => {
-            let lowered;
-            let haystack = if *ignore_case {
-                lowered = delivery.to_lowercase();
-                lowered.as_str()
-            } else {
-                delivery
-            };
-            let found = |text: &String| {
-                if *ignore_case {
-                    haystack.contains(&text.to_lowercase())
-                } else {
-                    haystack.contains(text.as_str())
-                }
-            };
-            if *any {
-                match texts.iter().find(|text| found(text)) {
-                    Some(text) => (true, format!("the delivery contains {text:?}")),
-                    None => (false, "the delivery contains none of the texts".into()),
-                }
-            } else {
-                match texts.iter().find(|text| !found(text)) {
-                    Some(text) => (false, format!("the delivery does not contain {text:?}")),
-                    None if texts.len() == 1 => {
-                        (true, format!("the delivery contains {:?}", texts[0]))
-                    }
-                    None => (true, "the delivery contains every text".into()),
-                }
-            }
-        }
+        } => contains(delivery, texts, *ignore_case, *any),
         Kind::StartsWith(text) => {
             let held = delivery.starts_with(text.as_str());
             (
@@ -221,6 +192,45 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                 ),
             },
         },
+        Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_) => within(kind, subject),
+        Kind::Command { .. } | Kind::Judge { .. } => (false, "a grader that did not run".into()),
+    }
+}
+
+/// Whether `delivery` contains the texts (`any`: one of them; else every
+/// one), and why.
+fn contains(delivery: &str, texts: &[String], ignore_case: bool, any: bool) -> (bool, String) {
+    let lowered;
+    let haystack = if ignore_case {
+        lowered = delivery.to_lowercase();
+        lowered.as_str()
+    } else {
+        delivery
+    };
+    let found = |text: &String| {
+        if ignore_case {
+            haystack.contains(&text.to_lowercase())
+        } else {
+            haystack.contains(text.as_str())
+        }
+    };
+    if any {
+        match texts.iter().find(|text| found(text)) {
+            Some(text) => (true, format!("the delivery contains {text:?}")),
+            None => (false, "the delivery contains none of the texts".into()),
+        }
+    } else {
+        match texts.iter().find(|text| !found(text)) {
+            Some(text) => (false, format!("the delivery does not contain {text:?}")),
+            None if texts.len() == 1 => (true, format!("the delivery contains {:?}", texts[0])),
+            None => (true, "the delivery contains every text".into()),
+        }
+    }
+}
+
+/// Whether the task kept within a `cost`, `latency` or `calls` bound, and why.
+fn within(kind: &Kind, subject: &Subject<'_>) -> (bool, String) {
+    match kind {
         Kind::Cost(bound) => match subject.cost {
             Some(cost) => (
                 cost <= *bound,
@@ -253,7 +263,7 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                 ),
             )
         }
-        Kind::Command { .. } | Kind::Judge { .. } => (false, "a grader that did not run".into()),
+        _ => (false, "not a bound".into()),
     }
 }
 
