@@ -1,6 +1,8 @@
 //! `lllm compare`: two batch output directories side by side, per task id —
 //! state changes, a line diff of the deliveries, cost and latency deltas, ids
-//! found on one side only. Differences are the answer, not errors.
+//! found on one side only, and for scored batches ([`ScoreComparison`]) the
+//! change in pass rate and the ids that regressed (pass → fail), improved or
+//! changed score. Differences are the answer, not errors.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,6 +28,7 @@ use serde_json::Value;
 
 use super::diff::{self, DiffLine};
 use super::html::{cost_text, escape, latency_text, one_line, page, section};
+use super::scores::ScoreComparison;
 use super::{Batch, TaskReport, state_name};
 use crate::batch::output::TaskState;
 
@@ -42,6 +45,12 @@ pub struct Side {
     pub cost: Option<f64>,
     /// Milliseconds the run took.
     pub latency_ms: u64,
+    /// Its score, 0–1, when it was scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether it passed its assertions, when it was scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<bool>,
 }
 
 impl Side {
@@ -52,6 +61,8 @@ impl Side {
             error: task.error.clone(),
             cost: task.cost,
             latency_ms: task.latency_ms,
+            score: task.score,
+            pass: task.pass,
         }
     }
 }
@@ -78,6 +89,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// `pass → fail` or `fail → pass` when the verdict turned.
+    pub fn verdict_change(&self) -> Option<&'static str> {
+        match (self.a.pass, self.b.pass) {
+            (Some(true), Some(false)) => Some("pass → fail"),
+            (Some(false), Some(true)) => Some("fail → pass"),
+            _ => None,
+        }
+    }
+
     /// The state or the delivery differs.
     pub fn changed(&self) -> bool {
         self.state_changed || self.delivery_changed
@@ -99,6 +119,9 @@ pub struct Comparison {
     pub only_b: Vec<String>,
     /// Totals over the common ids.
     pub totals: Totals,
+    /// The scores compared, when either side was scored (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<ScoreComparison>,
 }
 
 /// Totals of a comparison over the ids both sides have.
@@ -188,6 +211,7 @@ pub fn compare(a: &Batch, b: &Batch) -> Comparison {
         only_a,
         only_b,
         totals,
+        scores: ScoreComparison::of(&a.tasks, &b.tasks),
     }
 }
 
@@ -226,12 +250,16 @@ impl Comparison {
         )
     }
 
-    /// What `lllm compare` prints: the summary line, then each changed id
-    /// (state, cost and latency deltas, the delivery diff), then the ids found
-    /// on one side only. Control characters are escaped for a terminal.
+    /// What `lllm compare` prints: the summary line, the scores compared
+    /// (when either side was scored), then each changed id (state, cost and
+    /// latency deltas, the delivery diff), then the ids found on one side
+    /// only. Control characters are escaped for a terminal.
     pub fn text(&self) -> String {
         let mut out = self.summary();
         out.push('\n');
+        if let Some(scores) = &self.scores {
+            out.push_str(&scores.text());
+        }
         for entry in self.entries.iter().filter(|entry| entry.changed()) {
             let state = if entry.state_changed {
                 format!(
@@ -300,12 +328,18 @@ impl Comparison {
                 b_state = state_name(entry.b.state),
                 id = escape(&entry.id),
                 state = escape(&state),
-                what = if entry.delivery_changed {
-                    "delivery differs"
-                } else if entry.state_changed {
-                    "state"
-                } else {
-                    "same"
+                what = {
+                    let what = if entry.delivery_changed {
+                        "delivery differs"
+                    } else if entry.state_changed {
+                        "state"
+                    } else {
+                        "same"
+                    };
+                    match entry.verdict_change() {
+                        Some(change) => format!("{what}; {change}"),
+                        None => what.to_string(),
+                    }
                 },
                 cost_a = cost_text(entry.a.cost, true),
                 cost_b = cost_text(entry.b.cost, true),
@@ -347,12 +381,19 @@ impl Comparison {
                 )]));
             }
         }
-        let summary = format!(
+        let mut summary = format!(
             "<p class=\"summary\">A: {}<br>B: {}</p>\n<p class=\"summary\">{}</p>",
             escape(&self.a),
             escape(&self.b),
             escape(&self.summary())
         );
+        if let Some(scores) = &self.scores {
+            let _ = write!(
+                summary,
+                "\n<pre class=\"scores\">{}</pre>",
+                escape(scores.text().trim_end())
+            );
+        }
         page(
             "lllm compare",
             &summary,
