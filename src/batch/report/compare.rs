@@ -303,11 +303,14 @@ impl Comparison {
     pub fn html(&self) -> String {
         let mut rows = String::new();
         let mut details = Vec::new();
+        // A verdict that turned is a change to look at too (a rescored
+        // batch: same deliveries, other assertions).
+        let shown_changed = |entry: &&Entry| entry.changed() || entry.verdict_change().is_some();
         let ordered = self
             .entries
             .iter()
-            .filter(|entry| entry.changed())
-            .chain(self.entries.iter().filter(|entry| !entry.changed()));
+            .filter(shown_changed)
+            .chain(self.entries.iter().filter(|entry| !shown_changed(entry)));
         for entry in ordered {
             let index = details.len();
             let state = if entry.state_changed {
@@ -319,7 +322,11 @@ impl Comparison {
             } else {
                 state_name(entry.a.state).to_string()
             };
-            let class = if entry.changed() { "changed" } else { "same" };
+            let class = if shown_changed(&entry) {
+                "changed"
+            } else {
+                "same"
+            };
             let _ = writeln!(
                 rows,
                 "<tr data-row=\"{index}\" class=\"{class} {b_state}\" tabindex=\"0\"><td class=\"id\">{id}</td>\
@@ -329,17 +336,17 @@ impl Comparison {
                 id = escape(&entry.id),
                 state = escape(&state),
                 what = {
-                    let what = if entry.delivery_changed {
-                        "delivery differs"
+                    let mut what: Vec<&str> = Vec::new();
+                    if entry.delivery_changed {
+                        what.push("delivery differs");
                     } else if entry.state_changed {
-                        "state"
-                    } else {
-                        "same"
-                    };
-                    match entry.verdict_change() {
-                        Some(change) => format!("{what}; {change}"),
-                        None => what.to_string(),
+                        what.push("state");
                     }
+                    what.extend(entry.verdict_change());
+                    if what.is_empty() {
+                        what.push("same");
+                    }
+                    what.join("; ")
                 },
                 cost_a = cost_text(entry.a.cost, true),
                 cost_b = cost_text(entry.b.cost, true),

@@ -61,9 +61,9 @@ impl AssertionScore {
     }
 }
 
-/// The runs of one task: one, or N with `--repeat N`.
+/// The scored runs of one task: one, or N with `--repeat N`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Tally {
+pub struct Runs {
     /// Scored runs.
     pub runs: usize,
     /// Of which passed.
@@ -76,9 +76,9 @@ pub struct Tally {
     pub max_score: f64,
 }
 
-impl Tally {
-    fn new(score: f64, pass: bool) -> Tally {
-        Tally {
+impl Runs {
+    fn new(score: f64, pass: bool) -> Runs {
+        Runs {
             runs: 1,
             passes: usize::from(pass),
             score,
@@ -113,8 +113,8 @@ impl Tally {
 /// The scored tasks of a batch, each original id once (the runs of a
 /// repeated task together under the id they repeat), in the order ids first
 /// appear.
-pub fn tallies(tasks: &[TaskReport]) -> Vec<(String, Tally)> {
-    let mut order: Vec<(String, Tally)> = Vec::new();
+pub fn runs_by_id(tasks: &[TaskReport]) -> Vec<(String, Runs)> {
+    let mut order: Vec<(String, Runs)> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
     for task in tasks {
         let Some(pass) = task.pass else { continue };
@@ -124,7 +124,7 @@ pub fn tallies(tasks: &[TaskReport]) -> Vec<(String, Tally)> {
             Some(&at) => order[at].1.add(score, pass),
             None => {
                 index.insert(id, order.len());
-                order.push((id.to_string(), Tally::new(score, pass)));
+                order.push((id.to_string(), Runs::new(score, pass)));
             }
         }
     }
@@ -147,7 +147,7 @@ pub struct ScoreSummary {
     /// Every scored task that failed, in order.
     pub failing_ids: Vec<String>,
     /// Per original id of repeated tasks (those with `repeat_of`): its runs.
-    pub repeats: Vec<(String, Tally)>,
+    pub repeats: Vec<(String, Runs)>,
 }
 
 impl ScoreSummary {
@@ -178,7 +178,7 @@ impl ScoreSummary {
             pass_rate: (scored.len() - failing_ids.len()) as f64 / scored.len() as f64,
             fail_under,
             failing_ids,
-            repeats: tallies(&repeated),
+            repeats: runs_by_id(&repeated),
         })
     }
 
@@ -224,9 +224,9 @@ pub struct ScoreChange {
     /// The task's id (the original id of repeated runs).
     pub id: String,
     /// Its runs in the first directory.
-    pub a: Tally,
+    pub a: Runs,
     /// In the second.
-    pub b: Tally,
+    pub b: Runs,
     /// `b.score - a.score` (mean scores).
     pub score_delta: f64,
     /// The assertions whose verdict differs (single runs on both sides:
@@ -273,8 +273,8 @@ const SAME_SCORE: f64 = 1e-9;
 impl ScoreComparison {
     /// `a`'s and `b`'s scores compared; `None` when neither has any.
     pub fn of(a: &[TaskReport], b: &[TaskReport]) -> Option<ScoreComparison> {
-        let (tallies_a, tallies_b) = (tallies(a), tallies(b));
-        if tallies_a.is_empty() && tallies_b.is_empty() {
+        let (runs_a, runs_b) = (runs_by_id(a), runs_by_id(b));
+        if runs_a.is_empty() && runs_b.is_empty() {
             return None;
         }
         let rate = |tasks: &[TaskReport]| {
@@ -287,7 +287,7 @@ impl ScoreComparison {
             })
         };
         let (rate_a, rate_b) = (rate(a), rate(b));
-        let in_b: HashMap<&str, &Tally> = tallies_b
+        let in_b: HashMap<&str, &Runs> = runs_b
             .iter()
             .map(|(id, tally)| (id.as_str(), tally))
             .collect();
@@ -300,7 +300,7 @@ impl ScoreComparison {
             improvements: Vec::new(),
             score_changes: Vec::new(),
         };
-        for (id, first) in &tallies_a {
+        for (id, first) in &runs_a {
             let Some(&second) = in_b.get(id.as_str()) else {
                 continue;
             };
