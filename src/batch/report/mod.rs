@@ -2,7 +2,8 @@
 //! gathers each task's latest result with its session rendered as `lllm
 //! replay` prints it; [`html`] writes one self-contained HTML page (no network
 //! at view time), [`csv`] a spreadsheet-safe CSV, and [`compare`] sets two
-//! directories side by side.
+//! directories side by side; [`scores`] totals and compares the scores of a
+//! scored batch's lines.
 //!
 //! The directory is only read: `results.jsonl` is the list of tasks (the last
 //! line of an id wins, as for `--resume`), `sessions.jsonl` gives each result's
