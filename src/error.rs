@@ -36,6 +36,8 @@ pub enum Outcome {
     Failed,
     /// Stopped by Ctrl-C; what finished is on disk.
     Interrupted,
+    /// The pass rate of the scored tasks is below `--fail-under` (issue 32).
+    BelowFailUnder,
 }
 
 impl Outcome {
@@ -44,6 +46,7 @@ impl Outcome {
             Outcome::Success => 0,
             Outcome::Failed => 1,
             Outcome::Interrupted => 130,
+            Outcome::BelowFailUnder => 3,
         }
     }
 }

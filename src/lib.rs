@@ -17,6 +17,8 @@ pub mod config;
 pub mod dialog;
 #[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
+pub mod eval;
 pub mod event;
 #[doc(hidden)]
 pub mod fds;

@@ -10,6 +10,17 @@
 
 use std::hash::{Hash, Hasher};
 
+/// The ids of a line's runs under `--repeat N`: its own id when `N` is 1,
+/// else `ID#1` … `ID#N` (issue 32).
+pub fn repeated(id: &str, repeat: u32) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    let once = (repeat <= 1).then_some(std::borrow::Cow::Borrowed(id));
+    let many = (repeat > 1)
+        .then(|| (1..=repeat).map(move |run| std::borrow::Cow::Owned(format!("{id}#{run}"))))
+        .into_iter()
+        .flatten();
+    once.into_iter().chain(many)
+}
+
 /// A task id's 128-bit digest (two SipHash-1-3 passes with different keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IdKey([u64; 2]);

@@ -15,6 +15,7 @@
 
 pub mod directory;
 pub mod formats;
+pub mod grade;
 pub mod ids;
 pub mod merge;
 pub mod openai_output;
@@ -118,6 +119,12 @@ pub struct Options {
     /// circuit breaker. Not used with `--via batch-api`, whose rounds wait
     /// and retry on their own.
     pub breaker: Option<crate::provider::breaker::Settings>,
+    /// `--fail-under RATE`: the run ends with exit code 3 when the pass
+    /// rate of its scored tasks is below this (issue 32).
+    pub fail_under: Option<f64>,
+    /// `--repeat N`: each line runs N times, as `ID#1` … `ID#N` (1: once,
+    /// under its own id).
+    pub repeat: u32,
 }
 
 /// The directories a task line's `tactic` may name a file in, resolved: the
@@ -258,6 +265,8 @@ struct Prepared {
     selector: Selector,
     plan: preflight::Plan,
     reporter: Arc<dyn progress::Reporter>,
+    /// Scores finished tasks, when a tactic or a line has assertions.
+    grader: Option<Arc<grade::Grader>>,
 }
 
 impl Prepared {
@@ -303,6 +312,7 @@ impl Prepared {
                 fallback_tactic: fallback.as_deref(),
                 selector: selector.clone(),
                 done: &done,
+                repeat: options.repeat,
             },
             &mut tactics,
         )
@@ -312,6 +322,12 @@ impl Prepared {
             None => Arc::from(progress::reporter(options.quiet, options.progress_interval)),
         };
         refuse_problems(options, &plan, reporter.as_ref())?;
+        let scored = plan.line_assertions
+            || tactics
+                .all()
+                .any(|(_, tactic)| !tactic.config.asserts.is_empty());
+        let grader =
+            scored.then(|| Arc::new(grade::Grader::new(tactics.judges(), &options.output)));
         let tactics = tactics
             .all()
             .map(|(path, tactic)| (path.clone(), tactic.clone()))
@@ -335,6 +351,7 @@ impl Prepared {
             selector,
             plan,
             reporter,
+            grader,
         };
         Ok((prepared, sessions))
     }
@@ -393,6 +410,7 @@ impl Prepared {
                 concurrency: options.concurrency,
                 labels: &options.labels,
                 batch_api: self.batch_api.clone(),
+                repeat: options.repeat,
             },
             shared.clone(),
         )
@@ -422,7 +440,7 @@ impl Prepared {
     ) -> Result<output::Writer> {
         // MCP servers start once per tactic, after every check and before the
         // first request; one that cannot start is bad input (nothing was sent).
-        for tactic in self.tactics.values() {
+        for tactic in self.all_tactics() {
             if let Err(error) = tactic.start().await {
                 self.shutdown().await;
                 return Err(error.into());
@@ -449,8 +467,11 @@ impl Prepared {
     /// The state the scheduler's tasks share: the writer, the budget, the
     /// tactics' secrets to scrub and, for direct calls, the circuit breakers.
     fn shared(&self, options: &Options, writer: output::Writer) -> Shared {
-        let shared = Shared::new(writer, self.budget.clone(), options.fail_fast)
-            .scrubbing(self.tactics.values().map(|tactic| tactic.as_ref()));
+        let mut shared = Shared::new(writer, self.budget.clone(), options.fail_fast)
+            .scrubbing(self.all_tactics().map(|tactic| tactic.as_ref()));
+        if let Some(grader) = &self.grader {
+            shared = shared.with_grader(grader.clone());
+        }
         let (Some(settings), Via::Direct) = (options.breaker, &options.via) else {
             return shared;
         };
@@ -464,9 +485,16 @@ impl Prepared {
 
     /// Shuts every tactic down (its MCP servers).
     async fn shutdown(&self) {
-        for tactic in self.tactics.values() {
+        for tactic in self.all_tactics() {
             tactic.shutdown().await;
         }
+    }
+
+    /// The batch's tactics and its judges.
+    fn all_tactics(&self) -> impl Iterator<Item = &Arc<crate::tactic::Tactic>> {
+        self.tactics
+            .values()
+            .chain(self.grader.iter().flat_map(|grader| grader.judges()))
     }
 
     /// After the run: finishes the files (a failed write stops there), then
@@ -534,11 +562,33 @@ impl Prepared {
         }
         Ok(if stopped == Some(Reason::Interrupted) {
             Outcome::Interrupted
+        } else if below_fail_under(options.fail_under, summary.scores.as_ref()) {
+            Outcome::BelowFailUnder
         } else if summary.failure == 0 && summary.skipped == 0 && summary.not_run == 0 {
             Outcome::Success
         } else {
             Outcome::Failed
         })
+    }
+}
+
+/// Whether `--fail-under` fails the run: its pass rate is below the
+/// floor, or nothing was scored (a gate with nothing to gate is a
+/// mistake, said here).
+pub fn below_fail_under(
+    fail_under: Option<f64>,
+    scores: Option<&crate::eval::TallySummary>,
+) -> bool {
+    match (fail_under, scores) {
+        (None, _) => false,
+        (Some(_), Some(scores)) => scores.below_fail_under(),
+        (Some(floor), None) => {
+            crate::report::warn(&format!(
+                "`--fail-under {floor}`: no task was scored (no tactic or task line has \
+                 `asserts` or `expected`), so the pass rate is not known"
+            ));
+            true
+        }
     }
 }
 
@@ -832,8 +882,8 @@ fn write_summary(
     stopped: Option<Reason>,
 ) -> Result<Summary> {
     let this_run = shared.totals();
-    let (latest, spent, reasons) = if previous.is_empty() {
-        (this_run, this_run, shared.reasons())
+    let (latest, spent, reasons, scores) = if previous.is_empty() {
+        (this_run, this_run, shared.reasons(), shared.scores())
     } else {
         let results = options.output.join(output::RESULTS);
         // Without the results, the summary cannot be written.
@@ -848,12 +898,14 @@ fn write_summary(
             everything.latest_totals,
             everything.spent,
             everything.reasons,
+            everything.scores,
         )
     };
     let summary = Summary {
         shard: shard.map(|shard| shard.to_string()),
         stopped: stopped.map(|reason| reason.text().to_string()),
         interrupted: stopped == Some(Reason::Interrupted),
+        scores: scores.summary(options.fail_under),
         ..Summary::new(
             plan.in_run,
             &latest,

@@ -127,6 +127,19 @@ pub struct ResultLine {
     /// The HTTP status of the provider error that failed the task, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// With `--repeat N`: the id of the task line this run (`ID#k`) repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_of: Option<String>,
+    /// A task with assertions (issue 32): one score per assertion, in
+    /// order (the tactic's, then the line's); absent for a task without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<Vec<crate::eval::Score>>,
+    /// Its scores' weighted mean, from 0 to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether it passed its assertions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<bool>,
 }
 
 fn known() -> bool {
@@ -160,12 +173,21 @@ impl Scrub for ResultLine {
             model,
             finish_reason: _,
             http_status: _,
+            repeat_of: _,
+            scores,
+            score: _,
+            pass: _,
         } = self;
+        let mut reasons = false;
+        for score in scores.iter_mut().flatten() {
+            reasons |= score.reason.scrub(scrubber);
+        }
         delivery.scrub(scrubber)
             | error.scrub(scrubber)
             | tags.scrub(scrubber)
             | args.scrub(scrubber)
             | model.scrub(scrubber)
+            | reasons
     }
 }
 
@@ -211,7 +233,28 @@ impl ResultLine {
                 .and_then(|invoke| invoke.error.as_ref())
                 .and_then(|error| error.status)
                 .filter(|_| record.state == RunState::Failure),
+            repeat_of: None,
+            scores: None,
+            score: None,
+            pass: None,
         }
+    }
+
+    /// The same line with its scores (`None`: it has none).
+    pub fn with_scores(mut self, scored: Option<crate::eval::Scored>) -> ResultLine {
+        match scored {
+            Some(scored) => {
+                self.scores = Some(scored.scores);
+                self.score = Some(scored.score);
+                self.pass = Some(scored.pass);
+            }
+            None => {
+                self.scores = None;
+                self.score = None;
+                self.pass = None;
+            }
+        }
+        self
     }
 
     pub fn skipped(id: String, reason: &str) -> ResultLine {
@@ -233,6 +276,10 @@ impl ResultLine {
             model: None,
             finish_reason: None,
             http_status: None,
+            repeat_of: None,
+            scores: None,
+            score: None,
+            pass: None,
         }
     }
 
@@ -344,6 +391,8 @@ pub struct Previous {
     pub unreadable_lines: Vec<usize>,
     /// Why the tasks whose latest line is a failure failed.
     pub reasons: super::reasons::Reasons,
+    /// The scored tasks among each id's latest line (issue 32).
+    pub scores: crate::eval::Tally,
 }
 
 /// Unreadable result lines named by number in [`Previous::unreadable_lines`].
@@ -382,7 +431,16 @@ struct BriefLine<'a> {
     retries: u64,
     #[serde(default)]
     cache_hits: u64,
+    #[serde(default)]
+    pass: Option<bool>,
+    #[serde(default)]
+    score: Option<f64>,
+    #[serde(default, borrow)]
+    repeat_of: Option<std::borrow::Cow<'a, str>>,
 }
+
+/// What a scored result line adds to the tally: its pass, score and `repeat_of`.
+type ScoreRead<'a> = Option<(bool, f64, Option<&'a str>)>;
 
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
 /// When an id has several lines (a resumed or retried run), the file is read
@@ -390,8 +448,11 @@ struct BriefLine<'a> {
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
     let mut superseded = Vec::new();
-    let mut first_pass = |number: usize, brief: BriefRead<'_>, error: Option<&str>| match brief {
+    let mut first_pass = |number: usize, brief: BriefRead<'_>, error: Option<&str>, scored: ScoreRead<'_>| match brief {
         Some((id, brief)) => {
+            if let Some((pass, score, repeat_of)) = scored {
+                previous.scores.add(id, repeat_of, score, pass);
+            }
             previous.spent.add(&brief);
             previous.latest.push(id, brief.state);
             if brief.state == TaskState::Failure {
@@ -417,11 +478,15 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let (mut position, mut next) = (0u32, superseded.iter().peekable());
     let latest_totals = &mut previous.latest_totals;
     let mut reasons = super::reasons::Reasons::default();
-    each_brief(path, &mut |_, brief, error| {
+    let mut scores = crate::eval::Tally::default();
+    each_brief(path, &mut |_, brief, error, scored| {
         if let Some((id, brief)) = brief {
             if next.peek().is_some_and(|&&lost| lost == position) {
                 next.next();
             } else {
+                if let Some((pass, score, repeat_of)) = scored {
+                    scores.add(id, repeat_of, score, pass);
+                }
                 latest_totals.add(&brief);
                 if brief.state == TaskState::Failure {
                     reasons.add(id, error_text(error).as_deref());
@@ -431,6 +496,7 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
         }
     })?;
     previous.reasons = reasons;
+    previous.scores = scores;
     Ok(previous)
 }
 
@@ -447,7 +513,7 @@ type BriefRead<'a> = Option<(&'a str, Brief)>;
 /// number and its `error` as JSON text; `false` when there is no such file.
 fn each_brief(
     path: &Path,
-    each: &mut dyn FnMut(usize, BriefRead<'_>, Option<&str>),
+    each: &mut dyn FnMut(usize, BriefRead<'_>, Option<&str>, ScoreRead<'_>),
 ) -> std::io::Result<bool> {
     let mut reader = match crate::jsonl::Lines::open(path) {
         Ok(reader) => reader,
@@ -463,7 +529,7 @@ fn each_brief(
             crate::jsonl::LineRead::End => break,
             // Torn or corrupted: not a result, as a line that is not JSON.
             crate::jsonl::LineRead::NotText => {
-                each(number, None, None);
+                each(number, None, None, None);
                 continue;
             }
             crate::jsonl::LineRead::Text if line.trim().is_empty() => continue,
@@ -485,8 +551,11 @@ fn each_brief(
                     ),
                 )),
                 result.error.map(|raw| raw.get()),
+                result
+                    .pass
+                    .map(|pass| (pass, result.score.unwrap_or(0.0), result.repeat_of.as_deref())),
             ),
-            Err(_) => each(number, None, None),
+            Err(_) => each(number, None, None, None),
         }
     }
     Ok(true)

@@ -90,6 +90,8 @@ pub struct Plan {
     pub in_run: u64,
     /// Of those, the ones `--resume` will not skip.
     pub to_run: u64,
+    /// Whether some line has assertions of its own (`asserts`, `expected`).
+    pub line_assertions: bool,
 }
 
 pub struct Problem {
@@ -163,6 +165,8 @@ pub struct Inputs<'a> {
     pub selector: Selector,
     /// Whether `--resume` skips this id.
     pub done: &'a (dyn Fn(&str) -> bool + Sync),
+    /// `--repeat`: runs of each line (1: once, under its own id).
+    pub repeat: u32,
 }
 
 pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
@@ -180,6 +184,8 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         selector: inputs.selector.clone(),
         in_run: 0,
         to_run: 0,
+        repeat: inputs.repeat,
+        line_assertions: false,
     };
     loop {
         let chunk = next_chunk(&mut lines)?;
@@ -211,6 +217,7 @@ pub fn run(inputs: Inputs<'_>, tactics: &mut Tactics) -> std::io::Result<Plan> {
         invalid: state.plan_invalid,
         in_run: state.in_run,
         to_run: state.to_run,
+        line_assertions: state.line_assertions,
     })
 }
 
@@ -225,6 +232,20 @@ fn check(tactic: &crate::tactic::Tactic, task: &crate::tactic::Task) -> Result<(
     tactic
         .check_task(task)
         .map_err(|error| vec![error.problems.join("; ")])
+}
+
+/// The judges a line's own assertions name, built and fit to judge; else
+/// the first one's problem.
+fn line_judges(task: &Task, tactics: &mut Tactics) -> Result<(), String> {
+    let Some(assertions) = &task.assertions else {
+        return Ok(());
+    };
+    for judge in super::grade::judges_of(&assertions.items) {
+        tactics
+            .judge(judge)
+            .map_err(|problem| format!("`asserts`: {problem}"))?;
+    }
+    Ok(())
 }
 
 /// The next `CHUNK` lines of the file (fewer at its end, none past it).
@@ -300,6 +321,10 @@ struct State {
     selector: Selector,
     in_run: u64,
     to_run: u64,
+    /// `--repeat`: runs of each line.
+    repeat: u32,
+    /// Whether some line has assertions of its own.
+    line_assertions: bool,
 }
 
 impl State {
@@ -351,7 +376,15 @@ impl State {
                     self.invalid(number, &task.id, message, selected, inputs.done);
                 }
                 Some(path) => match tactics.get(&path, task.input.model.as_deref()) {
-                    Ok(tactic) => to_check.push((task, tactic, selected)),
+                    Ok(tactic) => match line_judges(&task, tactics) {
+                        Ok(()) => {
+                            self.line_assertions |= task.assertions.is_some();
+                            to_check.push((task, tactic, selected))
+                        }
+                        Err(message) => {
+                            self.invalid(number, &task.id, message, selected, inputs.done)
+                        }
+                    },
                     Err((error, _)) => {
                         let message = format!("tactic `{}`: {error}", path.display());
                         self.invalid(number, &task.id, message, selected, inputs.done);
@@ -399,9 +432,11 @@ impl State {
 
     fn count(&mut self, id: &str, selected: bool, done: &(dyn Fn(&str) -> bool + Sync)) {
         if selected {
-            self.in_run += 1;
-            if !done(id) {
-                self.to_run += 1;
+            for run in super::ids::repeated(id, self.repeat) {
+                self.in_run += 1;
+                if !done(&run) {
+                    self.to_run += 1;
+                }
             }
         }
     }
@@ -484,6 +519,7 @@ mod tests {
             invalid: HashMap::new(),
             in_run: 0,
             to_run: 0,
+            line_assertions: false,
         };
         let text = plan.report(Path::new("t.jsonl"), 1);
         assert_eq!(

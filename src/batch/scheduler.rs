@@ -123,6 +123,10 @@ pub struct Shared {
     notices: Notices,
     /// The latest retry's reason and when it came, for progress lines.
     last_retry: Arc<Mutex<Option<(Instant, String)>>>,
+    /// Scores finished tasks (`None`: no tactic or line has assertions).
+    grader: Option<Arc<super::grade::Grader>>,
+    /// The scored tasks this run wrote.
+    scores: Mutex<crate::eval::Tally>,
 }
 
 /// How long a retry's reason stays on the progress line.
@@ -171,7 +175,20 @@ impl Shared {
             breakers: None,
             notices,
             last_retry,
+            grader: None,
+            scores: Mutex::new(crate::eval::Tally::default()),
         }
+    }
+
+    /// Finished tasks are scored by `grader` (issue 32).
+    pub fn with_grader(mut self, grader: Arc<super::grade::Grader>) -> Shared {
+        self.grader = Some(grader);
+        self
+    }
+
+    /// The scored tasks this run wrote.
+    pub fn scores(&self) -> crate::eval::Tally {
+        lock(&self.scores).clone()
     }
 
     /// Calls wait on `breakers`, and tasks of a provider that is down wait
@@ -274,6 +291,14 @@ impl Shared {
             return;
         }
         lock(&self.totals).add(&Brief::from(result));
+        if let Some(pass) = result.pass {
+            lock(&self.scores).add(
+                &result.id,
+                result.repeat_of.as_deref(),
+                result.score.unwrap_or(0.0),
+                pass,
+            );
+        }
         if result.state == TaskState::Failure {
             lock(&self.reasons).add(&result.id, result.error.as_deref());
         }
@@ -358,6 +383,8 @@ pub struct Run<'a> {
     /// `--via batch-api`: told how many tasks run and whether more are
     /// starting, so it submits when every running task waits on a call.
     pub batch_api: Option<Arc<BatchApi>>,
+    /// `--repeat`: runs of each line (1: once, under its own id).
+    pub repeat: u32,
 }
 
 /// A line's `tactic` as written, and the model its tactic is built for.
@@ -435,7 +462,7 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
         }
     };
     scheduling(true);
-    while let Some(line) = lines.next_line() {
+    'lines: while let Some(line) = lines.next_line() {
         let (number, text) = line.map_err(std::io::Error::other)?;
         let parsed = run.reader.parse(text, number);
         let task = match parsed {
@@ -455,70 +482,93 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             }
             continue;
         }
-        if (run.done)(&id) {
-            continue;
-        }
-        while running.try_join_next().is_some() {}
-        let current = *shared.stop.borrow();
-        if let Some(reason) = current.reason() {
-            if reason == Reason::Interrupted || reason == Reason::WriteFailed {
-                break;
+        for (id, task) in repeated_runs(id, task, run.repeat) {
+            if (run.done)(&id) {
+                continue;
             }
-            let mut result = ResultLine::skipped(id, reason.text());
-            if let Some(task) = &task {
-                result = result.with_task(&task.input);
-            }
-            shared.record(&result, None, None);
-            continue;
-        }
-        let Some((task, tactic)) = line_tactic(
-            &run,
-            &shared,
-            &mut line_tactics,
-            tasks_dir,
-            (number, id, task),
-        ) else {
-            continue;
-        };
-        // Waiting for a slot, the scheduler starts no task: the calls of the
-        // running ones need not wait for more.
-        let full = slots.available_permits() == 0;
-        if full {
-            scheduling(false);
-        }
-        let admitted = admit(&shared, &slots, &mut stop, (&tactic, run.concurrency)).await;
-        if full {
-            scheduling(true);
-        }
-        let admitted = match (admitted, &shared.breakers) {
-            (Some(permit), Some(breakers)) => {
-                let names = providers
-                    .entry(Arc::as_ptr(&tactic) as usize)
-                    .or_insert_with(|| tactic.provider_names().into())
-                    .clone();
-                gate(&shared, breakers, &names, &mut stop)
-                    .await
-                    .map(|claims| (permit, claims))
-            }
-            (permit, _) => permit.map(|permit| (permit, Vec::new())),
-        };
-        let Some((permit, claims)) = admitted else {
-            // Stopped while waiting: account for this task like the ones after it.
-            let reason = shared.stop.borrow().reason();
-            if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason {
-                let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
+            while running.try_join_next().is_some() {}
+            let current = *shared.stop.borrow();
+            if let Some(reason) = current.reason() {
+                if reason == Reason::Interrupted || reason == Reason::WriteFailed {
+                    break 'lines;
+                }
+                let mut result = ResultLine::skipped(id, reason.text());
+                if let Some(task) = &task {
+                    result = result.with_task(&task.input);
+                    result.repeat_of = task.repeat_of.clone();
+                }
                 shared.record(&result, None, None);
                 continue;
             }
-            break;
-        };
-        let counted = run.batch_api.as_ref().map(|hub| hub.task_started());
-        let started = Started::new(&shared);
-        running.spawn(run_task(started, tactic, task, (permit, counted, claims)));
+            let Some((task, tactic)) = line_tactic(
+                &run,
+                &shared,
+                &mut line_tactics,
+                tasks_dir,
+                (number, id, task),
+            ) else {
+                continue;
+            };
+            // Waiting for a slot, the scheduler starts no task: the calls of the
+            // running ones need not wait for more.
+            let full = slots.available_permits() == 0;
+            if full {
+                scheduling(false);
+            }
+            let admitted = admit(&shared, &slots, &mut stop, (&tactic, run.concurrency)).await;
+            if full {
+                scheduling(true);
+            }
+            let admitted = match (admitted, &shared.breakers) {
+                (Some(permit), Some(breakers)) => {
+                    let names = providers
+                        .entry(Arc::as_ptr(&tactic) as usize)
+                        .or_insert_with(|| tactic.provider_names().into())
+                        .clone();
+                    gate(&shared, breakers, &names, &mut stop)
+                        .await
+                        .map(|claims| (permit, claims))
+                }
+                (permit, _) => permit.map(|permit| (permit, Vec::new())),
+            };
+            let Some((permit, claims)) = admitted else {
+                // Stopped while waiting: account for this task like the ones after it.
+                let reason = shared.stop.borrow().reason();
+                if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason {
+                    let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
+                    shared.record(&result, None, None);
+                    continue;
+                }
+                break 'lines;
+            };
+            let counted = run.batch_api.as_ref().map(|hub| hub.task_started());
+            let started = Started::new(&shared);
+            running.spawn(run_task(started, tactic, task, (permit, counted, claims)));
+        }
     }
     scheduling(false);
     while running.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The runs of a line: itself, or under `--repeat N` (N ≥ 2) N copies
+/// with ids `ID#1` … `ID#N`, each knowing the id it repeats.
+fn repeated_runs(id: String, task: Option<Task>, repeat: u32) -> Vec<(String, Option<Task>)> {
+    if repeat <= 1 {
+        return vec![(id, task)];
+    }
+    super::ids::repeated(&id, repeat)
+        .map(|run| {
+            let run = run.into_owned();
+            let task = task.clone().map(|mut task| {
+                task.id = run.clone();
+                task.input.id = Some(run.clone());
+                task.repeat_of = Some(id.clone());
+                task
+            });
+            (run, task)
+        })
+        .collect()
 }
 
 /// Waits for a slot, and for the tactic's providers to have room for
@@ -656,6 +706,19 @@ async fn run_task(
     }
     let mut stop = shared.stop.subscribe();
     let id = task.id;
+    let repeat_of = task.repeat_of;
+    // What its graders are given, kept when it has assertions (the run
+    // takes the task).
+    let grading = shared.grader.as_ref().and_then(|_| {
+        (!tactic.config.asserts.is_empty() || task.assertions.is_some()).then(|| {
+            (
+                task.input.task.clone(),
+                task.input.args.clone(),
+                task.input.tags.clone(),
+                task.assertions.clone(),
+            )
+        })
+    });
     // A cancelled task still leaves its record: every agent call that had
     // finished, so what it spent is on disk and counted.
     let cancelled = AtomicBool::new(false);
@@ -709,7 +772,21 @@ async fn run_task(
     }
     let mut record = record;
     settle(&mut record, cancelled);
-    let result = result_of(id, &record);
+    let mut result = result_of(id, &record);
+    result.repeat_of = repeat_of;
+    if let (Some(grader), Some((task, args, tags, line))) = (&shared.grader, grading) {
+        let graded = super::grade::Graded {
+            id: &result.id,
+            task: &task,
+            args: &args,
+            tags: &tags,
+            expected: line.as_ref().and_then(|line| line.expected.as_ref()),
+        };
+        let scored = grader
+            .grade(&tactic.config.asserts, line.as_deref(), &graded, &result)
+            .await;
+        result = result.with_scores(scored);
+    }
     shared.record(&result, Some(&record), Some(slot));
     drop(started);
 }

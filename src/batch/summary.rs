@@ -114,6 +114,11 @@ pub struct Summary {
     pub failure_reasons: Vec<FailureReason>,
     /// The ids of the first failed tasks, in the order of their results.
     pub failed_ids: Vec<String>,
+    /// The scores of the tasks that had assertions (issue 32; absent when
+    /// none had): counts, pass rate, `--fail-under`, the first failing ids
+    /// and, with `--repeat`, each repeated task's spread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<crate::eval::TallySummary>,
     /// Result lines of the spend totals that are no task's latest (earlier
     /// runs of retried or resumed tasks): the table says the totals hold them.
     #[serde(skip)]
@@ -178,6 +183,7 @@ impl Summary {
             stopped: None,
             failure_reasons: Vec::new(),
             failed_ids: Vec::new(),
+            scores: None,
             superseded: spent.tasks.saturating_sub(latest.tasks),
         }
     }
@@ -273,6 +279,9 @@ impl Summary {
             }
             rows.push(("failed ids", ids));
         }
+        if let Some(scores) = &self.scores {
+            rows.extend(score_rows(scores));
+        }
         rows.push(("output", dir.to_string()));
         let mut text = String::from("lllm batch summary\n");
         for (name, value) in rows {
@@ -280,6 +289,39 @@ impl Summary {
         }
         text
     }
+}
+
+/// The table's rows of the scores: the pass rate (against `--fail-under`)
+/// and the first failing ids.
+pub fn score_rows(scores: &crate::eval::TallySummary) -> Vec<(&'static str, String)> {
+    let mut rate = format!(
+        "{:.1}% ({} of {} scored passed)",
+        scores.pass_rate * 100.0,
+        scores.passed,
+        scores.scored
+    );
+    if let Some(floor) = scores.fail_under {
+        let verdict = if scores.below_fail_under() {
+            "below"
+        } else {
+            "at or above"
+        };
+        rate.push_str(&format!(" · {verdict} --fail-under {floor}"));
+    }
+    let mut rows = vec![("pass rate", rate)];
+    if !scores.failing_ids.is_empty() {
+        let mut ids = scores
+            .failing_ids
+            .iter()
+            .map(|id| super::writer::shown_id(id))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if scores.failed > scores.failing_ids.len() as u64 {
+            ids.push_str(&format!(" … ({} in all)", scores.failed));
+        }
+        rows.push(("failing", ids));
+    }
+    rows
 }
 
 pub fn format_cost(cost: f64, known: bool) -> String {

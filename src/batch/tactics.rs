@@ -41,6 +41,9 @@ pub struct Tactics {
     /// Paths as task lines give them → `key` (canonicalizing is a syscall
     /// per component; pre-flight asks once per line).
     keys: HashMap<PathBuf, PathBuf>,
+    /// Judge tactics (`llm-rubric` assertions) by their path as the
+    /// assertion names it, or why they cannot judge.
+    judges: HashMap<PathBuf, std::result::Result<Arc<Tactic>, String>>,
 }
 
 impl Tactics {
@@ -72,6 +75,7 @@ impl Tactics {
             built: HashMap::new(),
             failed: HashMap::new(),
             keys: HashMap::new(),
+            judges: HashMap::new(),
         })
     }
 
@@ -107,7 +111,10 @@ impl Tactics {
         if let Some(error) = self.failed.get(&entry) {
             return Err((error.clone(), false));
         }
-        match self.load(&entry.0, model.as_deref()) {
+        match self
+            .load(&entry.0, model.as_deref())
+            .and_then(|tactic| self.load_judges_of(tactic))
+        {
             Ok(tactic) => {
                 let tactic = Arc::new(tactic);
                 self.built.insert(entry, tactic.clone());
@@ -130,18 +137,80 @@ impl Tactics {
     /// error, as with `lllm run`.
     pub fn preload(&mut self, path: &Path) -> Result<()> {
         let tactic = self.load(path, self.model.as_deref())?;
+        let tactic = self.load_judges_of(tactic)?;
         self.built
             .insert((key(path), self.model.clone()), Arc::new(tactic));
         Ok(())
     }
 
+    /// `tactic`, once the judges its `asserts` name are built and fit to
+    /// judge; else the first one's problem, placed at its assertion.
+    fn load_judges_of(&mut self, tactic: Tactic) -> Result<Tactic> {
+        let config = tactic.config.clone();
+        for (index, assertion) in config.asserts.iter().enumerate() {
+            if let crate::eval::Kind::Judge { judge, .. } = &assertion.kind
+                && let Err(problem) = self.judge(judge)
+            {
+                return Err(Error::Usage(config.placed(
+                    &format!("asserts[{index}].judge"),
+                    format!("`asserts`: {problem}"),
+                )));
+            }
+        }
+        Ok(tactic)
+    }
+
+    /// The judge tactic at `path` (as an assertion names it), built on first
+    /// use: with the batch's budget, cache and Batch APIs, but its own
+    /// model and model arguments (`--model` and `-O` are the tactic's under
+    /// test, not the judge's). The problem says why it cannot judge.
+    pub fn judge(&mut self, path: &Path) -> std::result::Result<Arc<Tactic>, String> {
+        if let Some(judge) = self.judges.get(path) {
+            return judge.clone();
+        }
+        let judge = self
+            .load_with(path, None, &crate::config::ModelArgs::default())
+            .map_err(|error| {
+                format!(
+                    "judge `{}`: {}",
+                    path.display(),
+                    error.to_string().replace('\n', "; ")
+                )
+            })
+            .and_then(|tactic| {
+                super::grade::check_judge(&tactic)
+                    .map(|()| Arc::new(tactic))
+                    .map_err(|problem| format!("judge `{}`: {problem}", path.display()))
+            });
+        self.judges.insert(path.to_path_buf(), judge.clone());
+        judge
+    }
+
+    /// The judges built, by their path as assertions name them.
+    pub fn judges(&self) -> HashMap<PathBuf, Arc<Tactic>> {
+        self.judges
+            .iter()
+            .filter_map(|(path, judge)| Some((path.clone(), judge.as_ref().ok()?.clone())))
+            .collect()
+    }
+
     /// Loads and builds one tactic; warnings go to stderr once.
     fn load(&self, path: &Path, model: Option<&str>) -> Result<Tactic> {
+        self.load_with(path, model, &self.model_args)
+    }
+
+    /// [`load`](Tactics::load) with these model arguments over its agents'.
+    fn load_with(
+        &self,
+        path: &Path,
+        model: Option<&str>,
+        model_args: &crate::config::ModelArgs,
+    ) -> Result<Tactic> {
         // Config and build in one pre-flight: every problem of both at once.
         let options = crate::tactic::LoadOptions {
             model,
             prices: self.prices.as_ref(),
-            model_args: Some(&self.model_args),
+            model_args: Some(model_args),
             env: &|name| match &self.env {
                 Some(env) => env.get(name),
                 None => std::env::var(name).ok(),

@@ -32,9 +32,15 @@ pub struct Task {
     pub input: crate::tactic::Task,
     /// The line's own tactic, as written (relative to the TASKS file's directory).
     pub tactic: Option<String>,
+    /// The line's `asserts`, its `expected` (an `equals`) and its
+    /// `threshold` (issue 32; `None` when it has none of them). The
+    /// tactic's own `asserts` come first when it is scored (`grade`).
+    pub assertions: Option<std::sync::Arc<crate::eval::Assertions>>,
+    /// With `--repeat`: the line's own id, which this run (`ID#k`) repeats.
+    pub repeat_of: Option<String>,
 }
 
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 14] = [
     "id",
     "custom_id",
     "task",
@@ -46,6 +52,9 @@ const KEYS: [&str; 11] = [
     "model_args",
     "messages",
     "attachments",
+    "expected",
+    "asserts",
+    "threshold",
 ];
 
 /// Parses line `line` (1-based) of a file of lllm task lines whose
@@ -180,6 +189,7 @@ pub fn parse_line(
             ));
         }
     };
+    let assertions = line_assertions(&mut object, scope.base())?;
     let input = crate::tactic::Task {
         id: Some(id),
         task,
@@ -191,7 +201,50 @@ pub fn parse_line(
         messages,
         attachments,
     };
-    Ok(Some(Task::new(line, input, tactic)))
+    let mut task = Task::new(line, input, tactic);
+    task.assertions = assertions;
+    Ok(Some(task))
+}
+
+/// A line's `asserts`, `expected` and `threshold` (issue 32), read and
+/// checked as a tactic's `asserts` are; paths in them (a `command`'s
+/// working directory, a `judge`) start at `base`, the TASKS file's
+/// directory.
+fn line_assertions(
+    object: &mut serde_json::Map<String, Value>,
+    base: &Path,
+) -> Result<Option<std::sync::Arc<crate::eval::Assertions>>, String> {
+    let mut items = match object.remove("asserts") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(list) => crate::eval::parse_list(&list, base).map_err(|problems| {
+            let (at, problem) = problems.into_iter().next().unwrap_or_default();
+            format!("`asserts{at}`: {problem}")
+        })?,
+    };
+    let expected = object.remove("expected");
+    if let Some(expected) = &expected {
+        items.push(crate::eval::expected(expected.clone()));
+    }
+    let threshold = match object.remove("threshold") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_f64() {
+            Some(threshold) if (0.0..=1.0).contains(&threshold) => Some(threshold),
+            _ => {
+                return Err(format!(
+                    "`threshold` is the score, from 0 to 1, at which the task passes, not {}",
+                    crate::words::json_kind(&value)
+                ));
+            }
+        },
+    };
+    if items.is_empty() && threshold.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(std::sync::Arc::new(crate::eval::Assertions {
+        items,
+        threshold,
+        expected,
+    })))
 }
 
 impl Task {
@@ -202,6 +255,8 @@ impl Task {
             id: input.id.clone().unwrap_or_else(|| format!("line-{line}")),
             input,
             tactic,
+            assertions: None,
+            repeat_of: None,
         }
     }
 }

@@ -29,6 +29,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "max_workers",
     "cache",
     "cache_ttl_s",
+    "asserts",
 ];
 
 /// Keys an agent entry (or `global`) may have; any other key is a model argument (D14).
@@ -90,6 +91,9 @@ pub struct RawTactic {
     pub max_workers: Option<Value>,
     pub cache: Option<bool>,
     pub cache_ttl_s: Option<Value>,
+    /// Assertion items every task of a batch is scored with (`eval`), as
+    /// written: checked there.
+    pub asserts: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -81,6 +81,10 @@ pub struct TacticConfig {
     pub cache: Option<bool>,
     /// `cache_ttl_s`: how long a cached reply is used (a provider's own wins).
     pub cache_ttl_s: Option<f64>,
+    /// `asserts`: what `lllm batch` scores every task's delivery with
+    /// (issue 32), checked when read (regexes compiled, schemas built).
+    #[serde(skip)]
+    pub asserts: Vec<crate::eval::Assertion>,
     /// What was accepted but is worth a word (unknown keys moved aside, …).
     pub warnings: Vec<String>,
     /// The merged document after `base` and defaults, for records and `--show-config`.
@@ -453,6 +457,15 @@ pub(super) fn resolve(
             .ok()
             .map(|()| schema)
     });
+    let asserts = match &raw.asserts {
+        None | Some(Value::Null) => Vec::new(),
+        Some(items) => crate::eval::parse_list(items, &base_dir).unwrap_or_else(|found| {
+            for (at, problem) in found {
+                problems.at(join("asserts", &at), format!("`asserts`: {problem}"));
+            }
+            Vec::new()
+        }),
+    };
 
     let resolved = redacted_document(document, agents.resolved);
     let config = TacticConfig {
@@ -479,6 +492,7 @@ pub(super) fn resolve(
         max_workers: max_workers.map(|workers| workers as usize),
         cache: raw.cache,
         cache_ttl_s,
+        asserts,
         warnings,
         resolved,
         model_override: None,

@@ -87,6 +87,16 @@ pub struct BatchArgs {
     /// bound for every model.
     #[arg(long, value_name = "USD", value_parser = numbers::max_cost, allow_negative_numbers = true)]
     pub max_cost: Option<f64>,
+    /// Exit with code 3 when the pass rate of the scored tasks (those with
+    /// `asserts` or `expected`, docs/evals.md) is below RATE, from 0 to 1
+    /// (a CI gate; with nothing scored, too).
+    #[arg(long, value_name = "RATE", value_parser = numbers::fail_under, allow_negative_numbers = true)]
+    pub fail_under: Option<f64>,
+    /// Run every task line N times, as `ID#1` … `ID#N` (each result line
+    /// has `"repeat_of": "ID"`); summary.json's `scores.spread` says how
+    /// each task's runs went.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = numbers::repeat)]
+    pub repeat: u32,
     /// Run only the first N tasks (of the shard).
     #[arg(long, short = 'n', value_name = "N", value_parser = numbers::limit, allow_negative_numbers = true)]
     pub limit: Option<u64>,
@@ -283,6 +293,8 @@ pub async fn run(args: BatchArgs, registry: lllm::Registry) -> Result<Outcome> {
             give_up_after: Duration::from_secs_f64(args.max_outage),
             ..Default::default()
         }),
+        fail_under: args.fail_under,
+        repeat: args.repeat,
     };
     let outcome = batch::run(options).await;
     // Replies the cache has not written yet are kept before the process ends.

@@ -14,6 +14,7 @@ macro_rules! exit_codes {
   0    success: every task succeeded
   1    a run or a task failed (its record says why), or an output could not be written
   2    bad usage, config, prompt or input: nothing was sent
+  3    the pass rate of the scored tasks is below --fail-under (lllm batch, lllm eval)
   130  interrupted by Ctrl-C or SIGTERM: what finished is on disk
 "
     };
@@ -80,6 +81,7 @@ pub const BATCH: &str = concat!(
   lllm batch tasks.jsonl --tactic t.yaml -o out/shard-1 --shard 1/8
   lllm batch tasks.jsonl --tactic t.yaml -o out --via batch-api
   lllm batch tasks.jsonl -t t.yaml -o out -n 10 -v  the first 10 tasks, each request traced
+  lllm batch tasks.jsonl -t t.yaml -o out --fail-under 0.9   a CI gate on the asserts' pass rate
 
 ",
     "Exit codes:
@@ -87,6 +89,7 @@ pub const BATCH: &str = concat!(
   1    a task failed or was skipped, or the output could not be written
   2    bad usage, config or task lines, or DIR is held by another run or holds
        another shard: nothing was sent
+  3    the pass rate of the scored tasks is below --fail-under
   130  interrupted by Ctrl-C or SIGTERM: what finished is on disk (--resume goes on)
 ",
     "\nDocs: docs/batch.md; task and result lines in docs/formats.md
@@ -154,6 +157,7 @@ mod tests {
             Outcome::Success.exit_code(),
             Outcome::Failed.exit_code(),
             Outcome::Interrupted.exit_code(),
+            Outcome::BelowFailUnder.exit_code(),
             Error::Usage(String::new()).exit_code(),
         ];
         for code in codes {

@@ -35,6 +35,11 @@ pub const GATHER_WINDOW: Range = flag(0.0, 86_400.0, false, "seconds");
 /// `--max-outage`: a second at least (the first probe's wait), a week at most.
 pub const MAX_OUTAGE: Range = flag(1.0, 604_800.0, false, "seconds");
 
+/// `--fail-under`: a pass rate.
+pub const FAIL_UNDER: Range = flag(0.0, 1.0, false, "pass rate");
+/// `--repeat`: runs of each task line.
+pub const REPEAT: Range = flag(1.0, 1000.0, true, "runs");
+
 /// `lllm serve --max-body`: a KiB at least, 64 MiB at most.
 pub const MAX_BODY: Range = flag(1024.0, 67_108_864.0, true, "bytes");
 /// `lllm serve --timeout`: a second at least, a day at most.
@@ -100,6 +105,14 @@ pub fn shards(text: &str) -> Result<u64, String> {
 
 pub fn max_cost(text: &str) -> Result<f64, String> {
     real(text, &MAX_COST)
+}
+
+pub fn fail_under(text: &str) -> Result<f64, String> {
+    real(text, &FAIL_UNDER)
+}
+
+pub fn repeat(text: &str) -> Result<u32, String> {
+    whole(text, &REPEAT).map(|runs| runs as u32)
 }
 
 pub fn grace(text: &str) -> Result<f64, String> {

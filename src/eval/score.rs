@@ -1,0 +1,238 @@
+//! Scores: one per assertion, how they add up to a task's score and pass
+//! (promptfoo's rule), and the tally of a whole batch that `summary.json`
+//! shows (docs/formats.md §4, "Scores").
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+/// One assertion's score, as a result line's `scores` holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// The assertion's `metric`, else its type and value.
+    pub name: String,
+    /// Its type as written (`not-contains`).
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// From 0 to 1.
+    pub score: f64,
+    /// Whether it passed.
+    pub pass: bool,
+    /// Why, in a few words (a judge's own reason).
+    pub reason: String,
+    /// Its `weight`.
+    pub weight: f64,
+}
+
+/// A task's scores, its weighted score and whether it passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// One per assertion, in order.
+    pub scores: Vec<Score>,
+    /// The weighted mean of the scores, from 0 to 1.
+    pub score: f64,
+    /// Whether the task passed.
+    pub pass: bool,
+}
+
+/// Adds a task's scores up, promptfoo's way: its score is the mean of the
+/// scores weighted by their `weight`; it passes when every assertion with
+/// a weight passes or, with a task `threshold`, when its score reaches it.
+/// Assertions of weight 0 are shown and count nowhere.
+pub fn combine(scores: Vec<Score>, threshold: Option<f64>) -> Scored {
+    let weights: f64 = scores.iter().map(|score| score.weight).sum();
+    let score = if weights > 0.0 {
+        scores
+            .iter()
+            .map(|score| score.score * score.weight)
+            .sum::<f64>()
+            / weights
+    } else {
+        1.0
+    };
+    let score = round(score.clamp(0.0, 1.0));
+    let pass = match threshold {
+        Some(threshold) => score >= threshold,
+        None => scores
+            .iter()
+            .filter(|score| score.weight > 0.0)
+            .all(|score| score.pass),
+    };
+    Scored {
+        scores,
+        score,
+        pass,
+    }
+}
+
+/// Scores are written with four decimals: enough to read, and the same
+/// text whichever order the sum was taken in.
+pub fn round(score: f64) -> f64 {
+    (score * 10_000.0).round() / 10_000.0
+}
+
+/// Failing ids `summary.json` lists.
+pub const FAILING_IDS_LISTED: usize = 10;
+
+/// The scored tasks of a batch, counted as their result lines are read or
+/// written (each id once: its latest line).
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    scored: u64,
+    passed: u64,
+    failing_ids: Vec<String>,
+    /// Per original id of repeated tasks (`repeat_of`), in order of first sight.
+    spread: IndexMap<String, Spread>,
+}
+
+/// How the runs of one repeated task went.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Runs scored.
+    pub runs: u64,
+    /// Of those, the ones that passed.
+    pub passed: u64,
+    /// The lowest score of a run.
+    pub min_score: f64,
+    /// The highest.
+    pub max_score: f64,
+}
+
+impl Tally {
+    /// Counts one scored task.
+    pub fn add(&mut self, id: &str, repeat_of: Option<&str>, score: f64, pass: bool) {
+        self.scored += 1;
+        if pass {
+            self.passed += 1;
+        } else if self.failing_ids.len() < FAILING_IDS_LISTED {
+            self.failing_ids.push(id.to_string());
+        }
+        if let Some(original) = repeat_of {
+            let spread = self
+                .spread
+                .entry(original.to_string())
+                .or_insert(Spread {
+                    runs: 0,
+                    passed: 0,
+                    min_score: score,
+                    max_score: score,
+                });
+            spread.runs += 1;
+            spread.passed += u64::from(pass);
+            spread.min_score = spread.min_score.min(score);
+            spread.max_score = spread.max_score.max(score);
+        }
+    }
+
+    /// Tasks scored.
+    pub fn scored(&self) -> u64 {
+        self.scored
+    }
+
+    /// Scored tasks that passed, over those scored (0 when none was).
+    pub fn pass_rate(&self) -> f64 {
+        if self.scored == 0 {
+            0.0
+        } else {
+            self.passed as f64 / self.scored as f64
+        }
+    }
+
+    /// What `summary.json` shows (`None` when no task was scored).
+    pub fn summary(&self, fail_under: Option<f64>) -> Option<TallySummary> {
+        (self.scored > 0).then(|| TallySummary {
+            scored: self.scored,
+            passed: self.passed,
+            failed: self.scored - self.passed,
+            pass_rate: round(self.pass_rate()),
+            fail_under,
+            failing_ids: self.failing_ids.clone(),
+            spread: (!self.spread.is_empty()).then(|| self.spread.clone()),
+        })
+    }
+}
+
+/// `summary.json`'s `scores`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TallySummary {
+    /// Tasks with assertions that ran.
+    pub scored: u64,
+    /// Of those, the ones that passed.
+    pub passed: u64,
+    /// And the others.
+    pub failed: u64,
+    /// `passed / scored`, from 0 to 1.
+    pub pass_rate: f64,
+    /// `--fail-under`, when given.
+    pub fail_under: Option<f64>,
+    /// The first [`FAILING_IDS_LISTED`] ids that failed, in file order.
+    pub failing_ids: Vec<String>,
+    /// With `--repeat`: per original id, how its runs went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<IndexMap<String, Spread>>,
+}
+
+impl TallySummary {
+    /// Whether the pass rate is below `--fail-under`.
+    pub fn below_fail_under(&self) -> bool {
+        self.fail_under.is_some_and(|floor| self.pass_rate < floor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn score(value: f64, pass: bool, weight: f64) -> Score {
+        Score {
+            name: "n".into(),
+            type_name: "t".into(),
+            score: value,
+            pass,
+            reason: String::new(),
+            weight,
+        }
+    }
+
+    #[test]
+    fn scores_add_up_by_weight_and_pass_by_threshold() {
+        let cases = [
+            // (scores, task threshold, score, pass)
+            (vec![score(1.0, true, 1.0), score(0.0, false, 1.0)], None, 0.5, false),
+            (vec![score(1.0, true, 3.0), score(0.0, false, 1.0)], None, 0.75, false),
+            (vec![score(1.0, true, 3.0), score(0.0, false, 1.0)], Some(0.7), 0.75, true),
+            (vec![score(1.0, true, 1.0), score(0.0, false, 0.0)], None, 1.0, true),
+            (vec![score(0.0, false, 0.0)], None, 1.0, true),
+            (vec![score(2.0 / 3.0, true, 1.0)], None, 0.6667, true),
+        ];
+        for (scores, threshold, expected, pass) in cases {
+            let scored = combine(scores.clone(), threshold);
+            assert_eq!(scored.score, expected, "{scores:?}");
+            assert_eq!(scored.pass, pass, "{scores:?}");
+        }
+    }
+
+    #[test]
+    fn the_tally_counts_lists_failures_and_spreads_repeats() {
+        let mut tally = Tally::default();
+        assert_eq!(tally.summary(None), None);
+        tally.add("a#1", Some("a"), 1.0, true);
+        tally.add("a#2", Some("a"), 0.25, false);
+        tally.add("b", None, 0.0, false);
+        let summary = tally.summary(Some(0.5)).unwrap();
+        assert_eq!((summary.scored, summary.passed, summary.failed), (3, 1, 2));
+        assert_eq!(summary.pass_rate, 0.3333);
+        assert_eq!(summary.failing_ids, ["a#2", "b"]);
+        assert!(summary.below_fail_under());
+        let spread = summary.spread.unwrap();
+        assert_eq!(
+            spread["a"],
+            Spread {
+                runs: 2,
+                passed: 1,
+                min_score: 0.25,
+                max_score: 1.0
+            }
+        );
+        assert_eq!(spread.len(), 1);
+    }
+}
