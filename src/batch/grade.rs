@@ -237,12 +237,8 @@ struct Verdict {
 /// problem reads after "the verdict".
 fn verdict(text: &str) -> Result<Verdict, String> {
     let text = text.trim();
-    let value: Value = serde_json::from_str(text).map_err(|_| {
-        format!(
-            "is not JSON: {}",
-            crate::redact::echo(text)
-        )
-    })?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|_| format!("is not JSON: {}", crate::redact::echo(text)))?;
     let score_of = |value: &Value| {
         value
             .as_f64()
@@ -367,17 +363,32 @@ mod tests {
     fn verdicts_are_read_from_numbers_and_objects() {
         let cases = [
             ("0.5", Ok((0.5, None, "scored 0.5"))),
-            (r#"{"score": 1, "pass": true, "reason": "fine"}"#, Ok((1.0, Some(true), "fine"))),
-            (r#"{"score": 2}"#, Err("has `score` 2, not a number from 0 to 1")),
-            (r#"{"score": 0.1, "pass": "no"}"#, Err("has `pass` \"no\", not true or false")),
-            ("[1]", Err("is an array, not a score or `{score, pass, reason}`")),
+            (
+                r#"{"score": 1, "pass": true, "reason": "fine"}"#,
+                Ok((1.0, Some(true), "fine")),
+            ),
+            (
+                r#"{"score": 2}"#,
+                Err("has `score` 2, not a number from 0 to 1"),
+            ),
+            (
+                r#"{"score": 0.1, "pass": "no"}"#,
+                Err("has `pass` \"no\", not true or false"),
+            ),
+            (
+                "[1]",
+                Err("is an array, not a score or `{score, pass, reason}`"),
+            ),
             ("ok", Err("is not JSON: ok")),
         ];
         for (text, expected) in cases {
             let read = verdict(text);
             match (read, expected) {
                 (Ok(read), Ok((score, pass, reason))) => {
-                    assert_eq!((read.score, read.pass, read.reason.as_str()), (score, pass, reason))
+                    assert_eq!(
+                        (read.score, read.pass, read.reason.as_str()),
+                        (score, pass, reason)
+                    )
                 }
                 (Err(problem), Err(words)) => assert_eq!(problem, words, "{text}"),
                 (read, expected) => panic!("{text}: {read:?} vs {expected:?}"),

@@ -448,7 +448,10 @@ type ScoreRead<'a> = Option<(bool, f64, Option<&'a str>)>;
 pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     let mut previous = Previous::default();
     let mut superseded = Vec::new();
-    let mut first_pass = |number: usize, brief: BriefRead<'_>, error: Option<&str>, scored: ScoreRead<'_>| match brief {
+    let mut first_pass = |number: usize,
+                          brief: BriefRead<'_>,
+                          error: Option<&str>,
+                          scored: ScoreRead<'_>| match brief {
         Some((id, brief)) => {
             if let Some((pass, score, repeat_of)) = scored {
                 previous.scores.add(id, repeat_of, score, pass);
@@ -551,9 +554,13 @@ fn each_brief(
                     ),
                 )),
                 result.error.map(|raw| raw.get()),
-                result
-                    .pass
-                    .map(|pass| (pass, result.score.unwrap_or(0.0), result.repeat_of.as_deref())),
+                result.pass.map(|pass| {
+                    (
+                        pass,
+                        result.score.unwrap_or(0.0),
+                        result.repeat_of.as_deref(),
+                    )
+                }),
             ),
             Err(_) => each(number, None, None, None),
         }

@@ -534,7 +534,8 @@ pub async fn run(run: Run<'_>, shared: Arc<Shared>) -> std::io::Result<()> {
             let Some((permit, claims)) = admitted else {
                 // Stopped while waiting: account for this task like the ones after it.
                 let reason = shared.stop.borrow().reason();
-                if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason {
+                if let Some(reason @ (Reason::FailFast | Reason::Budget | Reason::Outage)) = reason
+                {
                     let result = ResultLine::skipped(task.id, reason.text()).with_task(&task.input);
                     shared.record(&result, None, None);
                     continue;

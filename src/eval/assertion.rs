@@ -296,20 +296,21 @@ fn parse_item(item: &Value, base: &Path) -> Result<Assertion, (String, String)> 
         None => (false, type_name.as_str()),
     };
     if !TYPES.contains(&bare) {
-        let everything = TYPES.iter().copied().chain(
+        let everything =
             TYPES
                 .iter()
-                .filter(|name| !NO_NOT.contains(name))
-                .map(|name| match *name {
-                    "equals" => "not-equals",
-                    "contains" => "not-contains",
-                    "icontains" => "not-icontains",
-                    "regex" => "not-regex",
-                    "is-json" => "not-is-json",
-                    "starts-with" => "not-starts-with",
-                    _ => "",
-                }),
-        );
+                .copied()
+                .chain(TYPES.iter().filter(|name| !NO_NOT.contains(name)).map(
+                    |name| match *name {
+                        "equals" => "not-equals",
+                        "contains" => "not-contains",
+                        "icontains" => "not-icontains",
+                        "regex" => "not-regex",
+                        "is-json" => "not-is-json",
+                        "starts-with" => "not-starts-with",
+                        _ => "",
+                    },
+                ));
         return Err((
             "type".into(),
             format!(
@@ -432,7 +433,11 @@ fn parse_kind(
                     .collect::<Option<Vec<String>>>(),
                 Some(Value::String(text)) => {
                     // promptfoo splits a text on commas.
-                    Some(text.split(',').map(|part| part.trim().to_string()).collect())
+                    Some(
+                        text.split(',')
+                            .map(|part| part.trim().to_string())
+                            .collect(),
+                    )
                 }
                 _ => None,
             };
@@ -483,9 +488,8 @@ fn parse_kind(
         }
         "json-path" => {
             let path = match map.get("path") {
-                Some(Value::String(path)) => JsonPath::parse(path).map_err(|problem| {
-                    ("path".to_string(), format!("`path` {problem}"))
-                })?,
+                Some(Value::String(path)) => JsonPath::parse(path)
+                    .map_err(|problem| ("path".to_string(), format!("`path` {problem}")))?,
                 _ => {
                     return Err((
                         String::new(),
@@ -651,17 +655,53 @@ mod tests {
     #[test]
     fn each_bad_item_is_named_by_its_place() {
         let cases = [
-            (json!([{"type": "contians", "value": "a"}]), "[0].type", "did you mean `contains`?"),
-            (json!([{"type": "regex", "value": "("}]), "[0].value", "compiles: unclosed group"),
+            (
+                json!([{"type": "contians", "value": "a"}]),
+                "[0].type",
+                "did you mean `contains`?",
+            ),
+            (
+                json!([{"type": "regex", "value": "("}]),
+                "[0].value",
+                "compiles: unclosed group",
+            ),
             (json!([{"type": "equals"}]), "[0]", "needs a `value`"),
-            (json!([{"type": "contains", "value": "a", "wieght": 2}]), "[0].wieght", "did you mean `weight`?"),
-            (json!([{"type": "equals", "value": 1}, {"type": "is-json", "value": {"type": 7}}]), "[1].value", "not a valid JSON Schema"),
-            (json!([{"type": "not-cost", "threshold": 1}]), "[0].type", "no `not-` form"),
+            (
+                json!([{"type": "contains", "value": "a", "wieght": 2}]),
+                "[0].wieght",
+                "did you mean `weight`?",
+            ),
+            (
+                json!([{"type": "equals", "value": 1}, {"type": "is-json", "value": {"type": 7}}]),
+                "[1].value",
+                "not a valid JSON Schema",
+            ),
+            (
+                json!([{"type": "not-cost", "threshold": 1}]),
+                "[0].type",
+                "no `not-` form",
+            ),
             (json!([{"type": "cost"}]), "[0]", "needs a bound"),
-            (json!([{"type": "llm-rubric", "value": "polite"}]), "[0]", "needs a `judge`"),
-            (json!([{"type": "command", "value": "x.sh"}]), "[0].value", "a list of texts"),
-            (json!([{"type": "json-path", "path": "label", "value": 1}]), "[0].path", "`$`"),
-            (json!([{"type": "contains", "value": "a", "weight": -1}]), "[0].weight", "≥ 0"),
+            (
+                json!([{"type": "llm-rubric", "value": "polite"}]),
+                "[0]",
+                "needs a `judge`",
+            ),
+            (
+                json!([{"type": "command", "value": "x.sh"}]),
+                "[0].value",
+                "a list of texts",
+            ),
+            (
+                json!([{"type": "json-path", "path": "label", "value": 1}]),
+                "[0].path",
+                "`$`",
+            ),
+            (
+                json!([{"type": "contains", "value": "a", "weight": -1}]),
+                "[0].weight",
+                "≥ 0",
+            ),
             (json!({"type": "contains"}), "", "not a list"),
         ];
         for (items, at, words) in cases {
@@ -695,7 +735,11 @@ mod tests {
         }
         assert_eq!(read[2].threshold, Some(0.7));
         match &read[3].kind {
-            Kind::Contains { texts, ignore_case, any } => {
+            Kind::Contains {
+                texts,
+                ignore_case,
+                any,
+            } => {
                 assert_eq!(texts, &["a", "b"]);
                 assert!(*ignore_case && *any);
             }

@@ -203,10 +203,7 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                 }
             }
             if seen_json {
-                (
-                    false,
-                    "no JSON in the delivery fits the schema".to_string(),
-                )
+                (false, "no JSON in the delivery fits the schema".to_string())
             } else {
                 (false, "the delivery contains no JSON".into())
             }
@@ -256,9 +253,7 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                 ),
             )
         }
-        Kind::Command { .. } | Kind::Judge { .. } => {
-            (false, "a grader that did not run".into())
-        }
+        Kind::Command { .. } | Kind::Judge { .. } => (false, "a grader that did not run".into()),
     }
 }
 
@@ -307,22 +302,78 @@ mod tests {
     #[test]
     fn every_kind_passes_and_fails() {
         let cases = [
-            (json!({"type": "equals", "value": "Paris"}), "Paris", "paris"),
-            (json!({"type": "equals", "value": {"a": 1}}), "{\"a\": 1}", "{\"a\": 2}"),
-            (json!({"type": "contains", "value": "Par"}), "Paris", "paris"),
-            (json!({"type": "icontains", "value": "PAR"}), "paris", "Rome"),
-            (json!({"type": "contains-any", "value": ["x", "Rome"]}), "Rome", "Paris"),
-            (json!({"type": "contains-all", "value": ["a", "b"]}), "ab", "a"),
-            (json!({"type": "icontains-all", "value": ["A", "B"]}), "ab", "a"),
-            (json!({"type": "starts-with", "value": "Yes"}), "Yes, it is", "No"),
+            (
+                json!({"type": "equals", "value": "Paris"}),
+                "Paris",
+                "paris",
+            ),
+            (
+                json!({"type": "equals", "value": {"a": 1}}),
+                "{\"a\": 1}",
+                "{\"a\": 2}",
+            ),
+            (
+                json!({"type": "contains", "value": "Par"}),
+                "Paris",
+                "paris",
+            ),
+            (
+                json!({"type": "icontains", "value": "PAR"}),
+                "paris",
+                "Rome",
+            ),
+            (
+                json!({"type": "contains-any", "value": ["x", "Rome"]}),
+                "Rome",
+                "Paris",
+            ),
+            (
+                json!({"type": "contains-all", "value": ["a", "b"]}),
+                "ab",
+                "a",
+            ),
+            (
+                json!({"type": "icontains-all", "value": ["A", "B"]}),
+                "ab",
+                "a",
+            ),
+            (
+                json!({"type": "starts-with", "value": "Yes"}),
+                "Yes, it is",
+                "No",
+            ),
             (json!({"type": "regex", "value": "^\\d{3}$"}), "123", "12a"),
-            (json!({"type": "not-contains", "value": "sorry"}), "Sure", "sorry, no"),
-            (json!({"type": "not-regex", "value": "(?i)as an ai"}), "Hi", "As an AI, …"),
+            (
+                json!({"type": "not-contains", "value": "sorry"}),
+                "Sure",
+                "sorry, no",
+            ),
+            (
+                json!({"type": "not-regex", "value": "(?i)as an ai"}),
+                "Hi",
+                "As an AI, …",
+            ),
             (json!({"type": "is-json"}), "[1]", "nope"),
-            (json!({"type": "is-json", "value": {"type": "object", "required": ["a"]}}), "{\"a\": 1}", "{\"b\": 1}"),
-            (json!({"type": "json-schema", "value": {"type": "array"}}), "[]", "{}"),
-            (json!({"type": "contains-json"}), "Here: {\"a\": 1} done", "Here: {a: 1}"),
-            (json!({"type": "json-path", "path": "$.label", "value": "spam"}), "{\"label\": \"spam\"}", "{\"label\": \"ham\"}"),
+            (
+                json!({"type": "is-json", "value": {"type": "object", "required": ["a"]}}),
+                "{\"a\": 1}",
+                "{\"b\": 1}",
+            ),
+            (
+                json!({"type": "json-schema", "value": {"type": "array"}}),
+                "[]",
+                "{}",
+            ),
+            (
+                json!({"type": "contains-json"}),
+                "Here: {\"a\": 1} done",
+                "Here: {a: 1}",
+            ),
+            (
+                json!({"type": "json-path", "path": "$.label", "value": "spam"}),
+                "{\"label\": \"spam\"}",
+                "{\"label\": \"ham\"}",
+            ),
             (json!({"type": "cost", "threshold": 0.01}), "x", ""),
             (json!({"type": "latency", "threshold": 2000}), "x", ""),
             (json!({"type": "calls", "threshold": 3}), "x", ""),
@@ -360,7 +411,11 @@ mod tests {
 
     #[test]
     fn reasons_say_what_was_seen() {
-        let reason = scored(json!({"type": "json-path", "path": "$.n", "value": 2}), Some("{\"n\": 3}")).reason;
+        let reason = scored(
+            json!({"type": "json-path", "path": "$.n", "value": 2}),
+            Some("{\"n\": 3}"),
+        )
+        .reason;
         assert_eq!(reason, "`$.n` is 3, not 2");
         let reason = scored(json!({"type": "not-contains", "value": "x"}), Some("x")).reason;
         assert_eq!(reason, "not expected, and the delivery contains \"x\"");

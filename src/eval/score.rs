@@ -107,15 +107,12 @@ impl Tally {
             self.failing_ids.push(id.to_string());
         }
         if let Some(original) = repeat_of {
-            let spread = self
-                .spread
-                .entry(original.to_string())
-                .or_insert(Spread {
-                    runs: 0,
-                    passed: 0,
-                    min_score: score,
-                    max_score: score,
-                });
+            let spread = self.spread.entry(original.to_string()).or_insert(Spread {
+                runs: 0,
+                passed: 0,
+                min_score: score,
+                max_score: score,
+            });
             spread.runs += 1;
             spread.passed += u64::from(pass);
             spread.min_score = spread.min_score.min(score);
@@ -197,10 +194,30 @@ mod tests {
     fn scores_add_up_by_weight_and_pass_by_threshold() {
         let cases = [
             // (scores, task threshold, score, pass)
-            (vec![score(1.0, true, 1.0), score(0.0, false, 1.0)], None, 0.5, false),
-            (vec![score(1.0, true, 3.0), score(0.0, false, 1.0)], None, 0.75, false),
-            (vec![score(1.0, true, 3.0), score(0.0, false, 1.0)], Some(0.7), 0.75, true),
-            (vec![score(1.0, true, 1.0), score(0.0, false, 0.0)], None, 1.0, true),
+            (
+                vec![score(1.0, true, 1.0), score(0.0, false, 1.0)],
+                None,
+                0.5,
+                false,
+            ),
+            (
+                vec![score(1.0, true, 3.0), score(0.0, false, 1.0)],
+                None,
+                0.75,
+                false,
+            ),
+            (
+                vec![score(1.0, true, 3.0), score(0.0, false, 1.0)],
+                Some(0.7),
+                0.75,
+                true,
+            ),
+            (
+                vec![score(1.0, true, 1.0), score(0.0, false, 0.0)],
+                None,
+                1.0,
+                true,
+            ),
             (vec![score(0.0, false, 0.0)], None, 1.0, true),
             (vec![score(2.0 / 3.0, true, 1.0)], None, 0.6667, true),
         ];

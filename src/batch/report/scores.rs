@@ -140,7 +140,7 @@ pub struct ScoreSummary {
     pub passed: usize,
     /// Of which failed.
     pub failed: usize,
-    /// `passed / scored`.
+    /// `passed / scored`, four decimals.
     pub pass_rate: f64,
     /// `summary.json`'s `scores.fail_under` (`--fail-under`), when set.
     pub fail_under: Option<f64>,
@@ -175,7 +175,7 @@ impl ScoreSummary {
             scored: scored.len(),
             passed: scored.len() - failing_ids.len(),
             failed: failing_ids.len(),
-            pass_rate: (scored.len() - failing_ids.len()) as f64 / scored.len() as f64,
+            pass_rate: rounded((scored.len() - failing_ids.len()) as f64 / scored.len() as f64),
             fail_under,
             failing_ids,
             repeats: runs_by_id(&repeated),
@@ -202,6 +202,12 @@ impl ScoreSummary {
     }
 }
 
+/// A rate written with four decimals, as `summary.json` writes its own
+/// (`0.8333`): the JSON says the same number whichever file it came from.
+fn rounded(rate: f64) -> f64 {
+    (rate * 10_000.0).round() / 10_000.0
+}
+
 /// `83.3%`.
 pub fn percent(rate: f64) -> String {
     format!("{:.1}%", rate * 100.0)
@@ -214,7 +220,7 @@ pub struct Rate {
     pub scored: usize,
     /// Of which passed.
     pub passed: usize,
-    /// `passed / scored`.
+    /// `passed / scored`, four decimals.
     pub pass_rate: f64,
 }
 
@@ -255,7 +261,7 @@ pub struct ScoreComparison {
     pub a: Option<Rate>,
     /// The second's.
     pub b: Option<Rate>,
-    /// `b.pass_rate - a.pass_rate` when both have scores.
+    /// `b.pass_rate - a.pass_rate` when both have scores, four decimals.
     pub pass_rate_change: Option<f64>,
     /// Ids scored on both sides.
     pub common: usize,
@@ -283,7 +289,7 @@ impl ScoreComparison {
             (scored > 0).then(|| Rate {
                 scored,
                 passed,
-                pass_rate: passed as f64 / scored as f64,
+                pass_rate: rounded(passed as f64 / scored as f64),
             })
         };
         let (rate_a, rate_b) = (rate(a), rate(b));
@@ -294,7 +300,9 @@ impl ScoreComparison {
         let mut comparison = ScoreComparison {
             a: rate_a,
             b: rate_b,
-            pass_rate_change: rate_a.zip(rate_b).map(|(a, b)| b.pass_rate - a.pass_rate),
+            pass_rate_change: rate_a
+                .zip(rate_b)
+                .map(|(a, b)| rounded(b.pass_rate - a.pass_rate)),
             common: 0,
             regressions: Vec::new(),
             improvements: Vec::new(),
@@ -549,7 +557,7 @@ mod tests {
         assert_eq!(ids(&comparison.score_changes), ["moved"]);
         assert_eq!(comparison.common, 5);
         let change = comparison.pass_rate_change.unwrap();
-        assert!((change - (4.0 / 7.0 - 6.0 / 7.0)).abs() < 1e-9, "{change}");
+        assert_eq!(change, -0.2857);
         let text = comparison.text();
         assert!(
             text.starts_with("scores: pass rate 85.7% (6 of 7) -> 57.1% (4 of 7) (-28.6 points); 5 scored on both sides: 2 regressions, 1 improvement, 1 score change\n"),
