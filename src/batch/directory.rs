@@ -146,6 +146,10 @@ pub struct Identity {
     pub tasks_sha256: String,
     /// `K/N`, or `null` for the whole file.
     pub shard: Option<String>,
+    /// `--tactic` as the command line named it, when given: `lllm eval`
+    /// rescores with its `asserts` (absent in directories of older runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tactic: Option<String>,
 }
 
 impl Identity {
@@ -155,7 +159,14 @@ impl Identity {
             tasks: tasks.display().to_string(),
             tasks_sha256,
             shard: shard.map(|shard| shard.to_string()),
+            tactic: None,
         }
+    }
+
+    /// The same identity naming the run's `--tactic`.
+    pub fn with_tactic(mut self, tactic: Option<&Path>) -> Identity {
+        self.tactic = tactic.map(|path| path.display().to_string());
+        self
     }
 
     /// What the directory holds, in words: `shard 3/8 of `tasks.jsonl``.
@@ -324,6 +335,7 @@ mod tests {
             tasks: "tasks.jsonl".into(),
             tasks_sha256: sha.into(),
             shard: shard.map(str::to_string),
+            tactic: None,
         });
         settle_shard(Path::new("out"), &requested, identity.as_ref(), "aaa")
             .map(|shard| shard.map(|shard| shard.to_string()))

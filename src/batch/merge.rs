@@ -379,10 +379,16 @@ fn merged_results(
 ) -> (Vec<u8>, Summary) {
     let mut latest = Totals::default();
     let mut reasons = super::reasons::Reasons::default();
+    let mut scores = crate::eval::Tally::default();
     let mut results = Vec::new();
     for id in order {
         let candidate = &winners[id];
         latest.add(&candidate.brief);
+        if let Some((id, pass, score, repeat_of)) =
+            super::output::scored_of_line(&candidate.line)
+        {
+            scores.add(&id, repeat_of.as_deref(), score, pass);
+        }
         if candidate.brief.state == super::output::TaskState::Failure {
             reasons.add(
                 id,
@@ -405,6 +411,7 @@ fn merged_results(
     )
     .with_reasons(&reasons);
     summary.shard = None;
+    summary.scores = scores.summary(None);
     (results, summary)
 }
 
@@ -474,7 +481,8 @@ fn write_whole_identity(output: &Path, identities: &[Option<Identity>]) -> Resul
         })
     });
     if let Some(first) = whole {
-        let identity = Identity::new(Path::new(&first.tasks), first.tasks_sha256, None);
+        let identity = Identity::new(Path::new(&first.tasks), first.tasks_sha256, None)
+            .with_tactic(first.tactic.as_deref().map(Path::new));
         directory::write_identity(output, &identity).map_err(|(path, source)| Error::Write {
             path: path.display().to_string(),
             source,

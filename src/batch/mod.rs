@@ -25,6 +25,7 @@ pub mod progress;
 pub mod reasons;
 pub mod rebuild;
 pub mod report;
+pub mod rescore;
 pub mod scheduler;
 pub mod sessions_file;
 pub mod shard;
@@ -333,7 +334,8 @@ impl Prepared {
             .map(|(path, tactic)| (path.clone(), tactic.clone()))
             .collect();
         // What the directory holds from now on (a `--resume` of another shard is refused).
-        let identity = directory::Identity::new(&options.tasks_file, tasks_sha256, shard);
+        let identity = directory::Identity::new(&options.tasks_file, tasks_sha256, shard)
+            .with_tactic(options.tactic.as_deref());
         if recorded.as_ref() != Some(&identity) {
             directory::write_identity(&options.output, &identity).map_err(|(path, source)| {
                 Error::Usage(format!("cannot write `{}`: {source}", path.display()))

@@ -503,6 +503,18 @@ pub fn read_previous(path: &Path) -> std::io::Result<Previous> {
     Ok(previous)
 }
 
+/// What a result line's scores add to a tally: its id, pass, score and
+/// `repeat_of` (`None`: not a result, or not scored).
+pub fn scored_of_line(line: &str) -> Option<(String, bool, f64, Option<String>)> {
+    let brief: BriefLine<'_> = serde_json::from_str(line).ok()?;
+    Some((
+        brief.id.into_owned(),
+        brief.pass?,
+        brief.score.unwrap_or(0.0),
+        brief.repeat_of.map(std::borrow::Cow::into_owned),
+    ))
+}
+
 /// A result line's `error` from its JSON (`None` for `null` or a value that
 /// is not text).
 fn error_text(json: Option<&str>) -> Option<String> {

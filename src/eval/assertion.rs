@@ -546,7 +546,12 @@ fn parse_kind(
             };
             Kind::Command {
                 command,
-                cwd: base.to_path_buf(),
+                // A relative base that is empty is the working directory.
+                cwd: if base.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    base.to_path_buf()
+                },
                 timeout_s,
             }
         }

@@ -161,7 +161,8 @@ pub struct TallySummary {
     pub pass_rate: f64,
     /// `--fail-under`, when given.
     pub fail_under: Option<f64>,
-    /// The first [`FAILING_IDS_LISTED`] ids that failed, in file order.
+    /// The first [`FAILING_IDS_LISTED`] ids that failed, in the order of
+    /// their result lines.
     pub failing_ids: Vec<String>,
     /// With `--repeat`: per original id, how its runs went.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -96,6 +96,23 @@ pub const BATCH: &str = concat!(
 "
 );
 
+pub const EVAL: &str = concat!(
+    "Examples:
+  lllm eval out                                   the tasks' own assertions, scored again
+  lllm eval out --asserts strict.yaml             other assertions for every task
+  lllm eval out --asserts strict.yaml --fail-under 0.9
+
+",
+    "Exit codes:
+  0    scored (whatever the pass rate, without --fail-under)
+  1    the results could not be rewritten
+  2    bad usage, assertions or tactic: nothing was sent or written
+  3    the pass rate is below --fail-under
+",
+    "\nDocs: docs/evals.md; result lines and summary.json in docs/formats.md
+"
+);
+
 pub const REPLAY: &str = concat!(
     "Examples:
   lllm replay sessions/<session id>.json            the run: dialog tree, calls, messages

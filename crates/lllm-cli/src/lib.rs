@@ -9,6 +9,7 @@ mod cache;
 mod compare;
 mod config_command;
 mod envfile;
+mod eval;
 mod generate;
 mod help;
 mod inspect;
@@ -86,6 +87,10 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare two batch output directories per task id: states, deliveries, cost, latency.
     Compare(compare::CompareArgs),
+    /// Score a batch output again with its tasks' assertions (or `--asserts
+    /// FILE`'s) without running them; only judges send anything.
+    #[command(after_long_help = help::EVAL)]
+    Eval(eval::EvalArgs),
     /// Sessions of earlier runs, from the session store: list, filter, show, cost.
     Logs(logs::LogsArgs),
     /// The response cache (`--cache`): what it holds and saved, or empty it.
@@ -315,6 +320,7 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         Command::Merge(args) => merge::run(args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Eval(args) => runtime.block_on(eval::run(args, registry.clone())),
         Command::Logs(args) => logs::run(args),
         Command::Cache(args) => cache::run(args),
         Command::Inspect(args) => {
@@ -340,6 +346,7 @@ fn quiet(command: &Command) -> bool {
         Command::Run(args) => args.quiet,
         Command::Batch(args) => args.quiet,
         Command::Merge(args) => args.quiet,
+        Command::Eval(args) => args.quiet,
         Command::Serve(args) => args.quiet,
         Command::Logs(args) => args.quiet(),
         _ => false,

@@ -105,7 +105,7 @@ fn every_shipped_tactic_runs_in_a_batch() {
         .filter(|name| name.ends_with(".yaml") && !name.ends_with(".mock.yaml"))
         .collect();
     shipped.sort();
-    assert_eq!(shipped.len(), 5, "{shipped:?}");
+    assert_eq!(shipped.len(), 6, "{shipped:?}");
     for tactic in &shipped {
         let uses = tasks
             .iter()
@@ -165,6 +165,8 @@ fn every_shipped_tactic_runs_in_a_batch() {
             ),
             "triage" if id.ends_with("invoice") => ("\"billing\"", 1),
             "triage" => ("\"category\": \"outage\", \"urgent\": true", 1),
+            "grader" if id.ends_with("label") => ("\"pass\": true", 1),
+            "grader" => ("\"pass\": false", 1),
             other => panic!("unexpected task `{other}`"),
         };
         assert!(delivery.contains(expected), "{id}: {delivery}");
@@ -184,6 +186,7 @@ fn every_shipped_tactic_bounds_its_replies() {
         "map_summarize.yaml",
         "research.yaml",
         "triage.yaml",
+        "grader.yaml",
     ] {
         let output = test.run(&["run", &format!("{root}/tactics/{tactic}"), "--show-config"]);
         output.expect_code(0);
