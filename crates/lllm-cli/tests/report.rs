@@ -1075,3 +1075,58 @@ fn report_and_compare_read_a_real_scored_batch() {
         "{text}"
     );
 }
+
+/// `lllm eval` rescoring a batch with other assertions: the deliveries are
+/// the same, the verdicts turn, and compare names the assertion that failed.
+#[test]
+fn compare_names_what_failed_after_a_rescore() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let test = Test::new();
+    test.run(&[
+        "batch",
+        &format!("{root}/examples/evals/reviews.jsonl"),
+        "-t",
+        &format!("{root}/examples/evals/sentiment.yaml"),
+        "-o",
+        "out",
+        "-q",
+    ])
+    .expect_code(0);
+    std::fs::create_dir(test.path("before")).unwrap();
+    for file in ["results.jsonl", "summary.json"] {
+        std::fs::copy(
+            test.path(&format!("out/{file}")),
+            test.path(&format!("before/{file}")),
+        )
+        .unwrap();
+    }
+    test.run(&[
+        "eval",
+        "out",
+        "--asserts",
+        &format!("{root}/examples/evals/strict.yaml"),
+    ])
+    .expect_code(0);
+    let output = test.run(&["compare", "before", "out"]);
+    output.expect_code(0);
+    let text = &output.stdout;
+    assert!(text.starts_with("36 common ids: 0 changed"), "{text}");
+    let regressions: Vec<&str> = text
+        .split("\nregressions (pass -> fail):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no regressions:\n{text}"))
+        .lines()
+        .take_while(|line| line.starts_with("  "))
+        .collect();
+    assert!(!regressions.is_empty());
+    // Each names only the new assertion that failed (strict.yaml's
+    // `takes-a-side`), not every assertion the two lists do not share.
+    for line in &regressions {
+        assert!(
+            line.ends_with(
+                "; takes-a-side: absent -> fail (not expected, and the delivery equals the value)"
+            ),
+            "{line}"
+        );
+    }
+}

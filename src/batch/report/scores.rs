@@ -235,8 +235,9 @@ pub struct ScoreChange {
     pub b: Runs,
     /// `b.score - a.score` (mean scores).
     pub score_delta: f64,
-    /// The assertions whose verdict differs (single runs on both sides:
-    /// matched by name), in B's order, then those only in A.
+    /// The assertions whose verdict differs (single runs on both sides,
+    /// matched by name): those that turned and those on one side only that
+    /// failed there, in B's order, then A's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub assertions: Vec<AssertionChange>,
 }
@@ -429,7 +430,10 @@ fn single<'a>(tasks: &'a [TaskReport], id: &str) -> &'a [AssertionScore] {
         .unwrap_or_default()
 }
 
-/// The assertions whose verdict differs between `a` and `b`, by label.
+/// The assertions whose verdict differs between `a` and `b`, by label: those
+/// on both sides that turned, and those on one side only that failed there
+/// (one passing on one side only explains no change, and rescoring with a
+/// new list would name every assertion of both).
 fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<AssertionChange> {
     let find = |list: &[AssertionScore], label: &str| {
         list.iter()
@@ -438,7 +442,10 @@ fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<Assertio
     };
     let mut changes: Vec<AssertionChange> = b
         .iter()
-        .filter(|score| find(a, score.label()) != Some(score.pass))
+        .filter(|score| match find(a, score.label()) {
+            Some(before) => before != score.pass,
+            None => !score.pass,
+        })
         .map(|score| AssertionChange {
             name: score.label().to_string(),
             pass_a: find(a, score.label()),
@@ -448,10 +455,10 @@ fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<Assertio
         .collect();
     changes.extend(
         a.iter()
-            .filter(|score| find(b, score.label()).is_none())
+            .filter(|score| !score.pass && find(b, score.label()).is_none())
             .map(|score| AssertionChange {
                 name: score.label().to_string(),
-                pass_a: Some(score.pass),
+                pass_a: Some(false),
                 pass_b: None,
                 reason: score.reason.clone(),
             }),
@@ -586,8 +593,18 @@ mod tests {
             reason: String::new(),
             weight: 1.0,
         };
-        let a = [score("x", true), score("y", true), score("old", false)];
-        let b = [score("x", true), score("y", false), score("new", true)];
+        let a = [
+            score("x", true),
+            score("y", true),
+            score("old", false),
+            score("dropped", true),
+        ];
+        let b = [
+            score("x", true),
+            score("y", false),
+            score("new", true),
+            score("added", false),
+        ];
         let names: Vec<(String, Option<bool>, Option<bool>)> = assertion_changes(&a, &b)
             .into_iter()
             .map(|change| (change.name, change.pass_a, change.pass_b))
@@ -596,7 +613,7 @@ mod tests {
             names,
             [
                 ("y".to_string(), Some(true), Some(false)),
-                ("new".to_string(), None, Some(true)),
+                ("added".to_string(), None, Some(false)),
                 ("old".to_string(), Some(false), None),
             ]
         );
