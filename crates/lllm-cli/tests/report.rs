@@ -472,6 +472,7 @@ fn report_and_compare_never_overwrite_a_batch_directory_s_own_files() {
         "out/merge.json",
         "out/sessions.jsonl.zst",
         "out/openai_output.jsonl",
+        "out/judges.jsonl",
     ] {
         let output = test.run(&["report", "out", "-o", path]);
         output.expect_code(2);

@@ -166,14 +166,11 @@ struct Line {
     args: Option<Map<String, Value>>,
     #[serde(default)]
     tags: Option<Map<String, Value>>,
+    /// Read here, not as `ResultLine::scores`: the report's own type takes
+    /// an item with a field missing (a `null` reason, no weight) instead of
+    /// losing the whole line, and shadows the batch's.
     #[serde(default)]
     scores: Option<Vec<scores::AssertionScore>>,
-    #[serde(default)]
-    score: Option<f64>,
-    #[serde(default)]
-    pass: Option<bool>,
-    #[serde(default)]
-    repeat_of: Option<String>,
 }
 
 impl Batch {
@@ -249,9 +246,9 @@ impl TaskReport {
             tags: line.tags.unwrap_or_default(),
             session: None,
             scores: line.scores.unwrap_or_default(),
-            score: line.score,
-            pass: line.pass,
-            repeat_of: line.repeat_of,
+            score: result.score,
+            pass: result.pass,
+            repeat_of: result.repeat_of,
         }
     }
 
