@@ -384,9 +384,7 @@ fn merged_results(
     for id in order {
         let candidate = &winners[id];
         latest.add(&candidate.brief);
-        if let Some((id, pass, score, repeat_of)) =
-            super::output::scored_of_line(&candidate.line)
-        {
+        if let Some((id, pass, score, repeat_of)) = super::output::scored_of_line(&candidate.line) {
             scores.add(&id, repeat_of.as_deref(), score, pass);
         }
         if candidate.brief.state == super::output::TaskState::Failure {

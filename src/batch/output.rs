@@ -444,6 +444,10 @@ struct BriefLine<'a> {
 /// What a scored result line adds to the tally: its pass, score and `repeat_of`.
 type ScoreRead<'a> = Option<(bool, f64, Option<&'a str>)>;
 
+/// Told each line of `each_brief`: its number, its brief, its `error` as
+/// JSON text and its scores.
+type EachBrief<'f> = dyn FnMut(usize, BriefRead<'_>, Option<&str>, ScoreRead<'_>) + 'f;
+
 /// Reads `results.jsonl` (after `repair`), keeping the latest line per id.
 /// When an id has several lines (a resumed or retried run), the file is read
 /// a second time to sum only the latest ones.
@@ -528,10 +532,7 @@ type BriefRead<'a> = Option<(&'a str, Brief)>;
 
 /// Calls `each` with every non-blank line of `path` as a brief, with its
 /// number and its `error` as JSON text; `false` when there is no such file.
-fn each_brief(
-    path: &Path,
-    each: &mut dyn FnMut(usize, BriefRead<'_>, Option<&str>, ScoreRead<'_>),
-) -> std::io::Result<bool> {
+fn each_brief(path: &Path, each: &mut EachBrief<'_>) -> std::io::Result<bool> {
     let mut reader = match crate::jsonl::Lines::open(path) {
         Ok(reader) => reader,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),

@@ -143,10 +143,7 @@ pub async fn run(options: Options) -> Result<Outcome> {
 
 /// `--asserts FILE`: a YAML list of assertion items, each problem placed
 /// (`FILE:LINE:COLUMN: …`), its judges built.
-fn read_asserts(
-    path: &Path,
-    tactics: &mut super::tactics::Tactics,
-) -> Result<Arc<[Assertion]>> {
+fn read_asserts(path: &Path, tactics: &mut super::tactics::Tactics) -> Result<Arc<[Assertion]>> {
     let shown = path.display();
     let text = crate::file::read_text(path, 16 << 20)
         .map_err(|error| Error::Usage(format!("cannot read `{shown}`: {error}")))?;
@@ -307,7 +304,8 @@ async fn rewrite(
             .collect()
             .await;
         for line in rescored {
-            std::io::Write::write_all(&mut file, line.trim_end().as_bytes()).map_err(write_error)?;
+            std::io::Write::write_all(&mut file, line.trim_end().as_bytes())
+                .map_err(write_error)?;
             std::io::Write::write_all(&mut file, b"\n").map_err(write_error)?;
         }
     }

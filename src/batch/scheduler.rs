@@ -708,17 +708,29 @@ async fn run_task(
     let mut stop = shared.stop.subscribe();
     let id = task.id;
     let repeat_of = task.repeat_of;
-    // What its graders are given, kept when it has assertions (the run
-    // takes the task).
+    // What its graders are given, kept when it has assertions: its line's
+    // own, and (for graders that run something) its task, arguments and
+    // tags, which the run takes.
     let grading = shared.grader.as_ref().and_then(|_| {
-        (!tactic.config.asserts.is_empty() || task.assertions.is_some()).then(|| {
+        let line = task.assertions.clone();
+        let items = line.iter().flat_map(|line| &line.items);
+        if tactic.config.asserts.is_empty() && line.is_none() {
+            return None;
+        }
+        let graded = tactic
+            .config
+            .asserts
+            .iter()
+            .chain(items)
+            .any(|item| item.kind.is_graded());
+        let input = graded.then(|| {
             (
                 task.input.task.clone(),
                 task.input.args.clone(),
                 task.input.tags.clone(),
-                task.assertions.clone(),
             )
-        })
+        });
+        Some((input, line))
     });
     // A cancelled task still leaves its record: every agent call that had
     // finished, so what it spent is on disk and counted.
@@ -775,7 +787,8 @@ async fn run_task(
     settle(&mut record, cancelled);
     let mut result = result_of(id, &record);
     result.repeat_of = repeat_of;
-    if let (Some(grader), Some((task, args, tags, line))) = (&shared.grader, grading) {
+    if let (Some(grader), Some((input, line))) = (&shared.grader, grading) {
+        let (task, args, tags) = input.unwrap_or_default();
         let graded = super::grade::Graded {
             id: &result.id,
             task: &task,
@@ -787,6 +800,14 @@ async fn run_task(
             .grade(&tactic.config.asserts, line.as_deref(), &graded, &result)
             .await;
         result = result.with_scores(scored);
+        // A grader's reason (a judge's words, a program's output) is
+        // scrubbed of the run's secrets, as the record is.
+        if !shared.secrets.is_empty() {
+            let mut scrubber = crate::redact::Scrubber::new(&shared.secrets);
+            for score in result.scores.iter_mut().flatten() {
+                crate::redact::Scrub::scrub(&mut score.reason, &mut scrubber);
+            }
+        }
     }
     shared.record(&result, Some(&record), Some(slot));
     drop(started);
@@ -951,6 +972,7 @@ mod tests {
             invalid: HashMap::new(),
             in_run: 3,
             to_run: 3,
+            line_assertions: false,
         };
         let writer = Writer::open(&dir.path().join("out")).unwrap();
         let shared = Arc::new(Shared::new(writer, None, false));
@@ -975,6 +997,7 @@ mod tests {
                 concurrency: 2,
                 labels: &crate::batch::Labels::default(),
                 batch_api: None,
+                repeat: 1,
             },
             shared.clone(),
         )

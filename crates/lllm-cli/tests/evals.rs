@@ -80,16 +80,66 @@ print(json.dumps({"score": 1 if ok else 0, "reason": f"key {key}, task {given['t
 /// passes it and one that fails it.
 fn kinds() -> Vec<(&'static str, Value, &'static str, &'static str)> {
     vec![
-        ("equals", json!({"type": "equals", "value": "Paris"}), "Paris", "Rome"),
-        ("contains", json!({"type": "contains", "value": "ari"}), "Paris", "Rome"),
-        ("icontains", json!({"type": "icontains", "value": "PARIS"}), "paris", "Rome"),
-        ("not-contains", json!({"type": "not-contains", "value": "sorry"}), "Sure", "sorry, no"),
-        ("contains-any", json!({"type": "contains-any", "value": ["x", "Rome"]}), "Rome", "Paris"),
-        ("contains-all", json!({"type": "contains-all", "value": ["a", "b"]}), "ab", "a"),
-        ("icontains-all", json!({"type": "icontains-all", "value": ["A", "B"]}), "ab", "b"),
-        ("starts-with", json!({"type": "starts-with", "value": "Yes"}), "Yes, it is", "No"),
-        ("regex", json!({"type": "regex", "value": "^[0-9]{3}$"}), "123", "12a"),
-        ("not-regex", json!({"type": "not-regex", "value": "(?i)as an ai"}), "Hi", "As an AI"),
+        (
+            "equals",
+            json!({"type": "equals", "value": "Paris"}),
+            "Paris",
+            "Rome",
+        ),
+        (
+            "contains",
+            json!({"type": "contains", "value": "ari"}),
+            "Paris",
+            "Rome",
+        ),
+        (
+            "icontains",
+            json!({"type": "icontains", "value": "PARIS"}),
+            "paris",
+            "Rome",
+        ),
+        (
+            "not-contains",
+            json!({"type": "not-contains", "value": "sorry"}),
+            "Sure",
+            "sorry, no",
+        ),
+        (
+            "contains-any",
+            json!({"type": "contains-any", "value": ["x", "Rome"]}),
+            "Rome",
+            "Paris",
+        ),
+        (
+            "contains-all",
+            json!({"type": "contains-all", "value": ["a", "b"]}),
+            "ab",
+            "a",
+        ),
+        (
+            "icontains-all",
+            json!({"type": "icontains-all", "value": ["A", "B"]}),
+            "ab",
+            "b",
+        ),
+        (
+            "starts-with",
+            json!({"type": "starts-with", "value": "Yes"}),
+            "Yes, it is",
+            "No",
+        ),
+        (
+            "regex",
+            json!({"type": "regex", "value": "^[0-9]{3}$"}),
+            "123",
+            "12a",
+        ),
+        (
+            "not-regex",
+            json!({"type": "not-regex", "value": "(?i)as an ai"}),
+            "Hi",
+            "As an AI",
+        ),
         ("is-json", json!({"type": "is-json"}), "[1, 2]", "not json"),
         (
             "json-schema",
@@ -97,17 +147,42 @@ fn kinds() -> Vec<(&'static str, Value, &'static str, &'static str)> {
             r#"{"label": "spam"}"#,
             r#"{"name": "spam"}"#,
         ),
-        ("contains-json", json!({"type": "contains-json"}), r#"Here: {"a": 1}."#, "Here: none."),
+        (
+            "contains-json",
+            json!({"type": "contains-json"}),
+            r#"Here: {"a": 1}."#,
+            "Here: none.",
+        ),
         (
             "json-path",
             json!({"type": "json-path", "path": "$.items[0].label", "value": "spam"}),
             r#"{"items": [{"label": "spam"}]}"#,
             r#"{"items": [{"label": "ham"}]}"#,
         ),
-        ("cost", json!({"type": "cost", "threshold": 1.0}), "cheap", "cheap"),
-        ("latency", json!({"type": "latency", "threshold": 600000}), "quick", "quick"),
-        ("calls", json!({"type": "calls", "threshold": 1}), "one call", "one call"),
-        ("command", json!({"type": "command", "value": ["python3", "grader.py"]}), "wow!", "wow"),
+        (
+            "cost",
+            json!({"type": "cost", "threshold": 1.0}),
+            "cheap",
+            "cheap",
+        ),
+        (
+            "latency",
+            json!({"type": "latency", "threshold": 600000}),
+            "quick",
+            "quick",
+        ),
+        (
+            "calls",
+            json!({"type": "calls", "threshold": 1}),
+            "one call",
+            "one call",
+        ),
+        (
+            "command",
+            json!({"type": "command", "value": ["python3", "grader.py"]}),
+            "wow!",
+            "wow",
+        ),
         (
             "llm-rubric",
             json!({"type": "llm-rubric", "value": "Is it good?", "judge": "judge.yaml"}),
@@ -209,27 +284,34 @@ fn every_assertion_kind_passes_and_fails_with_its_reason() {
         results["command-pass"]["scores"][0]["reason"],
         "key absent, task wow!"
     );
-    assert_eq!(
-        results["latency-fail"]["scores"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("over 1 ms"),
-        true
-    );
+    let slow = results["latency-fail"]["scores"][0]["reason"]
+        .as_str()
+        .unwrap();
+    assert!(slow.contains("over 1 ms"), "{slow}");
     // One call per task to the tactic's server, one per rubric to the judge's.
     assert_eq!(tactic_server.requests().len(), kinds.len() * 2);
     assert_eq!(judge_server.requests().len(), 2);
     // The judges' records are kept beside the results, replayable.
     let judged = read_lines(&test, "out/judges.jsonl");
     assert_eq!(judged.len(), 2);
-    assert!(
-        judged
-            .iter()
-            .all(|record| record["task_id"].as_str().unwrap().starts_with("llm-rubric-"))
-    );
-    let replayed = test.run(&["replay", "out/judges.jsonl", "--id", "llm-rubric-pass/judge-0"]);
+    assert!(judged.iter().all(|record| {
+        record["task_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("llm-rubric-")
+    }));
+    let replayed = test.run(&[
+        "replay",
+        "out/judges.jsonl",
+        "--id",
+        "llm-rubric-pass/judge-0",
+    ]);
     replayed.expect_code(0);
-    assert!(replayed.stdout.contains("it is good"), "{}", replayed.stdout);
+    assert!(
+        replayed.stdout.contains("it is good"),
+        "{}",
+        replayed.stdout
+    );
 
     let summary = test.read_json("out/summary.json");
     let scores = &summary["scores"];
@@ -242,7 +324,9 @@ fn every_assertion_kind_passes_and_fails_with_its_reason() {
     let failing = scores["failing_ids"].as_array().unwrap();
     assert_eq!(failing.len(), 10);
     assert!(
-        failing.iter().all(|id| id.as_str().unwrap().ends_with("-fail")),
+        failing
+            .iter()
+            .all(|id| id.as_str().unwrap().ends_with("-fail")),
         "{failing:?}"
     );
     assert!(scores.get("spread").is_none(), "no --repeat: {scores}");
@@ -322,10 +406,21 @@ fn lines_without_assertions_have_no_scores_and_the_summary_none() {
     assert!(test.read_json("out/summary.json").get("scores").is_none());
     // A gate with nothing to gate fails, saying so.
     let gated = test.run(&[
-        "batch", "tasks.jsonl", "-t", "t.yaml", "-o", "gated", "--fail-under", "0.5",
+        "batch",
+        "tasks.jsonl",
+        "-t",
+        "t.yaml",
+        "-o",
+        "gated",
+        "--fail-under",
+        "0.5",
     ]);
     gated.expect_code(3);
-    assert!(gated.stderr.contains("no task was scored"), "{}", gated.stderr);
+    assert!(
+        gated.stderr.contains("no task was scored"),
+        "{}",
+        gated.stderr
+    );
 }
 
 #[test]
@@ -345,10 +440,16 @@ fn repeat_runs_each_line_under_its_own_ids_and_reports_the_spread() {
     let output = test.batch("t.yaml", "out", &["--repeat", "3", "-j", "1"]);
     output.expect_code(0);
     let results = read_lines(&test, "out/results.jsonl");
-    let ids: Vec<&str> = results.iter().map(|line| line["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|line| line["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["q#1", "q#2", "q#3"]);
     assert!(results.iter().all(|line| line["repeat_of"] == "q"));
-    let passes: Vec<bool> = results.iter().map(|line| line["pass"].as_bool().unwrap()).collect();
+    let passes: Vec<bool> = results
+        .iter()
+        .map(|line| line["pass"].as_bool().unwrap())
+        .collect();
     assert_eq!(passes, [true, false, true]);
     let summary = test.read_json("out/summary.json");
     assert_eq!(summary["total"], 3);
@@ -359,7 +460,10 @@ fn repeat_runs_each_line_under_its_own_ids_and_reports_the_spread() {
     assert_eq!(summary["scores"]["failing_ids"], json!(["q#2"]));
     // The records are the runs' own.
     let records = read_lines(&test, "out/sessions.jsonl");
-    let task_ids: Vec<&str> = records.iter().map(|r| r["task_id"].as_str().unwrap()).collect();
+    let task_ids: Vec<&str> = records
+        .iter()
+        .map(|r| r["task_id"].as_str().unwrap())
+        .collect();
     assert_eq!(task_ids, ["q#1", "q#2", "q#3"]);
     // A resume knows every run is done: nothing is sent again.
     let sent = server.requests().len();
@@ -372,7 +476,10 @@ fn repeat_runs_each_line_under_its_own_ids_and_reports_the_spread() {
 fn eval_rescores_sending_only_judge_calls() {
     let (test, tactic_server, judge_server) = every_kind();
     test.batch("t.yaml", "out", &[]).expect_code(0);
-    let (tactic_calls, judge_calls) = (tactic_server.requests().len(), judge_server.requests().len());
+    let (tactic_calls, judge_calls) = (
+        tactic_server.requests().len(),
+        judge_server.requests().len(),
+    );
     let before = read_lines(&test, "out/results.jsonl");
 
     // The same assertions again: the same scores, and only the judge asked.
@@ -387,10 +494,25 @@ fn eval_rescores_sending_only_judge_calls() {
         "strict.yaml",
         "- {type: llm-rubric, value: Is it good?, judge: judge.yaml}\n- {type: regex, value: \"^[a-z]+$\"}\n",
     );
-    let output = test.run(&["eval", "out", "--asserts", "strict.yaml", "--fail-under", "0.5"]);
+    let output = test.run(&[
+        "eval",
+        "out",
+        "--asserts",
+        "strict.yaml",
+        "--fail-under",
+        "0.5",
+    ]);
     output.expect_code(3);
-    assert!(output.stderr.contains("lllm eval summary"), "{}", output.stderr);
-    assert_eq!(tactic_server.requests().len(), tactic_calls, "no task ran again");
+    assert!(
+        output.stderr.contains("lllm eval summary"),
+        "{}",
+        output.stderr
+    );
+    assert_eq!(
+        tactic_server.requests().len(),
+        tactic_calls,
+        "no task ran again"
+    );
     assert_eq!(
         judge_server.requests().len(),
         judge_calls + 2 + before.len(),
@@ -449,7 +571,10 @@ fn bad_assertions_are_one_line_each_and_nothing_is_sent() {
     for (what, tactic, lines, words) in cases {
         let test = Test::new()
             .file("t.yaml", &tactic)
-            .file("plain.yaml", "global: {model_name: mock/echo}\nagent_configs: [{name: a}]\n")
+            .file(
+                "plain.yaml",
+                "global: {model_name: mock/echo}\nagent_configs: [{name: a}]\n",
+            )
             .file("tasks.jsonl", &lines);
         let output = test.batch("t.yaml", "out", &[]);
         output.expect_code(2);
@@ -467,11 +592,20 @@ fn the_shipped_example_scores_offline_and_gates() {
     let tasks = format!("{root}/examples/evals/reviews.jsonl");
     let tactic = format!("{root}/examples/evals/sentiment.yaml");
     let output = test.run(&[
-        "batch", &tasks, "-t", &tactic, "-o", "out", "--fail-under", "0.7",
+        "batch",
+        &tasks,
+        "-t",
+        &tactic,
+        "-o",
+        "out",
+        "--fail-under",
+        "0.7",
     ]);
     output.expect_code(0);
     assert!(
-        output.stderr.contains("pass rate  75.0% (27 of 36 scored passed) · at or above --fail-under 0.7"),
+        output
+            .stderr
+            .contains("pass rate  75.0% (27 of 36 scored passed) · at or above --fail-under 0.7"),
         "{}",
         output.stderr
     );
@@ -486,14 +620,93 @@ fn the_shipped_example_scores_offline_and_gates() {
     failing.sort();
     assert_eq!(
         failing,
-        ["r13", "r14", "r21", "r22", "r24", "r28", "r29", "r34", "r36"]
+        [
+            "r13", "r14", "r21", "r22", "r24", "r28", "r29", "r34", "r36"
+        ]
     );
     // Every task was judged, offline, and the judge agreed with the labels' form.
     let results = read_lines(&test, "out/results.jsonl");
-    assert!(results.iter().all(|line| line["scores"][2]["name"] == "judge"
-        && line["scores"][2]["pass"] == true));
+    assert!(
+        results
+            .iter()
+            .all(|line| line["scores"][2]["name"] == "judge" && line["scores"][2]["pass"] == true)
+    );
     // Rescored with stricter assertions: below a higher floor.
     let strict = format!("{root}/examples/evals/strict.yaml");
     test.run(&["eval", "out", "--asserts", &strict, "--fail-under", "0.7"])
         .expect_code(3);
+}
+
+/// Shards scored apart, merged, then rescored as one output: the merged
+/// summary keeps the scores, and `lllm eval` finds the tasks and the
+/// tactic through the merged `batch.json`.
+#[test]
+fn merged_shards_keep_their_scores_and_rescore() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), ECHO_SCRIPT);
+    let lines: String = (0..12)
+        .map(|i| {
+            let task = if i % 3 == 0 { "no" } else { "yes" };
+            json!({"id": format!("t{i}"), "task": task, "expected": "yes"}).to_string() + "\n"
+        })
+        .collect();
+    let test = test
+        .file("t.yaml", &echo_tactic(&server.base_url(), ""))
+        .file("tasks.jsonl", &lines);
+    for shard in ["1/2", "2/2"] {
+        let out = format!("s{}", &shard[..1]);
+        test.batch("t.yaml", &out, &["--shard", shard])
+            .expect_code(0);
+    }
+    test.run(&["merge", "s1", "s2", "-o", "merged", "-q"])
+        .expect_code(0);
+    let scores = &test.read_json("merged/summary.json")["scores"];
+    assert_eq!(
+        (scores["scored"].clone(), scores["passed"].clone()),
+        (json!(12), json!(8))
+    );
+    let sent = server.requests().len();
+    let output = test.run(&["eval", "merged", "--fail-under", "0.9"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("pass rate  66.7% (8 of 12 scored passed)"),
+        "{}",
+        output.stderr
+    );
+    assert_eq!(server.requests().len(), sent, "nothing was sent");
+}
+
+/// A grader's reason is scrubbed of the run's secrets, as records are.
+#[test]
+fn a_grader_cannot_leak_the_key_into_results() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), ECHO_SCRIPT);
+    let judge_server = MockServer::start(
+        test.dir.path(),
+        "default: {text: '{\"score\": 0, \"pass\": false, \"reason\": \"the key is sk-test-secret-key-0123456789\"}'}\n",
+    );
+    let tactic = echo_tactic(&server.base_url(), "").replace(
+        "{api: openai, base_url:",
+        "{api: openai, api_key_env: TEST_KEY, base_url:",
+    );
+    let judge = judge_tactic(&judge_server.base_url()).replace(
+        "{api: openai, base_url:",
+        "{api: openai, api_key_env: TEST_KEY, base_url:",
+    );
+    let test = test
+        .file("t.yaml", &tactic)
+        .file("judge.yaml", &judge)
+        .file(
+            "tasks.jsonl",
+            &(json!({"id": "a", "task": "x", "asserts": [{"type": "llm-rubric", "value": "ok?", "judge": "judge.yaml"}]})
+                .to_string()
+                + "\n"),
+        )
+        .env("TEST_KEY", "sk-test-secret-key-0123456789");
+    test.batch("t.yaml", "out", &[]).expect_code(0);
+    let text = std::fs::read_to_string(test.path("out/results.jsonl")).unwrap();
+    assert!(!text.contains("sk-test-secret-key-0123456789"), "{text}");
+    assert!(text.contains("the key is"), "{text}");
 }
