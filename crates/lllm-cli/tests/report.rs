@@ -636,7 +636,13 @@ fn visible(dom: &str) -> Vec<String> {
 #[test]
 fn report_shows_scores_and_filters_to_failures() {
     let test = scored_batch();
-    test.run(&["report", "out"]).expect_code(0);
+    let output = test.run(&["report", "out"]);
+    output.expect_code(0);
+    assert_eq!(
+        output.stderr,
+        "report: out/report.html (4 tasks); csv: out/report.csv; \
+         scores: 1 of 3 scored passed (33.3%); fail under 50.0%: below\n"
+    );
 
     let csv = std::fs::read_to_string(test.path("out/report.csv")).unwrap();
     let rows = parse_csv(&csv);
@@ -949,6 +955,8 @@ fn report_shows_how_repeated_tasks_spread() {
         repeat("wobbly", 2, false),
         repeat("never", 1, false),
         repeat("never", 2, false),
+        repeat("<i>x</i>", 1, true),
+        repeat("<i>x</i>", 2, false),
     ]
     .concat();
     let test = Test::new().file("out/results.jsonl", &lines);
@@ -956,11 +964,18 @@ fn report_shows_how_repeated_tasks_spread() {
     let html = std::fs::read_to_string(test.path("out/report.html")).unwrap();
     assert!(
         html.contains(
-            "<p class=\"spread\">repeated: 3 ids; passed every run: 1, no run: 1, some runs: 1 (wobbly (1/2 passed))</p>"
+            "<p class=\"spread\">repeated: 4 ids; passed every run: 1, no run: 1, some runs: 2 \
+             (wobbly (1/2 passed), &lt;i&gt;x&lt;/i&gt; (1/2 passed))</p>"
         ),
         "{html}"
     );
-    assert!(html.contains("3 of 6 scored passed (50.0%)</p>"), "{html}");
+    assert!(html.contains("4 of 8 scored passed (50.0%)</p>"), "{html}");
+    // Ids are text in the failing list too.
+    assert!(
+        html.contains("<button type=\"button\" class=\"goto\">&lt;i&gt;x&lt;/i&gt;#2</button></p>")
+            && !html.contains("<i>x"),
+        "{html}"
+    );
 }
 
 /// The shipped evals example, scored by `lllm batch` itself, then run again
