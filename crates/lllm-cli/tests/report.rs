@@ -1083,6 +1083,17 @@ fn report_and_compare_read_a_real_scored_batch() {
     );
     let output = test.run(&["compare", "a", "b"]);
     let text = &output.stdout;
+    // The runs are counted, not listed: the scores compare them.
+    let ids = count(&scores_a, "scored");
+    assert!(
+        text.contains(&format!(
+            "\nonly in A: {ids} ids whose original id B has too (--repeat runs): compared by original id under scores\n\n\
+             only in B: {} ids whose original id A has too (--repeat runs): compared by original id under scores\n",
+            2 * ids
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("r01#1"), "{text}");
     assert!(
         text.contains(&format!(
             "\nregressions (pass -> fail):\n  {}: pass -> 0/2 passed;",

@@ -20,7 +20,7 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -122,6 +122,12 @@ pub struct Comparison {
     /// The scores compared, when either side was scored (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scores: Option<ScoreComparison>,
+    /// Of `only_a` and `only_b`, those whose original id the other side has
+    /// (one side ran with `--repeat`, `ID#1`…, the other not): the text
+    /// counts them instead of listing each, since the scores compare them by
+    /// original id.
+    #[serde(skip)]
+    runs_of_other_side: [HashSet<String>; 2],
 }
 
 /// Totals of a comparison over the ids both sides have.
@@ -198,12 +204,13 @@ pub fn compare(a: &Batch, b: &Batch) -> Comparison {
         totals.latency_b_ms += second.latency_ms;
         entries.push(entry);
     }
-    let only_b = b
+    let only_b: Vec<String> = b
         .tasks
         .iter()
         .filter(|task| !in_a.contains_key(task.id.as_str()))
         .map(|task| task.id.clone())
         .collect();
+    let runs_of_other_side = [runs_of(&only_a, a, b), runs_of(&only_b, b, a)];
     Comparison {
         a: a.dir.display().to_string(),
         b: b.dir.display().to_string(),
@@ -212,7 +219,25 @@ pub fn compare(a: &Batch, b: &Batch) -> Comparison {
         only_b,
         totals,
         scores: ScoreComparison::of(&a.tasks, &b.tasks),
+        runs_of_other_side,
     }
+}
+
+/// Of `ids` (one-sided ids of `side`), those whose original id (the id a
+/// `--repeat` run repeats, else its own) is one `other` has too.
+fn runs_of(ids: &[String], side: &Batch, other: &Batch) -> HashSet<String> {
+    let originals: HashSet<&str> = other
+        .tasks
+        .iter()
+        .map(|task| task.repeat_of.as_deref().unwrap_or(&task.id))
+        .collect();
+    let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    side.tasks
+        .iter()
+        .filter(|task| ids.contains(task.id.as_str()))
+        .filter(|task| originals.contains(task.repeat_of.as_deref().unwrap_or(&task.id)))
+        .map(|task| task.id.clone())
+        .collect()
 }
 
 fn signed_cost(delta: f64) -> String {
@@ -287,9 +312,25 @@ impl Comparison {
                 let _ = writeln!(out, "  error in B: {}", one_line(error, 200));
             }
         }
-        for (side, ids) in [("A", &self.only_a), ("B", &self.only_b)] {
-            if !ids.is_empty() {
-                let _ = writeln!(out, "\nonly in {side}: {}", ids.join(", "));
+        for (at, (side, other, ids)) in [("A", "B", &self.only_a), ("B", "A", &self.only_b)]
+            .into_iter()
+            .enumerate()
+        {
+            let runs = &self.runs_of_other_side[at];
+            let listed: Vec<&str> = ids
+                .iter()
+                .filter(|id| !runs.contains(*id))
+                .map(String::as_str)
+                .collect();
+            if !listed.is_empty() {
+                let _ = writeln!(out, "\nonly in {side}: {}", listed.join(", "));
+            }
+            if !runs.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "\nonly in {side}: {} whose original id {other} has too (--repeat runs): compared by original id under scores",
+                    crate::words::count(runs.len() as u64, "id", "ids"),
+                );
             }
         }
         match crate::redact::terminal_text(&out) {
