@@ -45,7 +45,8 @@ PY
 
 run() {
     local name=$1 tasks=$2 tactic=$3
-    rm -rf "$work/out-$name"
+    # One output at a time on disk (a 100,000-task run writes hundreds of MB).
+    rm -rf "$work"/out-*
     /usr/bin/time -f '%U %S %M %e' -o "$work/time" \
         "$bin/lllm" batch "$tasks" --tactic "$tactic" -o "$work/out-$name" -j "$C" -q --no-store
     python3 - "$work/out-$name/summary.json" "$(cat "$work/time")" "$name" >> "$work/runs" <<'PY'
