@@ -50,6 +50,8 @@ pub const OWN_FILES: &[&str] = &[
     super::openai_output::OUTPUT,
     super::openai_output::ERRORS,
     crate::provider::batch_api::journal::FILE,
+    // The judges' session records of a scored batch (issue 32).
+    super::grade::JUDGES,
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

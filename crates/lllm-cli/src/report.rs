@@ -40,8 +40,12 @@ pub fn run(args: ReportArgs) -> Result<Outcome> {
     }
     report::write(&html_path, &report::html::report(&batch)).map_err(error)?;
     report::write(&csv_path, &report::csv::report(&batch)).map_err(error)?;
+    let scores = match &batch.scores {
+        Some(scores) => format!("; scores: {}", scores.text()),
+        None => String::new(),
+    };
     lllm::output::stderr_line(&format!(
-        "report: {} ({} tasks); csv: {}",
+        "report: {} ({} tasks); csv: {}{scores}",
         html_path.display(),
         batch.tasks.len(),
         csv_path.display()

@@ -1,6 +1,8 @@
 //! `lllm compare`: two batch output directories side by side, per task id —
 //! state changes, a line diff of the deliveries, cost and latency deltas, ids
-//! found on one side only. Differences are the answer, not errors.
+//! found on one side only, and for scored batches ([`ScoreComparison`]) the
+//! change in pass rate and the ids that regressed (pass → fail), improved or
+//! changed score. Differences are the answer, not errors.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,7 +20,7 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -26,6 +28,7 @@ use serde_json::Value;
 
 use super::diff::{self, DiffLine};
 use super::html::{cost_text, escape, latency_text, one_line, page, section};
+use super::scores::ScoreComparison;
 use super::{Batch, TaskReport, state_name};
 use crate::batch::output::TaskState;
 
@@ -42,6 +45,12 @@ pub struct Side {
     pub cost: Option<f64>,
     /// Milliseconds the run took.
     pub latency_ms: u64,
+    /// Its score, 0–1, when it was scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether it passed its assertions, when it was scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<bool>,
 }
 
 impl Side {
@@ -52,6 +61,8 @@ impl Side {
             error: task.error.clone(),
             cost: task.cost,
             latency_ms: task.latency_ms,
+            score: task.score,
+            pass: task.pass,
         }
     }
 }
@@ -78,6 +89,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// `pass → fail` or `fail → pass` when the verdict turned.
+    pub fn verdict_change(&self) -> Option<&'static str> {
+        match (self.a.pass, self.b.pass) {
+            (Some(true), Some(false)) => Some("pass → fail"),
+            (Some(false), Some(true)) => Some("fail → pass"),
+            _ => None,
+        }
+    }
+
     /// The state or the delivery differs.
     pub fn changed(&self) -> bool {
         self.state_changed || self.delivery_changed
@@ -99,6 +119,15 @@ pub struct Comparison {
     pub only_b: Vec<String>,
     /// Totals over the common ids.
     pub totals: Totals,
+    /// The scores compared, when either side was scored (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scores: Option<ScoreComparison>,
+    /// Of `only_a` and `only_b`, those whose original id the other side has
+    /// (one side ran with `--repeat`, `ID#1`…, the other not): the text
+    /// counts them instead of listing each, since the scores compare them by
+    /// original id.
+    #[serde(skip)]
+    runs_of_other_side: [HashSet<String>; 2],
 }
 
 /// Totals of a comparison over the ids both sides have.
@@ -175,12 +204,13 @@ pub fn compare(a: &Batch, b: &Batch) -> Comparison {
         totals.latency_b_ms += second.latency_ms;
         entries.push(entry);
     }
-    let only_b = b
+    let only_b: Vec<String> = b
         .tasks
         .iter()
         .filter(|task| !in_a.contains_key(task.id.as_str()))
         .map(|task| task.id.clone())
         .collect();
+    let runs_of_other_side = [runs_of(&only_a, a, b), runs_of(&only_b, b, a)];
     Comparison {
         a: a.dir.display().to_string(),
         b: b.dir.display().to_string(),
@@ -188,7 +218,26 @@ pub fn compare(a: &Batch, b: &Batch) -> Comparison {
         only_a,
         only_b,
         totals,
+        scores: ScoreComparison::of(&a.tasks, &b.tasks),
+        runs_of_other_side,
     }
+}
+
+/// Of `ids` (one-sided ids of `side`), those whose original id (the id a
+/// `--repeat` run repeats, else its own) is one `other` has too.
+fn runs_of(ids: &[String], side: &Batch, other: &Batch) -> HashSet<String> {
+    let originals: HashSet<&str> = other
+        .tasks
+        .iter()
+        .map(|task| task.repeat_of.as_deref().unwrap_or(&task.id))
+        .collect();
+    let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    side.tasks
+        .iter()
+        .filter(|task| ids.contains(task.id.as_str()))
+        .filter(|task| originals.contains(task.repeat_of.as_deref().unwrap_or(&task.id)))
+        .map(|task| task.id.clone())
+        .collect()
 }
 
 fn signed_cost(delta: f64) -> String {
@@ -226,12 +275,16 @@ impl Comparison {
         )
     }
 
-    /// What `lllm compare` prints: the summary line, then each changed id
-    /// (state, cost and latency deltas, the delivery diff), then the ids found
-    /// on one side only. Control characters are escaped for a terminal.
+    /// What `lllm compare` prints: the summary line, the scores compared
+    /// (when either side was scored), then each changed id (state, cost and
+    /// latency deltas, the delivery diff), then the ids found on one side
+    /// only. Control characters are escaped for a terminal.
     pub fn text(&self) -> String {
         let mut out = self.summary();
         out.push('\n');
+        if let Some(scores) = &self.scores {
+            out.push_str(&scores.text());
+        }
         for entry in self.entries.iter().filter(|entry| entry.changed()) {
             let state = if entry.state_changed {
                 format!(
@@ -259,9 +312,25 @@ impl Comparison {
                 let _ = writeln!(out, "  error in B: {}", one_line(error, 200));
             }
         }
-        for (side, ids) in [("A", &self.only_a), ("B", &self.only_b)] {
-            if !ids.is_empty() {
-                let _ = writeln!(out, "\nonly in {side}: {}", ids.join(", "));
+        for (at, (side, other, ids)) in [("A", "B", &self.only_a), ("B", "A", &self.only_b)]
+            .into_iter()
+            .enumerate()
+        {
+            let runs = &self.runs_of_other_side[at];
+            let listed: Vec<&str> = ids
+                .iter()
+                .filter(|id| !runs.contains(*id))
+                .map(String::as_str)
+                .collect();
+            if !listed.is_empty() {
+                let _ = writeln!(out, "\nonly in {side}: {}", listed.join(", "));
+            }
+            if !runs.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "\nonly in {side}: {} whose original id {other} has too (--repeat runs): compared by original id under scores",
+                    crate::words::count(runs.len() as u64, "id", "ids"),
+                );
             }
         }
         match crate::redact::terminal_text(&out) {
@@ -275,11 +344,14 @@ impl Comparison {
     pub fn html(&self) -> String {
         let mut rows = String::new();
         let mut details = Vec::new();
+        // A verdict that turned is a change to look at too (a rescored
+        // batch: same deliveries, other assertions).
+        let shown_changed = |entry: &&Entry| entry.changed() || entry.verdict_change().is_some();
         let ordered = self
             .entries
             .iter()
-            .filter(|entry| entry.changed())
-            .chain(self.entries.iter().filter(|entry| !entry.changed()));
+            .filter(shown_changed)
+            .chain(self.entries.iter().filter(|entry| !shown_changed(entry)));
         for entry in ordered {
             let index = details.len();
             let state = if entry.state_changed {
@@ -291,7 +363,11 @@ impl Comparison {
             } else {
                 state_name(entry.a.state).to_string()
             };
-            let class = if entry.changed() { "changed" } else { "same" };
+            let class = if shown_changed(&entry) {
+                "changed"
+            } else {
+                "same"
+            };
             let _ = writeln!(
                 rows,
                 "<tr data-row=\"{index}\" class=\"{class} {b_state}\" tabindex=\"0\"><td class=\"id\">{id}</td>\
@@ -300,12 +376,18 @@ impl Comparison {
                 b_state = state_name(entry.b.state),
                 id = escape(&entry.id),
                 state = escape(&state),
-                what = if entry.delivery_changed {
-                    "delivery differs"
-                } else if entry.state_changed {
-                    "state"
-                } else {
-                    "same"
+                what = {
+                    let mut what: Vec<&str> = Vec::new();
+                    if entry.delivery_changed {
+                        what.push("delivery differs");
+                    } else if entry.state_changed {
+                        what.push("state");
+                    }
+                    what.extend(entry.verdict_change());
+                    if what.is_empty() {
+                        what.push("same");
+                    }
+                    what.join("; ")
                 },
                 cost_a = cost_text(entry.a.cost, true),
                 cost_b = cost_text(entry.b.cost, true),
@@ -347,12 +429,19 @@ impl Comparison {
                 )]));
             }
         }
-        let summary = format!(
+        let mut summary = format!(
             "<p class=\"summary\">A: {}<br>B: {}</p>\n<p class=\"summary\">{}</p>",
             escape(&self.a),
             escape(&self.b),
             escape(&self.summary())
         );
+        if let Some(scores) = &self.scores {
+            let _ = write!(
+                summary,
+                "\n<pre class=\"scores\">{}</pre>",
+                escape(scores.text().trim_end())
+            );
+        }
         page(
             "lllm compare",
             &summary,

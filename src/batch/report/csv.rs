@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::Batch;
 
 /// The header row's columns.
-pub const COLUMNS: [&str; 12] = [
+pub const COLUMNS: [&str; 14] = [
     "id",
     "state",
     "delivery",
@@ -26,6 +26,8 @@ pub const COLUMNS: [&str; 12] = [
     "args",
     "tags",
     "session_id",
+    "score",
+    "pass",
 ];
 
 /// A text cell: guarded against formulas, then quoted when it must be.
@@ -57,7 +59,8 @@ fn quoted(text: &str) -> String {
 
 /// The CSV of a batch: a header row ([`COLUMNS`]), then one row per task; args
 /// and tags as JSON objects, `{}` when there are none (issue 27: the cell was
-/// empty then, which is no JSON a reader of the column can parse).
+/// empty then, which is no JSON a reader of the column can parse); `score`
+/// and `pass` empty for a task that was not scored.
 pub fn report(batch: &Batch) -> String {
     let mut out = String::with_capacity(batch.tasks.len() * 160);
     out.push_str(&COLUMNS.join(","));
@@ -77,6 +80,10 @@ pub fn report(batch: &Batch) -> String {
             cell(&object(&task.args)),
             cell(&object(&task.tags)),
             cell(task.session_id.as_deref().unwrap_or("")),
+            task.score
+                .map(|score| format!("{score}"))
+                .unwrap_or_default(),
+            task.pass.map(|pass| pass.to_string()).unwrap_or_default(),
         ];
         out.push_str(&fields.join(","));
         out.push_str("\r\n");

@@ -2,7 +2,8 @@
 //! gathers each task's latest result with its session rendered as `lllm
 //! replay` prints it; [`html`] writes one self-contained HTML page (no network
 //! at view time), [`csv`] a spreadsheet-safe CSV, and [`compare`] sets two
-//! directories side by side.
+//! directories side by side; [`scores`] totals and compares the scores of a
+//! scored batch's lines.
 //!
 //! The directory is only read: `results.jsonl` is the list of tasks (the last
 //! line of an id wins, as for `--resume`), `sessions.jsonl` gives each result's
@@ -29,6 +30,7 @@ pub mod compare;
 pub mod csv;
 pub mod diff;
 pub mod html;
+pub mod scores;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -129,6 +131,14 @@ pub struct TaskReport {
     pub tags: Map<String, Value>,
     /// The session as `lllm replay` renders it; `None` without a record.
     pub session: Option<String>,
+    /// Each assertion's verdict, when the task was scored (issue 32).
+    pub scores: Vec<scores::AssertionScore>,
+    /// The weighted mean of `scores`, 0–1; `None`: not scored.
+    pub score: Option<f64>,
+    /// Whether the task passed its assertions; `None`: not scored.
+    pub pass: Option<bool>,
+    /// The id this task is a run of (`--repeat`: `ID#2` repeats `ID`).
+    pub repeat_of: Option<String>,
 }
 
 /// A batch output directory, read for a report.
@@ -142,9 +152,12 @@ pub struct Batch {
     pub summary: Option<Value>,
     /// Lines for stderr: lines skipped as unreadable, results without a record.
     pub notes: Vec<String>,
+    /// The scores' totals, when any task was scored.
+    pub scores: Option<scores::ScoreSummary>,
 }
 
-/// A result line with the fields later formats may add (args, tags).
+/// A result line with the fields later formats may add (args, tags, and
+/// the scores of a scored batch).
 #[derive(serde::Deserialize)]
 struct Line {
     #[serde(flatten)]
@@ -153,6 +166,11 @@ struct Line {
     args: Option<Map<String, Value>>,
     #[serde(default)]
     tags: Option<Map<String, Value>>,
+    /// Read here, not as `ResultLine::scores`: the report's own type takes
+    /// an item with a field missing (a `null` reason, no weight) instead of
+    /// losing the whole line, and shadows the batch's.
+    #[serde(default)]
+    scores: Option<Vec<scores::AssertionScore>>,
 }
 
 impl Batch {
@@ -201,6 +219,7 @@ impl Batch {
             .and_then(|text| serde_json::from_str(&text).ok());
         Ok(Batch {
             dir: dir.to_path_buf(),
+            scores: scores::ScoreSummary::of(&tasks, summary.as_ref()),
             tasks,
             summary,
             notes,
@@ -226,6 +245,10 @@ impl TaskReport {
             args: line.args.unwrap_or_default(),
             tags: line.tags.unwrap_or_default(),
             session: None,
+            scores: line.scores.unwrap_or_default(),
+            score: result.score,
+            pass: result.pass,
+            repeat_of: result.repeat_of,
         }
     }
 
