@@ -154,8 +154,18 @@ pub(super) async fn run(
     events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
-    let mut record = run_whole(tactic, task, events, interrupt).await;
+    let (trace, nested) = crate::trace_context::run_starting();
+    let whole = run_whole(tactic, task, events, interrupt);
+    let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
+    record.trace = trace;
     finish(tactic, &mut record);
+    // A nested run is exported with the record that holds it.
+    #[cfg(feature = "otel")]
+    if !nested && record.trace.is_some() {
+        crate::telemetry::finished(&record);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = nested;
     record
 }
 
@@ -279,6 +289,7 @@ async fn run_whole(
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
         remote_calls: remote_log.take(),
+        trace: None,
         shared: None,
     }
 }

@@ -80,6 +80,7 @@ pub async fn completions(Extract(state): Extract<Arc<State>>, request: Request) 
         prepared.call.task,
         prepared.permit,
         asked.stream,
+        prepared.trace,
     );
     if !asked.stream {
         let _cancel = started.cancel;
