@@ -336,9 +336,9 @@ fn agent_call(
                             arguments,
                         ));
                         let result = tool
-                            .result_str
-                            .clone()
-                            .or_else(|| tool.result.as_ref().map(text_of))
+                            .result
+                            .as_ref()
+                            .map(text_of)
                             .or_else(|| tool.error_message.clone());
                         if let Some(result) = result {
                             attributes
