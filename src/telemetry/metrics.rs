@@ -100,10 +100,7 @@ impl Metrics {
                     KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, invoke.request.model.clone()),
                 ];
                 if let Some(error) = &invoke.error {
-                    let kind = error.status.map_or_else(
-                        || format!("{:?}", error.kind).to_lowercase(),
-                        |s| s.to_string(),
-                    );
+                    let kind = super::spans::error_type(error);
                     attributes.push(KeyValue::new(semconv::ERROR_TYPE, kind));
                 }
                 self.duration

@@ -473,11 +473,7 @@ fn chat(
         attributes.push(KeyValue::new("lllm.parse_error", parse_error.clone()));
     }
     let error = invoke.error.as_ref().map(|error| {
-        let kind = match error.status {
-            Some(status) => status.to_string(),
-            None => format!("{:?}", error.kind).to_lowercase(),
-        };
-        attributes.push(KeyValue::new(semconv::ERROR_TYPE, kind));
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, error_type(error)));
         error.to_string()
     });
     let place = chat_place(
@@ -593,4 +589,15 @@ fn time(text: &str) -> SystemTime {
     chrono::DateTime::parse_from_rfc3339(text)
         .map(SystemTime::from)
         .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// A provider error's `error.type`: the HTTP status when the server
+/// answered, else how the retry loop read it.
+pub(super) fn error_type(error: &crate::provider::ProviderError) -> String {
+    match (error.status, error.kind) {
+        (Some(status), _) => status.to_string(),
+        (None, crate::provider::ErrorKind::RateLimit) => "rate_limit".into(),
+        (None, crate::provider::ErrorKind::Transient) => "transient".into(),
+        (None, crate::provider::ErrorKind::Permanent) => "permanent".into(),
+    }
 }
