@@ -250,7 +250,10 @@ fn sessions_are_found_by_their_trace_and_a_store_without_the_table_gains_it() {
             .map(|session| session.session_id)
             .collect()
     };
-    assert_eq!(by_trace(&trace.trace_id), [traced.session_id.clone()]);
+    assert_eq!(
+        by_trace(&trace.trace_id),
+        std::slice::from_ref(&traced.session_id)
+    );
     assert!(by_trace("0af7651916cd43dd8448eb211c80319c").is_empty());
     let read = store.show(&traced.session_id).unwrap();
     assert_eq!(read.trace, traced.trace);

@@ -308,59 +308,65 @@ fn agent_call(
             content,
         );
         cursor = end + Duration::from_millis(invoke.waited_ms);
+        // The round of tools this request asked for runs after its last
+        // attempt, before the next tool round's first request.
         let next_step = call.invokes.get(position + 1).map(|next| next.step);
-        if next_step.is_some_and(|step| step != invoke.step)
-            || (next_step.is_none() && invoke.response.is_some())
-        {
-            if let Some(round) = call
-                .interrupts
-                .iter()
-                .find(|round| round.step == invoke.step)
-            {
-                let round_end = (cursor + tool_time).min(ended.max(cursor));
-                for (number, tool) in round.calls.iter().enumerate() {
-                    let place = format!("tool/{}/{}/{number}", call.dialog_id, round.step);
-                    let mut attributes = vec![
-                        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-                        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
-                        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
-                        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
-                    ];
-                    if tool.error_message.is_some() {
-                        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "tool_error"));
-                    }
-                    if content {
-                        let arguments = Value::Object(tool.arguments.clone()).to_string();
-                        attributes.push(KeyValue::new(
-                            semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
-                            arguments,
-                        ));
-                        let result = tool
-                            .result
-                            .as_ref()
-                            .map(text_of)
-                            .or_else(|| tool.error_message.clone());
-                        if let Some(result) = result {
-                            attributes
-                                .push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
-                        }
-                    }
-                    let planned = Planned {
-                        span_id: span_id_for(run_span, &place),
-                        name: format!("execute_tool {}", tool.name),
-                        kind: SpanKind::Internal,
-                        start: cursor,
-                        end: round_end,
-                        attributes,
-                        links: Vec::new(),
-                        error: tool.error_message.clone(),
-                    };
-                    emit(tracer, trace_id, planned, &call_context);
-                }
-                cursor = round_end;
+        let round_follows = match next_step {
+            Some(step) => step != invoke.step,
+            None => invoke.response.is_some(),
+        };
+        let round = call
+            .interrupts
+            .iter()
+            .find(|round| round.step == invoke.step);
+        if let (true, Some(round)) = (round_follows, round) {
+            let round_end = (cursor + tool_time).min(ended.max(cursor));
+            for (number, tool) in round.calls.iter().enumerate() {
+                let place = format!("tool/{}/{}/{number}", call.dialog_id, round.step);
+                let planned = Planned {
+                    span_id: span_id_for(run_span, &place),
+                    name: format!("execute_tool {}", tool.name),
+                    kind: SpanKind::Internal,
+                    start: cursor,
+                    end: round_end,
+                    attributes: tool_attributes(tool, content),
+                    links: Vec::new(),
+                    error: tool.error_message.clone(),
+                };
+                emit(tracer, trace_id, planned, &call_context);
             }
+            cursor = round_end;
         }
     }
+}
+
+/// An `execute_tool` span's attributes; its arguments and result only with `content`.
+fn tool_attributes(tool: &crate::dialog::FunctionCall, content: bool) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
+        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
+        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
+    ];
+    if tool.error_message.is_some() {
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "tool_error"));
+    }
+    if content {
+        let arguments = Value::Object(tool.arguments.clone()).to_string();
+        attributes.push(KeyValue::new(
+            semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
+            arguments,
+        ));
+        let result = tool
+            .result
+            .as_ref()
+            .map(text_of)
+            .or_else(|| tool.error_message.clone());
+        if let Some(result) = result {
+            attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+        }
+    }
+    attributes
 }
 
 /// One request to the model (one attempt).

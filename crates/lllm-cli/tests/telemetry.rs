@@ -351,7 +351,7 @@ fn a_batch_is_one_trace_per_task_linked_to_the_batch_span() {
     let link = format!("{}-{}", batch.trace_id, batch.span_id);
     for run in &runs {
         assert_ne!(run.trace_id, batch.trace_id);
-        assert_eq!(run.links, [link.clone()]);
+        assert_eq!(run.links, std::slice::from_ref(&link));
     }
     let mut ids: Vec<&str> = runs
         .iter()

@@ -471,6 +471,18 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, RemoteError
     }
 }
 
+/// The running tactic's `traceparent`, when it has a trace: the served
+/// tactic's run continues it.
+fn trace_headers() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(context) = crate::trace_context::current_run()
+        && let Ok(value) = reqwest::header::HeaderValue::from_str(&context.to_string())
+    {
+        headers.insert(crate::trace_context::TRACEPARENT, value);
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -836,16 +848,4 @@ mod tests {
         assert!(error.contains("credentials"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
     }
-}
-
-/// The running tactic's `traceparent`, when it has a trace: the served
-/// tactic's run continues it.
-fn trace_headers() -> reqwest::header::HeaderMap {
-    let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(context) = crate::trace_context::current_run()
-        && let Ok(value) = reqwest::header::HeaderValue::from_str(&context.to_string())
-    {
-        headers.insert(crate::trace_context::TRACEPARENT, value);
-    }
-    headers
 }
