@@ -1,9 +1,9 @@
 //! OpenTelemetry export (feature `otel`; docs/telemetry.md): each finished
 //! run's record becomes spans by the GenAI semantic conventions (version
-//! [`SEMCONV_VERSION`]) and metrics, sent over OTLP (HTTP/protobuf) to the
+//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf) to the
 //! endpoint the standard `OTEL_*` variables name. Live export and export
 //! from stored records (`lllm logs export --otlp`) are one conversion
-//! ([`spans`]), so a record gives the same spans, ids included, either way.
+//! (`telemetry::spans`), so a record gives the same spans, ids included, either way.
 //!
 //! Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics
 //! endpoint of its own) is set; `OTEL_SDK_DISABLED=true` wins. Nothing is
