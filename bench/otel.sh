@@ -56,10 +56,9 @@ for round in $(seq "${ROUNDS:-3}"); do
             "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/stderr" || true
         python3 - "$mode" "$work/out/summary.json" "$(cat "$work/time")" "$work/stderr" >> "$work/runs" <<'PY'
 import json, sys
-mode, summary, time, stderr = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3].split(), open(sys.argv[4]).read()
+mode, summary, time = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3].split()
 print(json.dumps({"mode": mode, "cpu": float(time[0]) + float(time[1]), "rss_kb": int(time[2]),
-                  "tasks": summary["total"], "success": summary["success"],
-                  "warned": stderr.count("the collector did not take spans")}))
+                  "tasks": summary["total"], "success": summary["success"]}))
 PY
     done
 done
@@ -76,6 +75,5 @@ for mode in ("off", "on", "dead"):
     print(f"  {mode:<4}  CPU per task {med(per_task[mode]):7.0f} µs (best {min(per_task[mode]):.0f})  "
           f"ratio to off {med(ratios):.3f} (per round {', '.join(f'{r:.3f}' for r in ratios)})  "
           f"peak RSS {max(run['rss_kb'] for run in these) / 1024:.0f} MB  "
-          f"success {min(run['success'] for run in these)}/{these[0]['tasks']}  "
-          f"said once: {all(run['warned'] == (1 if mode == 'dead' else 0) for run in these)}")
+          f"success {min(run['success'] for run in these)}/{these[0]['tasks']}")
 PY

@@ -158,14 +158,18 @@ pub(super) async fn run(
     let whole = run_whole(tactic, task, events, interrupt);
     let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
     record.trace = trace;
-    finish(tactic, &mut record);
-    // A nested run is exported with the record that holds it.
+    // The written form: what the requests sent is kept without the run's
+    // secrets, then each text once. Exported in between, scrubbed and with
+    // each reply still where its invoke is (no copy to expand); a nested
+    // run with the record that holds it.
+    record.scrub_own(&mut Scrubber::new(&tactic.runtime.secrets));
     #[cfg(feature = "otel")]
     if !nested && record.trace.is_some() {
         crate::telemetry::finished(&record);
     }
     #[cfg(not(feature = "otel"))]
     let _ = nested;
+    super::compact::compact(&mut record, &tactic.shared_templates);
     record
 }
 
@@ -650,7 +654,11 @@ impl Run<'_> {
                 tactic: tactic.config.name.clone(),
             });
         }
-        let mut record = Box::pin(run_whole(tactic, input, events, std::future::pending())).await;
+        // A span of this run's trace, under the running tactic's.
+        let (trace, _) = crate::trace_context::run_starting();
+        let whole = Box::pin(run_whole(tactic, input, events, std::future::pending()));
+        let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
+        record.trace = trace;
         // The delivery goes on to the next requests as it was made (a key
         // the task gave is sent on); the sub-session is kept in the written
         // form, as this run's own record will be: it is written inside it.

@@ -217,7 +217,12 @@ impl Telemetry {
             record
         };
         if let Some((_, tracer)) = &self.traces {
-            spans::export(tracer, record, None, self.settings.capture_content);
+            // While the collector is down, a run's spans are not even made.
+            if self.failures.down() {
+                self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
+            } else {
+                spans::export(tracer, record, None, self.settings.capture_content);
+            }
         }
         if let Some(metrics) = &self.metrics {
             metrics.record(record);
@@ -245,10 +250,12 @@ impl Telemetry {
             metrics.shutdown();
         }
         let lost = self.failures.spans.load(Ordering::Relaxed);
-        if lost > 0 {
+        let unsent = self.failures.unsent_runs.load(Ordering::Relaxed);
+        if lost > 0 || unsent > 0 {
             crate::report::warn(&format!(
-                "OpenTelemetry: the collector did not take {} (the runs were not affected)",
-                crate::words::count(lost, "span", "spans")
+                "OpenTelemetry: the collector did not take {}, and {} went unsent while it was down (the runs were not affected)",
+                crate::words::count(lost, "span", "spans"),
+                crate::words::count(unsent, "run's spans", "runs' spans")
             ));
         }
     }
@@ -372,11 +379,49 @@ fn resource() -> Resource {
         .build()
 }
 
-/// Spans the collector did not take, and whether that was said.
+/// Spans the collector did not take, and whether that was said; while
+/// it is down (after a failed export, for a while that doubles with each
+/// failure in a row, up to [`DOWN_MAX`]), runs' spans are not made at all,
+/// so a dead collector costs a batch next to nothing.
 #[derive(Debug, Default)]
 struct Failures {
     spans: AtomicU64,
     said: AtomicBool,
+    /// Failed exports in a row.
+    in_a_row: AtomicU64,
+    /// Until when (milliseconds since the Unix epoch) the collector is taken to be down.
+    down_until: AtomicU64,
+    /// Runs whose spans were not made while it was down.
+    unsent_runs: AtomicU64,
+}
+
+/// How long a collector is taken to be down after its first failure, and at most.
+const DOWN_FIRST: Duration = Duration::from_secs(5);
+const DOWN_MAX: Duration = Duration::from_secs(300);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+impl Failures {
+    fn down(&self) -> bool {
+        now_ms() < self.down_until.load(Ordering::Relaxed)
+    }
+
+    fn failed(&self, spans: u64) {
+        self.spans.fetch_add(spans, Ordering::Relaxed);
+        let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed).min(16);
+        let wait = DOWN_FIRST.saturating_mul(1 << in_a_row).min(DOWN_MAX);
+        self.down_until
+            .store(now_ms() + wait.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn took(&self) {
+        self.in_a_row.store(0, Ordering::Relaxed);
+        self.down_until.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The OTLP exporter, counting what fails: the first failure is said once.
@@ -390,8 +435,11 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let count = batch.len() as u64;
         let outcome = self.inner.export(batch).await;
+        if outcome.is_ok() {
+            self.failures.took();
+        }
         if let Err(error) = &outcome {
-            self.failures.spans.fetch_add(count, Ordering::Relaxed);
+            self.failures.failed(count);
             if !self.failures.said.swap(true, Ordering::Relaxed) {
                 crate::report::warn(&format!(
                     "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
@@ -561,5 +609,26 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
         ];
         assert!(read(&proto).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_collector_is_down_for_longer_after_each_failure_in_a_row_and_up_when_it_takes() {
+        let failures = Failures::default();
+        assert!(!failures.down());
+        failures.failed(10);
+        assert!(failures.down());
+        let first = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(first <= DOWN_FIRST.as_millis() as u64);
+        failures.failed(5);
+        let second = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(second > DOWN_FIRST.as_millis() as u64, "{second}");
+        for _ in 0..40 {
+            failures.failed(1);
+        }
+        let longest = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(longest <= DOWN_MAX.as_millis() as u64);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), 55);
+        failures.took();
+        assert!(!failures.down());
     }
 }
