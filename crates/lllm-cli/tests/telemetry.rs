@@ -478,3 +478,40 @@ fn the_standard_variables_turn_it_off_and_a_protocol_it_lacks_is_refused() {
     );
     assert!(server.requests().is_empty(), "nothing was sent");
 }
+
+#[test]
+fn a_call_to_a_served_tactic_carries_the_trace_onward() {
+    let receiver = Receiver::start();
+    let (test, _server) = setup(&receiver);
+    let test = test.env("OTEL_BSP_SCHEDULE_DELAY", "50");
+    let served = Served::start(&test, &["t.yaml"]);
+    let caller = format!(
+        r#"tactic_type: desk
+global: {{model_name: mock/echo}}
+agent_configs: [{{name: writer}}]
+flow:
+  - step: count
+    tactic: {}/tactics/counter
+"#,
+        served.url
+    );
+    let test = test.file("desk.yaml", &caller);
+    test.run(&["run", "desk.yaml", "--task", TASK])
+        .expect_code(0);
+    let spans = receiver.wait_for("both runs' spans", |spans| {
+        named(spans, "invoke_workflow ").len() == 2
+    });
+    let desk = spans
+        .iter()
+        .find(|span| span.name == "invoke_workflow desk")
+        .unwrap();
+    let counter = spans
+        .iter()
+        .find(|span| span.name == "invoke_workflow counter")
+        .unwrap();
+    // The served run is a child of the calling run, in its trace.
+    assert_eq!(counter.trace_id, desk.trace_id);
+    assert_eq!(counter.parent_span_id, desk.span_id);
+    assert_eq!(desk.attribute("lllm.remote_calls"), Some("1"));
+    no_secrets(&receiver);
+}
