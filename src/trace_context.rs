@@ -168,7 +168,7 @@ pub struct RunTrace {
     /// The trace's id, 32 lower-case hex digits.
     pub trace_id: String,
     /// The run's own span, 16 hex digits: every span of the run descends
-    /// from it, with ids derived from it ([`span_id_for`]).
+    /// from it, with ids derived from it and the span's place in the run.
     pub span_id: String,
     /// The span the run continued (a served call's `traceparent`, or the
     /// running tactic's span for a sub-tactic); absent for a new trace.
@@ -187,9 +187,7 @@ impl RunTrace {
     pub fn context(&self) -> Option<TraceContext> {
         let trace_id = from_hex::<16>(&self.trace_id)?;
         let span_id = from_hex::<8>(&self.span_id)?;
-        let mut context = TraceContext::new(trace_id, span_id, self.sampled)?;
-        context.flags = u8::from(self.sampled);
-        Some(context)
+        TraceContext::new(trace_id, span_id, self.sampled)
     }
 }
 
@@ -197,7 +195,7 @@ impl RunTrace {
 /// place in the run (`call/2`, `chat/DIALOG/0/0/1`, …): the span a request
 /// goes out under at the time, and the span built from the record later,
 /// get the same id without the record storing one per span.
-pub fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
+pub(crate) fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
     let digest = crate::sha256::Sha256::digest(format!("{run_span}/{place}").as_bytes());
     let mut id = [0; 8];
     id.copy_from_slice(&digest[..8]);
@@ -209,7 +207,7 @@ pub fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
 
 /// The place of a model call's span in its run: the dialog it went out on,
 /// its tool round, repair and attempt (what [`span_id_for`] is given).
-pub fn chat_place(dialog_id: &str, step: u32, repair: u32, attempt: u32) -> String {
+pub(crate) fn chat_place(dialog_id: &str, step: u32, repair: u32, attempt: u32) -> String {
     format!("chat/{dialog_id}/{step}/{repair}/{attempt}")
 }
 
@@ -266,11 +264,11 @@ pub(crate) async fn linked_to<F: Future>(link: Option<TraceContext>, future: F) 
 /// [`enable`]d, else none. The second value says whether the run is nested
 /// in another (whose record holds it, so it is not exported on its own).
 pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
-    let span_id = hex(&random_span_id());
+    let span_id = || hex(&random_span_id());
     if let Ok(outer) = RUN.try_with(|context| *context) {
         let trace = RunTrace {
             trace_id: outer.trace_id_hex(),
-            span_id,
+            span_id: span_id(),
             parent_span_id: Some(outer.span_id_hex()),
             link: None,
             sampled: outer.sampled(),
@@ -281,7 +279,7 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
     if let Ok(parent) = PARENT.try_with(|context| *context) {
         let trace = RunTrace {
             trace_id: parent.trace_id_hex(),
-            span_id,
+            span_id: span_id(),
             parent_span_id: Some(parent.span_id_hex()),
             link,
             sampled: parent.sampled(),
@@ -293,7 +291,7 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
     }
     let trace = RunTrace {
         trace_id: hex(&random_bytes::<16>()),
-        span_id,
+        span_id: span_id(),
         parent_span_id: None,
         link,
         sampled: true,
