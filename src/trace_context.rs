@@ -220,6 +220,11 @@ pub fn enable() {
     ENABLED.store(true, Ordering::Relaxed);
 }
 
+/// Runs no longer start traces of their own (the exporter is gone).
+pub(crate) fn disable() {
+    ENABLED.store(false, Ordering::Relaxed);
+}
+
 /// Whether runs start traces of their own ([`enable`]).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)

@@ -291,6 +291,7 @@ impl Installed {
 
 impl Drop for Installed {
     fn drop(&mut self) {
+        crate::trace_context::disable();
         *GLOBAL
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
