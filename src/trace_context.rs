@@ -221,6 +221,7 @@ pub fn enable() {
 }
 
 /// Runs no longer start traces of their own (the exporter is gone).
+#[cfg(feature = "otel")]
 pub(crate) fn disable() {
     ENABLED.store(false, Ordering::Relaxed);
 }

@@ -163,14 +163,30 @@ pub(super) async fn run(
     // each reply still where its invoke is (no copy to expand); a nested
     // run with the record that holds it.
     record.scrub_own(&mut Scrubber::new(&tactic.runtime.secrets));
-    #[cfg(feature = "otel")]
     if !nested && record.trace.is_some() {
-        crate::telemetry::finished(&record);
+        let hook = *FINISHED
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(finished) = hook {
+            finished(&record);
+        }
     }
-    #[cfg(not(feature = "otel"))]
-    let _ = nested;
     super::compact::compact(&mut record, &tactic.shared_templates);
     record
+}
+
+/// Told of each finished run that is not nested in another and has a
+/// trace, its record scrubbed and not yet compacted: the OpenTelemetry
+/// exporter when one is installed (`telemetry`, a module above this one,
+/// sets it with `tactic::on_finished`).
+static FINISHED: std::sync::RwLock<Option<fn(&SessionRecord)>> = std::sync::RwLock::new(None);
+
+/// Sets (or with `None` clears) what is told of each finished run.
+#[cfg(feature = "otel")]
+pub(super) fn on_finished(hook: Option<fn(&SessionRecord)>) {
+    *FINISHED
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = hook;
 }
 
 /// A fresh record in its written form: what the requests sent is kept

@@ -192,6 +192,7 @@ impl Telemetry {
         if telemetry.traces.is_some() {
             crate::trace_context::enable();
         }
+        crate::tactic::on_finished(Some(finished));
         *GLOBAL
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Arc::clone(&telemetry));
@@ -292,6 +293,7 @@ impl Installed {
 impl Drop for Installed {
     fn drop(&mut self) {
         crate::trace_context::disable();
+        crate::tactic::on_finished(None);
         *GLOBAL
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
@@ -307,8 +309,8 @@ pub fn installed() -> Option<Arc<Telemetry>> {
         .clone()
 }
 
-/// A run finished (its record in written form): to the installed exporter, if any.
-pub(crate) fn finished(record: &SessionRecord) {
+/// A run finished (its record scrubbed): to the installed exporter, if any.
+fn finished(record: &SessionRecord) {
     if let Some(telemetry) = installed() {
         telemetry.export(record);
     }
