@@ -72,6 +72,7 @@ fn entry(i: u64, rng: &mut fastrand::Rng) -> Entry {
             path: PathBuf::from("/data/run/sessions.jsonl"),
             offset: i * 4096,
         },
+        trace_id: None,
     }
 }
 

@@ -46,8 +46,14 @@ pub mod store;
 #[doc(hidden)]
 pub mod suggest;
 pub mod tactic;
+/// OpenTelemetry export of runs (feature `otel`): spans by the GenAI
+/// semantic conventions and metrics over OTLP, configured by the standard
+/// `OTEL_*` variables (docs/telemetry.md).
+#[cfg(feature = "otel")]
+pub mod telemetry;
 pub(crate) mod time;
 pub mod tool;
+pub mod trace_context;
 pub mod words;
 #[doc(hidden)]
 pub mod yaml;

@@ -610,6 +610,9 @@ impl Call<'_> {
                     },
                 );
                 let attempts = watching_sends(sent, attempts);
+                // Each attempt goes out under the span its invoke will have.
+                let dialog = &trace.request.dialog_id;
+                let attempts = crate::trace_context::in_chat(dialog, trace.step, repair, attempts);
                 let outcome = match self.wait_observer() {
                     Some(observer) => {
                         let observed = crate::provider::limit::observing_waits(observer, attempts);

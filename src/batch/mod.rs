@@ -368,7 +368,15 @@ impl Prepared {
         started: Instant,
     ) -> Result<(Arc<Shared>, std::io::Result<()>)> {
         let writer = self.start(options, sessions).await?;
-        let shared = Arc::new(self.shared(options, writer));
+        // Traced runs: one span for the batch, each task a trace linked to it.
+        #[cfg(feature = "otel")]
+        let batch_span = crate::telemetry::installed()
+            .and_then(|telemetry| telemetry.batch_span(&batch_name(options)));
+        #[cfg(feature = "otel")]
+        let link = batch_span.as_ref().map(|span| span.link());
+        #[cfg(not(feature = "otel"))]
+        let link = None;
+        let shared = Arc::new(self.shared(options, writer).with_trace_link(link));
         let collector = match &self.batch_api {
             Some(hub) => {
                 let notes = self.reporter.clone();
@@ -429,6 +437,17 @@ impl Prepared {
         ticker.abort();
         self.reporter
             .finish(&shared.snapshot(self.plan.to_run, started, &all_tactics));
+        #[cfg(feature = "otel")]
+        if let Some(span) = batch_span {
+            let totals = shared.totals();
+            span.end(vec![
+                opentelemetry::KeyValue::new("lllm.tasks", self.plan.to_run as i64),
+                opentelemetry::KeyValue::new("lllm.output", options.output.display().to_string()),
+                opentelemetry::KeyValue::new("lllm.succeeded", totals.success as i64),
+                opentelemetry::KeyValue::new("lllm.failed", totals.failure as i64),
+                opentelemetry::KeyValue::new("lllm.cost_usd", totals.cost),
+            ]);
+        }
         Ok((shared, ran))
     }
 
@@ -924,4 +943,13 @@ fn write_summary(
         source,
     })?;
     Ok(summary)
+}
+
+/// The batch span's name: the tactic when there is one, else the tasks file.
+#[cfg(feature = "otel")]
+fn batch_name(options: &Options) -> String {
+    match &options.tactic {
+        Some(tactic) => tactic.display().to_string(),
+        None => options.tasks_file.display().to_string(),
+    }
 }

@@ -127,6 +127,9 @@ pub struct Shared {
     grader: Option<Arc<super::grade::Grader>>,
     /// The scored tasks this run wrote.
     scores: Mutex<crate::eval::Tally>,
+    /// The batch's span, when runs are traced: each task's run is a trace
+    /// of its own that links to it (docs/telemetry.md, "Batches").
+    trace_link: Option<crate::trace_context::TraceContext>,
 }
 
 /// How long a retry's reason stays on the progress line.
@@ -177,6 +180,7 @@ impl Shared {
             last_retry,
             grader: None,
             scores: Mutex::new(crate::eval::Tally::default()),
+            trace_link: None,
         }
     }
 
@@ -189,6 +193,12 @@ impl Shared {
     /// The scored tasks this run wrote.
     pub fn scores(&self) -> crate::eval::Tally {
         lock(&self.scores).clone()
+    }
+
+    /// Each task's run links to the batch's span `link`.
+    pub fn with_trace_link(mut self, link: Option<crate::trace_context::TraceContext>) -> Shared {
+        self.trace_link = link;
+        self
     }
 
     /// Calls wait on `breakers`, and tasks of a provider that is down wait
@@ -749,10 +759,11 @@ async fn run_task(
     if let Some(breakers) = &shared.breakers {
         calls_watch = calls_watch.with_breakers(breakers.clone(), claims);
     }
-    let run = Box::pin(calls::scope(
-        Arc::new(calls_watch),
+    let run = crate::trace_context::linked_to(
+        shared.trace_link,
         tactic.run_until(task.input, None, cancel),
-    ));
+    );
+    let run = Box::pin(calls::scope(Arc::new(calls_watch), run));
     let outcome = AssertUnwindSafe(run).catch_unwind().await;
     // No call of this task is made from here on (`--via batch-api` counts it out).
     drop(counted);

@@ -523,6 +523,13 @@ async fn send(
     let body = bytes::Bytes::from(body);
     let mut url = endpoint.url.clone();
     let mut redirects = 0;
+    // The run's trace goes on (one span per attempt, redirects included).
+    let mut headers = endpoint.headers.clone();
+    if let Some(traceparent) = crate::trace_context::provider_request()
+        && let Ok(value) = HeaderValue::from_str(&traceparent)
+    {
+        headers.insert(crate::trace_context::TRACEPARENT, value);
+    }
     loop {
         if redirects == 0 {
             trace::sent("POST", endpoint.place(), &body, &endpoint.secrets);
@@ -537,7 +544,7 @@ async fn send(
         let _ = SENT.try_with(|sent| sent.store(true, std::sync::atomic::Ordering::Relaxed));
         let response = client
             .post(url)
-            .headers(endpoint.headers.clone())
+            .headers(headers.clone())
             .body(body.clone())
             .timeout(timeout)
             .send()

@@ -187,6 +187,8 @@ pub struct Entry {
     pub error: Option<String>,
     /// Where its record is.
     pub place: RecordPlace,
+    /// The trace the run belonged to (`lllm logs --trace`), if any.
+    pub trace_id: Option<String>,
 }
 
 impl Entry {
@@ -216,6 +218,7 @@ impl Entry {
             delivery: record.delivery.clone(),
             error: record.error.clone(),
             place,
+            trace_id: record.trace.as_ref().map(|trace| trace.trace_id.clone()),
         }
     }
 }
@@ -246,6 +249,7 @@ impl Entry {
             delivery: None,
             error: None,
             place,
+            trace_id: None,
         }
     }
 }
@@ -664,7 +668,7 @@ impl Store {
                 .map_err(|error| self.sql(error))?
         };
         self.connection
-            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
+            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; DELETE FROM session_traces; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
             .map_err(|error| self.sql(error))?;
         Ok(files.into_iter().map(|file| file.0).collect())
     }
@@ -716,6 +720,13 @@ CREATE VIRTUAL TABLE IF NOT EXISTS sessions_text USING fts5 (task, delivery, con
 -- Sessions whose text is not in `sessions_text` yet (see `text`). A store
 -- made before this table indexed every session at registration.
 CREATE TABLE IF NOT EXISTS text_pending (id INTEGER PRIMARY KEY);
+-- The trace of each session that had one (issue 31): a table of its own,
+-- so a store made before it gains it as it opens, with no column to add.
+CREATE TABLE IF NOT EXISTS session_traces (
+    trace_id TEXT NOT NULL, session INTEGER NOT NULL,
+    PRIMARY KEY (trace_id, session)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces (session);
 ";
 
 fn preview(text: &str) -> &str {
@@ -749,6 +760,10 @@ fn insert(
         connection.prepare_cached("DELETE FROM session_tags WHERE session = ?1")?;
     let mut forget_models =
         connection.prepare_cached("DELETE FROM session_models WHERE session = ?1")?;
+    let mut forget_trace =
+        connection.prepare_cached("DELETE FROM session_traces WHERE session = ?1")?;
+    let mut trace =
+        connection.prepare_cached("INSERT OR IGNORE INTO session_traces VALUES (?1, ?2)")?;
     let mut session = connection.prepare_cached(
         "INSERT INTO sessions (session_id, tactic, tactic_path, task_id, state, models, \
          prompt_tokens, completion_tokens, total_tokens, cost, cost_known, started_at, ended_at, \
@@ -805,12 +820,16 @@ fn insert(
             forget.execute([id])?;
             forget_tags.execute([id])?;
             forget_models.execute([id])?;
+            forget_trace.execute([id])?;
             forget_pending.execute([id])?;
             session.execute(row)?;
         }
         let id = connection.last_insert_rowid();
         for (key, value) in &entry.tags {
             tag.execute(params![key, tag_text(value), id])?;
+        }
+        if let Some(trace_id) = &entry.trace_id {
+            trace.execute(params![trace_id, id])?;
         }
         for used in &entry.models {
             model.execute(params![

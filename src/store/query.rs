@@ -27,6 +27,9 @@ pub struct Filter {
     /// Words in the task or the delivery (SQLite full-text search: every word
     /// must appear; `"a phrase"` in quotes matches the phrase).
     pub text: Option<String>,
+    /// The trace the run belonged to (32 hex digits, its record's
+    /// `trace.trace_id`).
+    pub trace_id: Option<String>,
 }
 
 /// One listed session.
@@ -238,6 +241,12 @@ fn condition(filter: &Filter, dense: bool) -> (String, Vec<SqlValue>) {
         } else {
             format!("s.id IN (SELECT session FROM session_models WHERE model = {model})")
         });
+    }
+    if let Some(trace_id) = &filter.trace_id {
+        let trace_id = bind(&mut values, trace_id);
+        clauses.push(format!(
+            "s.id IN (SELECT session FROM session_traces WHERE trace_id = {trace_id})"
+        ));
     }
     if let Some(since) = &filter.since {
         clauses.push(format!("s.started_at >= {}", bind(&mut values, since)));

@@ -197,3 +197,64 @@ fn show_names_a_record_that_is_another_session() {
     );
     assert!(text.contains("`lllm logs reindex`"), "{text}");
 }
+
+#[test]
+fn sessions_are_found_by_their_trace_and_a_store_without_the_table_gains_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = "agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]";
+    let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let parent: crate::trace_context::TraceContext =
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .unwrap();
+    let traced = runtime.block_on(crate::trace_context::continuing(
+        parent,
+        tactic.run(crate::Task::new("traced")),
+    ));
+    let plain = runtime.block_on(tactic.run(crate::Task::new("plain")));
+    assert_eq!(plain.trace, None);
+    let trace = traced.trace.clone().unwrap();
+    assert_eq!(trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(trace.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
+    let mut entries = Vec::new();
+    for (name, record) in [("traced.json", &traced), ("plain.json", &plain)] {
+        let path = dir.path().join(name);
+        record.write(&path).unwrap();
+        entries.push(Entry::of(record, RecordPlace::File(path)));
+    }
+    let store_dir = dir.path().join("store");
+    // A store made before the traces' table: it is added as the store opens.
+    {
+        let store = Store::open(&store_dir).unwrap();
+        store
+            .connection
+            .execute_batch("DROP TABLE session_traces")
+            .unwrap();
+    }
+    let mut store = Store::open(&store_dir).unwrap();
+    store.register(&entries).unwrap();
+    // Registered twice (a reindex): still one row per session.
+    store.register(&entries).unwrap();
+    let by_trace = |trace_id: &str| -> Vec<String> {
+        let filter = super::Filter {
+            trace_id: Some(trace_id.into()),
+            ..super::Filter::default()
+        };
+        let listed = store.list(&filter, 10).unwrap();
+        listed
+            .into_iter()
+            .map(|session| session.session_id)
+            .collect()
+    };
+    assert_eq!(
+        by_trace(&trace.trace_id),
+        std::slice::from_ref(&traced.session_id)
+    );
+    assert!(by_trace("0af7651916cd43dd8448eb211c80319c").is_empty());
+    let read = store.show(&traced.session_id).unwrap();
+    assert_eq!(read.trace, traced.trace);
+}

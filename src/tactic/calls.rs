@@ -442,6 +442,7 @@ fn failed_record(tactic: &Tactic, task: Task, error: String) -> SessionRecord {
         agent_calls: Vec::new(),
         sub_tactic_sessions: Vec::new(),
         remote_calls: Vec::new(),
+        trace: None,
         shared: None,
         cost: crate::dialog::InvokeCost::default(),
         cost_known: true,

@@ -154,9 +154,39 @@ pub(super) async fn run(
     events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
-    let mut record = run_whole(tactic, task, events, interrupt).await;
-    finish(tactic, &mut record);
+    let (trace, nested) = crate::trace_context::run_starting();
+    let whole = run_whole(tactic, task, events, interrupt);
+    let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
+    record.trace = trace;
+    // The written form: what the requests sent is kept without the run's
+    // secrets, then each text once. Exported in between, scrubbed and with
+    // each reply still where its invoke is (no copy to expand); a nested
+    // run with the record that holds it.
+    record.scrub_own(&mut Scrubber::new(&tactic.runtime.secrets));
+    if !nested && record.trace.is_some() {
+        let hook = *FINISHED
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(finished) = hook {
+            finished(&record);
+        }
+    }
+    super::compact::compact(&mut record, &tactic.shared_templates);
     record
+}
+
+/// Told of each finished run that is not nested in another and has a
+/// trace, its record scrubbed and not yet compacted: the OpenTelemetry
+/// exporter when one is installed (`telemetry`, a module above this one,
+/// sets it with `tactic::on_finished`).
+static FINISHED: std::sync::RwLock<Option<fn(&SessionRecord)>> = std::sync::RwLock::new(None);
+
+/// Sets (or with `None` clears) what is told of each finished run.
+#[cfg(feature = "otel")]
+pub(super) fn on_finished(hook: Option<fn(&SessionRecord)>) {
+    *FINISHED
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = hook;
 }
 
 /// A fresh record in its written form: what the requests sent is kept
@@ -279,6 +309,7 @@ async fn run_whole(
         agent_calls: run.calls,
         sub_tactic_sessions: run.subs,
         remote_calls: remote_log.take(),
+        trace: None,
         shared: None,
     }
 }
@@ -639,7 +670,11 @@ impl Run<'_> {
                 tactic: tactic.config.name.clone(),
             });
         }
-        let mut record = Box::pin(run_whole(tactic, input, events, std::future::pending())).await;
+        // A span of this run's trace, under the running tactic's.
+        let (trace, _) = crate::trace_context::run_starting();
+        let whole = Box::pin(run_whole(tactic, input, events, std::future::pending()));
+        let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
+        record.trace = trace;
         // The delivery goes on to the next requests as it was made (a key
         // the task gave is sent on); the sub-session is kept in the written
         // form, as this run's own record will be: it is written inside it.

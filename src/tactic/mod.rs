@@ -493,3 +493,11 @@ impl Tactic {
         flow::run(self, task, events, interrupt).await
     }
 }
+
+/// Sets (or with `None` clears) what is told of each finished run that is
+/// not nested in another and has a trace: the OpenTelemetry exporter's way
+/// in, so that this module never names it.
+#[cfg(feature = "otel")]
+pub(crate) fn on_finished(hook: Option<fn(&SessionRecord)>) {
+    flow::on_finished(hook);
+}

@@ -313,6 +313,11 @@ pub struct SessionRecord {
     /// --rerun` answers them from (issue 30; additive to format 2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remote_calls: Vec<crate::tactic::remote::RemoteCall>,
+    /// The trace the run belonged to (issue 31; additive to format 3):
+    /// absent when it had none (no `traceparent` came with it and no
+    /// exporter was on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace_context::RunTrace>,
     /// Everything the run spent, sub-tactics included.
     pub cost: InvokeCost,
     /// Whether every call's price was known, so `cost` is the whole of it
@@ -537,6 +542,8 @@ impl SessionRecord {
             remote_calls,
             cost: _,
             cost_known: _,
+            // Ids only: nothing of the run's.
+            trace: _,
             shared: _,
         } = self;
         let TacticInfo {

@@ -242,6 +242,14 @@ pub struct RunArgs {
     pub store: store::StoreArgs,
 }
 
+/// The OpenTelemetry exporter the `OTEL_*` variables ask for, installed:
+/// every finished run goes to it, and it sends what is queued when
+/// dropped. A variable asking for what lllm cannot do is bad usage.
+pub fn start_telemetry() -> Result<Option<lllm::telemetry::Installed>> {
+    let telemetry = lllm::telemetry::Telemetry::from_env().map_err(lllm::error::Error::Usage)?;
+    Ok(telemetry.map(lllm::telemetry::Telemetry::install))
+}
+
 /// Runs the parsed command line with the extensions of `registry`.
 pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
     verbose::init(cli.verbose).map_err(lllm::error::Error::Usage)?;
@@ -298,6 +306,12 @@ pub fn execute(cli: Cli, registry: &Registry) -> Result<Outcome> {
         let _entered = runtime.enter();
         let _ = signal(SignalKind::from_raw(nix::libc::SIGXFSZ));
     }
+    // OpenTelemetry (docs/telemetry.md): on when the standard variables
+    // name an endpoint; what is queued goes out when the command ends.
+    let _telemetry = match &cli.command {
+        Command::Run(_) | Command::Batch(_) | Command::Serve(_) => start_telemetry()?,
+        _ => None,
+    };
     match cli.command {
         Command::Run(mut args) => {
             nouns::resolve_run(&mut args)?;

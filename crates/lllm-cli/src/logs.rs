@@ -28,6 +28,10 @@ pub enum LogsCommand {
     Cost(CostArgs),
     /// Rebuild the index from the record files it names (and those under `--from`).
     Reindex(ReindexArgs),
+    /// Send the sessions that pass the filters as OpenTelemetry traces,
+    /// with their original timestamps, to the endpoint the `OTEL_*`
+    /// variables name (docs/telemetry.md).
+    Export(ExportArgs),
 }
 
 /// Where the store is; every `logs` command takes it.
@@ -70,6 +74,9 @@ pub struct FilterArgs {
         value_name = "TEXT"
     )]
     pub text: Option<String>,
+    /// Sessions of this trace (32 hex digits: a `traceparent`'s second field).
+    #[arg(long = "trace", value_name = "TRACE_ID")]
+    pub trace: Option<String>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -126,6 +133,22 @@ pub struct ReindexArgs {
     pub quiet: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// Over OTLP (HTTP/protobuf) to `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); the one way there is, named
+    /// so that another can come.
+    #[arg(long, required = true)]
+    pub otlp: bool,
+    #[command(flatten)]
+    pub place: Place,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// At most this many sessions, newest first (default: every one that passes).
+    #[arg(short = 'n', long = "count")]
+    pub count: Option<usize>,
+}
+
 impl LogsArgs {
     /// `logs reindex -q`.
     pub fn quiet(&self) -> bool {
@@ -139,7 +162,60 @@ pub fn run(args: LogsArgs) -> Result<Outcome> {
         Some(LogsCommand::Show(show_args)) => show(show_args),
         Some(LogsCommand::Cost(cost_args)) => cost(cost_args),
         Some(LogsCommand::Reindex(reindex_args)) => reindex(reindex_args),
+        Some(LogsCommand::Export(export_args)) => export(export_args),
     }
+}
+
+/// `logs export --otlp`: each session's record read and sent as it ran
+/// (the spans a live run sends, from the same conversion).
+fn export(args: ExportArgs) -> Result<Outcome> {
+    let filter = filter(&args.filter)?;
+    let store = open(&args.place)?;
+    let Some(telemetry) = lllm::telemetry::Telemetry::from_env().map_err(Error::Usage)? else {
+        return Err(Error::Usage(
+            "lllm logs export --otlp: no endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT \
+             (e.g. http://localhost:4318) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+                .into(),
+        ));
+    };
+    catch_up_text(&store, &filter)?;
+    let sessions = store
+        .list(&filter, args.count.unwrap_or(usize::MAX))
+        .map_err(store_error)?;
+    let mut sent = 0usize;
+    let mut untraced = 0usize;
+    let mut unread = Vec::new();
+    for session in &sessions {
+        match store.show(&session.session_id) {
+            Ok(record) => {
+                if record.trace.is_none() {
+                    untraced += 1;
+                }
+                telemetry.export(&record);
+                sent += 1;
+            }
+            Err(error) => unread.push(error.to_string()),
+        }
+    }
+    telemetry.shutdown();
+    for problem in unread.iter().take(PROBLEMS_SHOWN) {
+        lllm::report::warn(problem);
+    }
+    let dropped = telemetry.dropped_spans();
+    let mut line = format!(
+        "exported {}",
+        lllm::words::count(sent as u64, "session", "sessions")
+    );
+    if untraced > 0 {
+        line.push_str(&format!(
+            " ({untraced} without a trace of their own: each given one, derived from its session id)"
+        ));
+    }
+    lllm::output::stdout(&format!("{line}\n"))?;
+    if dropped > 0 || !unread.is_empty() {
+        return Ok(Outcome::Failed);
+    }
+    Ok(Outcome::Success)
 }
 
 /// Every store problem of `lllm logs` is exit 2: nothing ran.
@@ -189,7 +265,21 @@ fn filter(args: &FilterArgs) -> Result<Filter> {
         since: time(&args.since)?,
         until: time(&args.until)?,
         text: args.text.clone(),
+        trace_id: args.trace.as_deref().map(trace_id).transpose()?,
     })
+}
+
+/// A trace id as given to `--trace`: 32 hex digits, in any case.
+fn trace_id(given: &str) -> Result<String> {
+    let id = given.trim().to_ascii_lowercase();
+    if id.len() == 32 && id.bytes().all(|byte| byte.is_ascii_hexdigit()) && id != "0".repeat(32) {
+        Ok(id)
+    } else {
+        Err(Error::Usage(format!(
+            "--trace `{}`: a trace id is 32 hex digits (not all zeros), as in a traceparent `00-TRACE_ID-SPAN_ID-01`",
+            echo(given)
+        )))
+    }
 }
 
 fn list(args: ListArgs) -> Result<Outcome> {

@@ -26,6 +26,9 @@ pub struct Prepared {
     pub name: String,
     pub call: Call,
     pub permit: OwnedSemaphorePermit,
+    /// The caller's `traceparent`: the run continues its trace (one that
+    /// does not read is ignored, as W3C trace context says).
+    pub trace: Option<lllm::trace_context::TraceContext>,
 }
 
 /// Everything before a run on the tactic served as `name`: the tactic (404
@@ -100,6 +103,11 @@ async fn checked(
     {
         return Err(over_budget(budget.max()).at_endpoint(endpoint));
     }
+    let trace = request
+        .headers()
+        .get(lllm::trace_context::TRACEPARENT)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok());
     let bytes = read_body(request.into_body(), &state.limits)
         .await
         .map_err(|error| error.at_endpoint(endpoint))?;
@@ -117,6 +125,7 @@ async fn checked(
         name,
         call,
         permit,
+        trace,
     })
 }
 

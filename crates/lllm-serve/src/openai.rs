@@ -101,6 +101,7 @@ async fn answer_chat(
         prepared.call.task,
         prepared.permit,
         asked.stream,
+        prepared.trace,
     );
     if !asked.stream {
         let _cancel = started.cancel;

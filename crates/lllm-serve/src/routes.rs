@@ -232,6 +232,7 @@ async fn run(Extract(state): Shared, Path(name): Path<String>, request: Request)
         prepared.call.task,
         prepared.permit,
         false,
+        prepared.trace,
     );
     // Held until the answer: dropped with this future if the client goes.
     let _cancel = started.cancel;
@@ -277,6 +278,7 @@ async fn stream(Extract(state): Shared, Path(name): Path<String>, request: Reque
         prepared.call.task,
         prepared.permit,
         true,
+        prepared.trace,
     );
     let Some(events) = started.events else {
         return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal", "no events")

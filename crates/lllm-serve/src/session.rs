@@ -67,6 +67,7 @@ pub fn start(
     mut task: Task,
     permit: OwnedSemaphorePermit,
     streamed: bool,
+    trace: Option<lllm::trace_context::TraceContext>,
 ) -> Started {
     for (key, value) in &state.tags {
         task.tags
@@ -103,9 +104,16 @@ pub fn start(
         // Dropped in reverse: the slot is free before the run stops counting.
         let _running = Running(state.clone());
         let _permit = permit;
-        let (mut record, closing) = match events_sender {
-            Some(sender) => forward(&tactic, task, interrupt, &sender).await,
-            None => (tactic.run_until(task, None, interrupt).await, None),
+        let run = async {
+            match events_sender {
+                Some(sender) => forward(&tactic, task, interrupt, &sender).await,
+                None => (tactic.run_until(task, None, interrupt).await, None),
+            }
+        };
+        // A caller's `traceparent`: the run is a child of its span.
+        let (mut record, closing) = match trace {
+            Some(parent) => lllm::trace_context::continuing(parent, run).await,
+            None => run.await,
         };
         let ending = match ending.load(Ordering::SeqCst) {
             CANCELLED => Ending::Cancelled,

@@ -182,6 +182,7 @@ impl RemoteTactic {
         let request = self
             .client
             .post(&url)
+            .headers(trace_headers())
             .header(ACCEPT, "application/json")
             .json(envelope);
         let body = self.answer(&url, request).await?;
@@ -201,6 +202,7 @@ impl RemoteTactic {
         let request = self
             .client
             .post(&url)
+            .headers(trace_headers())
             .header(ACCEPT, "text/event-stream")
             .json(&envelope(&task.into(), &new_request_id()));
         let response = self.send(&url, request).await?;
@@ -467,6 +469,18 @@ async fn next_event(mut state: StreamState) -> Option<(Result<Event, RemoteError
             }
         }
     }
+}
+
+/// The running tactic's `traceparent`, when it has a trace: the served
+/// tactic's run continues it.
+fn trace_headers() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(context) = crate::trace_context::current_run()
+        && let Ok(value) = reqwest::header::HeaderValue::from_str(&context.to_string())
+    {
+        headers.insert(crate::trace_context::TRACEPARENT, value);
+    }
+    headers
 }
 
 #[cfg(test)]

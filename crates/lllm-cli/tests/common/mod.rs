@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+pub mod otlp;
 pub mod python;
 pub mod serve;
 

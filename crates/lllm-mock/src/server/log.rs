@@ -4,6 +4,8 @@
 //! before the response goes out. The key header is logged
 //! only as a short SHA-256 fingerprint, never as itself.
 //!
+//! A request with a W3C `traceparent` header has it as `"traceparent"`.
+//!
 //! The Batch APIs add keys to their lines: a batch's creation names the
 //! batch and its requests (`"batch"`, `"custom_ids"`), and each request a
 //! batch runs is a line of its own, as if it had come in alone, with
@@ -65,7 +67,12 @@ impl LogEntry {
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned())),
             status: None,
             fault: None,
-            extra: Vec::new(),
+            // The W3C `traceparent` a traced client sent (issue 31).
+            extra: headers
+                .get("traceparent")
+                .and_then(|value| value.to_str().ok())
+                .map(|value| vec![("traceparent", Value::String(value.to_string()))])
+                .unwrap_or_default(),
         }
     }
 }

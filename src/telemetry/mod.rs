@@ -1,0 +1,637 @@
+//! OpenTelemetry export (feature `otel`; docs/telemetry.md): each finished
+//! run's record becomes spans by the GenAI semantic conventions (version
+//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf) to the
+//! endpoint the standard `OTEL_*` variables name. Live export and export
+//! from stored records (`lllm logs export --otlp`) are one conversion
+//! (`telemetry::spans`), so a record gives the same spans, ids included, either way.
+//!
+//! Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics
+//! endpoint of its own) is set; `OTEL_SDK_DISABLED=true` wins. Nothing is
+//! sent anywhere else, and a redirect is not followed. The SDK reads the
+//! rest of the standard variables itself (headers, timeout, compression,
+//! sampler, resource, service name, the batch processor's queue).
+//!
+//! The exporter never holds up a run: spans wait in the SDK's bounded
+//! queue and go out from its own thread; a collector that fails costs the
+//! spans it did not take, said once on stderr.
+
+// The GenAI names of `opentelemetry-semantic-conventions` are deprecated
+// as "moved to the GenAI conventions' own repository", which has made no
+// release yet; its advice until then is to use these (the same names).
+#[allow(deprecated)]
+mod metrics;
+#[allow(deprecated)]
+mod spans;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+};
+
+use crate::SessionRecord;
+
+/// The version of the OpenTelemetry semantic conventions the spans and
+/// metrics follow: the GenAI conventions as that release has them (the
+/// last core release holding them; they move to a repository of their own).
+pub const SEMCONV_VERSION: &str = "1.42.0";
+
+/// The instrumentation scope's name.
+const SCOPE: &str = "lllm";
+
+/// What the standard variables ask for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Export traces (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, `OTEL_TRACES_EXPORTER` not `none`).
+    pub traces: bool,
+    /// Export metrics (the endpoint or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`
+    /// set, `OTEL_METRICS_EXPORTER` not `none`).
+    pub metrics: bool,
+    /// Message content, tool arguments and results go into spans
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
+    pub capture_content: bool,
+}
+
+impl Settings {
+    /// The settings `variable` gives (the process's environment in
+    /// [`Telemetry::from_env`]); `Ok(None)` when nothing is to be exported,
+    /// `Err` with one line when a variable asks for what this build cannot
+    /// do (a protocol other than `http/protobuf`).
+    pub fn read(variable: impl Fn(&str) -> Option<String>) -> Result<Option<Settings>, String> {
+        let set = |name: &str| variable(name).is_some_and(|value| !value.trim().is_empty());
+        let is = |name: &str, wanted: &str| {
+            variable(name).is_some_and(|value| value.trim().eq_ignore_ascii_case(wanted))
+        };
+        if is("OTEL_SDK_DISABLED", "true") {
+            return Ok(None);
+        }
+        let base = set("OTEL_EXPORTER_OTLP_ENDPOINT");
+        let traces = (base || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            && !is("OTEL_TRACES_EXPORTER", "none");
+        let metrics = (base || set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+            && !is("OTEL_METRICS_EXPORTER", "none");
+        if !traces && !metrics {
+            return Ok(None);
+        }
+        for name in [
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        ] {
+            if let Some(protocol) = variable(name)
+                && !protocol.trim().is_empty()
+                && protocol.trim() != "http/protobuf"
+            {
+                return Err(format!(
+                    "{name}={}: lllm exports over `http/protobuf` only (an OpenTelemetry Collector, Jaeger, Phoenix and Langfuse all take it, on port 4318)",
+                    crate::redact::terminal_line(protocol.trim())
+                ));
+            }
+        }
+        Ok(Some(Settings {
+            traces,
+            metrics,
+            capture_content: is("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true"),
+        }))
+    }
+}
+
+/// The exporter of this process: a tracer and meters over OTLP. Built by
+/// [`Telemetry::from_env`]; [`Telemetry::install`] makes it the one every
+/// finished run goes to; [`Telemetry::shutdown`] (or dropping the last
+/// handle) sends what is queued.
+pub struct Telemetry {
+    settings: Settings,
+    traces: Option<(SdkTracerProvider, SdkTracer)>,
+    metrics: Option<metrics::Metrics>,
+    failures: Arc<Failures>,
+    // The exporter's requests run here, away from the program's runtime:
+    // the SDK's threads wait on them, and a program's runtime may be
+    // shutting down (or single-threaded) when it flushes.
+    runtime: Option<Runtime>,
+    shut: AtomicBool,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+static GLOBAL: RwLock<Option<Arc<Telemetry>>> = RwLock::new(None);
+
+impl Telemetry {
+    /// The exporter the process's `OTEL_*` variables ask for; `Ok(None)`
+    /// when they ask for none.
+    pub fn from_env() -> Result<Option<Telemetry>, String> {
+        let Some(settings) = Settings::read(|name| std::env::var(name).ok())? else {
+            return Ok(None);
+        };
+        Telemetry::new(settings).map(Some)
+    }
+
+    /// An exporter with `settings`, the endpoints and the rest from the
+    /// standard variables.
+    pub fn new(settings: Settings) -> Result<Telemetry, String> {
+        let runtime = Runtime::start()?;
+        let client = Client::new(runtime.handle.clone())?;
+        let failures = Arc::new(Failures::default());
+        let resource = resource();
+        let traces = if settings.traces {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client.clone())
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build()
+                .map_err(|error| format!("OpenTelemetry traces: {error}"))?;
+            let exporter = Counted {
+                inner: exporter,
+                failures: Arc::clone(&failures),
+            };
+            let provider = SdkTracerProvider::builder()
+                .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+                .with_id_generator(spans::RecordIds)
+                .with_resource(resource.clone())
+                .build();
+            let tracer = provider.tracer_with_scope(scope());
+            Some((provider, tracer))
+        } else {
+            None
+        };
+        let metrics = if settings.metrics {
+            Some(metrics::Metrics::new(client, resource, scope())?)
+        } else {
+            None
+        };
+        Ok(Telemetry {
+            settings,
+            traces,
+            metrics,
+            failures,
+            runtime: Some(runtime),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes this the exporter every finished run goes to, and makes runs
+    /// start traces of their own ([`crate::trace_context::enable`]). The
+    /// handle returned flushes and shuts it down when dropped.
+    pub fn install(self) -> Installed {
+        let telemetry = Arc::new(self);
+        if telemetry.traces.is_some() {
+            crate::trace_context::enable();
+        }
+        crate::tactic::on_finished(Some(finished));
+        *GLOBAL
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Arc::clone(&telemetry));
+        Installed(telemetry)
+    }
+
+    /// What the variables asked for.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Sends `record` (a finished run's, or one read from the store) as
+    /// spans with its own timestamps and ids, and adds it to the metrics.
+    pub fn export(&self, record: &SessionRecord) {
+        let expanded;
+        let record = if needs_expanding(record) || lacks_trace(record) {
+            let mut copy = record.clone();
+            copy.expand();
+            derive_trace(&mut copy, None);
+            expanded = copy;
+            &expanded
+        } else {
+            record
+        };
+        if let Some((_, tracer)) = &self.traces {
+            // While the collector is down, a run's spans are not even made.
+            if self.failures.down() {
+                self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
+            } else {
+                spans::export(tracer, record, None, self.settings.capture_content);
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.record(record);
+        }
+    }
+
+    /// A span for a whole batch: each task's trace links to it. `None` when
+    /// traces are off.
+    pub fn batch_span(&self, name: &str) -> Option<BatchSpan> {
+        let (_, tracer) = self.traces.as_ref()?;
+        Some(spans::BatchSpan::start(tracer, name))
+    }
+
+    /// Sends everything queued and stops the exporter (at most once; a
+    /// second call does nothing). Says, once, how many spans a collector
+    /// did not take.
+    pub fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some((provider, _)) = &self.traces {
+            let _ = provider.shutdown();
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.shutdown();
+        }
+        let lost = self.failures.spans.load(Ordering::Relaxed);
+        let unsent = self.failures.unsent_runs.load(Ordering::Relaxed);
+        if lost > 0 || unsent > 0 {
+            crate::report::warn(&format!(
+                "OpenTelemetry: the collector did not take {}, and {} went unsent while it was down (the runs were not affected)",
+                crate::words::count(lost, "span", "spans"),
+                crate::words::count(unsent, "run's spans", "runs' spans")
+            ));
+        }
+    }
+
+    /// How many spans the collector did not take so far.
+    pub fn dropped_spans(&self) -> u64 {
+        self.failures.spans.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.shutdown();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.stop();
+        }
+    }
+}
+
+pub use spans::BatchSpan;
+
+/// The installed exporter ([`Telemetry::install`]): flushes and shuts it
+/// down when dropped, and takes it out of use.
+#[derive(Debug)]
+pub struct Installed(Arc<Telemetry>);
+
+impl Installed {
+    /// The exporter.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.0
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        crate::trace_context::disable();
+        crate::tactic::on_finished(None);
+        *GLOBAL
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        self.0.shutdown();
+    }
+}
+
+/// The installed exporter, if any.
+pub fn installed() -> Option<Arc<Telemetry>> {
+    GLOBAL
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+}
+
+/// A run finished (its record scrubbed): to the installed exporter, if any.
+fn finished(record: &SessionRecord) {
+    if let Some(telemetry) = installed() {
+        telemetry.export(record);
+    }
+}
+
+/// Whether a record, or one of its sub-tactic sessions, has no trace (a run
+/// made with no exporter on and no `traceparent`).
+fn lacks_trace(record: &SessionRecord) -> bool {
+    record.trace.is_none() || record.sub_tactic_sessions.iter().any(lacks_trace)
+}
+
+/// Gives a record without a trace one derived from its session id (the
+/// same every time: exporting it twice gives one trace), its sub-tactic
+/// sessions children of its span.
+fn derive_trace(record: &mut SessionRecord, parent: Option<&crate::trace_context::RunTrace>) {
+    if record.trace.is_none() {
+        let digest = crate::sha256::Sha256::digest(record.session_id.as_bytes());
+        record.trace = Some(crate::trace_context::RunTrace {
+            trace_id: parent.map_or_else(
+                || crate::sha256::hex(&digest[..16]),
+                |parent| parent.trace_id.clone(),
+            ),
+            span_id: crate::sha256::hex(&digest[16..24]),
+            parent_span_id: parent.map(|parent| parent.span_id.clone()),
+            link: None,
+            sampled: true,
+        });
+    }
+    let own = record.trace.clone();
+    for session in &mut record.sub_tactic_sessions {
+        derive_trace(session, own.as_ref());
+    }
+}
+
+/// Whether a record is in its written form (replies held by their dialogs).
+fn needs_expanding(record: &SessionRecord) -> bool {
+    record.shared.is_some()
+        || record
+            .agent_calls
+            .iter()
+            .flat_map(|call| &call.invokes)
+            .any(|invoke| invoke.response_in_dialog)
+        || record.sub_tactic_sessions.iter().any(needs_expanding)
+}
+
+fn scope() -> opentelemetry::InstrumentationScope {
+    opentelemetry::InstrumentationScope::builder(SCOPE)
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .with_schema_url(format!(
+            "https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+        ))
+        .build()
+}
+
+/// The SDK's resource (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`),
+/// the service named `lllm` when neither names it.
+fn resource() -> Resource {
+    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|name| !name.is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES")
+            .is_ok_and(|attributes| attributes.contains("service.name="));
+    let builder = Resource::builder();
+    let builder = if named {
+        builder
+    } else {
+        builder.with_service_name("lllm")
+    };
+    builder
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Spans the collector did not take, and whether that was said; while
+/// it is down (after a failed export, for a while that doubles with each
+/// failure in a row, up to [`DOWN_MAX`]), runs' spans are not made at all,
+/// so a dead collector costs a batch next to nothing.
+#[derive(Debug, Default)]
+struct Failures {
+    spans: AtomicU64,
+    said: AtomicBool,
+    /// Failed exports in a row.
+    in_a_row: AtomicU64,
+    /// Until when (milliseconds since the Unix epoch) the collector is taken to be down.
+    down_until: AtomicU64,
+    /// Runs whose spans were not made while it was down.
+    unsent_runs: AtomicU64,
+}
+
+/// How long a collector is taken to be down after its first failure, and at most.
+const DOWN_FIRST: Duration = Duration::from_secs(5);
+const DOWN_MAX: Duration = Duration::from_secs(300);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+impl Failures {
+    fn down(&self) -> bool {
+        now_ms() < self.down_until.load(Ordering::Relaxed)
+    }
+
+    fn failed(&self, spans: u64) {
+        self.spans.fetch_add(spans, Ordering::Relaxed);
+        let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed).min(16);
+        let wait = DOWN_FIRST.saturating_mul(1 << in_a_row).min(DOWN_MAX);
+        self.down_until
+            .store(now_ms() + wait.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn took(&self) {
+        self.in_a_row.store(0, Ordering::Relaxed);
+        self.down_until.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The OTLP exporter, counting what fails: the first failure is said once.
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    failures: Arc<Failures>,
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let count = batch.len() as u64;
+        let outcome = self.inner.export(batch).await;
+        if outcome.is_ok() {
+            self.failures.took();
+        }
+        if let Err(error) = &outcome {
+            self.failures.failed(count);
+            if !self.failures.said.swap(true, Ordering::Relaxed) {
+                crate::report::warn(&format!(
+                    "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
+                    crate::provider::trace::shown(&error.to_string(), &Default::default(), 300)
+                ));
+            }
+        }
+        outcome
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// A thread with a small runtime of its own, where the exporter's HTTP
+/// requests run.
+#[derive(Debug)]
+struct Runtime {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Runtime {
+    fn start() -> Result<Runtime, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| {
+                format!("OpenTelemetry: cannot start the exporter's runtime: {error}")
+            })?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("lllm-otel".into())
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(|error| {
+                format!("OpenTelemetry: cannot start the exporter's thread: {error}")
+            })?;
+        Ok(Runtime {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The exporter's HTTP client: our reqwest, on the exporter's runtime,
+/// following no redirect (nothing goes where the user did not say).
+#[derive(Debug, Clone)]
+struct Client {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Client {
+    fn new(runtime: tokio::runtime::Handle) -> Result<Client, String> {
+        let timeout = std::env::var("OTEL_EXPORTER_OTLP_TIMEOUT")
+            .ok()
+            .and_then(|millis| millis.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(timeout)
+            .build()
+            .map_err(|error| format!("OpenTelemetry: cannot build the HTTP client: {error}"))?;
+        Ok(Client { client, runtime })
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for Client {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        let sent = self.runtime.spawn(async move {
+            let (parts, body) = request.into_parts();
+            let reply = client
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let status = reply.status();
+            let headers = reply.headers().clone();
+            let body = reply.bytes().await?;
+            let mut response = Response::new(body);
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            Ok::<_, reqwest::Error>(response)
+        });
+        Ok(sent.await??)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<Option<Settings>, String> {
+        let pairs: HashMap<String, String> = pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        Settings::read(|name| pairs.get(name).cloned())
+    }
+
+    #[test]
+    fn off_unless_an_endpoint_is_named_and_disabled_wins() {
+        assert_eq!(read(&[]), Ok(None));
+        assert_eq!(read(&[("OTEL_SERVICE_NAME", "x")]), Ok(None));
+        let on = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")])
+            .unwrap()
+            .unwrap();
+        assert!(on.traces && on.metrics && !on.capture_content);
+        let disabled = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"),
+            ("OTEL_SDK_DISABLED", "true"),
+        ];
+        assert_eq!(read(&disabled), Ok(None));
+        let traces_only = read(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://h/v1/traces")])
+            .unwrap()
+            .unwrap();
+        assert!(traces_only.traces && !traces_only.metrics);
+        let no_metrics = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+            ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true"),
+        ];
+        let settings = read(&no_metrics).unwrap().unwrap();
+        assert!(settings.traces && !settings.metrics && settings.capture_content);
+    }
+
+    #[test]
+    fn a_protocol_other_than_http_protobuf_is_refused_by_name() {
+        let grpc = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ];
+        let error = read(&grpc).unwrap_err();
+        assert!(
+            error.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: "),
+            "{error}"
+        );
+        let proto = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ];
+        assert!(read(&proto).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_collector_is_down_for_longer_after_each_failure_in_a_row_and_up_when_it_takes() {
+        let failures = Failures::default();
+        assert!(!failures.down());
+        failures.failed(10);
+        assert!(failures.down());
+        let first = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(first <= DOWN_FIRST.as_millis() as u64);
+        failures.failed(5);
+        let second = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(second > DOWN_FIRST.as_millis() as u64, "{second}");
+        for _ in 0..40 {
+            failures.failed(1);
+        }
+        let longest = failures.down_until.load(Ordering::Relaxed) - now_ms();
+        assert!(longest <= DOWN_MAX.as_millis() as u64);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), 55);
+        failures.took();
+        assert!(!failures.down());
+    }
+}

@@ -1,0 +1,609 @@
+//! A session record as spans, by the GenAI semantic conventions: the run
+//! (`invoke_workflow {tactic}`), each agent call (`invoke_agent {agent}`),
+//! each request to a model, retries and repairs each their own
+//! (`chat {model}`), and each tool the model called (`execute_tool
+//! {name}`), lllm's own attributes under `lllm.*`. Times are the record's:
+//! the run's and each call's start and end; a request starts where the one
+//! before it ended (with its wait), and a round of tools fills the time
+//! between the request that asked for it and the next (records keep no
+//! time per tool).
+//!
+//! Span ids are the record's: the run's span is `trace.span_id`, every
+//! other one is derived from it and its place
+//! ([`crate::trace_context::span_id_for`]), as the `traceparent` of a
+//! request was when it went out.
+
+use std::cell::Cell;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{
+    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _,
+};
+use opentelemetry::{Context, KeyValue, Value as OtelValue};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer};
+use opentelemetry_semantic_conventions::attribute as semconv;
+use serde_json::Value;
+
+use crate::SessionRecord;
+use crate::agent::{AgentCallSession, InvokeTrace};
+use crate::tactic::RunState;
+use crate::trace_context::{chat_place, from_hex, span_id_for};
+
+thread_local! {
+    /// The ids the next span started on this thread takes.
+    static NEXT: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+}
+
+/// The SDK's id generator, giving the span being built from a record the
+/// ids the record says (random ones otherwise).
+#[derive(Debug)]
+pub(super) struct RecordIds;
+
+impl IdGenerator for RecordIds {
+    fn new_trace_id(&self) -> TraceId {
+        NEXT.get()
+            .map_or_else(|| RandomIdGenerator::default().new_trace_id(), |ids| ids.0)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        NEXT.get()
+            .map_or_else(|| RandomIdGenerator::default().new_span_id(), |ids| ids.1)
+    }
+}
+
+/// One span to start: its ids, name, kind, times and attributes.
+struct Planned {
+    span_id: [u8; 8],
+    name: String,
+    kind: SpanKind,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: Vec<KeyValue>,
+    links: Vec<Link>,
+    error: Option<String>,
+}
+
+/// Starts and ends `planned` under `parent`; the context its children go under.
+fn emit(tracer: &SdkTracer, trace_id: TraceId, planned: Planned, parent: &Context) -> Context {
+    NEXT.set(Some((trace_id, SpanId::from_bytes(planned.span_id))));
+    let span = tracer
+        .span_builder(planned.name)
+        .with_kind(planned.kind)
+        .with_start_time(planned.start)
+        .with_attributes(planned.attributes)
+        .with_links(planned.links)
+        .start_with_context(tracer, parent);
+    NEXT.set(None);
+    let context = parent.with_span(span);
+    let span = context.span();
+    if let Some(error) = planned.error {
+        span.set_status(Status::error(error));
+    }
+    span.end_with_timestamp(planned.end);
+    context
+}
+
+/// Sends `record` (expanded) as spans; `parent` is the context of the run
+/// that holds it (for a sub-tactic's session), `None` for a whole run.
+pub(super) fn export(
+    tracer: &SdkTracer,
+    record: &SessionRecord,
+    parent: Option<&Context>,
+    content: bool,
+) {
+    let Some(trace) = &record.trace else {
+        return;
+    };
+    let (Some(trace_bytes), Some(run_span)) = (
+        from_hex::<16>(&trace.trace_id),
+        from_hex::<8>(&trace.span_id),
+    ) else {
+        return;
+    };
+    let trace_id = TraceId::from_bytes(trace_bytes);
+    let flags = if trace.sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let outer = match (
+        parent,
+        trace.parent_span_id.as_deref().and_then(from_hex::<8>),
+    ) {
+        (Some(parent), _) => parent.clone(),
+        (None, Some(parent_span)) => Context::new().with_remote_span_context(SpanContext::new(
+            trace_id,
+            SpanId::from_bytes(parent_span),
+            flags,
+            true,
+            TraceState::default(),
+        )),
+        (None, None) => Context::new(),
+    };
+    let links = trace
+        .link
+        .as_deref()
+        .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
+        .map(|link| {
+            let context = SpanContext::new(
+                TraceId::from_bytes(link.trace_id()),
+                SpanId::from_bytes(link.span_id()),
+                if link.sampled() {
+                    TraceFlags::SAMPLED
+                } else {
+                    TraceFlags::default()
+                },
+                true,
+                TraceState::default(),
+            );
+            vec![Link::with_context(context)]
+        })
+        .unwrap_or_default();
+    let started = time(&record.started_at);
+    let ended = time(&record.ended_at).max(started);
+    let name = &record.tactic.name;
+    let mut attributes = vec![
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_workflow"),
+        KeyValue::new(semconv::GEN_AI_WORKFLOW_NAME, name.clone()),
+        KeyValue::new(semconv::GEN_AI_CONVERSATION_ID, record.session_id.clone()),
+        KeyValue::new("lllm.session_id", record.session_id.clone()),
+        KeyValue::new("lllm.tactic.path", record.tactic.path.clone()),
+        KeyValue::new("lllm.state", state_word(record.state)),
+        KeyValue::new("lllm.invokes", record.invoke_count() as i64),
+        KeyValue::new("lllm.retries", record.retry_count() as i64),
+        KeyValue::new("lllm.repairs", repairs(record) as i64),
+        KeyValue::new("lllm.cost_known", record.cost_known),
+        KeyValue::new(
+            semconv::GEN_AI_USAGE_INPUT_TOKENS,
+            record.cost.prompt_tokens as i64,
+        ),
+        KeyValue::new(
+            semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
+            record.cost.completion_tokens as i64,
+        ),
+    ];
+    if let Some(cost) = record.cost.cost {
+        attributes.push(KeyValue::new("lllm.cost_usd", cost));
+    }
+    if let Some(task_id) = &record.task_id {
+        attributes.push(KeyValue::new("lllm.task_id", task_id.clone()));
+    }
+    if let Some(model) = &record.model {
+        attributes.push(KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.clone()));
+    }
+    for (key, value) in &record.tags {
+        attributes.push(KeyValue::new(format!("lllm.tag.{key}"), text_of(value)));
+    }
+    if !record.remote_calls.is_empty() {
+        attributes.push(KeyValue::new(
+            "lllm.remote_calls",
+            record.remote_calls.len() as i64,
+        ));
+    }
+    if record.state != RunState::Success {
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, state_word(record.state)));
+    }
+    if content {
+        attributes.push(KeyValue::new(
+            semconv::GEN_AI_INPUT_MESSAGES,
+            messages_json(&[("user", text_of(&record.task))]),
+        ));
+        if let Some(delivery) = &record.delivery {
+            attributes.push(KeyValue::new(
+                semconv::GEN_AI_OUTPUT_MESSAGES,
+                messages_json(&[("assistant", delivery.clone())]),
+            ));
+        }
+    }
+    let run = Planned {
+        span_id: run_span,
+        name: format!("invoke_workflow {name}"),
+        kind: SpanKind::Internal,
+        start: started,
+        end: ended,
+        attributes,
+        links,
+        error: record
+            .error
+            .clone()
+            .filter(|_| record.state != RunState::Success),
+    };
+    let run_context = emit(tracer, trace_id, run, &outer);
+    for (index, call) in record.agent_calls.iter().enumerate() {
+        agent_call(
+            tracer,
+            trace_id,
+            &trace.span_id,
+            index,
+            call,
+            &run_context,
+            content,
+        );
+    }
+    for session in &record.sub_tactic_sessions {
+        export(tracer, session, Some(&run_context), content);
+    }
+}
+
+/// An agent call and what it did: its requests and tool rounds.
+fn agent_call(
+    tracer: &SdkTracer,
+    trace_id: TraceId,
+    run_span: &str,
+    index: usize,
+    call: &AgentCallSession,
+    parent: &Context,
+    content: bool,
+) {
+    let started = time(&call.started_at);
+    let ended = call
+        .ended_at
+        .as_deref()
+        .map(time)
+        .unwrap_or(started + Duration::from_millis(call.latency_ms))
+        .max(started);
+    let (provider, model) = split_model(&call.model);
+    let mut attributes = vec![
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
+        KeyValue::new(semconv::GEN_AI_AGENT_NAME, call.agent.clone()),
+        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
+        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
+        KeyValue::new("lllm.dialog", call.dialog_alias.clone()),
+        KeyValue::new("lllm.invokes", call.invoke_count() as i64),
+        KeyValue::new("lllm.retries", call.retry_count() as i64),
+        KeyValue::new("lllm.repairs", call.exception_retry_count() as i64),
+        KeyValue::new("lllm.tool_rounds", call.interrupts.len() as i64),
+        KeyValue::new(
+            semconv::GEN_AI_USAGE_INPUT_TOKENS,
+            call.cost.prompt_tokens as i64,
+        ),
+        KeyValue::new(
+            semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
+            call.cost.completion_tokens as i64,
+        ),
+    ];
+    if let Some(cost) = call.cost.cost {
+        attributes.push(KeyValue::new("lllm.cost_usd", cost));
+    }
+    if call.error.is_some() {
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "failure"));
+    }
+    let planned = Planned {
+        span_id: span_id_for(run_span, &format!("call/{index}")),
+        name: format!("invoke_agent {}", call.agent),
+        kind: SpanKind::Internal,
+        start: started,
+        end: ended,
+        attributes,
+        links: Vec::new(),
+        error: call.error.clone(),
+    };
+    let call_context = emit(tracer, trace_id, planned, parent);
+    // Requests one after another; a tool round between the request that
+    // asked for it and the next request of the call.
+    let busy: u64 = call
+        .invokes
+        .iter()
+        .map(|invoke| invoke.latency_ms + invoke.waited_ms)
+        .sum();
+    let total = ended.duration_since(started).unwrap_or_default();
+    let rounds = call.interrupts.len() as u32;
+    let tool_time = total
+        .saturating_sub(Duration::from_millis(busy))
+        .checked_div(rounds.max(1))
+        .unwrap_or_default();
+    let mut cursor = started;
+    for (position, invoke) in call.invokes.iter().enumerate() {
+        let end = cursor + Duration::from_millis(invoke.latency_ms);
+        chat(
+            tracer,
+            trace_id,
+            run_span,
+            call,
+            invoke,
+            cursor,
+            end,
+            &call_context,
+            content,
+        );
+        cursor = end + Duration::from_millis(invoke.waited_ms);
+        // The round of tools this request asked for runs after its last
+        // attempt, before the next tool round's first request.
+        let next_step = call.invokes.get(position + 1).map(|next| next.step);
+        let round_follows = match next_step {
+            Some(step) => step != invoke.step,
+            None => invoke.response.is_some(),
+        };
+        let round = call
+            .interrupts
+            .iter()
+            .find(|round| round.step == invoke.step);
+        if let (true, Some(round)) = (round_follows, round) {
+            let round_end = (cursor + tool_time).min(ended.max(cursor));
+            for (number, tool) in round.calls.iter().enumerate() {
+                let place = format!("tool/{}/{}/{number}", call.dialog_id, round.step);
+                let planned = Planned {
+                    span_id: span_id_for(run_span, &place),
+                    name: format!("execute_tool {}", tool.name),
+                    kind: SpanKind::Internal,
+                    start: cursor,
+                    end: round_end,
+                    attributes: tool_attributes(tool, content),
+                    links: Vec::new(),
+                    error: tool.error_message.clone(),
+                };
+                emit(tracer, trace_id, planned, &call_context);
+            }
+            cursor = round_end;
+        }
+    }
+}
+
+/// An `execute_tool` span's attributes; its arguments and result only with `content`.
+fn tool_attributes(tool: &crate::dialog::FunctionCall, content: bool) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
+        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
+        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
+    ];
+    if tool.error_message.is_some() {
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "tool_error"));
+    }
+    if content {
+        let arguments = Value::Object(tool.arguments.clone()).to_string();
+        attributes.push(KeyValue::new(
+            semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
+            arguments,
+        ));
+        let result = tool
+            .result
+            .as_ref()
+            .map(text_of)
+            .or_else(|| tool.error_message.clone());
+        if let Some(result) = result {
+            attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+        }
+    }
+    attributes
+}
+
+/// One request to the model (one attempt).
+#[allow(clippy::too_many_arguments)]
+fn chat(
+    tracer: &SdkTracer,
+    trace_id: TraceId,
+    run_span: &str,
+    call: &AgentCallSession,
+    invoke: &InvokeTrace,
+    start: SystemTime,
+    end: SystemTime,
+    parent: &Context,
+    content: bool,
+) {
+    let (provider, _) = split_model(&call.model);
+    let request = &invoke.request;
+    let mut attributes = vec![
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
+        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
+        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, request.model.clone()),
+        KeyValue::new("lllm.attempt", i64::from(invoke.attempt)),
+        KeyValue::new("lllm.step", i64::from(invoke.step)),
+    ];
+    if invoke.repair > 0 {
+        attributes.push(KeyValue::new("lllm.repair", i64::from(invoke.repair)));
+    }
+    if invoke.cached {
+        attributes.push(KeyValue::new("lllm.cached", true));
+    }
+    if invoke.waited_ms > 0 {
+        attributes.push(KeyValue::new("lllm.waited_ms", invoke.waited_ms as i64));
+    }
+    for (setting, key) in [
+        ("temperature", semconv::GEN_AI_REQUEST_TEMPERATURE),
+        ("top_p", semconv::GEN_AI_REQUEST_TOP_P),
+        ("top_k", semconv::GEN_AI_REQUEST_TOP_K),
+        ("max_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
+        ("max_completion_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
+        (
+            "frequency_penalty",
+            semconv::GEN_AI_REQUEST_FREQUENCY_PENALTY,
+        ),
+        ("presence_penalty", semconv::GEN_AI_REQUEST_PRESENCE_PENALTY),
+        ("seed", semconv::GEN_AI_REQUEST_SEED),
+    ] {
+        match request.model_args.get(setting) {
+            Some(Value::Number(number)) if number.is_i64() => {
+                attributes.push(KeyValue::new(key, number.as_i64().unwrap_or_default()));
+            }
+            Some(Value::Number(number)) => {
+                attributes.push(KeyValue::new(key, number.as_f64().unwrap_or_default()));
+            }
+            _ => {}
+        }
+    }
+    if let Some(reply) = &invoke.response {
+        let cost = crate::dialog::InvokeCost::from_usage(&reply.usage);
+        attributes.push(KeyValue::new(
+            semconv::GEN_AI_USAGE_INPUT_TOKENS,
+            cost.prompt_tokens as i64,
+        ));
+        attributes.push(KeyValue::new(
+            semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
+            cost.completion_tokens as i64,
+        ));
+        if cost.cached_prompt_tokens > 0 {
+            attributes.push(KeyValue::new(
+                semconv::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+                cost.cached_prompt_tokens as i64,
+            ));
+        }
+        if let Some(model) = &reply.model {
+            attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_MODEL, model.clone()));
+        }
+        for key in ["response_id", "id"] {
+            if let Some(Value::String(id)) = reply.metadata.get(key) {
+                attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_ID, id.clone()));
+                break;
+            }
+        }
+        if let Some(Value::String(reason)) = reply.metadata.get("finish_reason") {
+            let reasons =
+                OtelValue::Array(vec![opentelemetry::StringValue::from(reason.clone())].into());
+            attributes.push(KeyValue::new(
+                semconv::GEN_AI_RESPONSE_FINISH_REASONS,
+                reasons,
+            ));
+        }
+        if content {
+            let mut message = serde_json::json!({
+                "role": "assistant",
+                "parts": [{"type": "text", "content": reply.content}],
+            });
+            for tool in &reply.function_calls {
+                if let Some(parts) = message["parts"].as_array_mut() {
+                    parts.push(serde_json::json!({
+                        "type": "tool_call", "id": tool.id, "name": tool.name,
+                        "arguments": tool.arguments,
+                    }));
+                }
+            }
+            attributes.push(KeyValue::new(
+                semconv::GEN_AI_OUTPUT_MESSAGES,
+                Value::Array(vec![message]).to_string(),
+            ));
+        }
+    }
+    if let Some(parse_error) = &invoke.parse_error {
+        attributes.push(KeyValue::new("lllm.parse_error", parse_error.clone()));
+    }
+    let error = invoke.error.as_ref().map(|error| {
+        attributes.push(KeyValue::new(semconv::ERROR_TYPE, error_type(error)));
+        error.to_string()
+    });
+    let place = chat_place(
+        &request.dialog_id,
+        invoke.step,
+        invoke.repair,
+        invoke.attempt,
+    );
+    let planned = Planned {
+        span_id: span_id_for(run_span, &place),
+        name: format!("chat {}", request.model),
+        kind: SpanKind::Client,
+        start,
+        end: end.max(start),
+        attributes,
+        links: Vec::new(),
+        error,
+    };
+    emit(tracer, trace_id, planned, parent);
+}
+
+/// The span of a whole batch: each task's trace links to it.
+pub struct BatchSpan {
+    context: Context,
+    trace: crate::trace_context::TraceContext,
+}
+
+impl std::fmt::Debug for BatchSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchSpan")
+            .field("trace", &self.trace)
+            .finish()
+    }
+}
+
+impl BatchSpan {
+    pub(super) fn start(tracer: &SdkTracer, name: &str) -> BatchSpan {
+        let span = tracer
+            .span_builder(format!("batch {name}"))
+            .with_kind(SpanKind::Internal)
+            .with_attributes([KeyValue::new("lllm.tactic", name.to_string())])
+            .start_with_context(tracer, &Context::new());
+        let context = Context::new().with_span(span);
+        let span_context = context.span().span_context().clone();
+        let trace = crate::trace_context::TraceContext::new(
+            span_context.trace_id().to_bytes(),
+            span_context.span_id().to_bytes(),
+            span_context.is_sampled(),
+        )
+        .unwrap_or_else(crate::trace_context::TraceContext::new_root);
+        BatchSpan { context, trace }
+    }
+
+    /// The context each task's run links to ([`crate::trace_context::linked`]).
+    pub fn link(&self) -> crate::trace_context::TraceContext {
+        self.trace
+    }
+
+    /// Ends the batch's span, with what the batch did.
+    pub fn end(self, attributes: Vec<KeyValue>) {
+        let span = self.context.span();
+        span.set_attributes(attributes);
+        span.end();
+    }
+}
+
+/// `openai/gpt-4o` as (`openai`, `gpt-4o`); a model without a provider is
+/// its own.
+fn split_model(model: &str) -> (&str, &str) {
+    model.split_once('/').unwrap_or(("", model))
+}
+
+fn state_word(state: RunState) -> &'static str {
+    match state {
+        RunState::Success => "success",
+        RunState::Failure => "failure",
+        RunState::Skipped => "skipped",
+    }
+}
+
+fn repairs(record: &SessionRecord) -> usize {
+    record
+        .agent_calls
+        .iter()
+        .map(AgentCallSession::exception_retry_count)
+        .sum::<usize>()
+        + record
+            .sub_tactic_sessions
+            .iter()
+            .map(repairs)
+            .sum::<usize>()
+}
+
+/// A JSON value as an attribute's text: a string as it is, else as JSON.
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Messages in the conventions' shape (`[{role, parts: [{type: text, content}]}]`), as JSON text.
+fn messages_json(messages: &[(&str, String)]) -> String {
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|(role, text)| serde_json::json!({"role": role, "parts": [{"type": "text", "content": text}]}))
+        .collect();
+    Value::Array(messages).to_string()
+}
+
+/// A record's timestamp (RFC 3339); the epoch when it does not read.
+fn time(text: &str) -> SystemTime {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(SystemTime::from)
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// A provider error's `error.type`: the HTTP status when the server
+/// answered, else how the retry loop read it.
+pub(super) fn error_type(error: &crate::provider::ProviderError) -> String {
+    match (error.status, error.kind) {
+        (Some(status), _) => status.to_string(),
+        (None, crate::provider::ErrorKind::RateLimit) => "rate_limit".into(),
+        (None, crate::provider::ErrorKind::Transient) => "transient".into(),
+        (None, crate::provider::ErrorKind::Permanent) => "permanent".into(),
+    }
+}

@@ -1,0 +1,520 @@
+//! W3C trace context (`traceparent`): which trace a run belongs to, and the
+//! span its requests go out under. Always compiled and free of OpenTelemetry:
+//! `lllm serve` continues a caller's trace with it, provider requests and
+//! calls to served tactics carry it onward, and the session record keeps the
+//! ids ([`RunTrace`]) so that `lllm logs --trace ID` finds the session. The
+//! export of spans is the `otel` feature's (docs/telemetry.md).
+//!
+//! ```
+//! use lllm::trace_context::TraceContext;
+//!
+//! let header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+//! let context: TraceContext = header.parse()?;
+//! assert!(context.sampled());
+//! assert_eq!(context.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+//! assert_eq!(context.to_string(), header);
+//! assert!("00-00000000000000000000000000000000-00f067aa0ba902b7-01".parse::<TraceContext>().is_err());
+//! # Ok::<(), lllm::trace_context::TraceContextError>(())
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// The name of the W3C header that carries a [`TraceContext`].
+pub const TRACEPARENT: &str = "traceparent";
+
+/// One `traceparent`: a trace id, the id of the span a request was made
+/// under, and the flags (bit 0: sampled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TraceContext {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    flags: u8,
+}
+
+/// Why a `traceparent` value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad traceparent `{shown}`: {reason}")]
+pub struct TraceContextError {
+    shown: String,
+    reason: &'static str,
+}
+
+impl TraceContext {
+    /// A context from its parts; `None` when an id is all zeros (invalid
+    /// by the W3C rules).
+    pub fn new(trace_id: [u8; 16], span_id: [u8; 8], sampled: bool) -> Option<Self> {
+        if trace_id == [0; 16] || span_id == [0; 8] {
+            return None;
+        }
+        Some(Self {
+            trace_id,
+            span_id,
+            flags: u8::from(sampled),
+        })
+    }
+
+    /// A new trace: random trace and span ids, sampled.
+    pub fn new_root() -> Self {
+        Self {
+            trace_id: random_bytes(),
+            span_id: random_span_id(),
+            flags: 1,
+        }
+    }
+
+    /// The same trace and flags, under span `span_id`.
+    pub fn with_span(self, span_id: [u8; 8]) -> Self {
+        Self { span_id, ..self }
+    }
+
+    /// The trace id.
+    pub fn trace_id(&self) -> [u8; 16] {
+        self.trace_id
+    }
+
+    /// The span id.
+    pub fn span_id(&self) -> [u8; 8] {
+        self.span_id
+    }
+
+    /// The trace id in lower-case hex (32 digits), as records and
+    /// backends show it.
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The span id in lower-case hex (16 digits).
+    pub fn span_id_hex(&self) -> String {
+        hex(&self.span_id)
+    }
+
+    /// Whether the caller sampled the trace (flag bit 0).
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+}
+
+impl fmt::Display for TraceContext {
+    /// The `traceparent` header's value: `00-TRACE-SPAN-FLAGS`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "00-{}-{}-{:02x}",
+            hex(&self.trace_id),
+            hex(&self.span_id),
+            self.flags
+        )
+    }
+}
+
+impl FromStr for TraceContext {
+    type Err = TraceContextError;
+
+    /// Reads a `traceparent` value by the W3C rules: version `00` (exactly
+    /// four fields) or a later version (more fields allowed), lower-case hex,
+    /// ids not all zeros, version `ff` refused.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let refuse = |reason| TraceContextError {
+            shown: crate::redact::terminal_line(&text.chars().take(80).collect::<String>())
+                .into_owned(),
+            reason,
+        };
+        let text = text.trim_matches([' ', '\t']);
+        let mut fields = text.split('-');
+        let version = fields.next().unwrap_or_default();
+        let (Some(trace), Some(span), Some(flags)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(refuse("it has fewer than four `-`-separated fields"));
+        };
+        let version =
+            from_hex::<1>(version).ok_or_else(|| refuse("the version is not two hex digits"))?;
+        if version[0] == 0xff {
+            return Err(refuse("version ff is invalid"));
+        }
+        if version[0] == 0 && fields.next().is_some() {
+            return Err(refuse("version 00 has exactly four fields"));
+        }
+        let trace_id = from_hex::<16>(trace)
+            .ok_or_else(|| refuse("the trace id is not 32 lower-case hex digits"))?;
+        let span_id = from_hex::<8>(span)
+            .ok_or_else(|| refuse("the parent id is not 16 lower-case hex digits"))?;
+        let flags =
+            from_hex::<1>(flags).ok_or_else(|| refuse("the flags are not two hex digits"))?;
+        if trace_id == [0; 16] {
+            return Err(refuse("the trace id is all zeros"));
+        }
+        if span_id == [0; 8] {
+            return Err(refuse("the parent id is all zeros"));
+        }
+        Ok(Self {
+            trace_id,
+            span_id,
+            flags: flags[0],
+        })
+    }
+}
+
+/// What a session record keeps of its trace (`trace` in the record; absent
+/// when the run had none): enough to find the session by trace id and to
+/// rebuild its spans, with the same ids, from the record alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTrace {
+    /// The trace's id, 32 lower-case hex digits.
+    pub trace_id: String,
+    /// The run's own span, 16 hex digits: every span of the run descends
+    /// from it, with ids derived from it and the span's place in the run.
+    pub span_id: String,
+    /// The span the run continued (a served call's `traceparent`, or the
+    /// running tactic's span for a sub-tactic); absent for a new trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
+    /// The span the run links to without being its child (a batch's span,
+    /// as a `traceparent` value): each task of a batch is a trace of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// Whether the trace is sampled (the caller's flag, or set for a new trace).
+    pub sampled: bool,
+}
+
+impl RunTrace {
+    /// The run's own span as a context: what its requests go out under.
+    pub fn context(&self) -> Option<TraceContext> {
+        let trace_id = from_hex::<16>(&self.trace_id)?;
+        let span_id = from_hex::<8>(&self.span_id)?;
+        TraceContext::new(trace_id, span_id, self.sampled)
+    }
+}
+
+/// The id of a span of a run, derived from the run's span and the span's
+/// place in the run (`call/2`, `chat/DIALOG/0/0/1`, …): the span a request
+/// goes out under at the time, and the span built from the record later,
+/// get the same id without the record storing one per span.
+pub(crate) fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
+    let digest = crate::sha256::Sha256::digest(format!("{run_span}/{place}").as_bytes());
+    let mut id = [0; 8];
+    id.copy_from_slice(&digest[..8]);
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    id
+}
+
+/// The place of a model call's span in its run: the dialog it went out on,
+/// its tool round, repair and attempt (what [`span_id_for`] is given).
+pub(crate) fn chat_place(dialog_id: &str, step: u32, repair: u32, attempt: u32) -> String {
+    format!("chat/{dialog_id}/{step}/{repair}/{attempt}")
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Makes every run start a trace of its own when it continues none (set by
+/// the `otel` feature's exporter when it is on); without it, only a run
+/// given a context ([`continuing`]) has a trace.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Runs no longer start traces of their own (the exporter is gone).
+#[cfg(feature = "otel")]
+pub(crate) fn disable() {
+    ENABLED.store(false, Ordering::Relaxed);
+}
+
+/// Whether runs start traces of their own ([`enable`]).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+tokio::task_local! {
+    /// The context a run started in `future` continues.
+    static PARENT: TraceContext;
+    /// The span a run started in `future` links to (a batch's).
+    static LINK: TraceContext;
+    /// The running tactic's own span.
+    static RUN: TraceContext;
+    /// The model call under way: the run's span and the call's place, its
+    /// attempts counted as they go out.
+    static CHAT: Arc<Chat>;
+}
+
+/// Runs `future` with `parent` as the trace its runs continue: each run
+/// started in it is a child span of `parent` (what `lllm serve` does with a
+/// caller's `traceparent`).
+pub async fn continuing<F: Future>(parent: TraceContext, future: F) -> F::Output {
+    PARENT.scope(parent, future).await
+}
+
+/// Runs `future` with `link` as the span its runs link to: each run
+/// started in it begins a trace of its own that names `link` (a batch's
+/// tasks and the batch's span).
+pub async fn linked<F: Future>(link: TraceContext, future: F) -> F::Output {
+    LINK.scope(link, future).await
+}
+
+/// [`linked`] when there is a `link`.
+pub(crate) async fn linked_to<F: Future>(link: Option<TraceContext>, future: F) -> F::Output {
+    match link {
+        Some(link) => LINK.scope(link, future).await,
+        None => future.await,
+    }
+}
+
+/// The trace of a run starting now: the running tactic's (a sub-tactic),
+/// the context given by [`continuing`], a new trace when tracing is
+/// [`enable`]d, else none. The second value says whether the run is nested
+/// in another (whose record holds it, so it is not exported on its own).
+pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
+    let span_id = || hex(&random_span_id());
+    if let Ok(outer) = RUN.try_with(|context| *context) {
+        let trace = RunTrace {
+            trace_id: outer.trace_id_hex(),
+            span_id: span_id(),
+            parent_span_id: Some(outer.span_id_hex()),
+            link: None,
+            sampled: outer.sampled(),
+        };
+        return (Some(trace), true);
+    }
+    let link = LINK.try_with(|link| link.to_string()).ok();
+    if let Ok(parent) = PARENT.try_with(|context| *context) {
+        let trace = RunTrace {
+            trace_id: parent.trace_id_hex(),
+            span_id: span_id(),
+            parent_span_id: Some(parent.span_id_hex()),
+            link,
+            sampled: parent.sampled(),
+        };
+        return (Some(trace), false);
+    }
+    if !enabled() {
+        return (None, false);
+    }
+    let trace = RunTrace {
+        trace_id: hex(&random_bytes::<16>()),
+        span_id: span_id(),
+        parent_span_id: None,
+        link,
+        sampled: true,
+    };
+    (Some(trace), false)
+}
+
+/// Runs `future`, a run's work, as the run with trace `trace`.
+pub(crate) async fn in_run<F: Future>(trace: Option<&RunTrace>, future: F) -> F::Output {
+    match trace.and_then(RunTrace::context) {
+        Some(context) => RUN.scope(context, future).await,
+        None => future.await,
+    }
+}
+
+/// The model call under way (see [`in_chat`]).
+#[derive(Debug)]
+pub(crate) struct Chat {
+    run: TraceContext,
+    dialog_id: String,
+    step: u32,
+    repair: u32,
+    attempts: AtomicU32,
+}
+
+/// Runs `future`, one model request and its retries, so that each attempt
+/// goes out under the span the record's invoke will have.
+pub(crate) async fn in_chat<F: Future>(
+    dialog_id: &str,
+    step: u32,
+    repair: u32,
+    future: F,
+) -> F::Output {
+    match RUN.try_with(|context| *context) {
+        Ok(run) => {
+            let chat = Chat {
+                run,
+                dialog_id: dialog_id.to_string(),
+                step,
+                repair,
+                attempts: AtomicU32::new(0),
+            };
+            CHAT.scope(Arc::new(chat), future).await
+        }
+        Err(_) => future.await,
+    }
+}
+
+/// The `traceparent` a provider request sends now, when the run has a
+/// trace: the span of this attempt of the model call (each call counts one
+/// attempt), else the run's span.
+pub(crate) fn provider_request() -> Option<String> {
+    if let Ok(context) = CHAT.try_with(|chat| {
+        let attempt = chat.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let place = chat_place(&chat.dialog_id, chat.step, chat.repair, attempt);
+        chat.run
+            .with_span(span_id_for(&chat.run.span_id_hex(), &place))
+    }) {
+        return Some(context.to_string());
+    }
+    current_run().map(|context| context.to_string())
+}
+
+/// The running tactic's span, when the run has a trace: what a call to a
+/// served tactic goes out under.
+pub fn current_run() -> Option<TraceContext> {
+    RUN.try_with(|context| *context).ok()
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0; N];
+    loop {
+        for byte in bytes.iter_mut() {
+            *byte = fastrand::u8(..);
+        }
+        if bytes != [0; N] {
+            return bytes;
+        }
+    }
+}
+
+fn random_span_id() -> [u8; 8] {
+    random_bytes()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    crate::sha256::hex(bytes)
+}
+
+/// `N` bytes from exactly `2N` lower-case hex digits.
+pub(crate) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != N * 2 {
+        return None;
+    }
+    let value = |digit: u8| match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0; N];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = (value(digits[2 * index])? << 4) | value(digits[2 * index + 1])?;
+    }
+    Some(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_traceparent_reads_and_writes_back_the_same() {
+        let context: TraceContext = HEADER.parse().unwrap();
+        assert_eq!(context.to_string(), HEADER);
+        assert_eq!(context.span_id_hex(), "00f067aa0ba902b7");
+        assert!(context.sampled());
+        let unsampled: TraceContext = HEADER.replace("-01", "-00").parse().unwrap();
+        assert!(!unsampled.sampled());
+    }
+
+    #[test]
+    fn bad_traceparents_are_refused_with_the_reason() {
+        let cases = [
+            ("", "fewer than four"),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+                "fewer than four",
+            ),
+            (
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                "trace id is not",
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "trace id is all zeros",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "parent id is all zeros",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902-01",
+                "parent id is not",
+            ),
+            (
+                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version ff",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx",
+                "exactly four",
+            ),
+            (
+                "0g-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version is not",
+            ),
+        ];
+        for (text, reason) in cases {
+            let error = text.parse::<TraceContext>().unwrap_err().to_string();
+            assert!(error.contains(reason), "{text:?}: {error}");
+        }
+        // A later version may add fields; its first four are read.
+        let later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra";
+        assert_eq!(later.parse::<TraceContext>().unwrap().to_string(), HEADER);
+    }
+
+    #[test]
+    fn span_ids_are_derived_the_same_way_every_time_and_differ_by_place() {
+        let first = span_id_for("00f067aa0ba902b7", &chat_place("d1", 0, 0, 1));
+        assert_eq!(
+            first,
+            span_id_for("00f067aa0ba902b7", &chat_place("d1", 0, 0, 1))
+        );
+        assert_ne!(
+            first,
+            span_id_for("00f067aa0ba902b7", &chat_place("d1", 0, 0, 2))
+        );
+        assert_ne!(
+            first,
+            span_id_for("1111111111111111", &chat_place("d1", 0, 0, 1))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_run_continues_its_parent_and_a_nested_run_its_runner() {
+        let parent: TraceContext = HEADER.parse().unwrap();
+        let (outer, nested) = continuing(parent, async { run_starting() }).await;
+        let outer = outer.unwrap();
+        assert!(!nested);
+        assert_eq!(outer.trace_id, parent.trace_id_hex());
+        assert_eq!(outer.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
+        let (inner, nested) = in_run(Some(&outer), async { run_starting() }).await;
+        assert!(nested);
+        assert_eq!(inner.unwrap().parent_span_id, Some(outer.span_id.clone()));
+        // Each attempt of a model call goes out under its own span.
+        let sent = in_run(
+            Some(&outer),
+            in_chat("d1", 0, 0, async {
+                [provider_request().unwrap(), provider_request().unwrap()]
+            }),
+        )
+        .await;
+        let second = chat_place("d1", 0, 0, 2);
+        let expected = outer
+            .context()
+            .unwrap()
+            .with_span(span_id_for(&outer.span_id, &second));
+        assert_eq!(sent[1], expected.to_string());
+        assert_ne!(sent[0], sent[1]);
+    }
+
+    #[tokio::test]
+    async fn without_a_context_or_tracing_a_run_has_no_trace() {
+        assert_eq!(run_starting(), (None, false));
+        assert_eq!(provider_request(), None);
+    }
+}
