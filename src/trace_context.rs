@@ -17,6 +17,7 @@
 //! # Ok::<(), lllm::trace_context::TraceContextError>(())
 //! ```
 
+use futures_util::future::Either;
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
@@ -246,22 +247,30 @@ tokio::task_local! {
 /// Runs `future` with `parent` as the trace its runs continue: each run
 /// started in it is a child span of `parent` (what `lllm serve` does with a
 /// caller's `traceparent`).
-pub async fn continuing<F: Future>(parent: TraceContext, future: F) -> F::Output {
-    PARENT.scope(parent, future).await
+///
+/// Not an `async fn`, nor are the other wrappers here: an `async fn` keeps
+/// its future argument in its own state beside the scope that runs it, so
+/// every wrapped run took twice its size (16 KB more per request `lllm
+/// serve` held; docs/benchmarks.md, "Serving").
+pub fn continuing<F: Future>(parent: TraceContext, future: F) -> impl Future<Output = F::Output> {
+    PARENT.scope(parent, future)
 }
 
 /// Runs `future` with `link` as the span its runs link to: each run
 /// started in it begins a trace of its own that names `link` (a batch's
 /// tasks and the batch's span).
-pub async fn linked<F: Future>(link: TraceContext, future: F) -> F::Output {
-    LINK.scope(link, future).await
+pub fn linked<F: Future>(link: TraceContext, future: F) -> impl Future<Output = F::Output> {
+    LINK.scope(link, future)
 }
 
 /// [`linked`] when there is a `link`.
-pub(crate) async fn linked_to<F: Future>(link: Option<TraceContext>, future: F) -> F::Output {
+pub(crate) fn linked_to<F: Future>(
+    link: Option<TraceContext>,
+    future: F,
+) -> impl Future<Output = F::Output> {
     match link {
-        Some(link) => LINK.scope(link, future).await,
-        None => future.await,
+        Some(link) => Either::Left(LINK.scope(link, future)),
+        None => Either::Right(future),
     }
 }
 
@@ -306,10 +315,13 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
 }
 
 /// Runs `future`, a run's work, as the run with trace `trace`.
-pub(crate) async fn in_run<F: Future>(trace: Option<&RunTrace>, future: F) -> F::Output {
+pub(crate) fn in_run<F: Future>(
+    trace: Option<&RunTrace>,
+    future: F,
+) -> impl Future<Output = F::Output> {
     match trace.and_then(RunTrace::context) {
-        Some(context) => RUN.scope(context, future).await,
-        None => future.await,
+        Some(context) => Either::Left(RUN.scope(context, future)),
+        None => Either::Right(future),
     }
 }
 
@@ -324,13 +336,15 @@ pub(crate) struct Chat {
 }
 
 /// Runs `future`, one model request and its retries, so that each attempt
-/// goes out under the span the record's invoke will have.
-pub(crate) async fn in_chat<F: Future>(
+/// goes out under the span the record's invoke will have. The run's trace
+/// is read when this is called, so it is called inside the run (as the
+/// agent loop does).
+pub(crate) fn in_chat<F: Future>(
     dialog_id: &str,
     step: u32,
     repair: u32,
     future: F,
-) -> F::Output {
+) -> impl Future<Output = F::Output> {
     match RUN.try_with(|context| *context) {
         Ok(run) => {
             let chat = Chat {
@@ -340,9 +354,9 @@ pub(crate) async fn in_chat<F: Future>(
                 repair,
                 attempts: AtomicU32::new(0),
             };
-            CHAT.scope(Arc::new(chat), future).await
+            Either::Left(CHAT.scope(Arc::new(chat), future))
         }
-        Err(_) => future.await,
+        Err(_) => Either::Right(future),
     }
 }
 
@@ -496,12 +510,14 @@ mod tests {
         assert!(nested);
         assert_eq!(inner.unwrap().parent_span_id, Some(outer.span_id.clone()));
         // Each attempt of a model call goes out under its own span.
-        let sent = in_run(
-            Some(&outer),
+        // (`in_chat` reads the run's trace when it is called: inside the run,
+        // as the agent loop calls it.)
+        let sent = in_run(Some(&outer), async {
             in_chat("d1", 0, 0, async {
                 [provider_request().unwrap(), provider_request().unwrap()]
-            }),
-        )
+            })
+            .await
+        })
         .await;
         let second = chat_place("d1", 0, 0, 2);
         let expected = outer

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use futures_util::StreamExt;
+use futures_util::future::Either;
 use lllm::tactic::SessionRecord;
 use lllm::{Event, EventKind, Tactic, Task};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
@@ -110,11 +111,14 @@ pub fn start(
                 None => (tactic.run_until(task, None, interrupt).await, None),
             }
         };
-        // A caller's `traceparent`: the run is a child of its span.
-        let (mut record, closing) = match trace {
-            Some(parent) => lllm::trace_context::continuing(parent, run).await,
-            None => run.await,
+        // A caller's `traceparent`: the run is a child of its span. (One
+        // future either way, made before the await: awaiting in each arm
+        // kept room for both, and for `run` beside them.)
+        let run = match trace {
+            Some(parent) => Either::Left(lllm::trace_context::continuing(parent, run)),
+            None => Either::Right(run),
         };
+        let (mut record, closing) = run.await;
         let ending = match ending.load(Ordering::SeqCst) {
             CANCELLED => Ending::Cancelled,
             TIMEOUT => Ending::Timeout,
