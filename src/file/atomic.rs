@@ -86,38 +86,6 @@ impl AtomicFile {
         self.committed = true;
         Ok(())
     }
-
-    /// Writes what is buffered and renames the file over the destination
-    /// without waiting for the disk: from then on every process reads the
-    /// file whole, and a crash of this one loses nothing, but a power loss
-    /// before the file system's next sync ([`sync_filesystem`]) may leave the
-    /// file empty or cut. For many files whose durability can follow in one
-    /// sync for all. Elsewhere than Linux the file is synced first, as
-    /// [`commit`](AtomicFile::commit) does.
-    ///
-    /// ```
-    /// # fn main() -> std::io::Result<()> {
-    /// use std::io::Write;
-    /// let dir = tempfile::tempdir()?;
-    /// for name in ["a.json", "b.json"] {
-    ///     let mut file = lllm::file::atomic::AtomicFile::create(&dir.path().join(name))?;
-    ///     writeln!(file, "{name}")?;
-    ///     file.publish()?;
-    /// }
-    /// assert_eq!(std::fs::read_to_string(dir.path().join("b.json"))?, "b.json\n");
-    /// lllm::file::atomic::sync_filesystem(dir.path())?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn publish(mut self) -> io::Result<()> {
-        self.writer.flush()?;
-        if !cfg!(any(target_os = "linux", target_os = "android")) {
-            self.writer.get_ref().sync_all()?;
-        }
-        std::fs::rename(&self.temporary, &self.path)?;
-        self.committed = true;
-        Ok(())
-    }
 }
 
 impl Write for AtomicFile {
@@ -140,29 +108,6 @@ impl Drop for AtomicFile {
             let _ = std::fs::remove_file(&self.temporary);
         }
     }
-}
-
-/// Makes durable everything written so far to the file system that holds
-/// `path` (a file or a directory on it): files [published](AtomicFile::publish)
-/// before the call survive a power loss after it. On Linux one `syncfs`, which
-/// waits for every file of that file system written so far, this program's or
-/// not; elsewhere nothing is left to do, as `publish` synced each file.
-///
-/// `lllm serve` answers a call once its record is published and syncs its
-/// records in groups behind the answers: one sync for every record written
-/// while the last one ran (docs/benchmarks.md, "Serving").
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn sync_filesystem(path: &Path) -> io::Result<()> {
-    let file = File::open(path)?;
-    nix::unistd::syncfs(&file).map_err(io::Error::from)
-}
-
-/// Makes durable everything written so far to the file system that holds
-/// `path`: elsewhere than Linux, [`AtomicFile::publish`] synced each file, so
-/// nothing is left to do but check that `path` is there.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn sync_filesystem(path: &Path) -> io::Result<()> {
-    std::fs::metadata(path).map(|_| ())
 }
 
 /// Writes `bytes` to `path` through an [`AtomicFile`].
@@ -217,26 +162,6 @@ mod tests {
             .collect();
         names.sort();
         names
-    }
-
-    #[test]
-    fn a_published_file_is_whole_under_its_name_and_a_failed_one_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let gone = dir.path().join("gone");
-        std::fs::create_dir(&gone).unwrap();
-        let mut kept = AtomicFile::create(&dir.path().join("a.json")).unwrap();
-        kept.write_all(b"whole").unwrap();
-        let mut lost = AtomicFile::create(&gone.join("b.json")).unwrap();
-        lost.write_all(b"whole").unwrap();
-        // The second file's directory goes before it is published: its
-        // rename fails and its temporary file went with the directory.
-        std::fs::remove_dir_all(&gone).unwrap();
-        kept.publish().unwrap();
-        assert!(lost.publish().is_err());
-        assert_eq!(names(dir.path()), ["a.json"]);
-        assert_eq!(std::fs::read(dir.path().join("a.json")).unwrap(), b"whole");
-        sync_filesystem(dir.path()).unwrap();
-        assert!(sync_filesystem(&gone).is_err());
     }
 
     #[test]

@@ -258,3 +258,40 @@ fn sessions_are_found_by_their_trace_and_a_store_without_the_table_gains_it() {
     let read = store.show(&traced.session_id).unwrap();
     assert_eq!(read.trace, traced.trace);
 }
+
+/// The index's write-ahead log, in bytes.
+fn wal_size(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join("index.sqlite-wal")).map_or(0, |metadata| metadata.len())
+}
+
+#[test]
+fn a_writer_that_defers_checkpoints_leaves_them_to_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let entry = record_file(&dir.path().join("r.json"), "checkpoints");
+    let rows = |store: &mut Store, from: usize| {
+        for number in from..from + 300 {
+            let mut row = entry.clone();
+            row.session_id = format!("{number:08}");
+            store.register(&[row]).unwrap();
+        }
+    };
+    // SQLite's own checkpoints keep the log near their threshold of 1,000
+    // pages (4 KB each)...
+    let automatic = dir.path().join("automatic");
+    rows(&mut Store::open(&automatic).unwrap(), 0);
+    let threshold = 1_100 * 4096;
+    assert!(wal_size(&automatic) < threshold, "{}", wal_size(&automatic));
+    // ...a deferring writer's grows past it...
+    let deferred = dir.path().join("deferred");
+    let mut writer = Store::open(&deferred).unwrap();
+    writer.defer_checkpoints().unwrap();
+    rows(&mut writer, 0);
+    let grown = wal_size(&deferred);
+    assert!(grown > threshold, "{grown}");
+    // ...until another connection checkpoints: the log is then written
+    // again from its start instead of doubling.
+    Store::open(&deferred).unwrap().checkpoint().unwrap();
+    rows(&mut writer, 300);
+    let after = wal_size(&deferred);
+    assert!(after < grown + grown / 2, "{after} after {grown}");
+}

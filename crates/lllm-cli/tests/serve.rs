@@ -834,3 +834,92 @@ fn calls_at_once_are_each_recorded_and_indexed_before_their_answers() {
     ids.sort();
     assert_eq!(found, ids);
 }
+
+/// The `sessions.jsonl` files under `dir`, found at any depth.
+fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(segment_files(&path));
+        } else if path
+            .file_name()
+            .is_some_and(|name| name == "sessions.jsonl")
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_servers_records_are_lines_of_a_file_of_its_own_that_logs_and_replay_read() {
+    let (test, _mock) = setup(0);
+    let first = Served::start(&test, &["t.yaml"]);
+    let second = Served::start(&test, &["t.yaml"]);
+    let mut ids = Vec::new();
+    for (served, task) in [(&first, "one"), (&second, "two"), (&first, "three")] {
+        let answer = post(
+            &format!("{}/run", served.url),
+            &format!("{{\"input\": \"{task}\"}}"),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        ids.push(answer.json()["session_id"].as_str().unwrap().to_string());
+    }
+    // Two servers on one store: two files, each in a `serve-UUID` folder,
+    // each a compact JSON line per call.
+    let mut files = segment_files(&test.path("home/sessions"));
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut lines: Vec<usize> = Vec::new();
+    for file in &files {
+        let folder = file
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        assert!(folder.starts_with("serve-"), "{folder}");
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(text.ends_with('\n'));
+        for line in text.lines() {
+            let record: Value = serde_json::from_str(line).unwrap();
+            assert!(ids.contains(&record["session_id"].as_str().unwrap().to_string()));
+        }
+        lines.push(text.lines().count());
+    }
+    lines.sort();
+    assert_eq!(lines, [1, 2]);
+
+    // The index points at each line: `logs show` reads the session back,
+    // at once after its answer.
+    for id in &ids {
+        let shown = test.run(&["logs", "show", id, "--json"]);
+        shown.expect_code(0);
+        let record: Value = serde_json::from_str(&shown.stdout).unwrap();
+        assert_eq!(record["session_id"], id.as_str());
+    }
+    // `replay FILE --id SESSION` shows one and re-runs it offline.
+    let file = files
+        .iter()
+        .find(|file| std::fs::read_to_string(file).unwrap().contains(&ids[2]))
+        .unwrap()
+        .display()
+        .to_string();
+    let replayed = test.run(&["replay", &file, "--id", &ids[2], "--json"]);
+    replayed.expect_code(0);
+    let record: Value = serde_json::from_str(&replayed.stdout).unwrap();
+    assert_eq!(record["delivery"], "ok");
+    test.run(&["replay", &file, "--id", &ids[2], "--rerun"])
+        .expect_code(0);
+    // `reindex` finds them as it finds a batch's.
+    std::fs::remove_file(test.path("home/index.sqlite")).unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(test.path(&format!("home/index.sqlite{suffix}")));
+    }
+    drop((first, second));
+    test.run(&["logs", "reindex", "--from", "home/sessions"])
+        .expect_code(0);
+    let listed = test.run(&["logs", "--json"]);
+    assert_eq!(listed.expect_code(0).json_lines().len(), 3);
+}

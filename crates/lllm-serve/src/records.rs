@@ -1,28 +1,35 @@
-//! Where served sessions go: each record to its own file
-//! (`<session id>.json` in the records directory) and its row to the
-//! session store's index, by one thread that takes every record waiting and
-//! writes them as a group: each file written whole under a temporary name
-//! and renamed ([`AtomicFile::publish`]), their rows in one transaction. A
-//! call is answered once its record is written and indexed, so `lllm logs`
-//! finds it at once and a crash of the server loses none.
+//! Where served sessions go: each record one line of a `sessions.jsonl` of
+//! the server's own (`<records>/serve-<uuid>/sessions.jsonl`: the form a
+//! batch writes, read by `lllm replay FILE --id ID` and found by `lllm logs
+//! reindex --from`), its row in the session store's index with the line's
+//! offset. One thread takes every record waiting and writes them as a
+//! group: their lines in one write at the file's end, their rows in one
+//! transaction. A call is answered once its record is written and indexed,
+//! so `lllm logs` finds it at once and a crash of the server loses none.
+//!
+//! A file of one's own, appended to, replaced a file per record: creating a
+//! file and renaming it into place was most of the kernel's work per call
+//! at 1,000 calls a second (the file system searching for a free inode),
+//! and the tail of what a served call added to the provider's latency
+//! (docs/benchmarks.md, "Serving"). The file is created with `O_EXCL`, so
+//! no two servers ever write one; past [`SEGMENT_BYTES`] the next group
+//! starts a new one.
 //!
 //! Durability against a power loss follows the answers: a second thread
-//! syncs the records' file system ([`sync_filesystem`]) once for every
-//! group written while its last sync ran. A call never waits for the disk
-//! (a sync in the answer's path was the largest part of what a served call
-//! added to the provider's latency: docs/benchmarks.md, "Serving"); a power
-//! loss can take the records of the last sync's worth of calls, and a
-//! shutdown ([`Recorder::sync`], from the drain) syncs them all before the
-//! server exits. The record is serialized by the call's own task, so the
-//! writer only writes. A record or row that cannot be written, or a sync
-//! that fails, is a warning on stderr (once for the index and the sync);
-//! the call is answered all the same.
+//! syncs the files written (`fdatasync`, and their directories once) for
+//! every group written while its last sync ran. A call never waits for the
+//! disk; a power loss can take the records of the last sync's worth of
+//! calls, and a shutdown ([`Recorder::sync`], from the drain) syncs them all
+//! before the server exits. The record is serialized by the call's own
+//! task, so the writer only writes. A record or row that cannot be written,
+//! or a sync that fails, is a warning on stderr (once for the index and the
+//! sync); the call is answered all the same.
 
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
-use lllm::file::atomic::{AtomicFile, sync_filesystem};
 use lllm::store::{Entry, RecordPlace, Store};
 use lllm::tactic::SessionRecord;
 use tokio::sync::oneshot;
@@ -30,10 +37,14 @@ use tokio::sync::oneshot;
 /// The most records written in one group.
 const BATCH: usize = 512;
 
+/// A server's `sessions.jsonl` grows to about this size (the group that
+/// passes it is written whole), then the next group starts a new file.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
 /// Writes the sessions' records and indexes them.
 pub struct Recorder {
-    /// The records directory; `None`: no records (`--no-record`).
-    dir: Option<PathBuf>,
+    /// Whether records are written (not `--no-record`).
+    recording: bool,
     /// Whether rows go to the store's index (not `--no-store`).
     indexed: bool,
     /// The writer thread.
@@ -52,48 +63,58 @@ enum Job {
 /// A record waiting for the writer thread, and who waits for it.
 struct Record {
     session_id: String,
-    path: PathBuf,
-    /// The record as its file holds it.
-    bytes: Vec<u8>,
-    /// Its index row (`None` without a store).
+    /// The record's line, its newline included.
+    line: Vec<u8>,
+    /// Its index row, its place filled in by the writer (`None` without a
+    /// store).
     entry: Option<Entry>,
     done: oneshot::Sender<()>,
 }
 
 impl Recorder {
-    /// Records in `dir`, indexed in the store in `store`.
+    /// Records in a file of their own under `dir`, indexed in the store in
+    /// `store`.
     pub fn new(dir: Option<PathBuf>, store: Option<PathBuf>) -> Recorder {
+        let recording = dir.is_some();
         let indexed = store.is_some();
-        let jobs = dir.clone().and_then(|dir| {
+        let jobs = dir.and_then(|dir| {
             let (sender, receiver) = mpsc::channel();
             let spawned = std::thread::Builder::new()
                 .name("lllm-serve-records".into())
                 .spawn(move || writer(&dir, store.as_deref(), &receiver));
             spawned.ok().map(|_| sender)
         });
-        Recorder { dir, indexed, jobs }
+        Recorder {
+            recording,
+            indexed,
+            jobs,
+        }
     }
 
     /// Writes `record` and indexes it; a failure is said on stderr.
     pub async fn write(&self, record: &SessionRecord) {
-        let (Some(dir), Some(jobs)) = (&self.dir, &self.jobs) else {
-            if self.dir.is_some() {
+        let Some(jobs) = &self.jobs else {
+            if self.recording {
                 warn_record(&record.session_id, "the writer thread could not start");
             }
             return;
         };
-        let path = dir.join(format!("{}.json", record.session_id));
-        let mut bytes = match serde_json::to_vec_pretty(record) {
-            Ok(bytes) => bytes,
+        let mut line = match serde_json::to_vec(record) {
+            Ok(line) => line,
             Err(error) => return warn_record(&record.session_id, &error.to_string()),
         };
-        bytes.push(b'\n');
-        let entry = self.indexed.then(|| entry(record, &path));
+        line.push(b'\n');
+        let entry = self.indexed.then(|| {
+            let unplaced = RecordPlace::Line {
+                path: PathBuf::new(),
+                offset: 0,
+            };
+            Entry::of(record, unplaced)
+        });
         let (done, written) = oneshot::channel();
         let job = Job::Record(Box::new(Record {
             session_id: record.session_id.clone(),
-            path,
-            bytes,
+            line,
             entry,
             done,
         }));
@@ -122,16 +143,76 @@ fn warn_record(session_id: &str, error: &str) {
     ));
 }
 
-/// The writer thread: every record waiting, written as one group, their rows
-/// registered in one transaction, their callers answered; then the group's
-/// sync asked of the syncing thread, and the next group.
+/// The file records are appended to.
+struct Segment {
+    /// `<records>/serve-<uuid>/sessions.jsonl`.
+    path: PathBuf,
+    file: Arc<File>,
+    /// Its length: the next line's offset.
+    len: u64,
+}
+
+impl Segment {
+    /// A new file under `dir`, no other's: its directory's name is a new
+    /// UUID v7 (in time order, as session ids are), and the file is created
+    /// with `O_EXCL` (which follows no link either).
+    fn create(dir: &Path) -> std::io::Result<Segment> {
+        let folder = dir.join(format!("serve-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&folder)?;
+        let path = folder.join(lllm::tactic::record::SESSIONS_FILE);
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok(Segment {
+            path,
+            file: Arc::new(file),
+            len: 0,
+        })
+    }
+
+    /// Appends `bytes`. On a failure the file is cut back to its last whole
+    /// line, so that the next group's offsets stay true; `false` when even
+    /// that failed, and the next group must start a new file.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), (std::io::Error, bool)> {
+        match (&*self.file).write_all(bytes) {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                Ok(())
+            }
+            Err(error) => Err((error, self.file.set_len(self.len).is_ok())),
+        }
+    }
+}
+
+/// What the syncing thread makes durable.
+enum Durable {
+    /// A file's data.
+    File(Arc<File>),
+    /// A directory's entries (a new file's name in it).
+    Directory(PathBuf),
+}
+
+/// What the syncing thread is given after each group.
+struct Synced {
+    durable: Vec<Durable>,
+    /// Who waits for them.
+    waiting: Vec<oneshot::Sender<()>>,
+}
+
+/// The writer thread: every record waiting, written as one group in the
+/// current file, their rows registered in one transaction, their callers
+/// answered; then the group's sync asked of the syncing thread, and the
+/// next group.
 fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
-    let (syncs, pending) = mpsc::channel::<Vec<oneshot::Sender<()>>>();
-    let synced_dir = dir.to_path_buf();
+    let (syncs, pending) = mpsc::channel::<Synced>();
+    let checkpoints = Checkpoints::new(store_dir.map(Path::to_path_buf));
     let syncer = std::thread::Builder::new()
         .name("lllm-serve-sync".into())
-        .spawn(move || syncer(&synced_dir, &pending));
+        .spawn(move || syncer(&pending, checkpoints));
     let mut index = Index::new(store_dir);
+    let mut segment: Option<Segment> = None;
+    let mut lines = Vec::new();
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -140,35 +221,86 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        // Made once here rather than per record; a failure shows as each
-        // record's own error below.
-        let _ = std::fs::create_dir_all(dir);
+        let mut durable = Vec::new();
+        if let Some(full) = segment.take_if(|segment| segment.len >= SEGMENT_BYTES) {
+            durable.push(Durable::File(full.file));
+        }
+        let opened = match &segment {
+            Some(_) => Ok(()),
+            None => Segment::create(dir).map(|created| {
+                for directory in [created.path.parent(), Some(dir)].into_iter().flatten() {
+                    durable.push(Durable::Directory(directory.to_path_buf()));
+                }
+                segment = Some(created);
+            }),
+        };
         let mut entries = Vec::with_capacity(batch.len());
+        let mut written = Vec::with_capacity(batch.len());
         let mut answered = Vec::with_capacity(batch.len());
         let mut waiting_sync = Vec::new();
+        lines.clear();
         for job in batch {
             match job {
                 Job::Record(record) => {
-                    match publish(&record) {
-                        Ok(()) => entries.extend(record.entry),
-                        Err(error) => warn_record(
-                            &record.session_id,
-                            &format!("{}: {error}", record.path.display()),
-                        ),
+                    let Record {
+                        session_id,
+                        line,
+                        entry,
+                        done,
+                    } = *record;
+                    if let Some(segment) = &segment {
+                        let offset = segment.len + lines.len() as u64;
+                        lines.extend_from_slice(&line);
+                        entries.extend(entry.map(|mut entry| {
+                            entry.place = RecordPlace::Line {
+                                path: absolute(&segment.path),
+                                offset,
+                            };
+                            entry
+                        }));
                     }
-                    answered.push(record.done);
+                    written.push(session_id);
+                    answered.push(done);
                 }
                 Job::Sync(done) => waiting_sync.push(done),
             }
         }
-        index.register(&entries);
+        let outcome = match (opened, &mut segment) {
+            (Err(error), _) => Err(format!("{}: {error}", dir.display())),
+            (Ok(()), Some(open)) if !lines.is_empty() => match open.append(&lines) {
+                Ok(()) => Ok(()),
+                Err((error, restored)) => {
+                    let message = format!("{}: {error}", open.path.display());
+                    if !restored {
+                        durable.push(Durable::File(open.file.clone()));
+                        segment = None;
+                    }
+                    Err(message)
+                }
+            },
+            _ => Ok(()),
+        };
+        match outcome {
+            Ok(()) => index.register(&entries),
+            Err(message) => {
+                for session_id in &written {
+                    warn_record(session_id, &message);
+                }
+            }
+        }
+        if let Some(segment) = &segment {
+            durable.push(Durable::File(segment.file.clone()));
+        }
         for done in answered {
             let _ = done.send(());
         }
         match &syncer {
             // A group with nothing to wait for is still synced.
             Ok(_) => {
-                let _ = syncs.send(waiting_sync);
+                let _ = syncs.send(Synced {
+                    durable,
+                    waiting: waiting_sync,
+                });
             }
             // No syncing thread: each shutdown's sync is answered at once
             // (the records are written; the disk gets them in its time).
@@ -177,34 +309,105 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
     }
 }
 
-/// Writes one record under a temporary name and renames it into place.
-fn publish(record: &Record) -> std::io::Result<()> {
-    let mut file = AtomicFile::create(&record.path)?;
-    file.write_all(&record.bytes)?;
-    file.publish()
+/// `path` made absolute for the index (as the current directory is now).
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// The syncing thread: one sync of the records' file system for every group
-/// written while the last one ran; then those who asked are answered.
-fn syncer(dir: &Path, pending: &mpsc::Receiver<Vec<oneshot::Sender<()>>>) {
+/// The syncing thread: the files and directories of every group written
+/// while the last sync ran, each synced once; then those who asked are
+/// answered, and the index checkpointed when it is time.
+fn syncer(pending: &mpsc::Receiver<Synced>, mut checkpoints: Checkpoints) {
     let mut warned = false;
     while let Ok(first) = pending.recv() {
-        let mut waiting = first;
+        let Synced {
+            mut durable,
+            mut waiting,
+        } = first;
         while let Ok(more) = pending.try_recv() {
-            waiting.extend(more);
+            durable.extend(more.durable);
+            waiting.extend(more.waiting);
         }
-        if let Err(error) = sync_filesystem(dir)
+        let mut files: Vec<Arc<File>> = Vec::new();
+        let mut directories: Vec<PathBuf> = Vec::new();
+        for item in durable {
+            match item {
+                Durable::File(file) if !files.iter().any(|seen| Arc::ptr_eq(seen, &file)) => {
+                    files.push(file);
+                }
+                Durable::Directory(path) if !directories.contains(&path) => {
+                    directories.push(path);
+                }
+                _ => {}
+            }
+        }
+        let synced = files
+            .iter()
+            .map(|file| file.sync_data())
+            .chain(directories.iter().map(|path| sync_directory(path)))
+            .find_map(Result::err);
+        if let Some(error) = synced
             && !std::mem::replace(&mut warned, true)
         {
             lllm::report::warn(&format!(
-                "{}: served records could not be synced to disk: {error} (they are \
-                 written; a power loss may take the latest)",
-                dir.display()
+                "served records could not be synced to disk: {error} (they are \
+                 written; a power loss may take the latest)"
             ));
         }
+        let shutdown = !waiting.is_empty();
         for done in waiting {
             let _ = done.send(());
         }
+        checkpoints.tick(shutdown);
+    }
+}
+
+/// The index's checkpoints, taken by the syncing thread on a connection of
+/// its own, at most once a [`CHECKPOINT_EVERY`] (and at a shutdown's sync),
+/// so that the writer thread, which registers rows before their calls are
+/// answered, never waits for one ([`Store::defer_checkpoints`]).
+struct Checkpoints {
+    dir: Option<PathBuf>,
+    store: Option<Store>,
+    last: std::time::Instant,
+}
+
+/// How often the index is checkpointed while records are written.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Checkpoints {
+    fn new(dir: Option<PathBuf>) -> Checkpoints {
+        Checkpoints {
+            dir,
+            store: None,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Checkpoints if it is time (`now`: whatever the time). A failure is
+    /// left to the next one: SQLite's log only grows meanwhile.
+    fn tick(&mut self, now: bool) {
+        let Some(dir) = &self.dir else { return };
+        if !now && self.last.elapsed() < CHECKPOINT_EVERY {
+            return;
+        }
+        self.last = std::time::Instant::now();
+        if self.store.is_none() {
+            self.store = Store::open(dir).ok();
+        }
+        if let Some(store) = &self.store {
+            let _ = store.checkpoint();
+        }
+    }
+}
+
+/// Makes a directory's entries durable (on Unix; elsewhere a directory
+/// cannot be opened to sync, and its entries follow the files').
+fn sync_directory(path: &Path) -> std::io::Result<()> {
+    if cfg!(unix) {
+        File::open(path)?.sync_all()
+    } else {
+        Ok(())
     }
 }
 
@@ -232,7 +435,12 @@ impl<'a> Index<'a> {
         }
         if self.store.is_none() {
             match Store::open(dir) {
-                Ok(opened) => self.store = Some(opened),
+                Ok(opened) => {
+                    // The syncing thread checkpoints (`Checkpoints`); should
+                    // this fail, SQLite's own checkpoints go on as before.
+                    let _ = opened.defer_checkpoints();
+                    self.store = Some(opened);
+                }
                 Err(error) => return self.warn(&error.to_string()),
             }
         }
@@ -252,10 +460,4 @@ impl<'a> Index<'a> {
             ));
         }
     }
-}
-
-/// The index row of `record`, written at `path`.
-fn entry(record: &SessionRecord, path: &Path) -> Entry {
-    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    Entry::of(record, RecordPlace::File(path))
 }

@@ -272,18 +272,30 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     panic!("{what}: not within a minute");
 }
 
-/// The session records under `dir` (`*.json`), read.
+/// The session records under `dir`, read: `lllm serve`'s, lines of a
+/// `sessions.jsonl` in a folder of their own, and a record file's whole.
 pub fn records(dir: &std::path::Path) -> Vec<Value> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    entries
-        .filter_map(|entry| {
-            let path = entry.ok()?.path();
-            let text = std::fs::read_to_string(&path).ok()?;
-            serde_json::from_str(&text).ok()
-        })
-        .collect()
+    let mut records = Vec::new();
+    for path in entries.filter_map(|entry| Some(entry.ok()?.path())) {
+        if path.is_dir() {
+            records.extend(self::records(&path));
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            match path
+                .file_name()
+                .is_some_and(|name| name == "sessions.jsonl")
+            {
+                true => records.extend(
+                    text.lines()
+                        .filter_map(|line| serde_json::from_str(line).ok()),
+                ),
+                false => records.extend(serde_json::from_str::<Value>(&text).ok()),
+            }
+        }
+    }
+    records
 }
 
 /// Waits until `/health` says `count` runs are under way (polling; the
