@@ -78,7 +78,7 @@ impl Tactic {
         task: impl Into<Task>,
         interrupt: impl Future<Output = ()> + Send + 'static,
     ) -> Events {
-        let task = task.into();
+        let task = Box::new(task.into());
         let tactic = self.clone();
         let id = task.id.clone();
         Events::new(self, id.as_deref(), |events| {

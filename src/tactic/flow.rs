@@ -150,7 +150,7 @@ pub const INTERRUPTED: &str = "interrupted";
 /// The record is in its written form: scrubbed of the run's secrets, compacted.
 pub(super) async fn run(
     tactic: &Tactic,
-    task: Task,
+    task: Box<Task>,
     events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
@@ -200,7 +200,7 @@ fn finish(tactic: &Tactic, record: &mut SessionRecord) {
 /// (its sub-tactic sessions are, already).
 async fn run_whole(
     tactic: &Tactic,
-    task: Task,
+    task: Box<Task>,
     events: Option<Emitter>,
     interrupt: impl std::future::Future<Output = ()>,
 ) -> SessionRecord {
@@ -230,7 +230,7 @@ async fn run_whole(
             } else if let Err(problems) = tactic.runtime.mcp.start().await {
                 Err(problems.join("; "))
             } else if let Some((flow, cx)) = program.as_mut() {
-                flow.call(cx, task.clone())
+                flow.call(cx, Task::clone(&task))
                     .await
                     .map_err(|error| error.to_string())
             } else if tactic.nodes.is_empty() {
@@ -672,7 +672,12 @@ impl Run<'_> {
         }
         // A span of this run's trace, under the running tactic's.
         let (trace, _) = crate::trace_context::run_starting();
-        let whole = Box::pin(run_whole(tactic, input, events, std::future::pending()));
+        let whole = Box::pin(run_whole(
+            tactic,
+            Box::new(input),
+            events,
+            std::future::pending(),
+        ));
         let mut record = crate::trace_context::in_run(trace.as_ref(), whole).await;
         record.trace = trace;
         // The delivery goes on to the next requests as it was made (a key

@@ -445,7 +445,7 @@ impl Tactic {
     /// ```
     #[must_use = "the record holds the run's delivery, or why it failed"]
     pub async fn run(&self, task: Task) -> SessionRecord {
-        let mut record = flow::run(self, task, None, std::future::pending()).await;
+        let mut record = flow::run(self, Box::new(task), None, std::future::pending()).await;
         record.expand();
         record
     }
@@ -456,7 +456,7 @@ impl Tactic {
         task: Task,
         events: Option<crate::event::Emitter>,
     ) -> SessionRecord {
-        let mut record = flow::run(self, task, events, std::future::pending()).await;
+        let mut record = flow::run(self, Box::new(task), events, std::future::pending()).await;
         record.expand();
         record
     }
@@ -471,7 +471,7 @@ impl Tactic {
         sink: crate::agent::SharedTextSink,
     ) -> SessionRecord {
         let events = Some(crate::event::Emitter::text(sink));
-        let mut record = flow::run(self, task, events, std::future::pending()).await;
+        let mut record = flow::run(self, Box::new(task), events, std::future::pending()).await;
         record.expand();
         record
     }
@@ -490,7 +490,7 @@ impl Tactic {
         interrupt: impl std::future::Future<Output = ()>,
     ) -> SessionRecord {
         let events = sink.map(crate::event::Emitter::text);
-        flow::run(self, task, events, interrupt).await
+        flow::run(self, Box::new(task), events, interrupt).await
     }
 }
 

@@ -139,9 +139,13 @@ impl Tool for TacticTool {
                     if let Err(error) = tactic.check_input(&task) {
                         return Err(error.to_string());
                     }
-                    let record =
-                        Box::pin(super::flow::run(tactic, task, None, std::future::pending()))
-                            .await;
+                    let record = Box::pin(super::flow::run(
+                        tactic,
+                        Box::new(task),
+                        None,
+                        std::future::pending(),
+                    ))
+                    .await;
                     let outcome = match (&record.delivery, &record.error) {
                         (Some(delivery), _) if record.is_success() => Ok(delivery.clone()),
                         (_, error) => Err(format!(
