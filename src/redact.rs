@@ -522,6 +522,20 @@ impl<T: HoldsSecret> HoldsSecret for Arc<T> {
     }
 }
 
+/// Shared text (a score's reason, worded once for every task) is replaced
+/// by a scrubbed copy only when it holds a secret.
+impl Scrub for Arc<str> {
+    fn scrub(&mut self, scrubber: &mut Scrubber<'_>) -> bool {
+        match scrubber.secrets.scrub(self) {
+            Cow::Borrowed(_) => false,
+            Cow::Owned(clean) => {
+                *self = Arc::from(clean);
+                true
+            }
+        }
+    }
+}
+
 /// A shared value is copied only when it holds a secret, once however
 /// many hold it; the copy is scrubbed and replaces the original in each.
 impl<T> Scrub for Arc<T>

@@ -144,7 +144,7 @@ impl Grader {
             type_name: assertion.type_name.clone(),
             score: crate::eval::round(score),
             pass,
-            reason,
+            reason: reason.into(),
             weight: assertion.weight,
         }
     }

@@ -63,9 +63,12 @@ impl Encoded {
             }
             None => None,
         };
-        let mut line = Vec::with_capacity(256);
+        // Likewise for result lines (a scored one is several times longer).
+        static LAST_RESULT: AtomicUsize = AtomicUsize::new(256);
+        let mut line = Vec::with_capacity(LAST_RESULT.load(Ordering::Relaxed) + 64);
         serde_json::to_writer(&mut line, result)?;
         line.push(b'\n');
+        LAST_RESULT.store(line.len(), Ordering::Relaxed);
         Ok(Encoded {
             finished: session.is_some() && result.state != TaskState::Skipped,
             session,

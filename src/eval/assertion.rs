@@ -15,10 +15,11 @@
 //! answers a score, run as command tools are).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value};
 
+use super::check::Fixed;
 use super::json_path::JsonPath;
 use crate::suggest::printable;
 use crate::yaml::{child_index, child_key};
@@ -27,10 +28,10 @@ use crate::yaml::{child_index, child_key};
 #[derive(Debug, Clone)]
 pub struct Assertion {
     /// `metric` as written, else the type and its value (`contains "Paris"`):
-    /// what a score is called in outputs.
-    pub name: String,
+    /// what a score is called in outputs (shared by every score it gives).
+    pub name: Arc<str>,
     /// The type as written (`not-contains`).
-    pub type_name: String,
+    pub type_name: Arc<str>,
     /// What is checked.
     pub kind: Kind,
     /// A `not-` type: passes when the check fails.
@@ -41,6 +42,8 @@ pub struct Assertion {
     /// at or above which it passes. For `cost`, `latency` and `calls`: the
     /// bound.
     pub threshold: Option<f64>,
+    /// Its two reasons, worded once, when they do not depend on the delivery.
+    pub(super) fixed: Option<Fixed>,
 }
 
 /// What an assertion checks.
@@ -52,6 +55,9 @@ pub enum Kind {
     Contains {
         /// The texts (one for `contains`).
         texts: Vec<String>,
+        /// For `icontains…`, the texts lowercased (once, not per delivery);
+        /// else empty.
+        lowered: Vec<String>,
         /// `icontains…`.
         ignore_case: bool,
         /// `contains-any`: one of them is enough.
@@ -243,13 +249,19 @@ pub fn parse_list(value: &Value, base: &Path) -> Result<Vec<Assertion>, Vec<(Str
 
 /// `expected` of a task line, as the `equals` assertion it stands for.
 pub fn expected(value: Value) -> Assertion {
+    static EQUALS: LazyLock<Arc<str>> = LazyLock::new(|| "equals".into());
+    let fixed = match &value {
+        Value::String(_) => Some(Fixed::equals_text()),
+        _ => None,
+    };
     Assertion {
-        name: name_of("equals", &value),
-        type_name: "equals".into(),
+        name: name_of("equals", &value).into(),
+        type_name: EQUALS.clone(),
         kind: Kind::Equals(value),
         negate: false,
         weight: 1.0,
         threshold: None,
+        fixed,
     }
 }
 
@@ -372,8 +384,9 @@ fn parse_item(item: &Value, base: &Path) -> Result<Assertion, (String, String)> 
         }
     };
     Ok(Assertion {
-        name,
-        type_name,
+        name: name.into(),
+        type_name: type_name.into(),
+        fixed: Fixed::of(&kind, negate),
         kind,
         negate,
         weight,
@@ -418,11 +431,7 @@ fn parse_kind(
             let text = text("a text")?;
             match bare {
                 "starts-with" => Kind::StartsWith(text),
-                _ => Kind::Contains {
-                    texts: vec![text],
-                    ignore_case: bare == "icontains",
-                    any: false,
-                },
+                _ => contains_kind(vec![text], bare == "icontains", false),
             }
         }
         "contains-any" | "contains-all" | "icontains-any" | "icontains-all" => {
@@ -581,11 +590,26 @@ fn contains_list(bare: &str, value: Option<&Value>) -> Result<Kind, (String, Str
             format!("`value` of `{bare}` must be a non-empty list of texts"),
         ));
     };
-    Ok(Kind::Contains {
+    Ok(contains_kind(
         texts,
-        ignore_case: bare.starts_with('i'),
-        any: bare.ends_with("-any"),
-    })
+        bare.starts_with('i'),
+        bare.ends_with("-any"),
+    ))
+}
+
+/// `contains…` of `texts`, lowercased once for `ignore_case`.
+fn contains_kind(texts: Vec<String>, ignore_case: bool, any: bool) -> Kind {
+    let lowered = if ignore_case {
+        texts.iter().map(|text| text.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
+    Kind::Contains {
+        texts,
+        lowered,
+        ignore_case,
+        any,
+    }
 }
 
 /// What is wrong with a pattern, on one line: the regex crate's last line
@@ -740,10 +764,10 @@ mod tests {
             {"type": "icontains-any", "value": "a, b"},
         ]);
         let read = parse_list(&items, Path::new("/base")).unwrap();
-        assert_eq!(read[0].name, "not-contains \"sorry\"");
+        assert_eq!(&*read[0].name, "not-contains \"sorry\"");
         assert!(read[0].negate);
         assert_eq!(read[0].weight, 2.0);
-        assert_eq!(read[1].name, "cheap");
+        assert_eq!(&*read[1].name, "cheap");
         assert!(matches!(read[1].kind, Kind::Cost(bound) if bound == 0.01));
         match &read[2].kind {
             Kind::Judge { judge, rubric } => {
@@ -758,6 +782,7 @@ mod tests {
                 texts,
                 ignore_case,
                 any,
+                ..
             } => {
                 assert_eq!(texts, &["a", "b"]);
                 assert!(*ignore_case && *any);

@@ -2,8 +2,14 @@
 //! JSON, cost, latency, calls. Each gives a [`Score`] of 1 or 0 with a
 //! reason; graders that run something (`command`, `llm-rubric`) are left to
 //! the caller (`batch::grade`).
+//!
+//! A check whose reason depends only on its assertion and whether it held
+//! (`contains "Paris"`, a regex, `equals` a text, `is-json`) has its two
+//! reasons worded once, when the assertion is read ([`Fixed`]): scoring a
+//! hundred thousand deliveries then formats nothing for them.
 
 use std::cell::OnceCell;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
@@ -24,6 +30,8 @@ pub struct Subject<'a> {
     pub calls: u64,
     /// The delivery parsed as JSON, once, for every JSON check.
     parsed: OnceCell<Option<Value>>,
+    /// The delivery lowercased, once, for every `icontains` check.
+    lowered: OnceCell<String>,
 }
 
 impl<'a> Subject<'a> {
@@ -42,6 +50,7 @@ impl<'a> Subject<'a> {
             latency_ms,
             calls,
             parsed: OnceCell::new(),
+            lowered: OnceCell::new(),
         }
     }
 
@@ -51,6 +60,79 @@ impl<'a> Subject<'a> {
             .get_or_init(|| serde_json::from_str(self.delivery?.trim()).ok())
             .as_ref()
     }
+
+    /// The delivery lowercased.
+    fn lowered(&self) -> &str {
+        self.lowered
+            .get_or_init(|| self.delivery.unwrap_or_default().to_lowercase())
+    }
+}
+
+/// The two reasons of an assertion whose words do not depend on the
+/// delivery, `not-` form applied: what its score says when it passes, and
+/// when it fails.
+#[derive(Debug, Clone)]
+pub(super) struct Fixed {
+    pass: Arc<str>,
+    fail: Arc<str>,
+}
+
+impl Fixed {
+    /// The reasons of `kind` (`negate`: its `not-` form), if its words do
+    /// not depend on the delivery.
+    pub(super) fn of(kind: &Kind, negate: bool) -> Option<Fixed> {
+        let (held, not_held) = fixed_words(kind)?;
+        Some(if negate {
+            Fixed {
+                pass: not_held.into(),
+                fail: format!("not expected, and {held}").into(),
+            }
+        } else {
+            Fixed {
+                pass: held.into(),
+                fail: not_held.into(),
+            }
+        })
+    }
+
+    /// Those of `equals` a text, shared by every task line's `expected`.
+    pub(super) fn equals_text() -> Fixed {
+        static EQUALS: LazyLock<Fixed> = LazyLock::new(|| {
+            Fixed::of(&Kind::Equals(Value::String(String::new())), false)
+                .expect("`equals` a text has fixed words")
+        });
+        EQUALS.clone()
+    }
+}
+
+/// The words of a check that held and of one that did not, for the kinds
+/// whose words depend on nothing but the assertion (`None` for the others).
+fn fixed_words(kind: &Kind) -> Option<(String, String)> {
+    Some(match kind {
+        Kind::Equals(Value::String(_)) => (
+            "the delivery equals the value".into(),
+            "the delivery does not equal the value".into(),
+        ),
+        Kind::Contains {
+            texts, any: false, ..
+        } if texts.len() == 1 => (
+            format!("the delivery contains {:?}", texts[0]),
+            format!("the delivery does not contain {:?}", texts[0]),
+        ),
+        Kind::StartsWith(text) => (
+            format!("the delivery starts with {text:?}"),
+            format!("the delivery does not start with {text:?}"),
+        ),
+        Kind::Regex(regex) => (
+            format!("the delivery matches /{}/", regex.as_str()),
+            format!("the delivery does not match /{}/", regex.as_str()),
+        ),
+        Kind::IsJson(None) => (
+            "the delivery is JSON".into(),
+            "the delivery is not JSON".into(),
+        ),
+        _ => return None,
+    })
 }
 
 /// The score of `assertion` on `subject`; `None` for a grader that runs
@@ -64,22 +146,26 @@ pub fn check(assertion: &Assertion, subject: &Subject<'_>) -> Option<Score> {
         assertion.kind,
         Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_)
     );
-    let (pass, reason) = match subject.delivery {
+    let (pass, reason): (bool, Arc<str>) = match subject.delivery {
         None if !about_numbers => (
             false,
             format!(
                 "no delivery: the task failed ({})",
                 subject.error.unwrap_or("no error recorded")
-            ),
+            )
+            .into(),
         ),
-        delivery => {
-            let (held, reason) = holds(&assertion.kind, delivery.unwrap_or_default(), subject);
-            match (assertion.negate, held) {
-                (true, true) => (false, format!("not expected, and {reason}")),
-                (true, false) => (true, reason),
-                (false, held) => (held, reason),
+        delivery => match holds(&assertion.kind, delivery.unwrap_or_default(), subject) {
+            Held::Fixed(held) => {
+                let pass = held != assertion.negate;
+                (pass, assertion.fixed_reason(pass))
             }
-        }
+            Held::Worded(held, reason) => match (assertion.negate, held) {
+                (true, true) => (false, format!("not expected, and {reason}").into()),
+                (true, false) => (true, reason.into()),
+                (false, held) => (held, reason.into()),
+            },
+        },
     };
     Some(Score {
         name: assertion.name.clone(),
@@ -91,25 +177,43 @@ pub fn check(assertion: &Assertion, subject: &Subject<'_>) -> Option<Score> {
     })
 }
 
-/// Whether the check of `kind` holds on `delivery`, and why (in words that
-/// read after "not expected, and" for the `not-` forms).
-fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
-    match kind {
-        Kind::Equals(Value::String(expected)) => {
-            let held = delivery == expected;
-            (
-                held,
-                said(
-                    held,
-                    "the delivery equals the value",
-                    "the delivery does not equal the value",
-                ),
-            )
+impl Assertion {
+    /// The reason of a check of fixed words that passed (or failed).
+    fn fixed_reason(&self, pass: bool) -> Arc<str> {
+        let worded;
+        let fixed = match &self.fixed {
+            Some(fixed) => fixed,
+            // Not worded when read (never so for an assertion read by
+            // `parse_list` or `expected`): worded now.
+            None => {
+                worded = Fixed::of(&self.kind, self.negate).expect("a kind of fixed words");
+                &worded
+            }
+        };
+        if pass {
+            fixed.pass.clone()
+        } else {
+            fixed.fail.clone()
         }
+    }
+}
+
+/// Whether a check held: for a kind of [fixed words](fixed_words), that
+/// alone; for the others, with the words saying why (in words that read
+/// after "not expected, and" for the `not-` forms).
+enum Held {
+    Fixed(bool),
+    Worded(bool, String),
+}
+
+/// Whether the check of `kind` holds on `delivery`, and why.
+fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> Held {
+    match kind {
+        Kind::Equals(Value::String(expected)) => Held::Fixed(delivery == expected),
         Kind::Equals(expected) => match subject.json() {
             Some(parsed) => {
                 let held = parsed == expected;
-                (
+                Held::Worded(
                     held,
                     said(
                         held,
@@ -118,41 +222,34 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                     ),
                 )
             }
-            None => (false, "the delivery is not JSON".into()),
+            None => Held::Worded(false, "the delivery is not JSON".into()),
         },
         Kind::Contains {
             texts,
+            lowered,
             ignore_case,
             any,
-        } => contains(delivery, texts, *ignore_case, *any),
-        Kind::StartsWith(text) => {
-            let held = delivery.starts_with(text.as_str());
-            (
-                held,
-                said(
-                    held,
-                    &format!("the delivery starts with {text:?}"),
-                    &format!("the delivery does not start with {text:?}"),
-                ),
-            )
+        } => {
+            let (haystack, needles) = if *ignore_case {
+                (subject.lowered(), lowered)
+            } else {
+                (delivery, texts)
+            };
+            if !any && texts.len() == 1 {
+                Held::Fixed(haystack.contains(needles[0].as_str()))
+            } else {
+                let (held, reason) = contains(haystack, texts, needles, *any);
+                Held::Worded(held, reason)
+            }
         }
-        Kind::Regex(regex) => {
-            let held = regex.is_match(delivery);
-            (
-                held,
-                said(
-                    held,
-                    &format!("the delivery matches /{}/", regex.as_str()),
-                    &format!("the delivery does not match /{}/", regex.as_str()),
-                ),
-            )
-        }
-        Kind::IsJson(schema) => match (subject.json(), schema) {
-            (None, _) => (false, "the delivery is not JSON".into()),
-            (Some(_), None) => (true, "the delivery is JSON".into()),
-            (Some(value), Some(schema)) => match schema.violation(value) {
-                None => (true, "the delivery is JSON that fits the schema".into()),
-                Some(violation) => (
+        Kind::StartsWith(text) => Held::Fixed(delivery.starts_with(text.as_str())),
+        Kind::Regex(regex) => Held::Fixed(regex.is_match(delivery)),
+        Kind::IsJson(None) => Held::Fixed(subject.json().is_some()),
+        Kind::IsJson(Some(schema)) => match subject.json() {
+            None => Held::Worded(false, "the delivery is not JSON".into()),
+            Some(value) => match schema.violation(value) {
+                None => Held::Worded(true, "the delivery is JSON that fits the schema".into()),
+                Some(violation) => Held::Worded(
                     false,
                     format!("the delivery's JSON does not fit the schema: {violation}"),
                 ),
@@ -163,9 +260,9 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
             for value in embedded_json(delivery) {
                 seen_json = true;
                 match schema {
-                    None => return (true, "the delivery contains JSON".into()),
+                    None => return Held::Worded(true, "the delivery contains JSON".into()),
                     Some(schema) if schema.violation(&value).is_none() => {
-                        return (
+                        return Held::Worded(
                             true,
                             "the delivery contains JSON that fits the schema".into(),
                         );
@@ -174,54 +271,51 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> (bool, String) {
                 }
             }
             if seen_json {
-                (false, "no JSON in the delivery fits the schema".to_string())
+                Held::Worded(false, "no JSON in the delivery fits the schema".to_string())
             } else {
-                (false, "the delivery contains no JSON".into())
+                Held::Worded(false, "the delivery contains no JSON".into())
             }
         }
         Kind::JsonPath { path, value } => match subject.json() {
-            None => (false, "the delivery is not JSON".into()),
+            None => Held::Worded(false, "the delivery is not JSON".into()),
             Some(parsed) => match path.find(parsed) {
-                None => (false, format!("the delivery's JSON has no `{}`", path.text)),
+                None => Held::Worded(false, format!("the delivery's JSON has no `{}`", path.text)),
                 Some(found) if found == value => {
-                    (true, format!("`{}` is {}", path.text, short(found)))
+                    Held::Worded(true, format!("`{}` is {}", path.text, short(found)))
                 }
-                Some(found) => (
+                Some(found) => Held::Worded(
                     false,
                     format!("`{}` is {}, not {}", path.text, short(found), short(value)),
                 ),
             },
         },
-        Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_) => within(kind, subject),
-        Kind::Command { .. } | Kind::Judge { .. } => (false, "a grader that did not run".into()),
+        Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_) => {
+            let (held, reason) = within(kind, subject);
+            Held::Worded(held, reason)
+        }
+        Kind::Command { .. } | Kind::Judge { .. } => {
+            Held::Worded(false, "a grader that did not run".into())
+        }
     }
 }
 
-/// Whether `delivery` contains the texts (`any`: one of them; else every
-/// one), and why.
-fn contains(delivery: &str, texts: &[String], ignore_case: bool, any: bool) -> (bool, String) {
-    let lowered;
-    let haystack = if ignore_case {
-        lowered = delivery.to_lowercase();
-        lowered.as_str()
-    } else {
-        delivery
-    };
-    let found = |text: &String| {
-        if ignore_case {
-            haystack.contains(&text.to_lowercase())
-        } else {
-            haystack.contains(text.as_str())
-        }
-    };
+/// Whether `haystack` (the delivery, lowercased for `icontains…`) contains
+/// the `needles` (the texts, lowercased likewise; `any`: one of them, else
+/// every one), and why (naming the texts as written).
+fn contains(haystack: &str, texts: &[String], needles: &[String], any: bool) -> (bool, String) {
+    let found = |at: &usize| haystack.contains(needles[*at].as_str());
+    let mut indices = 0..texts.len();
     if any {
-        match texts.iter().find(|text| found(text)) {
-            Some(text) => (true, format!("the delivery contains {text:?}")),
+        match indices.find(found) {
+            Some(at) => (true, format!("the delivery contains {:?}", texts[at])),
             None => (false, "the delivery contains none of the texts".into()),
         }
     } else {
-        match texts.iter().find(|text| !found(text)) {
-            Some(text) => (false, format!("the delivery does not contain {text:?}")),
+        match indices.find(|at| !found(at)) {
+            Some(at) => (
+                false,
+                format!("the delivery does not contain {:?}", texts[at]),
+            ),
             None if texts.len() == 1 => (true, format!("the delivery contains {:?}", texts[0])),
             None => (true, "the delivery contains every text".into()),
         }
@@ -414,7 +508,7 @@ mod tests {
     fn a_task_without_a_delivery_fails_even_not_forms() {
         let failed = scored(json!({"type": "not-contains", "value": "x"}), None);
         assert!(!failed.pass);
-        assert_eq!(failed.reason, "no delivery: the task failed (boom)");
+        assert_eq!(&*failed.reason, "no delivery: the task failed (boom)");
         let bounded = scored(json!({"type": "calls", "threshold": 5}), None);
         assert!(bounded.pass, "bounds hold of failed tasks too");
     }
@@ -426,10 +520,10 @@ mod tests {
             Some("{\"n\": 3}"),
         )
         .reason;
-        assert_eq!(reason, "`$.n` is 3, not 2");
+        assert_eq!(&*reason, "`$.n` is 3, not 2");
         let reason = scored(json!({"type": "not-contains", "value": "x"}), Some("x")).reason;
-        assert_eq!(reason, "not expected, and the delivery contains \"x\"");
+        assert_eq!(&*reason, "not expected, and the delivery contains \"x\"");
         let reason = scored(json!({"type": "equals", "value": "a"}), Some("b")).reason;
-        assert_eq!(reason, "the delivery does not equal the value");
+        assert_eq!(&*reason, "the delivery does not equal the value");
     }
 }

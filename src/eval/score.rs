@@ -2,25 +2,89 @@
 //! (promptfoo's rule), and the tally of a whole batch that `summary.json`
 //! shows (docs/formats.md §4, "Scores").
 
+use std::sync::Arc;
+
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 /// One assertion's score, as a result line's `scores` holds it.
+///
+/// The one reader of a written score, for every command that reads result
+/// lines (`lllm batch --resume`, `lllm eval`, `lllm merge`, `lllm report`,
+/// `lllm compare`). It takes an item of an older or hand-edited output with
+/// a field missing or `null`: no `name` or `type` reads as empty (the score
+/// is then [labelled](Score::label) by the other), no `reason` as empty, no
+/// `weight` as 1 (an assertion's default), no `score` as 1 or 0 by its
+/// `pass`, no `pass` as a score of at least 0.5 (a grader's rule when it
+/// answers only a score), and neither as a failing 0. A field of the wrong
+/// kind (a `score` that is text) is not guessed at: the line is not read as
+/// a result, as with any other field of the wrong kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ScoreAsWritten")]
 pub struct Score {
-    /// The assertion's `metric`, else its type and value.
-    pub name: String,
+    /// The assertion's `metric`, else its type and value (shared with the
+    /// assertion, as are the reasons of most checks: a score of a hundred
+    /// thousand copies no text).
+    pub name: Arc<str>,
     /// Its type as written (`not-contains`).
     #[serde(rename = "type")]
-    pub type_name: String,
+    pub type_name: Arc<str>,
     /// From 0 to 1.
     pub score: f64,
     /// Whether it passed.
     pub pass: bool,
     /// Why, in a few words (a judge's own reason).
-    pub reason: String,
+    pub reason: Arc<str>,
     /// Its `weight`.
     pub weight: f64,
+}
+
+impl Score {
+    /// What a person reads it by: its name, else its type.
+    pub fn label(&self) -> &str {
+        if self.name.is_empty() {
+            &self.type_name
+        } else {
+            &self.name
+        }
+    }
+}
+
+/// A score as a result line may hold it (see [`Score`]'s leniency).
+#[derive(Deserialize)]
+struct ScoreAsWritten {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, rename = "type")]
+    type_name: Option<String>,
+    #[serde(default)]
+    score: Option<f64>,
+    #[serde(default)]
+    pass: Option<bool>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    weight: Option<f64>,
+}
+
+impl From<ScoreAsWritten> for Score {
+    fn from(written: ScoreAsWritten) -> Score {
+        let (score, pass) = match (written.score, written.pass) {
+            (Some(score), Some(pass)) => (score, pass),
+            (Some(score), None) => (score, score >= 0.5),
+            (None, Some(pass)) => (if pass { 1.0 } else { 0.0 }, pass),
+            (None, None) => (0.0, false),
+        };
+        let text = |text: Option<String>| Arc::from(text.unwrap_or_default());
+        Score {
+            name: text(written.name),
+            type_name: text(written.type_name),
+            score,
+            pass,
+            reason: text(written.reason),
+            weight: written.weight.unwrap_or(1.0),
+        }
+    }
 }
 
 /// A task's scores, its weighted score and whether it passed.
@@ -186,7 +250,7 @@ mod tests {
             type_name: "t".into(),
             score: value,
             pass,
-            reason: String::new(),
+            reason: "".into(),
             weight,
         }
     }
@@ -226,6 +290,82 @@ mod tests {
             let scored = combine(scores.clone(), threshold);
             assert_eq!(scored.score, expected, "{scores:?}");
             assert_eq!(scored.pass, pass, "{scores:?}");
+        }
+    }
+
+    #[test]
+    fn a_written_score_with_fields_missing_or_null_is_read_with_their_defaults() {
+        let read = |text: &str| serde_json::from_str::<Score>(text);
+        let whole = score(0.25, false, 2.0);
+        assert_eq!(
+            read(&serde_json::to_string(&whole).unwrap()).unwrap(),
+            whole
+        );
+        let cases = [
+            // (as written, label, score, pass, reason, weight)
+            (
+                r#"{"type": "is-json", "score": 1, "pass": true, "reason": null}"#,
+                "is-json",
+                1.0,
+                true,
+                "",
+                1.0,
+            ),
+            (
+                r#"{"name": "polite", "score": 0.7, "weight": null}"#,
+                "polite",
+                0.7,
+                true,
+                "",
+                1.0,
+            ),
+            (
+                r#"{"name": "n", "type": null, "score": 0.4, "reason": "meh"}"#,
+                "n",
+                0.4,
+                false,
+                "meh",
+                1.0,
+            ),
+            (
+                r#"{"type": "regex", "pass": true}"#,
+                "regex",
+                1.0,
+                true,
+                "",
+                1.0,
+            ),
+            (
+                r#"{"type": "regex", "pass": false, "weight": 0}"#,
+                "regex",
+                0.0,
+                false,
+                "",
+                0.0,
+            ),
+            (r#"{}"#, "", 0.0, false, "", 1.0),
+        ];
+        for (text, label, value, pass, reason, weight) in cases {
+            let score = read(text).unwrap();
+            assert_eq!(
+                (
+                    score.label(),
+                    score.score,
+                    score.pass,
+                    &*score.reason,
+                    score.weight
+                ),
+                (label, value, pass, reason, weight),
+                "{text}"
+            );
+        }
+        for wrong in [
+            r#"{"type": "regex", "score": "high", "pass": true}"#,
+            r#"{"type": "regex", "pass": "yes"}"#,
+            r#"{"type": 3, "pass": true}"#,
+            r#""contains 'a'""#,
+        ] {
+            assert!(read(wrong).is_err(), "{wrong}");
         }
     }
 

@@ -1157,3 +1157,91 @@ fn compare_names_what_failed_after_a_rescore() {
         );
     }
 }
+
+/// A hand-edited (or older) output: a score item with a field missing or
+/// `null` is read with its default, the same by every reader
+/// (`eval::Score`), and one with a field of the wrong kind makes its line
+/// unreadable, said on stderr, instead of being guessed at.
+#[test]
+fn hand_edited_scores_are_read_with_their_defaults() {
+    let line = |id: &str, items: Value, score: f64, pass: bool| {
+        serde_json::json!({"id": id, "state": "success", "delivery": "d", "error": null,
+            "cost": 0.001, "session_id": null, "scores": items, "score": score, "pass": pass})
+        .to_string()
+            + "\n"
+    };
+    let a: String = [
+        // No name (read by its type), a `null` reason, no weight.
+        line(
+            "kept",
+            serde_json::json!([{"type": "contains", "score": 1, "pass": true, "reason": null}]),
+            1.0,
+            true,
+        ),
+        // Only a score: it passes from 0.5 up, as a grader's does.
+        line(
+            "judged",
+            serde_json::json!([{"name": "polite", "score": 0.7}]),
+            0.7,
+            true,
+        ),
+    ]
+    .concat();
+    let b: String = [
+        // Only a verdict: its score is 0.
+        line(
+            "kept",
+            serde_json::json!([{"type": "contains", "pass": false, "reason": "gone"}]),
+            0.0,
+            false,
+        ),
+        line(
+            "judged",
+            serde_json::json!([{"name": "polite", "score": 0.3, "weight": null}]),
+            0.3,
+            false,
+        ),
+        // A score that is text: not a result line.
+        line(
+            "garbled",
+            serde_json::json!([{"type": "regex", "score": "high", "pass": true}]),
+            1.0,
+            true,
+        ),
+    ]
+    .concat();
+    let test = Test::new()
+        .file("a/results.jsonl", &a)
+        .file("b/results.jsonl", &b);
+    let output = test.run(&["compare", "a", "b"]);
+    output.expect_code(0);
+    let text = &output.stdout;
+    assert!(
+        text.contains(
+            "\n  kept: pass -> fail; score 1.00 -> 0.00 (-1.00); contains: pass -> fail (gone)\n"
+        ) && text.contains(
+            "\n  judged: pass -> fail; score 0.70 -> 0.30 (-0.40); polite: pass -> fail\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("garbled"), "{text}");
+    assert!(
+        output
+            .stderr
+            .contains("b/results.jsonl`: skipped 1 line not readable as result lines (line 3)"),
+        "{}",
+        output.stderr
+    );
+
+    let output = test.run(&["compare", "a", "b", "--json"]);
+    output.expect_code(0);
+    let json: Value = serde_json::from_str(&output.stdout).unwrap();
+    assert_eq!(
+        json["scores"]["regressions"][1]["assertions"],
+        serde_json::json!([{"name": "polite", "pass_a": true, "pass_b": false, "reason": ""}])
+    );
+
+    test.run(&["report", "b"]).expect_code(0);
+    let html = std::fs::read_to_string(test.path("b/report.html")).unwrap();
+    assert!(html.contains("0 of 2 scored passed (0.0%)</p>"), "{html}");
+}

@@ -282,11 +282,11 @@ fn task_details(task: &TaskReport) -> Value {
             .map(|score| {
                 vec![
                     score.label().to_string(),
-                    score.kind.clone(),
+                    score.type_name.to_string(),
                     format!("{:.2}", score.score),
                     format!("{}", score.weight),
                     (if score.pass { "pass" } else { "fail" }).to_string(),
-                    score.reason.clone(),
+                    score.reason.to_string(),
                 ]
             })
             .collect();

@@ -132,7 +132,7 @@ pub struct TaskReport {
     /// The session as `lllm replay` renders it; `None` without a record.
     pub session: Option<String>,
     /// Each assertion's verdict, when the task was scored (issue 32).
-    pub scores: Vec<scores::AssertionScore>,
+    pub scores: Vec<crate::eval::Score>,
     /// The weighted mean of `scores`, 0–1; `None`: not scored.
     pub score: Option<f64>,
     /// Whether the task passed its assertions; `None`: not scored.
@@ -156,8 +156,7 @@ pub struct Batch {
     pub scores: Option<scores::ScoreSummary>,
 }
 
-/// A result line with the fields later formats may add (args, tags, and
-/// the scores of a scored batch).
+/// A result line with the fields later formats may add (args, tags).
 #[derive(serde::Deserialize)]
 struct Line {
     #[serde(flatten)]
@@ -166,11 +165,6 @@ struct Line {
     args: Option<Map<String, Value>>,
     #[serde(default)]
     tags: Option<Map<String, Value>>,
-    /// Read here, not as `ResultLine::scores`: the report's own type takes
-    /// an item with a field missing (a `null` reason, no weight) instead of
-    /// losing the whole line, and shadows the batch's.
-    #[serde(default)]
-    scores: Option<Vec<scores::AssertionScore>>,
 }
 
 impl Batch {
@@ -245,7 +239,7 @@ impl TaskReport {
             args: line.args.unwrap_or_default(),
             tags: line.tags.unwrap_or_default(),
             session: None,
-            scores: line.scores.unwrap_or_default(),
+            scores: result.scores.unwrap_or_default(),
             score: result.score,
             pass: result.pass,
             repeat_of: result.repeat_of,

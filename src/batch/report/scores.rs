@@ -1,7 +1,7 @@
 //! The scores of a scored batch (issue 32), as `lllm report` and `lllm
 //! compare` read them: each result line of a task that had assertions carries
-//! `scores` (one [`AssertionScore`] per assertion), `score` (their weighted
-//! mean, 0–1) and `pass`; a task run N times by `--repeat` has ids `ID#1` …
+//! `scores` (one [`Score`] per assertion, read as every reader of result
+//! lines reads it), `score` (their weighted mean, 0–1) and `pass`; a task run N times by `--repeat` has ids `ID#1` …
 //! `ID#N` and `repeat_of: "ID"`. Scoring itself (the assertions, the judge,
 //! `summary.json`'s `scores`) is `lllm batch`'s and `lllm eval`'s concern;
 //! this module only totals what the lines say ([`ScoreSummary`]) and sets two
@@ -13,53 +13,11 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::TaskReport;
-
-/// One assertion's verdict on a task, as its result line's `scores` holds it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AssertionScore {
-    /// The assertion's name (its type and value when it was given none).
-    #[serde(default)]
-    pub name: String,
-    /// The assertion's type (`contains`, `is-json`, `llm-rubric`, …).
-    #[serde(default, rename = "type")]
-    pub kind: String,
-    /// 0–1.
-    #[serde(default)]
-    pub score: f64,
-    /// Whether it passed.
-    #[serde(default)]
-    pub pass: bool,
-    /// Why it scored so (empty when the assertion said nothing).
-    #[serde(default, deserialize_with = "text_or_null")]
-    pub reason: String,
-    /// Its weight in the task's score.
-    #[serde(default = "one")]
-    pub weight: f64,
-}
-
-fn one() -> f64 {
-    1.0
-}
-
-/// A reason of `null` reads as empty.
-fn text_or_null<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-impl AssertionScore {
-    /// What a person reads it by: its name, else its type.
-    pub fn label(&self) -> &str {
-        if self.name.is_empty() {
-            &self.kind
-        } else {
-            &self.name
-        }
-    }
-}
+use crate::eval::Score;
 
 /// The scored runs of one task: one, or N with `--repeat N`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -245,7 +203,7 @@ pub struct ScoreChange {
 /// One assertion's verdict on a task, A and B.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AssertionChange {
-    /// What it is read by ([`AssertionScore::label`]).
+    /// What it is read by ([`Score::label`]).
     pub name: String,
     /// Passed in A; `None`: A did not have it.
     pub pass_a: Option<bool>,
@@ -422,7 +380,7 @@ impl ScoreChange {
 }
 
 /// The one scored task of `tasks` under original id `id`.
-fn single<'a>(tasks: &'a [TaskReport], id: &str) -> &'a [AssertionScore] {
+fn single<'a>(tasks: &'a [TaskReport], id: &str) -> &'a [Score] {
     tasks
         .iter()
         .find(|task| task.pass.is_some() && task.repeat_of.as_deref().unwrap_or(&task.id) == id)
@@ -434,8 +392,8 @@ fn single<'a>(tasks: &'a [TaskReport], id: &str) -> &'a [AssertionScore] {
 /// on both sides that turned, and those on one side only that failed there
 /// (one passing on one side only explains no change, and rescoring with a
 /// new list would name every assertion of both).
-fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<AssertionChange> {
-    let find = |list: &[AssertionScore], label: &str| {
+fn assertion_changes(a: &[Score], b: &[Score]) -> Vec<AssertionChange> {
+    let find = |list: &[Score], label: &str| {
         list.iter()
             .find(|score| score.label() == label)
             .map(|score| score.pass)
@@ -450,7 +408,7 @@ fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<Assertio
             name: score.label().to_string(),
             pass_a: find(a, score.label()),
             pass_b: Some(score.pass),
-            reason: score.reason.clone(),
+            reason: score.reason.to_string(),
         })
         .collect();
     changes.extend(
@@ -460,7 +418,7 @@ fn assertion_changes(a: &[AssertionScore], b: &[AssertionScore]) -> Vec<Assertio
                 name: score.label().to_string(),
                 pass_a: Some(false),
                 pass_b: None,
-                reason: score.reason.clone(),
+                reason: score.reason.to_string(),
             }),
     );
     changes
@@ -493,12 +451,12 @@ mod tests {
             session: None,
             scores: pass
                 .map(|pass| {
-                    vec![AssertionScore {
+                    vec![Score {
                         name: "check".into(),
-                        kind: "contains".into(),
+                        type_name: "contains".into(),
                         score,
                         pass,
-                        reason: format!("{id} reason"),
+                        reason: format!("{id} reason").into(),
                         weight: 1.0,
                     }]
                 })
@@ -585,12 +543,12 @@ mod tests {
 
     #[test]
     fn assertion_changes_match_by_label() {
-        let score = |name: &str, pass: bool| AssertionScore {
+        let score = |name: &str, pass: bool| Score {
             name: name.into(),
-            kind: "equals".into(),
+            type_name: "equals".into(),
             score: f64::from(u8::from(pass)),
             pass,
-            reason: String::new(),
+            reason: "".into(),
             weight: 1.0,
         };
         let a = [
@@ -617,7 +575,7 @@ mod tests {
                 ("old".to_string(), Some(false), None),
             ]
         );
-        let unnamed: AssertionScore = serde_json::from_str(
+        let unnamed: Score = serde_json::from_str(
             r#"{"type": "is-json", "score": 1, "pass": true, "reason": null}"#,
         )
         .unwrap();
