@@ -145,7 +145,7 @@ fn warn_record(session_id: &str, error: &str) {
 
 /// The file records are appended to.
 struct Segment {
-    /// `<records>/serve-<uuid>/sessions.jsonl`.
+    /// `<records>/serve-<uuid>/sessions.jsonl`, absolute.
     path: PathBuf,
     file: Arc<File>,
     /// Its length: the next line's offset.
@@ -159,7 +159,8 @@ impl Segment {
     fn create(dir: &Path) -> std::io::Result<Segment> {
         let folder = dir.join(format!("serve-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&folder)?;
-        let path = folder.join(lllm::tactic::record::SESSIONS_FILE);
+        // Absolute once here, as the index keeps it.
+        let path = absolute(&folder.join(lllm::tactic::record::SESSIONS_FILE));
         let file = std::fs::OpenOptions::new()
             .append(true)
             .create_new(true)
@@ -253,7 +254,7 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
                         lines.extend_from_slice(&line);
                         entries.extend(entry.map(|mut entry| {
                             entry.place = RecordPlace::Line {
-                                path: absolute(&segment.path),
+                                path: segment.path.clone(),
                                 offset,
                             };
                             entry
@@ -309,7 +310,7 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
     }
 }
 
-/// `path` made absolute for the index (as the current directory is now).
+/// `path` made absolute (as the current directory is now).
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
