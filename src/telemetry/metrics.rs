@@ -52,7 +52,9 @@ impl Metrics {
             }
             #[cfg(not(feature = "otel-grpc"))]
             super::Protocol::Grpc => {
-                return Err("OpenTelemetry metrics: gRPC export needs the `otel-grpc` feature".into());
+                return Err(
+                    "OpenTelemetry metrics: gRPC export needs the `otel-grpc` feature".into(),
+                );
             }
         };
         let exporter = InRuntime {

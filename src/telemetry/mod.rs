@@ -1,6 +1,7 @@
 //! OpenTelemetry export (feature `otel`; docs/telemetry.md): each finished
 //! run's record becomes spans by the GenAI semantic conventions (version
-//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf) to the
+//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf, or
+//! gRPC with the `otel-grpc` feature) to the
 //! endpoint the standard `OTEL_*` variables name. Live export and export
 //! from stored records (`lllm logs export --otlp`) are one conversion
 //! (`telemetry::spans`), so a record gives the same spans, ids included, either way.
@@ -192,9 +193,14 @@ impl Traces {
                 TraceState::NONE,
             ))
         });
-        let result =
-            self.sampler
-                .should_sample(parent.as_ref(), trace_id, name, &SpanKind::Internal, &[], &[]);
+        let result = self.sampler.should_sample(
+            parent.as_ref(),
+            trace_id,
+            name,
+            &SpanKind::Internal,
+            &[],
+            &[],
+        );
         result.decision == SamplingDecision::RecordAndSample
     }
 
@@ -378,7 +384,11 @@ mod grpc {
         signal_endpoint: &str,
         signal_insecure: &str,
     ) -> B {
-        let read = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
+        let read = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        };
         let endpoint = read(signal_endpoint)
             .or_else(|| read("OTEL_EXPORTER_OTLP_ENDPOINT"))
             .unwrap_or_else(|| "http://localhost:4317".into());
@@ -423,8 +433,12 @@ fn span_exporter(
             // tonic's channel starts its task on the exporter's runtime.
             let _entered = runtime.enter();
             let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
-            grpc::with_tls(builder, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_INSECURE")
-                .build()
+            grpc::with_tls(
+                builder,
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+            )
+            .build()
         }
         #[cfg(not(feature = "otel-grpc"))]
         Protocol::Grpc => {
@@ -819,13 +833,13 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
         ];
-        let traces_only = [
-            endpoint,
-            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
-        ];
+        let traces_only = [endpoint, ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")];
         if cfg!(feature = "otel-grpc") {
             let all = read(&grpc).unwrap().unwrap();
-            assert_eq!((all.traces_protocol, all.metrics_protocol), (Protocol::Grpc, Protocol::Grpc));
+            assert_eq!(
+                (all.traces_protocol, all.metrics_protocol),
+                (Protocol::Grpc, Protocol::Grpc)
+            );
             let mixed = read(&mixed).unwrap().unwrap();
             assert_eq!(
                 (mixed.traces_protocol, mixed.metrics_protocol),
@@ -839,7 +853,9 @@ mod tests {
         } else {
             let error = read(&grpc).unwrap_err();
             assert!(
-                error.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this program was built without gRPC export"),
+                error.starts_with(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this program was built without gRPC export"
+                ),
                 "{error}"
             );
         }

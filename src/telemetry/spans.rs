@@ -141,33 +141,33 @@ impl Spans<'_> {
 }
 
 fn run(
-        spans: &mut Spans,
-        record: &SessionRecord,
-        trace: &crate::trace_context::RunTrace,
-        trace_id: TraceId,
-        run_span: [u8; 8],
-        parent: Option<Parent>,
-    ) {
-        let content = spans.content;
-        let links = trace
-            .link
-            .as_deref()
-            .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
-            .map(|link| {
-                let context = SpanContext::new(
-                    TraceId::from_bytes(link.trace_id()),
-                    SpanId::from_bytes(link.span_id()),
-                    if link.sampled() {
-                        TraceFlags::SAMPLED
-                    } else {
-                        TraceFlags::default()
-                    },
-                    true,
-                    TraceState::NONE,
-                );
-                vec![Link::with_context(context)]
-            })
-            .unwrap_or_default();
+    spans: &mut Spans,
+    record: &SessionRecord,
+    trace: &crate::trace_context::RunTrace,
+    trace_id: TraceId,
+    run_span: [u8; 8],
+    parent: Option<Parent>,
+) {
+    let content = spans.content;
+    let links = trace
+        .link
+        .as_deref()
+        .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
+        .map(|link| {
+            let context = SpanContext::new(
+                TraceId::from_bytes(link.trace_id()),
+                SpanId::from_bytes(link.span_id()),
+                if link.sampled() {
+                    TraceFlags::SAMPLED
+                } else {
+                    TraceFlags::default()
+                },
+                true,
+                TraceState::NONE,
+            );
+            vec![Link::with_context(context)]
+        })
+        .unwrap_or_default();
     let started = time(&record.started_at);
     let ended = time(&record.ended_at).max(started);
     let name = &record.tactic.name;
@@ -316,7 +316,15 @@ fn agent_call(
     let mut cursor = started;
     for (position, invoke) in call.invokes.iter().enumerate() {
         let end = cursor + Duration::from_millis(invoke.latency_ms);
-        chat(spans, trace_id, run_span, call, invoke, (cursor, end), call_span);
+        chat(
+            spans,
+            trace_id,
+            run_span,
+            call,
+            invoke,
+            (cursor, end),
+            call_span,
+        );
         cursor = end + Duration::from_millis(invoke.waited_ms);
         // The round of tools this request asked for runs after its last
         // attempt, before the next tool round's first request.
@@ -529,8 +537,9 @@ impl BatchSpan {
     pub(super) fn start(traces: std::sync::Arc<super::Traces>, name: &str) -> BatchSpan {
         let root = crate::trace_context::TraceContext::new_root();
         let sampled = traces.sampled(None, TraceId::from_bytes(root.trace_id()), "batch");
-        let trace = crate::trace_context::TraceContext::new(root.trace_id(), root.span_id(), sampled)
-            .unwrap_or(root);
+        let trace =
+            crate::trace_context::TraceContext::new(root.trace_id(), root.span_id(), sampled)
+                .unwrap_or(root);
         BatchSpan {
             traces,
             tactic: name.to_string(),
