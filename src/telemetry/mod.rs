@@ -33,7 +33,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::{RetryPolicy, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
@@ -174,6 +174,9 @@ struct Traces {
     /// The sampler the variables name (`OTEL_TRACES_SAMPLER`, read by the SDK).
     sampler: Box<dyn ShouldSample>,
     scope: InstrumentationScope,
+    failures: Arc<Failures>,
+    /// The processor's queue size (`OTEL_BSP_MAX_QUEUE_SIZE`, read as the SDK reads it).
+    queue_size: u64,
 }
 
 impl Traces {
@@ -220,8 +223,17 @@ impl Traces {
         self.send(spans.out);
     }
 
-    /// Into the processor's queue (full: the span is dropped, counted by the SDK).
+    /// Into the processor's queue. A full queue (spans sent and not yet
+    /// exported past its size) is a collector that does not keep up: the
+    /// spans are dropped, counted, and export is down at once.
     fn send(&self, spans: Vec<SpanData>) {
+        let count = spans.len() as u64;
+        let pending = self.failures.pending.fetch_add(count, Ordering::Relaxed) + count;
+        if pending > self.queue_size {
+            self.failures.pending.fetch_sub(count, Ordering::Relaxed);
+            self.failures.failed(count);
+            return;
+        }
         for span in spans {
             self.processor.on_end(span);
         }
@@ -259,6 +271,8 @@ impl Telemetry {
                 processor: BatchSpanProcessor::builder(exporter).build(),
                 sampler: opentelemetry_sdk::trace::Config::default().sampler,
                 scope: scope(),
+                failures: Arc::clone(&failures),
+                queue_size: queue_size(),
             }))
         } else {
             None
@@ -307,6 +321,12 @@ impl Telemetry {
     /// Sends `record` (a finished run's, or one read from the store) as
     /// spans with its own timestamps and ids, and adds it to the metrics.
     pub fn export(&self, record: &SessionRecord) {
+        // While the collector is down, a run's spans and metrics are not
+        // even made: one atomic load (a clock read only while down).
+        if self.traces.is_some() && self.failures.down() {
+            self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let expanded;
         let record = if needs_expanding(record) || lacks_trace(record) {
             let mut copy = record.clone();
@@ -318,12 +338,7 @@ impl Telemetry {
             record
         };
         if let Some(traces) = &self.traces {
-            // While the collector is down, a run's spans are not even made.
-            if self.failures.down() {
-                self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
-            } else {
-                traces.export(record, self.settings.capture_content);
-            }
+            traces.export(record, self.settings.capture_content);
         }
         if let Some(metrics) = &self.metrics {
             metrics.record(record);
@@ -417,6 +432,10 @@ mod grpc {
 
 /// The OTLP span exporter `protocol` asks for; the endpoint, headers,
 /// timeout and compression from the standard variables (read by the crate).
+/// It does not retry: the crate's retries (three, with backoff) kept a
+/// dead collector's first failure back for seconds while every run's spans
+/// were still made and queued; a failed export puts export down at once
+/// instead ([`Failures`]), and it is tried again after a while.
 fn span_exporter(
     protocol: Protocol,
     client: &Client,
@@ -427,12 +446,16 @@ fn span_exporter(
             .with_http()
             .with_http_client(client.clone())
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_retry_policy(RetryPolicy::disabled())
             .build(),
         #[cfg(feature = "otel-grpc")]
         Protocol::Grpc => {
             // tonic's channel starts its task on the exporter's runtime.
+            use opentelemetry_otlp::WithTonicConfig;
             let _entered = runtime.enter();
-            let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            let builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_retry_policy(RetryPolicy::disabled());
             grpc::with_tls(
                 builder,
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -568,7 +591,7 @@ fn resource() -> Resource {
 /// it is down (after a failed export, for a while that doubles with each
 /// failure in a row, up to [`DOWN_MAX`]), runs' spans are not made at all,
 /// so a dead collector costs a batch next to nothing.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Failures {
     spans: AtomicU64,
     said: AtomicBool,
@@ -578,6 +601,25 @@ struct Failures {
     down_until: AtomicU64,
     /// Runs whose spans were not made while it was down.
     unsent_runs: AtomicU64,
+    /// Spans handed to the processor and not yet exported (or failed).
+    pending: AtomicU64,
+    /// How long it is down after a first failure ([`DOWN_FIRST`]).
+    first: Duration,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Failures::down_first_for(DOWN_FIRST)
+    }
+}
+
+/// The span processor's queue size, as the SDK reads it.
+fn queue_size() -> u64 {
+    std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
+        .ok()
+        .and_then(|size| size.trim().parse::<u64>().ok())
+        .filter(|size| *size > 0)
+        .unwrap_or(2048)
 }
 
 /// How long a collector is taken to be down after its first failure, and at most.
@@ -591,14 +633,28 @@ fn now_ms() -> u64 {
 }
 
 impl Failures {
+    fn down_first_for(first: Duration) -> Failures {
+        Failures {
+            spans: AtomicU64::new(0),
+            said: AtomicBool::new(false),
+            in_a_row: AtomicU64::new(0),
+            down_until: AtomicU64::new(0),
+            unsent_runs: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            first,
+        }
+    }
+
+    /// One atomic load while up; the clock is read only while down.
     fn down(&self) -> bool {
-        now_ms() < self.down_until.load(Ordering::Relaxed)
+        let until = self.down_until.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
     }
 
     fn failed(&self, spans: u64) {
         self.spans.fetch_add(spans, Ordering::Relaxed);
         let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed).min(16);
-        let wait = DOWN_FIRST.saturating_mul(1 << in_a_row).min(DOWN_MAX);
+        let wait = self.first.saturating_mul(1 << in_a_row).min(DOWN_MAX);
         self.down_until
             .store(now_ms() + wait.as_millis() as u64, Ordering::Relaxed);
     }
@@ -622,6 +678,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let count = batch.len() as u64;
         let outcome = InRuntime::new(&self.runtime, self.inner.export(batch)).await;
+        self.failures.pending.fetch_sub(count, Ordering::Relaxed);
         if outcome.is_ok() {
             self.failures.took();
         }
@@ -899,5 +956,120 @@ mod tests {
         assert_eq!(failures.spans.load(Ordering::Relaxed), 55);
         failures.took();
         assert!(!failures.down());
+    }
+
+    /// A collector that takes nothing, counting the spans it is given.
+    #[derive(Debug)]
+    struct Refusing(Arc<AtomicU64>);
+
+    impl SpanExporter for Refusing {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                "connection refused".into(),
+            ))
+        }
+    }
+
+    /// An exporter of spans only, to `Refusing`, exporting when flushed,
+    /// down for an hour after a first failure (no test here waits on a
+    /// clock), with a queue of `queue_size`.
+    fn refused(queue_size: u64) -> (Telemetry, Arc<AtomicU64>) {
+        let runtime = Runtime::start().unwrap();
+        let failures = Arc::new(Failures::down_first_for(Duration::from_secs(3600)));
+        let given = Arc::new(AtomicU64::new(0));
+        let exporter = Counted {
+            inner: Refusing(Arc::clone(&given)),
+            failures: Arc::clone(&failures),
+            runtime: runtime.handle.clone(),
+        };
+        // Exported when flushed only.
+        let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+            .with_scheduled_delay(Duration::from_secs(3600))
+            .build();
+        let traces = Traces {
+            processor: BatchSpanProcessor::builder(exporter)
+                .with_batch_config(config)
+                .build(),
+            sampler: Box::new(opentelemetry_sdk::trace::Sampler::AlwaysOn),
+            scope: scope(),
+            failures: Arc::clone(&failures),
+            queue_size,
+        };
+        let telemetry = Telemetry {
+            settings: Settings {
+                traces: true,
+                metrics: false,
+                capture_content: false,
+                traces_protocol: Protocol::HttpProtobuf,
+                metrics_protocol: Protocol::HttpProtobuf,
+            },
+            traces: Some(Arc::new(traces)),
+            metrics: None,
+            failures,
+            runtime: Some(runtime),
+            shut: AtomicBool::new(false),
+        };
+        (telemetry, given)
+    }
+
+    /// A finished run's record: a workflow span and a request's.
+    fn finished_run() -> SessionRecord {
+        let yaml = "tactic_type: echo\nagent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]\n";
+        let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(tactic.run("hello".into()))
+    }
+
+    #[test]
+    fn a_failed_export_puts_export_down_at_once_and_no_span_is_made_while_down() {
+        let (telemetry, given) = refused(2048);
+        let failures = Arc::clone(&telemetry.failures);
+        let record = finished_run();
+        telemetry.export(&record);
+        let made = failures.pending.load(Ordering::Relaxed);
+        assert!(made >= 2, "{made}");
+        assert!(!failures.down());
+        let traces = telemetry.traces.as_ref().unwrap();
+        // One export, refused once (no retry): down at once.
+        let _ = traces.processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), made);
+        assert!(failures.down());
+        assert_eq!(failures.in_a_row.load(Ordering::Relaxed), 1);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), made);
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        // While down, runs' spans are not made: none queued, none given.
+        for _ in 0..3 {
+            telemetry.export(&record);
+        }
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        let _ = traces.processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), made);
+        assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 3);
+        assert_eq!(telemetry.dropped_spans(), made);
+        // Up again (a later export taken), spans are made again.
+        failures.took();
+        telemetry.export(&record);
+        assert_eq!(failures.pending.load(Ordering::Relaxed), made);
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_spans_and_puts_export_down_at_once() {
+        let (telemetry, given) = refused(1);
+        let failures = Arc::clone(&telemetry.failures);
+        let record = finished_run();
+        telemetry.export(&record);
+        assert!(failures.down());
+        let lost = failures.spans.load(Ordering::Relaxed);
+        assert!(lost >= 2, "{lost}");
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        telemetry.export(&record);
+        assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 1);
+        let _ = telemetry.traces.as_ref().unwrap().processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), 0);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), lost);
     }
 }
