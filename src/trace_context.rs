@@ -104,13 +104,16 @@ impl TraceContext {
 impl fmt::Display for TraceContext {
     /// The `traceparent` header's value: `00-TRACE-SPAN-FLAGS`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            self.flags
-        )
+        // Written into a buffer of its own: one goes out with every
+        // provider request of a traced run.
+        let mut text = [0u8; 55];
+        text[..3].copy_from_slice(b"00-");
+        hex_into(&self.trace_id, &mut text[3..35]);
+        text[35] = b'-';
+        hex_into(&self.span_id, &mut text[36..52]);
+        text[52] = b'-';
+        hex_into(&[self.flags], &mut text[53..55]);
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
 
@@ -197,7 +200,11 @@ impl RunTrace {
 /// goes out under at the time, and the span built from the record later,
 /// get the same id without the record storing one per span.
 pub(crate) fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
-    let digest = crate::sha256::Sha256::digest(format!("{run_span}/{place}").as_bytes());
+    let mut hasher = crate::sha256::Sha256::new();
+    hasher.update(run_span);
+    hasher.update("/");
+    hasher.update(place);
+    let digest = hasher.finalize();
     let mut id = [0; 8];
     id.copy_from_slice(&digest[..8]);
     if id == [0; 8] {
@@ -384,8 +391,8 @@ pub fn current_run() -> Option<TraceContext> {
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut bytes = [0; N];
     loop {
-        for byte in bytes.iter_mut() {
-            *byte = fastrand::u8(..);
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&fastrand::u64(..).to_le_bytes()[..chunk.len()]);
         }
         if bytes != [0; N] {
             return bytes;
@@ -399,6 +406,15 @@ fn random_span_id() -> [u8; 8] {
 
 fn hex(bytes: &[u8]) -> String {
     crate::sha256::hex(bytes)
+}
+
+/// Lower-case hex of `bytes` into `out` (twice as long).
+fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (byte, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xF)];
+    }
 }
 
 /// `N` bytes from exactly `2N` lower-case hex digits.

@@ -8,7 +8,10 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_semantic_conventions::{attribute as semconv, metric as names};
 
 use crate::SessionRecord;
@@ -24,16 +27,40 @@ pub(super) struct Metrics {
 
 impl Metrics {
     pub(super) fn new(
+        protocol: super::Protocol,
         client: super::Client,
+        runtime: &tokio::runtime::Handle,
         resource: Resource,
         scope: opentelemetry::InstrumentationScope,
     ) -> Result<Metrics, String> {
-        let exporter = opentelemetry_otlp::MetricExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .build()
-            .map_err(|error| format!("OpenTelemetry metrics: {error}"))?;
+        let built = match protocol {
+            super::Protocol::HttpProtobuf => opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .build(),
+            #[cfg(feature = "otel-grpc")]
+            super::Protocol::Grpc => {
+                let _entered = runtime.enter();
+                let builder = opentelemetry_otlp::MetricExporter::builder().with_tonic();
+                super::grpc::with_tls(
+                    builder,
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_METRICS_INSECURE",
+                )
+                .build()
+            }
+            #[cfg(not(feature = "otel-grpc"))]
+            super::Protocol::Grpc => {
+                return Err(
+                    "OpenTelemetry metrics: gRPC export needs the `otel-grpc` feature".into(),
+                );
+            }
+        };
+        let exporter = InRuntime {
+            inner: built.map_err(|error| format!("OpenTelemetry metrics: {error}"))?,
+            runtime: runtime.clone(),
+        };
         let provider = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(exporter).build())
             .with_resource(resource)
@@ -94,11 +121,14 @@ impl Metrics {
         for call in &record.agent_calls {
             let (provider, _) = call.model.split_once('/').unwrap_or(("", &call.model));
             for invoke in call.invokes.iter().filter(|invoke| !invoke.cached) {
-                let mut attributes = vec![
+                // One attribute set per request, grown in place: the
+                // duration's, then the reply's model and each token type.
+                let mut attributes = Vec::with_capacity(6);
+                attributes.extend([
                     KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
                     KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
                     KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, invoke.request.model.clone()),
-                ];
+                ]);
                 if let Some(error) = &invoke.error {
                     let kind = super::spans::error_type(error);
                     attributes.push(KeyValue::new(semconv::ERROR_TYPE, kind));
@@ -112,14 +142,12 @@ impl Metrics {
                     attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_MODEL, model.clone()));
                 }
                 let cost = crate::dialog::InvokeCost::from_usage(&reply.usage);
-                for (kind, count) in [
-                    ("input", cost.prompt_tokens),
-                    ("output", cost.completion_tokens),
-                ] {
-                    let mut with_kind = attributes.clone();
-                    with_kind.push(KeyValue::new(semconv::GEN_AI_TOKEN_TYPE, kind));
-                    self.tokens.record(count, &with_kind);
+                attributes.push(KeyValue::new(semconv::GEN_AI_TOKEN_TYPE, "input"));
+                self.tokens.record(cost.prompt_tokens, &attributes);
+                if let Some(kind) = attributes.last_mut() {
+                    *kind = KeyValue::new(semconv::GEN_AI_TOKEN_TYPE, "output");
                 }
+                self.tokens.record(cost.completion_tokens, &attributes);
             }
             if let Some(cost) = call.cost.cost.filter(|cost| *cost > 0.0) {
                 let attributes = [
@@ -136,5 +164,30 @@ impl Metrics {
 
     pub(super) fn shutdown(&self) {
         let _ = self.provider.shutdown();
+    }
+}
+
+/// The OTLP metric exporter, its export run in the exporter's runtime (as
+/// the spans' is: `super::InRuntime`).
+struct InRuntime<E> {
+    inner: E,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for InRuntime<E> {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        super::InRuntime::new(&self.runtime, self.inner.export(metrics)).await
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
     }
 }

@@ -1,6 +1,7 @@
 //! OpenTelemetry export (feature `otel`; docs/telemetry.md): each finished
 //! run's record becomes spans by the GenAI semantic conventions (version
-//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf) to the
+//! [`SEMCONV_VERSION`](crate::telemetry::SEMCONV_VERSION)) and metrics, sent over OTLP (HTTP/protobuf, or
+//! gRPC with the `otel-grpc` feature) to the
 //! endpoint the standard `OTEL_*` variables name. Live export and export
 //! from stored records (`lllm logs export --otlp`) are one conversion
 //! (`telemetry::spans`), so a record gives the same spans, ids included, either way.
@@ -27,14 +28,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::{RetryPolicy, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+    BatchSpanProcessor, SamplingDecision, ShouldSample, SpanData, SpanExporter, SpanProcessor as _,
 };
 
 use crate::SessionRecord;
@@ -46,6 +49,19 @@ pub const SEMCONV_VERSION: &str = "1.42.0";
 
 /// The instrumentation scope's name.
 const SCOPE: &str = "lllm";
+
+/// How a signal goes to the collector: `OTEL_EXPORTER_OTLP_PROTOCOL`, or
+/// the signal's own `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` /
+/// `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, which wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// `http/protobuf`, the default: `POST {endpoint}/v1/traces` (port 4318).
+    #[default]
+    HttpProtobuf,
+    /// `grpc`: the collector's gRPC services at the endpoint as it is
+    /// (`http://localhost:4317` when none is named); the `otel-grpc` feature.
+    Grpc,
+}
 
 /// What the standard variables ask for.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,13 +75,17 @@ pub struct Settings {
     /// Message content, tool arguments and results go into spans
     /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
     pub capture_content: bool,
+    /// How traces are sent.
+    pub traces_protocol: Protocol,
+    /// How metrics are sent.
+    pub metrics_protocol: Protocol,
 }
 
 impl Settings {
     /// The settings `variable` gives (the process's environment in
     /// [`Telemetry::from_env`]); `Ok(None)` when nothing is to be exported,
     /// `Err` with one line when a variable asks for what this build cannot
-    /// do (a protocol other than `http/protobuf`).
+    /// do (`http/json`, or `grpc` without the `otel-grpc` feature).
     pub fn read(variable: impl Fn(&str) -> Option<String>) -> Result<Option<Settings>, String> {
         let set = |name: &str| variable(name).is_some_and(|value| !value.trim().is_empty());
         let is = |name: &str, wanted: &str| {
@@ -82,36 +102,50 @@ impl Settings {
         if !traces && !metrics {
             return Ok(None);
         }
-        for name in [
+        let mut protocols = [Protocol::default(); 3];
+        for (protocol, name) in protocols.iter_mut().zip([
             "OTEL_EXPORTER_OTLP_PROTOCOL",
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
             "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        ] {
-            if let Some(protocol) = variable(name)
-                && !protocol.trim().is_empty()
-                && protocol.trim() != "http/protobuf"
-            {
-                return Err(format!(
-                    "{name}={}: lllm exports over `http/protobuf` only (an OpenTelemetry Collector, Jaeger, Phoenix and Langfuse all take it, on port 4318)",
-                    crate::redact::terminal_line(protocol.trim())
-                ));
-            }
+        ]) {
+            let Some(value) = variable(name).filter(|value| !value.trim().is_empty()) else {
+                continue;
+            };
+            *protocol = match value.trim() {
+                "http/protobuf" => Protocol::HttpProtobuf,
+                "grpc" if cfg!(feature = "otel-grpc") => Protocol::Grpc,
+                "grpc" => {
+                    return Err(format!(
+                        "{name}=grpc: this program was built without gRPC export (the lllm library's `otel-grpc` feature); `http/protobuf` works, on port 4318"
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "{name}={}: lllm exports over `http/protobuf` (port 4318) or `grpc` (port 4317)",
+                        crate::redact::terminal_line(other)
+                    ));
+                }
+            };
         }
+        let [all, traces_protocol, metrics_protocol] = protocols;
+        let own = |name: &str, protocol: Protocol| if set(name) { protocol } else { all };
         Ok(Some(Settings {
             traces,
             metrics,
             capture_content: is("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true"),
+            traces_protocol: own("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", traces_protocol),
+            metrics_protocol: own("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", metrics_protocol),
         }))
     }
 }
 
-/// The exporter of this process: a tracer and meters over OTLP. Built by
+/// The exporter of this process: spans and metrics over OTLP. Built by
 /// [`Telemetry::from_env`]; [`Telemetry::install`] makes it the one every
 /// finished run goes to; [`Telemetry::shutdown`] (or dropping the last
 /// handle) sends what is queued.
 pub struct Telemetry {
     settings: Settings,
-    traces: Option<(SdkTracerProvider, SdkTracer)>,
+    traces: Option<Arc<Traces>>,
     metrics: Option<metrics::Metrics>,
     failures: Arc<Failures>,
     // The exporter's requests run here, away from the program's runtime:
@@ -126,6 +160,83 @@ impl std::fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("settings", &self.settings)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where a run's spans go: the SDK's batch span processor (its bounded
+/// queue, and its thread that sends), given each span finished. The spans
+/// are made from the record as the SDK's span data directly, not through
+/// a tracer: the record holds every id and time already, and a tracer's
+/// spans (a context, a live span and its lock, the processor's hooks, per
+/// span) cost a batch more than the export itself.
+struct Traces {
+    processor: BatchSpanProcessor,
+    /// The sampler the variables name (`OTEL_TRACES_SAMPLER`, read by the SDK).
+    sampler: Box<dyn ShouldSample>,
+    scope: InstrumentationScope,
+    failures: Arc<Failures>,
+    /// The processor's queue size (`OTEL_BSP_MAX_QUEUE_SIZE`, read as the SDK reads it).
+    queue_size: u64,
+}
+
+impl Traces {
+    /// Whether a trace is sampled: the sampler asked once for the span at
+    /// its root in this process (a run, a batch), whose spans all follow it.
+    fn sampled(&self, parent: Option<(SpanId, bool)>, trace_id: TraceId, name: &str) -> bool {
+        let parent = parent.map(|(span_id, sampled)| {
+            opentelemetry::Context::new().with_remote_span_context(SpanContext::new(
+                trace_id,
+                span_id,
+                if sampled {
+                    TraceFlags::SAMPLED
+                } else {
+                    TraceFlags::default()
+                },
+                true,
+                TraceState::NONE,
+            ))
+        });
+        let result = self.sampler.should_sample(
+            parent.as_ref(),
+            trace_id,
+            name,
+            &SpanKind::Internal,
+            &[],
+            &[],
+        );
+        result.decision == SamplingDecision::RecordAndSample
+    }
+
+    /// Makes and queues the spans of `record` (expanded), when sampled.
+    fn export(&self, record: &SessionRecord, content: bool) {
+        let Some((trace_id, _, parent)) = spans::ids(record) else {
+            return;
+        };
+        let caller_sampled = record.trace.as_ref().is_some_and(|trace| trace.sampled);
+        let parent = parent.map(|parent| (parent.span_id, caller_sampled));
+        // The built-in samplers read the ids and the parent, not the name.
+        if !self.sampled(parent, trace_id, "invoke_workflow") {
+            return;
+        }
+        let mut spans = spans::Spans::new(&self.scope, content);
+        spans.record(record, None);
+        self.send(spans.out);
+    }
+
+    /// Into the processor's queue. A full queue (spans sent and not yet
+    /// exported past its size) is a collector that does not keep up: the
+    /// spans are dropped, counted, and export is down at once.
+    fn send(&self, spans: Vec<SpanData>) {
+        let count = spans.len() as u64;
+        let pending = self.failures.pending.fetch_add(count, Ordering::Relaxed) + count;
+        if pending > self.queue_size {
+            self.failures.pending.fetch_sub(count, Ordering::Relaxed);
+            self.failures.failed(count);
+            return;
+        }
+        for span in spans {
+            self.processor.on_end(span);
+        }
     }
 }
 
@@ -149,28 +260,31 @@ impl Telemetry {
         let failures = Arc::new(Failures::default());
         let resource = resource();
         let traces = if settings.traces {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_http_client(client.clone())
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .build()
-                .map_err(|error| format!("OpenTelemetry traces: {error}"))?;
+            let mut exporter = span_exporter(settings.traces_protocol, &client, &runtime.handle)?;
+            exporter.set_resource(&resource);
             let exporter = Counted {
                 inner: exporter,
                 failures: Arc::clone(&failures),
+                runtime: runtime.handle.clone(),
             };
-            let provider = SdkTracerProvider::builder()
-                .with_span_processor(BatchSpanProcessor::builder(exporter).build())
-                .with_id_generator(spans::RecordIds)
-                .with_resource(resource.clone())
-                .build();
-            let tracer = provider.tracer_with_scope(scope());
-            Some((provider, tracer))
+            Some(Arc::new(Traces {
+                processor: BatchSpanProcessor::builder(exporter).build(),
+                sampler: opentelemetry_sdk::trace::Config::default().sampler,
+                scope: scope(),
+                failures: Arc::clone(&failures),
+                queue_size: queue_size(),
+            }))
         } else {
             None
         };
         let metrics = if settings.metrics {
-            Some(metrics::Metrics::new(client, resource, scope())?)
+            Some(metrics::Metrics::new(
+                settings.metrics_protocol,
+                client,
+                &runtime.handle,
+                resource,
+                scope(),
+            )?)
         } else {
             None
         };
@@ -207,6 +321,12 @@ impl Telemetry {
     /// Sends `record` (a finished run's, or one read from the store) as
     /// spans with its own timestamps and ids, and adds it to the metrics.
     pub fn export(&self, record: &SessionRecord) {
+        // While the collector is down, a run's spans and metrics are not
+        // even made: one atomic load (a clock read only while down).
+        if self.traces.is_some() && self.failures.down() {
+            self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let expanded;
         let record = if needs_expanding(record) || lacks_trace(record) {
             let mut copy = record.clone();
@@ -217,13 +337,8 @@ impl Telemetry {
         } else {
             record
         };
-        if let Some((_, tracer)) = &self.traces {
-            // While the collector is down, a run's spans are not even made.
-            if self.failures.down() {
-                self.failures.unsent_runs.fetch_add(1, Ordering::Relaxed);
-            } else {
-                spans::export(tracer, record, None, self.settings.capture_content);
-            }
+        if let Some(traces) = &self.traces {
+            traces.export(record, self.settings.capture_content);
         }
         if let Some(metrics) = &self.metrics {
             metrics.record(record);
@@ -233,8 +348,8 @@ impl Telemetry {
     /// A span for a whole batch: each task's trace links to it. `None` when
     /// traces are off.
     pub fn batch_span(&self, name: &str) -> Option<BatchSpan> {
-        let (_, tracer) = self.traces.as_ref()?;
-        Some(spans::BatchSpan::start(tracer, name))
+        let traces = self.traces.as_ref()?;
+        Some(spans::BatchSpan::start(Arc::clone(traces), name))
     }
 
     /// Sends everything queued and stops the exporter (at most once; a
@@ -244,8 +359,8 @@ impl Telemetry {
         if self.shut.swap(true, Ordering::SeqCst) {
             return;
         }
-        if let Some((provider, _)) = &self.traces {
-            let _ = provider.shutdown();
+        if let Some(traces) = &self.traces {
+            let _ = traces.processor.shutdown();
         }
         if let Some(metrics) = &self.metrics {
             metrics.shutdown();
@@ -265,6 +380,96 @@ impl Telemetry {
     pub fn dropped_spans(&self) -> u64 {
         self.failures.spans.load(Ordering::Relaxed)
     }
+}
+
+/// OTLP over gRPC (feature `otel-grpc`): opentelemetry-otlp's tonic
+/// exporter. The endpoint is used as it is (gRPC has no `/v1/traces`
+/// path), `http://localhost:4317` when none is named; the headers
+/// variables become the requests' metadata (read by the crate); an
+/// `https` endpoint (or one without a scheme, unless `…_INSECURE=true`)
+/// is TLS on rustls with the webpki roots, as the providers' requests are.
+#[cfg(feature = "otel-grpc")]
+mod grpc {
+    use opentelemetry_otlp::WithTonicConfig;
+    use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+
+    /// `builder` with TLS when the endpoint it will use is `https`.
+    pub(super) fn with_tls<B: WithTonicConfig>(
+        builder: B,
+        signal_endpoint: &str,
+        signal_insecure: &str,
+    ) -> B {
+        let read = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        };
+        let endpoint = read(signal_endpoint)
+            .or_else(|| read("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            .unwrap_or_else(|| "http://localhost:4317".into());
+        let insecure = read(signal_insecure)
+            .or_else(|| read("OTEL_EXPORTER_OTLP_INSECURE"))
+            .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"));
+        if uses_tls(&endpoint, insecure) {
+            builder.with_tls_config(ClientTlsConfig::new().with_webpki_roots())
+        } else {
+            builder
+        }
+    }
+
+    /// Whether a gRPC endpoint is TLS: `https://…`, or no scheme and not
+    /// insecure (the OTLP exporter specification's rule).
+    pub(super) fn uses_tls(endpoint: &str, insecure: bool) -> bool {
+        let endpoint = endpoint.trim();
+        match endpoint.split_once("://") {
+            Some((scheme, _)) if !scheme.contains(['/', '?', '#']) => {
+                scheme.eq_ignore_ascii_case("https")
+            }
+            _ => !insecure,
+        }
+    }
+}
+
+/// The OTLP span exporter `protocol` asks for; the endpoint, headers,
+/// timeout and compression from the standard variables (read by the crate).
+/// It does not retry: the crate's retries (three, with backoff) kept a
+/// dead collector's first failure back for seconds while every run's spans
+/// were still made and queued; a failed export puts export down at once
+/// instead ([`Failures`]), and it is tried again after a while.
+fn span_exporter(
+    protocol: Protocol,
+    client: &Client,
+    runtime: &tokio::runtime::Handle,
+) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    let built = match protocol {
+        Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(client.clone())
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_retry_policy(RetryPolicy::disabled())
+            .build(),
+        #[cfg(feature = "otel-grpc")]
+        Protocol::Grpc => {
+            // tonic's channel starts its task on the exporter's runtime.
+            use opentelemetry_otlp::WithTonicConfig;
+            let _entered = runtime.enter();
+            let builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_retry_policy(RetryPolicy::disabled());
+            grpc::with_tls(
+                builder,
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+            )
+            .build()
+        }
+        #[cfg(not(feature = "otel-grpc"))]
+        Protocol::Grpc => {
+            let _ = runtime;
+            return Err("OpenTelemetry traces: gRPC export needs the `otel-grpc` feature".into());
+        }
+    };
+    built.map_err(|error| format!("OpenTelemetry traces: {error}"))
 }
 
 impl Drop for Telemetry {
@@ -356,12 +561,12 @@ fn needs_expanding(record: &SessionRecord) -> bool {
         || record.sub_tactic_sessions.iter().any(needs_expanding)
 }
 
-fn scope() -> opentelemetry::InstrumentationScope {
-    opentelemetry::InstrumentationScope::builder(SCOPE)
+/// The instrumentation scope, all of it static text (each span holds a copy).
+fn scope() -> InstrumentationScope {
+    const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.42.0";
+    InstrumentationScope::builder(SCOPE)
         .with_version(env!("CARGO_PKG_VERSION"))
-        .with_schema_url(format!(
-            "https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
-        ))
+        .with_schema_url(SCHEMA_URL)
         .build()
 }
 
@@ -386,7 +591,7 @@ fn resource() -> Resource {
 /// it is down (after a failed export, for a while that doubles with each
 /// failure in a row, up to [`DOWN_MAX`]), runs' spans are not made at all,
 /// so a dead collector costs a batch next to nothing.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Failures {
     spans: AtomicU64,
     said: AtomicBool,
@@ -396,6 +601,25 @@ struct Failures {
     down_until: AtomicU64,
     /// Runs whose spans were not made while it was down.
     unsent_runs: AtomicU64,
+    /// Spans handed to the processor and not yet exported (or failed).
+    pending: AtomicU64,
+    /// How long it is down after a first failure ([`DOWN_FIRST`]).
+    first: Duration,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Failures::down_first_for(DOWN_FIRST)
+    }
+}
+
+/// The span processor's queue size, as the SDK reads it.
+fn queue_size() -> u64 {
+    std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
+        .ok()
+        .and_then(|size| size.trim().parse::<u64>().ok())
+        .filter(|size| *size > 0)
+        .unwrap_or(2048)
 }
 
 /// How long a collector is taken to be down after its first failure, and at most.
@@ -409,14 +633,28 @@ fn now_ms() -> u64 {
 }
 
 impl Failures {
+    fn down_first_for(first: Duration) -> Failures {
+        Failures {
+            spans: AtomicU64::new(0),
+            said: AtomicBool::new(false),
+            in_a_row: AtomicU64::new(0),
+            down_until: AtomicU64::new(0),
+            unsent_runs: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            first,
+        }
+    }
+
+    /// One atomic load while up; the clock is read only while down.
     fn down(&self) -> bool {
-        now_ms() < self.down_until.load(Ordering::Relaxed)
+        let until = self.down_until.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
     }
 
     fn failed(&self, spans: u64) {
         self.spans.fetch_add(spans, Ordering::Relaxed);
         let in_a_row = self.in_a_row.fetch_add(1, Ordering::Relaxed).min(16);
-        let wait = DOWN_FIRST.saturating_mul(1 << in_a_row).min(DOWN_MAX);
+        let wait = self.first.saturating_mul(1 << in_a_row).min(DOWN_MAX);
         self.down_until
             .store(now_ms() + wait.as_millis() as u64, Ordering::Relaxed);
     }
@@ -428,16 +666,19 @@ impl Failures {
 }
 
 /// The OTLP exporter, counting what fails: the first failure is said once.
+/// Its export runs in the exporter's runtime (see [`InRuntime`]).
 #[derive(Debug)]
 struct Counted<E> {
     inner: E,
     failures: Arc<Failures>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let count = batch.len() as u64;
-        let outcome = self.inner.export(batch).await;
+        let outcome = InRuntime::new(&self.runtime, self.inner.export(batch)).await;
+        self.failures.pending.fetch_sub(count, Ordering::Relaxed);
         if outcome.is_ok() {
             self.failures.took();
         }
@@ -463,6 +704,37 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
+    }
+}
+
+/// A future polled in the exporter's runtime's context: the SDK's threads
+/// drive the exporters' futures with an executor of their own, and tonic's
+/// channel (its timers, its connection) and the crate's retry sleeps need
+/// Tokio's. The runtime's thread drives the I/O and timers; the future
+/// is woken as usual.
+struct InRuntime<'h, F> {
+    runtime: &'h tokio::runtime::Handle,
+    future: std::pin::Pin<Box<F>>,
+}
+
+impl<'h, F: std::future::Future> InRuntime<'h, F> {
+    fn new(runtime: &'h tokio::runtime::Handle, future: F) -> Self {
+        InRuntime {
+            runtime,
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for InRuntime<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _entered = self.runtime.enter();
+        self.future.as_mut().poll(context)
     }
 }
 
@@ -597,21 +869,72 @@ mod tests {
     }
 
     #[test]
-    fn a_protocol_other_than_http_protobuf_is_refused_by_name() {
-        let grpc = [
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-        ];
-        let error = read(&grpc).unwrap_err();
+    fn the_protocol_is_the_signals_own_else_the_general_one_and_http_json_is_refused() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317");
+        let plain = read(&[endpoint]).unwrap().unwrap();
+        assert_eq!(
+            (plain.traces_protocol, plain.metrics_protocol),
+            (Protocol::HttpProtobuf, Protocol::HttpProtobuf)
+        );
+        let json = [endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")];
+        let error = read(&json).unwrap_err();
         assert!(
-            error.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: "),
+            error.starts_with("OTEL_EXPORTER_OTLP_PROTOCOL=http/json: lllm exports over `http/protobuf` (port 4318) or `grpc`"),
             "{error}"
         );
-        let proto = [
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-        ];
+        let proto = [endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")];
         assert!(read(&proto).unwrap().is_some());
+        let grpc = [endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")];
+        let mixed = [
+            endpoint,
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+        ];
+        let traces_only = [endpoint, ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")];
+        if cfg!(feature = "otel-grpc") {
+            let all = read(&grpc).unwrap().unwrap();
+            assert_eq!(
+                (all.traces_protocol, all.metrics_protocol),
+                (Protocol::Grpc, Protocol::Grpc)
+            );
+            let mixed = read(&mixed).unwrap().unwrap();
+            assert_eq!(
+                (mixed.traces_protocol, mixed.metrics_protocol),
+                (Protocol::Grpc, Protocol::HttpProtobuf)
+            );
+            let own = read(&traces_only).unwrap().unwrap();
+            assert_eq!(
+                (own.traces_protocol, own.metrics_protocol),
+                (Protocol::Grpc, Protocol::HttpProtobuf)
+            );
+        } else {
+            let error = read(&grpc).unwrap_err();
+            assert!(
+                error.starts_with(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this program was built without gRPC export"
+                ),
+                "{error}"
+            );
+        }
+    }
+
+    #[cfg(feature = "otel-grpc")]
+    #[test]
+    fn a_grpc_endpoint_is_tls_when_https_or_without_a_scheme_and_not_insecure() {
+        assert!(grpc::uses_tls("https://collector:4317", false));
+        assert!(grpc::uses_tls("HTTPS://collector:4317", true));
+        assert!(!grpc::uses_tls("http://localhost:4317", false));
+        assert!(grpc::uses_tls("collector:4317", false));
+        assert!(!grpc::uses_tls("collector:4317", true));
+    }
+
+    #[test]
+    fn the_scopes_schema_is_the_pinned_conventions_version() {
+        let scope = scope();
+        assert_eq!(
+            scope.schema_url(),
+            Some(format!("https://opentelemetry.io/schemas/{SEMCONV_VERSION}").as_str())
+        );
     }
 
     #[test]
@@ -633,5 +956,120 @@ mod tests {
         assert_eq!(failures.spans.load(Ordering::Relaxed), 55);
         failures.took();
         assert!(!failures.down());
+    }
+
+    /// A collector that takes nothing, counting the spans it is given.
+    #[derive(Debug)]
+    struct Refusing(Arc<AtomicU64>);
+
+    impl SpanExporter for Refusing {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
+                "connection refused".into(),
+            ))
+        }
+    }
+
+    /// An exporter of spans only, to `Refusing`, exporting when flushed,
+    /// down for an hour after a first failure (no test here waits on a
+    /// clock), with a queue of `queue_size`.
+    fn refused(queue_size: u64) -> (Telemetry, Arc<AtomicU64>) {
+        let runtime = Runtime::start().unwrap();
+        let failures = Arc::new(Failures::down_first_for(Duration::from_secs(3600)));
+        let given = Arc::new(AtomicU64::new(0));
+        let exporter = Counted {
+            inner: Refusing(Arc::clone(&given)),
+            failures: Arc::clone(&failures),
+            runtime: runtime.handle.clone(),
+        };
+        // Exported when flushed only.
+        let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+            .with_scheduled_delay(Duration::from_secs(3600))
+            .build();
+        let traces = Traces {
+            processor: BatchSpanProcessor::builder(exporter)
+                .with_batch_config(config)
+                .build(),
+            sampler: Box::new(opentelemetry_sdk::trace::Sampler::AlwaysOn),
+            scope: scope(),
+            failures: Arc::clone(&failures),
+            queue_size,
+        };
+        let telemetry = Telemetry {
+            settings: Settings {
+                traces: true,
+                metrics: false,
+                capture_content: false,
+                traces_protocol: Protocol::HttpProtobuf,
+                metrics_protocol: Protocol::HttpProtobuf,
+            },
+            traces: Some(Arc::new(traces)),
+            metrics: None,
+            failures,
+            runtime: Some(runtime),
+            shut: AtomicBool::new(false),
+        };
+        (telemetry, given)
+    }
+
+    /// A finished run's record: a workflow span and a request's.
+    fn finished_run() -> SessionRecord {
+        let yaml = "tactic_type: echo\nagent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]\n";
+        let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(tactic.run("hello".into()))
+    }
+
+    #[test]
+    fn a_failed_export_puts_export_down_at_once_and_no_span_is_made_while_down() {
+        let (telemetry, given) = refused(2048);
+        let failures = Arc::clone(&telemetry.failures);
+        let record = finished_run();
+        telemetry.export(&record);
+        let made = failures.pending.load(Ordering::Relaxed);
+        assert!(made >= 2, "{made}");
+        assert!(!failures.down());
+        let traces = telemetry.traces.as_ref().unwrap();
+        // One export, refused once (no retry): down at once.
+        let _ = traces.processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), made);
+        assert!(failures.down());
+        assert_eq!(failures.in_a_row.load(Ordering::Relaxed), 1);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), made);
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        // While down, runs' spans are not made: none queued, none given.
+        for _ in 0..3 {
+            telemetry.export(&record);
+        }
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        let _ = traces.processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), made);
+        assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 3);
+        assert_eq!(telemetry.dropped_spans(), made);
+        // Up again (a later export taken), spans are made again.
+        failures.took();
+        telemetry.export(&record);
+        assert_eq!(failures.pending.load(Ordering::Relaxed), made);
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_spans_and_puts_export_down_at_once() {
+        let (telemetry, given) = refused(1);
+        let failures = Arc::clone(&telemetry.failures);
+        let record = finished_run();
+        telemetry.export(&record);
+        assert!(failures.down());
+        let lost = failures.spans.load(Ordering::Relaxed);
+        assert!(lost >= 2, "{lost}");
+        assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+        telemetry.export(&record);
+        assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 1);
+        let _ = telemetry.traces.as_ref().unwrap().processor.force_flush();
+        assert_eq!(given.load(Ordering::Relaxed), 0);
+        assert_eq!(failures.spans.load(Ordering::Relaxed), lost);
     }
 }

@@ -13,15 +13,14 @@
 //! ([`crate::trace_context::span_id_for`]), as the `traceparent` of a
 //! request was when it went out.
 
-use std::cell::Cell;
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
-    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer as _,
+    Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
-use opentelemetry::{Context, KeyValue, Value as OtelValue};
-use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer};
+use opentelemetry::{InstrumentationScope, KeyValue, Value as OtelValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use opentelemetry_semantic_conventions::attribute as semconv;
 use serde_json::Value;
 
@@ -30,29 +29,16 @@ use crate::agent::{AgentCallSession, InvokeTrace};
 use crate::tactic::RunState;
 use crate::trace_context::{chat_place, from_hex, span_id_for};
 
-thread_local! {
-    /// The ids the next span started on this thread takes.
-    static NEXT: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+/// The spans of one record as they are made: its trace, the scope they
+/// are from, and the finished spans, in the order they were made.
+pub(super) struct Spans<'a> {
+    scope: &'a InstrumentationScope,
+    content: bool,
+    /// The spans made so far, for the batch processor's queue.
+    pub(super) out: Vec<SpanData>,
 }
 
-/// The SDK's id generator, giving the span being built from a record the
-/// ids the record says (random ones otherwise).
-#[derive(Debug)]
-pub(super) struct RecordIds;
-
-impl IdGenerator for RecordIds {
-    fn new_trace_id(&self) -> TraceId {
-        NEXT.get()
-            .map_or_else(|| RandomIdGenerator::default().new_trace_id(), |ids| ids.0)
-    }
-
-    fn new_span_id(&self) -> SpanId {
-        NEXT.get()
-            .map_or_else(|| RandomIdGenerator::default().new_span_id(), |ids| ids.1)
-    }
-}
-
-/// One span to start: its ids, name, kind, times and attributes.
+/// One span to make: its ids, name, kind, times and attributes.
 struct Planned {
     span_id: [u8; 8],
     name: String,
@@ -64,63 +50,105 @@ struct Planned {
     error: Option<String>,
 }
 
-/// Starts and ends `planned` under `parent`; the context its children go under.
-fn emit(tracer: &SdkTracer, trace_id: TraceId, planned: Planned, parent: &Context) -> Context {
-    NEXT.set(Some((trace_id, SpanId::from_bytes(planned.span_id))));
-    let span = tracer
-        .span_builder(planned.name)
-        .with_kind(planned.kind)
-        .with_start_time(planned.start)
-        .with_attributes(planned.attributes)
-        .with_links(planned.links)
-        .start_with_context(tracer, parent);
-    NEXT.set(None);
-    let context = parent.with_span(span);
-    let span = context.span();
-    if let Some(error) = planned.error {
-        span.set_status(Status::error(error));
-    }
-    span.end_with_timestamp(planned.end);
-    context
+/// A span's parent: its id, and whether it is another process's (the
+/// caller of a served run).
+#[derive(Clone, Copy)]
+pub(super) struct Parent {
+    pub(super) span_id: SpanId,
+    pub(super) remote: bool,
 }
 
-/// Sends `record` (expanded) as spans; `parent` is the context of the run
-/// that holds it (for a sub-tactic's session), `None` for a whole run.
-pub(super) fn export(
-    tracer: &SdkTracer,
+impl<'a> Spans<'a> {
+    pub(super) fn new(scope: &'a InstrumentationScope, content: bool) -> Spans<'a> {
+        Spans {
+            scope,
+            content,
+            out: Vec::new(),
+        }
+    }
+
+    /// Makes `planned` a finished span of `trace_id` under `parent`: the
+    /// SDK's span data as its tracer would have made it, made directly
+    /// (the record already holds every id and time).
+    fn emit(&mut self, trace_id: TraceId, planned: Planned, parent: Option<Parent>) -> Parent {
+        let span_id = SpanId::from_bytes(planned.span_id);
+        let mut links = SpanLinks::default();
+        links.links = planned.links;
+        let status = match planned.error {
+            Some(error) => Status::error(error),
+            None => Status::Unset,
+        };
+        self.out.push(SpanData {
+            span_context: SpanContext::new(
+                trace_id,
+                span_id,
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::NONE,
+            ),
+            parent_span_id: parent.map_or(SpanId::INVALID, |parent| parent.span_id),
+            parent_span_is_remote: parent.is_some_and(|parent| parent.remote),
+            span_kind: planned.kind,
+            name: Cow::Owned(planned.name),
+            start_time: planned.start,
+            end_time: planned.end,
+            attributes: planned.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links,
+            status,
+            instrumentation_scope: self.scope.clone(),
+        });
+        Parent {
+            span_id,
+            remote: false,
+        }
+    }
+}
+
+/// The trace of `record` (expanded) as ids: the trace, the run's span, and
+/// the span it continues (another process's); `None` when the record has
+/// none that reads.
+pub(super) fn ids(record: &SessionRecord) -> Option<(TraceId, [u8; 8], Option<Parent>)> {
+    let trace = record.trace.as_ref()?;
+    let trace_id = TraceId::from_bytes(from_hex::<16>(&trace.trace_id)?);
+    let run_span = from_hex::<8>(&trace.span_id)?;
+    let parent = trace
+        .parent_span_id
+        .as_deref()
+        .and_then(from_hex::<8>)
+        .map(|parent| Parent {
+            span_id: SpanId::from_bytes(parent),
+            remote: true,
+        });
+    Some((trace_id, run_span, parent))
+}
+
+impl Spans<'_> {
+    /// Makes the spans of `record` (expanded); `parent` is the span of the
+    /// run that holds it (for a sub-tactic's session), `None` for a whole
+    /// run (whose parent, if any, is the one its trace names).
+    pub(super) fn record(&mut self, record: &SessionRecord, parent: Option<Parent>) {
+        let Some((trace_id, run_span, continued)) = ids(record) else {
+            return;
+        };
+        let Some(trace) = &record.trace else {
+            return;
+        };
+        let parent = parent.or(continued);
+        run(self, record, trace, trace_id, run_span, parent);
+    }
+}
+
+fn run(
+    spans: &mut Spans,
     record: &SessionRecord,
-    parent: Option<&Context>,
-    content: bool,
+    trace: &crate::trace_context::RunTrace,
+    trace_id: TraceId,
+    run_span: [u8; 8],
+    parent: Option<Parent>,
 ) {
-    let Some(trace) = &record.trace else {
-        return;
-    };
-    let (Some(trace_bytes), Some(run_span)) = (
-        from_hex::<16>(&trace.trace_id),
-        from_hex::<8>(&trace.span_id),
-    ) else {
-        return;
-    };
-    let trace_id = TraceId::from_bytes(trace_bytes);
-    let flags = if trace.sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
-    let outer = match (
-        parent,
-        trace.parent_span_id.as_deref().and_then(from_hex::<8>),
-    ) {
-        (Some(parent), _) => parent.clone(),
-        (None, Some(parent_span)) => Context::new().with_remote_span_context(SpanContext::new(
-            trace_id,
-            SpanId::from_bytes(parent_span),
-            flags,
-            true,
-            TraceState::default(),
-        )),
-        (None, None) => Context::new(),
-    };
+    let content = spans.content;
     let links = trace
         .link
         .as_deref()
@@ -135,7 +163,7 @@ pub(super) fn export(
                     TraceFlags::default()
                 },
                 true,
-                TraceState::default(),
+                TraceState::NONE,
             );
             vec![Link::with_context(context)]
         })
@@ -209,33 +237,25 @@ pub(super) fn export(
             .clone()
             .filter(|_| record.state != RunState::Success),
     };
-    let run_context = emit(tracer, trace_id, run, &outer);
+    let run = spans.emit(trace_id, run, parent);
     for (index, call) in record.agent_calls.iter().enumerate() {
-        agent_call(
-            tracer,
-            trace_id,
-            &trace.span_id,
-            index,
-            call,
-            &run_context,
-            content,
-        );
+        agent_call(spans, trace_id, &trace.span_id, index, call, run);
     }
     for session in &record.sub_tactic_sessions {
-        export(tracer, session, Some(&run_context), content);
+        spans.record(session, Some(run));
     }
 }
 
 /// An agent call and what it did: its requests and tool rounds.
 fn agent_call(
-    tracer: &SdkTracer,
+    spans: &mut Spans,
     trace_id: TraceId,
     run_span: &str,
     index: usize,
     call: &AgentCallSession,
-    parent: &Context,
-    content: bool,
+    parent: Parent,
 ) {
+    let content = spans.content;
     let started = time(&call.started_at);
     let ended = call
         .ended_at
@@ -279,7 +299,7 @@ fn agent_call(
         links: Vec::new(),
         error: call.error.clone(),
     };
-    let call_context = emit(tracer, trace_id, planned, parent);
+    let call_span = spans.emit(trace_id, planned, Some(parent));
     // Requests one after another; a tool round between the request that
     // asked for it and the next request of the call.
     let busy: u64 = call
@@ -297,15 +317,13 @@ fn agent_call(
     for (position, invoke) in call.invokes.iter().enumerate() {
         let end = cursor + Duration::from_millis(invoke.latency_ms);
         chat(
-            tracer,
+            spans,
             trace_id,
             run_span,
             call,
             invoke,
-            cursor,
-            end,
-            &call_context,
-            content,
+            (cursor, end),
+            call_span,
         );
         cursor = end + Duration::from_millis(invoke.waited_ms);
         // The round of tools this request asked for runs after its last
@@ -333,7 +351,7 @@ fn agent_call(
                     links: Vec::new(),
                     error: tool.error_message.clone(),
                 };
-                emit(tracer, trace_id, planned, &call_context);
+                spans.emit(trace_id, planned, Some(call_span));
             }
             cursor = round_end;
         }
@@ -369,19 +387,17 @@ fn tool_attributes(tool: &crate::dialog::FunctionCall, content: bool) -> Vec<Key
     attributes
 }
 
-/// One request to the model (one attempt).
-#[allow(clippy::too_many_arguments)]
+/// One request to the model (one attempt), from `start` to `end`.
 fn chat(
-    tracer: &SdkTracer,
+    spans: &mut Spans,
     trace_id: TraceId,
     run_span: &str,
     call: &AgentCallSession,
     invoke: &InvokeTrace,
-    start: SystemTime,
-    end: SystemTime,
-    parent: &Context,
-    content: bool,
+    (start, end): (SystemTime, SystemTime),
+    parent: Parent,
 ) {
+    let content = spans.content;
     let (provider, _) = split_model(&call.model);
     let request = &invoke.request;
     let mut attributes = vec![
@@ -498,12 +514,14 @@ fn chat(
         links: Vec::new(),
         error,
     };
-    emit(tracer, trace_id, planned, parent);
+    spans.emit(trace_id, planned, Some(parent));
 }
 
 /// The span of a whole batch: each task's trace links to it.
 pub struct BatchSpan {
-    context: Context,
+    traces: std::sync::Arc<super::Traces>,
+    tactic: String,
+    start: SystemTime,
     trace: crate::trace_context::TraceContext,
 }
 
@@ -516,21 +534,18 @@ impl std::fmt::Debug for BatchSpan {
 }
 
 impl BatchSpan {
-    pub(super) fn start(tracer: &SdkTracer, name: &str) -> BatchSpan {
-        let span = tracer
-            .span_builder(format!("batch {name}"))
-            .with_kind(SpanKind::Internal)
-            .with_attributes([KeyValue::new("lllm.tactic", name.to_string())])
-            .start_with_context(tracer, &Context::new());
-        let context = Context::new().with_span(span);
-        let span_context = context.span().span_context().clone();
-        let trace = crate::trace_context::TraceContext::new(
-            span_context.trace_id().to_bytes(),
-            span_context.span_id().to_bytes(),
-            span_context.is_sampled(),
-        )
-        .unwrap_or_else(crate::trace_context::TraceContext::new_root);
-        BatchSpan { context, trace }
+    pub(super) fn start(traces: std::sync::Arc<super::Traces>, name: &str) -> BatchSpan {
+        let root = crate::trace_context::TraceContext::new_root();
+        let sampled = traces.sampled(None, TraceId::from_bytes(root.trace_id()), "batch");
+        let trace =
+            crate::trace_context::TraceContext::new(root.trace_id(), root.span_id(), sampled)
+                .unwrap_or(root);
+        BatchSpan {
+            traces,
+            tactic: name.to_string(),
+            start: SystemTime::now(),
+            trace,
+        }
     }
 
     /// The context each task's run links to ([`crate::trace_context::linked`]).
@@ -540,9 +555,25 @@ impl BatchSpan {
 
     /// Ends the batch's span, with what the batch did.
     pub fn end(self, attributes: Vec<KeyValue>) {
-        let span = self.context.span();
-        span.set_attributes(attributes);
-        span.end();
+        if !self.trace.sampled() {
+            return;
+        }
+        let name = format!("batch {}", self.tactic);
+        let mut all = vec![KeyValue::new("lllm.tactic", self.tactic)];
+        all.extend(attributes);
+        let planned = Planned {
+            span_id: self.trace.span_id(),
+            name,
+            kind: SpanKind::Internal,
+            start: self.start,
+            end: SystemTime::now().max(self.start),
+            attributes: all,
+            links: Vec::new(),
+            error: None,
+        };
+        let mut spans = Spans::new(&self.traces.scope, false);
+        spans.emit(TraceId::from_bytes(self.trace.trace_id()), planned, None);
+        self.traces.send(spans.out);
     }
 }
 

@@ -1,6 +1,6 @@
 //! OpenTelemetry export end to end (issue 31): the real `lllm` against an
-//! `lllm-mock` provider, sending to an OTLP/HTTP receiver each test starts
-//! (tests/common/otlp.rs). Span names, attributes, parent and child, trace
+//! `lllm-mock` provider, sending to an OTLP receiver each test starts
+//! (tests/common/otlp.rs; HTTP, or gRPC). Span names, attributes, parent and child, trace
 //! context through `lllm serve` and onward to the provider, content only
 //! when asked for, no secret anywhere, a batch's traces, a dead collector,
 //! and `lllm logs export --otlp` with the records' own times.
@@ -466,17 +466,155 @@ fn the_standard_variables_turn_it_off_and_a_protocol_it_lacks_is_refused() {
     assert_eq!(disabled.read_json("record.json").get("trace"), None);
 
     let (test, server) = setup(&receiver);
-    let grpc = test.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
-    let output = grpc.run(&["run", "t.yaml", "--task", TASK]);
+    let json = test.env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json");
+    let output = json.run(&["run", "t.yaml", "--task", TASK]);
     output.expect_code(2);
     assert!(
-        output
-            .stderr
-            .contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: lllm exports over `http/protobuf` only"),
+        output.stderr.contains(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json: lllm exports over `http/protobuf` (port 4318) or `grpc` (port 4317)"
+        ),
         "{}",
         output.stderr
     );
     assert!(server.requests().is_empty(), "nothing was sent");
+}
+
+#[test]
+fn grpc_export_sends_the_same_spans_with_the_headers_as_metadata() {
+    let receiver = Receiver::start_grpc();
+    let (test, _server) = setup(&receiver);
+    let test = test.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    let output = test.run(&["run", "t.yaml", "--task", TASK, "--record", "record.json"]);
+    output.expect_code(0);
+    assert!(
+        !output.stderr.contains("OpenTelemetry"),
+        "{}",
+        output.stderr
+    );
+    // Flushed before the run exited, over gRPC to the endpoint as it is.
+    let spans = receiver.spans();
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    let [run] = named(&spans, "invoke_workflow ")[..] else {
+        panic!("one run span: {names:?}");
+    };
+    let [agent] = named(&spans, "invoke_agent ")[..] else {
+        panic!("one agent span: {names:?}");
+    };
+    let chats = named(&spans, "chat ");
+    let [tool] = named(&spans, "execute_tool ")[..] else {
+        panic!("one tool span: {names:?}");
+    };
+    assert_eq!(run.name, "invoke_workflow counter");
+    assert_eq!(chats.len(), 2, "{names:?}");
+    assert!(spans.iter().all(|span| span.trace_id == run.trace_id));
+    assert_eq!(run.parent_span_id, "");
+    assert_eq!(agent.parent_span_id, run.span_id);
+    assert!(
+        chats
+            .iter()
+            .all(|chat| chat.parent_span_id == agent.span_id)
+    );
+    assert_eq!(tool.parent_span_id, agent.span_id);
+    assert_eq!(chats[0].attribute("gen_ai.usage.input_tokens"), Some("20"));
+    assert_eq!(
+        run.resource.get("service.name").map(String::as_str),
+        Some("counting-service")
+    );
+    let record = test.read_json("record.json");
+    assert_eq!(record["trace"]["trace_id"], run.trace_id.as_str());
+    // Metrics went the same way; every call carried the headers as metadata.
+    assert!(
+        receiver
+            .metric_names()
+            .iter()
+            .any(|name| name == "gen_ai.client.token.usage")
+    );
+    let requests = receiver.requests();
+    assert!(requests.iter().any(|request| request.path == "/v1/metrics"));
+    for request in &requests {
+        assert_eq!(
+            request.headers.get("x-collector").map(String::as_str),
+            Some("collector-token"),
+            "{:?}",
+            request.headers
+        );
+        let headers = format!("{:?}", request.headers);
+        for secret in [KEY, HEADER_SECRET, URL_PASSWORD] {
+            assert!(!headers.contains(secret), "{secret} in the metadata");
+        }
+    }
+    no_secrets(&receiver);
+}
+
+#[test]
+fn each_signal_takes_its_own_protocol_and_endpoint_over_the_general_ones() {
+    // Traces over gRPC to their own endpoint, metrics over HTTP to theirs;
+    // the general variables name neither.
+    let grpc = Receiver::start_grpc();
+    let http = Receiver::start();
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), SCRIPT);
+    let test = test
+        .file("t.yaml", &tactic(&server.base_url()))
+        .env("TEST_KEY", KEY)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &grpc.url)
+        .env(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            &format!("{}/v1/metrics", http.url),
+        );
+    test.run(&["run", "t.yaml", "--task", TASK]).expect_code(0);
+    assert_eq!(named(&grpc.spans(), "invoke_workflow ").len(), 1);
+    assert!(grpc.metric_names().is_empty());
+    assert!(http.spans().is_empty());
+    assert!(
+        http.metric_names()
+            .iter()
+            .any(|name| name == "gen_ai.client.token.usage")
+    );
+}
+
+#[test]
+fn a_dead_grpc_collector_costs_spans_said_once_never_tasks() {
+    let test = Test::new();
+    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let yaml = tactic(&server.base_url()).replace("    tools: [word_count]\n", "");
+    let tasks: String = (0..20)
+        .map(|n| format!("{{\"id\": \"t{n}\", \"task\": \"task {n}\"}}\n"))
+        .collect();
+    let test = test
+        .file("t.yaml", &yaml)
+        .file("tasks.jsonl", &tasks)
+        .env("TEST_KEY", KEY)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "10")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            &format!("http://127.0.0.1:{}", closed_port()),
+        );
+    let started = std::time::Instant::now();
+    let output = test.run(&["batch", "tasks.jsonl", "--tactic", "t.yaml", "-o", "out"]);
+    output.expect_code(0);
+    // Nothing waits on the collector for long: a generous bound that only
+    // a run held up by it (a timeout per export) would pass.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    let summary = test.read_json("out/summary.json");
+    assert_eq!(summary["success"], 20, "{summary}");
+    let told = output
+        .stderr
+        .matches("the collector did not take spans")
+        .count();
+    assert_eq!(told, 1, "{}", output.stderr);
+    assert!(
+        output.stderr.contains("the runs were not affected"),
+        "{}",
+        output.stderr
+    );
 }
 
 #[test]

@@ -1,7 +1,10 @@
-//! An OTLP/HTTP receiver for the telemetry tests: a listener on 127.0.0.1
-//! that takes `POST /v1/traces` and `/v1/metrics` (protobuf), answers 200,
-//! and keeps each request, decoded with `opentelemetry-proto`. Plain
-//! HTTP/1.1 on threads, so it runs beside the `lllm` it receives from.
+//! An OTLP receiver for the telemetry tests: a listener on 127.0.0.1 that
+//! takes `POST /v1/traces` and `/v1/metrics` (protobuf), answers 200, and
+//! keeps each request, decoded with `opentelemetry-proto`. Plain HTTP/1.1
+//! on threads, so it runs beside the `lllm` it receives from; or, with
+//! [`Receiver::start_grpc`], the collector's gRPC services (opentelemetry-proto's,
+//! served by tonic on a runtime of its own), each call kept as the same
+//! request would be over HTTP, its metadata as the headers.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -9,8 +12,18 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use prost::Message as _;
 
@@ -50,6 +63,73 @@ impl Span {
 pub struct Receiver {
     pub url: String,
     received: Arc<Mutex<Vec<Received>>>,
+    /// The gRPC server's: stops it when the receiver is dropped.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The collector's two gRPC services, keeping what they are sent.
+#[derive(Clone)]
+struct Collector {
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Collector {
+    fn keep(&self, path: &str, metadata: &tonic::metadata::MetadataMap, body: Vec<u8>) {
+        let headers = metadata
+            .clone()
+            .into_headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_string(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        self.received.lock().unwrap().push(Received {
+            path: path.to_string(),
+            headers,
+            body,
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.keep(
+            "/v1/traces",
+            request.metadata(),
+            request.get_ref().encode_to_vec(),
+        );
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl MetricsService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.keep(
+            "/v1/metrics",
+            request.metadata(),
+            request.get_ref().encode_to_vec(),
+        );
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
 }
 
 impl Receiver {
@@ -64,7 +144,46 @@ impl Receiver {
                 std::thread::spawn(move || serve(stream, &kept));
             }
         });
-        Receiver { url, received }
+        Receiver {
+            url,
+            received,
+            stop: None,
+        }
+    }
+
+    /// An OTLP/gRPC receiver: the collector's trace and metrics services on
+    /// 127.0.0.1, served until the receiver is dropped.
+    pub fn start_grpc() -> Receiver {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let collector = Collector {
+            received: received.clone(),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let server = tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(collector.clone()))
+                .add_service(MetricsServiceServer::new(collector))
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                );
+            runtime.block_on(server).expect("the gRPC receiver");
+        });
+        Receiver {
+            url,
+            received,
+            stop: Some(stop),
+        }
     }
 
     pub fn requests(&self) -> Vec<Received> {
