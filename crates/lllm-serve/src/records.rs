@@ -226,8 +226,12 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
         if let Some(full) = segment.take_if(|segment| segment.len >= SEGMENT_BYTES) {
             durable.push(Durable::File(full.file));
         }
+        // A file is started for records only: a server that served nothing
+        // leaves none behind at its shutdown's sync.
+        let recording = batch.iter().any(|job| matches!(job, Job::Record(_)));
         let opened = match &segment {
             Some(_) => Ok(()),
+            None if !recording => Ok(()),
             None => Segment::create(dir).map(|created| {
                 for directory in [created.path.parent(), Some(dir)].into_iter().flatten() {
                     durable.push(Durable::Directory(directory.to_path_buf()));
