@@ -182,18 +182,8 @@ fn run(
         KeyValue::new("lllm.retries", record.retry_count() as i64),
         KeyValue::new("lllm.repairs", repairs(record) as i64),
         KeyValue::new("lllm.cost_known", record.cost_known),
-        KeyValue::new(
-            semconv::GEN_AI_USAGE_INPUT_TOKENS,
-            record.cost.prompt_tokens as i64,
-        ),
-        KeyValue::new(
-            semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
-            record.cost.completion_tokens as i64,
-        ),
     ];
-    if let Some(cost) = record.cost.cost {
-        attributes.push(KeyValue::new("lllm.cost_usd", cost));
-    }
+    push_cost(&mut attributes, &record.cost);
     if let Some(task_id) = &record.task_id {
         attributes.push(KeyValue::new("lllm.task_id", task_id.clone()));
     }
@@ -274,18 +264,8 @@ fn agent_call(
         KeyValue::new("lllm.retries", call.retry_count() as i64),
         KeyValue::new("lllm.repairs", call.exception_retry_count() as i64),
         KeyValue::new("lllm.tool_rounds", call.interrupts.len() as i64),
-        KeyValue::new(
-            semconv::GEN_AI_USAGE_INPUT_TOKENS,
-            call.cost.prompt_tokens as i64,
-        ),
-        KeyValue::new(
-            semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
-            call.cost.completion_tokens as i64,
-        ),
     ];
-    if let Some(cost) = call.cost.cost {
-        attributes.push(KeyValue::new("lllm.cost_usd", cost));
-    }
+    push_cost(&mut attributes, &call.cost);
     if call.error.is_some() {
         attributes.push(KeyValue::new(semconv::ERROR_TYPE, "failure"));
     }
@@ -636,5 +616,20 @@ pub(super) fn error_type(error: &crate::provider::ProviderError) -> String {
         (None, crate::provider::ErrorKind::RateLimit) => "rate_limit".into(),
         (None, crate::provider::ErrorKind::Transient) => "transient".into(),
         (None, crate::provider::ErrorKind::Permanent) => "permanent".into(),
+    }
+}
+
+/// A span's tokens (`gen_ai.usage.*`) and, when priced, its cost in USD.
+fn push_cost(attributes: &mut Vec<KeyValue>, cost: &crate::dialog::InvokeCost) {
+    attributes.push(KeyValue::new(
+        semconv::GEN_AI_USAGE_INPUT_TOKENS,
+        cost.prompt_tokens as i64,
+    ));
+    attributes.push(KeyValue::new(
+        semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
+        cost.completion_tokens as i64,
+    ));
+    if let Some(usd) = cost.cost {
+        attributes.push(KeyValue::new("lllm.cost_usd", usd));
     }
 }
