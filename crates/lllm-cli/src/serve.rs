@@ -141,6 +141,10 @@ pub async fn run(args: ServeArgs, registry: &lllm::Registry) -> Result<Outcome> 
         }
     };
     let bound = listener.local_addr().unwrap_or(address);
+    // The handlers are installed before the address is printed: a SIGTERM
+    // sent as soon as a supervisor reads it stops the server gracefully
+    // instead of killing it.
+    let signal = lllm::batch::scheduler::stop_signal();
     lllm::output::stdout(&format!("listening on http://{bound}\n"))?;
     let store = args.store.dir();
     lllm::report::remember_in(store.as_deref());
@@ -162,7 +166,7 @@ pub async fn run(args: ServeArgs, registry: &lllm::Registry) -> Result<Outcome> 
     };
     let quiet = args.quiet;
     let stop = async move {
-        if lllm::batch::scheduler::stop_signal().await.is_err() {
+        if signal.await.is_err() {
             std::future::pending::<()>().await;
         }
         if !quiet {

@@ -541,9 +541,10 @@ fn sigterm_drains_the_runs_in_flight_and_writes_their_records() {
     assert_eq!(mock.requests().len(), 1);
     // One file, the served call's: a server that served nothing leaves no
     // empty one behind at its shutdown.
+    // SIGTERM as soon as the address is read, as a supervisor may send it:
+    // the handler is installed before the line is printed, so this is a
+    // graceful stop (exit 0), not a kill.
     let mut idle = Served::start(&test, &["t.yaml"]);
-    // Answered: the server's loop, and with it its signal handler, is up.
-    assert_eq!(get(&format!("{}/health", idle.url)).status, 200);
     idle.terminate();
     assert_eq!(idle.child.wait().unwrap().code(), Some(0));
     assert_eq!(segment_files(&test.path("home/sessions")).len(), 1);

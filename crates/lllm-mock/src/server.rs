@@ -175,13 +175,16 @@ struct Shared {
 /// serves until SIGINT or SIGTERM.
 pub async fn run(options: ServerOptions) -> Result<()> {
     let server = Server::bind(&options).await?;
+    // Installed before the address is printed, so a SIGTERM sent as soon as
+    // it is read stops the server gracefully.
+    let stop = stop_signal();
     {
         let mut stdout = std::io::stdout().lock();
         // Nobody may be reading stdout; the server is useful all the same.
         let _ = writeln!(stdout, "listening on {}", server.url());
         let _ = stdout.flush();
     }
-    server.serve(stop_signal()).await
+    server.serve(stop).await
 }
 
 impl Server {
@@ -302,20 +305,28 @@ impl Server {
     }
 }
 
-/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-async fn stop_signal() {
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM. The handlers are installed when
+/// this is called, not when the future is first polled.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let handlers = {
         use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        if let (Ok(mut interrupt), Ok(mut terminate)) = handlers {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn chat(
