@@ -251,9 +251,16 @@ fn events_take_no_other_output_flag() {
 #[test]
 fn a_request_held_by_the_providers_concurrency_says_it_waited() {
     // Two parallel branches, one request at a time: the second waits for
-    // the first, however fast the server is.
+    // the first. The first reply is held a while: with an instant one, a
+    // loaded machine could pause the run's thread while the first request
+    // went and came back whole, and the second would find the slot free
+    // when it was first polled (seen once in CI, and with eight of this
+    // test at once).
     let test = Test::new();
-    let server = MockServer::start(test.dir.path(), "default: {text: ok}\n");
+    let server = MockServer::start(
+        test.dir.path(),
+        "replies: [{text: ok, delay_ms: 2000}]\ndefault: {text: ok}\n",
+    );
     let tactic = format!(
         "global: {{model_name: local/m}}
 agent_configs: [{{name: a}}]
