@@ -520,29 +520,6 @@ impl Store {
         Ok(())
     }
 
-    /// Leaves this connection's writes out of SQLite's automatic
-    /// checkpoints, which otherwise copy the write-ahead log into the index
-    /// file, and sync it, inside whichever [`Store::register`] passes the
-    /// log's threshold: a writer that must not wait for the disk (`lllm
-    /// serve`'s, which answers a call once its row is registered) leaves
-    /// them to [`Store::checkpoint`], from another connection. Other
-    /// connections to the same index keep their own setting.
-    pub fn defer_checkpoints(&self) -> Result<()> {
-        self.connection
-            .execute_batch("PRAGMA wal_autocheckpoint = 0;")
-            .map_err(|error| self.sql(error))
-    }
-
-    /// Copies what the write-ahead log holds into the index file, as far as
-    /// no reader still needs it, without waiting for other connections
-    /// (SQLite's passive checkpoint; the log is reused from its start once
-    /// it has all been copied).
-    pub fn checkpoint(&self) -> Result<()> {
-        self.connection
-            .query_row("PRAGMA wal_checkpoint(PASSIVE);", [], |_| Ok(()))
-            .map_err(|error| self.sql(error))
-    }
-
     /// Appends record files to `records.list` (one `write`, so lines of
     /// concurrent writers never mix), each path byte for byte (`paths`).
     fn remember(&self, files: &[PathBuf]) -> Result<()> {

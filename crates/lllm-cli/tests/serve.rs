@@ -174,13 +174,17 @@ fn envelope_and_task_line_bodies_are_sessions_found_by_request_id_and_tags() {
         .collect();
     assert_eq!(sent, ["from python", "from a line"]);
 
-    // Written before each answer.
+    // Written before each answer, indexed while the server runs (a few
+    // milliseconds after the answer at most).
     assert_eq!(sessions(&test).len(), 2, "{}", served.stderr());
     let logs = |args: &[&str]| -> Vec<Value> {
         let mut all = vec!["logs", "--json"];
         all.extend_from_slice(args);
         test.run(&all).expect_code(0).json_lines()
     };
+    served.eventually("both sessions indexed", || {
+        logs(&["--tag", "service=demo"]).len() == 2
+    });
     let found = logs(&["--tag", "request_id=req-1"]);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["task_id"], "req-1");
@@ -539,6 +543,10 @@ fn sigterm_drains_the_runs_in_flight_and_writes_their_records() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["state"], "success");
     assert_eq!(mock.requests().len(), 1);
+    // Indexed before the server exits: its shutdown waits for the rows too.
+    let listed = test.run(&["logs", "--json"]).expect_code(0).json_lines();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["session_id"], records[0]["session_id"]);
     // One file, the served call's: a server that served nothing leaves no
     // empty one behind at its shutdown.
     // SIGTERM as soon as the address is read, as a supervisor may send it:
@@ -830,6 +838,12 @@ fn calls_at_once_are_each_recorded_and_indexed_before_their_answers() {
     });
     assert_eq!(mock.requests().len(), 40);
     assert_eq!(sessions(&test).len(), 40, "{}", served.stderr());
+    let listing = || {
+        test.run(&["logs", "--json", "--tag", "wave=1", "-n", "100"])
+            .expect_code(0)
+            .json_lines()
+    };
+    served.eventually("every session indexed", || listing().len() == 40);
     let listed = test
         .run(&["logs", "--json", "--tag", "wave=1", "-n", "100"])
         .expect_code(0)
@@ -901,7 +915,14 @@ fn a_servers_records_are_lines_of_a_file_of_its_own_that_logs_and_replay_read() 
     assert_eq!(lines, [1, 2]);
 
     // The index points at each line: `logs show` reads the session back,
-    // at once after its answer.
+    // indexed while the servers run.
+    first.eventually("every session indexed", || {
+        test.run(&["logs", "--json"])
+            .expect_code(0)
+            .json_lines()
+            .len()
+            == 3
+    });
     for id in &ids {
         let shown = test.run(&["logs", "show", id, "--json"]);
         shown.expect_code(0);

@@ -188,6 +188,13 @@ fn upstreams_remote_tactic_calls_lllm_serve_unchanged() {
         5,
         "run, named run, arun, aevents, stream"
     );
+    served.eventually("the sessions indexed", || {
+        test.run(&["logs", "--json", "--tag", "request_id=py-1"])
+            .expect_code(0)
+            .json_lines()
+            .len()
+            == 1
+    });
     let found = test
         .run(&["logs", "--json", "--tag", "request_id=py-1"])
         .expect_code(0)

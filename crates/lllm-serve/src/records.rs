@@ -3,26 +3,33 @@
 //! batch writes, read by `lllm replay FILE --id ID` and found by `lllm logs
 //! reindex --from`), its row in the session store's index with the line's
 //! offset. One thread takes every record waiting and writes them as a
-//! group: their lines in one write at the file's end, their rows in one
-//! transaction. A call is answered once its record is written and indexed,
-//! so `lllm logs` finds it at once and a crash of the server loses none.
+//! group: their lines in one write at the file's end. A call is answered
+//! once its record is written, so a crash of the server loses none.
+//!
+//! A second thread indexes: the rows of every group written while its last
+//! transaction ran go in one transaction, a few milliseconds after their
+//! calls were answered at most. Before, each call waited for its group's
+//! commit, and the commit (a page of SQLite's log for each B-tree a row
+//! touches, whatever the group's size) was half of what a served call added
+//! to the provider's latency at 1,000 calls a second (docs/benchmarks.md,
+//! "Serving"). A crash between an answer and its row's commit leaves a
+//! record that `lllm logs reindex --from` finds.
 //!
 //! A file of one's own, appended to, replaced a file per record: creating a
 //! file and renaming it into place was most of the kernel's work per call
-//! at 1,000 calls a second (the file system searching for a free inode),
-//! and the tail of what a served call added to the provider's latency
-//! (docs/benchmarks.md, "Serving"). The file is created with `O_EXCL`, so
-//! no two servers ever write one; past [`SEGMENT_BYTES`] the next group
-//! starts a new one.
+//! at 1,000 calls a second (the file system searching for a free inode).
+//! The file is created with `O_EXCL`, so no two servers ever write one;
+//! past [`SEGMENT_BYTES`] the next group starts a new one.
 //!
-//! Durability against a power loss follows the answers: a second thread
-//! syncs the files written (`fdatasync`, and their directories once) for
-//! every group written while its last sync ran, at most once every 10 ms
+//! Durability against a power loss follows the index: a third thread syncs
+//! the files written (`fdatasync`, and their directories once) for every
+//! group indexed while its last sync ran, at most once every 10 ms
 //! ([`SYNC_EVERY`]). A call never waits for the disk; a power loss can take
-//! the records of the last sync's worth of calls, and a shutdown ([`Recorder::sync`], from the drain) syncs them all
-//! before the server exits. The record is serialized by the call's own
-//! task, so the writer only writes. A record or row that cannot be written,
-//! or a sync that fails, is a warning on stderr (once for the index and the
+//! the records of the last sync's worth of calls, and a shutdown
+//! ([`Recorder::sync`], from the drain) is answered once every record is
+//! indexed and synced. The record is serialized by the call's own task, so
+//! the writer only writes. A record or row that cannot be written, or a
+//! sync that fails, is a warning on stderr (once for the index and the
 //! sync); the call is answered all the same.
 
 use std::fs::File;
@@ -202,18 +209,23 @@ struct Synced {
 }
 
 /// The writer thread: every record waiting, written as one group in the
-/// current file, their rows registered in one transaction, their callers
-/// answered; then the group's sync asked of the syncing thread, and the
-/// next group.
+/// current file and their callers answered; then the group's rows and what
+/// it leaves to sync handed to the indexing thread, and the next group.
 fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
     let (syncs, pending) = mpsc::channel::<Synced>();
-    let checkpoints = Checkpoints::new(store_dir.map(Path::to_path_buf));
     let syncer = std::thread::Builder::new()
         .name("lllm-serve-sync".into())
-        .spawn(move || syncer(&pending, checkpoints));
-    let mut index = Index::new(store_dir);
+        .spawn(move || syncer(&pending));
+    let (rows, unindexed) = mpsc::channel::<Indexed>();
+    let store_dir = store_dir.map(Path::to_path_buf);
+    let indexer = syncer.is_ok().then(|| {
+        std::thread::Builder::new()
+            .name("lllm-serve-index".into())
+            .spawn(move || indexer(store_dir.as_deref(), &unindexed, &syncs))
+    });
     let mut segment: Option<Segment> = None;
     let mut lines = Vec::new();
+    let mut unthreaded = false;
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -285,31 +297,72 @@ fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
             },
             _ => Ok(()),
         };
-        match outcome {
-            Ok(()) => index.register(&entries),
-            Err(message) => {
-                for session_id in &written {
-                    warn_record(session_id, &message);
-                }
+        if let Err(message) = &outcome {
+            for session_id in &written {
+                warn_record(session_id, message);
             }
-        }
-        if let Some(segment) = &segment {
-            durable.push(Durable::File(segment.file.clone()));
+            entries.clear();
         }
         for done in answered {
             let _ = done.send(());
         }
-        match &syncer {
-            // A group with nothing to wait for is still synced.
-            Ok(_) => {
-                let _ = syncs.send(Synced {
-                    durable,
-                    waiting: waiting_sync,
+        if let Some(segment) = &segment {
+            durable.push(Durable::File(segment.file.clone()));
+        }
+        match &indexer {
+            // A group with nothing to index or wait for is still synced.
+            Some(Ok(_)) => {
+                let _ = rows.send(Indexed {
+                    entries,
+                    synced: Synced {
+                        durable,
+                        waiting: waiting_sync,
+                    },
                 });
             }
-            // No syncing thread: each shutdown's sync is answered at once
-            // (the records are written; the disk gets them in its time).
-            Err(_) => drop(waiting_sync),
+            // No indexing or syncing thread: the rows are left to `lllm logs
+            // reindex`, said once, and each shutdown's sync is answered at
+            // once (the records are written; the disk gets them in its time).
+            _ => {
+                if !entries.is_empty() && !std::mem::replace(&mut unthreaded, true) {
+                    warn_unindexed("the indexing thread could not start");
+                }
+                drop(waiting_sync);
+            }
+        }
+    }
+}
+
+/// A written group's rows, and what is to be synced after them.
+struct Indexed {
+    entries: Vec<Entry>,
+    synced: Synced,
+}
+
+/// The indexing thread: the rows of every group written while the last
+/// transaction ran, registered in one; then their groups' syncs handed to
+/// the syncing thread, so a shutdown's sync is answered once every record
+/// is indexed too. A call is answered before its row is committed: the
+/// commit, and SQLite's checkpoints now and then, never hold an answer.
+fn indexer(
+    store_dir: Option<&Path>,
+    groups: &mpsc::Receiver<Indexed>,
+    syncs: &mpsc::Sender<Synced>,
+) {
+    let mut index = Index::new(store_dir);
+    while let Ok(first) = groups.recv() {
+        let Indexed {
+            mut entries,
+            synced,
+        } = first;
+        let mut synced = vec![synced];
+        while let Ok(more) = groups.try_recv() {
+            entries.extend(more.entries);
+            synced.push(more.synced);
+        }
+        index.register(&entries);
+        for synced in synced {
+            let _ = syncs.send(synced);
         }
     }
 }
@@ -321,8 +374,8 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// The syncing thread: the files and directories of every group written
 /// while the last sync ran, each synced once; then those who asked are
-/// answered, and the index checkpointed when it is time.
-fn syncer(pending: &mpsc::Receiver<Synced>, mut checkpoints: Checkpoints) {
+/// answered.
+fn syncer(pending: &mpsc::Receiver<Synced>) {
     let mut warned = false;
     let mut last = std::time::Instant::now();
     while let Ok(first) = pending.recv() {
@@ -365,11 +418,9 @@ fn syncer(pending: &mpsc::Receiver<Synced>, mut checkpoints: Checkpoints) {
                  written; a power loss may take the latest)"
             ));
         }
-        let shutdown = !waiting.is_empty();
         for done in waiting {
             let _ = done.send(());
         }
-        checkpoints.tick(shutdown);
     }
 }
 
@@ -380,45 +431,6 @@ fn syncer(pending: &mpsc::Receiver<Synced>, mut checkpoints: Checkpoints) {
 /// without any sync, 504 and 482 in two runs with this pause). A power loss
 /// can take this much more of the latest records.
 const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// The index's checkpoints, taken by the syncing thread on a connection of
-/// its own, at most once a [`CHECKPOINT_EVERY`] (and at a shutdown's sync),
-/// so that the writer thread, which registers rows before their calls are
-/// answered, never waits for one ([`Store::defer_checkpoints`]).
-struct Checkpoints {
-    dir: Option<PathBuf>,
-    store: Option<Store>,
-    last: std::time::Instant,
-}
-
-/// How often the index is checkpointed while records are written.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl Checkpoints {
-    fn new(dir: Option<PathBuf>) -> Checkpoints {
-        Checkpoints {
-            dir,
-            store: None,
-            last: std::time::Instant::now(),
-        }
-    }
-
-    /// Checkpoints if it is time (`now`: whatever the time). A failure is
-    /// left to the next one: SQLite's log only grows meanwhile.
-    fn tick(&mut self, now: bool) {
-        let Some(dir) = &self.dir else { return };
-        if !now && self.last.elapsed() < CHECKPOINT_EVERY {
-            return;
-        }
-        self.last = std::time::Instant::now();
-        if self.store.is_none() {
-            self.store = Store::open(dir).ok();
-        }
-        if let Some(store) = &self.store {
-            let _ = store.checkpoint();
-        }
-    }
-}
 
 /// Makes a directory's entries durable (on Unix; elsewhere a directory
 /// cannot be opened to sync, and its entries follow the files').
@@ -454,12 +466,7 @@ impl<'a> Index<'a> {
         }
         if self.store.is_none() {
             match Store::open(dir) {
-                Ok(opened) => {
-                    // The syncing thread checkpoints (`Checkpoints`); should
-                    // this fail, SQLite's own checkpoints go on as before.
-                    let _ = opened.defer_checkpoints();
-                    self.store = Some(opened);
-                }
+                Ok(opened) => self.store = Some(opened),
                 Err(error) => return self.warn(&error.to_string()),
             }
         }
@@ -473,10 +480,15 @@ impl<'a> Index<'a> {
     /// Says once why sessions are not indexed.
     fn warn(&mut self, error: &str) {
         if !std::mem::replace(&mut self.warned, true) {
-            lllm::report::warn(&format!(
-                "{error}; served sessions are not registered (their records are written; \
-                 `lllm logs reindex --from DIR` indexes them later)"
-            ));
+            warn_unindexed(error);
         }
     }
+}
+
+/// Says why served sessions are not indexed, and how to index them later.
+fn warn_unindexed(error: &str) {
+    lllm::report::warn(&format!(
+        "{error}; served sessions are not registered (their records are written; \
+         `lllm logs reindex --from DIR` indexes them later)"
+    ));
 }
