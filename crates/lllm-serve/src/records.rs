@@ -98,7 +98,8 @@ impl Recorder {
         }
     }
 
-    /// Writes `record` and indexes it; a failure is said on stderr.
+    /// Writes `record` (its index row follows, off the caller's path); a
+    /// failure is said on stderr.
     pub async fn write(&self, record: &SessionRecord) {
         let Some(jobs) = &self.jobs else {
             if self.recording {
@@ -132,8 +133,8 @@ impl Recorder {
         }
     }
 
-    /// Waits until every record written so far is durable (the shutdown's
-    /// last step).
+    /// Waits until every record written so far is indexed and durable (the
+    /// shutdown's last step).
     pub async fn sync(&self) {
         let Some(jobs) = &self.jobs else { return };
         let (done, synced) = oneshot::channel();
