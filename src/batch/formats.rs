@@ -143,11 +143,28 @@ impl LineReader {
 
     /// Parses line `line`; `Ok(None)` for a blank line.
     pub fn parse(&self, text: &str, line: usize) -> Result<Option<Task>, String> {
+        self.parse_for(text, line, tasks::parse_line)
+    }
+
+    /// [`LineReader::parse`] for pre-flight, which checks the task and
+    /// drops it ([`tasks::check_line`]: a line's `expected` is not made
+    /// into its assertion until the run).
+    pub fn check(&self, text: &str, line: usize) -> Result<Option<Task>, String> {
+        self.parse_for(text, line, tasks::check_line)
+    }
+
+    /// Parses line `line`, an lllm task line by `lllm_line`.
+    fn parse_for(
+        &self,
+        text: &str,
+        line: usize,
+        lllm_line: fn(&str, usize, &crate::dialog::AttachmentScope) -> Result<Option<Task>, String>,
+    ) -> Result<Option<Task>, String> {
         if text.trim().is_empty() {
             return Ok(None);
         }
         match self.format {
-            InputFormat::Lllm => tasks::parse_line(text, line, &self.attachments),
+            InputFormat::Lllm => lllm_line(text, line, &self.attachments),
             format => {
                 let found = InputFormat::of_line(text);
                 if found != format {

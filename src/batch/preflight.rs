@@ -277,7 +277,7 @@ fn parse_chunk(
     chunk
         .par_iter()
         .map(|(number, text)| {
-            let parsed = reader.parse(text, *number).map(|task| {
+            let parsed = reader.check(text, *number).map(|task| {
                 task.map(|mut task| {
                     task.input.attachments = Vec::new();
                     task

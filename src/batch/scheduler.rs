@@ -799,6 +799,10 @@ async fn run_task(
     let mut result = result_of(id, &record);
     result.repeat_of = repeat_of;
     if let (Some(grader), Some((input, line))) = (&shared.grader, grading) {
+        // Only a grader that runs something has words from outside the
+        // run; the checks' reasons are made of the assertion and of what
+        // the record holds, scrubbed already.
+        let runs_graders = input.is_some();
         let (task, args, tags) = input.unwrap_or_default();
         let graded = super::grade::Graded {
             id: &result.id,
@@ -813,10 +817,14 @@ async fn run_task(
         result = result.with_scores(scored);
         // A grader's reason (a judge's words, a program's output) is
         // scrubbed of the run's secrets, as the record is.
-        if !shared.secrets.is_empty() {
+        if runs_graders && !shared.secrets.is_empty() {
             let mut scrubber = crate::redact::Scrubber::new(&shared.secrets);
-            for score in result.scores.iter_mut().flatten() {
-                crate::redact::Scrub::scrub(&mut score.reason, &mut scrubber);
+            let assertions =
+                (tactic.config.asserts.iter()).chain(line.iter().flat_map(|line| &line.items));
+            for (score, assertion) in result.scores.iter_mut().flatten().zip(assertions) {
+                if assertion.kind.is_graded() {
+                    crate::redact::Scrub::scrub(&mut score.reason, &mut scrubber);
+                }
             }
         }
     }

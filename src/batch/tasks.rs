@@ -66,6 +66,34 @@ pub fn parse_line(
     line: usize,
     attachments: &AttachmentScope,
 ) -> Result<Option<Task>, String> {
+    parse_line_for(text, line, attachments, Expected::Built)
+}
+
+/// [`parse_line`] for pre-flight, which checks a line and drops it: the
+/// line's `expected` (any JSON value, so never a bad one) is kept as
+/// written, not made into the `equals` assertion it stands for. The run,
+/// which parses the line again, builds it once, when it scores the task.
+pub fn check_line(
+    text: &str,
+    line: usize,
+    attachments: &AttachmentScope,
+) -> Result<Option<Task>, String> {
+    parse_line_for(text, line, attachments, Expected::Kept)
+}
+
+/// Whether a line's `expected` is made into its `equals` assertion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Expected {
+    Built,
+    Kept,
+}
+
+fn parse_line_for(
+    text: &str,
+    line: usize,
+    attachments: &AttachmentScope,
+    expected: Expected,
+) -> Result<Option<Task>, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
@@ -189,7 +217,7 @@ pub fn parse_line(
             ));
         }
     };
-    let assertions = line_assertions(&mut object, scope.base())?;
+    let assertions = line_assertions(&mut object, scope.base(), expected)?;
     let input = crate::tactic::Task {
         id: Some(id),
         task,
@@ -209,10 +237,12 @@ pub fn parse_line(
 /// A line's `asserts`, `expected` and `threshold` (issue 32), read and
 /// checked as a tactic's `asserts` are; paths in them (a `command`'s
 /// working directory, a `judge`) start at `base`, the TASKS file's
-/// directory.
+/// directory. `expected` [`Expected::Kept`]: the line's `expected` is not
+/// made into its `equals` item (pre-flight's reading).
 fn line_assertions(
     object: &mut serde_json::Map<String, Value>,
     base: &Path,
+    build: Expected,
 ) -> Result<Option<std::sync::Arc<crate::eval::Assertions>>, String> {
     let mut items = match object.remove("asserts") {
         None | Some(Value::Null) => Vec::new(),
@@ -222,7 +252,9 @@ fn line_assertions(
         })?,
     };
     let expected = object.remove("expected");
-    if let Some(expected) = &expected {
+    if let Some(expected) = &expected
+        && build == Expected::Built
+    {
         items.push(crate::eval::expected(expected.clone()));
     }
     let threshold = match object.remove("threshold") {
@@ -237,7 +269,7 @@ fn line_assertions(
             }
         },
     };
-    if items.is_empty() && threshold.is_none() {
+    if items.is_empty() && expected.is_none() && threshold.is_none() {
         return Ok(None);
     }
     Ok(Some(std::sync::Arc::new(crate::eval::Assertions {

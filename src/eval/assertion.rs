@@ -208,6 +208,15 @@ const NO_NOT: &[&str] = &[
     "llm-rubric",
 ];
 
+/// Whether `name` is an assertion type as written (`contains`,
+/// `not-regex`): a written score whose name starts with it needs no `type`.
+pub(super) fn is_type_name(name: &str) -> bool {
+    match name.strip_prefix("not-") {
+        Some(bare) => TYPES.contains(&bare) && !NO_NOT.contains(&bare),
+        None => TYPES.contains(&name),
+    }
+}
+
 /// A command grader's time limit unless `timeout_s` says otherwise.
 const DEFAULT_TIMEOUT_S: f64 = 30.0;
 
@@ -373,6 +382,7 @@ fn parse_item(item: &Value, base: &Path) -> Result<Assertion, (String, String)> 
             format!("`threshold` of `{bare}` is a score, from 0 to 1; {threshold} is past 1"),
         ));
     }
+    let has_metric = !matches!(map.get("metric"), None | Some(Value::Null));
     let name = match map.get("metric") {
         None | Some(Value::Null) => name_of(&type_name, value.unwrap_or(&Value::Null)),
         Some(Value::String(metric)) if !metric.is_empty() => metric.clone(),
@@ -386,7 +396,7 @@ fn parse_item(item: &Value, base: &Path) -> Result<Assertion, (String, String)> 
     Ok(Assertion {
         name: name.into(),
         type_name: type_name.into(),
-        fixed: Fixed::of(&kind, negate),
+        fixed: Fixed::of(&kind, negate, has_metric),
         kind,
         negate,
         weight,
@@ -655,26 +665,39 @@ fn compile_schema(schema: &Value) -> Result<Schema, (String, String)> {
 /// What a score is called when its item names no `metric`: the type, and a
 /// short form of its value.
 fn name_of(type_name: &str, value: &Value) -> String {
-    let shown = match value {
-        Value::Null => return type_name.to_string(),
-        Value::String(text) => format!("{text:?}"),
+    use std::fmt::Write;
+    // Written into one text: every task line's `expected` is named so.
+    let mut name = String::with_capacity(type_name.len() + 24);
+    name.push_str(type_name);
+    if value.is_null() {
+        return name;
+    }
+    name.push(' ');
+    let start = name.len();
+    let _ = match value {
+        Value::String(text) => write!(name, "{text:?}"),
         Value::Array(items)
             if type_name.ends_with("command") && items.iter().all(Value::is_string) =>
         {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" ")
+            for (index, item) in items.iter().filter_map(Value::as_str).enumerate() {
+                if index > 0 {
+                    name.push(' ');
+                }
+                name.push_str(item);
+            }
+            Ok(())
         }
-        other => other.to_string(),
+        other => write!(name, "{other}"),
     };
-    let shown: String = if shown.chars().count() > 60 {
-        shown.chars().take(59).chain(['…']).collect()
-    } else {
-        shown
-    };
-    format!("{type_name} {shown}")
+    // Past 60 characters, the first 59 and `…` (a byte count within 60
+    // is within 60 characters: most names are not counted).
+    let shown = &name[start..];
+    if shown.len() > 60 && shown.char_indices().nth(60).is_some() {
+        let cut = start + shown.char_indices().nth(59).map_or(0, |(at, _)| at);
+        name.truncate(cut);
+        name.push('…');
+    }
+    name
 }
 
 /// `a text`, `a number`, … (what a value is, for a problem).
@@ -753,6 +776,54 @@ mod tests {
             assert!(message.contains(words), "{items}: {message}");
             assert!(!message.contains('\n'));
         }
+    }
+
+    #[test]
+    fn names_show_the_type_and_its_value_cut_to_60_characters() {
+        let long = "é".repeat(70);
+        let cases = [
+            // (type, value, name)
+            ("cost", json!(null), "cost".to_string()),
+            (
+                "equals",
+                json!("a \"b\""),
+                r#"equals "a \"b\"""#.to_string(),
+            ),
+            (
+                "equals",
+                json!({"a": [1, 2]}),
+                r#"equals {"a":[1,2]}"#.to_string(),
+            ),
+            (
+                "command",
+                json!(["./grade", "-v"]),
+                "command ./grade -v".to_string(),
+            ),
+            (
+                "command",
+                json!(["./grade", 1]),
+                r#"command ["./grade",1]"#.to_string(),
+            ),
+            (
+                "equals",
+                json!(long.clone()),
+                format!("equals \"{}…", "é".repeat(58)),
+            ),
+            (
+                "equals",
+                json!("x".repeat(58)),
+                format!("equals \"{}\"", "x".repeat(58)),
+            ),
+            (
+                "equals",
+                json!("x".repeat(59)),
+                format!("equals \"{}…", "x".repeat(58)),
+            ),
+        ];
+        for (type_name, value, name) in cases {
+            assert_eq!(name_of(type_name, &value), name, "{value}");
+        }
+        assert_eq!(&*expected(json!("Paris")).name, "equals \"Paris\"");
     }
 
     #[test]

@@ -54,10 +54,21 @@ impl<'a> Subject<'a> {
         }
     }
 
-    /// The delivery as JSON, if it is JSON.
+    /// The delivery as JSON, if it is JSON (a text that cannot start JSON,
+    /// as most deliveries in words cannot, is not parsed).
     fn json(&self) -> Option<&Value> {
         self.parsed
-            .get_or_init(|| serde_json::from_str(self.delivery?.trim()).ok())
+            .get_or_init(|| {
+                let text = self.delivery?.trim();
+                let first = *text.as_bytes().first()?;
+                if !matches!(
+                    first,
+                    b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n'
+                ) {
+                    return None;
+                }
+                serde_json::from_str(text).ok()
+            })
             .as_ref()
     }
 
@@ -70,7 +81,13 @@ impl<'a> Subject<'a> {
 
 /// The two reasons of an assertion whose words do not depend on the
 /// delivery, `not-` form applied: what its score says when it passes, and
-/// when it fails.
+/// when it fails. For a bound (`cost`, `latency`, `calls`), the words that
+/// follow what the task measured (`within 600000 ms`, `over 600000 ms`).
+///
+/// A passing check of fixed words says nothing its name does not
+/// (`contains "Paris"` passed): its reason is empty, and a result line
+/// leaves it out, unless the assertion has a `metric`, a name that does not
+/// say what it checks.
 #[derive(Debug, Clone)]
 pub(super) struct Fixed {
     pass: Arc<str>,
@@ -78,31 +95,53 @@ pub(super) struct Fixed {
 }
 
 impl Fixed {
-    /// The reasons of `kind` (`negate`: its `not-` form), if its words do
-    /// not depend on the delivery.
-    pub(super) fn of(kind: &Kind, negate: bool) -> Option<Fixed> {
+    /// The reasons of `kind` (`negate`: its `not-` form; `metric`: named by
+    /// a `metric`), if its words do not depend on the delivery.
+    pub(super) fn of(kind: &Kind, negate: bool, metric: bool) -> Option<Fixed> {
+        if let Some(bound) = bound_words(kind) {
+            return Some(bound);
+        }
         let (held, not_held) = fixed_words(kind)?;
-        Some(if negate {
-            Fixed {
-                pass: not_held.into(),
-                fail: format!("not expected, and {held}").into(),
-            }
+        let (pass, fail) = if negate {
+            (not_held, format!("not expected, and {held}"))
         } else {
-            Fixed {
-                pass: held.into(),
-                fail: not_held.into(),
-            }
+            (held, not_held)
+        };
+        Some(Fixed {
+            pass: if metric { pass.into() } else { empty() },
+            fail: fail.into(),
         })
     }
 
     /// Those of `equals` a text, shared by every task line's `expected`.
     pub(super) fn equals_text() -> Fixed {
         static EQUALS: LazyLock<Fixed> = LazyLock::new(|| {
-            Fixed::of(&Kind::Equals(Value::String(String::new())), false)
+            Fixed::of(&Kind::Equals(Value::String(String::new())), false, false)
                 .expect("`equals` a text has fixed words")
         });
         EQUALS.clone()
     }
+}
+
+/// The empty reason, shared.
+fn empty() -> Arc<str> {
+    static EMPTY: LazyLock<Arc<str>> = LazyLock::new(|| "".into());
+    EMPTY.clone()
+}
+
+/// The words of a bound after what the task measured: `within $0.01` and
+/// `over $0.01` (`None` for the other kinds).
+fn bound_words(kind: &Kind) -> Option<Fixed> {
+    let bound = match kind {
+        Kind::Cost(bound) => format!("${bound}"),
+        Kind::Latency(bound) => format!("{bound} ms"),
+        Kind::Calls(bound) => bound.to_string(),
+        _ => return None,
+    };
+    Some(Fixed {
+        pass: format!("within {bound}").into(),
+        fail: format!("over {bound}").into(),
+    })
 }
 
 /// The words of a check that held and of one that did not, for the kinds
@@ -160,6 +199,11 @@ pub fn check(assertion: &Assertion, subject: &Subject<'_>) -> Option<Score> {
                 let pass = held != assertion.negate;
                 (pass, assertion.fixed_reason(pass))
             }
+            Held::Measured(held, mut measured) => {
+                measured.push_str(", ");
+                measured.push_str(&assertion.fixed_reason(held));
+                (held, measured.into())
+            }
             Held::Worded(held, reason) => match (assertion.negate, held) {
                 (true, true) => (false, format!("not expected, and {reason}").into()),
                 (true, false) => (true, reason.into()),
@@ -186,7 +230,7 @@ impl Assertion {
             // Not worded when read (never so for an assertion read by
             // `parse_list` or `expected`): worded now.
             None => {
-                worded = Fixed::of(&self.kind, self.negate).expect("a kind of fixed words");
+                worded = Fixed::of(&self.kind, self.negate, true).expect("a kind of fixed words");
                 &worded
             }
         };
@@ -199,10 +243,12 @@ impl Assertion {
 }
 
 /// Whether a check held: for a kind of [fixed words](fixed_words), that
-/// alone; for the others, with the words saying why (in words that read
-/// after "not expected, and" for the `not-` forms).
+/// alone; for a bound, with what the task measured (its [bound's
+/// words](bound_words) follow); for the others, with the words saying why
+/// (in words that read after "not expected, and" for the `not-` forms).
 enum Held {
     Fixed(bool),
+    Measured(bool, String),
     Worded(bool, String),
 }
 
@@ -289,10 +335,7 @@ fn holds(kind: &Kind, delivery: &str, subject: &Subject<'_>) -> Held {
                 ),
             },
         },
-        Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_) => {
-            let (held, reason) = within(kind, subject);
-            Held::Worded(held, reason)
-        }
+        Kind::Cost(_) | Kind::Latency(_) | Kind::Calls(_) => measured(kind, subject),
         Kind::Command { .. } | Kind::Judge { .. } => {
             Held::Worded(false, "a grader that did not run".into())
         }
@@ -322,42 +365,78 @@ fn contains(haystack: &str, texts: &[String], needles: &[String], any: bool) -> 
     }
 }
 
-/// Whether the task kept within a `cost`, `latency` or `calls` bound, and why.
-fn within(kind: &Kind, subject: &Subject<'_>) -> (bool, String) {
+/// Whether the task kept within a `cost`, `latency` or `calls` bound, and
+/// what it measured (`the task took 3 ms`), written without `format!`: a
+/// bound is checked on every task of a batch, and its words after the
+/// measure are the assertion's ([`bound_words`]).
+fn measured(kind: &Kind, subject: &Subject<'_>) -> Held {
+    let mut text = String::with_capacity(64);
     match kind {
         Kind::Cost(bound) => match subject.cost {
-            Some(cost) => (
-                cost <= *bound,
-                format!(
-                    "the task cost ${cost:.6}, {} ${bound}",
-                    if cost <= *bound { "within" } else { "over" }
-                ),
-            ),
-            None => (false, "the task's cost is not known".into()),
+            Some(cost) => {
+                text.push_str("the task cost $");
+                push_dollars(&mut text, cost);
+                Held::Measured(cost <= *bound, text)
+            }
+            None => Held::Worded(false, "the task's cost is not known".into()),
         },
         Kind::Latency(bound) => {
-            let took = subject.latency_ms as f64;
-            (
-                took <= *bound,
-                format!(
-                    "the task took {} ms, {} {bound} ms",
-                    subject.latency_ms,
-                    if took <= *bound { "within" } else { "over" }
-                ),
-            )
+            text.push_str("the task took ");
+            push_count(&mut text, subject.latency_ms);
+            text.push_str(" ms");
+            Held::Measured(subject.latency_ms as f64 <= *bound, text)
         }
         Kind::Calls(bound) => {
-            let calls = subject.calls as f64;
-            (
-                calls <= *bound,
-                format!(
-                    "the task sent {}, {} {bound}",
-                    crate::words::count(subject.calls, "request", "requests"),
-                    if calls <= *bound { "within" } else { "over" }
-                ),
-            )
+            text.push_str("the task sent ");
+            push_count(&mut text, subject.calls);
+            text.push_str(if subject.calls == 1 {
+                " request"
+            } else {
+                " requests"
+            });
+            Held::Measured(subject.calls as f64 <= *bound, text)
         }
-        _ => (false, "not a bound".into()),
+        _ => Held::Worded(false, "not a bound".into()),
+    }
+}
+
+/// Appends `number` in decimal digits.
+fn push_count(text: &mut String, mut number: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (number % 10) as u8;
+        number /= 10;
+        if number == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[at..] {
+        text.push(char::from(digit));
+    }
+}
+
+/// Appends a cost in USD with six decimals, as `{:.6}` writes it: from
+/// its millionths when they are a whole number of them away from a half
+/// (every cost but a few rounding ties), else by `format!`, which rounds
+/// ties exactly.
+fn push_dollars(text: &mut String, cost: f64) {
+    let millionths = cost * 1e6;
+    let rounded = millionths.round();
+    if (0.0..1e15).contains(&rounded) && ((millionths - rounded).abs() - 0.5).abs() > 1e-6 {
+        let rounded = rounded as u64;
+        push_count(text, rounded / 1_000_000);
+        text.push('.');
+        let fraction = rounded % 1_000_000;
+        let mut place = 100_000;
+        while place > 0 {
+            text.push(char::from(b'0' + (fraction / place % 10) as u8));
+            place /= 10;
+        }
+    } else {
+        use std::fmt::Write;
+        let _ = write!(text, "{cost:.6}");
     }
 }
 
@@ -525,5 +604,143 @@ mod tests {
         assert_eq!(&*reason, "not expected, and the delivery contains \"x\"");
         let reason = scored(json!({"type": "equals", "value": "a"}), Some("b")).reason;
         assert_eq!(&*reason, "the delivery does not equal the value");
+    }
+
+    #[test]
+    fn a_passing_check_of_fixed_words_has_a_reason_only_under_a_metric() {
+        let cases = [
+            // (item, delivery, reason)
+            (json!({"type": "contains", "value": "a"}), "a", ""),
+            (json!({"type": "not-regex", "value": "b"}), "a", ""),
+            (json!({"type": "is-json"}), "[]", ""),
+            (
+                json!({"type": "contains", "value": "a", "metric": "has a"}),
+                "a",
+                "the delivery contains \"a\"",
+            ),
+            (
+                json!({"type": "not-contains", "value": "b", "metric": "no b"}),
+                "a",
+                "the delivery does not contain \"b\"",
+            ),
+            (
+                json!({"type": "contains-all", "value": ["a", "b"]}),
+                "ab",
+                "the delivery contains every text",
+            ),
+        ];
+        for (item, delivery, reason) in cases {
+            let score = scored(item.clone(), Some(delivery));
+            assert!(score.pass, "{item}");
+            assert_eq!(&*score.reason, reason, "{item}");
+        }
+    }
+
+    #[test]
+    fn bounds_say_what_was_measured_and_the_bound() {
+        let cases = [
+            // (item, cost, latency, calls, pass, reason)
+            (
+                json!({"type": "cost", "threshold": 0.01}),
+                Some(0.002),
+                0,
+                0,
+                true,
+                "the task cost $0.002000, within $0.01",
+            ),
+            (
+                json!({"type": "cost", "threshold": 1}),
+                Some(4.5e-6),
+                0,
+                0,
+                true,
+                "the task cost $0.000005, within $1",
+            ),
+            (
+                json!({"type": "cost", "value": 0.001}),
+                Some(12.3456789),
+                0,
+                0,
+                false,
+                "the task cost $12.345679, over $0.001",
+            ),
+            (
+                json!({"type": "cost", "threshold": 1}),
+                None,
+                0,
+                0,
+                false,
+                "the task's cost is not known",
+            ),
+            (
+                json!({"type": "latency", "threshold": 600000}),
+                None,
+                3,
+                0,
+                true,
+                "the task took 3 ms, within 600000 ms",
+            ),
+            (
+                json!({"type": "latency_ms", "threshold": 2.5}),
+                None,
+                1500,
+                0,
+                false,
+                "the task took 1500 ms, over 2.5 ms",
+            ),
+            (
+                json!({"type": "calls", "threshold": 4}),
+                None,
+                0,
+                1,
+                true,
+                "the task sent 1 request, within 4",
+            ),
+            (
+                json!({"type": "calls", "threshold": 0}),
+                None,
+                0,
+                10,
+                false,
+                "the task sent 10 requests, over 0",
+            ),
+        ];
+        for (item, cost, latency_ms, calls, pass, reason) in cases {
+            let assertion = &parse_list(&json!([item]), std::path::Path::new("/")).unwrap()[0];
+            let subject = Subject::new(Some("x"), None, cost, latency_ms, calls);
+            let score = check(assertion, &subject).unwrap();
+            assert_eq!((score.pass, &*score.reason), (pass, reason), "{item}");
+        }
+    }
+
+    #[test]
+    fn costs_are_written_as_six_decimals_write_them() {
+        let costs = [
+            0.0,
+            1e-7,
+            4.5e-6,
+            5e-7,
+            1.5e-6,
+            2.5e-6,
+            0.0000015,
+            0.002,
+            0.1234565,
+            1.0,
+            12.3456789,
+            99999.9999995,
+            1e20,
+            f64::NAN,
+        ];
+        let steps = (0..20_000).map(|step| step as f64 * 3.7e-7);
+        for cost in costs.into_iter().chain(steps) {
+            let mut text = String::new();
+            push_dollars(&mut text, cost);
+            assert_eq!(text, format!("{cost:.6}"), "{cost:e}");
+        }
+        for number in [0, 7, 10, 1_000_000, u64::MAX] {
+            let mut text = String::new();
+            push_count(&mut text, number);
+            assert_eq!(text, number.to_string());
+        }
     }
 }

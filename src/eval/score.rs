@@ -13,13 +13,21 @@ use serde::{Deserialize, Serialize};
 /// lines (`lllm batch --resume`, `lllm eval`, `lllm merge`, `lllm report`,
 /// `lllm compare`). It takes an item of an older or hand-edited output with
 /// a field missing or `null`: no `name` or `type` reads as empty (the score
-/// is then [labelled](Score::label) by the other), no `reason` as empty, no
+/// is then [labelled](Score::label) by the other), except that no `type`
+/// with a `name` that starts with one (`contains "Paris"`) reads as that
+/// type; no `reason` reads as empty, no
 /// `weight` as 1 (an assertion's default), no `score` as 1 or 0 by its
 /// `pass`, no `pass` as a score of at least 0.5 (a grader's rule when it
 /// answers only a score), and neither as a failing 0. A field of the wrong
 /// kind (a `score` that is text) is not guessed at: the line is not read as
 /// a result, as with any other field of the wrong kind.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// It is written the same way round: a field at the value it reads as
+/// when missing is left out (an empty `name` or `reason`, a `type` its
+/// name starts with, a `weight` of 1, a `score` of 1 that passed or 0 that
+/// failed), so a score of a hundred thousand result lines writes only what
+/// it says.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(from = "ScoreAsWritten")]
 pub struct Score {
     /// The assertion's `metric`, else its type and value (shared with the
@@ -50,6 +58,37 @@ impl Score {
     }
 }
 
+impl Serialize for Score {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut item = serializer.serialize_struct("Score", 6)?;
+        if !self.name.is_empty() {
+            item.serialize_field("name", &*self.name)?;
+        }
+        if !self.type_name.is_empty() && type_in_name(&self.name) != Some(&*self.type_name) {
+            item.serialize_field("type", &*self.type_name)?;
+        }
+        if self.score != if self.pass { 1.0 } else { 0.0 } {
+            item.serialize_field("score", &self.score)?;
+        }
+        item.serialize_field("pass", &self.pass)?;
+        if !self.reason.is_empty() {
+            item.serialize_field("reason", &*self.reason)?;
+        }
+        if self.weight != 1.0 {
+            item.serialize_field("weight", &self.weight)?;
+        }
+        item.end()
+    }
+}
+
+/// The assertion type a score's name starts with (`contains` of
+/// `contains "Paris"`, the default name), if it starts with one.
+fn type_in_name(name: &str) -> Option<&str> {
+    let first = name.split(' ').next().unwrap_or_default();
+    super::assertion::is_type_name(first).then_some(first)
+}
+
 /// A score as a result line may hold it (see [`Score`]'s leniency).
 #[derive(Deserialize)]
 struct ScoreAsWritten {
@@ -76,9 +115,13 @@ impl From<ScoreAsWritten> for Score {
             (None, None) => (0.0, false),
         };
         let text = |text: Option<String>| Arc::from(text.unwrap_or_default());
+        let type_name = match (written.type_name, &written.name) {
+            (None, Some(name)) => type_in_name(name).map(str::to_string),
+            (type_name, _) => type_name,
+        };
         Score {
             name: text(written.name),
-            type_name: text(written.type_name),
+            type_name: text(type_name),
             score,
             pass,
             reason: text(written.reason),
@@ -367,6 +410,104 @@ mod tests {
         ] {
             assert!(read(wrong).is_err(), "{wrong}");
         }
+    }
+
+    #[test]
+    fn a_score_is_written_without_the_fields_at_their_defaults() {
+        let written = |score: &Score| serde_json::to_string(score).unwrap();
+        let cases = [
+            // (score, pass, reason, weight, as written)
+            (1.0, true, "", 1.0, r#"{"name":"n","type":"t","pass":true}"#),
+            (
+                0.0,
+                false,
+                "no",
+                1.0,
+                r#"{"name":"n","type":"t","pass":false,"reason":"no"}"#,
+            ),
+            (
+                0.9,
+                true,
+                "good",
+                2.0,
+                r#"{"name":"n","type":"t","score":0.9,"pass":true,"reason":"good","weight":2.0}"#,
+            ),
+            (
+                1.0,
+                false,
+                "",
+                0.0,
+                r#"{"name":"n","type":"t","score":1.0,"pass":false,"weight":0.0}"#,
+            ),
+            (
+                0.0,
+                true,
+                "",
+                1.0,
+                r#"{"name":"n","type":"t","score":0.0,"pass":true}"#,
+            ),
+        ];
+        for (value, pass, reason, weight, expected) in cases {
+            let score = Score {
+                reason: reason.into(),
+                ..score(value, pass, weight)
+            };
+            assert_eq!(written(&score), expected);
+            let read: Score = serde_json::from_str(expected).unwrap();
+            assert_eq!(read, score, "{expected}");
+        }
+        let unnamed = Score {
+            name: "".into(),
+            type_name: "".into(),
+            ..score(1.0, true, 1.0)
+        };
+        assert_eq!(written(&unnamed), r#"{"pass":true}"#);
+        // A type its name starts with is left out, and read back from it.
+        let cases = [
+            // (name, type, as written)
+            (
+                "contains \"a\"",
+                "contains",
+                r#"{"name":"contains \"a\"","pass":true}"#,
+            ),
+            (
+                "not-is-json",
+                "not-is-json",
+                r#"{"name":"not-is-json","pass":true}"#,
+            ),
+            (
+                "cheap",
+                "cost",
+                r#"{"name":"cheap","type":"cost","pass":true}"#,
+            ),
+            (
+                "contains \"a\"",
+                "icontains",
+                r#"{"name":"contains \"a\"","type":"icontains","pass":true}"#,
+            ),
+            (
+                "polite x",
+                "polite",
+                r#"{"name":"polite x","type":"polite","pass":true}"#,
+            ),
+            (
+                "not-cost",
+                "not-cost",
+                r#"{"name":"not-cost","type":"not-cost","pass":true}"#,
+            ),
+        ];
+        for (name, type_name, expected) in cases {
+            let score = Score {
+                name: name.into(),
+                type_name: type_name.into(),
+                ..score(1.0, true, 1.0)
+            };
+            assert_eq!(written(&score), expected);
+            let read: Score = serde_json::from_str(expected).unwrap();
+            assert_eq!(read, score, "{expected}");
+        }
+        let read: Score = serde_json::from_str(r#"{"name": "polite", "pass": true}"#).unwrap();
+        assert_eq!(&*read.type_name, "");
     }
 
     #[test]
