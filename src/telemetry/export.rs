@@ -62,6 +62,10 @@ impl Batching {
     }
 }
 
+#[cfg(test)]
+pub(super) type TestAnswer =
+    Box<dyn Fn(&ExportTraceServiceRequest) -> Result<(), String> + Send + Sync>;
+
 /// Where the spans go and how.
 pub(super) enum Sender {
     /// `POST` to the URL with the headers, the body `application/x-protobuf`.
@@ -80,9 +84,13 @@ pub(super) enum Sender {
         >,
         metadata: tonic::metadata::MetadataMap,
     },
-    /// A test's collector: given each request, it answers.
+    /// A test's collector: given each request, it answers; `early`: its
+    /// batches are encoded where they are filled, as over HTTP.
     #[cfg(test)]
-    Test(Box<dyn Fn(&ExportTraceServiceRequest) -> Result<(), String> + Send + Sync>),
+    Test {
+        answer: TestAnswer,
+        early: bool,
+    },
 }
 
 impl Sender {
@@ -192,8 +200,21 @@ impl Sender {
         }
     }
 
-    /// Sends one request; `Err` says why the collector did not take it.
-    async fn send(&self, request: ExportTraceServiceRequest) -> Result<(), String> {
+    /// Whether a batch is best encoded where it was filled: over HTTP the
+    /// body is the encoded request, made (and the spans freed) on the
+    /// thread that made the spans; tonic encodes its own.
+    fn encodes_early(&self) -> bool {
+        match self {
+            Sender::Http { .. } => true,
+            #[cfg(feature = "otel-grpc")]
+            Sender::Grpc { .. } => false,
+            #[cfg(test)]
+            Sender::Test { early, .. } => *early,
+        }
+    }
+
+    /// Sends one batch; `Err` says why the collector did not take it.
+    async fn send(&self, batch: Batch, envelope: &Envelope) -> Result<(), String> {
         match self {
             Sender::Http {
                 client,
@@ -201,7 +222,10 @@ impl Sender {
                 headers,
                 timeout,
             } => {
-                let body = prost::Message::encode_to_vec(&request);
+                let body = match batch {
+                    Batch::Encoded { body, .. } => body,
+                    Batch::Spans(spans) => envelope.encode(spans),
+                };
                 let reply = client
                     .post(url.as_str())
                     .headers(headers.clone())
@@ -220,7 +244,10 @@ impl Sender {
             }
             #[cfg(feature = "otel-grpc")]
             Sender::Grpc { client, metadata } => {
-                let mut call = tonic::Request::new(request);
+                let Batch::Spans(spans) = batch else {
+                    return Err("an encoded batch for gRPC".into());
+                };
+                let mut call = tonic::Request::new(envelope.request(spans));
                 *call.metadata_mut() = metadata.clone();
                 client
                     .clone()
@@ -230,7 +257,15 @@ impl Sender {
                     .map_err(|status| format!("{}: {}", status.code(), status.message()))
             }
             #[cfg(test)]
-            Sender::Test(answer) => answer(&request),
+            Sender::Test { answer, .. } => match batch {
+                Batch::Spans(spans) => answer(&envelope.request(spans)),
+                Batch::Encoded { body, .. } => {
+                    let request: ExportTraceServiceRequest =
+                        prost::Message::decode(body.as_slice())
+                            .map_err(|error| error.to_string())?;
+                    answer(&request)
+                }
+            },
         }
     }
 }
@@ -299,6 +334,12 @@ impl Envelope {
         }
     }
 
+    /// The request's protobuf encoding (prost's, as opentelemetry-otlp
+    /// encodes it); the spans are freed here.
+    fn encode(&self, spans: Vec<Span>) -> Vec<u8> {
+        prost::Message::encode_to_vec(&self.request(spans))
+    }
+
     fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
         ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
@@ -319,6 +360,24 @@ pub(super) struct Exporter {
     queue: Arc<Queue>,
     flushes: tokio::sync::mpsc::UnboundedSender<std::sync::mpsc::SyncSender<()>>,
     timeout: Duration,
+    failures: Arc<Failures>,
+    /// Full batches encoded where they were filled (HTTP), to be sent.
+    encoded: Option<(Arc<Envelope>, tokio::sync::mpsc::UnboundedSender<Batch>)>,
+}
+
+/// Spans on their way: as messages, or a request encoded already.
+enum Batch {
+    Spans(Vec<Span>),
+    Encoded { body: Vec<u8>, count: u64 },
+}
+
+impl Batch {
+    fn count(&self) -> u64 {
+        match self {
+            Batch::Spans(spans) => spans.len() as u64,
+            Batch::Encoded { count, .. } => *count,
+        }
+    }
 }
 
 struct Queue {
@@ -359,11 +418,16 @@ impl Exporter {
         });
         let (flushes, mut flush_asked) =
             tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::SyncSender<()>>();
+        let (encoded, mut encoded_ready) = tokio::sync::mpsc::unbounded_channel::<Batch>();
+        let envelope = Arc::new(envelope);
+        let encoded = sender
+            .encodes_early()
+            .then(|| (Arc::clone(&envelope), encoded));
         let task = Task {
             queue: Arc::clone(&queue),
             sender,
             envelope,
-            failures,
+            failures: Arc::clone(&failures),
             timeout: batching.timeout,
         };
         runtime.spawn(async move {
@@ -371,11 +435,19 @@ impl Exporter {
                 let flushed = tokio::select! {
                     () = tokio::time::sleep(batching.delay) => None,
                     () = task.queue.wake.notified() => None,
+                    Some(batch) = encoded_ready.recv() => {
+                        task.send(batch).await;
+                        continue;
+                    }
                     asked = flush_asked.recv() => match asked {
                         Some(done) => Some(done),
                         None => return,
                     },
                 };
+                // What was encoded already is older than what is queued.
+                while let Ok(batch) = encoded_ready.try_recv() {
+                    task.send(batch).await;
+                }
                 task.send_queued().await;
                 if let Some(done) = flushed {
                     let _ = done.send(());
@@ -386,11 +458,15 @@ impl Exporter {
             queue,
             flushes,
             timeout: batching.timeout,
+            failures,
+            encoded,
         }
     }
 
     /// Adds finished spans to the queue (its bound is the caller's, see
-    /// `Traces::send`); a full batch wakes the task.
+    /// `Traces::send`). A full batch is encoded here, over HTTP (the spans
+    /// are freed by the thread that made them: glibc frees another
+    /// thread's memory at a cost), or else wakes the task.
     pub(super) fn add(&self, spans: Vec<Span>) {
         let full = {
             let mut queued = self
@@ -403,10 +479,21 @@ impl Exporter {
             } else {
                 queued.extend(spans);
             }
-            queued.len() >= self.queue.batch_size
+            if queued.len() < self.queue.batch_size {
+                return;
+            }
+            match &self.encoded {
+                Some(_) => Some(queued.drain(..self.queue.batch_size).collect::<Vec<_>>()),
+                None => None,
+            }
         };
-        if full {
-            self.queue.wake.notify_one();
+        match (full, &self.encoded) {
+            (Some(spans), Some((envelope, encoded))) => {
+                let count = spans.len() as u64;
+                let body = envelope.encode(spans);
+                let _ = encoded.send(Batch::Encoded { body, count });
+            }
+            _ => self.queue.wake.notify_one(),
         }
     }
 
@@ -417,13 +504,9 @@ impl Exporter {
         if self.flushes.send(done).is_err() {
             return;
         }
-        let queued = self
-            .queue
-            .spans
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .len();
-        let batches = queued.div_ceil(self.queue.batch_size).max(1) as u32;
+        // Every span not yet through: queued, encoded or in flight.
+        let pending = self.failures.pending.load(Ordering::Relaxed) as usize;
+        let batches = pending.div_ceil(self.queue.batch_size).max(1) as u32;
         let _ = sent.recv_timeout(self.timeout.saturating_mul(batches));
     }
 }
@@ -432,7 +515,7 @@ impl Exporter {
 struct Task {
     queue: Arc<Queue>,
     sender: Sender,
-    envelope: Envelope,
+    envelope: Arc<Envelope>,
     failures: Arc<Failures>,
     timeout: Duration,
 }
@@ -445,27 +528,31 @@ impl Task {
             if spans.is_empty() {
                 return;
             }
-            let count = spans.len() as u64;
-            let request = self.envelope.request(spans);
-            let outcome = match tokio::time::timeout(self.timeout, self.sender.send(request)).await
-            {
-                Ok(outcome) => outcome,
-                Err(_) => Err(format!(
-                    "no answer in {} ms (OTEL_BSP_EXPORT_TIMEOUT)",
-                    self.timeout.as_millis()
-                )),
-            };
-            self.failures.pending.fetch_sub(count, Ordering::Relaxed);
-            match outcome {
-                Ok(()) => self.failures.took(),
-                Err(error) => {
-                    self.failures.failed(count);
-                    if !self.failures.said.swap(true, Ordering::Relaxed) {
-                        crate::report::warn(&format!(
-                            "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
-                            crate::provider::trace::shown(&error, &Default::default(), 300)
-                        ));
-                    }
+            self.send(Batch::Spans(spans)).await;
+        }
+    }
+
+    /// Sends one batch, and counts what the collector did with it.
+    async fn send(&self, batch: Batch) {
+        let count = batch.count();
+        let sent = self.sender.send(batch, &self.envelope);
+        let outcome = match tokio::time::timeout(self.timeout, sent).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!(
+                "no answer in {} ms (OTEL_BSP_EXPORT_TIMEOUT)",
+                self.timeout.as_millis()
+            )),
+        };
+        self.failures.pending.fetch_sub(count, Ordering::Relaxed);
+        match outcome {
+            Ok(()) => self.failures.took(),
+            Err(error) => {
+                self.failures.failed(count);
+                if !self.failures.said.swap(true, Ordering::Relaxed) {
+                    crate::report::warn(&format!(
+                        "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
+                        crate::provider::trace::shown(&error, &Default::default(), 300)
+                    ));
                 }
             }
         }

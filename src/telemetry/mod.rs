@@ -870,11 +870,24 @@ mod tests {
     /// an hour after a first failure (no test here waits on a clock), with
     /// a queue of `queue_size`.
     fn refused(queue_size: u64) -> (Telemetry, Arc<AtomicU64>) {
+        collector(queue_size, 512, false, false)
+    }
+
+    /// An exporter of spans only, to a collector that takes them (`takes`)
+    /// or not, counting the spans it is given; `batch_size` spans make a
+    /// batch (encoded where it is filled with `early`), else exported when
+    /// flushed only; down for an hour after a first failure.
+    fn collector(
+        queue_size: u64,
+        batch_size: usize,
+        early: bool,
+        takes: bool,
+    ) -> (Telemetry, Arc<AtomicU64>) {
         let runtime = Runtime::start().unwrap();
         let failures = Arc::new(Failures::down_first_for(Duration::from_secs(3600)));
         let given = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&given);
-        let sender = export::Sender::Test(Box::new(move |request| {
+        let answer: export::TestAnswer = Box::new(move |request| {
             let spans: usize = request
                 .resource_spans
                 .iter()
@@ -882,13 +895,17 @@ mod tests {
                 .map(|scope| scope.spans.len())
                 .sum();
             counted.fetch_add(spans as u64, Ordering::Relaxed);
-            Err("connection refused".into())
-        }));
-        // Exported when flushed only.
+            if takes {
+                Ok(())
+            } else {
+                Err("connection refused".into())
+            }
+        });
+        let sender = export::Sender::Test { answer, early };
         let batching = export::Batching {
             delay: Duration::from_secs(3600),
             queue_size,
-            batch_size: 512,
+            batch_size,
             timeout: Duration::from_secs(30),
         };
         let exporter = export::Exporter::start(
@@ -979,5 +996,27 @@ mod tests {
         telemetry.traces.as_ref().unwrap().exporter.flush();
         assert_eq!(given.load(Ordering::Relaxed), 0);
         assert_eq!(failures.spans.load(Ordering::Relaxed), lost);
+    }
+
+    #[test]
+    fn a_full_batch_is_encoded_where_it_was_filled_and_every_span_arrives_once() {
+        let record = finished_run();
+        // A run's spans, counted where nothing is sent before a flush.
+        let (counting, _) = collector(2048, 512, false, true);
+        counting.export(&record);
+        let per_run = counting.failures.pending.load(Ordering::Relaxed);
+        assert!(per_run >= 2, "{per_run}");
+        for early in [true, false] {
+            let (telemetry, given) = collector(2048, 2, early, true);
+            for _ in 0..5 {
+                telemetry.export(&record);
+            }
+            let failures = Arc::clone(&telemetry.failures);
+            let made = 5 * per_run;
+            telemetry.traces.as_ref().unwrap().exporter.flush();
+            assert_eq!(given.load(Ordering::Relaxed), made, "early: {early}");
+            assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+            assert_eq!(telemetry.dropped_spans(), 0);
+        }
     }
 }
