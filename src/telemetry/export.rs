@@ -482,19 +482,20 @@ impl Exporter {
             if queued.len() < self.queue.batch_size {
                 return;
             }
-            match &self.encoded {
-                Some(_) => Some(queued.drain(..self.queue.batch_size).collect::<Vec<_>>()),
-                None => None,
-            }
+            let Some(encoded) = &self.encoded else {
+                drop(queued);
+                self.queue.wake.notify_one();
+                return;
+            };
+            (
+                queued.drain(..self.queue.batch_size).collect::<Vec<_>>(),
+                encoded,
+            )
         };
-        match (full, &self.encoded) {
-            (Some(spans), Some((envelope, encoded))) => {
-                let count = spans.len() as u64;
-                let body = envelope.encode(spans);
-                let _ = encoded.send(Batch::Encoded { body, count });
-            }
-            _ => self.queue.wake.notify_one(),
-        }
+        let (spans, (envelope, encoded)) = full;
+        let count = spans.len() as u64;
+        let body = envelope.encode(spans);
+        let _ = encoded.send(Batch::Encoded { body, count });
     }
 
     /// Sends everything queued and waits until it is sent (or failed), at
