@@ -146,7 +146,6 @@ impl Sender {
                         "{name}: not an endpoint URL ({error}); it is to be like http://localhost:4318"
                     ));
                 }
-                let _ = runtime;
                 Ok(Sender::Http {
                     client: client.client.clone(),
                     url,
