@@ -9,16 +9,18 @@
 //! Off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces or metrics
 //! endpoint of its own) is set; `OTEL_SDK_DISABLED=true` wins. Nothing is
 //! sent anywhere else, and a redirect is not followed. The SDK reads the
-//! rest of the standard variables itself (headers, timeout, compression,
-//! sampler, resource, service name, the batch processor's queue).
+//! rest of the standard variables itself (sampler, resource, service name,
+//! the metrics' endpoint, headers and timeout); `telemetry::export` reads
+//! the traces' (and the batch processor's queue, size and delay).
 //!
-//! The exporter never holds up a run: spans wait in the SDK's bounded
-//! queue and go out from its own thread; a collector that fails costs the
+//! The exporter never holds up a run: spans wait in a bounded queue and go
+//! out from the exporter's own thread; a collector that fails costs the
 //! spans it did not take, said once on stderr.
 
 // The GenAI names of `opentelemetry-semantic-conventions` are deprecated
 // as "moved to the GenAI conventions' own repository", which has made no
 // release yet; its advice until then is to use these (the same names).
+mod export;
 #[allow(deprecated)]
 mod metrics;
 #[allow(deprecated)]
@@ -33,12 +35,9 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_otlp::{RetryPolicy, WithExportConfig, WithHttpConfig};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SamplingDecision, ShouldSample, SpanData, SpanExporter, SpanProcessor as _,
-};
+use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 
 use crate::SessionRecord;
 
@@ -163,19 +162,19 @@ impl std::fmt::Debug for Telemetry {
     }
 }
 
-/// Where a run's spans go: the SDK's batch span processor (its bounded
-/// queue, and its thread that sends), given each span finished. The spans
-/// are made from the record as the SDK's span data directly, not through
-/// a tracer: the record holds every id and time already, and a tracer's
-/// spans (a context, a live span and its lock, the processor's hooks, per
-/// span) cost a batch more than the export itself.
+/// Where a run's spans go: the exporter's bounded queue, and its task
+/// that sends ([`export`]), given each span finished. The spans are made
+/// from the record as OTLP's span messages directly, not through a tracer
+/// nor as the SDK's span data: the record holds every id and time already,
+/// and a tracer's spans (a context, a live span and its lock, the
+/// processor's hooks, per span) and the crate's conversion of span data
+/// cost a batch more than the export itself.
 struct Traces {
-    processor: BatchSpanProcessor,
+    exporter: export::Exporter,
     /// The sampler the variables name (`OTEL_TRACES_SAMPLER`, read by the SDK).
     sampler: Box<dyn ShouldSample>,
-    scope: InstrumentationScope,
     failures: Arc<Failures>,
-    /// The processor's queue size (`OTEL_BSP_MAX_QUEUE_SIZE`, read as the SDK reads it).
+    /// The queue's size (`OTEL_BSP_MAX_QUEUE_SIZE`).
     queue_size: u64,
 }
 
@@ -218,15 +217,15 @@ impl Traces {
         if !self.sampled(parent, trace_id, "invoke_workflow") {
             return;
         }
-        let mut spans = spans::Spans::new(&self.scope, content);
+        let mut spans = spans::Spans::new(content);
         spans.record(record, None);
         self.send(spans.out);
     }
 
-    /// Into the processor's queue. A full queue (spans sent and not yet
+    /// Into the exporter's queue. A full queue (spans sent and not yet
     /// exported past its size) is a collector that does not keep up: the
     /// spans are dropped, counted, and export is down at once.
-    fn send(&self, spans: Vec<SpanData>) {
+    fn send(&self, spans: Vec<Span>) {
         let count = spans.len() as u64;
         let pending = self.failures.pending.fetch_add(count, Ordering::Relaxed) + count;
         if pending > self.queue_size {
@@ -234,9 +233,7 @@ impl Traces {
             self.failures.failed(count);
             return;
         }
-        for span in spans {
-            self.processor.on_end(span);
-        }
+        self.exporter.add(spans);
     }
 }
 
@@ -260,19 +257,22 @@ impl Telemetry {
         let failures = Arc::new(Failures::default());
         let resource = resource();
         let traces = if settings.traces {
-            let mut exporter = span_exporter(settings.traces_protocol, &client, &runtime.handle)?;
-            exporter.set_resource(&resource);
-            let exporter = Counted {
-                inner: exporter,
-                failures: Arc::clone(&failures),
-                runtime: runtime.handle.clone(),
-            };
+            let variable = |name: &str| std::env::var(name).ok();
+            let sender =
+                export::Sender::new(settings.traces_protocol, variable, &client, &runtime.handle)?;
+            let batching = export::Batching::read(variable);
+            let exporter = export::Exporter::start(
+                sender,
+                export::Envelope::new(&resource, &scope()),
+                batching,
+                Arc::clone(&failures),
+                &runtime.handle,
+            );
             Some(Arc::new(Traces {
-                processor: BatchSpanProcessor::builder(exporter).build(),
+                exporter,
                 sampler: opentelemetry_sdk::trace::Config::default().sampler,
-                scope: scope(),
                 failures: Arc::clone(&failures),
-                queue_size: queue_size(),
+                queue_size: batching.queue_size,
             }))
         } else {
             None
@@ -360,7 +360,7 @@ impl Telemetry {
             return;
         }
         if let Some(traces) = &self.traces {
-            let _ = traces.processor.shutdown();
+            traces.exporter.flush();
         }
         if let Some(metrics) = &self.metrics {
             metrics.shutdown();
@@ -428,48 +428,6 @@ mod grpc {
             _ => !insecure,
         }
     }
-}
-
-/// The OTLP span exporter `protocol` asks for; the endpoint, headers,
-/// timeout and compression from the standard variables (read by the crate).
-/// It does not retry: the crate's retries (three, with backoff) kept a
-/// dead collector's first failure back for seconds while every run's spans
-/// were still made and queued; a failed export puts export down at once
-/// instead ([`Failures`]), and it is tried again after a while.
-fn span_exporter(
-    protocol: Protocol,
-    client: &Client,
-    runtime: &tokio::runtime::Handle,
-) -> Result<opentelemetry_otlp::SpanExporter, String> {
-    let built = match protocol {
-        Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client.clone())
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_retry_policy(RetryPolicy::disabled())
-            .build(),
-        #[cfg(feature = "otel-grpc")]
-        Protocol::Grpc => {
-            // tonic's channel starts its task on the exporter's runtime.
-            use opentelemetry_otlp::WithTonicConfig;
-            let _entered = runtime.enter();
-            let builder = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_retry_policy(RetryPolicy::disabled());
-            grpc::with_tls(
-                builder,
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
-            )
-            .build()
-        }
-        #[cfg(not(feature = "otel-grpc"))]
-        Protocol::Grpc => {
-            let _ = runtime;
-            return Err("OpenTelemetry traces: gRPC export needs the `otel-grpc` feature".into());
-        }
-    };
-    built.map_err(|error| format!("OpenTelemetry traces: {error}"))
 }
 
 impl Drop for Telemetry {
@@ -613,15 +571,6 @@ impl Default for Failures {
     }
 }
 
-/// The span processor's queue size, as the SDK reads it.
-fn queue_size() -> u64 {
-    std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
-        .ok()
-        .and_then(|size| size.trim().parse::<u64>().ok())
-        .filter(|size| *size > 0)
-        .unwrap_or(2048)
-}
-
 /// How long a collector is taken to be down after its first failure, and at most.
 const DOWN_FIRST: Duration = Duration::from_secs(5);
 const DOWN_MAX: Duration = Duration::from_secs(300);
@@ -665,50 +614,8 @@ impl Failures {
     }
 }
 
-/// The OTLP exporter, counting what fails: the first failure is said once.
-/// Its export runs in the exporter's runtime (see [`InRuntime`]).
-#[derive(Debug)]
-struct Counted<E> {
-    inner: E,
-    failures: Arc<Failures>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl<E: SpanExporter> SpanExporter for Counted<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let count = batch.len() as u64;
-        let outcome = InRuntime::new(&self.runtime, self.inner.export(batch)).await;
-        self.failures.pending.fetch_sub(count, Ordering::Relaxed);
-        if outcome.is_ok() {
-            self.failures.took();
-        }
-        if let Err(error) = &outcome {
-            self.failures.failed(count);
-            if !self.failures.said.swap(true, Ordering::Relaxed) {
-                crate::report::warn(&format!(
-                    "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
-                    crate::provider::trace::shown(&error.to_string(), &Default::default(), 300)
-                ));
-            }
-        }
-        outcome
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
-    }
-}
-
 /// A future polled in the exporter's runtime's context: the SDK's threads
-/// drive the exporters' futures with an executor of their own, and tonic's
+/// drive the metric exporter's futures with an executor of their own, and tonic's
 /// channel (its timers, its connection) and the crate's retry sleeps need
 /// Tokio's. The runtime's thread drives the I/O and timers; the future
 /// is woken as usual.
@@ -958,41 +865,59 @@ mod tests {
         assert!(!failures.down());
     }
 
-    /// A collector that takes nothing, counting the spans it is given.
-    #[derive(Debug)]
-    struct Refusing(Arc<AtomicU64>);
-
-    impl SpanExporter for Refusing {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            Err(opentelemetry_sdk::error::OTelSdkError::InternalFailure(
-                "connection refused".into(),
-            ))
-        }
+    /// An exporter of spans only, to a collector that takes nothing
+    /// (counting the spans it is given), exporting when flushed, down for
+    /// an hour after a first failure (no test here waits on a clock), with
+    /// a queue of `queue_size`.
+    fn refused(queue_size: u64) -> (Telemetry, Arc<AtomicU64>) {
+        collector(queue_size, 512, false, false)
     }
 
-    /// An exporter of spans only, to `Refusing`, exporting when flushed,
-    /// down for an hour after a first failure (no test here waits on a
-    /// clock), with a queue of `queue_size`.
-    fn refused(queue_size: u64) -> (Telemetry, Arc<AtomicU64>) {
+    /// An exporter of spans only, to a collector that takes them (`takes`)
+    /// or not, counting the spans it is given; `batch_size` spans make a
+    /// batch (encoded where it is filled with `early`), else exported when
+    /// flushed only; down for an hour after a first failure.
+    fn collector(
+        queue_size: u64,
+        batch_size: usize,
+        early: bool,
+        takes: bool,
+    ) -> (Telemetry, Arc<AtomicU64>) {
         let runtime = Runtime::start().unwrap();
         let failures = Arc::new(Failures::down_first_for(Duration::from_secs(3600)));
         let given = Arc::new(AtomicU64::new(0));
-        let exporter = Counted {
-            inner: Refusing(Arc::clone(&given)),
-            failures: Arc::clone(&failures),
-            runtime: runtime.handle.clone(),
+        let counted = Arc::clone(&given);
+        let answer: export::TestAnswer = Box::new(move |request| {
+            let spans: usize = request
+                .resource_spans
+                .iter()
+                .flat_map(|resource| &resource.scope_spans)
+                .map(|scope| scope.spans.len())
+                .sum();
+            counted.fetch_add(spans as u64, Ordering::Relaxed);
+            if takes {
+                Ok(())
+            } else {
+                Err("connection refused".into())
+            }
+        });
+        let sender = export::Sender::Test { answer, early };
+        let batching = export::Batching {
+            delay: Duration::from_secs(3600),
+            queue_size,
+            batch_size,
+            timeout: Duration::from_secs(30),
         };
-        // Exported when flushed only.
-        let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
-            .with_scheduled_delay(Duration::from_secs(3600))
-            .build();
+        let exporter = export::Exporter::start(
+            sender,
+            export::Envelope::new(&resource(), &scope()),
+            batching,
+            Arc::clone(&failures),
+            &runtime.handle,
+        );
         let traces = Traces {
-            processor: BatchSpanProcessor::builder(exporter)
-                .with_batch_config(config)
-                .build(),
+            exporter,
             sampler: Box::new(opentelemetry_sdk::trace::Sampler::AlwaysOn),
-            scope: scope(),
             failures: Arc::clone(&failures),
             queue_size,
         };
@@ -1035,7 +960,7 @@ mod tests {
         assert!(!failures.down());
         let traces = telemetry.traces.as_ref().unwrap();
         // One export, refused once (no retry): down at once.
-        let _ = traces.processor.force_flush();
+        traces.exporter.flush();
         assert_eq!(given.load(Ordering::Relaxed), made);
         assert!(failures.down());
         assert_eq!(failures.in_a_row.load(Ordering::Relaxed), 1);
@@ -1046,7 +971,7 @@ mod tests {
             telemetry.export(&record);
         }
         assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
-        let _ = traces.processor.force_flush();
+        traces.exporter.flush();
         assert_eq!(given.load(Ordering::Relaxed), made);
         assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 3);
         assert_eq!(telemetry.dropped_spans(), made);
@@ -1068,8 +993,30 @@ mod tests {
         assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
         telemetry.export(&record);
         assert_eq!(failures.unsent_runs.load(Ordering::Relaxed), 1);
-        let _ = telemetry.traces.as_ref().unwrap().processor.force_flush();
+        telemetry.traces.as_ref().unwrap().exporter.flush();
         assert_eq!(given.load(Ordering::Relaxed), 0);
         assert_eq!(failures.spans.load(Ordering::Relaxed), lost);
+    }
+
+    #[test]
+    fn a_full_batch_is_encoded_where_it_was_filled_and_every_span_arrives_once() {
+        let record = finished_run();
+        // A run's spans, counted where nothing is sent before a flush.
+        let (counting, _) = collector(2048, 512, false, true);
+        counting.export(&record);
+        let per_run = counting.failures.pending.load(Ordering::Relaxed);
+        assert!(per_run >= 2, "{per_run}");
+        for early in [true, false] {
+            let (telemetry, given) = collector(2048, 2, early, true);
+            for _ in 0..5 {
+                telemetry.export(&record);
+            }
+            let failures = Arc::clone(&telemetry.failures);
+            let made = 5 * per_run;
+            telemetry.traces.as_ref().unwrap().exporter.flush();
+            assert_eq!(given.load(Ordering::Relaxed), made, "early: {early}");
+            assert_eq!(failures.pending.load(Ordering::Relaxed), 0);
+            assert_eq!(telemetry.dropped_spans(), 0);
+        }
     }
 }

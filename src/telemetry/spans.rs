@@ -13,14 +13,11 @@
 //! ([`crate::trace_context::span_id_for`]), as the `traceparent` of a
 //! request was when it went out.
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{
-    Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-};
-use opentelemetry::{InstrumentationScope, KeyValue, Value as OtelValue};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::trace::v1::{Span, SpanFlags, Status, span, status};
 use opentelemetry_semantic_conventions::attribute as semconv;
 use serde_json::Value;
 
@@ -29,24 +26,23 @@ use crate::agent::{AgentCallSession, InvokeTrace};
 use crate::tactic::RunState;
 use crate::trace_context::{chat_place, from_hex, span_id_for};
 
-/// The spans of one record as they are made: its trace, the scope they
-/// are from, and the finished spans, in the order they were made.
-pub(super) struct Spans<'a> {
-    scope: &'a InstrumentationScope,
+/// The spans of one record as they are made: whether they hold content,
+/// and the finished spans, in the order they were made.
+pub(super) struct Spans {
     content: bool,
-    /// The spans made so far, for the batch processor's queue.
-    pub(super) out: Vec<SpanData>,
+    /// The spans made so far, for the exporter's queue.
+    pub(super) out: Vec<Span>,
 }
 
 /// One span to make: its ids, name, kind, times and attributes.
 struct Planned {
     span_id: [u8; 8],
     name: String,
-    kind: SpanKind,
+    kind: span::SpanKind,
     start: SystemTime,
     end: SystemTime,
     attributes: Vec<KeyValue>,
-    links: Vec<Link>,
+    links: Vec<span::Link>,
     error: Option<String>,
 }
 
@@ -58,49 +54,104 @@ pub(super) struct Parent {
     pub(super) remote: bool,
 }
 
-impl<'a> Spans<'a> {
-    pub(super) fn new(scope: &'a InstrumentationScope, content: bool) -> Spans<'a> {
+/// An attribute's value, as OTLP carries it.
+trait AnyOf {
+    fn any(self) -> any_value::Value;
+}
+
+impl AnyOf for &str {
+    fn any(self) -> any_value::Value {
+        any_value::Value::StringValue(self.to_owned())
+    }
+}
+
+impl AnyOf for String {
+    fn any(self) -> any_value::Value {
+        any_value::Value::StringValue(self)
+    }
+}
+
+impl AnyOf for i64 {
+    fn any(self) -> any_value::Value {
+        any_value::Value::IntValue(self)
+    }
+}
+
+impl AnyOf for f64 {
+    fn any(self) -> any_value::Value {
+        any_value::Value::DoubleValue(self)
+    }
+}
+
+impl AnyOf for bool {
+    fn any(self) -> any_value::Value {
+        any_value::Value::BoolValue(self)
+    }
+}
+
+/// An attribute: `key` and `value` as OTLP's message.
+fn attr(key: &str, value: impl AnyOf) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(value.any()),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Nanoseconds since the Unix epoch, as OTLP's times are.
+fn nanos(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64)
+}
+
+/// A span's or a link's flags: sampled, and whether its parent (or the
+/// linked span) is another process's, as the SDK's exporter sets them.
+fn flags(sampled: bool, remote: bool) -> u32 {
+    let mut flags = SpanFlags::ContextHasIsRemoteMask as u32 | u32::from(sampled);
+    if remote {
+        flags |= SpanFlags::ContextIsRemoteMask as u32;
+    }
+    flags
+}
+
+impl Spans {
+    pub(super) fn new(content: bool) -> Spans {
         Spans {
-            scope,
             content,
             out: Vec::new(),
         }
     }
 
-    /// Makes `planned` a finished span of `trace_id` under `parent`: the
-    /// SDK's span data as its tracer would have made it, made directly
-    /// (the record already holds every id and time).
+    /// Makes `planned` a finished span of `trace_id` under `parent`: OTLP's
+    /// span message, made directly from the record (which holds every id
+    /// and time already).
     fn emit(&mut self, trace_id: TraceId, planned: Planned, parent: Option<Parent>) -> Parent {
-        let span_id = SpanId::from_bytes(planned.span_id);
-        let mut links = SpanLinks::default();
-        links.links = planned.links;
         let status = match planned.error {
-            Some(error) => Status::error(error),
-            None => Status::Unset,
+            Some(message) => Status {
+                message,
+                code: status::StatusCode::Error as i32,
+            },
+            None => Status::default(),
         };
-        self.out.push(SpanData {
-            span_context: SpanContext::new(
-                trace_id,
-                span_id,
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::NONE,
-            ),
-            parent_span_id: parent.map_or(SpanId::INVALID, |parent| parent.span_id),
-            parent_span_is_remote: parent.is_some_and(|parent| parent.remote),
-            span_kind: planned.kind,
-            name: Cow::Owned(planned.name),
-            start_time: planned.start,
-            end_time: planned.end,
+        self.out.push(Span {
+            trace_id: trace_id.to_bytes().to_vec(),
+            span_id: planned.span_id.to_vec(),
+            parent_span_id: parent
+                .map_or_else(Vec::new, |parent| parent.span_id.to_bytes().to_vec()),
+            flags: flags(true, parent.is_some_and(|parent| parent.remote)),
+            name: planned.name,
+            kind: planned.kind as i32,
+            start_time_unix_nano: nanos(planned.start),
+            end_time_unix_nano: nanos(planned.end),
             attributes: planned.attributes,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links,
-            status,
-            instrumentation_scope: self.scope.clone(),
+            links: planned.links,
+            status: Some(status),
+            ..Default::default()
         });
         Parent {
-            span_id,
+            span_id: SpanId::from_bytes(planned.span_id),
             remote: false,
         }
     }
@@ -124,7 +175,7 @@ pub(super) fn ids(record: &SessionRecord) -> Option<(TraceId, [u8; 8], Option<Pa
     Some((trace_id, run_span, parent))
 }
 
-impl Spans<'_> {
+impl Spans {
     /// Makes the spans of `record` (expanded); `parent` is the span of the
     /// run that holds it (for a sub-tactic's session), `None` for a whole
     /// run (whose parent, if any, is the one its trace names).
@@ -154,61 +205,52 @@ fn run(
         .as_deref()
         .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
         .map(|link| {
-            let context = SpanContext::new(
-                TraceId::from_bytes(link.trace_id()),
-                SpanId::from_bytes(link.span_id()),
-                if link.sampled() {
-                    TraceFlags::SAMPLED
-                } else {
-                    TraceFlags::default()
-                },
-                true,
-                TraceState::NONE,
-            );
-            vec![Link::with_context(context)]
+            vec![span::Link {
+                trace_id: link.trace_id().to_vec(),
+                span_id: link.span_id().to_vec(),
+                flags: flags(link.sampled(), true),
+                ..Default::default()
+            }]
         })
         .unwrap_or_default();
     let started = time(&record.started_at);
     let ended = time(&record.ended_at).max(started);
     let name = &record.tactic.name;
     let mut attributes = vec![
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_workflow"),
-        KeyValue::new(semconv::GEN_AI_WORKFLOW_NAME, name.clone()),
-        KeyValue::new(semconv::GEN_AI_CONVERSATION_ID, record.session_id.clone()),
-        KeyValue::new("lllm.session_id", record.session_id.clone()),
-        KeyValue::new("lllm.tactic.path", record.tactic.path.clone()),
-        KeyValue::new("lllm.state", state_word(record.state)),
-        KeyValue::new("lllm.invokes", record.invoke_count() as i64),
-        KeyValue::new("lllm.retries", record.retry_count() as i64),
-        KeyValue::new("lllm.repairs", repairs(record) as i64),
-        KeyValue::new("lllm.cost_known", record.cost_known),
+        attr(semconv::GEN_AI_OPERATION_NAME, "invoke_workflow"),
+        attr(semconv::GEN_AI_WORKFLOW_NAME, name.clone()),
+        attr(semconv::GEN_AI_CONVERSATION_ID, record.session_id.clone()),
+        attr("lllm.session_id", record.session_id.clone()),
+        attr("lllm.tactic.path", record.tactic.path.clone()),
+        attr("lllm.state", state_word(record.state)),
+        attr("lllm.invokes", record.invoke_count() as i64),
+        attr("lllm.retries", record.retry_count() as i64),
+        attr("lllm.repairs", repairs(record) as i64),
+        attr("lllm.cost_known", record.cost_known),
     ];
     push_cost(&mut attributes, &record.cost);
     if let Some(task_id) = &record.task_id {
-        attributes.push(KeyValue::new("lllm.task_id", task_id.clone()));
+        attributes.push(attr("lllm.task_id", task_id.clone()));
     }
     if let Some(model) = &record.model {
-        attributes.push(KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.clone()));
+        attributes.push(attr(semconv::GEN_AI_REQUEST_MODEL, model.clone()));
     }
     for (key, value) in &record.tags {
-        attributes.push(KeyValue::new(format!("lllm.tag.{key}"), text_of(value)));
+        attributes.push(attr(&format!("lllm.tag.{key}"), text_of(value)));
     }
     if !record.remote_calls.is_empty() {
-        attributes.push(KeyValue::new(
-            "lllm.remote_calls",
-            record.remote_calls.len() as i64,
-        ));
+        attributes.push(attr("lllm.remote_calls", record.remote_calls.len() as i64));
     }
     if record.state != RunState::Success {
-        attributes.push(KeyValue::new(semconv::ERROR_TYPE, state_word(record.state)));
+        attributes.push(attr(semconv::ERROR_TYPE, state_word(record.state)));
     }
     if content {
-        attributes.push(KeyValue::new(
+        attributes.push(attr(
             semconv::GEN_AI_INPUT_MESSAGES,
             messages_json(&[("user", text_of(&record.task))]),
         ));
         if let Some(delivery) = &record.delivery {
-            attributes.push(KeyValue::new(
+            attributes.push(attr(
                 semconv::GEN_AI_OUTPUT_MESSAGES,
                 messages_json(&[("assistant", delivery.clone())]),
             ));
@@ -217,7 +259,7 @@ fn run(
     let run = Planned {
         span_id: run_span,
         name: format!("invoke_workflow {name}"),
-        kind: SpanKind::Internal,
+        kind: span::SpanKind::Internal,
         start: started,
         end: ended,
         attributes,
@@ -255,24 +297,24 @@ fn agent_call(
         .max(started);
     let (provider, model) = split_model(&call.model);
     let mut attributes = vec![
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
-        KeyValue::new(semconv::GEN_AI_AGENT_NAME, call.agent.clone()),
-        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
-        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
-        KeyValue::new("lllm.dialog", call.dialog_alias.clone()),
-        KeyValue::new("lllm.invokes", call.invoke_count() as i64),
-        KeyValue::new("lllm.retries", call.retry_count() as i64),
-        KeyValue::new("lllm.repairs", call.exception_retry_count() as i64),
-        KeyValue::new("lllm.tool_rounds", call.interrupts.len() as i64),
+        attr(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
+        attr(semconv::GEN_AI_AGENT_NAME, call.agent.clone()),
+        attr(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
+        attr(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
+        attr("lllm.dialog", call.dialog_alias.clone()),
+        attr("lllm.invokes", call.invoke_count() as i64),
+        attr("lllm.retries", call.retry_count() as i64),
+        attr("lllm.repairs", call.exception_retry_count() as i64),
+        attr("lllm.tool_rounds", call.interrupts.len() as i64),
     ];
     push_cost(&mut attributes, &call.cost);
     if call.error.is_some() {
-        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "failure"));
+        attributes.push(attr(semconv::ERROR_TYPE, "failure"));
     }
     let planned = Planned {
         span_id: span_id_for(run_span, &format!("call/{index}")),
         name: format!("invoke_agent {}", call.agent),
-        kind: SpanKind::Internal,
+        kind: span::SpanKind::Internal,
         start: started,
         end: ended,
         attributes,
@@ -324,7 +366,7 @@ fn agent_call(
                 let planned = Planned {
                     span_id: span_id_for(run_span, &place),
                     name: format!("execute_tool {}", tool.name),
-                    kind: SpanKind::Internal,
+                    kind: span::SpanKind::Internal,
                     start: cursor,
                     end: round_end,
                     attributes: tool_attributes(tool, content),
@@ -341,27 +383,24 @@ fn agent_call(
 /// An `execute_tool` span's attributes; its arguments and result only with `content`.
 fn tool_attributes(tool: &crate::dialog::FunctionCall, content: bool) -> Vec<KeyValue> {
     let mut attributes = vec![
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
-        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
-        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
+        attr(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        attr(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
+        attr(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
+        attr(semconv::GEN_AI_TOOL_TYPE, "function"),
     ];
     if tool.error_message.is_some() {
-        attributes.push(KeyValue::new(semconv::ERROR_TYPE, "tool_error"));
+        attributes.push(attr(semconv::ERROR_TYPE, "tool_error"));
     }
     if content {
         let arguments = Value::Object(tool.arguments.clone()).to_string();
-        attributes.push(KeyValue::new(
-            semconv::GEN_AI_TOOL_CALL_ARGUMENTS,
-            arguments,
-        ));
+        attributes.push(attr(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, arguments));
         let result = tool
             .result
             .as_ref()
             .map(text_of)
             .or_else(|| tool.error_message.clone());
         if let Some(result) = result {
-            attributes.push(KeyValue::new(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+            attributes.push(attr(semconv::GEN_AI_TOOL_CALL_RESULT, result));
         }
     }
     attributes
@@ -381,20 +420,20 @@ fn chat(
     let (provider, _) = split_model(&call.model);
     let request = &invoke.request;
     let mut attributes = vec![
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
-        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
-        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, request.model.clone()),
-        KeyValue::new("lllm.attempt", i64::from(invoke.attempt)),
-        KeyValue::new("lllm.step", i64::from(invoke.step)),
+        attr(semconv::GEN_AI_OPERATION_NAME, "chat"),
+        attr(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
+        attr(semconv::GEN_AI_REQUEST_MODEL, request.model.clone()),
+        attr("lllm.attempt", i64::from(invoke.attempt)),
+        attr("lllm.step", i64::from(invoke.step)),
     ];
     if invoke.repair > 0 {
-        attributes.push(KeyValue::new("lllm.repair", i64::from(invoke.repair)));
+        attributes.push(attr("lllm.repair", i64::from(invoke.repair)));
     }
     if invoke.cached {
-        attributes.push(KeyValue::new("lllm.cached", true));
+        attributes.push(attr("lllm.cached", true));
     }
     if invoke.waited_ms > 0 {
-        attributes.push(KeyValue::new("lllm.waited_ms", invoke.waited_ms as i64));
+        attributes.push(attr("lllm.waited_ms", invoke.waited_ms as i64));
     }
     for (setting, key) in [
         ("temperature", semconv::GEN_AI_REQUEST_TEMPERATURE),
@@ -411,46 +450,52 @@ fn chat(
     ] {
         match request.model_args.get(setting) {
             Some(Value::Number(number)) if number.is_i64() => {
-                attributes.push(KeyValue::new(key, number.as_i64().unwrap_or_default()));
+                attributes.push(attr(key, number.as_i64().unwrap_or_default()));
             }
             Some(Value::Number(number)) => {
-                attributes.push(KeyValue::new(key, number.as_f64().unwrap_or_default()));
+                attributes.push(attr(key, number.as_f64().unwrap_or_default()));
             }
             _ => {}
         }
     }
     if let Some(reply) = &invoke.response {
         let cost = crate::dialog::InvokeCost::from_usage(&reply.usage);
-        attributes.push(KeyValue::new(
+        attributes.push(attr(
             semconv::GEN_AI_USAGE_INPUT_TOKENS,
             cost.prompt_tokens as i64,
         ));
-        attributes.push(KeyValue::new(
+        attributes.push(attr(
             semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
             cost.completion_tokens as i64,
         ));
         if cost.cached_prompt_tokens > 0 {
-            attributes.push(KeyValue::new(
+            attributes.push(attr(
                 semconv::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
                 cost.cached_prompt_tokens as i64,
             ));
         }
         if let Some(model) = &reply.model {
-            attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_MODEL, model.clone()));
+            attributes.push(attr(semconv::GEN_AI_RESPONSE_MODEL, model.clone()));
         }
         for key in ["response_id", "id"] {
             if let Some(Value::String(id)) = reply.metadata.get(key) {
-                attributes.push(KeyValue::new(semconv::GEN_AI_RESPONSE_ID, id.clone()));
+                attributes.push(attr(semconv::GEN_AI_RESPONSE_ID, id.clone()));
                 break;
             }
         }
         if let Some(Value::String(reason)) = reply.metadata.get("finish_reason") {
-            let reasons =
-                OtelValue::Array(vec![opentelemetry::StringValue::from(reason.clone())].into());
-            attributes.push(KeyValue::new(
-                semconv::GEN_AI_RESPONSE_FINISH_REASONS,
-                reasons,
-            ));
+            let reasons = ArrayValue {
+                values: vec![AnyValue {
+                    value: Some(reason.clone().any()),
+                }],
+            };
+            attributes.push(KeyValue {
+                key: semconv::GEN_AI_RESPONSE_FINISH_REASONS.to_owned(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::ArrayValue(reasons)),
+                }),
+                ..Default::default()
+            });
         }
         if content {
             let mut message = serde_json::json!({
@@ -465,17 +510,17 @@ fn chat(
                     }));
                 }
             }
-            attributes.push(KeyValue::new(
+            attributes.push(attr(
                 semconv::GEN_AI_OUTPUT_MESSAGES,
                 Value::Array(vec![message]).to_string(),
             ));
         }
     }
     if let Some(parse_error) = &invoke.parse_error {
-        attributes.push(KeyValue::new("lllm.parse_error", parse_error.clone()));
+        attributes.push(attr("lllm.parse_error", parse_error.clone()));
     }
     let error = invoke.error.as_ref().map(|error| {
-        attributes.push(KeyValue::new(semconv::ERROR_TYPE, error_type(error)));
+        attributes.push(attr(semconv::ERROR_TYPE, error_type(error)));
         error.to_string()
     });
     let place = chat_place(
@@ -487,7 +532,7 @@ fn chat(
     let planned = Planned {
         span_id: span_id_for(run_span, &place),
         name: format!("chat {}", request.model),
-        kind: SpanKind::Client,
+        kind: span::SpanKind::Client,
         start,
         end: end.max(start),
         attributes,
@@ -534,24 +579,24 @@ impl BatchSpan {
     }
 
     /// Ends the batch's span, with what the batch did.
-    pub fn end(self, attributes: Vec<KeyValue>) {
+    pub fn end(self, attributes: Vec<opentelemetry::KeyValue>) {
         if !self.trace.sampled() {
             return;
         }
         let name = format!("batch {}", self.tactic);
-        let mut all = vec![KeyValue::new("lllm.tactic", self.tactic)];
-        all.extend(attributes);
+        let mut all = vec![attr("lllm.tactic", self.tactic)];
+        all.extend(opentelemetry_proto::transform::common::tonic::Attributes::from(attributes).0);
         let planned = Planned {
             span_id: self.trace.span_id(),
             name,
-            kind: SpanKind::Internal,
+            kind: span::SpanKind::Internal,
             start: self.start,
             end: SystemTime::now().max(self.start),
             attributes: all,
             links: Vec::new(),
             error: None,
         };
-        let mut spans = Spans::new(&self.traces.scope, false);
+        let mut spans = Spans::new(false);
         spans.emit(TraceId::from_bytes(self.trace.trace_id()), planned, None);
         self.traces.send(spans.out);
     }
@@ -621,15 +666,15 @@ pub(super) fn error_type(error: &crate::provider::ProviderError) -> String {
 
 /// A span's tokens (`gen_ai.usage.*`) and, when priced, its cost in USD.
 fn push_cost(attributes: &mut Vec<KeyValue>, cost: &crate::dialog::InvokeCost) {
-    attributes.push(KeyValue::new(
+    attributes.push(attr(
         semconv::GEN_AI_USAGE_INPUT_TOKENS,
         cost.prompt_tokens as i64,
     ));
-    attributes.push(KeyValue::new(
+    attributes.push(attr(
         semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
         cost.completion_tokens as i64,
     ));
     if let Some(usd) = cost.cost {
-        attributes.push(KeyValue::new("lllm.cost_usd", usd));
+        attributes.push(attr("lllm.cost_usd", usd));
     }
 }

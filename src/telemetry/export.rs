@@ -1,0 +1,662 @@
+//! The spans' way to the collector: a bounded queue the runs add to, and
+//! one task on the exporter's thread that takes batches from it, wraps them
+//! in opentelemetry-proto's `ExportTraceServiceRequest` with the resource
+//! and scope, and sends it, encoded by prost, over HTTP/protobuf
+//! (`POST …/v1/traces`) or gRPC (opentelemetry-proto's tonic client).
+//!
+//! This takes the place of the SDK's batch span processor and
+//! opentelemetry-otlp's span exporter: the spans are made as the protobuf
+//! messages directly (`telemetry::spans`), not as the SDK's span data that
+//! the crate then converted one by one (a quarter of what export cost a
+//! batch; docs/benchmarks.md, "Telemetry"). The messages and their encoding
+//! are still the maintained crates'; what is here is the batching and the
+//! standard variables' reading the processor and the exporter did:
+//! `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`,
+//! `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`, and the
+//! traces' endpoint, headers, timeout and compression, the signal's own
+//! variable over the general one.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+use super::{Failures, Protocol};
+
+/// How spans are batched, from the variables every SDK's batch span
+/// processor reads (and its defaults).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Batching {
+    /// At most this long between exports (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
+    pub(super) delay: Duration,
+    /// Spans queued or being sent, at most (`OTEL_BSP_MAX_QUEUE_SIZE`, 2048).
+    pub(super) queue_size: u64,
+    /// Spans in one request, at most; a queue this long is sent at once
+    /// (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512, no more than the queue).
+    pub(super) batch_size: usize,
+    /// How long one export may take (`OTEL_BSP_EXPORT_TIMEOUT`, 30 s).
+    pub(super) timeout: Duration,
+}
+
+impl Batching {
+    pub(super) fn read(variable: impl Fn(&str) -> Option<String>) -> Batching {
+        let number = |name: &str| {
+            variable(name)
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .filter(|value| *value > 0)
+        };
+        let queue_size = number("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(2048);
+        let batch_size = number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+            .unwrap_or(512)
+            .min(queue_size);
+        Batching {
+            delay: Duration::from_millis(number("OTEL_BSP_SCHEDULE_DELAY").unwrap_or(5000)),
+            queue_size,
+            batch_size: batch_size as usize,
+            timeout: Duration::from_millis(number("OTEL_BSP_EXPORT_TIMEOUT").unwrap_or(30_000)),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) type TestAnswer =
+    Box<dyn Fn(&ExportTraceServiceRequest) -> Result<(), String> + Send + Sync>;
+
+/// Where the spans go and how.
+pub(super) enum Sender {
+    /// `POST` to the URL with the headers, the body `application/x-protobuf`.
+    Http {
+        client: reqwest::Client,
+        url: String,
+        headers: reqwest::header::HeaderMap,
+        /// Each request's (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else the general one).
+        timeout: Duration,
+    },
+    /// The collector's gRPC trace service, the headers as metadata.
+    #[cfg(feature = "otel-grpc")]
+    Grpc {
+        client: opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient<
+            tonic::transport::Channel,
+        >,
+        metadata: tonic::metadata::MetadataMap,
+    },
+    /// A test's collector: given each request, it answers; `early`: its
+    /// batches are encoded where they are filled, as over HTTP.
+    #[cfg(test)]
+    Test {
+        answer: TestAnswer,
+        early: bool,
+    },
+}
+
+impl Sender {
+    /// The sender `protocol` asks for, its endpoint, headers and timeout
+    /// from the standard variables (`variable`), with `client` for HTTP.
+    pub(super) fn new(
+        protocol: Protocol,
+        variable: impl Fn(&str) -> Option<String>,
+        client: &super::Client,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Sender, String> {
+        let read = |name: &str| variable(name).filter(|value| !value.trim().is_empty());
+        let own_or_general = |name: &str| {
+            let own = format!("OTEL_EXPORTER_OTLP_TRACES_{name}");
+            match read(&own) {
+                Some(value) => Some((own, value)),
+                None => {
+                    let general = format!("OTEL_EXPORTER_OTLP_{name}");
+                    read(&general).map(|value| (general, value))
+                }
+            }
+        };
+        if let Some((name, compression)) = own_or_general("COMPRESSION")
+            && !compression.trim().eq_ignore_ascii_case("none")
+        {
+            return Err(format!(
+                "{name}={}: lllm sends spans uncompressed (`none`)",
+                crate::redact::terminal_line(compression.trim())
+            ));
+        }
+        let headers = headers(own_or_general("HEADERS").map(|(_, value)| value).as_deref());
+        let timeout = own_or_general("TIMEOUT")
+            .and_then(|(_, millis)| millis.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis);
+        match protocol {
+            Protocol::HttpProtobuf => {
+                let (url, name) = match (
+                    read("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+                    read("OTEL_EXPORTER_OTLP_ENDPOINT"),
+                ) {
+                    (Some(url), _) => {
+                        (url.trim().to_string(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                    }
+                    (None, Some(base)) => {
+                        let base = base.trim();
+                        let base = base.strip_suffix('/').unwrap_or(base);
+                        (format!("{base}/v1/traces"), "OTEL_EXPORTER_OTLP_ENDPOINT")
+                    }
+                    (None, None) => ("http://localhost:4318/v1/traces".into(), ""),
+                };
+                if let Err(error) = reqwest::Url::parse(&url) {
+                    return Err(format!(
+                        "{name}: not an endpoint URL ({error}); it is to be like http://localhost:4318"
+                    ));
+                }
+                Ok(Sender::Http {
+                    client: client.client.clone(),
+                    url,
+                    headers,
+                    timeout,
+                })
+            }
+            #[cfg(feature = "otel-grpc")]
+            Protocol::Grpc => {
+                let endpoint = read("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                    .or_else(|| read("OTEL_EXPORTER_OTLP_ENDPOINT"))
+                    .unwrap_or_else(|| "http://localhost:4317".into());
+                let insecure = read("OTEL_EXPORTER_OTLP_TRACES_INSECURE")
+                    .or_else(|| read("OTEL_EXPORTER_OTLP_INSECURE"))
+                    .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"));
+                let endpoint = endpoint.trim();
+                let tls = super::grpc::uses_tls(endpoint, insecure);
+                let uri = if endpoint.contains("://") {
+                    endpoint.to_string()
+                } else if tls {
+                    format!("https://{endpoint}")
+                } else {
+                    format!("http://{endpoint}")
+                };
+                let bad = |error: &dyn std::fmt::Display| {
+                    format!("OpenTelemetry traces: the gRPC endpoint does not read ({error})")
+                };
+                let mut channel = tonic::transport::Endpoint::from_shared(uri)
+                    .map_err(|error| bad(&error))?
+                    .timeout(timeout);
+                if tls {
+                    channel = channel
+                        .tls_config(tonic::transport::ClientTlsConfig::new().with_webpki_roots())
+                        .map_err(|error| bad(&error))?;
+                }
+                // The channel starts its task on the exporter's runtime.
+                let channel = {
+                    let _entered = runtime.enter();
+                    channel.connect_lazy()
+                };
+                Ok(Sender::Grpc {
+                    client: opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient::new(channel),
+                    metadata: tonic::metadata::MetadataMap::from_headers(headers),
+                })
+            }
+            #[cfg(not(feature = "otel-grpc"))]
+            Protocol::Grpc => {
+                let _ = (runtime, timeout);
+                Err("OpenTelemetry traces: gRPC export needs the `otel-grpc` feature".into())
+            }
+        }
+    }
+
+    /// Whether a batch is best encoded where it was filled: over HTTP the
+    /// body is the encoded request, made (and the spans freed) on the
+    /// thread that made the spans; tonic encodes its own.
+    fn encodes_early(&self) -> bool {
+        match self {
+            Sender::Http { .. } => true,
+            #[cfg(feature = "otel-grpc")]
+            Sender::Grpc { .. } => false,
+            #[cfg(test)]
+            Sender::Test { early, .. } => *early,
+        }
+    }
+
+    /// Sends one batch; `Err` says why the collector did not take it.
+    async fn send(&self, batch: Batch, envelope: &Envelope) -> Result<(), String> {
+        match self {
+            Sender::Http {
+                client,
+                url,
+                headers,
+                timeout,
+            } => {
+                let body = match batch {
+                    Batch::Encoded { body, .. } => body,
+                    Batch::Spans(spans) => envelope.encode(spans),
+                };
+                let reply = client
+                    .post(url.as_str())
+                    .headers(headers.clone())
+                    .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+                    .timeout(*timeout)
+                    .body(body)
+                    .send()
+                    .await
+                    .map_err(|error| with_causes(&error))?;
+                let status = reply.status();
+                if status.is_success() {
+                    Ok(())
+                } else {
+                    Err(format!("{url} answered {status}"))
+                }
+            }
+            #[cfg(feature = "otel-grpc")]
+            Sender::Grpc { client, metadata } => {
+                let Batch::Spans(spans) = batch else {
+                    return Err("an encoded batch for gRPC".into());
+                };
+                let mut call = tonic::Request::new(envelope.request(spans));
+                *call.metadata_mut() = metadata.clone();
+                client
+                    .clone()
+                    .export(call)
+                    .await
+                    .map(|_| ())
+                    .map_err(|status| format!("{}: {}", status.code(), status.message()))
+            }
+            #[cfg(test)]
+            Sender::Test { answer, .. } => match batch {
+                Batch::Spans(spans) => answer(&envelope.request(spans)),
+                Batch::Encoded { body, .. } => {
+                    let request: ExportTraceServiceRequest =
+                        prost::Message::decode(body.as_slice())
+                            .map_err(|error| error.to_string())?;
+                    answer(&request)
+                }
+            },
+        }
+    }
+}
+
+/// An error and its causes on one line (reqwest's own says only which
+/// request failed; the cause says why: refused, a timeout).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        line.push_str(": ");
+        line.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    line
+}
+
+/// `OTEL_EXPORTER_OTLP_HEADERS`' form, `key=value,key2=value2`, the values
+/// percent-decoded, as the SDKs read it; a pair that is not a header is
+/// left out.
+fn headers(text: Option<&str>) -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    for pair in text.unwrap_or_default().split_terminator(',') {
+        let Some((key, value)) = pair.trim().split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        let value = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+        if key.is_empty() || value.is_empty() {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(key.as_bytes()),
+            reqwest::header::HeaderValue::from_str(&value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
+/// What each request says of where its spans are from: the resource and
+/// the instrumentation scope, made once.
+pub(super) struct Envelope {
+    pub(super) resource: Resource,
+    pub(super) resource_schema: String,
+    pub(super) scope: InstrumentationScope,
+    pub(super) scope_schema: String,
+}
+
+impl Envelope {
+    pub(super) fn new(
+        resource: &opentelemetry_sdk::Resource,
+        scope: &opentelemetry::InstrumentationScope,
+    ) -> Envelope {
+        use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+        let attributes = ResourceAttributesWithSchema::from(resource);
+        Envelope {
+            resource: Resource {
+                attributes: attributes.attributes.0,
+                ..Default::default()
+            },
+            resource_schema: attributes.schema_url.unwrap_or_default(),
+            scope: (scope, None).into(),
+            scope_schema: scope.schema_url().unwrap_or_default().to_string(),
+        }
+    }
+
+    /// The request's protobuf encoding (prost's, as opentelemetry-otlp
+    /// encodes it); the spans are freed here.
+    fn encode(&self, spans: Vec<Span>) -> Vec<u8> {
+        prost::Message::encode_to_vec(&self.request(spans))
+    }
+
+    fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(self.resource.clone()),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(self.scope.clone()),
+                    spans,
+                    schema_url: self.scope_schema.clone(),
+                }],
+                schema_url: self.resource_schema.clone(),
+            }],
+        }
+    }
+}
+
+/// The queue and the task that empties it.
+pub(super) struct Exporter {
+    queue: Arc<Queue>,
+    flushes: tokio::sync::mpsc::UnboundedSender<std::sync::mpsc::SyncSender<()>>,
+    timeout: Duration,
+    failures: Arc<Failures>,
+    /// Full batches encoded where they were filled (HTTP), to be sent.
+    encoded: Option<(Arc<Envelope>, tokio::sync::mpsc::UnboundedSender<Batch>)>,
+}
+
+/// Spans on their way: as messages, or a request encoded already.
+enum Batch {
+    Spans(Vec<Span>),
+    Encoded { body: Vec<u8>, count: u64 },
+}
+
+impl Batch {
+    fn count(&self) -> u64 {
+        match self {
+            Batch::Spans(spans) => spans.len() as u64,
+            Batch::Encoded { count, .. } => *count,
+        }
+    }
+}
+
+struct Queue {
+    spans: Mutex<Vec<Span>>,
+    wake: tokio::sync::Notify,
+    batch_size: usize,
+}
+
+impl Queue {
+    /// Up to a batch of the spans queued, the oldest first.
+    fn take(&self) -> Vec<Span> {
+        let mut spans = self
+            .spans
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if spans.len() <= self.batch_size {
+            std::mem::take(&mut *spans)
+        } else {
+            spans.drain(..self.batch_size).collect()
+        }
+    }
+}
+
+impl Exporter {
+    /// Starts the task on `runtime`: it sends a batch when one is full,
+    /// every `batching.delay`, and everything when flushed.
+    pub(super) fn start(
+        sender: Sender,
+        envelope: Envelope,
+        batching: Batching,
+        failures: Arc<Failures>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Exporter {
+        let queue = Arc::new(Queue {
+            spans: Mutex::new(Vec::new()),
+            wake: tokio::sync::Notify::new(),
+            batch_size: batching.batch_size.max(1),
+        });
+        let (flushes, mut flush_asked) =
+            tokio::sync::mpsc::unbounded_channel::<std::sync::mpsc::SyncSender<()>>();
+        let (encoded, mut encoded_ready) = tokio::sync::mpsc::unbounded_channel::<Batch>();
+        let envelope = Arc::new(envelope);
+        let encoded = sender
+            .encodes_early()
+            .then(|| (Arc::clone(&envelope), encoded));
+        let task = Task {
+            queue: Arc::clone(&queue),
+            sender,
+            envelope,
+            failures: Arc::clone(&failures),
+            timeout: batching.timeout,
+        };
+        runtime.spawn(async move {
+            loop {
+                let flushed = tokio::select! {
+                    () = tokio::time::sleep(batching.delay) => None,
+                    () = task.queue.wake.notified() => None,
+                    Some(batch) = encoded_ready.recv() => {
+                        task.send(batch).await;
+                        continue;
+                    }
+                    asked = flush_asked.recv() => match asked {
+                        Some(done) => Some(done),
+                        None => return,
+                    },
+                };
+                // What was encoded already is older than what is queued.
+                while let Ok(batch) = encoded_ready.try_recv() {
+                    task.send(batch).await;
+                }
+                task.send_queued().await;
+                if let Some(done) = flushed {
+                    let _ = done.send(());
+                }
+            }
+        });
+        Exporter {
+            queue,
+            flushes,
+            timeout: batching.timeout,
+            failures,
+            encoded,
+        }
+    }
+
+    /// Adds finished spans to the queue (its bound is the caller's, see
+    /// `Traces::send`). A full batch is encoded here, over HTTP (the spans
+    /// are freed by the thread that made them: glibc frees another
+    /// thread's memory at a cost), or else wakes the task.
+    pub(super) fn add(&self, spans: Vec<Span>) {
+        let full = {
+            let mut queued = self
+                .queue
+                .spans
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if queued.is_empty() {
+                *queued = spans;
+            } else {
+                queued.extend(spans);
+            }
+            if queued.len() < self.queue.batch_size {
+                return;
+            }
+            let Some(encoded) = &self.encoded else {
+                drop(queued);
+                self.queue.wake.notify_one();
+                return;
+            };
+            (
+                queued.drain(..self.queue.batch_size).collect::<Vec<_>>(),
+                encoded,
+            )
+        };
+        let (spans, (envelope, encoded)) = full;
+        let count = spans.len() as u64;
+        let body = envelope.encode(spans);
+        let _ = encoded.send(Batch::Encoded { body, count });
+    }
+
+    /// Sends everything queued and waits until it is sent (or failed), at
+    /// most the export timeout for each batch.
+    pub(super) fn flush(&self) {
+        let (done, sent) = std::sync::mpsc::sync_channel(1);
+        if self.flushes.send(done).is_err() {
+            return;
+        }
+        // Every span not yet through: queued, encoded or in flight.
+        let pending = self.failures.pending.load(Ordering::Relaxed) as usize;
+        let batches = pending.div_ceil(self.queue.batch_size).max(1) as u32;
+        let _ = sent.recv_timeout(self.timeout.saturating_mul(batches));
+    }
+}
+
+/// The exporter's task: the queue, where it goes, and what failed.
+struct Task {
+    queue: Arc<Queue>,
+    sender: Sender,
+    envelope: Arc<Envelope>,
+    failures: Arc<Failures>,
+    timeout: Duration,
+}
+
+impl Task {
+    /// Sends the queue's spans, a batch at a time, until it is empty.
+    async fn send_queued(&self) {
+        loop {
+            let spans = self.queue.take();
+            if spans.is_empty() {
+                return;
+            }
+            self.send(Batch::Spans(spans)).await;
+        }
+    }
+
+    /// Sends one batch, and counts what the collector did with it.
+    async fn send(&self, batch: Batch) {
+        let count = batch.count();
+        let sent = self.sender.send(batch, &self.envelope);
+        let outcome = match tokio::time::timeout(self.timeout, sent).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!(
+                "no answer in {} ms (OTEL_BSP_EXPORT_TIMEOUT)",
+                self.timeout.as_millis()
+            )),
+        };
+        self.failures.pending.fetch_sub(count, Ordering::Relaxed);
+        match outcome {
+            Ok(()) => self.failures.took(),
+            Err(error) => {
+                self.failures.failed(count);
+                if !self.failures.said.swap(true, Ordering::Relaxed) {
+                    crate::report::warn(&format!(
+                        "OpenTelemetry: the collector did not take spans ({}); they are dropped, the runs go on",
+                        crate::provider::trace::shown(&error, &Default::default(), 300)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: HashMap<String, String> = pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        move |name| pairs.get(name).cloned()
+    }
+
+    #[test]
+    fn batching_reads_the_processors_variables_and_a_batch_is_no_bigger_than_the_queue() {
+        let defaults = Batching::read(from(&[]));
+        assert_eq!(defaults.delay, Duration::from_secs(5));
+        assert_eq!((defaults.queue_size, defaults.batch_size), (2048, 512));
+        assert_eq!(defaults.timeout, Duration::from_secs(30));
+        let set = Batching::read(from(&[
+            ("OTEL_BSP_SCHEDULE_DELAY", "10"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "400"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "nonsense"),
+        ]));
+        assert_eq!(set.delay, Duration::from_millis(10));
+        assert_eq!((set.queue_size, set.batch_size), (100, 100));
+        assert_eq!(set.timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn headers_are_read_as_the_sdks_read_them() {
+        let headers = headers(Some(
+            "x-collector=collector-token, authorization=Basic%20YWJj,=empty,novalue=,broken",
+        ));
+        assert_eq!(headers.len(), 2, "{headers:?}");
+        assert_eq!(headers["x-collector"], "collector-token");
+        assert_eq!(headers["authorization"], "Basic YWJj");
+    }
+
+    fn sender(pairs: &[(&str, &str)]) -> Result<Sender, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = super::super::Client::new(runtime.handle().clone()).unwrap();
+        Sender::new(
+            Protocol::HttpProtobuf,
+            from(pairs),
+            &client,
+            runtime.handle(),
+        )
+    }
+
+    #[test]
+    fn the_traces_endpoint_is_taken_as_it_is_and_the_general_one_gets_the_signals_path() {
+        let url = |pairs: &[(&str, &str)]| match sender(pairs).unwrap() {
+            Sender::Http { url, .. } => url,
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318/")]),
+            "http://h:4318/v1/traces"
+        );
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318/base")]),
+            "http://h:4318/base/v1/traces"
+        );
+        assert_eq!(
+            url(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318"),
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/custom"),
+            ]),
+            "http://t:9/custom"
+        );
+        let error = sender(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")])
+            .err()
+            .unwrap();
+        assert!(
+            error.starts_with("OTEL_EXPORTER_OTLP_ENDPOINT: not an endpoint URL"),
+            "{error}"
+        );
+        let error = sender(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip"),
+        ])
+        .err()
+        .unwrap();
+        assert_eq!(
+            error,
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION=gzip: lllm sends spans uncompressed (`none`)"
+        );
+        assert!(
+            sender(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "none"),
+            ])
+            .is_ok()
+        );
+    }
+}
