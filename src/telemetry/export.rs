@@ -42,6 +42,12 @@ pub(super) struct Batching {
     pub(super) timeout: Duration,
 }
 
+/// The most spans `OTEL_BSP_MAX_QUEUE_SIZE` may queue.
+const MAX_QUEUE: u64 = 1 << 20;
+
+/// The longest `OTEL_BSP_SCHEDULE_DELAY` and `OTEL_BSP_EXPORT_TIMEOUT`: an hour.
+const MAX_MILLIS: u64 = 3_600_000;
+
 impl Batching {
     pub(super) fn read(variable: impl Fn(&str) -> Option<String>) -> Batching {
         let number = |name: &str| {
@@ -49,15 +55,22 @@ impl Batching {
                 .and_then(|value| value.trim().parse::<u64>().ok())
                 .filter(|value| *value > 0)
         };
-        let queue_size = number("OTEL_BSP_MAX_QUEUE_SIZE").unwrap_or(2048);
+        // Clamped: a queue of a million spans at most (a few hundred MB),
+        // and an hour at most between exports or for one.
+        let millis = |name: &str, default: u64| {
+            Duration::from_millis(number(name).unwrap_or(default).min(MAX_MILLIS))
+        };
+        let queue_size = number("OTEL_BSP_MAX_QUEUE_SIZE")
+            .unwrap_or(2048)
+            .min(MAX_QUEUE);
         let batch_size = number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
             .unwrap_or(512)
             .min(queue_size);
         Batching {
-            delay: Duration::from_millis(number("OTEL_BSP_SCHEDULE_DELAY").unwrap_or(5000)),
+            delay: millis("OTEL_BSP_SCHEDULE_DELAY", 5000),
             queue_size,
             batch_size: batch_size as usize,
-            timeout: Duration::from_millis(number("OTEL_BSP_EXPORT_TIMEOUT").unwrap_or(30_000)),
+            timeout: millis("OTEL_BSP_EXPORT_TIMEOUT", 30_000),
         }
     }
 }
@@ -587,6 +600,16 @@ mod tests {
         assert_eq!(set.delay, Duration::from_millis(10));
         assert_eq!((set.queue_size, set.batch_size), (100, 100));
         assert_eq!(set.timeout, Duration::from_secs(30));
+        let huge = Batching::read(from(&[
+            ("OTEL_BSP_SCHEDULE_DELAY", "18446744073709551615"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "18446744073709551615"),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "18446744073709551615"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "99999999999"),
+        ]));
+        assert_eq!(huge.delay, Duration::from_secs(3600));
+        assert_eq!(huge.queue_size, MAX_QUEUE);
+        assert_eq!(huge.batch_size as u64, MAX_QUEUE);
+        assert_eq!(huge.timeout, Duration::from_secs(3600));
     }
 
     #[test]
