@@ -246,12 +246,19 @@ impl Sender {
                     .body(body)
                     .send()
                     .await
-                    .map_err(|error| with_causes(&error))?;
+                    // Where it went, the URL's credentials and query hidden.
+                    .map_err(|error| {
+                        format!(
+                            "{}: {}",
+                            crate::redact::place(url),
+                            with_causes(&error.without_url())
+                        )
+                    })?;
                 let status = reply.status();
                 if status.is_success() {
                     Ok(())
                 } else {
-                    Err(format!("{url} answered {status}"))
+                    Err(format!("{} answered {status}", crate::redact::place(url)))
                 }
             }
             #[cfg(feature = "otel-grpc")]
@@ -610,6 +617,48 @@ mod tests {
         assert_eq!(huge.queue_size, MAX_QUEUE);
         assert_eq!(huge.batch_size as u64, MAX_QUEUE);
         assert_eq!(huge.timeout, Duration::from_secs(3600));
+    }
+
+    #[tokio::test]
+    async fn a_collector_that_refuses_is_named_without_the_urls_credentials() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buffer = vec![0u8; 65536];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let envelope = Envelope {
+            resource: Resource::default(),
+            resource_schema: String::new(),
+            scope: InstrumentationScope::default(),
+            scope_schema: String::new(),
+        };
+        let refusing = format!("http://user:s3cret@127.0.0.1:{port}/v1/traces?key=k3y");
+        // A port nothing listens on: the transport's error names no secret either.
+        let closed = "http://user:s3cret@127.0.0.1:9/v1/traces?key=k3y".to_string();
+        for url in [refusing, closed] {
+            let sender = Sender::Http {
+                client: reqwest::Client::new(),
+                url,
+                headers: reqwest::header::HeaderMap::new(),
+                timeout: Duration::from_secs(30),
+            };
+            let error = sender
+                .send(Batch::Spans(Vec::new()), &envelope)
+                .await
+                .unwrap_err();
+            assert!(error.contains("127.0.0.1"), "{error}");
+            assert!(
+                !error.contains("s3cret") && !error.contains("k3y"),
+                "{error}"
+            );
+        }
     }
 
     #[test]
