@@ -69,11 +69,27 @@ run() {
   attachment_spec | task_messages) cat dicts/json.dict "dicts/$target.dict" >"$dictionary" ;;
   *) cat dicts/json.dict >"$dictionary" ;;
   esac
+  # The target's temporary files go into a directory of its own: a crash
+  # libFuzzer cannot catch (a stack overflow kills the process before its
+  # handler runs: a bare "Segmentation fault", no artifact) leaves there the
+  # input a target wrote to a file (prompt_file's prompt), kept as the artifact.
+  local scratch="$PWD/logs/tmp-$target" status=0
+  rm -rf "$scratch" && mkdir -p "$scratch"
   # -timeout: an input that takes this long is a hang (generous: the machine
   # may be busy). -rss_limit_mb also caps any single allocation.
-  "$bin/$target" "corpus/$target" "seeds/$target" \
+  TMPDIR="$scratch" "$bin/$target" "corpus/$target" "seeds/$target" \
     -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
-    -dict="$dictionary" -artifact_prefix="artifacts/$target/" -print_final_stats=1 "$@"
+    -dict="$dictionary" -artifact_prefix="artifacts/$target/" -print_final_stats=1 "$@" || status=$?
+  if ((status != 0)); then
+    local left kept
+    while IFS= read -r left; do
+      kept="artifacts/$target/left-behind-$(date +%s)-$(basename "$left")"
+      cp "$left" "$kept"
+      echo "fuzz: $target died (exit $status) while running the input kept in fuzz/$kept" >&2
+    done < <(find "$scratch" -type f)
+  fi
+  rm -rf "$scratch"
+  return "$status"
 }
 
 # Every target for SECONDS each, FUZZ_JOBS (default 2) at a time, each into

@@ -31,6 +31,63 @@ pub(crate) struct Analysis {
     pub problems: Vec<(String, usize)>,
 }
 
+/// The most operators one tag (`{{ … }}`, `{% … %}`) or one expression may
+/// chain. minijinja makes `a + b + …` (and `.`, `|`, `[`, `(`, `and`, …) a
+/// tree one level deeper per operator and walks that tree recursively when
+/// it compiles it, so a few thousand of them in one tag overflow the stack:
+/// a crash where a prompt file deserves an error line. No template a person
+/// writes comes near this (a 200-case `or` chain has 400).
+pub(crate) const MAX_CHAIN: usize = 1_000;
+
+/// The first tag of `source` (all of it when `in_expr`: a standalone
+/// expression) that chains more than [`MAX_CHAIN`] operators: the error and
+/// its line. A source the lexer refuses is left to minijinja's own error.
+pub(crate) fn overlong_chain(source: &str, in_expr: bool) -> Option<(String, usize)> {
+    use minijinja::machinery::Token;
+    let mut operators = 0;
+    let mut line = 1;
+    for token in minijinja::machinery::tokenize(source, in_expr, Default::default()) {
+        let (token, span) = token.ok()?;
+        match token {
+            Token::VariableStart | Token::BlockStart => {
+                operators = 0;
+                line = span.start_line;
+            }
+            Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::FloorDiv
+            | Token::Pow
+            | Token::Mod
+            | Token::Dot
+            | Token::Tilde
+            | Token::Pipe
+            | Token::Eq
+            | Token::Ne
+            | Token::Gt
+            | Token::Gte
+            | Token::Lt
+            | Token::Lte
+            | Token::BracketOpen
+            | Token::ParenOpen
+            | Token::BraceOpen => operators += 1,
+            Token::Ident("and" | "or" | "not" | "if" | "else" | "is" | "in") => operators += 1,
+            _ => {}
+        }
+        if operators > MAX_CHAIN {
+            return Some((
+                format!(
+                    "more than {MAX_CHAIN} operators (`+`, `~`, `.`, `|`, `and`, …) in one {}: split it up",
+                    if in_expr { "expression" } else { "tag" }
+                ),
+                usize::from(line),
+            ));
+        }
+    }
+    None
+}
+
 /// Parses and analyzes a template (`Err`: minijinja's syntax error).
 pub(crate) fn template(source: &str) -> Result<Analysis, minijinja::Error> {
     let tree = minijinja::machinery::parse(source, "prompt", Default::default())?;

@@ -23,6 +23,9 @@ pub struct Expression {
 impl Expression {
     /// Compiles and checks `source`; `place` names it in errors.
     pub fn new(source: &str, place: &str) -> Result<Expression, String> {
+        if let Some((message, _)) = super::check::overlong_chain(source, true) {
+            return Err(format!("{place}: {message}"));
+        }
         let environment = render::environment();
         environment.compile_expression(source).map_err(|error| {
             format!(

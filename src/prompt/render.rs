@@ -190,6 +190,9 @@ pub(crate) fn compile(
             Needs::default(),
         )),
         Renderer::Jinja => {
+            if let Some((message, line)) = super::check::overlong_chain(template, false) {
+                return Err((message, Some(line)));
+            }
             let mut environment = environment();
             environment
                 .add_template_owned(TEMPLATE_NAME, template.to_string())
@@ -494,6 +497,54 @@ mod tests {
         )
         .unwrap();
         assert!(render(&compiled, &args(json!({"items": items}))).is_ok());
+    }
+
+    #[test]
+    fn a_tag_chaining_thousands_of_operators_is_an_error_not_a_stack_overflow() {
+        use super::super::check::MAX_CHAIN;
+        // Each of these overflowed minijinja's compiler (`as_const`) at
+        // 10,000-20,000 operators: the process died of SIGSEGV.
+        for operator in [
+            " + 1",
+            " ~ 'a'",
+            " and 1",
+            " if 1 else 1",
+            " < 1",
+            "|upper",
+            ".a",
+            "[0]",
+            "(1)",
+        ] {
+            let chain = format!("intro\n{{{{ x{} }}}}", operator.repeat(20_000));
+            let (message, line) = compile(&chain, &Renderer::Jinja).unwrap_err();
+            assert!(
+                message.starts_with(&format!("more than {MAX_CHAIN} operators")),
+                "{operator}: {message}"
+            );
+            assert_eq!(line, Some(2), "{operator}");
+            let statement = format!("{{% if 1{} %}}x{{% endif %}}", " or 1".repeat(20_000));
+            assert!(compile(&statement, &Renderer::Jinja).is_err());
+        }
+        // At the limit, on a test's 2 MiB thread in a debug build: compiled and
+        // rendered. The count starts again at each tag.
+        let at_limit = format!("{{{{ 1{} }}}}", " + 1".repeat(MAX_CHAIN));
+        let (compiled, _) = compile(&format!("{at_limit} {at_limit}"), &Renderer::Jinja).unwrap();
+        let total = (MAX_CHAIN + 1).to_string();
+        assert_eq!(
+            render(&compiled, &Map::new()).unwrap(),
+            format!("{total} {total}")
+        );
+        // A long literal is wide, not deep: its commas and colons do not count.
+        let items: Vec<String> = (0..5_000).map(|n| format!("'k{n}': {n}")).collect();
+        let wide = format!("{{{{ {{{}}} | length }}}}", items.join(", "));
+        let (compiled, _) = compile(&wide, &Renderer::Jinja).unwrap();
+        assert_eq!(render(&compiled, &Map::new()).unwrap(), "5000");
+        // A standalone expression (`if:`, `until:`) has the same limit.
+        let expression = format!("x{}", " and x".repeat(20_000));
+        let error = super::super::Expression::new(&expression, "step `a`: if")
+            .err()
+            .unwrap();
+        assert!(error.starts_with("step `a`: if: more than"), "{error}");
     }
 
     #[test]

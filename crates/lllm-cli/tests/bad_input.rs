@@ -355,6 +355,30 @@ fn a_byte_order_mark_starts_any_file_lllm_reads() {
     assert!(models.stdout.contains("my-model"), "{}", models.stdout);
 }
 
+#[test]
+fn a_prompt_chaining_thousands_of_operators_is_one_error_line_not_a_crash() {
+    // 20,000 `+` in one tag: minijinja's compiler recursed once per operator
+    // and the process died of SIGSEGV.
+    let chain = format!("Say {{{{ task{} }}}} back.\n", " ~ task".repeat(20_000));
+    let test = test()
+        .file(
+            "t.yaml",
+            &format!("{TACTIC}flow:\n  - {{step: one, agent: a, prompt: ask}}\n"),
+        )
+        .file(
+            "prompts/ask.md",
+            &format!("---\nrenderer: jinja\n---\nintro\n{chain}"),
+        );
+    let run = test.run(&["run", "t.yaml", "--task", "hi", "-q"]);
+    run.expect_code(2);
+    let error = run.stderr.trim();
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(
+        error.contains("ask.md:5") && error.contains("more than 1000 operators"),
+        "{error}"
+    );
+}
+
 /// `lllm ARGS` in `test`'s dir and environment, under an open-file limit of
 /// `files` (soft and hard: `sh`'s `ulimit -n`), to the end.
 fn run_limited(test: &Test, files: u32, args: &[&str]) -> common::Output {
