@@ -13,6 +13,13 @@
 #
 # Reports the CPU time per task of the `lllm` process each way (user +
 # system, medians over the rounds) and their ratio: what scoring adds.
+#
+#   IR=4000 NO_BUILD=1 bench/evals.sh …            (and instructions: needs valgrind)
+#
+# CPU time on a shared machine moves by ±15 % from one round to the next;
+# with IR set, the first IR tasks also run once each way under callgrind,
+# and the ratio of user-space instructions per task (which does not move
+# with the machine's load) is reported beside it.
 set -euo pipefail
 N=${1:-100000}
 C=${2:-256}
@@ -83,3 +90,25 @@ for name, row in rows.items():
           f"rounds {', '.join(f'{c:.1f}' for c in row['all_cpu'])} · RSS {row['rss']:.0f} MB")
 print(f"scoring adds {100 * (rows['scored']['cpu'] / base['cpu'] - 1):+.1f} % CPU per task (target ≤ +10 %)")
 PY
+
+if [ -n "${IR:-}" ]; then
+    command -v valgrind > /dev/null || { echo "bench/evals.sh: IR needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+    for name in plain scored; do
+        case $name in
+            plain) tasks=$work/tasks.jsonl tactic=$work/tactic.yaml ;;
+            scored) tasks=$work/scored.jsonl tactic=$work/scored.yaml ;;
+        esac
+        head -n "$IR" "$tasks" > "$work/ir.jsonl"
+        rm -rf "$work"/out-*
+        valgrind --tool=callgrind --callgrind-out-file="$work/$name.out" \
+            "$bin/lllm" batch "$work/ir.jsonl" --tactic "$tactic" -o "$work/out-$name" -j "$C" -q --no-store 2> "$work/$name.err"
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/$name.err" > "$work/$name.ir"
+    done
+    python3 - "$work" "$IR" <<'PY'
+import sys
+work, n = sys.argv[1], int(sys.argv[2])
+plain, scored = (int(open(f"{work}/{name}.ir").read()) / n for name in ("plain", "scored"))
+print(f"instructions (callgrind, {n} tasks each way): plain {plain:,.0f} · scored {scored:,.0f} per task · "
+      f"scoring adds {100 * (scored / plain - 1):+.1f} %")
+PY
+fi
