@@ -339,10 +339,12 @@ impl<'a> Runs<'a> {
                 super::events::task_emitter(&tactic, queue, Some(index), task.id.as_deref())
             });
             let records = self.records.clone();
-            self.running.spawn(async move {
+            // Boxed: tokio moves an unboxed future by value several times
+            // on its way into the task and out (see `batch::scheduler`).
+            self.running.spawn(Box::pin(async move {
                 let record = run_caught(tactic, task, events).await;
                 (index, records.keep(record).await)
-            });
+            }));
         }
     }
 

@@ -106,7 +106,9 @@ pub fn start(
     });
     let task = Box::new(task);
     state.running.fetch_add(1, Ordering::SeqCst);
-    tokio::spawn(async move {
+    // Boxed: tokio moves an unboxed future by value on its way into the
+    // task and at each change of the task's stage (lllm::batch::scheduler).
+    tokio::spawn(Box::pin(async move {
         // Dropped in reverse: the slot is free before the run stops counting.
         let _running = Running(state.clone());
         let _permit = permit;
@@ -151,7 +153,7 @@ pub fn start(
             let _ = sender.send(Box::new(closing)).await;
         }
         let _ = done_sender.send(Finished { record, ending });
-    });
+    }));
     Started {
         events,
         done,
