@@ -60,10 +60,11 @@ impl TraceContext {
         })
     }
 
-    /// A new trace: random trace and span ids, sampled.
+    /// A new trace, sampled: a new trace id (its time, then random bytes;
+    /// see `new_trace_id`) and a random span id.
     pub fn new_root() -> Self {
         Self {
-            trace_id: random_bytes(),
+            trace_id: new_trace_id(),
             span_id: random_span_id(),
             flags: 1,
         }
@@ -101,18 +102,27 @@ impl TraceContext {
     }
 }
 
-impl fmt::Display for TraceContext {
-    /// The `traceparent` header's value: `00-TRACE-SPAN-FLAGS`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Written into a buffer of its own: one goes out with every
-        // provider request of a traced run.
-        let mut text = [0u8; 55];
+/// How long a version-`00` `traceparent` value is.
+pub(crate) const TRACEPARENT_LEN: usize = 55;
+
+impl TraceContext {
+    /// The `traceparent` header's value, `00-TRACE-SPAN-FLAGS`, as bytes.
+    pub(crate) fn header(&self) -> [u8; TRACEPARENT_LEN] {
+        let mut text = [0u8; TRACEPARENT_LEN];
         text[..3].copy_from_slice(b"00-");
         hex_into(&self.trace_id, &mut text[3..35]);
         text[35] = b'-';
         hex_into(&self.span_id, &mut text[36..52]);
         text[52] = b'-';
         hex_into(&[self.flags], &mut text[53..55]);
+        text
+    }
+}
+
+impl fmt::Display for TraceContext {
+    /// The `traceparent` header's value: `00-TRACE-SPAN-FLAGS`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.header();
         f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
 }
@@ -195,26 +205,87 @@ impl RunTrace {
     }
 }
 
-/// The id of a span of a run, derived from the run's span and the span's
-/// place in the run (`call/2`, `chat/DIALOG/0/0/1`, …): the span a request
-/// goes out under at the time, and the span built from the record later,
-/// get the same id without the record storing one per span.
+/// The id of the span at `place` (`call/2`) of the run whose span is
+/// `run_span`: the derivation written out, which [`Place`] hashes in parts.
+#[cfg(test)]
 pub(crate) fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
-    let mut hasher = crate::sha256::Sha256::new();
-    hasher.update(run_span);
-    hasher.update("/");
-    hasher.update(place);
-    let digest = hasher.finalize();
-    let mut id = [0; 8];
-    id.copy_from_slice(&digest[..8]);
-    if id == [0; 8] {
-        id[7] = 1;
-    }
-    id
+    Place::new(run_span).text("/").text(place).id()
 }
 
-/// The place of a model call's span in its run: the dialog it went out on,
-/// its tool round, repair and attempt (what [`span_id_for`] is given).
+/// The id of a span of a run as it is derived from the run's span and the
+/// span's place in the run (`call/2`, `chat/DIALOG/0/0/1`, …): the span a
+/// request goes out under at the time, and the span built from the record
+/// later, get the same id without the record storing one per span.
+///
+/// Hashed in parts: the run's span (hex), `/`, then the place's parts,
+/// numbers in decimal, with no text made for the place. The hash is
+/// FNV-1a (64 bits), a fixed algorithm, so a record exported by a later
+/// build gets the same ids. Ids are to be unique within their trace
+/// only, and they are not secret (each goes out in a `traceparent`), so
+/// nothing stronger is needed: SHA-256 here, five digests a traced request,
+/// was a sixth of what tracing cost a batch task (docs/benchmarks.md,
+/// "Telemetry").
+pub(crate) struct Place(fnv::FnvHasher);
+
+impl Place {
+    pub(crate) fn new(run_span: &str) -> Place {
+        Place(fnv::FnvHasher::default()).text(run_span)
+    }
+
+    pub(crate) fn text(mut self, text: &str) -> Place {
+        std::hash::Hasher::write(&mut self.0, text.as_bytes());
+        self
+    }
+
+    pub(crate) fn number(mut self, number: u64) -> Place {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = number;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        std::hash::Hasher::write(&mut self.0, &digits[at..]);
+        self
+    }
+
+    pub(crate) fn id(self) -> [u8; 8] {
+        let id = std::hash::Hasher::finish(&self.0).to_be_bytes();
+        if id == [0; 8] {
+            [0, 0, 0, 0, 0, 0, 0, 1]
+        } else {
+            id
+        }
+    }
+}
+
+/// The span id of a model call's attempt: at `chat/DIALOG/STEP/REPAIR/ATTEMPT`.
+pub(crate) fn chat_span_id(
+    run_span: &str,
+    dialog_id: &str,
+    step: u32,
+    repair: u32,
+    attempt: u32,
+) -> [u8; 8] {
+    Place::new(run_span)
+        .text("/chat/")
+        .text(dialog_id)
+        .text("/")
+        .number(step.into())
+        .text("/")
+        .number(repair.into())
+        .text("/")
+        .number(attempt.into())
+        .id()
+}
+
+/// The place of a model call's span in its run, written out: the dialog it
+/// went out on, its tool round, repair and attempt.
+#[cfg(test)]
 pub(crate) fn chat_place(dialog_id: &str, step: u32, repair: u32, attempt: u32) -> String {
     format!("chat/{dialog_id}/{step}/{repair}/{attempt}")
 }
@@ -312,7 +383,7 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
         return (None, false);
     }
     let trace = RunTrace {
-        trace_id: hex(&random_bytes::<16>()),
+        trace_id: hex(&new_trace_id()),
         span_id: span_id(),
         parent_span_id: None,
         link,
@@ -369,17 +440,25 @@ pub(crate) fn in_chat<F: Future>(
 
 /// The `traceparent` a provider request sends now, when the run has a
 /// trace: the span of this attempt of the model call (each call counts one
-/// attempt), else the run's span.
-pub(crate) fn provider_request() -> Option<String> {
+/// attempt), else the run's span. The header's bytes, made without a
+/// `String` (one goes out with every request of a traced run).
+pub(crate) fn provider_request() -> Option<[u8; TRACEPARENT_LEN]> {
     if let Ok(context) = CHAT.try_with(|chat| {
         let attempt = chat.attempts.fetch_add(1, Ordering::Relaxed) + 1;
-        let place = chat_place(&chat.dialog_id, chat.step, chat.repair, attempt);
-        chat.run
-            .with_span(span_id_for(&chat.run.span_id_hex(), &place))
+        let mut run_span = [0u8; 16];
+        hex_into(&chat.run.span_id, &mut run_span);
+        let run_span = std::str::from_utf8(&run_span).unwrap_or_default();
+        chat.run.with_span(chat_span_id(
+            run_span,
+            &chat.dialog_id,
+            chat.step,
+            chat.repair,
+            attempt,
+        ))
     }) {
-        return Some(context.to_string());
+        return Some(context.header());
     }
-    current_run().map(|context| context.to_string())
+    current_run().map(|context| context.header())
 }
 
 /// The running tactic's span, when the run has a trace: what a call to a
@@ -398,6 +477,24 @@ fn random_bytes<const N: usize>() -> [u8; N] {
             return bytes;
         }
     }
+}
+
+/// A new trace's id: the time in milliseconds since the Unix epoch in its
+/// first six bytes (big-endian), ten random bytes after them, as AWS X-Ray's
+/// ids carry their time. The session store indexes each session's trace id
+/// (`lllm logs --trace`): random ids land all over that index, and a
+/// batch's inserts dirtied a page of it each (five times the SQLite time of
+/// ordered ids at 200,000 sessions, and growing with the store), where ids
+/// in time order append. The last eight bytes are random, which is what
+/// samplers that read the id (the trace-id ratio samplers) and W3C's
+/// "random" trace ids rely on.
+fn new_trace_id() -> [u8; 16] {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    let mut id = random_bytes::<16>();
+    id[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    id
 }
 
 fn random_span_id() -> [u8; 8] {
@@ -500,6 +597,22 @@ mod tests {
     #[test]
     fn span_ids_are_derived_the_same_way_every_time_and_differ_by_place() {
         let first = span_id_for("00f067aa0ba902b7", &chat_place("d1", 0, 0, 1));
+        // FNV-1a of `00f067aa0ba902b7/chat/d1/0/0/1`, big-endian: pinned, so
+        // records exported by a later build keep their ids.
+        assert_eq!(hex(&first), "0fe56664055bd414");
+        // Hashed in parts, the same id, large numbers too.
+        assert_eq!(first, chat_span_id("00f067aa0ba902b7", "d1", 0, 0, 1));
+        assert_eq!(
+            span_id_for("00f067aa0ba902b7", &chat_place("d-2", 12, 3, u32::MAX)),
+            chat_span_id("00f067aa0ba902b7", "d-2", 12, 3, u32::MAX)
+        );
+        assert_eq!(
+            span_id_for("00f067aa0ba902b7", "call/17"),
+            Place::new("00f067aa0ba902b7")
+                .text("/call/")
+                .number(17)
+                .id()
+        );
         assert_eq!(
             first,
             span_id_for("00f067aa0ba902b7", &chat_place("d1", 0, 0, 1))
@@ -540,8 +653,31 @@ mod tests {
             .context()
             .unwrap()
             .with_span(span_id_for(&outer.span_id, &second));
-        assert_eq!(sent[1], expected.to_string());
+        assert_eq!(sent[1], expected.header());
+        assert_eq!(std::str::from_utf8(&sent[1]).unwrap(), expected.to_string());
         assert_ne!(sent[0], sent[1]);
+    }
+
+    #[test]
+    fn new_trace_ids_start_with_their_time_and_end_random() {
+        let before = chrono::Utc::now().timestamp_millis() as u64;
+        let ids: Vec<[u8; 16]> = (0..1000).map(|_| new_trace_id()).collect();
+        let after = chrono::Utc::now().timestamp_millis() as u64;
+        let millis = |id: &[u8; 16]| {
+            let mut bytes = [0u8; 8];
+            bytes[2..].copy_from_slice(&id[..6]);
+            u64::from_be_bytes(bytes)
+        };
+        for pair in ids.windows(2) {
+            assert!(millis(&pair[0]) <= millis(&pair[1]));
+        }
+        assert!(before <= millis(&ids[0]) && millis(&ids[999]) <= after);
+        let tails: std::collections::HashSet<[u8; 8]> =
+            ids.iter().map(|id| id[8..].try_into().unwrap()).collect();
+        assert_eq!(tails.len(), ids.len());
+        // A root context and a run's new trace take such ids.
+        let root = TraceContext::new_root();
+        assert!(millis(&root.trace_id()) >= before);
     }
 
     #[tokio::test]

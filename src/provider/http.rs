@@ -526,7 +526,7 @@ async fn send(
     // The run's trace goes on (one span per attempt, redirects included).
     let mut headers = endpoint.headers.clone();
     if let Some(traceparent) = crate::trace_context::provider_request()
-        && let Ok(value) = HeaderValue::from_str(&traceparent)
+        && let Ok(value) = HeaderValue::from_bytes(&traceparent)
     {
         headers.insert(crate::trace_context::TRACEPARENT, value);
     }

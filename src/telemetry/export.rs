@@ -20,11 +20,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+#[cfg(any(test, feature = "otel-grpc"))]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
+use super::wire::{Encoded, Envelope};
 use super::{Failures, Protocol};
 
 /// How spans are batched, from the variables every SDK's batch span
@@ -236,7 +235,7 @@ impl Sender {
             } => {
                 let body = match batch {
                     Batch::Encoded { body, .. } => body,
-                    Batch::Spans(spans) => envelope.encode(spans),
+                    Batch::Spans(spans) => envelope.request(&spans),
                 };
                 let reply = client
                     .post(url.as_str())
@@ -266,7 +265,12 @@ impl Sender {
                 let Batch::Spans(spans) = batch else {
                     return Err("an encoded batch for gRPC".into());
                 };
-                let mut call = tonic::Request::new(envelope.request(spans));
+                // tonic sends messages: the request is read back into
+                // opentelemetry-proto's (the exporter's thread's work).
+                let request: ExportTraceServiceRequest =
+                    prost::Message::decode(envelope.request(&spans).as_slice())
+                        .map_err(|error| format!("a span did not encode: {error}"))?;
+                let mut call = tonic::Request::new(request);
                 *call.metadata_mut() = metadata.clone();
                 client
                     .clone()
@@ -276,15 +280,15 @@ impl Sender {
                     .map_err(|status| format!("{}: {}", status.code(), status.message()))
             }
             #[cfg(test)]
-            Sender::Test { answer, .. } => match batch {
-                Batch::Spans(spans) => answer(&envelope.request(spans)),
-                Batch::Encoded { body, .. } => {
-                    let request: ExportTraceServiceRequest =
-                        prost::Message::decode(body.as_slice())
-                            .map_err(|error| error.to_string())?;
-                    answer(&request)
-                }
-            },
+            Sender::Test { answer, .. } => {
+                let body = match batch {
+                    Batch::Spans(spans) => envelope.request(&spans),
+                    Batch::Encoded { body, .. } => body,
+                };
+                let request: ExportTraceServiceRequest =
+                    prost::Message::decode(body.as_slice()).map_err(|error| error.to_string())?;
+                answer(&request)
+            }
         }
     }
 }
@@ -326,54 +330,6 @@ fn headers(text: Option<&str>) -> reqwest::header::HeaderMap {
     headers
 }
 
-/// What each request says of where its spans are from: the resource and
-/// the instrumentation scope, made once.
-pub(super) struct Envelope {
-    pub(super) resource: Resource,
-    pub(super) resource_schema: String,
-    pub(super) scope: InstrumentationScope,
-    pub(super) scope_schema: String,
-}
-
-impl Envelope {
-    pub(super) fn new(
-        resource: &opentelemetry_sdk::Resource,
-        scope: &opentelemetry::InstrumentationScope,
-    ) -> Envelope {
-        use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
-        let attributes = ResourceAttributesWithSchema::from(resource);
-        Envelope {
-            resource: Resource {
-                attributes: attributes.attributes.0,
-                ..Default::default()
-            },
-            resource_schema: attributes.schema_url.unwrap_or_default(),
-            scope: (scope, None).into(),
-            scope_schema: scope.schema_url().unwrap_or_default().to_string(),
-        }
-    }
-
-    /// The request's protobuf encoding (prost's, as opentelemetry-otlp
-    /// encodes it); the spans are freed here.
-    fn encode(&self, spans: Vec<Span>) -> Vec<u8> {
-        prost::Message::encode_to_vec(&self.request(spans))
-    }
-
-    fn request(&self, spans: Vec<Span>) -> ExportTraceServiceRequest {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(self.resource.clone()),
-                scope_spans: vec![ScopeSpans {
-                    scope: Some(self.scope.clone()),
-                    spans,
-                    schema_url: self.scope_schema.clone(),
-                }],
-                schema_url: self.resource_schema.clone(),
-            }],
-        }
-    }
-}
-
 /// The queue and the task that empties it.
 pub(super) struct Exporter {
     queue: Arc<Queue>,
@@ -386,7 +342,7 @@ pub(super) struct Exporter {
 
 /// Spans on their way: as messages, or a request encoded already.
 enum Batch {
-    Spans(Vec<Span>),
+    Spans(Encoded),
     Encoded { body: Vec<u8>, count: u64 },
 }
 
@@ -400,23 +356,18 @@ impl Batch {
 }
 
 struct Queue {
-    spans: Mutex<Vec<Span>>,
+    spans: Mutex<Encoded>,
     wake: tokio::sync::Notify,
     batch_size: usize,
 }
 
 impl Queue {
     /// Up to a batch of the spans queued, the oldest first.
-    fn take(&self) -> Vec<Span> {
-        let mut spans = self
-            .spans
+    fn take(&self) -> Encoded {
+        self.spans
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if spans.len() <= self.batch_size {
-            std::mem::take(&mut *spans)
-        } else {
-            spans.drain(..self.batch_size).collect()
-        }
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take_front(self.batch_size)
     }
 }
 
@@ -431,7 +382,7 @@ impl Exporter {
         runtime: &tokio::runtime::Handle,
     ) -> Exporter {
         let queue = Arc::new(Queue {
-            spans: Mutex::new(Vec::new()),
+            spans: Mutex::new(Encoded::default()),
             wake: tokio::sync::Notify::new(),
             batch_size: batching.batch_size.max(1),
         });
@@ -486,18 +437,14 @@ impl Exporter {
     /// `Traces::send`). A full batch is encoded here, over HTTP (the spans
     /// are freed by the thread that made them: glibc frees another
     /// thread's memory at a cost), or else wakes the task.
-    pub(super) fn add(&self, spans: Vec<Span>) {
+    pub(super) fn add(&self, spans: Encoded) {
         let full = {
             let mut queued = self
                 .queue
                 .spans
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if queued.is_empty() {
-                *queued = spans;
-            } else {
-                queued.extend(spans);
-            }
+            queued.append(spans);
             if queued.len() < self.queue.batch_size {
                 return;
             }
@@ -506,14 +453,11 @@ impl Exporter {
                 self.queue.wake.notify_one();
                 return;
             };
-            (
-                queued.drain(..self.queue.batch_size).collect::<Vec<_>>(),
-                encoded,
-            )
+            (queued.take_front(self.queue.batch_size), encoded)
         };
         let (spans, (envelope, encoded)) = full;
         let count = spans.len() as u64;
-        let body = envelope.encode(spans);
+        let body = envelope.request(&spans);
         let _ = encoded.send(Batch::Encoded { body, count });
     }
 
@@ -633,12 +577,12 @@ mod tests {
                     .await;
             }
         });
-        let envelope = Envelope {
-            resource: Resource::default(),
-            resource_schema: String::new(),
-            scope: InstrumentationScope::default(),
-            scope_schema: String::new(),
-        };
+        let envelope = Envelope::new(
+            &Default::default(),
+            String::new(),
+            &Default::default(),
+            String::new(),
+        );
         let refusing = format!("http://user:s3cret@127.0.0.1:{port}/v1/traces?key=k3y");
         // A port nothing listens on: the transport's error names no secret either.
         let closed = "http://user:s3cret@127.0.0.1:9/v1/traces?key=k3y".to_string();
@@ -650,7 +594,7 @@ mod tests {
                 timeout: Duration::from_secs(30),
             };
             let error = sender
-                .send(Batch::Spans(Vec::new()), &envelope)
+                .send(Batch::Spans(Encoded::default()), &envelope)
                 .await
                 .unwrap_err();
             assert!(error.contains("127.0.0.1"), "{error}");

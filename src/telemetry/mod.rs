@@ -25,6 +25,7 @@ mod export;
 mod metrics;
 #[allow(deprecated)]
 mod spans;
+mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -35,7 +36,6 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 
@@ -225,7 +225,7 @@ impl Traces {
     /// Into the exporter's queue. A full queue (spans sent and not yet
     /// exported past its size) is a collector that does not keep up: the
     /// spans are dropped, counted, and export is down at once.
-    fn send(&self, spans: Vec<Span>) {
+    fn send(&self, spans: wire::Encoded) {
         let count = spans.len() as u64;
         let pending = self.failures.pending.fetch_add(count, Ordering::Relaxed) + count;
         if pending > self.queue_size {
@@ -263,7 +263,7 @@ impl Telemetry {
             let batching = export::Batching::read(variable);
             let exporter = export::Exporter::start(
                 sender,
-                export::Envelope::new(&resource, &scope()),
+                wire::Envelope::from_sdk(&resource, &scope()),
                 batching,
                 Arc::clone(&failures),
                 &runtime.handle,
@@ -910,7 +910,7 @@ mod tests {
         };
         let exporter = export::Exporter::start(
             sender,
-            export::Envelope::new(&resource(), &scope()),
+            wire::Envelope::from_sdk(&resource(), &scope()),
             batching,
             Arc::clone(&failures),
             &runtime.handle,

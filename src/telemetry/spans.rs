@@ -10,40 +10,44 @@
 //!
 //! Span ids are the record's: the run's span is `trace.span_id`, every
 //! other one is derived from it and its place
-//! ([`crate::trace_context::span_id_for`]), as the `traceparent` of a
+//! (`crate::trace_context::Place`), as the `traceparent` of a
 //! request was when it went out.
 
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{SpanId, TraceId};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::trace::v1::{Span, SpanFlags, Status, span, status};
+use opentelemetry_proto::tonic::trace::v1::span;
 use opentelemetry_semantic_conventions::attribute as semconv;
 use serde_json::Value;
 
+use super::wire::{self, Attributes};
 use crate::SessionRecord;
 use crate::agent::{AgentCallSession, InvokeTrace};
 use crate::tactic::RunState;
-use crate::trace_context::{chat_place, from_hex, span_id_for};
+use crate::trace_context::{Place, chat_span_id, from_hex};
 
 /// The spans of one record as they are made: whether they hold content,
-/// and the finished spans, in the order they were made.
+/// the attributes of the span being made, and the finished spans, in the
+/// order they were made, encoded for the exporter's queue.
 pub(super) struct Spans {
     content: bool,
-    /// The spans made so far, for the exporter's queue.
-    pub(super) out: Vec<Span>,
+    /// The next span's attributes, written as they are added.
+    attributes: Attributes,
+    /// The spans made so far.
+    pub(super) out: wire::Encoded,
 }
 
-/// One span to make: its ids, name, kind, times and attributes.
-struct Planned {
+/// One span to make: its id, name, kind, times, link and error; its
+/// attributes are the ones written to [`Spans`] since the last span.
+struct Planned<'a> {
     span_id: [u8; 8],
-    name: String,
+    /// Its operation and what it acted on: `("chat", "gpt-4o")`.
+    name: (&'a str, &'a str),
     kind: span::SpanKind,
     start: SystemTime,
     end: SystemTime,
-    attributes: Vec<KeyValue>,
-    links: Vec<span::Link>,
-    error: Option<String>,
+    link: Option<wire::Link>,
+    error: Option<&'a str>,
 }
 
 /// A span's parent: its id, and whether it is another process's (the
@@ -54,102 +58,41 @@ pub(super) struct Parent {
     pub(super) remote: bool,
 }
 
-/// An attribute's value, as OTLP carries it.
-trait AnyOf {
-    fn any(self) -> any_value::Value;
-}
-
-impl AnyOf for &str {
-    fn any(self) -> any_value::Value {
-        any_value::Value::StringValue(self.to_owned())
-    }
-}
-
-impl AnyOf for String {
-    fn any(self) -> any_value::Value {
-        any_value::Value::StringValue(self)
-    }
-}
-
-impl AnyOf for i64 {
-    fn any(self) -> any_value::Value {
-        any_value::Value::IntValue(self)
-    }
-}
-
-impl AnyOf for f64 {
-    fn any(self) -> any_value::Value {
-        any_value::Value::DoubleValue(self)
-    }
-}
-
-impl AnyOf for bool {
-    fn any(self) -> any_value::Value {
-        any_value::Value::BoolValue(self)
-    }
-}
-
-/// An attribute: `key` and `value` as OTLP's message.
-fn attr(key: &str, value: impl AnyOf) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(value.any()),
-        }),
-        ..Default::default()
-    }
-}
-
 /// Nanoseconds since the Unix epoch, as OTLP's times are.
 fn nanos(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos() as u64)
 }
 
-/// A span's or a link's flags: sampled, and whether its parent (or the
-/// linked span) is another process's, as the SDK's exporter sets them.
-fn flags(sampled: bool, remote: bool) -> u32 {
-    let mut flags = SpanFlags::ContextHasIsRemoteMask as u32 | u32::from(sampled);
-    if remote {
-        flags |= SpanFlags::ContextIsRemoteMask as u32;
-    }
-    flags
-}
-
 impl Spans {
     pub(super) fn new(content: bool) -> Spans {
+        // Room for a run of a few spans without growing (a batch task's
+        // three take about 1.5 KB).
         Spans {
             content,
-            out: Vec::new(),
+            attributes: Attributes::with_capacity(1024),
+            out: wire::Encoded::with_capacity(4096, 8),
         }
     }
 
-    /// Makes `planned` a finished span of `trace_id` under `parent`: OTLP's
-    /// span message, made directly from the record (which holds every id
-    /// and time already).
-    fn emit(&mut self, trace_id: TraceId, planned: Planned, parent: Option<Parent>) -> Parent {
-        let status = match planned.error {
-            Some(message) => Status {
-                message,
-                code: status::StatusCode::Error as i32,
-            },
-            None => Status::default(),
-        };
-        self.out.push(Span {
-            trace_id: trace_id.to_bytes().to_vec(),
-            span_id: planned.span_id.to_vec(),
-            parent_span_id: parent
-                .map_or_else(Vec::new, |parent| parent.span_id.to_bytes().to_vec()),
-            flags: flags(true, parent.is_some_and(|parent| parent.remote)),
+    /// Makes `planned`, with the attributes written since the last span, a
+    /// finished span of `trace_id` under `parent`, encoded directly from
+    /// the record (which holds every id and time already).
+    fn emit(&mut self, trace_id: TraceId, planned: Planned<'_>, parent: Option<Parent>) -> Parent {
+        self.out.push(&wire::Fields {
+            trace_id: trace_id.to_bytes(),
+            span_id: planned.span_id,
+            parent_span_id: parent.map(|parent| parent.span_id.to_bytes()),
+            flags: wire::flags(true, parent.is_some_and(|parent| parent.remote)),
             name: planned.name,
-            kind: planned.kind as i32,
-            start_time_unix_nano: nanos(planned.start),
-            end_time_unix_nano: nanos(planned.end),
-            attributes: planned.attributes,
-            links: planned.links,
-            status: Some(status),
-            ..Default::default()
+            kind: planned.kind,
+            start_nanos: nanos(planned.start),
+            end_nanos: nanos(planned.end),
+            attributes: &self.attributes,
+            link: planned.link.as_ref(),
+            error: planned.error,
         });
+        self.attributes.clear();
         Parent {
             span_id: SpanId::from_bytes(planned.span_id),
             remote: false,
@@ -200,73 +143,67 @@ fn run(
     parent: Option<Parent>,
 ) {
     let content = spans.content;
-    let links = trace
+    let link = trace
         .link
         .as_deref()
         .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
-        .map(|link| {
-            vec![span::Link {
-                trace_id: link.trace_id().to_vec(),
-                span_id: link.span_id().to_vec(),
-                flags: flags(link.sampled(), true),
-                ..Default::default()
-            }]
-        })
-        .unwrap_or_default();
+        .map(|link| wire::Link {
+            trace_id: link.trace_id(),
+            span_id: link.span_id(),
+            flags: wire::flags(link.sampled(), true),
+        });
     let started = time(&record.started_at);
     let ended = time(&record.ended_at).max(started);
     let name = &record.tactic.name;
-    let mut attributes = vec![
-        attr(semconv::GEN_AI_OPERATION_NAME, "invoke_workflow"),
-        attr(semconv::GEN_AI_WORKFLOW_NAME, name.clone()),
-        attr(semconv::GEN_AI_CONVERSATION_ID, record.session_id.clone()),
-        attr("lllm.session_id", record.session_id.clone()),
-        attr("lllm.tactic.path", record.tactic.path.clone()),
-        attr("lllm.state", state_word(record.state)),
-        attr("lllm.invokes", record.invoke_count() as i64),
-        attr("lllm.retries", record.retry_count() as i64),
-        attr("lllm.repairs", repairs(record) as i64),
-        attr("lllm.cost_known", record.cost_known),
-    ];
-    push_cost(&mut attributes, &record.cost);
+    let attributes = &mut spans.attributes;
+    attributes.str(semconv::GEN_AI_OPERATION_NAME, "invoke_workflow");
+    attributes.str(semconv::GEN_AI_WORKFLOW_NAME, name);
+    attributes.str(semconv::GEN_AI_CONVERSATION_ID, &record.session_id);
+    attributes.str("lllm.session_id", &record.session_id);
+    attributes.str("lllm.tactic.path", &record.tactic.path);
+    attributes.str("lllm.state", state_word(record.state));
+    attributes.int("lllm.invokes", record.invoke_count() as i64);
+    attributes.int("lllm.retries", record.retry_count() as i64);
+    attributes.int("lllm.repairs", repairs(record) as i64);
+    attributes.bool("lllm.cost_known", record.cost_known);
+    push_cost(attributes, &record.cost);
     if let Some(task_id) = &record.task_id {
-        attributes.push(attr("lllm.task_id", task_id.clone()));
+        attributes.str("lllm.task_id", task_id);
     }
     if let Some(model) = &record.model {
-        attributes.push(attr(semconv::GEN_AI_REQUEST_MODEL, model.clone()));
+        attributes.str(semconv::GEN_AI_REQUEST_MODEL, model);
     }
     for (key, value) in &record.tags {
-        attributes.push(attr(&format!("lllm.tag.{key}"), text_of(value)));
+        attributes.str(&format!("lllm.tag.{key}"), &text_of(value));
     }
     if !record.remote_calls.is_empty() {
-        attributes.push(attr("lllm.remote_calls", record.remote_calls.len() as i64));
+        attributes.int("lllm.remote_calls", record.remote_calls.len() as i64);
     }
     if record.state != RunState::Success {
-        attributes.push(attr(semconv::ERROR_TYPE, state_word(record.state)));
+        attributes.str(semconv::ERROR_TYPE, state_word(record.state));
     }
     if content {
-        attributes.push(attr(
+        attributes.str(
             semconv::GEN_AI_INPUT_MESSAGES,
-            messages_json(&[("user", text_of(&record.task))]),
-        ));
+            &messages_json(&[("user", text_of(&record.task))]),
+        );
         if let Some(delivery) = &record.delivery {
-            attributes.push(attr(
+            attributes.str(
                 semconv::GEN_AI_OUTPUT_MESSAGES,
-                messages_json(&[("assistant", delivery.clone())]),
-            ));
+                &messages_json(&[("assistant", delivery.clone())]),
+            );
         }
     }
     let run = Planned {
         span_id: run_span,
-        name: format!("invoke_workflow {name}"),
+        name: ("invoke_workflow", name),
         kind: span::SpanKind::Internal,
         start: started,
         end: ended,
-        attributes,
-        links,
+        link,
         error: record
             .error
-            .clone()
+            .as_deref()
             .filter(|_| record.state != RunState::Success),
     };
     let run = spans.emit(trace_id, run, parent);
@@ -296,30 +233,31 @@ fn agent_call(
         .unwrap_or(started + Duration::from_millis(call.latency_ms))
         .max(started);
     let (provider, model) = split_model(&call.model);
-    let mut attributes = vec![
-        attr(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
-        attr(semconv::GEN_AI_AGENT_NAME, call.agent.clone()),
-        attr(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
-        attr(semconv::GEN_AI_REQUEST_MODEL, model.to_string()),
-        attr("lllm.dialog", call.dialog_alias.clone()),
-        attr("lllm.invokes", call.invoke_count() as i64),
-        attr("lllm.retries", call.retry_count() as i64),
-        attr("lllm.repairs", call.exception_retry_count() as i64),
-        attr("lllm.tool_rounds", call.interrupts.len() as i64),
-    ];
-    push_cost(&mut attributes, &call.cost);
+    let attributes = &mut spans.attributes;
+    attributes.str(semconv::GEN_AI_OPERATION_NAME, "invoke_agent");
+    attributes.str(semconv::GEN_AI_AGENT_NAME, &call.agent);
+    attributes.str(semconv::GEN_AI_PROVIDER_NAME, provider);
+    attributes.str(semconv::GEN_AI_REQUEST_MODEL, model);
+    attributes.str("lllm.dialog", &call.dialog_alias);
+    attributes.int("lllm.invokes", call.invoke_count() as i64);
+    attributes.int("lllm.retries", call.retry_count() as i64);
+    attributes.int("lllm.repairs", call.exception_retry_count() as i64);
+    attributes.int("lllm.tool_rounds", call.interrupts.len() as i64);
+    push_cost(attributes, &call.cost);
     if call.error.is_some() {
-        attributes.push(attr(semconv::ERROR_TYPE, "failure"));
+        attributes.str(semconv::ERROR_TYPE, "failure");
     }
     let planned = Planned {
-        span_id: span_id_for(run_span, &format!("call/{index}")),
-        name: format!("invoke_agent {}", call.agent),
+        span_id: Place::new(run_span)
+            .text("/call/")
+            .number(index as u64)
+            .id(),
+        name: ("invoke_agent", &call.agent),
         kind: span::SpanKind::Internal,
         start: started,
         end: ended,
-        attributes,
-        links: Vec::new(),
-        error: call.error.clone(),
+        link: None,
+        error: call.error.as_deref(),
     };
     let call_span = spans.emit(trace_id, planned, Some(parent));
     // Requests one after another; a tool round between the request that
@@ -362,16 +300,22 @@ fn agent_call(
         if let (true, Some(round)) = (round_follows, round) {
             let round_end = (cursor + tool_time).min(ended.max(cursor));
             for (number, tool) in round.calls.iter().enumerate() {
-                let place = format!("tool/{}/{}/{number}", call.dialog_id, round.step);
+                tool_attributes(&mut spans.attributes, tool, content);
                 let planned = Planned {
-                    span_id: span_id_for(run_span, &place),
-                    name: format!("execute_tool {}", tool.name),
+                    span_id: Place::new(run_span)
+                        .text("/tool/")
+                        .text(&call.dialog_id)
+                        .text("/")
+                        .number(round.step.into())
+                        .text("/")
+                        .number(number as u64)
+                        .id(),
+                    name: ("execute_tool", &tool.name),
                     kind: span::SpanKind::Internal,
                     start: cursor,
                     end: round_end,
-                    attributes: tool_attributes(tool, content),
-                    links: Vec::new(),
-                    error: tool.error_message.clone(),
+                    link: None,
+                    error: tool.error_message.as_deref(),
                 };
                 spans.emit(trace_id, planned, Some(call_span));
             }
@@ -381,29 +325,26 @@ fn agent_call(
 }
 
 /// An `execute_tool` span's attributes; its arguments and result only with `content`.
-fn tool_attributes(tool: &crate::dialog::FunctionCall, content: bool) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        attr(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-        attr(semconv::GEN_AI_TOOL_NAME, tool.name.clone()),
-        attr(semconv::GEN_AI_TOOL_CALL_ID, tool.id.clone()),
-        attr(semconv::GEN_AI_TOOL_TYPE, "function"),
-    ];
+fn tool_attributes(attributes: &mut Attributes, tool: &crate::dialog::FunctionCall, content: bool) {
+    attributes.str(semconv::GEN_AI_OPERATION_NAME, "execute_tool");
+    attributes.str(semconv::GEN_AI_TOOL_NAME, &tool.name);
+    attributes.str(semconv::GEN_AI_TOOL_CALL_ID, &tool.id);
+    attributes.str(semconv::GEN_AI_TOOL_TYPE, "function");
     if tool.error_message.is_some() {
-        attributes.push(attr(semconv::ERROR_TYPE, "tool_error"));
+        attributes.str(semconv::ERROR_TYPE, "tool_error");
     }
     if content {
         let arguments = Value::Object(tool.arguments.clone()).to_string();
-        attributes.push(attr(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, arguments));
+        attributes.str(semconv::GEN_AI_TOOL_CALL_ARGUMENTS, &arguments);
         let result = tool
             .result
             .as_ref()
             .map(text_of)
             .or_else(|| tool.error_message.clone());
         if let Some(result) = result {
-            attributes.push(attr(semconv::GEN_AI_TOOL_CALL_RESULT, result));
+            attributes.str(semconv::GEN_AI_TOOL_CALL_RESULT, &result);
         }
     }
-    attributes
 }
 
 /// One request to the model (one attempt), from `start` to `end`.
@@ -419,83 +360,73 @@ fn chat(
     let content = spans.content;
     let (provider, _) = split_model(&call.model);
     let request = &invoke.request;
-    let mut attributes = vec![
-        attr(semconv::GEN_AI_OPERATION_NAME, "chat"),
-        attr(semconv::GEN_AI_PROVIDER_NAME, provider.to_string()),
-        attr(semconv::GEN_AI_REQUEST_MODEL, request.model.clone()),
-        attr("lllm.attempt", i64::from(invoke.attempt)),
-        attr("lllm.step", i64::from(invoke.step)),
-    ];
+    let attributes = &mut spans.attributes;
+    attributes.str(semconv::GEN_AI_OPERATION_NAME, "chat");
+    attributes.str(semconv::GEN_AI_PROVIDER_NAME, provider);
+    attributes.str(semconv::GEN_AI_REQUEST_MODEL, &request.model);
+    attributes.int("lllm.attempt", i64::from(invoke.attempt));
+    attributes.int("lllm.step", i64::from(invoke.step));
     if invoke.repair > 0 {
-        attributes.push(attr("lllm.repair", i64::from(invoke.repair)));
+        attributes.int("lllm.repair", i64::from(invoke.repair));
     }
     if invoke.cached {
-        attributes.push(attr("lllm.cached", true));
+        attributes.bool("lllm.cached", true);
     }
     if invoke.waited_ms > 0 {
-        attributes.push(attr("lllm.waited_ms", invoke.waited_ms as i64));
+        attributes.int("lllm.waited_ms", invoke.waited_ms as i64);
     }
-    for (setting, key) in [
-        ("temperature", semconv::GEN_AI_REQUEST_TEMPERATURE),
-        ("top_p", semconv::GEN_AI_REQUEST_TOP_P),
-        ("top_k", semconv::GEN_AI_REQUEST_TOP_K),
-        ("max_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
-        ("max_completion_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
-        (
-            "frequency_penalty",
-            semconv::GEN_AI_REQUEST_FREQUENCY_PENALTY,
-        ),
-        ("presence_penalty", semconv::GEN_AI_REQUEST_PRESENCE_PENALTY),
-        ("seed", semconv::GEN_AI_REQUEST_SEED),
-    ] {
-        match request.model_args.get(setting) {
-            Some(Value::Number(number)) if number.is_i64() => {
-                attributes.push(attr(key, number.as_i64().unwrap_or_default()));
+    if !request.model_args.is_empty() {
+        for (setting, key) in [
+            ("temperature", semconv::GEN_AI_REQUEST_TEMPERATURE),
+            ("top_p", semconv::GEN_AI_REQUEST_TOP_P),
+            ("top_k", semconv::GEN_AI_REQUEST_TOP_K),
+            ("max_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
+            ("max_completion_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
+            (
+                "frequency_penalty",
+                semconv::GEN_AI_REQUEST_FREQUENCY_PENALTY,
+            ),
+            ("presence_penalty", semconv::GEN_AI_REQUEST_PRESENCE_PENALTY),
+            ("seed", semconv::GEN_AI_REQUEST_SEED),
+        ] {
+            match request.model_args.get(setting) {
+                Some(Value::Number(number)) if number.is_i64() => {
+                    attributes.int(key, number.as_i64().unwrap_or_default());
+                }
+                Some(Value::Number(number)) => {
+                    attributes.double(key, number.as_f64().unwrap_or_default());
+                }
+                _ => {}
             }
-            Some(Value::Number(number)) => {
-                attributes.push(attr(key, number.as_f64().unwrap_or_default()));
-            }
-            _ => {}
         }
     }
     if let Some(reply) = &invoke.response {
         let cost = crate::dialog::InvokeCost::from_usage(&reply.usage);
-        attributes.push(attr(
+        attributes.int(
             semconv::GEN_AI_USAGE_INPUT_TOKENS,
             cost.prompt_tokens as i64,
-        ));
-        attributes.push(attr(
+        );
+        attributes.int(
             semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
             cost.completion_tokens as i64,
-        ));
+        );
         if cost.cached_prompt_tokens > 0 {
-            attributes.push(attr(
+            attributes.int(
                 semconv::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
                 cost.cached_prompt_tokens as i64,
-            ));
+            );
         }
         if let Some(model) = &reply.model {
-            attributes.push(attr(semconv::GEN_AI_RESPONSE_MODEL, model.clone()));
+            attributes.str(semconv::GEN_AI_RESPONSE_MODEL, model);
         }
         for key in ["response_id", "id"] {
             if let Some(Value::String(id)) = reply.metadata.get(key) {
-                attributes.push(attr(semconv::GEN_AI_RESPONSE_ID, id.clone()));
+                attributes.str(semconv::GEN_AI_RESPONSE_ID, id);
                 break;
             }
         }
         if let Some(Value::String(reason)) = reply.metadata.get("finish_reason") {
-            let reasons = ArrayValue {
-                values: vec![AnyValue {
-                    value: Some(reason.clone().any()),
-                }],
-            };
-            attributes.push(KeyValue {
-                key: semconv::GEN_AI_RESPONSE_FINISH_REASONS.to_owned(),
-                value: Some(AnyValue {
-                    value: Some(any_value::Value::ArrayValue(reasons)),
-                }),
-                ..Default::default()
-            });
+            attributes.strings(semconv::GEN_AI_RESPONSE_FINISH_REASONS, &[reason]);
         }
         if content {
             let mut message = serde_json::json!({
@@ -510,34 +441,33 @@ fn chat(
                     }));
                 }
             }
-            attributes.push(attr(
+            attributes.str(
                 semconv::GEN_AI_OUTPUT_MESSAGES,
-                Value::Array(vec![message]).to_string(),
-            ));
+                &Value::Array(vec![message]).to_string(),
+            );
         }
     }
     if let Some(parse_error) = &invoke.parse_error {
-        attributes.push(attr("lllm.parse_error", parse_error.clone()));
+        attributes.str("lllm.parse_error", parse_error);
     }
     let error = invoke.error.as_ref().map(|error| {
-        attributes.push(attr(semconv::ERROR_TYPE, error_type(error)));
+        attributes.str(semconv::ERROR_TYPE, &error_type(error));
         error.to_string()
     });
-    let place = chat_place(
-        &request.dialog_id,
-        invoke.step,
-        invoke.repair,
-        invoke.attempt,
-    );
     let planned = Planned {
-        span_id: span_id_for(run_span, &place),
-        name: format!("chat {}", request.model),
+        span_id: chat_span_id(
+            run_span,
+            &request.dialog_id,
+            invoke.step,
+            invoke.repair,
+            invoke.attempt,
+        ),
+        name: ("chat", &request.model),
         kind: span::SpanKind::Client,
         start,
         end: end.max(start),
-        attributes,
-        links: Vec::new(),
-        error,
+        link: None,
+        error: error.as_deref(),
     };
     spans.emit(trace_id, planned, Some(parent));
 }
@@ -583,20 +513,20 @@ impl BatchSpan {
         if !self.trace.sampled() {
             return;
         }
-        let name = format!("batch {}", self.tactic);
-        let mut all = vec![attr("lllm.tactic", self.tactic)];
-        all.extend(opentelemetry_proto::transform::common::tonic::Attributes::from(attributes).0);
+        let mut spans = Spans::new(false);
+        spans.attributes.str("lllm.tactic", &self.tactic);
+        for pair in &attributes {
+            spans.attributes.value(pair.key.as_str(), &pair.value);
+        }
         let planned = Planned {
             span_id: self.trace.span_id(),
-            name,
+            name: ("batch", &self.tactic),
             kind: span::SpanKind::Internal,
             start: self.start,
             end: SystemTime::now().max(self.start),
-            attributes: all,
-            links: Vec::new(),
+            link: None,
             error: None,
         };
-        let mut spans = Spans::new(false);
         spans.emit(TraceId::from_bytes(self.trace.trace_id()), planned, None);
         self.traces.send(spans.out);
     }
@@ -665,16 +595,16 @@ pub(super) fn error_type(error: &crate::provider::ProviderError) -> String {
 }
 
 /// A span's tokens (`gen_ai.usage.*`) and, when priced, its cost in USD.
-fn push_cost(attributes: &mut Vec<KeyValue>, cost: &crate::dialog::InvokeCost) {
-    attributes.push(attr(
+fn push_cost(attributes: &mut Attributes, cost: &crate::dialog::InvokeCost) {
+    attributes.int(
         semconv::GEN_AI_USAGE_INPUT_TOKENS,
         cost.prompt_tokens as i64,
-    ));
-    attributes.push(attr(
+    );
+    attributes.int(
         semconv::GEN_AI_USAGE_OUTPUT_TOKENS,
         cost.completion_tokens as i64,
-    ));
+    );
     if let Some(usd) = cost.cost {
-        attributes.push(attr("lllm.cost_usd", usd));
+        attributes.double("lllm.cost_usd", usd);
     }
 }
