@@ -1,17 +1,18 @@
 //! The spans' way to the collector: a bounded queue the runs add to, and
-//! one task on the exporter's thread that takes batches from it, wraps them
-//! in opentelemetry-proto's `ExportTraceServiceRequest` with the resource
-//! and scope, and sends it, encoded by prost, over HTTP/protobuf
-//! (`POST …/v1/traces`) or gRPC (opentelemetry-proto's tonic client).
+//! one task on the exporter's thread that takes batches from it, puts the
+//! resource and scope around them (an `ExportTraceServiceRequest`,
+//! `telemetry::wire`), and sends it over HTTP/protobuf (`POST …/v1/traces`)
+//! or gRPC (opentelemetry-proto's tonic client, given the request read back
+//! into its messages).
 //!
 //! This takes the place of the SDK's batch span processor and
-//! opentelemetry-otlp's span exporter: the spans are made as the protobuf
-//! messages directly (`telemetry::spans`), not as the SDK's span data that
-//! the crate then converted one by one (a quarter of what export cost a
-//! batch; docs/benchmarks.md, "Telemetry"). The messages and their encoding
-//! are still the maintained crates'; what is here is the batching and the
-//! standard variables' reading the processor and the exporter did:
-//! `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`,
+//! opentelemetry-otlp's span exporter: the spans are written as protobuf
+//! directly from the record (`telemetry::spans`, `telemetry::wire`), not
+//! made as the SDK's span data that the crate then converted one by one and
+//! prost encoded (docs/benchmarks.md, "Telemetry"; docs/decisions.md,
+//! "spans written as protobuf from the record"). What is here is the
+//! batching and the standard variables' reading the processor and the
+//! exporter did: `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`,
 //! `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`, and the
 //! traces' endpoint, headers, timeout and compression, the signal's own
 //! variable over the general one.
@@ -434,9 +435,9 @@ impl Exporter {
     }
 
     /// Adds finished spans to the queue (its bound is the caller's, see
-    /// `Traces::send`). A full batch is encoded here, over HTTP (the spans
-    /// are freed by the thread that made them: glibc frees another
-    /// thread's memory at a cost), or else wakes the task.
+    /// `Traces::send`). A full batch's request is made here, over HTTP (by
+    /// the thread that wrote the spans, whose buffer it then frees: glibc
+    /// frees another thread's memory at a cost), or else wakes the task.
     pub(super) fn add(&self, spans: Encoded) {
         let full = {
             let mut queued = self

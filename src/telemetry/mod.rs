@@ -163,10 +163,10 @@ impl std::fmt::Debug for Telemetry {
 }
 
 /// Where a run's spans go: the exporter's bounded queue, and its task
-/// that sends ([`export`]), given each span finished. The spans are made
-/// from the record as OTLP's span messages directly, not through a tracer
-/// nor as the SDK's span data: the record holds every id and time already,
-/// and a tracer's spans (a context, a live span and its lock, the
+/// that sends ([`export`]), given each run's spans. The spans are written
+/// as OTLP protobuf from the record directly ([`wire`]), not through a
+/// tracer nor as the SDK's span data: the record holds every id and time
+/// already, and a tracer's spans (a context, a live span and its lock, the
 /// processor's hooks, per span) and the crate's conversion of span data
 /// cost a batch more than the export itself.
 struct Traces {
