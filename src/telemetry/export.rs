@@ -10,12 +10,12 @@
 //! directly from the record (`telemetry::spans`, `telemetry::wire`), not
 //! made as the SDK's span data that the crate then converted one by one and
 //! prost encoded (docs/benchmarks.md, "Telemetry"; docs/decisions.md,
-//! "spans written as protobuf from the record"). What is here is the
-//! batching and the standard variables' reading the processor and the
-//! exporter did: `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_QUEUE_SIZE`,
-//! `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT`, and the
-//! traces' endpoint, headers, timeout and compression, the signal's own
-//! variable over the general one.
+//! "OpenTelemetry: spans written as protobuf from the record"). What is
+//! here is the batching and the standard variables' reading the processor
+//! and the exporter did: `OTEL_BSP_SCHEDULE_DELAY`,
+//! `OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`,
+//! `OTEL_BSP_EXPORT_TIMEOUT`, and the traces' endpoint, headers, timeout
+//! and compression, the signal's own variable over the general one.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
