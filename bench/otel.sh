@@ -10,6 +10,12 @@
 #   NO_BUILD=1 BIN=target/debug bench/otel.sh 5000 256 50     (a debug build, as built)
 #   ROUNDS=5 bench/otel.sh …                                  (rounds; default 3)
 #   PAYLOAD=realistic TURNS=3 bench/otel.sh …                 (as bench/batch.sh)
+#   IR=3000 NO_BUILD=1 bench/otel.sh …                        (and instructions: needs valgrind)
+#
+# With IR set, the first IR tasks also run once in each mode under callgrind,
+# which counts the user-space instructions of every thread of the process:
+# a measure the machine's load does not move (the machine's noise is ±10 %
+# a round; docs/benchmarks.md, "Telemetry", has what each step took out).
 set -euo pipefail
 N=${1:-20000}
 C=${2:-256}
@@ -77,3 +83,26 @@ for mode in ("off", "on", "dead"):
           f"peak RSS {max(run['rss_kb'] for run in these) / 1024:.0f} MB  "
           f"success {min(run['success'] for run in these)}/{these[0]['tasks']}")
 PY
+
+if [ -n "${IR:-}" ]; then
+    command -v valgrind > /dev/null || { echo "bench/otel.sh: IR needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+    head -n "$IR" "$work/tasks.jsonl" > "$work/ir.jsonl"
+    for mode in off on dead; do
+        rm -rf "$work/out" "$LLLM_HOME"
+        case "$mode" in
+            off) endpoint= ;;
+            on) endpoint=$receiver ;;
+            dead) endpoint=$dead ;;
+        esac
+        env ${endpoint:+OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint} valgrind --tool=callgrind --callgrind-out-file="$work/$mode.out" \
+            "$bin/lllm" batch "$work/ir.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/$mode.err" || true
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/$mode.err" > "$work/$mode.ir"
+    done
+    python3 - "$work" "$IR" <<'PY'
+import sys
+work, n = sys.argv[1], int(sys.argv[2])
+off, on, dead = (int(open(f"{work}/{mode}.ir").read()) / n for mode in ("off", "on", "dead"))
+print(f"instructions (callgrind, {n} tasks each): off {off:,.0f} per task · "
+      f"on {on:,.0f} ({100 * (on / off - 1):+.1f} %) · dead {dead:,.0f} ({100 * (dead / off - 1):+.1f} %)")
+PY
+fi
