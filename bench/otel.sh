@@ -49,15 +49,20 @@ for _ in $(seq 100); do [ -s "$work/receiver_url" ] && break; sleep 0.05; done
 receiver=$(cat "$work/receiver_url")
 dead=http://127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
+# The collector each mode exports to: none, the receiver, the closed port.
+endpoint_of() {
+    case "$1" in
+        off) echo ;;
+        on) echo "$receiver" ;;
+        dead) echo "$dead" ;;
+    esac
+}
+
 : > "$work/runs"
 for round in $(seq "${ROUNDS:-3}"); do
     for mode in off on dead; do
         rm -rf "$work/out" "$LLLM_HOME"
-        case "$mode" in
-            off) endpoint= ;;
-            on) endpoint=$receiver ;;
-            dead) endpoint=$dead ;;
-        esac
+        endpoint=$(endpoint_of "$mode")
         env ${endpoint:+OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint} /usr/bin/time -f '%U %S %M' -o "$work/time" \
             "$bin/lllm" batch "$work/tasks.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/stderr" || true
         python3 - "$mode" "$work/out/summary.json" "$(cat "$work/time")" "$work/stderr" >> "$work/runs" <<'PY'
@@ -89,11 +94,7 @@ if [ -n "${IR:-}" ]; then
     head -n "$IR" "$work/tasks.jsonl" > "$work/ir.jsonl"
     for mode in off on dead; do
         rm -rf "$work/out" "$LLLM_HOME"
-        case "$mode" in
-            off) endpoint= ;;
-            on) endpoint=$receiver ;;
-            dead) endpoint=$dead ;;
-        esac
+        endpoint=$(endpoint_of "$mode")
         env ${endpoint:+OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint} valgrind --tool=callgrind --callgrind-out-file="$work/$mode.out" \
             "$bin/lllm" batch "$work/ir.jsonl" --tactic "$work/tactic.yaml" -o "$work/out" -j "$C" -q 2> "$work/$mode.err" || true
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/$mode.err" > "$work/$mode.ir"

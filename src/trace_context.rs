@@ -239,17 +239,7 @@ impl Place {
 
     pub(crate) fn number(mut self, number: u64) -> Place {
         let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = number;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        std::hash::Hasher::write(&mut self.0, &digits[at..]);
+        std::hash::Hasher::write(&mut self.0, crate::words::decimal(number, &mut digits));
         self
     }
 

@@ -57,6 +57,22 @@ pub fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// `number`'s decimal digits, written into `digits` (the end of it) and
+/// returned: no formatting machinery, for text made on a hot path.
+pub(crate) fn decimal(number: u64, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    let mut rest = number;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    &digits[at..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

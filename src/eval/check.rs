@@ -401,18 +401,9 @@ fn measured(kind: &Kind, subject: &Subject<'_>) -> Held {
 }
 
 /// Appends `number` in decimal digits.
-fn push_count(text: &mut String, mut number: u64) {
+fn push_count(text: &mut String, number: u64) {
     let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (number % 10) as u8;
-        number /= 10;
-        if number == 0 {
-            break;
-        }
-    }
-    for &digit in &digits[at..] {
+    for &digit in crate::words::decimal(number, &mut digits) {
         text.push(char::from(digit));
     }
 }
