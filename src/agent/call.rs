@@ -133,21 +133,10 @@ impl Call<'_> {
         InFlight::new(session, dropped)
     }
 
-    /// Runs the call started as `in_flight` to its end.
-    pub async fn run(
-        &self,
-        dialog: &mut Dialog,
-        archive: &mut Vec<Dialog>,
-        mut in_flight: InFlight<'_>,
-    ) -> AgentCallSession {
-        self.run_loop(dialog, archive, in_flight.session()).await;
-        in_flight.end()
-    }
-
     /// The call's tool rounds: a reply that parses and calls no tool ends
     /// it; one that calls tools gets their results, and after the last
     /// round the interrupt-final prompt asks for an answer without tools.
-    async fn run_loop(
+    pub(super) async fn run_loop(
         &self,
         dialog: &mut Dialog,
         archive: &mut Vec<Dialog>,
@@ -485,7 +474,8 @@ impl Call<'_> {
             let digest = digest.recorded(&request, &self.runtime.secrets);
             let hit = cache_key
                 .as_ref()
-                .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()));
+                .and_then(|(binding, key)| binding.get(key, model.provider.as_ref()))
+                .map(Box::new);
             let cached = hit.is_some();
             let trace = request_trace(step, repair, digest);
             let attempted = self.send(request, hit, session, &trace, repair).await?;
@@ -552,7 +542,9 @@ impl Call<'_> {
     async fn send(
         &self,
         request: ChatRequest<'_>,
-        hit: Option<Message>,
+        // Boxed: an `async fn` holds each argument twice (as its argument
+        // and as its local), and a message is 392 bytes.
+        hit: Option<Box<Message>>,
         session: &mut AgentCallSession,
         trace: &InvokeTrace,
         repair: u32,
@@ -566,7 +558,7 @@ impl Call<'_> {
                     events.text_delta(&self.spec.name, self.alias, &reply.content);
                 }
                 Ok(retry::Attempted {
-                    message: cache::as_hit(reply),
+                    message: cache::as_hit(*reply),
                     attempts: 1,
                     latency: std::time::Duration::ZERO,
                 })

@@ -716,9 +716,13 @@ impl Agent {
             alias: &alias,
             options,
         };
-        // Dropped before it ends, the call lands in `interrupted`.
-        let in_flight = call.start(dialog, &mut self.interrupted);
-        let session = call.run(dialog, &mut self.archive, in_flight).await;
+        // Dropped before it ends, the call lands in `interrupted`. (Not
+        // handed to an `async fn` by value: its future would hold it twice,
+        // as its argument and as its local.)
+        let mut in_flight = call.start(dialog, &mut self.interrupted);
+        call.run_loop(dialog, &mut self.archive, in_flight.session())
+            .await;
+        let session = in_flight.end();
         if let Some(recorder) = &self.recorder {
             recorder
                 .lock()

@@ -166,8 +166,10 @@ impl<Output> Respond<'_, Output> {
         })
     }
 
-    async fn run(self) -> Result<AgentCallSession, Error> {
-        if let Some(misuse) = self.misuse {
+    // `&mut self`: an `async fn` holds an argument by value twice (as its
+    // argument and as its local), and every served call waits in this one.
+    async fn run(&mut self) -> Result<AgentCallSession, Error> {
+        if let Some(misuse) = self.misuse.take() {
             return Err(misuse);
         }
         self.agent.call(self.dialog.as_deref(), &self.options).await
@@ -178,7 +180,7 @@ impl<'a> IntoFuture for Respond<'a, Message> {
     type Output = Result<Message, CallError>;
     type IntoFuture = BoxFuture<'a, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
+    fn into_future(mut self) -> Self::IntoFuture {
         Box::pin(async move {
             let session = self.run().await.map_err(CallError::Agent)?;
             match session.delivery() {
@@ -193,8 +195,8 @@ impl<'a> IntoFuture for Respond<'a, AgentCallSession> {
     type Output = Result<AgentCallSession, Error>;
     type IntoFuture = BoxFuture<'a, Self::Output>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.run())
+    fn into_future(mut self) -> Self::IntoFuture {
+        Box::pin(async move { self.run().await })
     }
 }
 

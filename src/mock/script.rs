@@ -370,12 +370,16 @@ tokio::task_local! {
 
 /// Runs `future` with its own script positions: every script it serves from
 /// starts at its beginning and moves on for this future only. Inside another
-/// such future (a sub-tactic run), the outer positions are kept.
-pub async fn with_own_positions<F: std::future::Future>(future: F) -> F::Output {
+/// such future (a sub-tactic run, this function called while it runs), the
+/// outer positions are kept.
+// Not an `async fn`, which would hold `future` twice (`watch::scope`).
+pub fn with_own_positions<F: std::future::Future>(
+    future: F,
+) -> impl std::future::Future<Output = F::Output> {
     if RUN_POSITIONS.try_with(|_| ()).is_ok() {
-        future.await
+        futures_util::future::Either::Left(future)
     } else {
-        RUN_POSITIONS.scope(RunPositions::default(), future).await
+        futures_util::future::Either::Right(RUN_POSITIONS.scope(RunPositions::default(), future))
     }
 }
 

@@ -505,11 +505,12 @@ tokio::task_local! {
 /// Runs `future` (a model call), setting `sent` when one of its requests
 /// goes out to a server: an agent call interrupted while it waits for the
 /// reply knows whether there was a request to count (issue 27).
-pub(crate) async fn watching_sends<F: std::future::Future>(
+// Not an `async fn`, which would hold `future` twice (`watch::scope`).
+pub(crate) fn watching_sends<F: std::future::Future>(
     sent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     future: F,
-) -> F::Output {
-    SENT.scope(sent, future).await
+) -> impl std::future::Future<Output = F::Output> {
+    SENT.scope(sent, future)
 }
 
 /// Sends the request, following redirects only as `follow` allows.

@@ -332,11 +332,12 @@ tokio::task_local! {
 
 /// Runs `future` (a model call) with `observer` told of each wait of its
 /// requests for the provider's limits.
-pub(crate) async fn observing_waits<F: std::future::Future>(
+// Not an `async fn`, which would hold `future` twice (`watch::scope`).
+pub(crate) fn observing_waits<F: std::future::Future>(
     observer: WaitObserver,
     future: F,
-) -> F::Output {
-    WAITS.scope(observer, future).await
+) -> impl std::future::Future<Output = F::Output> {
+    WAITS.scope(observer, future)
 }
 
 fn observe_wait(why: Waiting, waited: Duration) {

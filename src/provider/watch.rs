@@ -205,8 +205,13 @@ tokio::task_local! {
 /// assert!(seen.lock().unwrap().is_empty(), "no call, no notice");
 /// # }
 /// ```
-pub async fn scope<F: std::future::Future>(watch: Arc<Watch>, future: F) -> F::Output {
-    WATCH.scope(watch, future).await
+// Not an `async fn`: that future would hold `future` twice, as its
+// argument and as the scope it awaits (4.7 KB of every served run).
+pub fn scope<F: std::future::Future>(
+    watch: Arc<Watch>,
+    future: F,
+) -> impl std::future::Future<Output = F::Output> {
+    WATCH.scope(watch, future)
 }
 
 /// The watch of the run this task is in, if any.

@@ -138,7 +138,9 @@ pub struct Events {
     queue: Arc<Queue>,
     emitter: Emitter,
     run: Option<BoxFuture<'static, SessionRecord>>,
-    record: Option<SessionRecord>,
+    /// Boxed: a stream of events is held while its run lasts, and a record
+    /// inline is 1.3 KB of it.
+    record: Option<Box<SessionRecord>>,
 }
 
 impl Events {
@@ -161,12 +163,12 @@ impl Events {
     /// The run's session record, once the stream has ended (after its
     /// closing event).
     pub fn record(&self) -> Option<&SessionRecord> {
-        self.record.as_ref()
+        self.record.as_deref()
     }
 
     /// The run's session record, taken out, once the stream has ended.
     pub fn into_record(self) -> Option<SessionRecord> {
-        self.record
+        self.record.map(|record| *record)
     }
 }
 
@@ -186,7 +188,7 @@ impl Stream for Events {
                 Poll::Ready(record) => {
                     this.run = None;
                     this.emitter.emit(closing(&record));
-                    this.record = Some(record);
+                    this.record = Some(Box::new(record));
                 }
                 // What the run said while it was polled, before it waits.
                 Poll::Pending => {

@@ -482,15 +482,18 @@ impl Tactic {
     /// compact, written form (each reply held once, by its dialog: what
     /// `lllm run` and `lllm batch` write); [`SessionRecord::expand`] gives
     /// the full one.
+    // Not an `async fn`: its future would keep room for the task (456
+    // bytes) beside the run's own, for the whole run (`lllm serve` holds
+    // a thousand at once).
     #[must_use = "the record holds the run's delivery, or why it failed"]
-    pub async fn run_until(
+    pub fn run_until(
         &self,
         task: Task,
         sink: Option<crate::agent::SharedTextSink>,
         interrupt: impl std::future::Future<Output = ()>,
-    ) -> SessionRecord {
+    ) -> impl std::future::Future<Output = SessionRecord> {
         let events = sink.map(crate::event::Emitter::text);
-        flow::run(self, Box::new(task), events, interrupt).await
+        flow::run(self, Box::new(task), events, interrupt)
     }
 }
 

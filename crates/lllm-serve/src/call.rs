@@ -5,12 +5,16 @@
 //! only then is anything sent to a provider, and only then does a stream
 //! answer 200. After the run: the answer, or the error it ended with.
 
+use std::borrow::Cow;
+
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use bytes::Bytes;
 use lllm::Tactic;
+use lllm::batch::output::{ResultLine, TaskState};
 use lllm::tactic::{RunState, SessionRecord};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -207,26 +211,18 @@ fn check(tactic: &Tactic, task: &lllm::Task) -> Result<(), ApiError> {
 
 /// A finished run's answer: `{"output", "request_id", "tactic"}` and the
 /// result line's fields, or the error it ended with.
-pub fn answer(
+pub fn answer<'a>(
     state: &State,
-    tactic: &Tactic,
-    finished: &Finished,
-    request_id: &str,
+    tactic: &'a Tactic,
+    finished: &'a Finished,
+    request_id: &'a str,
     output_schema: bool,
-) -> Result<Value, ApiError> {
+) -> Result<Answer<'a>, ApiError> {
     let record = &finished.record;
-    let mut fields = result_fields(request_id, record);
-    tactic.secrets().scrub_value(&mut fields);
-    let Value::Object(fields) = fields else {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal",
-            "the run's result could not be written",
-        ));
-    };
+    let line = ResultLine::from_record(String::new(), record);
     let failed = |status, kind, message: String| {
         let mut error = ApiError::new(status, kind, message);
-        error.metadata = fields.clone();
+        error.metadata = error_fields(tactic, &line);
         error.metadata.remove("error");
         error
     };
@@ -243,23 +239,22 @@ pub fn answer(
         )),
         (Ending::Finished, RunState::Success, Some(delivery)) => {
             let output = match output_schema {
-                true => serde_json::from_str(delivery)
-                    .unwrap_or_else(|_| Value::String(delivery.clone())),
-                false => Value::String(delivery.clone()),
+                true => serde_json::from_str(delivery).map_or(Output::Text(delivery), Output::Json),
+                false => Output::Text(delivery),
             };
-            let mut body = Map::new();
-            body.insert("output".into(), output);
-            body.insert("request_id".into(), Value::String(request_id.into()));
-            body.insert("tactic".into(), Value::String(tactic.config.name.clone()));
-            body.extend(fields);
-            let mut body = Value::Object(body);
-            tactic.secrets().scrub_value(&mut body);
-            Ok(body)
+            Ok(Answer {
+                output,
+                // The caller's own; scrubbed all the same, as every other
+                // string of the answer was with the record.
+                request_id: tactic.secrets().scrub(request_id),
+                tactic: &tactic.config.name,
+                line,
+            })
         }
         _ if refused(record) => {
             let max = state.budget.as_ref().map_or(0.0, |budget| budget.max());
             let mut error = over_budget(max);
-            error.metadata = fields.clone();
+            error.metadata = error_fields(tactic, &line);
             Err(error)
         }
         _ => Err(failed(
@@ -270,17 +265,143 @@ pub fn answer(
     }
 }
 
-/// The result line's fields of a run (docs/batch.md), without its id,
-/// delivery, tags and arguments.
-fn result_fields(request_id: &str, record: &SessionRecord) -> Value {
-    let line = lllm::batch::output::ResultLine::from_record(request_id.into(), record);
-    let mut value = serde_json::to_value(line).unwrap_or(Value::Null);
-    if let Value::Object(fields) = &mut value {
-        for key in ["id", "delivery", "tags", "args"] {
-            fields.remove(key);
+/// A successful call's answer: upstream's `{"output", "request_id",
+/// "tactic"}`, then the result line's fields (docs/batch.md) but its `id`,
+/// `delivery`, `tags` and `args`.
+///
+/// Written straight from the result line: made as a JSON value first, then
+/// scrubbed and written, it cost about a tenth of a served call's
+/// instructions (callgrind of `lllm serve`, docs/benchmarks.md, "Serving").
+/// Its strings come from the run's record, which is scrubbed of the run's
+/// secrets before anything reads it (`Tactic::run`).
+#[derive(Serialize)]
+pub struct Answer<'a> {
+    output: Output<'a>,
+    request_id: Cow<'a, str>,
+    tactic: &'a str,
+    #[serde(flatten, serialize_with = "line_fields")]
+    line: ResultLine,
+}
+
+impl Answer<'_> {
+    /// The delivery: its text, or with an `output_schema` the JSON it holds.
+    pub fn output(&self) -> Value {
+        match &self.output {
+            Output::Text(text) => Value::String(text.to_string()),
+            Output::Json(value) => value.clone(),
         }
     }
-    value
+
+    /// The run's tokens, summed over its calls.
+    pub fn usage(&self) -> &lllm::batch::output::Usage {
+        &self.line.usage
+    }
+}
+
+/// The delivery as the answer holds it.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Output<'a> {
+    Text(&'a str),
+    Json(Value),
+}
+
+/// The result line's fields that an answer holds: every one but `id`,
+/// `delivery`, `tags` and `args`, by the same rules (a test holds the two
+/// lists together).
+#[derive(Serialize)]
+struct LineFields<'a> {
+    state: &'a TaskState,
+    error: &'a Option<String>,
+    cost: &'a Option<f64>,
+    cost_known: bool,
+    usage: &'a lllm::batch::output::Usage,
+    latency_ms: u64,
+    session_id: &'a Option<String>,
+    calls: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    retries: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    cache_hits: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finish_reason: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http_status: &'a Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeat_of: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scores: &'a Option<Vec<lllm::eval::Score>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: &'a Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: &'a Option<bool>,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+impl<'a> LineFields<'a> {
+    fn of(line: &'a ResultLine) -> LineFields<'a> {
+        let ResultLine {
+            id: _,
+            state,
+            delivery: _,
+            error,
+            cost,
+            cost_known,
+            usage,
+            latency_ms,
+            session_id,
+            calls,
+            retries,
+            cache_hits,
+            tags: _,
+            args: _,
+            model,
+            finish_reason,
+            http_status,
+            repeat_of,
+            scores,
+            score,
+            pass,
+        } = line;
+        LineFields {
+            state,
+            error,
+            cost,
+            cost_known: *cost_known,
+            usage,
+            latency_ms: *latency_ms,
+            session_id,
+            calls: *calls,
+            retries: *retries,
+            cache_hits: *cache_hits,
+            model,
+            finish_reason,
+            http_status,
+            repeat_of,
+            scores,
+            score,
+            pass,
+        }
+    }
+}
+
+fn line_fields<S: serde::Serializer>(line: &ResultLine, serializer: S) -> Result<S::Ok, S::Error> {
+    LineFields::of(line).serialize(serializer)
+}
+
+/// A failed call's result fields, for its error's metadata.
+fn error_fields(tactic: &Tactic, line: &ResultLine) -> Map<String, Value> {
+    let mut fields = match serde_json::to_value(LineFields::of(line)) {
+        Ok(Value::Object(fields)) => fields,
+        _ => Map::new(),
+    };
+    tactic.secrets().scrub_map(&mut fields);
+    fields
 }
 
 /// Whether the budget refused one of the run's calls.
@@ -295,4 +416,40 @@ fn refused(record: &SessionRecord) -> bool {
             })
         })
         || record.sub_tactic_sessions.iter().any(refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field the result line writes, but the four an answer leaves
+    /// out, by the line's own rules. (A field added to `ResultLine` fails
+    /// to compile in `LineFields::of` until it is taken in or left out.)
+    #[test]
+    fn an_answer_holds_the_result_lines_fields_but_four() {
+        let full: ResultLine = serde_json::from_value(json!({
+            "id": "t1", "state": "failure", "delivery": "d", "error": "e",
+            "cost": 0.5, "cost_known": false,
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+            "latency_ms": 4, "session_id": "s", "calls": 5, "retries": 1, "cache_hits": 2,
+            "tags": {"a": 1}, "args": {"b": 2}, "model": "m", "finish_reason": "stop",
+            "http_status": 500, "repeat_of": "t0", "scores": [], "score": 1.0, "pass": true
+        }))
+        .unwrap();
+        let bare: ResultLine = serde_json::from_value(json!({
+            "id": "t2", "state": "success", "delivery": null, "error": null,
+            "cost": null, "session_id": null
+        }))
+        .unwrap();
+        for line in [full, bare] {
+            let mut expected = serde_json::to_value(&line).unwrap();
+            for key in ["id", "delivery", "tags", "args"] {
+                expected.as_object_mut().unwrap().remove(key);
+            }
+            assert_eq!(
+                serde_json::to_value(LineFields::of(&line)).unwrap(),
+                expected
+            );
+        }
+    }
 }

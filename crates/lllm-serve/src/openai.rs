@@ -110,8 +110,8 @@ async fn answer_chat(
         };
         return match call::answer(state, &prepared.tactic, &finished, &request_id, false) {
             Ok(answer) => {
-                let usage = usage(&answer);
-                let content = answer["output"].clone();
+                let usage = usage(answer.usage());
+                let content = answer.output();
                 let body = json!({
                     "id": id,
                     "object": "chat.completion",
@@ -248,12 +248,11 @@ fn internal(name: &str, request_id: &str) -> Response {
 }
 
 /// OpenAI's `usage` from an answer's result fields.
-fn usage(answer: &Value) -> Value {
-    let usage = &answer["usage"];
+fn usage(usage: &lllm::batch::output::Usage) -> Value {
     json!({
-        "prompt_tokens": usage["prompt_tokens"].as_u64().unwrap_or(0),
-        "completion_tokens": usage["completion_tokens"].as_u64().unwrap_or(0),
-        "total_tokens": usage["total_tokens"].as_u64().unwrap_or(0),
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
     })
 }
 

@@ -351,7 +351,14 @@ fn indexer(
     syncs: &mpsc::Sender<Synced>,
 ) {
     let mut index = Index::new(store_dir);
+    let mut last = std::time::Instant::now();
     while let Ok(first) = groups.recv() {
+        // At most one transaction an `INDEX_EVERY`: what arrives meanwhile
+        // joins it (`INDEX_EVERY` says why).
+        if let Some(wait) = INDEX_EVERY.checked_sub(last.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        last = std::time::Instant::now();
         let Indexed {
             mut entries,
             synced,
@@ -432,6 +439,15 @@ fn syncer(pending: &mpsc::Receiver<Synced>) {
 /// without any sync, 504 and 482 in two runs with this pause). A power loss
 /// can take this much more of the latest records.
 const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The least time between two of the index's transactions. A transaction
+/// writes a page of SQLite's log for every B-tree its rows touch (about a
+/// dozen for a session), however few rows it holds: at 6,000 calls a
+/// second, committing whatever had arrived (a handful of rows) made the
+/// index a fifth of a served call's instructions (docs/benchmarks.md,
+/// "Serving"). A row lands this much later at most, and a record is
+/// written (and its call answered) before its row either way.
+const INDEX_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Makes a directory's entries durable (on Unix; elsewhere a directory
 /// cannot be opened to sync, and its entries follow the files').

@@ -253,7 +253,7 @@ async fn run(Extract(state): Shared, Path(name): Path<String>, request: Request)
         &request_id,
         output_schema,
     ) {
-        Ok(body) => with_request_id(axum::Json(body).into_response(), &request_id),
+        Ok(answer) => with_request_id(axum::Json(answer).into_response(), &request_id),
         Err(error) => error.at(&name, "run").request(&request_id).into_response(),
     }
 }

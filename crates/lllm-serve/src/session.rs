@@ -114,7 +114,7 @@ pub fn start(
         let _permit = permit;
         let run = async {
             match events_sender {
-                Some(sender) => forward(&tactic, *task, interrupt, &sender).await,
+                Some(sender) => forward(&tactic, task, interrupt, &sender).await,
                 None => (tactic.run_until(*task, None, interrupt).await, None),
             }
         };
@@ -150,7 +150,7 @@ pub fn start(
             if let (Some(why), EventKind::Error { message, .. }) = (&why, &mut closing.kind) {
                 *message = why.clone();
             }
-            let _ = sender.send(Box::new(closing)).await;
+            let _ = sender.send(closing).await;
         }
         let _ = done_sender.send(Finished { record, ending });
     }));
@@ -172,18 +172,23 @@ impl Drop for Running {
 
 /// Runs `task` as events, each sent on `sender` but the closing one, which
 /// is handed back (with the sender) to be sent once the record is written.
+/// (The task and the closing event boxed: this future lives as long as the
+/// stream, and each inline was about 400 bytes of it.)
 async fn forward(
     tactic: &Tactic,
-    task: Task,
+    task: Box<Task>,
     interrupt: impl std::future::Future<Output = ()> + Send + 'static,
     sender: &mpsc::Sender<Box<Event>>,
-) -> (SessionRecord, Option<(mpsc::Sender<Box<Event>>, Event)>) {
-    let mut events = tactic.events_until(task, interrupt);
+) -> (
+    SessionRecord,
+    Option<(mpsc::Sender<Box<Event>>, Box<Event>)>,
+) {
+    let mut events = tactic.events_until(*task, interrupt);
     let mut closing = None;
     let mut listening = true;
     while let Some(event) = events.next().await {
         if event.kind.is_closing() {
-            closing = Some(event);
+            closing = Some(Box::new(event));
         } else if listening && sender.send(Box::new(event)).await.is_err() {
             // The caller went away: its `Cancel` interrupts the run, whose
             // events are still drained to its end.

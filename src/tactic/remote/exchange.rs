@@ -197,8 +197,12 @@ impl Replay {
 }
 
 /// Runs `work` (a re-run) with every remote call answered from `replay`.
-pub(crate) async fn replaying<T>(replay: Arc<Replay>, work: impl Future<Output = T>) -> T {
-    REPLAY.scope(replay, work).await
+// Not an `async fn`, which would hold `work` twice (`watch::scope`).
+pub(crate) fn replaying<T>(
+    replay: Arc<Replay>,
+    work: impl Future<Output = T>,
+) -> impl Future<Output = T> {
+    REPLAY.scope(replay, work)
 }
 
 /// `build` (a re-run's tactic) with every remote contract read from `replay`.
