@@ -599,43 +599,31 @@ pub struct StreamAssembler {
     done: bool,
 }
 
-impl super::exchange::Assembler for StreamAssembler {
-    /// Feeds one `data:` payload; returns `false` after `[DONE]`.
-    fn feed(
+impl StreamAssembler {
+    /// One chunk's part of the reply; `false` never (only `[DONE]` ends).
+    fn take(
         &mut self,
-        data: &str,
+        chunk: ChunkView<'_>,
         sink: Option<super::TextSink<'_>>,
     ) -> Result<bool, ProviderError> {
-        if data.trim() == "[DONE]" {
-            self.done = true;
-            return Ok(false);
-        }
-        let chunk: Value = super::exchange::value(data).map_err(|error| {
-            ProviderError::transient(format!("malformed stream chunk: {error}"))
-        })?;
         // A server that fails mid-stream says so in a chunk of its own
         // (vLLM, llama.cpp, OpenRouter), sometimes followed by `[DONE]`.
-        if let Some(error) = chunk.get("error").filter(|error| !error.is_null()) {
+        if let Some(error) = chunk.error.filter(|error| !error.is_null()) {
             return Err(exchange::error_object(error));
         }
-        if let Some(model) = chunk.get("model") {
+        if let Some(model) = chunk.model {
             self.chunks.insert("model".into(), model.clone());
         }
-        if let Some(usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
+        if let Some(usage) = chunk.usage.filter(|usage| usage.is_object()) {
             self.chunks.insert("usage".into(), usage.clone());
         }
-        let Some(choice) = chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|choices| choices.first())
-        else {
+        if !chunk.choice {
             return Ok(true);
-        };
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        }
+        if let Some(reason) = chunk.finish_reason {
             self.finish_reason = Some(reason.to_string());
         }
-        let delta = choice.get("delta").unwrap_or(&Value::Null);
-        let text = match delta.get("content") {
+        let text = match chunk.content {
             None | Some(Value::Null) => None,
             Some(content) => Some(content_text(content).ok_or_else(|| {
                 ProviderError::transient(
@@ -649,15 +637,10 @@ impl super::exchange::Assembler for StreamAssembler {
                 sink(&text);
             }
         }
-        if let Some(refusal) = delta.get("refusal").and_then(Value::as_str) {
+        if let Some(refusal) = chunk.refusal {
             self.refusal.push_str(refusal);
         }
-        for call in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for call in chunk.tool_calls {
             let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
             let slot = self.calls.entry(index).or_default();
             if let Some(id) = call.get("id").and_then(Value::as_str) {
@@ -671,6 +654,123 @@ impl super::exchange::Assembler for StreamAssembler {
             }
         }
         Ok(true)
+    }
+}
+
+/// What assembling reads of a chunk, whichever way it was read.
+struct ChunkView<'a> {
+    error: Option<&'a Value>,
+    model: Option<&'a Value>,
+    usage: Option<&'a Value>,
+    /// Whether the chunk has a first choice (the rest is of it).
+    choice: bool,
+    finish_reason: Option<&'a str>,
+    content: Option<&'a Value>,
+    refusal: Option<&'a str>,
+    tool_calls: &'a [Value],
+}
+
+impl<'a> ChunkView<'a> {
+    /// The view of a chunk read as a JSON value: a field of another type
+    /// than expected is as good as absent.
+    fn of(chunk: &'a Value) -> ChunkView<'a> {
+        let choice = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|choices| choices.first());
+        let delta = choice.and_then(|choice| choice.get("delta"));
+        ChunkView {
+            error: chunk.get("error"),
+            model: chunk.get("model"),
+            usage: chunk.get("usage"),
+            choice: choice.is_some(),
+            finish_reason: choice
+                .and_then(|choice| choice.get("finish_reason"))
+                .and_then(Value::as_str),
+            content: delta.and_then(|delta| delta.get("content")),
+            refusal: delta
+                .and_then(|delta| delta.get("refusal"))
+                .and_then(Value::as_str),
+            tool_calls: delta
+                .and_then(|delta| delta.get("tool_calls"))
+                .and_then(Value::as_array)
+                .map_or(&[], Vec::as_slice),
+        }
+    }
+}
+
+/// A chunk read as the fields assembling needs. Read as a JSON value, each
+/// chunk's objects were maps made and hashed key by key: most of what a
+/// streamed reply cost `lllm serve` (callgrind: 89,000 instructions for
+/// the seven chunks of a short reply; docs/benchmarks.md, "Serving").
+#[derive(serde::Deserialize)]
+struct Chunk<'a> {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    model: Option<Value>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    delta: Option<ChunkDelta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Vec<Value>,
+}
+
+impl Chunk<'_> {
+    fn view(&self) -> ChunkView<'_> {
+        let choice = self.choices.first();
+        let delta = choice.and_then(|choice| choice.delta.as_ref());
+        ChunkView {
+            error: self.error.as_ref(),
+            model: self.model.as_ref(),
+            usage: self.usage.as_ref(),
+            choice: choice.is_some(),
+            finish_reason: choice.and_then(|choice| choice.finish_reason.as_deref()),
+            content: delta.and_then(|delta| delta.content.as_ref()),
+            refusal: delta.and_then(|delta| delta.refusal.as_deref()),
+            tool_calls: delta.map_or(&[], |delta| delta.tool_calls.as_slice()),
+        }
+    }
+}
+
+impl super::exchange::Assembler for StreamAssembler {
+    /// Feeds one `data:` payload; returns `false` after `[DONE]`.
+    fn feed(
+        &mut self,
+        data: &str,
+        sink: Option<super::TextSink<'_>>,
+    ) -> Result<bool, ProviderError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(false);
+        }
+        // Read as the few fields assembling needs; a chunk that does not
+        // read so (a field of another type, a lone surrogate) is read as a
+        // JSON value, as it always was, and judged the same way.
+        if let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) {
+            return self.take(chunk.view(), sink);
+        }
+        let chunk: Value = super::exchange::value(data).map_err(|error| {
+            ProviderError::transient(format!("malformed stream chunk: {error}"))
+        })?;
+        self.take(ChunkView::of(&chunk), sink)
     }
 
     /// The assembled message; a stream that ended without `[DONE]` or a finish

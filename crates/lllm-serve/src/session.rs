@@ -106,21 +106,88 @@ pub fn start(
     });
     let task = Box::new(task);
     state.running.fetch_add(1, Ordering::SeqCst);
+    let session = Session {
+        config: tactic.config.clone(),
+        state,
+        permit,
+        ending,
+        deadline,
+        trace,
+        done: done_sender,
+    };
+    // A task of its own for each kind of run, so that a stream's does not
+    // keep room for an answered call's run beside its own (which the
+    // stream of events holds boxed), nor the other way round.
+    match events_sender {
+        Some(sender) => spawn(session, move || async move {
+            forward(&tactic, task, interrupt, &sender).await
+        }),
+        None => spawn(session, move || async move {
+            (tactic.run_until(*task, None, interrupt).await, None)
+        }),
+    }
+    Started {
+        events,
+        done,
+        cancel: Cancel(cancel),
+    }
+}
+
+/// Counts a run in `State::running` while it lives.
+struct Running(Arc<State>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a run's task holds beside the run.
+struct Session {
+    /// The served tactic's config (its name, for the metrics).
+    config: Arc<lllm::config::TacticConfig>,
+    state: Arc<State>,
+    permit: OwnedSemaphorePermit,
+    ending: Arc<AtomicU8>,
+    deadline: std::time::Duration,
+    trace: Option<lllm::trace_context::TraceContext>,
+    done: oneshot::Sender<Finished>,
+}
+
+/// A run's end: its record, and a stream's closing event with its sender.
+type Ran = (
+    SessionRecord,
+    Option<(mpsc::Sender<Box<Event>>, Box<Event>)>,
+);
+
+/// Spawns the run that `make` makes, then writes its record, counts it and
+/// answers (a stream with its closing event). The run is made inside the
+/// task: a future handed to it whole would be kept twice, as what the task
+/// was given and as what it awaits.
+fn spawn<M, F>(session: Session, make: M)
+where
+    M: FnOnce() -> F + Send + 'static,
+    F: std::future::Future<Output = Ran> + Send,
+{
     // Boxed: tokio moves an unboxed future by value on its way into the
     // task and at each change of the task's stage (lllm::batch::scheduler).
     tokio::spawn(Box::pin(async move {
+        let Session {
+            config,
+            state,
+            permit,
+            ending,
+            deadline,
+            trace,
+            done,
+        } = session;
         // Dropped in reverse: the slot is free before the run stops counting.
         let _running = Running(state.clone());
         let _permit = permit;
-        let run = async {
-            match events_sender {
-                Some(sender) => forward(&tactic, task, interrupt, &sender).await,
-                None => (tactic.run_until(*task, None, interrupt).await, None),
-            }
-        };
+        let run = make();
         // A caller's `traceparent`: the run is a child of its span. (One
         // future either way, made before the await: awaiting in each arm
-        // kept room for both, and for `run` beside them.)
+        // kept room for both.)
         let run = match trace {
             Some(parent) => Either::Left(lllm::trace_context::continuing(parent, run)),
             None => Either::Right(run),
@@ -145,29 +212,15 @@ pub fn start(
         state.write_record(&record).await;
         // Counted before the caller is answered, so that its answer is in
         // the next scrape.
-        state.metrics.session(&tactic.config.name, ending, &record);
+        state.metrics.session(&config.name, ending, &record);
         if let Some((sender, mut closing)) = closing {
             if let (Some(why), EventKind::Error { message, .. }) = (&why, &mut closing.kind) {
                 *message = why.clone();
             }
             let _ = sender.send(closing).await;
         }
-        let _ = done_sender.send(Finished { record, ending });
+        let _ = done.send(Finished { record, ending });
     }));
-    Started {
-        events,
-        done,
-        cancel: Cancel(cancel),
-    }
-}
-
-/// Counts a run in `State::running` while it lives.
-struct Running(Arc<State>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Runs `task` as events, each sent on `sender` but the closing one, which

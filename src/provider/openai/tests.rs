@@ -473,3 +473,67 @@ fn usage_counts_of_every_shape_are_clamped_whole_numbers() {
         (&json!(0), &json!(2), &json!(2))
     );
 }
+
+#[test]
+fn a_chunk_read_as_its_fields_assembles_as_one_read_as_json() {
+    // Each stream assembled twice: fed (its chunks read as the fields
+    // assembling needs where they read so) and from each chunk read as a
+    // JSON value. The two replies, their texts and their errors agree.
+    let streams: [&[&str]; 7] = [
+        &[
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"A \"hash\" "},"finish_reason":null}]}"#,
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"map."}],"refusal":"no"},"finish_reason":null}]}"#,
+            r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+            "[DONE]",
+        ],
+        // Shapes only the JSON reading takes: fields of other types.
+        &[
+            r#"{"model":null,"usage":null,"error":null,"choices":null}"#,
+            r#"{"model":"m","choices":[{"delta":null,"finish_reason":7}]}"#,
+            r#"{"choices":[{"delta":{"content":"x","refusal":3,"tool_calls":null}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":{"index":0}}}],"usage":3}"#,
+            r#"{"choices":[{"delta":{"content":"y","content":"z"},"finish_reason":"length"}]}"#,
+            "[DONE]",
+        ],
+        &[
+            r#"{"choices":[{"delta":{"content":"ab\ud800c"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"t","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        ],
+        &[
+            r#"{"model":null,"error":null,"usage":null,"choices":[{"delta":{"content":"q","refusal":null,"tool_calls":[]},"finish_reason":"stop"}]}"#,
+        ],
+        &[r#"{"error":{"message":"overloaded","type":"server_error"}}"#],
+        &[r#"{"choices":[{"delta":{"content":7}}]}"#],
+        &[r#"{"choices":"#],
+    ];
+    for stream in streams {
+        let fed_text = std::sync::Mutex::new(String::new());
+        let fed_sink = |text: &str| fed_text.lock().unwrap().push_str(text);
+        let mut fed = StreamAssembler::default();
+        let fed_error = stream
+            .iter()
+            .map(|chunk| fed.feed(chunk, Some(&fed_sink)))
+            .find_map(Result::err);
+        let read_text = std::sync::Mutex::new(String::new());
+        let read_sink = |text: &str| read_text.lock().unwrap().push_str(text);
+        let mut read = StreamAssembler::default();
+        let read_error = stream
+            .iter()
+            .map(|chunk| match *chunk {
+                "[DONE]" => read.feed(chunk, None),
+                _ => super::super::exchange::value(chunk)
+                    .map_err(|error| {
+                        ProviderError::transient(format!("malformed stream chunk: {error}"))
+                    })
+                    .and_then(|value| read.take(ChunkView::of(&value), Some(&read_sink))),
+            })
+            .find_map(Result::err);
+        let message = |error: Option<ProviderError>| error.map(|error| error.message);
+        assert_eq!(message(fed_error), message(read_error), "{stream:?}");
+        assert_eq!(*fed_text.lock().unwrap(), *read_text.lock().unwrap());
+        let finished =
+            |assembler: StreamAssembler| assembler.finish().map_err(|error| error.message);
+        assert_eq!(finished(fed), finished(read), "{stream:?}");
+    }
+}
