@@ -442,11 +442,11 @@ const SYNC_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The least time between two of the index's transactions. A transaction
 /// writes a page of SQLite's log for every B-tree its rows touch (about a
-/// dozen for a session), however few rows it holds: at 6,000 calls a
-/// second, committing whatever had arrived (a handful of rows) made the
-/// index a fifth of a served call's instructions (docs/benchmarks.md,
-/// "Serving"). A row lands this much later at most, and a record is
-/// written (and its call answered) before its row either way.
+/// dozen for a session), however few rows it holds; with three to seven
+/// rows a transaction the index was a fifth of a served call's
+/// instructions (callgrind; docs/benchmarks.md, "Serving"). A row lands
+/// this much later at most, and a record is written (and its call
+/// answered) before its row either way.
 const INDEX_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Makes a directory's entries durable (on Unix; elsewhere a directory
