@@ -232,10 +232,7 @@ async fn forward(
     task: Box<Task>,
     interrupt: impl std::future::Future<Output = ()> + Send + 'static,
     sender: &mpsc::Sender<Box<Event>>,
-) -> (
-    SessionRecord,
-    Option<(mpsc::Sender<Box<Event>>, Box<Event>)>,
-) {
+) -> Ran {
     let mut events = tactic.events_until(*task, interrupt);
     let mut closing = None;
     let mut listening = true;
