@@ -13,6 +13,7 @@
 #   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
 #   BASE=DIR PARTS=throughput bench/serve.sh        (DIR/lllm too, side by side in the throughput part: a change's cost)
 #   THROUGHPUT_ROUNDS=3 bench/serve.sh              (the throughput part's rounds)
+#   IR=2000 NO_BUILD=1 bench/serve.sh               (and instructions a call: needs valgrind)
 #
 # 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
 #    (C clients, each sending its next request when its last answer ended)
@@ -38,6 +39,15 @@
 #    flags, a store of its own) and this one are then loaded at once, each
 #    by half the clients, for THROUGHPUT_ROUNDS rounds; the table compares
 #    their CPU per call: what a change costs, under the same load.
+#
+# 4. With IR=N: instructions a call, which the machine's load does not move
+#    (its latency and CPU figures spread by ±10 % and more from run to run).
+#    A fresh `lllm serve --no-store` under callgrind per route, warmed by 300
+#    calls at 64 clients, then counted over N more (callgrind_control -z,
+#    then -d): every thread's user-space instructions but the index's, whose
+#    cost a row follows how many rows a transaction holds, and so the
+#    timing of the run. Run it on the `profiling` build to see where they go
+#    (callgrind_annotate); the release build's symbols are stripped.
 #
 # Needs python3 (the table, and scripts/python-env for upstream's venv) and
 # /proc (RSS). Everything listens on 127.0.0.1 and is stopped on exit.
@@ -321,3 +331,27 @@ os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 open(out, "w").write(text)
 print(f"(written to {out})", file=sys.stderr)
 PY
+
+if [ -n "${IR:-}" ]; then
+    command -v callgrind_control > /dev/null || { echo "serve.sh: IR needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+    echo "serve.sh: instructions a call (callgrind)" >&2
+    bodies ""
+    ir_line="- instructions a call (callgrind, $IR calls at 64 clients after 300, the index apart):"
+    for route in run stream; do
+        expect=$answer
+        [ "$route" = stream ] && expect="event: result"
+        start "ir_$route" valgrind --tool=callgrind --callgrind-out-file="$work/ir_$route.out" \
+            "$bin/lllm" serve "$work/answer.yaml" --port 0 --no-store ${LLLM_BENCH_FLAGS:-}
+        "$load" "$url/$route" 64 300 "$work/lllm.json" --expect "$expect" > /dev/null
+        callgrind_control -z "$pid" > /dev/null 2>&1
+        "$load" "$url/$route" 64 "$IR" "$work/lllm.json" --no-warmup --expect "$expect" > /dev/null
+        callgrind_control -d "$pid" > /dev/null 2>&1
+        kill "$pid"
+        wait "$pid" 2> /dev/null || true
+        total=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$work/ir_$route.out.1" | head -1)
+        ir_line="$ir_line /$route $(python3 -c "print(f'{$total / $IR:,.0f}')")"
+        [ "$route" = run ] && ir_line="$ir_line ·"
+    done
+    echo "$ir_line"
+    echo "$ir_line" >> "$out"
+fi
