@@ -5,7 +5,7 @@
 //! its answer (p50, p99, mean, max), the answered requests per second and the
 //! failures.
 //!
-//!     cargo run --release --example serve_load -- URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS]
+//!     cargo run --release --example serve_load -- URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS] [--dump FILE]
 //!
 //! BODY is a file holding the request body (JSON, posted as
 //! `application/json`). A request counts as answered when its status is 200
@@ -24,6 +24,10 @@
 //! same millisecond and sending again at once). A wave measures how fast a
 //! server drains a burst of C simultaneous arrivals; `bench/serve.sh` measures
 //! both, and its added-latency target is about the even arrivals.
+//!
+//! With `--dump FILE`, each answered request is also a line of FILE: when
+//! it was sent (milliseconds after the first counted request) and its
+//! latency, to see whether a tail is spread out or bunched in time.
 //!
 //! The same program measures the baseline: BODY an OpenAI chat request and
 //! URL `lllm-mock`'s `/v1/chat/completions`, so "the latency a served call
@@ -54,6 +58,7 @@ fn main() {
     let mut expect = None;
     let mut warmup = true;
     let mut spread = Duration::ZERO;
+    let mut dump = None;
     let mut rest = rest.iter();
     while let Some(flag) = rest.next() {
         match flag.as_str() {
@@ -66,6 +71,7 @@ fn main() {
                     .unwrap_or_else(|| usage());
                 spread = Duration::from_millis(ms);
             }
+            "--dump" => dump = Some(rest.next().unwrap_or_else(|| usage()).clone()),
             _ => usage(),
         }
     }
@@ -120,7 +126,7 @@ fn main() {
                 while job.next.fetch_add(1, Ordering::Relaxed) < job.total {
                     let sent = Instant::now();
                     if job.send(&client).await {
-                        latencies.push(sent.elapsed());
+                        latencies.push((sent - started, sent.elapsed()));
                     }
                 }
                 latencies
@@ -132,7 +138,25 @@ fn main() {
         }
         (latencies, started.elapsed())
     });
-    let mut millis: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    if let Some(path) = dump {
+        let lines: String = latencies
+            .iter()
+            .map(|(at, took)| {
+                format!(
+                    "{:.3} {:.3}\n",
+                    at.as_secs_f64() * 1e3,
+                    took.as_secs_f64() * 1e3
+                )
+            })
+            .collect();
+        if let Err(error) = std::fs::write(&path, lines) {
+            eprintln!("serve_load: {path}: {error}");
+        }
+    }
+    let mut millis: Vec<f64> = latencies
+        .iter()
+        .map(|(_, d)| d.as_secs_f64() * 1e3)
+        .collect();
     millis.sort_by(f64::total_cmp);
     let rank = |p: f64| -> f64 {
         if millis.is_empty() {
@@ -196,6 +220,8 @@ impl Job {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: serve_load URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS]");
+    eprintln!(
+        "usage: serve_load URL C N BODY [--expect TEXT] [--no-warmup] [--spread MS] [--dump FILE]"
+    );
     std::process::exit(2);
 }

@@ -611,7 +611,10 @@ impl StreamAssembler {
         if let Some(error) = chunk.error.filter(|error| !error.is_null()) {
             return Err(exchange::error_object(error));
         }
-        if let Some(model) = chunk.model {
+        // Every chunk names the model, nearly always the same one.
+        if let Some(model) = chunk.model
+            && self.chunks.get("model") != Some(model)
+        {
             self.chunks.insert("model".into(), model.clone());
         }
         if let Some(usage) = chunk.usage.filter(|usage| usage.is_object()) {

@@ -858,6 +858,43 @@ fn calls_at_once_are_each_recorded_and_indexed_before_their_answers() {
     assert_eq!(found, ids);
 }
 
+#[test]
+fn a_record_that_cannot_be_written_is_a_warning_and_the_call_is_answered() {
+    let (test, mock) = setup(0);
+    // The records' directory is a file: no record can be written.
+    let test = test.file("home/sessions", "not a directory\n");
+    let served = Served::start(&test, &["t.yaml"]);
+    let mut ids = Vec::new();
+    for index in 0..2 {
+        let answer = post(
+            &format!("{}/run", served.url),
+            &format!(r#""call {index}""#),
+        );
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        assert_eq!(answer.json()["output"], "ok");
+        ids.push(answer.json()["session_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(mock.requests().len(), 2);
+    for id in &ids {
+        served.eventually("a warning for each record", || {
+            served.stderr().lines().any(|line| {
+                line.starts_with("lllm serve: warning: the record of session ")
+                    && line.contains(id.as_str())
+                    && line.contains("was not written")
+            })
+        });
+    }
+    // The server still drains and exits cleanly, with nothing to sync.
+    served.terminate();
+    let mut served = served;
+    let status = served.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{}", served.stderr());
+    assert_eq!(
+        std::fs::read_to_string(test.path("home/sessions")).unwrap(),
+        "not a directory\n"
+    );
+}
+
 /// The `sessions.jsonl` files under `dir`, found at any depth.
 fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();

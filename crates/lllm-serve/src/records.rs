@@ -2,109 +2,86 @@
 //! the server's own (`<records>/serve-<uuid>/sessions.jsonl`: the form a
 //! batch writes, read by `lllm replay FILE --id ID` and found by `lllm logs
 //! reindex --from`), its row in the session store's index with the line's
-//! offset. One thread takes every record waiting and writes them as a
-//! group: their lines in one write at the file's end. A call is answered
-//! once its record is written, so a crash of the server loses none.
+//! offset. The call's own task serializes its record and appends the line
+//! (one `write`, under a lock held for that write alone); the call is
+//! answered once it is written, so a crash of the server loses none.
 //!
-//! A second thread indexes: the rows of every group written while its last
-//! transaction ran go in one transaction, a few milliseconds after their
-//! calls were answered at most. Before, each call waited for its group's
-//! commit, and the commit (a page of SQLite's log for each B-tree a row
-//! touches, whatever the group's size) was half of what a served call added
-//! to the provider's latency at 1,000 calls a second (docs/benchmarks.md,
-//! "Serving"). A crash between an answer and its row's commit leaves a
-//! record that `lllm logs reindex --from` finds.
+//! The append was a writer thread's, which took every record waiting and
+//! wrote them as a group. At 1,000 calls a second, spread out, the groups
+//! were one record each, and the hop there and back (two thread wake-ups,
+//! and the answer waiting for the writer to be scheduled on a busy
+//! machine) cost more than the write itself (docs/benchmarks.md,
+//! "Serving", sixth round).
+//!
+//! A second thread indexes: the rows of every record written while its last
+//! transaction ran go in one transaction, at most one an [`INDEX_EVERY`],
+//! after their calls were answered. A crash between an answer and its row's
+//! commit leaves a record that `lllm logs reindex --from` finds.
 //!
 //! A file of one's own, appended to, replaced a file per record: creating a
 //! file and renaming it into place was most of the kernel's work per call
 //! at 1,000 calls a second (the file system searching for a free inode).
 //! The file is created with `O_EXCL`, so no two servers ever write one;
-//! past [`SEGMENT_BYTES`] the next group starts a new one.
+//! past [`SEGMENT_BYTES`] the next record starts a new one.
 //!
 //! Durability against a power loss follows the index: a third thread syncs
 //! the files written (`fdatasync`, and their directories once) for every
-//! group indexed while its last sync ran, at most once every 10 ms
-//! ([`SYNC_EVERY`]). A call never waits for the disk; a power loss can take
+//! transaction committed while its last sync ran, at most once a
+//! [`SYNC_EVERY`]. A call never waits for the disk; a power loss can take
 //! the records of the last sync's worth of calls, and a shutdown
 //! ([`Recorder::sync`], from the drain) is answered once every record is
-//! indexed and synced. The record is serialized by the call's own task, so
-//! the writer only writes. A record or row that cannot be written, or a
-//! sync that fails, is a warning on stderr (once for the index and the
-//! sync); the call is answered all the same.
+//! indexed and synced. A record or row that cannot be written, or a sync
+//! that fails, is a warning on stderr (once for the index and the sync);
+//! the call is answered all the same.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
 use lllm::store::{Entry, RecordPlace, Store};
 use lllm::tactic::SessionRecord;
 use tokio::sync::oneshot;
 
-/// The most records written in one group.
-const BATCH: usize = 512;
-
-/// A server's `sessions.jsonl` grows to about this size (the group that
-/// passes it is written whole), then the next group starts a new file.
+/// A server's `sessions.jsonl` grows to about this size (the record that
+/// passes it is written whole), then the next record starts a new file.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// Writes the sessions' records and indexes them.
 pub struct Recorder {
-    /// Whether records are written (not `--no-record`).
-    recording: bool,
+    /// Where records are appended (`None` with `--no-record`).
+    appender: Option<Mutex<Appender>>,
     /// Whether rows go to the store's index (not `--no-store`).
     indexed: bool,
-    /// The writer thread.
-    jobs: Option<mpsc::Sender<Job>>,
-}
-
-/// What the writer thread is asked to do.
-enum Job {
-    /// Write a record; its caller waits. (Boxed: a record's index row is
-    /// most of a kilobyte, a sync's sender one pointer.)
-    Record(Box<Record>),
-    /// Make every record written so far durable; answered once it is.
-    Sync(oneshot::Sender<()>),
-}
-
-/// A record waiting for the writer thread, and who waits for it.
-struct Record {
-    session_id: String,
-    /// The record's line, its newline included.
-    line: Vec<u8>,
-    /// Its index row, its place filled in by the writer (`None` without a
-    /// store).
-    entry: Option<Entry>,
-    done: oneshot::Sender<()>,
+    /// The indexing thread's queue; `None` when it could not start.
+    rows: Option<mpsc::Sender<Indexed>>,
+    /// Whether the missing indexing thread was said.
+    unthreaded: AtomicBool,
 }
 
 impl Recorder {
     /// Records in a file of their own under `dir`, indexed in the store in
     /// `store`.
     pub fn new(dir: Option<PathBuf>, store: Option<PathBuf>) -> Recorder {
-        let recording = dir.is_some();
         let indexed = store.is_some();
-        let jobs = dir.and_then(|dir| {
-            let (sender, receiver) = mpsc::channel();
-            let spawned = std::thread::Builder::new()
-                .name("lllm-serve-records".into())
-                .spawn(move || writer(&dir, store.as_deref(), &receiver));
-            spawned.ok().map(|_| sender)
-        });
+        let rows = match dir {
+            Some(_) => start_threads(store),
+            None => None,
+        };
         Recorder {
-            recording,
+            appender: dir.map(|dir| Mutex::new(Appender { dir, segment: None })),
             indexed,
-            jobs,
+            rows,
+            unthreaded: AtomicBool::new(false),
         }
     }
 
     /// Writes `record` (its index row follows, off the caller's path); a
-    /// failure is said on stderr.
-    pub async fn write(&self, record: &SessionRecord) {
-        let Some(jobs) = &self.jobs else {
-            if self.recording {
-                warn_record(&record.session_id, "the writer thread could not start");
-            }
+    /// failure is said on stderr. It is one `write` to a file (to the page
+    /// cache, not the disk) on the caller's thread.
+    pub fn write(&self, record: &SessionRecord) {
+        let Some(appender) = &self.appender else {
             return;
         };
         let mut line = match serde_json::to_vec(record) {
@@ -112,35 +89,118 @@ impl Recorder {
             Err(error) => return warn_record(&record.session_id, &error.to_string()),
         };
         line.push(b'\n');
-        let entry = self.indexed.then(|| {
-            let unplaced = RecordPlace::Line {
-                path: PathBuf::new(),
-                offset: 0,
-            };
-            Entry::of(record, unplaced)
-        });
-        let (done, written) = oneshot::channel();
-        let job = Job::Record(Box::new(Record {
-            session_id: record.session_id.clone(),
-            line,
-            entry,
-            done,
-        }));
-        if jobs.send(job).is_ok() {
-            let _ = written.await;
-        } else {
-            warn_record(&record.session_id, "the writer thread has stopped");
+        let (placed, durable) = appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .append(&line);
+        let mut entries = Vec::new();
+        match placed {
+            Ok((path, offset)) if self.indexed => {
+                entries.push(Entry::of(record, RecordPlace::Line { path, offset }));
+            }
+            Ok(_) => {}
+            Err(message) => warn_record(&record.session_id, &message),
         }
+        self.send(Indexed {
+            entries,
+            synced: Synced {
+                durable,
+                waiting: Vec::new(),
+            },
+        });
     }
 
     /// Waits until every record written so far is indexed and durable (the
     /// shutdown's last step).
     pub async fn sync(&self) {
-        let Some(jobs) = &self.jobs else { return };
+        let Some(appender) = &self.appender else {
+            return;
+        };
+        let durable = appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .segment
+            .iter()
+            .map(|segment| Durable::File(segment.file.clone()))
+            .collect();
         let (done, synced) = oneshot::channel();
-        if jobs.send(Job::Sync(done)).is_ok() {
+        let sent = self.send(Indexed {
+            entries: Vec::new(),
+            synced: Synced {
+                durable,
+                waiting: vec![done],
+            },
+        });
+        if sent {
             let _ = synced.await;
         }
+    }
+
+    /// Hands `indexed` to the indexing thread; `false` when there is none
+    /// (its rows are then left to `lllm logs reindex`, said once, and a
+    /// sync is answered at once: the records are written, the disk gets
+    /// them in its time).
+    fn send(&self, indexed: Indexed) -> bool {
+        if let Some(rows) = &self.rows
+            && rows.send(indexed).is_ok()
+        {
+            return true;
+        }
+        if self.indexed && !self.unthreaded.swap(true, Ordering::Relaxed) {
+            warn_unindexed("the indexing thread could not start");
+        }
+        false
+    }
+}
+
+/// The records' directory and the file being appended to.
+struct Appender {
+    dir: PathBuf,
+    segment: Option<Segment>,
+}
+
+impl Appender {
+    /// Appends `line` to the current file, starting one when there is none
+    /// or it is full: where the line went (or why it did not) and what is
+    /// to be synced for it.
+    fn append(&mut self, line: &[u8]) -> (Result<(PathBuf, u64), String>, Vec<Durable>) {
+        let mut durable = Vec::new();
+        if let Some(full) = self.segment.take_if(|segment| segment.len >= SEGMENT_BYTES) {
+            durable.push(Durable::File(full.file));
+        }
+        let segment = match &mut self.segment {
+            Some(segment) => segment,
+            None => match Segment::create(&self.dir) {
+                Ok(created) => {
+                    for directory in [created.path.parent(), Some(&self.dir)]
+                        .into_iter()
+                        .flatten()
+                    {
+                        durable.push(Durable::Directory(directory.to_path_buf()));
+                    }
+                    self.segment.insert(created)
+                }
+                Err(error) => {
+                    return (Err(format!("{}: {error}", self.dir.display())), durable);
+                }
+            },
+        };
+        let offset = segment.len;
+        let placed = match segment.append(line) {
+            Ok(()) => Ok((segment.path.clone(), offset)),
+            Err((error, restored)) => {
+                let message = format!("{}: {error}", segment.path.display());
+                if !restored {
+                    durable.push(Durable::File(segment.file.clone()));
+                    self.segment = None;
+                }
+                Err(message)
+            }
+        };
+        if let Some(segment) = &self.segment {
+            durable.push(Durable::File(segment.file.clone()));
+        }
+        (placed, durable)
     }
 }
 
@@ -181,8 +241,8 @@ impl Segment {
     }
 
     /// Appends `bytes`. On a failure the file is cut back to its last whole
-    /// line, so that the next group's offsets stay true; `false` when even
-    /// that failed, and the next group must start a new file.
+    /// line, so that the next record's offset stays true; `false` when
+    /// even that failed, and the next record must start a new file.
     fn append(&mut self, bytes: &[u8]) -> Result<(), (std::io::Error, bool)> {
         match (&*self.file).write_all(bytes) {
             Ok(()) => {
@@ -202,157 +262,44 @@ enum Durable {
     Directory(PathBuf),
 }
 
-/// What the syncing thread is given after each group.
+/// What the syncing thread is given after each record (or shutdown's sync).
 struct Synced {
     durable: Vec<Durable>,
     /// Who waits for them.
     waiting: Vec<oneshot::Sender<()>>,
 }
 
-/// The writer thread: every record waiting, written as one group in the
-/// current file and their callers answered; then the group's rows and what
-/// it leaves to sync handed to the indexing thread, and the next group.
-fn writer(dir: &Path, store_dir: Option<&Path>, jobs: &mpsc::Receiver<Job>) {
+/// Starts the syncing thread and the indexing thread; the indexing
+/// thread's queue, or `None` when either could not start.
+fn start_threads(store: Option<PathBuf>) -> Option<mpsc::Sender<Indexed>> {
     let (syncs, pending) = mpsc::channel::<Synced>();
-    let syncer = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("lllm-serve-sync".into())
-        .spawn(move || syncer(&pending));
+        .spawn(move || syncer(&pending))
+        .ok()?;
     let (rows, unindexed) = mpsc::channel::<Indexed>();
-    let store_dir = store_dir.map(Path::to_path_buf);
-    let indexer = syncer.is_ok().then(|| {
-        std::thread::Builder::new()
-            .name("lllm-serve-index".into())
-            .spawn(move || indexer(store_dir.as_deref(), &unindexed, &syncs))
-    });
-    let mut segment: Option<Segment> = None;
-    let mut lines = Vec::new();
-    let mut unthreaded = false;
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let mut durable = Vec::new();
-        if let Some(full) = segment.take_if(|segment| segment.len >= SEGMENT_BYTES) {
-            durable.push(Durable::File(full.file));
-        }
-        // A file is started for records only: a server that served nothing
-        // leaves none behind at its shutdown's sync.
-        let recording = batch.iter().any(|job| matches!(job, Job::Record(_)));
-        let opened = match &segment {
-            Some(_) => Ok(()),
-            None if !recording => Ok(()),
-            None => Segment::create(dir).map(|created| {
-                for directory in [created.path.parent(), Some(dir)].into_iter().flatten() {
-                    durable.push(Durable::Directory(directory.to_path_buf()));
-                }
-                segment = Some(created);
-            }),
-        };
-        let mut entries = Vec::with_capacity(batch.len());
-        let mut written = Vec::with_capacity(batch.len());
-        let mut answered = Vec::with_capacity(batch.len());
-        let mut waiting_sync = Vec::new();
-        lines.clear();
-        for job in batch {
-            match job {
-                Job::Record(record) => {
-                    let Record {
-                        session_id,
-                        line,
-                        entry,
-                        done,
-                    } = *record;
-                    if let Some(segment) = &segment {
-                        let offset = segment.len + lines.len() as u64;
-                        lines.extend_from_slice(&line);
-                        entries.extend(entry.map(|mut entry| {
-                            entry.place = RecordPlace::Line {
-                                path: segment.path.clone(),
-                                offset,
-                            };
-                            entry
-                        }));
-                    }
-                    written.push(session_id);
-                    answered.push(done);
-                }
-                Job::Sync(done) => waiting_sync.push(done),
-            }
-        }
-        let outcome = match (opened, &mut segment) {
-            (Err(error), _) => Err(format!("{}: {error}", dir.display())),
-            (Ok(()), Some(open)) if !lines.is_empty() => match open.append(&lines) {
-                Ok(()) => Ok(()),
-                Err((error, restored)) => {
-                    let message = format!("{}: {error}", open.path.display());
-                    if !restored {
-                        durable.push(Durable::File(open.file.clone()));
-                        segment = None;
-                    }
-                    Err(message)
-                }
-            },
-            _ => Ok(()),
-        };
-        if let Err(message) = &outcome {
-            for session_id in &written {
-                warn_record(session_id, message);
-            }
-            entries.clear();
-        }
-        for done in answered {
-            let _ = done.send(());
-        }
-        if let Some(segment) = &segment {
-            durable.push(Durable::File(segment.file.clone()));
-        }
-        match &indexer {
-            // A group with nothing to index or wait for is still synced.
-            Some(Ok(_)) => {
-                let _ = rows.send(Indexed {
-                    entries,
-                    synced: Synced {
-                        durable,
-                        waiting: waiting_sync,
-                    },
-                });
-            }
-            // No indexing or syncing thread: the rows are left to `lllm logs
-            // reindex`, said once, and each shutdown's sync is answered at
-            // once (the records are written; the disk gets them in its time).
-            _ => {
-                if !entries.is_empty() && !std::mem::replace(&mut unthreaded, true) {
-                    warn_unindexed("the indexing thread could not start");
-                }
-                drop(waiting_sync);
-            }
-        }
-    }
+    std::thread::Builder::new()
+        .name("lllm-serve-index".into())
+        .spawn(move || indexer(store.as_deref(), &unindexed, &syncs))
+        .ok()?;
+    Some(rows)
 }
 
-/// A written group's rows, and what is to be synced after them.
+/// Written records' rows, and what is to be synced after them.
 struct Indexed {
     entries: Vec<Entry>,
     synced: Synced,
 }
 
-/// The indexing thread: the rows of every group written while the last
-/// transaction ran, registered in one; then their groups' syncs handed to
+/// The indexing thread: the rows of every record written while the last
+/// transaction ran, registered in one; then their syncs handed to
 /// the syncing thread, so a shutdown's sync is answered once every record
 /// is indexed too. A call is answered before its row is committed: the
 /// commit, and SQLite's checkpoints now and then, never hold an answer.
-fn indexer(
-    store_dir: Option<&Path>,
-    groups: &mpsc::Receiver<Indexed>,
-    syncs: &mpsc::Sender<Synced>,
-) {
+fn indexer(store_dir: Option<&Path>, rows: &mpsc::Receiver<Indexed>, syncs: &mpsc::Sender<Synced>) {
     let mut index = Index::new(store_dir);
     let mut last = std::time::Instant::now();
-    while let Ok(first) = groups.recv() {
+    while let Ok(first) = rows.recv() {
         // At most one transaction an `INDEX_EVERY`: what arrives meanwhile
         // joins it (`INDEX_EVERY` says why).
         if let Some(wait) = INDEX_EVERY.checked_sub(last.elapsed()) {
@@ -361,17 +308,15 @@ fn indexer(
         last = std::time::Instant::now();
         let Indexed {
             mut entries,
-            synced,
+            mut synced,
         } = first;
-        let mut synced = vec![synced];
-        while let Ok(more) = groups.try_recv() {
+        while let Ok(more) = rows.try_recv() {
             entries.extend(more.entries);
-            synced.push(more.synced);
+            synced.durable.extend(more.synced.durable);
+            synced.waiting.extend(more.synced.waiting);
         }
         index.register(&entries);
-        for synced in synced {
-            let _ = syncs.send(synced);
-        }
+        let _ = syncs.send(synced);
     }
 }
 
@@ -380,7 +325,7 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// The syncing thread: the files and directories of every group written
+/// The syncing thread: the files and directories of every record written
 /// while the last sync ran, each synced once; then those who asked are
 /// answered.
 fn syncer(pending: &mpsc::Receiver<Synced>) {

@@ -92,8 +92,8 @@ impl State {
     }
 
     /// Writes `record` and indexes it in the store (`records`).
-    pub async fn write_record(&self, record: &SessionRecord) {
-        self.recorder.write(record).await;
+    pub fn write_record(&self, record: &SessionRecord) {
+        self.recorder.write(record);
     }
 
     /// Waits until every run has ended and its record is written, then
@@ -285,9 +285,17 @@ async fn stream(Extract(state): Shared, Path(name): Path<String>, request: Reque
             .into_response();
     };
     let cancel = started.cancel;
+    // Each frame holds every event ready when it is made: a frame is a
+    // write to the socket, and a write on a loopback or LAN connection costs
+    // the kernel about as much as serializing several events.
     let body = futures_util::stream::unfold((events, cancel), |(mut events, cancel)| async move {
         let event = events.recv().await?;
-        Some((Ok::<_, Infallible>(sse(&event)), (events, cancel)))
+        let mut frame = Vec::with_capacity(FRAME);
+        sse(&mut frame, &event);
+        while let Ok(event) = events.try_recv() {
+            sse(&mut frame, &event);
+        }
+        Some((Ok::<_, Infallible>(Bytes::from(frame)), (events, cancel)))
     });
     let response = Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -297,14 +305,24 @@ async fn stream(Extract(state): Shared, Path(name): Path<String>, request: Reque
     with_request_id(response, &request_id)
 }
 
-/// One event as Server-Sent Events: `event: KIND`, `id: ID`, `data: JSON`.
-fn sse(event: &Event) -> Bytes {
-    let data = serde_json::to_string(event).unwrap_or_default();
-    Bytes::from(format!(
-        "event: {}\nid: {}\ndata: {data}\n\n",
-        event.kind.name(),
-        event.id
-    ))
+/// What a frame of events is made with room for: a text delta's message is
+/// about 300 bytes, a closing `result` about 1 KB.
+const FRAME: usize = 1024;
+
+/// Appends one event as a Server-Sent Events message to `out`: `event:
+/// KIND`, `id: ID`, `data: JSON` and a blank line. (JSON has no raw line
+/// breaks, so the data is one line.)
+fn sse(out: &mut Vec<u8>, event: &Event) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.kind.name().as_bytes());
+    out.extend_from_slice(b"\nid: ");
+    out.extend_from_slice(event.id.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    let data = out.len();
+    if serde_json::to_writer(&mut *out, event).is_err() {
+        out.truncate(data);
+    }
+    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]
@@ -317,12 +335,39 @@ mod tests {
             step: "s".into(),
             tactic: "t\nx".into(),
         });
-        let text = String::from_utf8(sse(&event).to_vec()).unwrap();
+        let mut frame = Vec::new();
+        sse(&mut frame, &event);
+        let text = String::from_utf8(frame).unwrap();
         let lines: Vec<&str> = text.split('\n').collect();
         assert_eq!(lines[0], "event: sub_tactic_started");
         assert_eq!(lines[1], format!("id: {}", event.id));
         let data: Value = serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(data["data"]["tactic"], "t\nx");
         assert_eq!(&lines[3..], ["", ""]);
+    }
+
+    #[test]
+    fn events_in_one_frame_stay_separate_messages() {
+        let first = Event::new(lllm::EventKind::SubTacticStarted {
+            step: "a".into(),
+            tactic: "t".into(),
+        });
+        let second = Event::new(lllm::EventKind::SubTacticStarted {
+            step: "b".into(),
+            tactic: "t".into(),
+        });
+        let mut frame = Vec::new();
+        sse(&mut frame, &first);
+        sse(&mut frame, &second);
+        let text = String::from_utf8(frame).unwrap();
+        let messages: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(messages.len(), 2, "{text}");
+        for (message, event) in messages.iter().zip([&first, &second]) {
+            let lines: Vec<&str> = message.split('\n').collect();
+            assert_eq!(lines[1], format!("id: {}", event.id));
+            let data: Event =
+                serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(&data, event);
+        }
     }
 }
