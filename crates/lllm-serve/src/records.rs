@@ -3,8 +3,10 @@
 //! batch writes, read by `lllm replay FILE --id ID` and found by `lllm logs
 //! reindex --from`), its row in the session store's index with the line's
 //! offset. The call's own task serializes its record and appends the line
-//! (one `write`, under a lock held for that write alone); the call is
-//! answered once it is written, so a crash of the server loses none.
+//! (one `write`, under a lock held for that write alone: tokio's, so a
+//! call waiting for it leaves its worker free); the call is answered once
+//! it is written, so a crash of the server loses none. A file system that
+//! hangs a `write` holds one worker, not the server.
 //!
 //! The append was a writer thread's, which took every record waiting and
 //! wrote them as a group. At 1,000 calls a second, spread out, the groups
@@ -38,11 +40,11 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 
 use lllm::store::{Entry, RecordPlace, Store};
 use lllm::tactic::SessionRecord;
-use tokio::sync::oneshot;
+use tokio::sync::{Mutex, oneshot};
 
 /// A server's `sessions.jsonl` grows to about this size (the record that
 /// passes it is written whole), then the next record starts a new file.
@@ -80,7 +82,7 @@ impl Recorder {
     /// Writes `record` (its index row follows, off the caller's path); a
     /// failure is said on stderr. It is one `write` to a file (to the page
     /// cache, not the disk) on the caller's thread.
-    pub fn write(&self, record: &SessionRecord) {
+    pub async fn write(&self, record: &SessionRecord) {
         let Some(appender) = &self.appender else {
             return;
         };
@@ -89,10 +91,7 @@ impl Recorder {
             Err(error) => return warn_record(&record.session_id, &error.to_string()),
         };
         line.push(b'\n');
-        let (placed, durable) = appender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .append(&line);
+        let (placed, durable) = appender.lock().await.append(&line);
         let mut entries = Vec::new();
         match placed {
             Ok((path, offset)) if self.indexed => {
@@ -118,7 +117,7 @@ impl Recorder {
         };
         let durable = appender
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .await
             .segment
             .iter()
             .map(|segment| Durable::File(segment.file.clone()))

@@ -92,8 +92,8 @@ impl State {
     }
 
     /// Writes `record` and indexes it in the store (`records`).
-    pub fn write_record(&self, record: &SessionRecord) {
-        self.recorder.write(record);
+    pub async fn write_record(&self, record: &SessionRecord) {
+        self.recorder.write(record).await;
     }
 
     /// Waits until every run has ended and its record is written, then

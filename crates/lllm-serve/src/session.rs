@@ -209,7 +209,7 @@ where
         if let Some(why) = &why {
             record.error = Some(why.clone());
         }
-        state.write_record(&record);
+        state.write_record(&record).await;
         // Counted before the caller is answered, so that its answer is in
         // the next scrape.
         state.metrics.session(&config.name, ending, &record);
