@@ -356,6 +356,73 @@ fn connect_telling(
     Ok(connection)
 }
 
+/// The sessions index at `path`, as [`connect_telling`] opens it with
+/// [`SCHEMA`], brought up to date ([`upgrade`]).
+fn open_index(path: &Path) -> std::result::Result<Connection, (StoreError, bool)> {
+    let connection = connect_telling(path, SCHEMA)?;
+    upgrade(&connection).map_err(|error| {
+        let damaged = is_damage(&error);
+        let error = StoreError::Open {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        };
+        (error, damaged)
+    })?;
+    Ok(connection)
+}
+
+/// Brings a store made by an earlier lllm up to [`SCHEMA`], and makes the
+/// indexes of columns added since. A session's trace id was a row of a
+/// table of its own (`session_traces`) before it was a column of
+/// `sessions`: the statement a session cost was about 8,000 instructions
+/// of a traced batch task (docs/benchmarks.md, "Telemetry"). Its rows are
+/// moved into the column and the table dropped, in one transaction that
+/// waits for any other process doing the same.
+fn upgrade(connection: &Connection) -> rusqlite::Result<()> {
+    let has_column = |connection: &Connection| {
+        connection
+            .prepare("SELECT trace_id FROM sessions LIMIT 0")
+            .is_ok()
+    };
+    let has_old_table = |connection: &Connection| -> rusqlite::Result<bool> {
+        connection
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'session_traces'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|count| count > 0)
+    };
+    if !has_column(connection) || has_old_table(connection)? {
+        connection.execute_batch("BEGIN IMMEDIATE")?;
+        let upgraded = (|| {
+            // Again, in the transaction: another process may have done it.
+            if !has_column(connection) {
+                connection.execute_batch("ALTER TABLE sessions ADD COLUMN trace_id TEXT")?;
+            }
+            if has_old_table(connection)? {
+                connection.execute_batch(
+                    "UPDATE sessions SET trace_id = \
+                     (SELECT t.trace_id FROM session_traces t WHERE t.session = sessions.id) \
+                     WHERE trace_id IS NULL AND id IN (SELECT session FROM session_traces); \
+                     DROP TABLE session_traces;",
+                )?;
+            }
+            Ok(())
+        })();
+        match upgraded {
+            Ok(()) => connection.execute_batch("COMMIT")?,
+            Err(error) => {
+                let _ = connection.execute_batch("ROLLBACK");
+                return Err(error);
+            }
+        }
+    }
+    connection.execute_batch(
+        "CREATE INDEX IF NOT EXISTS sessions_trace ON sessions (trace_id) WHERE trace_id IS NOT NULL",
+    )
+}
+
 /// Whether SQLite says the file itself is bad: not a database, or damaged.
 fn is_damage(error: &rusqlite::Error) -> bool {
     matches!(
@@ -445,7 +512,7 @@ impl Store {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Store> {
         let path = dir.join(INDEX_FILE);
-        let connection = connect(&path, SCHEMA)?;
+        let connection = open_index(&path).map_err(|(error, _)| error)?;
         Ok(Store { connection, path })
     }
 
@@ -456,11 +523,11 @@ impl Store {
     /// `records.list` names every record file the index had seen.
     pub fn open_to_rebuild(dir: &Path) -> Result<(Store, Option<String>)> {
         let path = dir.join(INDEX_FILE);
-        match connect_telling(&path, SCHEMA) {
+        match open_index(&path) {
             Ok(connection) => Ok((Store { connection, path }, None)),
             Err((error, true)) => {
                 let note = replaced_note(&path, &move_aside(&path)?, &error);
-                let connection = connect(&path, SCHEMA)?;
+                let connection = open_index(&path).map_err(|(error, _)| error)?;
                 Ok((Store { connection, path }, Some(note)))
             }
             Err((error, false)) => Err(error),
@@ -473,7 +540,7 @@ impl Store {
         let empty = Connection::open_in_memory().map_err(|error| self.sql(error))?;
         drop(std::mem::replace(&mut self.connection, empty));
         let note = replaced_note(&self.path, &move_aside(&self.path)?, error);
-        self.connection = connect(&self.path, SCHEMA)?;
+        self.connection = open_index(&self.path).map_err(|(error, _)| error)?;
         Ok(note)
     }
 
@@ -668,7 +735,7 @@ impl Store {
                 .map_err(|error| self.sql(error))?
         };
         self.connection
-            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; DELETE FROM session_traces; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
+            .execute_batch("DELETE FROM sessions; DELETE FROM session_tags; DELETE FROM session_models; INSERT INTO sessions_text (sessions_text) VALUES ('delete-all'); DELETE FROM text_pending; DELETE FROM record_files;")
             .map_err(|error| self.sql(error))?;
         Ok(files.into_iter().map(|file| file.0).collect())
     }
@@ -699,8 +766,11 @@ CREATE TABLE IF NOT EXISTS sessions (
     delivery TEXT,
     error TEXT,
     record_path TEXT NOT NULL,
-    record_offset INTEGER
+    record_offset INTEGER,
+    trace_id TEXT
 );
+-- `trace_id`: the trace of a session that had one (issue 31), indexed in
+-- `upgrade`, which adds the column to a store made before it.
 CREATE INDEX IF NOT EXISTS sessions_started ON sessions (started_at);
 CREATE INDEX IF NOT EXISTS sessions_tactic ON sessions (tactic, started_at);
 CREATE INDEX IF NOT EXISTS sessions_state ON sessions (state, started_at);
@@ -720,13 +790,6 @@ CREATE VIRTUAL TABLE IF NOT EXISTS sessions_text USING fts5 (task, delivery, con
 -- Sessions whose text is not in `sessions_text` yet (see `text`). A store
 -- made before this table indexed every session at registration.
 CREATE TABLE IF NOT EXISTS text_pending (id INTEGER PRIMARY KEY);
--- The trace of each session that had one (issue 31): a table of its own,
--- so a store made before it gains it as it opens, with no column to add.
-CREATE TABLE IF NOT EXISTS session_traces (
-    trace_id TEXT NOT NULL, session INTEGER NOT NULL,
-    PRIMARY KEY (trace_id, session)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS session_traces_session ON session_traces (session);
 ";
 
 fn preview(text: &str) -> &str {
@@ -760,16 +823,12 @@ fn insert(
         connection.prepare_cached("DELETE FROM session_tags WHERE session = ?1")?;
     let mut forget_models =
         connection.prepare_cached("DELETE FROM session_models WHERE session = ?1")?;
-    let mut forget_trace =
-        connection.prepare_cached("DELETE FROM session_traces WHERE session = ?1")?;
-    let mut trace =
-        connection.prepare_cached("INSERT OR IGNORE INTO session_traces VALUES (?1, ?2)")?;
     let mut session = connection.prepare_cached(
         "INSERT INTO sessions (session_id, tactic, tactic_path, task_id, state, models, \
          prompt_tokens, completion_tokens, total_tokens, cost, cost_known, started_at, ended_at, \
-         latency_ms, tags, metadata, task, delivery, error, record_path, record_offset) \
+         latency_ms, tags, metadata, task, delivery, error, record_path, record_offset, trace_id) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-         ?18, ?19, ?20, ?21) ON CONFLICT (session_id) DO NOTHING",
+         ?18, ?19, ?20, ?21, ?22) ON CONFLICT (session_id) DO NOTHING",
     )?;
     let mut tag =
         connection.prepare_cached("INSERT OR IGNORE INTO session_tags VALUES (?1, ?2, ?3)")?;
@@ -811,6 +870,7 @@ fn insert(
             entry.error.as_deref().map(preview),
             record_path,
             entry.place.offset().map(|offset| offset as i64),
+            entry.trace_id,
         ];
         // A new session (nearly always) is one insert. One registered before
         // is replaced, not updated: a contentless full-text index cannot
@@ -820,16 +880,12 @@ fn insert(
             forget.execute([id])?;
             forget_tags.execute([id])?;
             forget_models.execute([id])?;
-            forget_trace.execute([id])?;
             forget_pending.execute([id])?;
             session.execute(row)?;
         }
         let id = connection.last_insert_rowid();
         for (key, value) in &entry.tags {
             tag.execute(params![key, tag_text(value), id])?;
-        }
-        if let Some(trace_id) = &entry.trace_id {
-            trace.execute(params![trace_id, id])?;
         }
         for used in &entry.models {
             model.execute(params![

@@ -244,9 +244,7 @@ fn condition(filter: &Filter, dense: bool) -> (String, Vec<SqlValue>) {
     }
     if let Some(trace_id) = &filter.trace_id {
         let trace_id = bind(&mut values, trace_id);
-        clauses.push(format!(
-            "s.id IN (SELECT session FROM session_traces WHERE trace_id = {trace_id})"
-        ));
+        clauses.push(format!("s.trace_id = {trace_id}"));
     }
     if let Some(since) = &filter.since {
         clauses.push(format!("s.started_at >= {}", bind(&mut values, since)));

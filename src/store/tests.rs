@@ -199,7 +199,7 @@ fn show_names_a_record_that_is_another_session() {
 }
 
 #[test]
-fn sessions_are_found_by_their_trace_and_a_store_without_the_table_gains_it() {
+fn sessions_are_found_by_their_trace_and_an_older_stores_traces_are_moved_into_the_column() {
     let dir = tempfile::tempdir().unwrap();
     let yaml = "agent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]";
     let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
@@ -227,17 +227,42 @@ fn sessions_are_found_by_their_trace_and_a_store_without_the_table_gains_it() {
         entries.push(Entry::of(record, RecordPlace::File(path)));
     }
     let store_dir = dir.path().join("store");
-    // A store made before the traces' table: it is added as the store opens.
+    // A store made before the trace id was a column: its sessions (one
+    // traced) without it, and their traces in a table of their own.
     {
-        let store = Store::open(&store_dir).unwrap();
+        let mut store = Store::open(&store_dir).unwrap();
+        store.register(&entries).unwrap();
         store
             .connection
-            .execute_batch("DROP TABLE session_traces")
+            .execute_batch(
+                "CREATE TABLE session_traces (trace_id TEXT NOT NULL, session INTEGER NOT NULL, \
+                 PRIMARY KEY (trace_id, session)) WITHOUT ROWID; \
+                 INSERT INTO session_traces SELECT trace_id, id FROM sessions WHERE trace_id IS NOT NULL; \
+                 DROP INDEX sessions_trace; ALTER TABLE sessions DROP COLUMN trace_id;",
+            )
             .unwrap();
     }
+    // As it opens, the column is added and the old table's rows moved in.
     let mut store = Store::open(&store_dir).unwrap();
+    let old_tables: i64 = store
+        .connection
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'session_traces'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(old_tables, 0);
+    let found_before_registering = {
+        let filter = super::Filter {
+            trace_id: Some(trace.trace_id.clone()),
+            ..super::Filter::default()
+        };
+        store.list(&filter, 10).unwrap().len()
+    };
+    assert_eq!(found_before_registering, 1);
+    // Registered again (a reindex): still one row per session.
     store.register(&entries).unwrap();
-    // Registered twice (a reindex): still one row per session.
     store.register(&entries).unwrap();
     let by_trace = |trace_id: &str| -> Vec<String> {
         let filter = super::Filter {

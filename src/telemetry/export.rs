@@ -14,13 +14,15 @@
 //! here is the batching and the standard variables' reading the processor
 //! and the exporter did: `OTEL_BSP_SCHEDULE_DELAY`,
 //! `OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`,
-//! `OTEL_BSP_EXPORT_TIMEOUT`, and the traces' endpoint, headers, timeout
-//! and compression, the signal's own variable over the general one.
+//! `OTEL_BSP_EXPORT_TIMEOUT`, and each signal's endpoint, headers, timeout
+//! and compression, the signal's own variable over the general one. The
+//! metrics (`telemetry::metrics`) go out through the same [`Sender`].
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 #[cfg(any(test, feature = "otel-grpc"))]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
@@ -79,7 +81,34 @@ impl Batching {
 pub(super) type TestAnswer =
     Box<dyn Fn(&ExportTraceServiceRequest) -> Result<(), String> + Send + Sync>;
 
-/// Where the spans go and how.
+/// Which of OTLP's signals a sender carries: its variables
+/// (`OTEL_EXPORTER_OTLP_{TRACES,METRICS}_*`), its path over HTTP and its
+/// gRPC service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Signal {
+    Traces,
+    Metrics,
+}
+
+impl Signal {
+    /// As in the variables' names: `TRACES`.
+    fn upper(self) -> &'static str {
+        match self {
+            Signal::Traces => "TRACES",
+            Signal::Metrics => "METRICS",
+        }
+    }
+
+    /// As in the paths and messages: `traces`.
+    fn lower(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+        }
+    }
+}
+
+/// Where a signal goes and how.
 pub(super) enum Sender {
     /// `POST` to the URL with the headers, the body `application/x-protobuf`.
     Http {
@@ -89,27 +118,25 @@ pub(super) enum Sender {
         /// Each request's (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else the general one).
         timeout: Duration,
     },
-    /// The collector's gRPC trace service, the headers as metadata.
+    /// The collector's gRPC service of the signal, on this channel, the
+    /// headers as metadata.
     #[cfg(feature = "otel-grpc")]
     Grpc {
-        client: opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient<
-            tonic::transport::Channel,
-        >,
+        channel: tonic::transport::Channel,
         metadata: tonic::metadata::MetadataMap,
     },
     /// A test's collector: given each request, it answers; `early`: its
     /// batches are encoded where they are filled, as over HTTP.
     #[cfg(test)]
-    Test {
-        answer: TestAnswer,
-        early: bool,
-    },
+    Test { answer: TestAnswer, early: bool },
 }
 
 impl Sender {
-    /// The sender `protocol` asks for, its endpoint, headers and timeout
-    /// from the standard variables (`variable`), with `client` for HTTP.
+    /// The sender of `signal` that `protocol` asks for, its endpoint,
+    /// headers and timeout from the standard variables (`variable`), with
+    /// `client` for HTTP.
     pub(super) fn new(
+        signal: Signal,
         protocol: Protocol,
         variable: impl Fn(&str) -> Option<String>,
         client: &super::Client,
@@ -117,7 +144,7 @@ impl Sender {
     ) -> Result<Sender, String> {
         let read = |name: &str| variable(name).filter(|value| !value.trim().is_empty());
         let own_or_general = |name: &str| {
-            let own = format!("OTEL_EXPORTER_OTLP_TRACES_{name}");
+            let own = format!("OTEL_EXPORTER_OTLP_{}_{name}", signal.upper());
             match read(&own) {
                 Some(value) => Some((own, value)),
                 None => {
@@ -130,29 +157,30 @@ impl Sender {
             && !compression.trim().eq_ignore_ascii_case("none")
         {
             return Err(format!(
-                "{name}={}: lllm sends spans uncompressed (`none`)",
-                crate::redact::terminal_line(compression.trim())
+                "{name}={}: lllm sends {} uncompressed (`none`)",
+                crate::redact::terminal_line(compression.trim()),
+                match signal {
+                    Signal::Traces => "spans",
+                    Signal::Metrics => "metrics",
+                }
             ));
         }
         let headers = headers(own_or_general("HEADERS").map(|(_, value)| value).as_deref());
         let timeout = own_or_general("TIMEOUT")
             .and_then(|(_, millis)| millis.trim().parse::<u64>().ok())
             .map_or(Duration::from_secs(10), Duration::from_millis);
+        let own_endpoint = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.upper());
         match protocol {
             Protocol::HttpProtobuf => {
-                let (url, name) = match (
-                    read("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-                    read("OTEL_EXPORTER_OTLP_ENDPOINT"),
-                ) {
-                    (Some(url), _) => {
-                        (url.trim().to_string(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                    }
+                let path = signal.lower();
+                let (url, name) = match (read(&own_endpoint), read("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+                    (Some(url), _) => (url.trim().to_string(), own_endpoint.as_str()),
                     (None, Some(base)) => {
                         let base = base.trim();
                         let base = base.strip_suffix('/').unwrap_or(base);
-                        (format!("{base}/v1/traces"), "OTEL_EXPORTER_OTLP_ENDPOINT")
+                        (format!("{base}/v1/{path}"), "OTEL_EXPORTER_OTLP_ENDPOINT")
                     }
-                    (None, None) => ("http://localhost:4318/v1/traces".into(), ""),
+                    (None, None) => (format!("http://localhost:4318/v1/{path}"), ""),
                 };
                 if let Err(error) = reqwest::Url::parse(&url) {
                     return Err(format!(
@@ -168,11 +196,11 @@ impl Sender {
             }
             #[cfg(feature = "otel-grpc")]
             Protocol::Grpc => {
-                let endpoint = read("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                let endpoint = read(&own_endpoint)
                     .or_else(|| read("OTEL_EXPORTER_OTLP_ENDPOINT"))
                     .unwrap_or_else(|| "http://localhost:4317".into());
-                let insecure = read("OTEL_EXPORTER_OTLP_TRACES_INSECURE")
-                    .or_else(|| read("OTEL_EXPORTER_OTLP_INSECURE"))
+                let insecure = own_or_general("INSECURE")
+                    .map(|(_, value)| value)
                     .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"));
                 let endpoint = endpoint.trim();
                 let tls = super::grpc::uses_tls(endpoint, insecure);
@@ -184,7 +212,10 @@ impl Sender {
                     format!("http://{endpoint}")
                 };
                 let bad = |error: &dyn std::fmt::Display| {
-                    format!("OpenTelemetry traces: the gRPC endpoint does not read ({error})")
+                    format!(
+                        "OpenTelemetry {}: the gRPC endpoint does not read ({error})",
+                        signal.lower()
+                    )
                 };
                 let mut channel = tonic::transport::Endpoint::from_shared(uri)
                     .map_err(|error| bad(&error))?
@@ -200,14 +231,17 @@ impl Sender {
                     channel.connect_lazy()
                 };
                 Ok(Sender::Grpc {
-                    client: opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient::new(channel),
+                    channel,
                     metadata: tonic::metadata::MetadataMap::from_headers(headers),
                 })
             }
             #[cfg(not(feature = "otel-grpc"))]
             Protocol::Grpc => {
-                let _ = (runtime, timeout);
-                Err("OpenTelemetry traces: gRPC export needs the `otel-grpc` feature".into())
+                let _ = (runtime, timeout, own_endpoint);
+                Err(format!(
+                    "OpenTelemetry {}: gRPC export needs the `otel-grpc` feature",
+                    signal.lower()
+                ))
             }
         }
     }
@@ -238,31 +272,11 @@ impl Sender {
                     Batch::Encoded { body, .. } => body,
                     Batch::Spans(spans) => envelope.request(&spans),
                 };
-                let reply = client
-                    .post(url.as_str())
-                    .headers(headers.clone())
-                    .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-                    .timeout(*timeout)
-                    .body(body)
-                    .send()
-                    .await
-                    // Where it went, the URL's credentials and query hidden.
-                    .map_err(|error| {
-                        format!(
-                            "{}: {}",
-                            crate::redact::place(url),
-                            with_causes(&error.without_url())
-                        )
-                    })?;
-                let status = reply.status();
-                if status.is_success() {
-                    Ok(())
-                } else {
-                    Err(format!("{} answered {status}", crate::redact::place(url)))
-                }
+                post(client, url, headers, *timeout, body).await
             }
             #[cfg(feature = "otel-grpc")]
-            Sender::Grpc { client, metadata } => {
+            Sender::Grpc { channel, metadata } => {
+                use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
                 let Batch::Spans(spans) = batch else {
                     return Err("an encoded batch for gRPC".into());
                 };
@@ -273,8 +287,7 @@ impl Sender {
                         .map_err(|error| format!("a span did not encode: {error}"))?;
                 let mut call = tonic::Request::new(request);
                 *call.metadata_mut() = metadata.clone();
-                client
-                    .clone()
+                TraceServiceClient::new(channel.clone())
                     .export(call)
                     .await
                     .map(|_| ())
@@ -291,6 +304,69 @@ impl Sender {
                 answer(&request)
             }
         }
+    }
+
+    /// Sends one metrics request; `Err` says why the collector did not take it.
+    pub(super) async fn send_metrics(
+        &self,
+        request: ExportMetricsServiceRequest,
+    ) -> Result<(), String> {
+        match self {
+            Sender::Http {
+                client,
+                url,
+                headers,
+                timeout,
+            } => {
+                let body = prost::Message::encode_to_vec(&request);
+                post(client, url, headers, *timeout, body).await
+            }
+            #[cfg(feature = "otel-grpc")]
+            Sender::Grpc { channel, metadata } => {
+                use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+                let mut call = tonic::Request::new(request);
+                *call.metadata_mut() = metadata.clone();
+                MetricsServiceClient::new(channel.clone())
+                    .export(call)
+                    .await
+                    .map(|_| ())
+                    .map_err(|status| format!("{}: {}", status.code(), status.message()))
+            }
+            #[cfg(test)]
+            Sender::Test { .. } => Err("a test's sender takes spans only".into()),
+        }
+    }
+}
+
+/// `POST`s a protobuf body to `url`.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &reqwest::header::HeaderMap,
+    timeout: Duration,
+    body: Vec<u8>,
+) -> Result<(), String> {
+    let reply = client
+        .post(url)
+        .headers(headers.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+        .timeout(timeout)
+        .body(body)
+        .send()
+        .await
+        // Where it went, the URL's credentials and query hidden.
+        .map_err(|error| {
+            format!(
+                "{}: {}",
+                crate::redact::place(url),
+                with_causes(&error.without_url())
+            )
+        })?;
+    let status = reply.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("{} answered {status}", crate::redact::place(url)))
     }
 }
 
@@ -621,8 +697,9 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let client = super::super::Client::new(runtime.handle().clone()).unwrap();
+        let client = super::super::Client::new().unwrap();
         Sender::new(
+            Signal::Traces,
             Protocol::HttpProtobuf,
             from(pairs),
             &client,

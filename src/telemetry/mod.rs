@@ -35,7 +35,6 @@ use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
 
@@ -253,13 +252,18 @@ impl Telemetry {
     /// standard variables.
     pub fn new(settings: Settings) -> Result<Telemetry, String> {
         let runtime = Runtime::start()?;
-        let client = Client::new(runtime.handle.clone())?;
+        let client = Client::new()?;
         let failures = Arc::new(Failures::default());
         let resource = resource();
         let traces = if settings.traces {
             let variable = |name: &str| std::env::var(name).ok();
-            let sender =
-                export::Sender::new(settings.traces_protocol, variable, &client, &runtime.handle)?;
+            let sender = export::Sender::new(
+                export::Signal::Traces,
+                settings.traces_protocol,
+                variable,
+                &client,
+                &runtime.handle,
+            )?;
             let batching = export::Batching::read(variable);
             let exporter = export::Exporter::start(
                 sender,
@@ -280,10 +284,12 @@ impl Telemetry {
         let metrics = if settings.metrics {
             Some(metrics::Metrics::new(
                 settings.metrics_protocol,
-                client,
+                |name: &str| std::env::var(name).ok(),
+                &client,
                 &runtime.handle,
-                resource,
-                scope(),
+                &resource,
+                &scope(),
+                Arc::clone(&failures),
             )?)
         } else {
             None
@@ -382,41 +388,14 @@ impl Telemetry {
     }
 }
 
-/// OTLP over gRPC (feature `otel-grpc`): opentelemetry-otlp's tonic
-/// exporter. The endpoint is used as it is (gRPC has no `/v1/traces`
-/// path), `http://localhost:4317` when none is named; the headers
-/// variables become the requests' metadata (read by the crate); an
-/// `https` endpoint (or one without a scheme, unless `…_INSECURE=true`)
-/// is TLS on rustls with the webpki roots, as the providers' requests are.
+/// OTLP over gRPC (feature `otel-grpc`): opentelemetry-proto's tonic
+/// clients (`export::Sender`). The endpoint is used as it is (gRPC has no
+/// `/v1/traces` path), `http://localhost:4317` when none is named; the
+/// headers variables become the requests' metadata; an `https` endpoint
+/// (or one without a scheme, unless `…_INSECURE=true`) is TLS on rustls
+/// with the webpki roots, as the providers' requests are.
 #[cfg(feature = "otel-grpc")]
 mod grpc {
-    use opentelemetry_otlp::WithTonicConfig;
-    use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
-
-    /// `builder` with TLS when the endpoint it will use is `https`.
-    pub(super) fn with_tls<B: WithTonicConfig>(
-        builder: B,
-        signal_endpoint: &str,
-        signal_insecure: &str,
-    ) -> B {
-        let read = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|value| !value.trim().is_empty())
-        };
-        let endpoint = read(signal_endpoint)
-            .or_else(|| read("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            .unwrap_or_else(|| "http://localhost:4317".into());
-        let insecure = read(signal_insecure)
-            .or_else(|| read("OTEL_EXPORTER_OTLP_INSECURE"))
-            .is_some_and(|value| value.trim().eq_ignore_ascii_case("true"));
-        if uses_tls(&endpoint, insecure) {
-            builder.with_tls_config(ClientTlsConfig::new().with_webpki_roots())
-        } else {
-            builder
-        }
-    }
-
     /// Whether a gRPC endpoint is TLS: `https://…`, or no scheme and not
     /// insecure (the OTLP exporter specification's rule).
     pub(super) fn uses_tls(endpoint: &str, insecure: bool) -> bool {
@@ -614,37 +593,6 @@ impl Failures {
     }
 }
 
-/// A future polled in the exporter's runtime's context: the SDK's threads
-/// drive the metric exporter's futures with an executor of their own, and tonic's
-/// channel (its timers, its connection) and the crate's retry sleeps need
-/// Tokio's. The runtime's thread drives the I/O and timers; the future
-/// is woken as usual.
-struct InRuntime<'h, F> {
-    runtime: &'h tokio::runtime::Handle,
-    future: std::pin::Pin<Box<F>>,
-}
-
-impl<'h, F: std::future::Future> InRuntime<'h, F> {
-    fn new(runtime: &'h tokio::runtime::Handle, future: F) -> Self {
-        InRuntime {
-            runtime,
-            future: Box::pin(future),
-        }
-    }
-}
-
-impl<F: std::future::Future> std::future::Future for InRuntime<'_, F> {
-    type Output = F::Output;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
-        let _entered = self.runtime.enter();
-        self.future.as_mut().poll(context)
-    }
-}
-
 /// A thread with a small runtime of its own, where the exporter's HTTP
 /// requests run.
 #[derive(Debug)]
@@ -694,11 +642,10 @@ impl Runtime {
 #[derive(Debug, Clone)]
 struct Client {
     client: reqwest::Client,
-    runtime: tokio::runtime::Handle,
 }
 
 impl Client {
-    fn new(runtime: tokio::runtime::Handle) -> Result<Client, String> {
+    fn new() -> Result<Client, String> {
         let timeout = std::env::var("OTEL_EXPORTER_OTLP_TIMEOUT")
             .ok()
             .and_then(|millis| millis.trim().parse::<u64>().ok())
@@ -708,31 +655,7 @@ impl Client {
             .timeout(timeout)
             .build()
             .map_err(|error| format!("OpenTelemetry: cannot build the HTTP client: {error}"))?;
-        Ok(Client { client, runtime })
-    }
-}
-
-#[async_trait::async_trait]
-impl HttpClient for Client {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let client = self.client.clone();
-        let sent = self.runtime.spawn(async move {
-            let (parts, body) = request.into_parts();
-            let reply = client
-                .request(parts.method, parts.uri.to_string())
-                .headers(parts.headers)
-                .body(body)
-                .send()
-                .await?;
-            let status = reply.status();
-            let headers = reply.headers().clone();
-            let body = reply.bytes().await?;
-            let mut response = Response::new(body);
-            *response.status_mut() = status;
-            *response.headers_mut() = headers;
-            Ok::<_, reqwest::Error>(response)
-        });
-        Ok(sent.await??)
+        Ok(Client { client })
     }
 }
 
@@ -939,7 +862,7 @@ mod tests {
     }
 
     /// A finished run's record: a workflow span and a request's.
-    fn finished_run() -> SessionRecord {
+    pub(super) fn finished_run() -> SessionRecord {
         let yaml = "tactic_type: echo\nagent_configs: [{name: echo, model_name: mock/echo, system_prompt: You repeat.}]\n";
         let tactic = crate::Tactic::from_yaml(yaml, ".", &crate::Registry::new()).unwrap();
         tokio::runtime::Builder::new_current_thread()

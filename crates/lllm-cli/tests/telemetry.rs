@@ -203,6 +203,23 @@ fn a_run_sends_genai_spans_parent_to_child_without_content_or_secrets() {
             "{name} in {metrics:?}"
         );
     }
+    // With their values: one run, its two requests, by the resource.
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let (service, tasks) = receiver.metric("lllm.tasks").unwrap();
+    assert_eq!(service.as_deref(), Some("counting-service"));
+    let Some(Data::Sum(tasks)) = tasks.data else {
+        panic!("lllm.tasks is a sum: {tasks:?}");
+    };
+    assert!(tasks.is_monotonic);
+    assert_eq!(tasks.data_points.len(), 1, "{tasks:?}");
+    assert_eq!(tasks.data_points[0].value, Some(Value::AsInt(1)));
+    let (_, durations) = receiver.metric("gen_ai.client.operation.duration").unwrap();
+    assert_eq!(durations.unit, "s");
+    let Some(Data::Histogram(durations)) = durations.data else {
+        panic!("the duration is a histogram: {durations:?}");
+    };
+    let counted: u64 = durations.data_points.iter().map(|point| point.count).sum();
+    assert_eq!(counted, 2, "{durations:?}");
 
     // `lllm logs --trace` finds the session by its trace id.
     let listed = test.run(&["logs", "--trace", &run.trace_id.to_uppercase(), "--json"]);
@@ -387,6 +404,12 @@ fn a_dead_collector_costs_spans_said_once_never_tasks() {
         .matches("the collector did not take spans")
         .count();
     assert_eq!(told, 1, "{}", output.stderr);
+    // The metrics, sent at the end, fail too: the one line said it already.
+    assert!(
+        !output.stderr.contains("did not take metrics"),
+        "{}",
+        output.stderr
+    );
     assert!(
         output.stderr.contains("the runs were not affected"),
         "{}",

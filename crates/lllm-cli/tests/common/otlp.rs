@@ -254,6 +254,45 @@ impl Receiver {
         names
     }
 
+    /// The last `name` metric received, and the `service.name` of the
+    /// resource that sent it.
+    pub fn metric(
+        &self,
+        name: &str,
+    ) -> Option<(
+        Option<String>,
+        opentelemetry_proto::tonic::metrics::v1::Metric,
+    )> {
+        let mut found = None;
+        for request in self.requests() {
+            if request.path != "/v1/metrics" {
+                continue;
+            }
+            let decoded = ExportMetricsServiceRequest::decode(request.body.as_slice())
+                .expect("an OTLP metrics request");
+            for resource_metrics in decoded.resource_metrics {
+                let service = resource_metrics.resource.as_ref().and_then(|resource| {
+                    resource
+                        .attributes
+                        .iter()
+                        .find(|pair| pair.key == "service.name")
+                        .and_then(|pair| match pair.value.as_ref()?.value.as_ref()? {
+                            any_value::Value::StringValue(text) => Some(text.clone()),
+                            _ => None,
+                        })
+                });
+                for scope in resource_metrics.scope_metrics {
+                    for metric in scope.metrics {
+                        if metric.name == name {
+                            found = Some((service.clone(), metric));
+                        }
+                    }
+                }
+            }
+        }
+        found
+    }
+
     /// Waits until `check` holds of the spans received (a minute at most).
     #[track_caller]
     pub fn wait_for(&self, what: &str, check: impl Fn(&[Span]) -> bool) -> Vec<Span> {
