@@ -134,6 +134,22 @@ impl FromStr for TraceContext {
     /// four fields) or a later version (more fields allowed), lower-case hex,
     /// ids not all zeros, version `ff` refused.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        // The usual case first: version 00, its fields where they always
+        // are (a traced batch reads its span's link once a task).
+        let bytes = text.as_bytes();
+        if bytes.len() == TRACEPARENT_LEN
+            && bytes.starts_with(b"00-")
+            && bytes[35] == b'-'
+            && bytes[52] == b'-'
+            && let (Some(trace_id), Some(span_id), Some([flags])) = (
+                from_hex::<16>(&text[3..35]),
+                from_hex::<8>(&text[36..52]),
+                from_hex::<1>(&text[53..]),
+            )
+            && let Some(context) = TraceContext::new(trace_id, span_id, false)
+        {
+            return Ok(Self { flags, ..context });
+        }
         let refuse = |reason| TraceContextError {
             shown: crate::redact::terminal_line(&text.chars().take(80).collect::<String>())
                 .into_owned(),
@@ -358,7 +374,10 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
         };
         return (Some(trace), true);
     }
-    let link = LINK.try_with(|link| link.to_string()).ok();
+    // The header's bytes as text, without the formatting machinery.
+    let link = LINK
+        .try_with(|link| String::from_utf8_lossy(&link.header()).into_owned())
+        .ok();
     if let Ok(parent) = PARENT.try_with(|context| *context) {
         let trace = RunTrace {
             trace_id: parent.trace_id_hex(),

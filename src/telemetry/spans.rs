@@ -375,29 +375,27 @@ fn chat(
     if invoke.waited_ms > 0 {
         attributes.int("lllm.waited_ms", invoke.waited_ms as i64);
     }
-    if !request.model_args.is_empty() {
-        for (setting, key) in [
-            ("temperature", semconv::GEN_AI_REQUEST_TEMPERATURE),
-            ("top_p", semconv::GEN_AI_REQUEST_TOP_P),
-            ("top_k", semconv::GEN_AI_REQUEST_TOP_K),
-            ("max_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
-            ("max_completion_tokens", semconv::GEN_AI_REQUEST_MAX_TOKENS),
-            (
-                "frequency_penalty",
-                semconv::GEN_AI_REQUEST_FREQUENCY_PENALTY,
-            ),
-            ("presence_penalty", semconv::GEN_AI_REQUEST_PRESENCE_PENALTY),
-            ("seed", semconv::GEN_AI_REQUEST_SEED),
-        ] {
-            match request.model_args.get(setting) {
-                Some(Value::Number(number)) if number.is_i64() => {
-                    attributes.int(key, number.as_i64().unwrap_or_default());
-                }
-                Some(Value::Number(number)) => {
-                    attributes.double(key, number.as_f64().unwrap_or_default());
-                }
-                _ => {}
+    // The settings the request had (a few), not a look-up of each the
+    // conventions name (eight).
+    for (setting, value) in &request.model_args {
+        let key = match setting.as_str() {
+            "temperature" => semconv::GEN_AI_REQUEST_TEMPERATURE,
+            "top_p" => semconv::GEN_AI_REQUEST_TOP_P,
+            "top_k" => semconv::GEN_AI_REQUEST_TOP_K,
+            "max_tokens" | "max_completion_tokens" => semconv::GEN_AI_REQUEST_MAX_TOKENS,
+            "frequency_penalty" => semconv::GEN_AI_REQUEST_FREQUENCY_PENALTY,
+            "presence_penalty" => semconv::GEN_AI_REQUEST_PRESENCE_PENALTY,
+            "seed" => semconv::GEN_AI_REQUEST_SEED,
+            _ => continue,
+        };
+        match value {
+            Value::Number(number) if number.is_i64() => {
+                attributes.int(key, number.as_i64().unwrap_or_default());
             }
+            Value::Number(number) => {
+                attributes.double(key, number.as_f64().unwrap_or_default());
+            }
+            _ => {}
         }
     }
     if let Some(reply) = &invoke.response {
@@ -578,9 +576,7 @@ fn messages_json(messages: &[(&str, String)]) -> String {
 
 /// A record's timestamp (RFC 3339); the epoch when it does not read.
 fn time(text: &str) -> SystemTime {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(SystemTime::from)
-        .unwrap_or(SystemTime::UNIX_EPOCH)
+    crate::time::parse_timestamp(text).unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// A provider error's `error.type`: the HTTP status when the server
