@@ -514,14 +514,14 @@ impl Exporter {
     /// `Traces::send`). A full batch's request is made here, over HTTP (by
     /// the thread that wrote the spans, whose buffer it then frees: glibc
     /// frees another thread's memory at a cost), or else wakes the task.
-    pub(super) fn add(&self, spans: Encoded) {
+    pub(super) fn add(&self, spans: &Encoded) {
         let full = {
             let mut queued = self
                 .queue
                 .spans
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            queued.append(spans);
+            queued.extend_from(spans);
             if queued.len() < self.queue.batch_size {
                 return;
             }

@@ -216,15 +216,27 @@ impl Traces {
         if !self.sampled(parent, trace_id, "invoke_workflow") {
             return;
         }
-        let mut spans = spans::Spans::new(content);
+        // A thread's buffers are kept from one run to the next (a batch
+        // task's spans took two allocations of a few KB, and their frees,
+        // about 1,500 instructions), unless a run made them large.
+        thread_local! {
+            static BUFFERS: std::cell::Cell<Option<spans::Spans>> =
+                const { std::cell::Cell::new(None) };
+        }
+        let mut spans = BUFFERS.take().unwrap_or_else(|| spans::Spans::new(content));
+        spans.content = content;
         spans.record(record, None);
-        self.send(spans.out);
+        self.send(&spans.out);
+        if spans.capacity() <= 64 * 1024 {
+            spans.clear();
+            BUFFERS.set(Some(spans));
+        }
     }
 
     /// Into the exporter's queue. A full queue (spans sent and not yet
     /// exported past its size) is a collector that does not keep up: the
     /// spans are dropped, counted, and export is down at once.
-    fn send(&self, spans: wire::Encoded) {
+    fn send(&self, spans: &wire::Encoded) {
         let count = spans.len() as u64;
         let pending = self.failures.pending.fetch_add(count, Ordering::Relaxed) + count;
         if pending > self.queue_size {

@@ -30,7 +30,8 @@ use crate::trace_context::{Place, chat_span_id, from_hex};
 /// the attributes of the span being made, and the finished spans, in the
 /// order they were made, encoded for the exporter's queue.
 pub(super) struct Spans {
-    content: bool,
+    /// Whether they hold content.
+    pub(super) content: bool,
     /// The next span's attributes, written as they are added.
     attributes: Attributes,
     /// The spans made so far.
@@ -73,6 +74,17 @@ impl Spans {
             attributes: Attributes::with_capacity(1024),
             out: wire::Encoded::with_capacity(4096, 8),
         }
+    }
+
+    /// The bytes its buffers have room for.
+    pub(super) fn capacity(&self) -> usize {
+        self.attributes.capacity() + self.out.capacity()
+    }
+
+    /// Forgets the spans made, keeping the room they took.
+    pub(super) fn clear(&mut self) {
+        self.attributes.clear();
+        self.out.clear();
     }
 
     /// Makes `planned`, with the attributes written since the last span, a
@@ -526,7 +538,7 @@ impl BatchSpan {
             error: None,
         };
         spans.emit(TraceId::from_bytes(self.trace.trace_id()), planned, None);
-        self.traces.send(spans.out);
+        self.traces.send(&spans.out);
     }
 }
 

@@ -81,6 +81,11 @@ impl Attributes {
         self.bytes.clear();
     }
 
+    /// The bytes it has room for.
+    pub(super) fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+
     /// A `KeyValue` of `key` whose `AnyValue` is `any_len` bytes, written
     /// by `any`.
     fn key_value(&mut self, key_text: &str, any_len: usize, any: impl FnOnce(&mut Vec<u8>)) {
@@ -236,15 +241,22 @@ impl Encoded {
         self.ends.is_empty()
     }
 
-    /// Appends `other`'s spans after these.
-    pub(super) fn append(&mut self, other: Encoded) {
-        if self.bytes.is_empty() {
-            *self = other;
-            return;
-        }
+    /// Appends a copy of `other`'s spans after these.
+    pub(super) fn extend_from(&mut self, other: &Encoded) {
         let base = self.bytes.len();
         self.bytes.extend_from_slice(&other.bytes);
         self.ends.extend(other.ends.iter().map(|end| base + end));
+    }
+
+    /// Forgets the spans, keeping the room they took.
+    pub(super) fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    /// The bytes it has room for.
+    pub(super) fn capacity(&self) -> usize {
+        self.bytes.capacity()
     }
 
     /// Takes the first `count` spans (all of them, when there are fewer).
@@ -256,7 +268,11 @@ impl Encoded {
             return std::mem::take(self);
         }
         let cut = self.ends[count - 1];
-        let rest_bytes = self.bytes.split_off(cut);
+        // The rest gets room for another batch as large as the one taken,
+        // so the queue does not grow to it again by doubling.
+        let mut rest_bytes = Vec::with_capacity(cut.max(self.bytes.len() - cut));
+        rest_bytes.extend_from_slice(&self.bytes[cut..]);
+        self.bytes.truncate(cut);
         let rest_ends = self.ends.split_off(count);
         let front = Encoded {
             bytes: std::mem::replace(&mut self.bytes, rest_bytes),
@@ -584,7 +600,7 @@ mod tests {
             link: None,
             error: Some(""),
         });
-        spans.append(second);
+        spans.extend_from(&second);
         assert_eq!(spans.len(), 2);
         let resource = Resource {
             attributes: vec![pair("service.name", StringValue("lllm".into()))],
@@ -636,12 +652,11 @@ mod tests {
 
         // Taken apart at a span's end, each part is a request of its own.
         let mut rest = Encoded::default();
-        rest.append(Encoded {
-            bytes: spans.bytes.clone(),
-            ends: spans.ends.clone(),
-        });
+        rest.extend_from(&spans);
         let front = rest.take_front(1);
         assert_eq!((front.len(), rest.len()), (1, 1));
+        // What stays has room for another part as large as the one taken.
+        assert!(rest.capacity() >= front.bytes.len());
         let decoded: ExportTraceServiceRequest =
             prost::Message::decode(envelope.request(&front).as_slice()).unwrap();
         assert_eq!(
