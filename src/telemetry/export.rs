@@ -285,13 +285,11 @@ impl Sender {
                 let request: ExportTraceServiceRequest =
                     prost::Message::decode(envelope.request(&spans).as_slice())
                         .map_err(|error| format!("a span did not encode: {error}"))?;
-                let mut call = tonic::Request::new(request);
-                *call.metadata_mut() = metadata.clone();
                 TraceServiceClient::new(channel.clone())
-                    .export(call)
+                    .export(grpc::call(request, metadata))
                     .await
                     .map(|_| ())
-                    .map_err(|status| format!("{}: {}", status.code(), status.message()))
+                    .map_err(grpc::refused)
             }
             #[cfg(test)]
             Sender::Test { answer, .. } => {
@@ -324,13 +322,11 @@ impl Sender {
             #[cfg(feature = "otel-grpc")]
             Sender::Grpc { channel, metadata } => {
                 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
-                let mut call = tonic::Request::new(request);
-                *call.metadata_mut() = metadata.clone();
                 MetricsServiceClient::new(channel.clone())
-                    .export(call)
+                    .export(grpc::call(request, metadata))
                     .await
                     .map(|_| ())
-                    .map_err(|status| format!("{}: {}", status.code(), status.message()))
+                    .map_err(grpc::refused)
             }
             #[cfg(test)]
             Sender::Test { .. } => Err("a test's sender takes spans only".into()),
@@ -367,6 +363,25 @@ async fn post(
         Ok(())
     } else {
         Err(format!("{} answered {status}", crate::redact::place(url)))
+    }
+}
+
+/// A gRPC export's call and its answer, for either signal's client.
+#[cfg(feature = "otel-grpc")]
+mod grpc {
+    /// `request` with the headers as its metadata.
+    pub(super) fn call<T>(
+        request: T,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> tonic::Request<T> {
+        let mut call = tonic::Request::new(request);
+        *call.metadata_mut() = metadata.clone();
+        call
+    }
+
+    /// Why the collector did not take it: the status's code and message.
+    pub(super) fn refused(status: tonic::Status) -> String {
+        format!("{}: {}", status.code(), status.message())
     }
 }
 

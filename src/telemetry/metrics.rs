@@ -350,6 +350,19 @@ impl Aggregates {
                 ..proto::NumberDataPoint::default()
             }
         };
+        let histograms = |data_points| {
+            proto::metric::Data::Histogram(proto::Histogram {
+                data_points,
+                aggregation_temporality: temporality.proto(),
+            })
+        };
+        let sums = |data_points| {
+            proto::metric::Data::Sum(proto::Sum {
+                data_points,
+                aggregation_temporality: temporality.proto(),
+                is_monotonic: true,
+            })
+        };
         let metric = |name: &str, unit: &str, description: &str, data| proto::Metric {
             name: name.into(),
             unit: unit.into(),
@@ -364,12 +377,11 @@ impl Aggregates {
                 names::GEN_AI_CLIENT_OPERATION_DURATION,
                 "s",
                 "Seconds from a request to its reply or error",
-                proto::metric::Data::Histogram(proto::Histogram {
-                    data_points: points
+                histograms(
+                    points
                         .map(|(attributes, state)| histogram(attributes, DURATION_BOUNDS, state))
                         .collect(),
-                    aggregation_temporality: temporality.proto(),
-                }),
+                ),
             ));
         }
         if !self.tokens.is_empty() {
@@ -385,10 +397,7 @@ impl Aggregates {
                 names::GEN_AI_CLIENT_TOKEN_USAGE,
                 "{token}",
                 "Tokens of each request and reply",
-                proto::metric::Data::Histogram(proto::Histogram {
-                    data_points,
-                    aggregation_temporality: temporality.proto(),
-                }),
+                histograms(data_points),
             ));
         }
         if !self.cost.is_empty() {
@@ -396,17 +405,14 @@ impl Aggregates {
                 "lllm.cost",
                 "USD",
                 "What the runs' requests cost, where the price is known",
-                proto::metric::Data::Sum(proto::Sum {
-                    data_points: self
-                        .cost
+                sums(
+                    self.cost
                         .points()
                         .map(|(attributes, cost)| {
                             sum(attributes, proto::number_data_point::Value::AsDouble(*cost))
                         })
                         .collect(),
-                    aggregation_temporality: temporality.proto(),
-                    is_monotonic: true,
-                }),
+                ),
             ));
         }
         if !self.tasks.is_empty() {
@@ -414,9 +420,8 @@ impl Aggregates {
                 "lllm.tasks",
                 "{task}",
                 "Finished runs by tactic and outcome",
-                proto::metric::Data::Sum(proto::Sum {
-                    data_points: self
-                        .tasks
+                sums(
+                    self.tasks
                         .points()
                         .map(|(attributes, tasks)| {
                             // Saturated: no count of runs reaches i64's end.
@@ -424,9 +429,7 @@ impl Aggregates {
                             sum(attributes, proto::number_data_point::Value::AsInt(tasks))
                         })
                         .collect(),
-                    aggregation_temporality: temporality.proto(),
-                    is_monotonic: true,
-                }),
+                ),
             ));
         }
         metrics

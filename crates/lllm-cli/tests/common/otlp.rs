@@ -25,6 +25,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use prost::Message as _;
 
 /// One request as it came: path, headers (lower-case names), body.
@@ -234,9 +235,10 @@ impl Receiver {
         spans
     }
 
-    /// The names of the metrics received so far.
-    pub fn metric_names(&self) -> Vec<String> {
-        let mut names = Vec::new();
+    /// Every metric received so far, in order, each with the `service.name`
+    /// of the resource that sent it.
+    pub fn metrics(&self) -> Vec<(Option<String>, Metric)> {
+        let mut metrics = Vec::new();
         for request in self.requests() {
             if request.path != "/v1/metrics" {
                 continue;
@@ -244,11 +246,29 @@ impl Receiver {
             let decoded = ExportMetricsServiceRequest::decode(request.body.as_slice())
                 .expect("an OTLP metrics request");
             for resource_metrics in decoded.resource_metrics {
+                let service = resource_metrics
+                    .resource
+                    .and_then(|resource| attributes(&resource.attributes).remove("service.name"));
                 for scope in resource_metrics.scope_metrics {
-                    names.extend(scope.metrics.into_iter().map(|metric| metric.name));
+                    metrics.extend(
+                        scope
+                            .metrics
+                            .into_iter()
+                            .map(|metric| (service.clone(), metric)),
+                    );
                 }
             }
         }
+        metrics
+    }
+
+    /// The names of the metrics received so far.
+    pub fn metric_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .metrics()
+            .into_iter()
+            .map(|(_, metric)| metric.name)
+            .collect();
         names.sort();
         names.dedup();
         names
@@ -256,41 +276,11 @@ impl Receiver {
 
     /// The last `name` metric received, and the `service.name` of the
     /// resource that sent it.
-    pub fn metric(
-        &self,
-        name: &str,
-    ) -> Option<(
-        Option<String>,
-        opentelemetry_proto::tonic::metrics::v1::Metric,
-    )> {
-        let mut found = None;
-        for request in self.requests() {
-            if request.path != "/v1/metrics" {
-                continue;
-            }
-            let decoded = ExportMetricsServiceRequest::decode(request.body.as_slice())
-                .expect("an OTLP metrics request");
-            for resource_metrics in decoded.resource_metrics {
-                let service = resource_metrics.resource.as_ref().and_then(|resource| {
-                    resource
-                        .attributes
-                        .iter()
-                        .find(|pair| pair.key == "service.name")
-                        .and_then(|pair| match pair.value.as_ref()?.value.as_ref()? {
-                            any_value::Value::StringValue(text) => Some(text.clone()),
-                            _ => None,
-                        })
-                });
-                for scope in resource_metrics.scope_metrics {
-                    for metric in scope.metrics {
-                        if metric.name == name {
-                            found = Some((service.clone(), metric));
-                        }
-                    }
-                }
-            }
-        }
-        found
+    pub fn metric(&self, name: &str) -> Option<(Option<String>, Metric)> {
+        self.metrics()
+            .into_iter()
+            .rev()
+            .find(|(_, metric)| metric.name == name)
     }
 
     /// Waits until `check` holds of the spans received (a minute at most).
