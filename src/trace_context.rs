@@ -20,8 +20,8 @@
 use futures_util::future::Either;
 use std::fmt;
 use std::future::Future;
+use std::hash::Hasher;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -193,31 +193,182 @@ impl FromStr for TraceContext {
 /// What a session record keeps of its trace (`trace` in the record; absent
 /// when the run had none): enough to find the session by trace id and to
 /// rebuild its spans, with the same ids, from the record alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The ids are held as bytes and written as lower-case hex (a `traceparent`'s
+/// fields): a run's trace is made, read and written without allocating. A
+/// record whose `trace` does not read (an id that is not hex of the right
+/// length, a `link` that is not a `traceparent`) is refused as a whole, with
+/// the field named, as any other malformed field of a record is.
+///
+/// ```
+/// use lllm::trace_context::RunTrace;
+///
+/// let trace: RunTrace = serde_json::from_str(
+///     r#"{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7", "sampled": true}"#,
+/// )?;
+/// assert_eq!(trace.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+/// assert_eq!(trace.context().unwrap().span_id_hex(), "00f067aa0ba902b7");
+/// assert!(serde_json::from_str::<RunTrace>(r#"{"trace_id": "4BF9", "span_id": "00f067aa0ba902b7", "sampled": true}"#).is_err());
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunTrace {
-    /// The trace's id, 32 lower-case hex digits.
-    pub trace_id: String,
-    /// The run's own span, 16 hex digits: every span of the run descends
+    /// The trace's id (32 lower-case hex digits in the record).
+    #[serde(with = "hex_id")]
+    pub trace_id: [u8; 16],
+    /// The run's own span (16 hex digits): every span of the run descends
     /// from it, with ids derived from it and the span's place in the run.
-    pub span_id: String,
+    #[serde(with = "hex_id")]
+    pub span_id: [u8; 8],
     /// The span the run continued (a served call's `traceparent`, or the
     /// running tactic's span for a sub-tactic); absent for a new trace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_span_id: Option<String>,
-    /// The span the run links to without being its child (a batch's span,
-    /// as a `traceparent` value): each task of a batch is a trace of its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "hex_id_or_none"
+    )]
+    pub parent_span_id: Option<[u8; 8]>,
+    /// The span the run links to without being its child (a batch's span;
+    /// a `traceparent` value in the record): each task of a batch is a trace
+    /// of its own.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "traceparent_or_none"
+    )]
+    pub link: Option<TraceContext>,
     /// Whether the trace is sampled (the caller's flag, or set for a new trace).
     pub sampled: bool,
 }
 
 impl RunTrace {
-    /// The run's own span as a context: what its requests go out under.
+    /// The run's own span as a context: what its requests go out under
+    /// (`None` when an id is all zeros, which no `traceparent` may carry).
     pub fn context(&self) -> Option<TraceContext> {
-        let trace_id = from_hex::<16>(&self.trace_id)?;
-        let span_id = from_hex::<8>(&self.span_id)?;
-        TraceContext::new(trace_id, span_id, self.sampled)
+        TraceContext::new(self.trace_id, self.span_id, self.sampled)
+    }
+
+    /// The trace id in lower-case hex, as the record and backends show it.
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The run's span id in lower-case hex, written into `out`: the text
+    /// its spans' ids are derived from ([`Place`]).
+    pub(crate) fn span_id_text<'a>(&self, out: &'a mut [u8; 16]) -> &'a str {
+        hex_into(&self.span_id, out);
+        std::str::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// Serde for an id of `N` bytes as `2N` lower-case hex digits.
+mod hex_id {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub(super) fn serialize<S: Serializer, const N: usize>(
+        id: &[u8; N],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        // Ids are at most 16 bytes: 32 digits.
+        let mut text = [0u8; 32];
+        let text = &mut text[..2 * N];
+        super::hex_into(id, text);
+        serializer.serialize_str(std::str::from_utf8(text).map_err(serde::ser::Error::custom)?)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+        deserializer: D,
+    ) -> Result<[u8; N], D::Error> {
+        deserializer.deserialize_str(Hex::<N>)
+    }
+
+    pub(super) struct Hex<const N: usize>;
+
+    impl<const N: usize> Visitor<'_> for Hex<N> {
+        type Value = [u8; N];
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{} lower-case hex digits", 2 * N)
+        }
+
+        fn visit_str<E: Error>(self, text: &str) -> Result<[u8; N], E> {
+            super::from_hex::<N>(text)
+                .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(text), &self))
+        }
+    }
+}
+
+/// Serde for an optional id (`parent_span_id`): absent or null is `None`.
+mod hex_id_or_none {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer, const N: usize>(
+        id: &Option<[u8; N]>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => super::hex_id::serialize(id, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+        deserializer: D,
+    ) -> Result<Option<[u8; N]>, D::Error> {
+        #[derive(Deserialize)]
+        struct Id<const N: usize>(#[serde(with = "super::hex_id")] [u8; N]);
+        Ok(Option::<Id<N>>::deserialize(deserializer)?.map(|Id(id)| id))
+    }
+}
+
+/// Serde for an optional `traceparent` value (`link`).
+mod traceparent_or_none {
+    use super::TraceContext;
+    use serde::de::{Error, Visitor};
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::fmt;
+
+    pub(super) fn serialize<S: Serializer>(
+        link: &Option<TraceContext>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match link {
+            Some(link) => {
+                let text = link.header();
+                serializer
+                    .serialize_str(std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?)
+            }
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<TraceContext>, D::Error> {
+        struct Traceparent;
+
+        impl Visitor<'_> for Traceparent {
+            type Value = TraceContext;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a traceparent value, 00-TRACE_ID-SPAN_ID-FLAGS")
+            }
+
+            fn visit_str<E: Error>(self, text: &str) -> Result<TraceContext, E> {
+                text.parse().map_err(E::custom)
+            }
+        }
+
+        struct Link(TraceContext);
+
+        impl<'de> Deserialize<'de> for Link {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Link, D::Error> {
+                deserializer.deserialize_str(Traceparent).map(Link)
+            }
+        }
+        Ok(Option::<Link>::deserialize(deserializer)?.map(|Link(link)| link))
     }
 }
 
@@ -241,32 +392,51 @@ pub(crate) fn span_id_for(run_span: &str, place: &str) -> [u8; 8] {
 /// nothing stronger is needed: SHA-256 here, five digests a traced request,
 /// was a sixth of what tracing cost a batch task (docs/benchmarks.md,
 /// "Telemetry").
-pub(crate) struct Place(fnv::FnvHasher);
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place(u64);
 
 impl Place {
     pub(crate) fn new(run_span: &str) -> Place {
-        Place(fnv::FnvHasher::default()).text(run_span)
+        Place(fnv::FnvHasher::default().finish()).text(run_span)
     }
 
-    pub(crate) fn text(mut self, text: &str) -> Place {
-        std::hash::Hasher::write(&mut self.0, text.as_bytes());
-        self
+    /// The hash with `bytes` written after what it has hashed.
+    fn write(self, bytes: &[u8]) -> Place {
+        let mut hasher = fnv::FnvHasher::with_key(self.0);
+        hasher.write(bytes);
+        Place(hasher.finish())
     }
 
-    pub(crate) fn number(mut self, number: u64) -> Place {
+    pub(crate) fn text(self, text: &str) -> Place {
+        self.write(text.as_bytes())
+    }
+
+    pub(crate) fn number(self, number: u64) -> Place {
         let mut digits = [0u8; 20];
-        std::hash::Hasher::write(&mut self.0, crate::words::decimal(number, &mut digits));
-        self
+        self.write(crate::words::decimal(number, &mut digits))
     }
 
     pub(crate) fn id(self) -> [u8; 8] {
-        let id = std::hash::Hasher::finish(&self.0).to_be_bytes();
+        let id = self.0.to_be_bytes();
         if id == [0; 8] {
             [0, 0, 0, 0, 0, 0, 0, 1]
         } else {
             id
         }
     }
+}
+
+/// A model call's place, all but its attempt:
+/// `chat/DIALOG/STEP/REPAIR/`, hashed after the run's span.
+fn chat_call(run_span: &str, dialog_id: &str, step: u32, repair: u32) -> Place {
+    Place::new(run_span)
+        .text("/chat/")
+        .text(dialog_id)
+        .text("/")
+        .number(step.into())
+        .text("/")
+        .number(repair.into())
+        .text("/")
 }
 
 /// The span id of a model call's attempt: at `chat/DIALOG/STEP/REPAIR/ATTEMPT`.
@@ -277,14 +447,7 @@ pub(crate) fn chat_span_id(
     repair: u32,
     attempt: u32,
 ) -> [u8; 8] {
-    Place::new(run_span)
-        .text("/chat/")
-        .text(dialog_id)
-        .text("/")
-        .number(step.into())
-        .text("/")
-        .number(repair.into())
-        .text("/")
+    chat_call(run_span, dialog_id, step, repair)
         .number(attempt.into())
         .id()
 }
@@ -325,7 +488,7 @@ tokio::task_local! {
     static RUN: TraceContext;
     /// The model call under way: the run's span and the call's place, its
     /// attempts counted as they go out.
-    static CHAT: Arc<Chat>;
+    static CHAT: Chat;
 }
 
 /// Runs `future` with `parent` as the trace its runs continue: each run
@@ -363,26 +526,22 @@ pub(crate) fn linked_to<F: Future>(
 /// [`enable`]d, else none. The second value says whether the run is nested
 /// in another (whose record holds it, so it is not exported on its own).
 pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
-    let span_id = || hex(&random_span_id());
     if let Ok(outer) = RUN.try_with(|context| *context) {
         let trace = RunTrace {
-            trace_id: outer.trace_id_hex(),
-            span_id: span_id(),
-            parent_span_id: Some(outer.span_id_hex()),
+            trace_id: outer.trace_id(),
+            span_id: random_span_id(),
+            parent_span_id: Some(outer.span_id()),
             link: None,
             sampled: outer.sampled(),
         };
         return (Some(trace), true);
     }
-    // The header's bytes as text, without the formatting machinery.
-    let link = LINK
-        .try_with(|link| String::from_utf8_lossy(&link.header()).into_owned())
-        .ok();
+    let link = LINK.try_with(|link| *link).ok();
     if let Ok(parent) = PARENT.try_with(|context| *context) {
         let trace = RunTrace {
-            trace_id: parent.trace_id_hex(),
-            span_id: span_id(),
-            parent_span_id: Some(parent.span_id_hex()),
+            trace_id: parent.trace_id(),
+            span_id: random_span_id(),
+            parent_span_id: Some(parent.span_id()),
             link,
             sampled: parent.sampled(),
         };
@@ -392,8 +551,8 @@ pub(crate) fn run_starting() -> (Option<RunTrace>, bool) {
         return (None, false);
     }
     let trace = RunTrace {
-        trace_id: hex(&new_trace_id()),
-        span_id: span_id(),
+        trace_id: new_trace_id(),
+        span_id: random_span_id(),
         parent_span_id: None,
         link,
         sampled: true,
@@ -416,9 +575,8 @@ pub(crate) fn in_run<F: Future>(
 #[derive(Debug)]
 pub(crate) struct Chat {
     run: TraceContext,
-    dialog_id: String,
-    step: u32,
-    repair: u32,
+    /// The call's place, its attempt still to add.
+    call: Place,
     attempts: AtomicU32,
 }
 
@@ -434,14 +592,15 @@ pub(crate) fn in_chat<F: Future>(
 ) -> impl Future<Output = F::Output> {
     match RUN.try_with(|context| *context) {
         Ok(run) => {
+            let mut run_span = [0u8; 16];
+            hex_into(&run.span_id, &mut run_span);
+            let run_span = std::str::from_utf8(&run_span).unwrap_or_default();
             let chat = Chat {
                 run,
-                dialog_id: dialog_id.to_string(),
-                step,
-                repair,
+                call: chat_call(run_span, dialog_id, step, repair),
                 attempts: AtomicU32::new(0),
             };
-            Either::Left(CHAT.scope(Arc::new(chat), future))
+            Either::Left(CHAT.scope(chat, future))
         }
         Err(_) => Either::Right(future),
     }
@@ -454,16 +613,7 @@ pub(crate) fn in_chat<F: Future>(
 pub(crate) fn provider_request() -> Option<[u8; TRACEPARENT_LEN]> {
     if let Ok(context) = CHAT.try_with(|chat| {
         let attempt = chat.attempts.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut run_span = [0u8; 16];
-        hex_into(&chat.run.span_id, &mut run_span);
-        let run_span = std::str::from_utf8(&run_span).unwrap_or_default();
-        chat.run.with_span(chat_span_id(
-            run_span,
-            &chat.dialog_id,
-            chat.step,
-            chat.repair,
-            attempt,
-        ))
+        chat.run.with_span(chat.call.number(attempt.into()).id())
     }) {
         return Some(context.header());
     }
@@ -642,11 +792,11 @@ mod tests {
         let (outer, nested) = continuing(parent, async { run_starting() }).await;
         let outer = outer.unwrap();
         assert!(!nested);
-        assert_eq!(outer.trace_id, parent.trace_id_hex());
-        assert_eq!(outer.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
+        assert_eq!(outer.trace_id, parent.trace_id());
+        assert_eq!(outer.parent_span_id, Some(parent.span_id()));
         let (inner, nested) = in_run(Some(&outer), async { run_starting() }).await;
         assert!(nested);
-        assert_eq!(inner.unwrap().parent_span_id, Some(outer.span_id.clone()));
+        assert_eq!(inner.unwrap().parent_span_id, Some(outer.span_id));
         // Each attempt of a model call goes out under its own span.
         // (`in_chat` reads the run's trace when it is called: inside the run,
         // as the agent loop calls it.)
@@ -661,10 +811,67 @@ mod tests {
         let expected = outer
             .context()
             .unwrap()
-            .with_span(span_id_for(&outer.span_id, &second));
+            .with_span(span_id_for(outer.span_id_text(&mut [0; 16]), &second));
         assert_eq!(sent[1], expected.header());
         assert_eq!(std::str::from_utf8(&sent[1]).unwrap(), expected.to_string());
         assert_ne!(sent[0], sent[1]);
+    }
+
+    #[test]
+    fn a_run_trace_is_written_as_hex_and_read_back_the_same() {
+        let link: TraceContext = HEADER.parse().unwrap();
+        let trace = RunTrace {
+            trace_id: from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+            span_id: from_hex("b7ad6b7169203331").unwrap(),
+            parent_span_id: Some(from_hex("00f067aa0ba902b7").unwrap()),
+            link: Some(link),
+            sampled: true,
+        };
+        let json = serde_json::to_value(trace).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "trace_id": "0af7651916cd43dd8448eb211c80319c",
+                "span_id": "b7ad6b7169203331",
+                "parent_span_id": "00f067aa0ba902b7",
+                "link": HEADER,
+                "sampled": true,
+            })
+        );
+        assert_eq!(serde_json::from_value::<RunTrace>(json).unwrap(), trace);
+        // Read from text too (a record's line), the optional fields absent
+        // or null.
+        let bare: RunTrace = serde_json::from_str(
+            r#"{"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "b7ad6b7169203331", "parent_span_id": null, "sampled": false}"#,
+        )
+        .unwrap();
+        assert_eq!((bare.parent_span_id, bare.link), (None, None));
+        assert_eq!(
+            serde_json::to_string(&bare).unwrap(),
+            r#"{"trace_id":"0af7651916cd43dd8448eb211c80319c","span_id":"b7ad6b7169203331","sampled":false}"#
+        );
+        // What does not read is refused, saying what was expected.
+        for (field, value, expected) in [
+            (
+                "trace_id",
+                "0AF7651916CD43DD8448EB211C80319C",
+                "32 lower-case hex digits",
+            ),
+            ("span_id", "b7ad6b71692033", "16 lower-case hex digits"),
+            ("parent_span_id", "xyz", "16 lower-case hex digits"),
+            (
+                "link",
+                "00-0af7651916cd43dd8448eb211c80319c",
+                "bad traceparent",
+            ),
+        ] {
+            let mut json = serde_json::to_value(trace).unwrap();
+            json[field] = value.into();
+            let error = serde_json::from_value::<RunTrace>(json)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{field}: {error}");
+        }
     }
 
     #[test]

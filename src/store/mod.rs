@@ -26,6 +26,7 @@ use rusqlite::{Connection, params};
 use serde_json::{Map, Value};
 
 use crate::tactic::{SessionRecord, record};
+use crate::trace_context::RunTrace;
 use paths::{SqlPath, StoredPath};
 
 pub use cache::{CACHE_FILE, Cache, CacheStats, ModelStats};
@@ -218,7 +219,7 @@ impl Entry {
             delivery: record.delivery.clone(),
             error: record.error.clone(),
             place,
-            trace_id: record.trace.as_ref().map(|trace| trace.trace_id.clone()),
+            trace_id: record.trace.as_ref().map(RunTrace::trace_id_hex),
         }
     }
 }

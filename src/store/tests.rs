@@ -217,9 +217,9 @@ fn sessions_are_found_by_their_trace_and_an_older_stores_traces_are_moved_into_t
     ));
     let plain = runtime.block_on(tactic.run(crate::Task::new("plain")));
     assert_eq!(plain.trace, None);
-    let trace = traced.trace.clone().unwrap();
-    assert_eq!(trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
-    assert_eq!(trace.parent_span_id.as_deref(), Some("00f067aa0ba902b7"));
+    let trace = traced.trace.unwrap();
+    assert_eq!(trace.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(trace.parent_span_id, Some(parent.span_id()));
     let mut entries = Vec::new();
     for (name, record) in [("traced.json", &traced), ("plain.json", &plain)] {
         let path = dir.path().join(name);
@@ -255,7 +255,7 @@ fn sessions_are_found_by_their_trace_and_an_older_stores_traces_are_moved_into_t
     assert_eq!(old_tables, 0);
     let found_before_registering = {
         let filter = super::Filter {
-            trace_id: Some(trace.trace_id.clone()),
+            trace_id: Some(trace.trace_id_hex()),
             ..super::Filter::default()
         };
         store.list(&filter, 10).unwrap().len()
@@ -276,7 +276,7 @@ fn sessions_are_found_by_their_trace_and_an_older_stores_traces_are_moved_into_t
             .collect()
     };
     assert_eq!(
-        by_trace(&trace.trace_id),
+        by_trace(&trace.trace_id_hex()),
         std::slice::from_ref(&traced.session_id)
     );
     assert!(by_trace("0af7651916cd43dd8448eb211c80319c").is_empty());

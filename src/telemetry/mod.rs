@@ -482,18 +482,18 @@ fn lacks_trace(record: &SessionRecord) -> bool {
 fn derive_trace(record: &mut SessionRecord, parent: Option<&crate::trace_context::RunTrace>) {
     if record.trace.is_none() {
         let digest = crate::sha256::Sha256::digest(record.session_id.as_bytes());
+        let (mut trace_id, mut span_id) = ([0; 16], [0; 8]);
+        trace_id.copy_from_slice(&digest[..16]);
+        span_id.copy_from_slice(&digest[16..24]);
         record.trace = Some(crate::trace_context::RunTrace {
-            trace_id: parent.map_or_else(
-                || crate::sha256::hex(&digest[..16]),
-                |parent| parent.trace_id.clone(),
-            ),
-            span_id: crate::sha256::hex(&digest[16..24]),
-            parent_span_id: parent.map(|parent| parent.span_id.clone()),
+            trace_id: parent.map_or(trace_id, |parent| parent.trace_id),
+            span_id,
+            parent_span_id: parent.map(|parent| parent.span_id),
             link: None,
             sampled: true,
         });
     }
-    let own = record.trace.clone();
+    let own = record.trace;
     for session in &mut record.sub_tactic_sessions {
         derive_trace(session, own.as_ref());
     }

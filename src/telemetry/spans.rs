@@ -24,7 +24,7 @@ use super::wire::{self, Attributes};
 use crate::SessionRecord;
 use crate::agent::{AgentCallSession, InvokeTrace};
 use crate::tactic::RunState;
-use crate::trace_context::{Place, chat_span_id, from_hex};
+use crate::trace_context::{Place, chat_span_id};
 
 /// The spans of one record as they are made: whether they hold content,
 /// the attributes of the span being made, and the finished spans, in the
@@ -117,16 +117,12 @@ impl Spans {
 /// none that reads.
 pub(super) fn ids(record: &SessionRecord) -> Option<(TraceId, [u8; 8], Option<Parent>)> {
     let trace = record.trace.as_ref()?;
-    let trace_id = TraceId::from_bytes(from_hex::<16>(&trace.trace_id)?);
-    let run_span = from_hex::<8>(&trace.span_id)?;
-    let parent = trace
-        .parent_span_id
-        .as_deref()
-        .and_then(from_hex::<8>)
-        .map(|parent| Parent {
-            span_id: SpanId::from_bytes(parent),
-            remote: true,
-        });
+    let trace_id = TraceId::from_bytes(trace.trace_id);
+    let run_span = trace.span_id;
+    let parent = trace.parent_span_id.map(|parent| Parent {
+        span_id: SpanId::from_bytes(parent),
+        remote: true,
+    });
     Some((trace_id, run_span, parent))
 }
 
@@ -155,15 +151,11 @@ fn run(
     parent: Option<Parent>,
 ) {
     let content = spans.content;
-    let link = trace
-        .link
-        .as_deref()
-        .and_then(|link| link.parse::<crate::trace_context::TraceContext>().ok())
-        .map(|link| wire::Link {
-            trace_id: link.trace_id(),
-            span_id: link.span_id(),
-            flags: wire::flags(link.sampled(), true),
-        });
+    let link = trace.link.map(|link| wire::Link {
+        trace_id: link.trace_id(),
+        span_id: link.span_id(),
+        flags: wire::flags(link.sampled(), true),
+    });
     let started = time(&record.started_at);
     let ended = time(&record.ended_at).max(started);
     let name = &record.tactic.name;
@@ -219,8 +211,10 @@ fn run(
             .filter(|_| record.state != RunState::Success),
     };
     let run = spans.emit(trace_id, run, parent);
+    let mut text = [0; 16];
+    let run_span_text = trace.span_id_text(&mut text);
     for (index, call) in record.agent_calls.iter().enumerate() {
-        agent_call(spans, trace_id, &trace.span_id, index, call, run);
+        agent_call(spans, trace_id, run_span_text, index, call, run);
     }
     for session in &record.sub_tactic_sessions {
         spans.record(session, Some(run));
@@ -429,13 +423,24 @@ fn chat(
         if let Some(model) = &reply.model {
             attributes.str(semconv::GEN_AI_RESPONSE_MODEL, model);
         }
-        for key in ["response_id", "id"] {
-            if let Some(Value::String(id)) = reply.metadata.get(key) {
-                attributes.str(semconv::GEN_AI_RESPONSE_ID, id);
-                break;
+        // The reply's metadata is a few entries: read in one pass, not
+        // looked up by hashing each name.
+        let (mut response_id, mut id, mut finish_reason) = (None, None, None);
+        for (key, value) in &reply.metadata {
+            let Value::String(value) = value else {
+                continue;
+            };
+            match key.as_str() {
+                "response_id" => response_id = Some(value),
+                "id" => id = Some(value),
+                "finish_reason" => finish_reason = Some(value),
+                _ => {}
             }
         }
-        if let Some(Value::String(reason)) = reply.metadata.get("finish_reason") {
+        if let Some(id) = response_id.or(id) {
+            attributes.str(semconv::GEN_AI_RESPONSE_ID, id);
+        }
+        if let Some(reason) = finish_reason {
             attributes.strings(semconv::GEN_AI_RESPONSE_FINISH_REASONS, &[reason]);
         }
         if content {
