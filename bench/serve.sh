@@ -13,6 +13,7 @@
 #   PARTS="latency memory throughput" bench/serve.sh   (the default: all three; the table shows those run)
 #   BASE=DIR PARTS=throughput bench/serve.sh        (DIR/lllm too, side by side in the throughput part: a change's cost)
 #   THROUGHPUT_ROUNDS=3 bench/serve.sh              (the throughput part's rounds)
+#   CONTROL=0 bench/serve.sh                        (no control turn: see 1.)
 #   IR=2000 NO_BUILD=1 bench/serve.sh               (and instructions a call: needs valgrind)
 #
 # 1. Added latency. At each level C of concurrent clients, bench/serve_load.rs
@@ -34,7 +35,11 @@
 #    each kind's p50 and p99 are of its latencies from every turn: on a
 #    shared machine the tail at 1,000 clients is a few stalls of a few
 #    milliseconds, bunched in time (serve_load --dump shows them), and a kind
-#    measured in one stretch met them or did not by luck.
+#    measured in one stretch met them or did not by luck. A fifth kind, the
+#    control, takes its turn after /stream: the direct request again, whose
+#    "added" latency against the first direct turns is the measure's own
+#    noise (an A/A comparison: nothing is added, so what shows is the
+#    machine), the floor below which an added p99 cannot be told apart.
 # 2. Memory per request in flight: a fresh `lllm serve`, warmed, its RSS idle;
 #    then HOLD requests held open by a mock reply that takes 10 s, RSS sampled
 #    every 100 ms; (peak - idle) / HOLD, for /run and for /stream.
@@ -64,6 +69,8 @@ levels=${LEVELS:-1 64 1000}
 rounds=${ROUNDS:-10}
 segments=${SEGMENTS:-5}
 [[ $segments =~ ^[1-9][0-9]{0,2}$ ]] || { echo "serve.sh: SEGMENTS must be a number from 1 to 999, not '$segments'" >&2; exit 2; }
+control=${CONTROL:-1}
+[[ $control =~ ^[01]$ ]] || { echo "serve.sh: CONTROL must be 0 or 1, not '$control'" >&2; exit 2; }
 hold=${HOLD:-1000}
 throughput_c=${THROUGHPUT_C:-64}
 base=${BASE:-}
@@ -204,6 +211,7 @@ for c in $levels; do
             measure "run_$arrivals" "$c" "$per" "$lllm/run" lllm.json "$answer" "$lllm_pid" "${spread[@]}" $(dump run)
             measure "direct_stream_$arrivals" "$c" "$per" "$mock/v1/chat/completions" direct_stream.json "[DONE]" "$mock_pid" "${spread[@]}" $(dump direct_stream)
             measure "stream_$arrivals" "$c" "$per" "$lllm/stream" lllm.json "event: result" "$lllm_pid" "${spread[@]}" $(dump stream)
+            [ "$control" = 0 ] || measure "control_$arrivals" "$c" "$per" "$mock/v1/chat/completions" direct.json "$answer" "$mock_pid" "${spread[@]}" $(dump control)
         done
     done
 done
@@ -299,16 +307,21 @@ for arrivals, title in (("even", "Arrivals spread evenly over the mock's latency
   say(title)
   say("")
   say("| clients | mock latency | direct p50 / p99 | /run p50 / p99 | added p50 / p99 | "
-    "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 | server CPU per call /run · /stream |")
-  say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    "direct stream p50 / p99 | /stream p50 / p99 | added p50 / p99 | server CPU per call /run · /stream "
+    "| direct again: added p50 / p99 (the measure's own noise) |")
+  say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
   for c in shown:
     r = {k: pooled(f"{k}_{arrivals}", c) for k in ("direct", "run", "direct_stream", "stream")}
     cpus = f"{cpu(f'run_{arrivals}', c):,} · {cpu(f'stream_{arrivals}', c):,} µs"
     failures += sum(x["failures"] for x in r.values())
     def pair(x): return f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f} ms"
     def added(a, b): return f"{a['p50_ms'] - b['p50_ms']:+.2f} / {a['p99_ms'] - b['p99_ms']:+.2f} ms"
+    control = pooled(f"control_{arrivals}", c)
+    noise = added(control, r["direct"]) if not math.isnan(control["p99_ms"]) else "not run"
+    failures += control["failures"]
     say(f"| {c:,} | {max(10, c)} ms | {pair(r['direct'])} | {pair(r['run'])} | {added(r['run'], r['direct'])} "
-        f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} | {cpus} |")
+        f"| {pair(r['direct_stream'])} | {pair(r['stream'])} | {added(r['stream'], r['direct_stream'])} | {cpus} "
+        f"| {noise} |")
   say("")
 for route in ("run", "stream"):
     if not get(f"memory_{route}"):
