@@ -197,8 +197,8 @@ impl FromStr for TraceContext {
 /// The ids are held as bytes and written as lower-case hex (a `traceparent`'s
 /// fields): a run's trace is made, read and written without allocating. A
 /// record whose `trace` does not read (an id that is not hex of the right
-/// length, a `link` that is not a `traceparent`) is refused as a whole, with
-/// the field named, as any other malformed field of a record is.
+/// length, a `link` that is not a `traceparent`) is refused as a whole,
+/// saying what was expected, as any other malformed field of a record is.
 ///
 /// ```
 /// use lllm::trace_context::RunTrace;
@@ -255,6 +255,7 @@ impl RunTrace {
 
     /// The run's span id in lower-case hex, written into `out`: the text
     /// its spans' ids are derived from ([`Place`]).
+    #[cfg(any(feature = "otel", test))]
     pub(crate) fn span_id_text<'a>(&self, out: &'a mut [u8; 16]) -> &'a str {
         hex_into(&self.span_id, out);
         std::str::from_utf8(out).unwrap_or_default()
@@ -440,6 +441,7 @@ fn chat_call(run_span: &str, dialog_id: &str, step: u32, repair: u32) -> Place {
 }
 
 /// The span id of a model call's attempt: at `chat/DIALOG/STEP/REPAIR/ATTEMPT`.
+#[cfg(any(feature = "otel", test))]
 pub(crate) fn chat_span_id(
     run_span: &str,
     dialog_id: &str,
