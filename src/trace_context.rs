@@ -257,9 +257,15 @@ impl RunTrace {
     /// its spans' ids are derived from ([`Place`]).
     #[cfg(any(feature = "otel", test))]
     pub(crate) fn span_id_text<'a>(&self, out: &'a mut [u8; 16]) -> &'a str {
-        hex_into(&self.span_id, out);
-        std::str::from_utf8(out).unwrap_or_default()
+        span_text(&self.span_id, out)
     }
+}
+
+/// A span id's 16 lower-case hex digits, written into `out`: the text a
+/// run's span ids are derived from, made without a `String`.
+fn span_text<'a>(span_id: &[u8; 8], out: &'a mut [u8; 16]) -> &'a str {
+    hex_into(span_id, out);
+    std::str::from_utf8(out).unwrap_or_default()
 }
 
 /// Serde for an id of `N` bytes as `2N` lower-case hex digits.
@@ -272,7 +278,8 @@ mod hex_id {
         id: &[u8; N],
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        // Ids are at most 16 bytes: 32 digits.
+        // Ids are at most 16 bytes: 32 digits (checked as it compiles).
+        const { assert!(N <= 16) };
         let mut text = [0u8; 32];
         let text = &mut text[..2 * N];
         super::hex_into(id, text);
@@ -594,12 +601,14 @@ pub(crate) fn in_chat<F: Future>(
 ) -> impl Future<Output = F::Output> {
     match RUN.try_with(|context| *context) {
         Ok(run) => {
-            let mut run_span = [0u8; 16];
-            hex_into(&run.span_id, &mut run_span);
-            let run_span = std::str::from_utf8(&run_span).unwrap_or_default();
             let chat = Chat {
                 run,
-                call: chat_call(run_span, dialog_id, step, repair),
+                call: chat_call(
+                    span_text(&run.span_id, &mut [0; 16]),
+                    dialog_id,
+                    step,
+                    repair,
+                ),
                 attempts: AtomicU32::new(0),
             };
             Either::Left(CHAT.scope(chat, future))
